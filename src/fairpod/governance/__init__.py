@@ -1,0 +1,16 @@
+"""The governance engine: pure, deterministic scheduling decisions over a snapshot.
+
+- ``snapshot``   — the engine's state (nodes, teams, queues, running jobs) and its bookkeeping
+- ``quota``      — quota, borrow limit and lending arithmetic (rules 2, 3)
+- ``fairshare``  — weighted dominant share of idle capacity (rule 5)
+- ``placement``  — gang placement, best fit (rule 1)
+- ``ordering``   — the order of preemption victims (rules 3, 7)
+- ``preemption`` — picking victims: reclaim, priority, fair share (rules 3, 4, 5, 7)
+- ``scheduler``  — one cycle over a snapshot (rules 4, 6, 8)
+"""
+
+from fairpod.governance.decisions import Admit, Decision, Preempt, Wait
+from fairpod.governance.scheduler import schedule
+from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
+
+__all__ = ["Admit", "Decision", "Node", "Preempt", "Snapshot", "Team", "Wait", "Workload", "schedule"]

@@ -1,0 +1,53 @@
+"""Build an engine snapshot from a cluster spec (nodes named ``<group>-<i>``)."""
+
+from __future__ import annotations
+
+from fairpod.governance.snapshot import Snapshot, Team
+from fairpod.model.resources import node_res
+from fairpod.model.spec import (
+    ClusterSpec,
+    IdleComputeAllocation,
+    PreemptTeamTasks,
+    SharingStrategy,
+    TaskPrioritization,
+    Toggle,
+)
+
+
+def empty_snapshot(spec: ClusterSpec, now: float = 0.0) -> Snapshot:
+    p = spec.policy
+    return Snapshot(
+        task_ranking=p.task_prioritization == TaskPrioritization.TASK_RANKING,
+        fair_share=p.idle_compute_allocation == IdleComputeAllocation.FAIR_SHARE,
+        idle_sharing=p.idle_resource_sharing == Toggle.ENABLED,
+        starvation_guard=p.starvation_guard_seconds,
+        now=now,
+    )
+
+
+def engine_team(spec: ClusterSpec, name: str) -> Team:
+    t = spec.team(name)
+    assert t is not None
+    strat = t.sharing.strategy
+    return Team(
+        name=t.name,
+        weight=t.fair_share_weight,
+        lends=strat in (SharingStrategy.LEND_AND_BORROW, SharingStrategy.LEND),
+        borrows=strat == SharingStrategy.LEND_AND_BORROW,
+        borrow_limit=t.sharing.borrow_limit,
+        preempt_lower=t.preempt_team_tasks == PreemptTeamTasks.LOWER_PRIORITY,
+        quota=spec.team_quota(t),
+    )
+
+
+def snapshot_from_spec(spec: ClusterSpec, now: float = 0.0, *, passed: bool = True) -> Snapshot:
+    """A snapshot with every node of the spec schedulable and idle, every team with an empty queue."""
+    snap = empty_snapshot(spec, now)
+    cat = spec.catalog()
+    for g in spec.cluster.instance_groups:
+        cap = node_res(cat[g.instance_type])
+        for i in range(g.count):
+            snap.add_node(f"{g.name}-{i}", g.instance_type, cap, passed=passed)
+    for t in spec.teams:
+        snap.add_team(engine_team(spec, t.name))
+    return snap

@@ -1,0 +1,43 @@
+"""Fair share of idle capacity (engine rule 5).
+
+A team's share of an instance type is its weighted dominant share: for each resource, what it borrows
+divided by the lendable capacity; the largest of these, divided by the team's fair_share_weight. A team
+that borrows nothing has share 0; a team of weight 0 that borrows has an infinite share, so it comes last
+when teams compete and is the first to give back.
+"""
+
+from __future__ import annotations
+
+import math
+
+from fairpod.governance.snapshot import Snapshot, Team
+
+
+def share(snap: Snapshot, team: Team, itype: str, delta: tuple[int, int, int] = (0, 0, 0)) -> float:
+    """The team's weighted dominant share of ``itype`` if its usage changed by ``delta``."""
+    q = team.q(itype)
+    u = team.u(itype)
+    lend = snap.lendable(itype)
+    dom = 0.0
+    borrowing = False
+    for d in range(3):
+        over = u[d] + delta[d] - q[d]
+        if over > 0:
+            borrowing = True
+            if lend[d] > 0:
+                dom = max(dom, over / lend[d])
+            else:
+                dom = math.inf
+    if not borrowing:
+        return 0.0
+    if team.weight == 0:
+        return math.inf
+    return dom / team.weight
+
+
+def may_preempt(preemptor_after: float, victim_after: float) -> bool:
+    """Preempt for fair share only if the preemptor's share after admission stays at or below the victim
+    team's share after the removal, so two jobs can never preempt each other back and forth."""
+    if preemptor_after == math.inf:
+        return False
+    return preemptor_after <= victim_after

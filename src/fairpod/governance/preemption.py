@@ -1,0 +1,114 @@
+"""Preemption planning (engine rules 3, 4, 5 and 7): which running jobs to stop so that a pending job fits.
+
+Candidates, by the situation of the pending job J of team T on instance type I:
+- reclaim: J fits within T's quota, so T is entitled to it; jobs of other teams that are borrowing on I;
+- fair share: J must borrow and the policy is FairShare; jobs of other borrowing teams, each only if T's
+  share after admitting J stays at or below that team's share after losing the candidate;
+- priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority).
+Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
+``ordering.victim_key`` until J fits; then every victim that is not needed is given back (no more than needed).
+"""
+
+from __future__ import annotations
+
+from fairpod.governance import fairshare, quota
+from fairpod.governance.ordering import victim_key
+from fairpod.governance.placement import place
+from fairpod.governance.snapshot import Snapshot, Workload
+
+
+def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
+    t = snap.teams[team_name]
+    q = t.q(itype)
+    u = t.u(itype)
+    return u[0] > q[0] or u[1] > q[1] or u[2] > q[2]
+
+
+def _fits(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | None) -> list[str] | None:
+    ok, _, _ = quota.team_check(snap, w)
+    if not ok or not quota.pool_ok(snap, w, holder):
+        return None
+    return place(snap, w, reserved)
+
+
+def plan(
+    snap: Snapshot,
+    w: Workload,
+    within: bool,
+    reserved: dict[str, str],
+    holder: str | None = None,
+    cross_team: bool = True,
+) -> tuple[list[tuple[Workload, str]], list[str]] | None:
+    """Victims (with their kind) and the nodes for ``w``, or None if no allowed preemption makes it fit.
+
+    On success the victims are left unassigned in ``snap`` (the caller requeues them); on failure ``snap``
+    is as before.
+    """
+    now = snap.now
+    team = snap.teams[w.team]
+    pool = snap.pool(w.itype)
+    others_borrow = pool.over[0] > 0 or pool.over[1] > 0 or pool.over[2] > 0
+    own = team.preempt_lower and snap.task_ranking
+    cross = cross_team and others_borrow and (within or snap.fair_share)
+    if not own and not cross:
+        return None
+    cands: list[Workload] = []
+    for v in snap.running.values():
+        if v.itype != w.itype or (v.min_runtime and v.started is not None and now - v.started < v.min_runtime):
+            continue
+        if v.team == w.team:
+            if own and v.priority < w.priority:
+                cands.append(v)
+        elif cross and _borrowing(snap, v.team, w.itype):
+            cands.append(v)
+    if not cands:
+        return None
+    shares: dict[str, float] = {}
+
+    def team_share(name: str) -> float:
+        if within or not snap.fair_share:
+            return 0.0
+        if name not in shares:
+            shares[name] = fairshare.share(snap, snap.teams[name], w.itype)
+        return shares[name]
+
+    cands.sort(key=victim_key(w.team, now, team_share))
+    removed: list[tuple[Workload, str]] = []
+    nodes: list[str] | None = None
+    for v in cands:
+        if v.team == w.team:
+            kind = "priority"
+        else:
+            if not _borrowing(snap, v.team, w.itype):
+                continue  # that team gave back all it borrowed already
+            if within:
+                kind = "reclaim"
+            else:
+                mine = fairshare.share(snap, team, w.itype, w.total)
+                vt = v.total
+                theirs = fairshare.share(snap, snap.teams[v.team], w.itype, (-vt[0], -vt[1], -vt[2]))
+                if not fairshare.may_preempt(mine, theirs):
+                    continue
+                kind = "fair-share"
+        snap.unassign(v)
+        removed.append((v, kind))
+        nodes = _fits(snap, w, reserved, holder)
+        if nodes is not None:
+            break
+    if nodes is None:
+        for v, _ in reversed(removed):
+            snap.assign(v, v.nodes or [])
+        return None
+    # give back every victim that is not needed, most valuable first
+    for i in range(len(removed) - 2, -1, -1):
+        v, _ = removed[i]
+        snap.assign(v, v.nodes or [])
+        again = _fits(snap, w, reserved, holder)
+        if again is None:
+            snap.unassign(v)
+        else:
+            nodes = again
+            removed.pop(i)
+    final = _fits(snap, w, reserved, holder)
+    assert final is not None
+    return removed, final

@@ -1,0 +1,130 @@
+"""Quota arithmetic: may a team hold a job (quota, borrow limit, strategy), and is there idle capacity to lend.
+
+Rules (engine rule 2 and 3):
+- A job whose team's usage stays within its quota is *within quota*; the team is entitled to it.
+- Otherwise only a LendAndBorrow team may take it, *borrowing*: usage may reach quota x (1 + borrow_limit/100).
+- All borrowing together (sum over teams of usage above quota) must stay within what lending teams
+  (LendAndBorrow, Lend) leave idle, plus unallocated capacity when idle resource sharing is Enabled.
+  A within-quota job that would break this needs borrowed work reclaimed first.
+"""
+
+from __future__ import annotations
+
+from fairpod.governance.snapshot import Snapshot, Team, Vec, Workload
+
+
+def within_quota(team: Team, itype: str, add: Vec | tuple) -> bool:
+    q = team.q(itype)
+    u = team.u(itype)
+    return u[0] + add[0] <= q[0] and u[1] + add[1] <= q[1] and u[2] + add[2] <= q[2]
+
+
+def borrow_cap(team: Team, itype: str) -> Vec:
+    """The most a team may use of an instance type: quota x (1 + borrow_limit/100), or quota if it cannot borrow."""
+    q = team.q(itype)
+    if not team.borrows:
+        return list(q)
+    k = 100 + team.borrow_limit
+    return [q[0] * k // 100, q[1] * k // 100, q[2] * k // 100]
+
+
+def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
+    """(may hold, within quota, reason if not) for job ``w`` of its team, ignoring everyone else."""
+    team = snap.teams[w.team]
+    t = w.total
+    if within_quota(team, w.itype, t):
+        return True, True, ""
+    u = team.u(w.itype)
+    q = team.q(w.itype)
+    if not team.borrows:
+        why = "Lend" if team.lends else "DontLend"
+        return False, False, (
+            f"over quota: team {team.name} uses {u[0]} of its {q[0]} {w.itype} accelerators, the job needs "
+            f"{t.acc} more and the team's sharing strategy ({why}) does not borrow"
+        )
+    cap = borrow_cap(team, w.itype)
+    if u[0] + t[0] > cap[0] or u[1] + t[1] > cap[1] or u[2] + t[2] > cap[2]:
+        if q[0] == 0 and q[1] == 0:
+            return False, False, f"over quota: team {team.name} has no quota on {w.itype}, so it cannot borrow any"
+        return False, False, (
+            f"borrow limit reached: team {team.name} uses {u[0]} {w.itype} accelerators, the job needs {t.acc}, "
+            f"and quota {q[0]} + {team.borrow_limit}% allows {cap[0]}"
+        )
+    return True, False, ""
+
+
+def _contrib(team: Team, q: tuple, u0: int, u1: int, u2: int) -> tuple[int, int, int, int, int, int]:
+    o0, o1, o2 = max(0, u0 - q[0]), max(0, u1 - q[1]), max(0, u2 - q[2])
+    if team.lends:
+        i0, i1, i2 = max(0, q[0] - u0), max(0, q[1] - u1), max(0, q[2] - u2)
+    else:
+        i0 = i1 = i2 = 0
+    return o0, o1, o2, i0, i1, i2
+
+
+def pool_ok(snap: Snapshot, w: Workload, holder: str | None = None) -> bool:
+    """Would all borrowing still be covered by lendable idle capacity after ``w`` starts?
+
+    ``holder`` names the job for which capacity was held back (starvation guard); only it may use that.
+    """
+    team = snap.teams[w.team]
+    p = snap.pool(w.itype)
+    q = team.q(w.itype)
+    u = team.u(w.itype)
+    t = w.total
+    a = _contrib(team, q, u[0], u[1], u[2])
+    b = _contrib(team, q, u[0] + t[0], u[1] + t[1], u[2] + t[2])
+    if snap.idle_sharing:
+        ua = snap.unallocated(w.itype)
+    else:
+        ua = (0, 0, 0)
+    rb = p.reserved_borrow if holder != w.id else (0, 0, 0)
+    for d in range(3):
+        over = p.over[d] + b[d] - a[d]
+        if over <= 0:
+            continue
+        idle = p.idle_lend[d] + b[d + 3] - a[d + 3] + ua[d] - rb[d]
+        if over > idle:
+            return False
+    return True
+
+
+def borrow_need(snap: Snapshot, w: Workload) -> Vec:
+    """How much more the team would borrow if ``w`` started."""
+    team = snap.teams[w.team]
+    q = team.q(w.itype)
+    u = team.u(w.itype)
+    t = w.total
+    return [max(0, u[d] + t[d] - q[d]) - max(0, u[d] - q[d]) for d in range(3)]
+
+
+def lending(snap: Snapshot, itype: str) -> dict[str, dict[str, int]]:
+    """Who borrows how many accelerators from whom, now: {borrower: {lender: accelerators}}.
+
+    Borrowing is not tied to one lender, so it is attributed deterministically: borrowers in name order
+    take from the lender with the most idle quota first; unallocated capacity (idle sharing) is named
+    ``(unallocated)`` and is taken first.
+    """
+    idle: dict[str, int] = {}
+    if snap.idle_sharing:
+        ua = snap.unallocated(itype)[0]
+        if ua > 0:
+            idle["(unallocated)"] = ua
+    for t in snap.teams.values():
+        if t.lends:
+            left = t.q(itype)[0] - t.u(itype)[0]
+            if left > 0:
+                idle[t.name] = left
+    out: dict[str, dict[str, int]] = {}
+    for name in sorted(snap.teams):
+        t = snap.teams[name]
+        over = t.u(itype)[0] - t.q(itype)[0]
+        while over > 0 and idle:
+            lender = min(idle, key=lambda k: (k != "(unallocated)", -idle[k], k))
+            take = min(over, idle[lender])
+            out.setdefault(name, {})[lender] = out.get(name, {}).get(lender, 0) + take
+            idle[lender] -= take
+            over -= take
+            if idle[lender] == 0:
+                del idle[lender]
+    return out

@@ -1,0 +1,191 @@
+"""One scheduling cycle over a snapshot: the governance engine.
+
+``schedule(snap)`` looks at the pending jobs, admits what the rules allow, plans preemptions, and returns
+the decisions. It reads no clock (``snap.now`` is the time) and does no I/O; it leaves ``snap`` in the
+state after its decisions (admitted jobs running, victims back in their queues).
+
+A cycle:
+1. Starvation guard (rule 6): a team's first job that has waited longer than the policy's
+   ``starvation_guard_seconds`` goes first; if it still cannot start, nodes (and, if it must borrow,
+   borrowable capacity) are held for it and its team admits nothing past it until it starts.
+2. Rounds: in each round every team with pending work offers its first job whose shape has not failed
+   this cycle (a job that cannot start never blocks other teams, nor other shapes of its own team). Teams
+   go in this order: jobs within their team's quota first; then, under FairShare, the team with the lowest
+   weighted share first (FirstComeFirstServe: the earliest job first); then priority; then submit time.
+   Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
+   engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
+"""
+
+from __future__ import annotations
+
+from fairpod.governance import fairshare, preemption, quota
+from fairpod.governance.decisions import Admit, Decision, Preempt, Wait
+from fairpod.governance.placement import place, why_not
+from fairpod.governance.snapshot import Snapshot, Team, Workload
+
+
+def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], ...]:
+    idle = []
+    if snap.idle_sharing:
+        ua = snap.unallocated(w.itype)[0]
+        if ua > 0:
+            idle.append((-(10**12), "(unallocated)", ua))
+    for t in snap.teams.values():
+        if t.lends and t.name != w.team:
+            left = t.q(w.itype)[0] - t.u(w.itype)[0]
+            if left > 0:
+                idle.append((-left, t.name, left))
+    idle.sort()
+    out = []
+    for _, name, left in idle:
+        if need <= 0:
+            break
+        take = min(left, need)
+        out.append((name, take))
+        need -= take
+    return tuple(out)
+
+
+class _Cycle:
+    def __init__(self, snap: Snapshot) -> None:
+        self.snap = snap
+        self.out: list[Decision] = []
+        self.reserved: dict[str, str] = {}
+        self.holders: set[str] = set()
+
+    def wait(self, w: Workload, reason: str) -> None:
+        if w.reason != reason:
+            w.reason = reason
+            self.out.append(Wait(w.id, reason))
+
+    def admit(self, w: Workload, nodes: list[str], within: bool, victims: list[tuple[Workload, str]]) -> None:
+        snap = self.snap
+        need = quota.borrow_need(snap, w)[0]
+        lenders = _lenders(snap, w, need) if need > 0 else ()
+        after = []
+        for v, kind in victims:
+            if kind == "reclaim":
+                why = f"reclaimed by team {w.team} for job {w.id}"
+            elif kind == "priority":
+                why = f"preempted by higher-priority job {w.id} of team {w.team}"
+            else:
+                why = f"preempted for fair share: team {w.team} (job {w.id}) has the lower share of idle capacity"
+            self.out.append(Preempt(v.id, w.id, kind, why))
+            snap.requeue(v, snap.now)
+            v.reason = why
+            after.append(v.id)
+        snap.start(w, nodes, snap.now)
+        team = snap.teams[w.team]
+        if within or need <= 0:
+            reason = f"admitted within team {team.name}'s quota"
+        else:
+            reason = f"admitted, borrowing {need} accelerators from " + (
+                ", ".join(f"{name} ({n})" for name, n in lenders) or "idle capacity"
+            )
+        w.reason = reason
+        w.borrowed_from = dict(lenders)
+        self.out.append(Admit(w.id, tuple(nodes), reason, need, lenders, tuple(after)))
+
+    def try_start(self, w: Workload) -> bool:
+        snap = self.snap
+        holder = w.id if w.id in self.holders else None
+        ok, within, why = quota.team_check(snap, w)
+        if ok:
+            pool_ok = quota.pool_ok(snap, w, holder)
+            nodes = place(snap, w, self.reserved) if pool_ok else None
+            if nodes is not None:
+                self.admit(w, nodes, within, [])
+                return True
+        else:
+            pool_ok = True
+        plan = preemption.plan(snap, w, within, self.reserved, holder, cross_team=ok)
+        if plan is not None:
+            victims, nodes = plan
+            self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
+            return True
+        if not ok:
+            self.wait(w, why)
+        elif not pool_ok:
+            if within:
+                self.wait(w, f"waiting for reclaim: team {w.team}'s idle quota on {w.itype} is lent to other "
+                             "teams whose jobs cannot be preempted yet")
+            else:
+                self.wait(w, f"no idle {w.itype} capacity to borrow")
+        else:
+            self.wait(w, why_not(snap, w))
+        return False
+
+    def hold(self, w: Workload) -> None:
+        """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
+        snap = self.snap
+        self.holders.add(w.id)
+        ok, within, _ = quota.team_check(snap, w)
+        if not ok:
+            return
+        r = w.req
+        free = [
+            nd for nd in snap.by_type.get(w.itype, ())
+            if nd.schedulable and nd.name not in self.reserved and (nd.health_passed or not w.passed_only)
+        ]
+        free.sort(key=lambda nd: (max(0, r.acc - nd.free[0]), max(0, r.mcpu - nd.free[1]),
+                                  max(0, r.mib - nd.free[2]), nd.name))
+        for nd in free[: w.n]:
+            self.reserved[nd.name] = w.id
+        if not within:
+            need = quota.borrow_need(snap, w)
+            rb = snap.pool(w.itype).reserved_borrow
+            for d in range(3):
+                rb[d] += need[d]
+
+    def rank(self, team: Team, w: Workload) -> tuple:
+        snap = self.snap
+        within = quota.within_quota(team, w.itype, w.total)
+        if within:
+            second = 0.0
+        elif snap.fair_share:
+            second = fairshare.share(snap, team, w.itype)
+        else:
+            second = 0.0
+        prio = -w.priority if snap.task_ranking else 0
+        return (not within, second, prio, w.submit, w.seq)
+
+    def run(self) -> list[Decision]:
+        snap = self.snap
+        for p in snap.pools.values():
+            p.reserved_borrow = [0, 0, 0]
+        strict: set[str] = set()
+        guard = snap.starvation_guard
+        starving = []
+        for team in snap.teams.values():
+            if team.queue:
+                h = team.queue.head()
+                if h is not None and snap.now - (h.enqueued if h.enqueued is not None else h.submit) >= guard:
+                    starving.append(h)
+        starving.sort(key=lambda w: (w.enqueued, w.seq))
+        for w in starving:
+            if not self.try_start(w):
+                strict.add(w.team)
+                self.hold(w)
+        failed: dict[str, set] = {}
+        active = [t for t in snap.teams.values() if t.queue and t.name not in strict]
+        while active:
+            offers = []
+            for t in active:
+                h = t.queue.head(failed.get(t.name))
+                if h is not None:
+                    offers.append((self.rank(t, h), t.name, t, h))
+            if not offers:
+                break
+            offers.sort(key=lambda o: (o[0], o[1]))
+            nxt = []
+            for _, name, t, w in offers:
+                if not self.try_start(w):
+                    failed.setdefault(name, set()).add(w.shape)
+                nxt.append(t)
+            active = nxt
+        return self.out
+
+
+def schedule(snap: Snapshot) -> list[Decision]:
+    """Run one scheduling cycle at ``snap.now``; see the module doc."""
+    return _Cycle(snap).run()

@@ -1,0 +1,372 @@
+"""The engine's view of the cluster: nodes, teams with their quotas and queues, running and pending jobs.
+
+A ``Snapshot`` is plain data with integer resource vectors (see ``fairpod.model.resources``) and keeps
+its per-instance-type aggregates up to date as jobs are assigned and released, so one scheduling cycle
+costs time in the number of teams and candidate jobs, not in the number of queued jobs. The engine
+changes the snapshot it is given into the state after its decisions; callers build one from their store
+(the control plane) or keep one across events (the simulator).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from fairpod.model.resources import Res
+
+Vec = list[int]  # a mutable resource vector [acc, mcpu, mib]
+
+
+@dataclass(slots=True, eq=False)
+class Node:
+    name: str
+    itype: str
+    cap: Res
+    free: Vec
+    schedulable: bool = True
+    health_passed: bool = False  # deep health check Passed
+    jobs: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True, eq=False)
+class Workload:
+    """A job as the engine sees it: ``n`` replicas of ``req`` on nodes of ``itype``."""
+
+    id: str
+    team: str
+    itype: str
+    n: int
+    req: Res
+    priority: int = -1
+    submit: float = 0.0
+    seq: int = 0
+    enqueued: float | None = None  # when it last entered the queue (submit, or its last preemption)
+    min_runtime: float = 0.0
+    passed_only: bool = False
+    # while running
+    nodes: list[str] | None = None
+    started: float | None = None
+    checkpoint: float | None = None  # time of the last reported checkpoint
+    # bookkeeping for users
+    reason: str = ""
+    borrowed_from: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def shape(self) -> tuple[str, int, Res, bool]:
+        return (self.itype, self.n, self.req, self.passed_only)
+
+    @property
+    def total(self) -> Res:
+        r = self.req
+        return Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
+
+    def lost_work(self, now: float) -> float:
+        """Seconds of work lost if stopped now: since the last checkpoint, or since the start."""
+        if self.started is None:
+            return 0.0
+        since = self.started if self.checkpoint is None or self.checkpoint < self.started else self.checkpoint
+        return max(0.0, now - since)
+
+
+@dataclass(slots=True, eq=False)
+class Team:
+    name: str
+    weight: int = 0
+    lends: bool = True
+    borrows: bool = True
+    borrow_limit: int = 50  # percent of quota
+    preempt_lower: bool = True
+    quota: dict[str, Res] = field(default_factory=dict)
+    used: dict[str, Vec] = field(default_factory=dict)
+    queue: PendingQueue = field(default_factory=lambda: PendingQueue())
+
+    def q(self, itype: str) -> Res:
+        return self.quota.get(itype, _ZERO)
+
+    def u(self, itype: str) -> Vec:
+        v = self.used.get(itype)
+        if v is None:
+            v = self.used[itype] = [0, 0, 0]
+        return v
+
+
+_ZERO = Res(0, 0, 0)
+
+
+@dataclass(slots=True, eq=False)
+class Pool:
+    """Per instance type: capacity and what the sharing rules need, summed over teams."""
+
+    cap: Vec = field(default_factory=lambda: [0, 0, 0])  # schedulable nodes
+    free: Vec = field(default_factory=lambda: [0, 0, 0])  # free on schedulable nodes
+    quota_all: Vec = field(default_factory=lambda: [0, 0, 0])
+    quota_lend: Vec = field(default_factory=lambda: [0, 0, 0])  # quota of teams that lend
+    idle_lend: Vec = field(default_factory=lambda: [0, 0, 0])  # sum of max(0, quota - used) over lenders
+    over: Vec = field(default_factory=lambda: [0, 0, 0])  # sum of max(0, used - quota) over all teams
+    reserved_borrow: Vec = field(default_factory=lambda: [0, 0, 0])  # held back for a starving borrower
+
+
+class PendingQueue:
+    """One team's pending jobs, one heap per job shape, merged on the fly in queue order.
+
+    A job's key never changes, so a preempted job re-enters at its original place.
+    """
+
+    __slots__ = ("heaps", "live")
+
+    def __init__(self) -> None:
+        self.heaps: dict[tuple, list[tuple[tuple, str]]] = {}
+        self.live: dict[str, Workload] = {}
+
+    def __len__(self) -> int:
+        return len(self.live)
+
+    def push(self, w: Workload, key: tuple) -> None:
+        self.live[w.id] = w
+        heapq.heappush(self.heaps.setdefault(w.shape, []), (key, w.id))
+
+    def discard(self, wid: str) -> Workload | None:
+        return self.live.pop(wid, None)  # its heap entry is dropped lazily
+
+    def _top(self, shape: tuple) -> tuple[tuple, str] | None:
+        h = self.heaps[shape]
+        while h and h[0][1] not in self.live:
+            heapq.heappop(h)
+        if not h:
+            del self.heaps[shape]
+            return None
+        return h[0]
+
+    def head(self, skip: set | None = None) -> Workload | None:
+        """The first job in queue order whose shape is not in ``skip``."""
+        best: tuple[tuple, str] | None = None
+        for shape in list(self.heaps):
+            if skip and shape in skip:
+                continue
+            top = self._top(shape)
+            if top is not None and (best is None or top < best):
+                best = top
+        return self.live[best[1]] if best else None
+
+    def pop(self, w: Workload) -> None:
+        self.live.pop(w.id, None)
+        self._top(w.shape)  # drop it from its heap if on top
+
+    def in_order(self) -> Iterator[Workload]:
+        """All pending jobs in queue order (for reports; O(n log n))."""
+        entries = sorted(e for h in self.heaps.values() for e in h if e[1] in self.live)
+        seen: set[str] = set()
+        for _, wid in entries:
+            if wid not in seen:
+                seen.add(wid)
+                yield self.live[wid]
+
+
+class Snapshot:
+    """Everything one scheduling cycle needs. See module doc."""
+
+    def __init__(
+        self,
+        *,
+        task_ranking: bool = False,
+        fair_share: bool = True,
+        idle_sharing: bool = False,
+        starvation_guard: float = 600.0,
+        now: float = 0.0,
+    ) -> None:
+        self.task_ranking = task_ranking
+        self.fair_share = fair_share
+        self.idle_sharing = idle_sharing
+        self.starvation_guard = starvation_guard
+        self.now = now
+        self.nodes: dict[str, Node] = {}
+        self.by_type: dict[str, list[Node]] = {}
+        self.teams: dict[str, Team] = {}
+        self.pools: dict[str, Pool] = {}
+        self.running: dict[str, Workload] = {}
+        self.pending: dict[str, Workload] = {}
+        self._seq = 0
+
+    # -- building ------------------------------------------------------------------------------
+    def pool(self, itype: str) -> Pool:
+        p = self.pools.get(itype)
+        if p is None:
+            p = self.pools[itype] = Pool()
+        return p
+
+    def add_node(self, name: str, itype: str, cap: Res, *, schedulable: bool = True, passed: bool = False) -> Node:
+        if name in self.nodes:
+            raise ValueError(f"node {name!r} already exists")
+        n = Node(name, itype, cap, list(cap), schedulable, passed)
+        self.nodes[name] = n
+        self.by_type.setdefault(itype, []).append(n)
+        if schedulable:
+            _add(self.pool(itype).cap, cap, 1)
+            _add(self.pool(itype).free, cap, 1)
+        return n
+
+    def set_schedulable(self, name: str, schedulable: bool) -> None:
+        n = self.nodes[name]
+        if n.schedulable != schedulable:
+            n.schedulable = schedulable
+            _add(self.pool(n.itype).cap, n.cap, 1 if schedulable else -1)
+            _add(self.pool(n.itype).free, n.free, 1 if schedulable else -1)
+
+    def remove_node(self, name: str) -> None:
+        n = self.nodes[name]
+        if n.jobs:
+            raise ValueError(f"node {name!r} still runs {sorted(n.jobs)}")
+        self.set_schedulable(name, False)
+        del self.nodes[name]
+        self.by_type[n.itype].remove(n)
+
+    def add_team(self, team: Team) -> None:
+        if team.name in self.teams:
+            raise ValueError(f"team {team.name!r} already exists")
+        self.teams[team.name] = team
+        for itype, q in team.quota.items():
+            p = self.pool(itype)
+            _add(p.quota_all, q, 1)
+            if team.lends:
+                _add(p.quota_lend, q, 1)
+        for itype in team.quota:
+            self._account(team, itype, 1)
+
+    # -- team usage and the pool aggregates ----------------------------------------------------
+    def _account(self, team: Team, itype: str, sign: int) -> None:
+        """Add (sign=1) or remove (sign=-1) the team's contribution to the pool's idle/over sums."""
+        p = self.pool(itype)
+        q = team.q(itype)
+        u = team.u(itype)
+        for d in range(3):
+            diff = q[d] - u[d]
+            if diff > 0:
+                if team.lends:
+                    p.idle_lend[d] += sign * diff
+            elif diff < 0:
+                p.over[d] -= sign * diff
+
+    def _use(self, w: Workload, sign: int) -> None:
+        team = self.teams[w.team]
+        self._account(team, w.itype, -1)
+        u = team.u(w.itype)
+        t = w.total
+        u[0] += sign * t[0]
+        u[1] += sign * t[1]
+        u[2] += sign * t[2]
+        self._account(team, w.itype, 1)
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def queue_key(self, w: Workload) -> tuple:
+        if self.task_ranking:
+            return (-w.priority, w.submit, w.seq)
+        return (w.submit, w.seq)
+
+    def add_pending(self, w: Workload) -> None:
+        if w.id in self.pending or w.id in self.running:
+            raise ValueError(f"job {w.id!r} is already known")
+        if w.team not in self.teams:
+            raise ValueError(f"job {w.id!r}: unknown team {w.team!r}")
+        if not w.seq:
+            self._seq += 1
+            w.seq = self._seq
+        else:
+            self._seq = max(self._seq, w.seq)
+        if w.enqueued is None:
+            w.enqueued = w.submit
+        self.pending[w.id] = w
+        self.teams[w.team].queue.push(w, self.queue_key(w))
+
+    def remove_pending(self, wid: str) -> Workload | None:
+        w = self.pending.pop(wid, None)
+        if w is not None:
+            self.teams[w.team].queue.discard(wid)
+        return w
+
+    def assign(self, w: Workload, nodes: list[str]) -> None:
+        """Place ``w`` on ``nodes`` (one replica each) and count its usage. Does not touch the queue."""
+        r = w.req
+        pf = self.pool(w.itype).free
+        for name in nodes:
+            node = self.nodes[name]
+            f = node.free
+            f[0] -= r.acc
+            f[1] -= r.mcpu
+            f[2] -= r.mib
+            node.jobs.add(w.id)
+            if node.schedulable:
+                pf[0] -= r.acc
+                pf[1] -= r.mcpu
+                pf[2] -= r.mib
+        w.nodes = list(nodes)
+        self.running[w.id] = w
+        self._use(w, 1)
+
+    def unassign(self, w: Workload) -> None:
+        """Take ``w`` off its nodes and out of its team's usage (keeps ``w.nodes`` for a later re-assign)."""
+        r = w.req
+        pf = self.pool(w.itype).free
+        for name in w.nodes or ():
+            node = self.nodes.get(name)
+            if node is None:
+                continue
+            f = node.free
+            f[0] += r.acc
+            f[1] += r.mcpu
+            f[2] += r.mib
+            node.jobs.discard(w.id)
+            if node.schedulable:
+                pf[0] += r.acc
+                pf[1] += r.mcpu
+                pf[2] += r.mib
+        del self.running[w.id]
+        self._use(w, -1)
+
+    def start(self, w: Workload, nodes: list[str], now: float) -> None:
+        """A pending job starts on ``nodes``."""
+        self.pending.pop(w.id, None)
+        self.teams[w.team].queue.pop(w)
+        self.assign(w, nodes)
+        w.started = now
+
+    def finish(self, wid: str) -> Workload:
+        """A running job ended (any way): free its nodes."""
+        w = self.running[wid]
+        self.unassign(w)
+        w.nodes = None
+        return w
+
+    def requeue(self, w: Workload, now: float) -> None:
+        """A preempted job goes back to its original place in its team's queue."""
+        if w.id in self.running:
+            self.unassign(w)
+        w.nodes = None
+        w.started = None
+        w.enqueued = now
+        self.pending[w.id] = w
+        self.teams[w.team].queue.push(w, self.queue_key(w))
+
+    # -- views ---------------------------------------------------------------------------------
+    def team_over(self, team: Team, itype: str) -> Vec:
+        q = team.q(itype)
+        u = team.u(itype)
+        return [max(0, u[0] - q[0]), max(0, u[1] - q[1]), max(0, u[2] - q[2])]
+
+    def unallocated(self, itype: str) -> Vec:
+        p = self.pool(itype)
+        return [max(0, p.cap[d] - p.quota_all[d]) for d in range(3)]
+
+    def lendable(self, itype: str) -> Vec:
+        """Capacity others may borrow when idle: lenders' quota (+ unallocated when idle sharing is on)."""
+        p = self.pool(itype)
+        if not self.idle_sharing:
+            return list(p.quota_lend)
+        ua = self.unallocated(itype)
+        return [p.quota_lend[d] + ua[d] for d in range(3)]
+
+
+def _add(v: Vec, r: Res | Vec, k: int) -> None:
+    v[0] += k * r[0]
+    v[1] += k * r[1]
+    v[2] += k * r[2]

@@ -1,0 +1,62 @@
+"""Built-in catalog of instance types (public AWS figures: accelerators, vCPU, memory in GiB)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class InstanceType(BaseModel):
+    """One kind of machine: how many accelerators, vCPUs and GiB of memory a node of it has."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(min_length=1, max_length=63, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    accelerators: int = Field(ge=0, le=1024)
+    vcpu: float = Field(gt=0, le=100_000)
+    memory_gib: float = Field(gt=0, le=1_000_000)
+    accelerator_kind: str | None = None
+
+
+def _t(name: str, acc: int, vcpu: float, mem: float, kind: str | None = None) -> InstanceType:
+    return InstanceType(name=name, accelerators=acc, vcpu=vcpu, memory_gib=mem, accelerator_kind=kind)
+
+
+_ROWS: list[InstanceType] = [
+    _t("ml.g5.xlarge", 1, 4, 16, "NVIDIA A10G"),
+    _t("ml.g5.2xlarge", 1, 8, 32, "NVIDIA A10G"),
+    _t("ml.g5.4xlarge", 1, 16, 64, "NVIDIA A10G"),
+    _t("ml.g5.8xlarge", 1, 32, 128, "NVIDIA A10G"),
+    _t("ml.g5.12xlarge", 4, 48, 192, "NVIDIA A10G"),
+    _t("ml.g5.16xlarge", 1, 64, 256, "NVIDIA A10G"),
+    _t("ml.g5.24xlarge", 4, 96, 384, "NVIDIA A10G"),
+    _t("ml.g5.48xlarge", 8, 192, 768, "NVIDIA A10G"),
+    _t("ml.g6.xlarge", 1, 4, 16, "NVIDIA L4"),
+    _t("ml.g6.12xlarge", 4, 48, 192, "NVIDIA L4"),
+    _t("ml.g6.48xlarge", 8, 192, 768, "NVIDIA L4"),
+    _t("ml.p4d.24xlarge", 8, 96, 1152, "NVIDIA A100 40GB"),
+    _t("ml.p4de.24xlarge", 8, 96, 1152, "NVIDIA A100 80GB"),
+    _t("ml.p5.48xlarge", 8, 192, 2048, "NVIDIA H100"),
+    _t("ml.p5e.48xlarge", 8, 192, 2048, "NVIDIA H200"),
+    _t("ml.p5en.48xlarge", 8, 192, 2048, "NVIDIA H200"),
+    _t("ml.trn1.2xlarge", 1, 8, 32, "AWS Trainium"),
+    _t("ml.trn1.32xlarge", 16, 128, 512, "AWS Trainium"),
+    _t("ml.trn1n.32xlarge", 16, 128, 512, "AWS Trainium"),
+    _t("ml.c5.large", 0, 2, 4),
+    _t("ml.c5.xlarge", 0, 4, 8),
+    _t("ml.c5.2xlarge", 0, 8, 16),
+    _t("ml.c5.4xlarge", 0, 16, 32),
+    _t("ml.c5.9xlarge", 0, 36, 72),
+    _t("ml.c5.12xlarge", 0, 48, 96),
+    _t("ml.c5.18xlarge", 0, 72, 144),
+    _t("ml.c5.24xlarge", 0, 96, 192),
+    _t("ml.m5.large", 0, 2, 8),
+    _t("ml.m5.xlarge", 0, 4, 16),
+    _t("ml.m5.2xlarge", 0, 8, 32),
+    _t("ml.m5.4xlarge", 0, 16, 64),
+    _t("ml.m5.8xlarge", 0, 32, 128),
+    _t("ml.m5.12xlarge", 0, 48, 192),
+    _t("ml.m5.16xlarge", 0, 64, 256),
+    _t("ml.m5.24xlarge", 0, 96, 384),
+]
+
+BUILTIN_INSTANCE_TYPES: dict[str, InstanceType] = {t.name: t for t in _ROWS}

@@ -1,0 +1,302 @@
+"""The cluster spec: instance groups, custom instance types, cluster policy and teams.
+
+``load_spec`` / ``parse_spec`` turn YAML or a dict into a ``ClusterSpec`` and report every problem at once,
+each naming its field, as a ``SpecError``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
+from fairpod.model.resources import ZERO, Res, by_ratio, node_res
+
+NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class TaskPrioritization(StrEnum):
+    FIRST_COME_FIRST_SERVE = "FirstComeFirstServe"
+    TASK_RANKING = "TaskRanking"
+
+
+class IdleComputeAllocation(StrEnum):
+    FAIR_SHARE = "FairShare"
+    FIRST_COME_FIRST_SERVE = "FirstComeFirstServe"
+
+
+class Toggle(StrEnum):
+    ENABLED = "Enabled"
+    DISABLED = "Disabled"
+
+
+class SharingStrategy(StrEnum):
+    LEND_AND_BORROW = "LendAndBorrow"
+    LEND = "Lend"
+    DONT_LEND = "DontLend"
+
+
+class PreemptTeamTasks(StrEnum):
+    LOWER_PRIORITY = "LowerPriority"
+    NEVER = "Never"
+
+
+class NodeRecovery(StrEnum):
+    AUTOMATIC = "Automatic"
+    NONE = "None"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+
+class InstanceGroup(_Strict):
+    name: str = Field(pattern=NAME_PATTERN, max_length=40)
+    instance_type: str
+    count: int = Field(ge=0, le=10_000)
+    deep_health_checks: list[str] = Field(default_factory=list)
+
+
+class ClusterInfo(_Strict):
+    name: str = Field(default="fairpod", pattern=NAME_PATTERN, max_length=40)
+    instance_groups: list[InstanceGroup] = Field(default_factory=list)
+    node_recovery: NodeRecovery = NodeRecovery.AUTOMATIC
+
+
+class PriorityClass(_Strict):
+    name: str = Field(pattern=NAME_PATTERN, max_length=40)
+    weight: int = Field(ge=0, le=100)
+
+
+class Policy(_Strict):
+    task_prioritization: TaskPrioritization = TaskPrioritization.FIRST_COME_FIRST_SERVE
+    priority_classes: list[PriorityClass] = Field(default_factory=list, max_length=10)
+    idle_compute_allocation: IdleComputeAllocation = IdleComputeAllocation.FAIR_SHARE
+    idle_resource_sharing: Toggle = Toggle.DISABLED
+    # A pending job that fits its team's quota or borrow limit but has waited this long for nodes gets
+    # nodes reserved (no other job is placed on them) until it starts: large jobs are never starved
+    # by a stream of small ones.
+    starvation_guard_seconds: float = Field(default=600.0, ge=0, le=30 * 86400)
+
+
+class Sharing(_Strict):
+    strategy: SharingStrategy = SharingStrategy.LEND_AND_BORROW
+    borrow_limit: int = Field(default=50, ge=1, le=500)
+
+
+class QuotaEntry(_Strict):
+    instance_type: str
+    count: int | None = Field(default=None, ge=0, le=10_000)
+    accelerators: float | None = Field(default=None, ge=0)
+    vcpu: float | None = Field(default=None, ge=0)
+    memory_gib: float | None = Field(default=None, ge=0)
+
+    def resolve(self, itype: InstanceType) -> Res:
+        """The quota as a resource vector; count means whole nodes, the rest fill by ratio."""
+        if self.count is not None:
+            return node_res(itype).scale(self.count) if self.count else ZERO
+        return by_ratio(itype, self.accelerators, self.vcpu, self.memory_gib)
+
+
+class Team(_Strict):
+    name: str = Field(pattern=NAME_PATTERN, max_length=40)
+    fair_share_weight: int = Field(default=0, ge=0, le=100)
+    preempt_team_tasks: PreemptTeamTasks = PreemptTeamTasks.LOWER_PRIORITY
+    sharing: Sharing = Field(default_factory=Sharing)
+    quota: list[QuotaEntry] = Field(default_factory=list)
+
+
+class ClusterSpec(_Strict):
+    cluster: ClusterInfo = Field(default_factory=ClusterInfo)
+    instance_types: list[InstanceType] = Field(default_factory=list)
+    policy: Policy = Field(default_factory=Policy)
+    teams: list[Team] = Field(default_factory=list)
+
+    # -- derived views -------------------------------------------------------------------------
+    def catalog(self) -> dict[str, InstanceType]:
+        cat = dict(BUILTIN_INSTANCE_TYPES)
+        for t in self.instance_types:
+            cat[t.name] = t
+        return cat
+
+    def capacity(self) -> dict[str, Res]:
+        """Whole-cluster capacity per instance type (all nodes, healthy or not)."""
+        cat = self.catalog()
+        out: dict[str, Res] = {}
+        for g in self.cluster.instance_groups:
+            one = node_res(cat[g.instance_type]).scale(g.count)
+            out[g.instance_type] = out.get(g.instance_type, ZERO) + one
+        return out
+
+    def team_quota(self, team: Team) -> dict[str, Res]:
+        cat = self.catalog()
+        out: dict[str, Res] = {}
+        for q in team.quota:
+            out[q.instance_type] = out.get(q.instance_type, ZERO) + q.resolve(cat[q.instance_type])
+        return out
+
+    def priority_weight(self, name: str | None) -> int:
+        """Weight of a priority class; no class means the lowest priority (-1)."""
+        if name is None:
+            return -1
+        for pc in self.policy.priority_classes:
+            if pc.name == name:
+                return pc.weight
+        raise KeyError(name)
+
+    def team(self, name: str) -> Team | None:
+        return next((t for t in self.teams if t.name == name), None)
+
+
+class SpecError(ValueError):
+    """A spec with one or more problems; ``problems`` holds one message per problem, naming its field."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _pydantic_problems(e: ValidationError) -> list[str]:
+    probs = []
+    for err in e.errors():
+        msg = err["msg"]
+        if err["type"] == "string_pattern_mismatch":
+            msg = "must be lower-case letters, digits and '-', starting and ending with a letter or digit"
+        elif err["type"] == "extra_forbidden":
+            msg = "unknown field"
+        probs.append(f"{_loc(err['loc'])}: {msg}")
+    return probs
+
+
+def check_spec(spec: ClusterSpec) -> list[str]:
+    """Cross-field checks that pydantic cannot express field by field."""
+    probs: list[str] = []
+    builtin_clash = [t.name for t in spec.instance_types if t.name in BUILTIN_INSTANCE_TYPES]
+    for i, t in enumerate(spec.instance_types):
+        if t.name in builtin_clash:
+            probs.append(f"instance_types[{i}].name: {t.name!r} is a built-in instance type; pick another name")
+    cat = spec.catalog()
+    known = ", ".join(sorted(cat)[:6]) + ", …"
+    for name, n in Counter(t.name for t in spec.instance_types).items():
+        if n > 1:
+            probs.append(f"instance_types: {name!r} is defined {n} times")
+    for name, n in Counter(g.name for g in spec.cluster.instance_groups).items():
+        if n > 1:
+            probs.append(f"cluster.instance_groups: group name {name!r} is used {n} times")
+    for i, g in enumerate(spec.cluster.instance_groups):
+        if g.instance_type not in cat:
+            probs.append(
+                f"cluster.instance_groups[{i}].instance_type: unknown instance type {g.instance_type!r} "
+                f"(built-in: {known}; or define it under instance_types)"
+            )
+        for j, check in enumerate(g.deep_health_checks):
+            if check not in ("InstanceStress", "InstanceConnectivity"):
+                probs.append(
+                    f"cluster.instance_groups[{i}].deep_health_checks[{j}]: unknown check {check!r} "
+                    "(InstanceStress, InstanceConnectivity)"
+                )
+    for name, n in Counter(p.name for p in spec.policy.priority_classes).items():
+        if n > 1:
+            probs.append(f"policy.priority_classes: {name!r} is defined {n} times")
+    for name, n in Counter(t.name for t in spec.teams).items():
+        if n > 1:
+            probs.append(f"teams: duplicate team {name!r}")
+    quota_sum: dict[str, Res] = {}
+    for i, team in enumerate(spec.teams):
+        seen: set[str] = set()
+        for j, q in enumerate(team.quota):
+            where = f"teams[{i}].quota[{j}]"
+            if q.instance_type not in cat:
+                probs.append(f"{where}.instance_type: unknown instance type {q.instance_type!r} (built-in: {known})")
+                continue
+            if q.instance_type in seen:
+                probs.append(f"{where}.instance_type: {q.instance_type!r} appears twice in team {team.name!r}")
+            seen.add(q.instance_type)
+            given = [k for k in ("accelerators", "vcpu", "memory_gib") if getattr(q, k) is not None]
+            if q.count is not None and given:
+                probs.append(f"{where}: give either count or {'/'.join(given)}, not both")
+                continue
+            if q.count is None and not given:
+                probs.append(f"{where}: give count, accelerators, vcpu or memory_gib")
+                continue
+            try:
+                r = q.resolve(cat[q.instance_type])
+            except ValueError as e:
+                probs.append(f"{where}: {e}")
+                continue
+            quota_sum[q.instance_type] = quota_sum.get(q.instance_type, ZERO) + r
+    if not probs:
+        cap = spec.capacity()
+        for it, total in sorted(quota_sum.items()):
+            if it in cap and not total.fits_in(cap[it]):
+                c = cap[it]
+                probs.append(
+                    f"teams[*].quota: the quotas for {it} add up to {total.acc} accelerators / {total.vcpu:g} vCPU / "
+                    f"{total.memory_gib:g} GiB, more than the cluster's {c.acc} / {c.vcpu:g} / {c.memory_gib:g}"
+                )
+    return probs
+
+
+def parse_spec(data: Any) -> ClusterSpec:
+    """Validate a spec given as a dict; raise SpecError listing every problem."""
+    if not isinstance(data, dict):
+        raise SpecError(["(top level): the spec must be a mapping with cluster, policy, teams …"])
+    try:
+        spec = ClusterSpec.model_validate(data)
+    except ValidationError as e:
+        raise SpecError(_pydantic_problems(e)) from None
+    probs = check_spec(spec)
+    if probs:
+        raise SpecError(probs)
+    return spec
+
+
+def load_spec(path: str | Path) -> ClusterSpec:
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError([f"{p}: cannot read: {e.strerror}"]) from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError([f"{p}: not valid YAML: {e}"]) from None
+    return parse_spec(data)
+
+
+def seed_spec() -> ClusterSpec:
+    """The demo cluster of the seed post: 4 x ml.g5.12xlarge, teams john and smith."""
+    return parse_spec(
+        {
+            "cluster": {"name": "demo", "instance_groups": [
+                {"name": "workers", "instance_type": "ml.g5.12xlarge", "count": 4}]},
+            "policy": {
+                "task_prioritization": "TaskRanking",
+                "priority_classes": [{"name": "inference", "weight": 100}, {"name": "training", "weight": 50}],
+                "idle_compute_allocation": "FairShare",
+            },
+            "teams": [
+                {"name": "john", "fair_share_weight": 0,
+                 "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 50},
+                 "quota": [{"instance_type": "ml.g5.12xlarge", "count": 3}]},
+                {"name": "smith", "fair_share_weight": 100,
+                 "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 100},
+                 "quota": [{"instance_type": "ml.g5.12xlarge", "count": 1}]},
+            ],
+        }
+    )
