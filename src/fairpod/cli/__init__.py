@@ -1,0 +1,1 @@
+"""The ``fairpod`` command."""
