@@ -6,7 +6,8 @@ Among the candidates of one preemption, a job is picked before another when, in 
   3. its priority is lower;
   4. it loses less work: less time since its last reported checkpoint (or since its start);
   5. it started more recently;
-  6. its id sorts first (so the choice is deterministic).
+  6. it was submitted later;
+  7. its id sorts first (so the choice is deterministic).
 Each rule is one element of the sort key below, in the same order.
 """
 
@@ -27,7 +28,8 @@ def victim_key(
             v.priority,  # 3
             v.lost_work(now),  # 4
             -(v.started or 0.0),  # 5
-            v.id,  # 6
+            -v.seq,  # 6
+            v.id,  # 7
         )
 
     return key

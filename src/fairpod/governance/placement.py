@@ -38,13 +38,19 @@ def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -
     return [nd.name for nd in fits[:n]]
 
 
-def why_not(snap: Snapshot, w: Workload) -> str:
-    """A readable reason why ``w`` cannot be placed now."""
-    nodes = snap.by_type.get(w.itype, [])
-    ok = [nd for nd in nodes if nd.schedulable and (nd.health_passed or not w.passed_only)]
+def never_fits(snap: Snapshot, w: Workload) -> str | None:
+    """Why ``w`` cannot run on the healthy nodes even when they are all idle, or None if it could."""
+    ok = [nd for nd in snap.by_type.get(w.itype, ()) if nd.schedulable and (nd.health_passed or not w.passed_only)]
     kind = "healthy " + ("deep-check-passed " if w.passed_only else "")
     if not ok:
         return f"no {kind}{w.itype} node"
     if len(ok) < w.n:
         return f"needs {w.n} {kind}{w.itype} nodes, the cluster has {len(ok)}"
-    return f"waiting for capacity: fewer than {w.n} {w.itype} nodes have {w.req.acc} free accelerators each"
+    return None
+
+
+def why_not(snap: Snapshot, w: Workload) -> str:
+    """A readable reason why ``w`` cannot be placed now."""
+    return never_fits(snap, w) or (
+        f"waiting for capacity: fewer than {w.n} {w.itype} nodes have {w.req.acc} free accelerators each"
+    )

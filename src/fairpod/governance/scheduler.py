@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from fairpod.governance import fairshare, preemption, quota
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait
-from fairpod.governance.placement import place, why_not
+from fairpod.governance.placement import never_fits, place, why_not
 from fairpod.governance.snapshot import Snapshot, Team, Workload
 
 
@@ -103,7 +103,10 @@ class _Cycle:
             victims, nodes = plan
             self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
             return True
-        if not ok:
+        never = never_fits(snap, w)
+        if never:
+            self.wait(w, never)
+        elif not ok:
             self.wait(w, why)
         elif not pool_ok:
             if within:

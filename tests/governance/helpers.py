@@ -1,0 +1,68 @@
+"""Small builders for engine tests: a cluster of 4-accelerator nodes and teams from short dicts."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairpod.governance import Snapshot, Workload, schedule
+from fairpod.governance.build import snapshot_from_spec
+from fairpod.governance.decisions import Admit, Decision, Preempt, Wait
+from fairpod.model.resources import Res
+from fairpod.model.spec import parse_spec
+
+T = "unit4"
+NODE = Res(4, 16000, 64 * 1024)
+
+
+def per(acc: int) -> Res:
+    return Res(acc, 4000 * acc, 16 * 1024 * acc)
+
+
+def make(nodes: int, teams: list[dict[str, Any]], **policy: Any) -> Snapshot:
+    spec = parse_spec({
+        "cluster": {"name": "t", "instance_groups": [{"name": "g", "instance_type": T, "count": nodes}]},
+        "instance_types": [{"name": T, "accelerators": 4, "vcpu": 16, "memory_gib": 64}],
+        "policy": {
+            "priority_classes": [{"name": "low", "weight": 10}, {"name": "mid", "weight": 50},
+                                 {"name": "high", "weight": 90}],
+            **policy,
+        },
+        "teams": [
+            {"name": t["name"], "fair_share_weight": t.get("weight", 0),
+             "preempt_team_tasks": t.get("preempt", "LowerPriority"),
+             "sharing": {"strategy": t.get("strategy", "LendAndBorrow"), "borrow_limit": t.get("limit", 100)},
+             "quota": [{"instance_type": T, "accelerators": t["quota"]}] if t.get("quota") else []}
+            for t in teams
+        ],
+    })
+    return snapshot_from_spec(spec)
+
+
+def submit(snap: Snapshot, jid: str, team: str, acc: int, *, n: int = 1, t: float | None = None,
+           prio: int = -1, min_runtime: float = 0.0) -> Workload:
+    w = Workload(jid, team, T, n, per(acc), priority=prio, submit=snap.now if t is None else t,
+                 min_runtime=min_runtime)
+    snap.add_pending(w)
+    return w
+
+
+def cycle(snap: Snapshot, now: float | None = None) -> list[Decision]:
+    if now is not None:
+        snap.now = now
+    return schedule(snap)
+
+
+def admitted(ds: list[Decision]) -> list[str]:
+    return [d.job for d in ds if isinstance(d, Admit)]
+
+
+def preempted(ds: list[Decision]) -> list[str]:
+    return [d.job for d in ds if isinstance(d, Preempt)]
+
+
+def waits(ds: list[Decision]) -> dict[str, str]:
+    return {d.job: d.reason for d in ds if isinstance(d, Wait)}
+
+
+def usage(snap: Snapshot, team: str) -> int:
+    return snap.teams[team].u(T)[0]

@@ -1,0 +1,109 @@
+"""Property tests: random clusters, teams and event sequences never break the engine's invariants."""
+
+from __future__ import annotations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from fairpod.governance.decisions import Admit, Preempt
+from fairpod.governance.quota import borrow_cap
+
+from .helpers import T, cycle, make, submit
+
+STRATS = ["LendAndBorrow", "LendAndBorrow", "Lend", "DontLend"]
+
+
+@st.composite
+def clusters(draw: st.DrawFn):
+    nodes = draw(st.integers(1, 6))
+    n_teams = draw(st.integers(1, 4))
+    left = nodes  # quotas in whole nodes, summing to at most the cluster
+    teams = []
+    for i in range(n_teams):
+        q = draw(st.integers(0, left))
+        left -= q
+        teams.append({
+            "name": f"t{i}", "quota": 4 * q, "strategy": draw(st.sampled_from(STRATS)),
+            "limit": draw(st.sampled_from([1, 50, 100, 500])), "weight": draw(st.integers(0, 100)),
+            "preempt": draw(st.sampled_from(["LowerPriority", "Never"])),
+        })
+    policy = {
+        "task_prioritization": draw(st.sampled_from(["TaskRanking", "FirstComeFirstServe"])),
+        "idle_compute_allocation": draw(st.sampled_from(["FairShare", "FirstComeFirstServe"])),
+        "idle_resource_sharing": draw(st.sampled_from(["Enabled", "Disabled"])),
+    }
+    return nodes, teams, policy
+
+
+events = st.lists(
+    st.one_of(
+        st.tuples(st.just("submit"), st.integers(0, 3), st.sampled_from([1, 2, 4]), st.integers(1, 3),
+                  st.sampled_from([-1, 10, 50, 90])),
+        st.tuples(st.just("finish"), st.integers(0, 50)),
+    ),
+    min_size=1,
+    max_size=40,
+)
+
+
+def check_invariants(snap, whole_nodes: bool) -> None:
+    # capacity: no node over-committed, and each node's free space matches its jobs
+    for nd in snap.nodes.values():
+        assert min(nd.free) >= 0
+        used = sum(snap.running[j].req.acc for j in nd.jobs)
+        assert nd.free[0] == nd.cap[0] - used
+    # gang: every running job has all its replicas, on distinct nodes
+    for w in snap.running.values():
+        assert w.nodes is not None and len(w.nodes) == w.n == len(set(w.nodes))
+    pool = snap.pool(T)
+    total_over = [0, 0, 0]
+    for team in snap.teams.values():
+        u, q = team.u(T), team.q(T)
+        cap = borrow_cap(team, T)
+        assert u[0] <= max(q[0], cap[0]), f"team {team.name} over its borrow limit"
+        if not team.borrows:
+            assert u[0] <= q[0]
+        for d in range(3):
+            total_over[d] += max(0, u[d] - q[d])
+    # borrowing is covered by lenders' idle quota (+ unallocated): DontLend quota is never used by others
+    ua = snap.unallocated(T) if snap.idle_sharing else [0, 0, 0]
+    for d in range(3):
+        assert total_over[d] == pool.over[d]
+        assert total_over[d] <= pool.idle_lend[d] + ua[d]
+    if whole_nodes:
+        # a job within its team's unused quota on a healthy cluster is admitted in this cycle (after reclaim)
+        for team in snap.teams.values():
+            unused = team.q(T)[0] - team.u(T)[0]
+            for w in team.queue.live.values():
+                if w.total.acc <= unused and w.min_runtime == 0:
+                    raise AssertionError(f"{w.id} fits in team {team.name}'s unused quota but waits: {w.reason}")
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), events, st.booleans())
+def test_invariants_hold_over_random_event_sequences(cluster, evs, whole_nodes):
+    nodes, teams, policy = cluster
+    snap = make(nodes, teams, **policy)
+    preempted_by: set[tuple[str, str]] = set()
+    now = 0.0
+    for i, ev in enumerate(evs):
+        now += 1
+        if ev[0] == "submit":
+            _, ti, acc, n, prio = ev
+            team = teams[ti % len(teams)]["name"]
+            submit(snap, f"j{i}", team, 4 if whole_nodes else acc, n=n, t=now, prio=prio)
+        elif snap.running:
+            jid = sorted(snap.running)[ev[1] % len(snap.running)]
+            snap.finish(jid)
+        for d in cycle(snap, now):
+            if isinstance(d, Preempt):
+                # no two jobs preempt each other back and forth
+                assert (d.by, d.job) not in preempted_by, f"{d.job} and {d.by} preempt each other"
+                preempted_by.add((d.job, d.by))
+            if isinstance(d, Admit):
+                assert d.job in snap.running
+        check_invariants(snap, whole_nodes)
+    # at the end the cluster is stable: a further cycle admits and preempts nothing new of itself
+    # (only capacity that was not there before could change anything)
+    ds = cycle(snap, now + 0.5)
+    assert not [d for d in ds if isinstance(d, Preempt)]
