@@ -1,0 +1,51 @@
+"""Persistence for the fairpod control plane (SQLAlchemy 2; SQLite by default, PostgreSQL by URL).
+
+    store = Store("sqlite:////var/lib/fairpod/fairpod.db")
+    store.create_all()
+    job = store.insert_job(spec, resolve_job(spec, cluster_spec))
+    with store.tx() as t:                       # several operations, one transaction
+        t.update_job(job.id, {"state": JobState.RUNNING}, expect_state=JobState.PENDING)
+        t.append_event("JobAdmitted", "admitted", job_id=job.id, team=job.team)
+
+Every method returns plain frozen dataclasses (``fairpod.store.records``), never ORM objects.
+"""
+
+from fairpod.store.auth import TOKEN_PREFIX, hash_token
+from fairpod.store.core import Store, Tx
+from fairpod.store.records import (
+    AlreadyExists,
+    AuditEntry,
+    Conflict,
+    DeepHealthCheck,
+    Event,
+    Job,
+    Node,
+    NodeHealth,
+    NotFound,
+    Role,
+    SpecRecord,
+    StoreError,
+    TokenInfo,
+    User,
+)
+
+__all__ = [
+    "TOKEN_PREFIX",
+    "AlreadyExists",
+    "AuditEntry",
+    "Conflict",
+    "DeepHealthCheck",
+    "Event",
+    "Job",
+    "Node",
+    "NodeHealth",
+    "NotFound",
+    "Role",
+    "SpecRecord",
+    "Store",
+    "StoreError",
+    "TokenInfo",
+    "Tx",
+    "User",
+    "hash_token",
+]

@@ -1,0 +1,114 @@
+"""``Store``: the control plane's persistence. Every method runs in its own transaction; ``Store.tx()``
+gives a ``Tx`` with the same methods that all run in one transaction (committed at the end of the
+``with`` block, rolled back entirely if it raises)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from types import TracebackType
+
+from sqlalchemy import Engine, func, select
+from sqlalchemy.orm import Session
+
+from fairpod.store.auth import AuthOps
+from fairpod.store.cluster import ClusterOps
+from fairpod.store.db import make_engine, session_makers, transaction
+from fairpod.store.events import EventOps
+from fairpod.store.jobs import JOB_SEQ_COUNTER, JobOps
+from fairpod.store.nodes import NodeOps
+from fairpod.store.records import StoreError
+from fairpod.store.tables import SCHEMA_VERSION, Base, CounterRow, JobRow, MetaRow
+
+
+class _AllOps(ClusterOps, NodeOps, JobOps, EventOps, AuthOps):
+    pass
+
+
+class Tx(_AllOps):
+    """The store's operations inside one open transaction. Use it only in the thread and the ``with``
+    block that made it. A write ``Tx`` (the default) on SQLite holds the database's write lock until it
+    ends: keep it short, and inside the block call ``t.…``, not ``store.…`` (a write through the store
+    would wait for the lock this transaction holds, up to the busy timeout)."""
+
+    def __init__(self, session: Session, write: bool):
+        self._s = session
+        self._write = write
+        self._open = True
+
+    @contextmanager
+    def _session(self, write: bool) -> Iterator[Session]:
+        if not self._open:
+            raise StoreError("this transaction has ended")
+        if write and not self._write:
+            raise StoreError("cannot write in a read-only transaction (store.tx(write=False))")
+        yield self._s
+
+
+class Store(_AllOps):
+    """Persistence for the control plane. Thread-safe: one Engine, a session per call.
+
+    ``url``: ``sqlite:////abs/path/fairpod.db`` (the default kind; ``sqlite://`` is an in-memory DB on
+    one shared connection, for single-threaded tests only) or ``postgresql+psycopg://user:pw@host/db``. ``synchronous`` and ``busy_timeout_ms`` apply
+    to SQLite only.
+    """
+
+    def __init__(
+        self, url: str, *, synchronous: str = "FULL", busy_timeout_ms: int = 30_000, echo: bool = False
+    ):
+        self.url = url
+        self.engine: Engine = make_engine(
+            url, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, echo=echo
+        )
+        self._read, self._write = session_makers(self.engine)
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self.engine.dialect.name
+
+    def _session(self, write: bool) -> AbstractContextManager[Session]:
+        return transaction(self._write if write else self._read)
+
+    @contextmanager
+    def tx(self, *, write: bool = True) -> Iterator[Tx]:
+        """``with store.tx() as t: t.update_job(…); t.append_event(…)`` — all or nothing."""
+        with transaction(self._write if write else self._read) as s:
+            t = Tx(s, write)
+            try:
+                yield t
+            finally:
+                t._open = False
+
+    def create_all(self) -> None:
+        """Create the tables that are missing and record the schema version. Safe to call every start.
+
+        Raises ``StoreError`` if the database was written by a newer fairpod (higher schema version).
+        """
+        with transaction(self._write) as s:
+            Base.metadata.create_all(s.connection())
+            meta = s.get(MetaRow, "schema_version")
+            if meta is None:
+                s.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
+            elif int(meta.value) > SCHEMA_VERSION:
+                raise StoreError(
+                    f"the database has schema version {meta.value}; this fairpod knows up to {SCHEMA_VERSION}"
+                )
+            if s.get(CounterRow, JOB_SEQ_COUNTER) is None:
+                top = s.scalar(select(func.max(JobRow.seq))) or 0
+                s.add(CounterRow(name=JOB_SEQ_COUNTER, value=top))
+
+    def close(self) -> None:
+        """Close pooled connections (on SQLite this also checkpoints the WAL when the last one closes)."""
+        self.engine.dispose()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.engine.url.render_as_string(hide_password=True)!r})"

@@ -1,0 +1,246 @@
+"""Jobs: the submitted JobSpec plus everything the control plane tracks while the job lives.
+
+Names: a (team, name) pair is unique among *unfinished* jobs (a partial unique index); once a job is
+Succeeded, Failed or Cancelled its name may be submitted again. ``get_job_by_name`` returns the
+unfinished job of that name if there is one, else the most recently submitted one.
+
+``seq`` is the global submission order, taken from a counter in the same transaction as the insert.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from fairpod.model.jobs import JobSpec, JobState, ResolvedJob
+from fairpod.store import fields as f
+from fairpod.store.cluster import next_counter
+from fairpod.store.db import Ops
+from fairpod.store.records import AlreadyExists, Conflict, Job, NotFound
+from fairpod.store.tables import FINISHED_STATES, JobRow
+
+JOB_SEQ_COUNTER = "job_seq"
+
+
+def _spec(v: Any) -> dict[str, Any]:
+    if isinstance(v, JobSpec):
+        return v.model_dump(mode="json")
+    return JobSpec.model_validate(v).model_dump(mode="json")
+
+
+# The fields ``update_job`` may set. id, name and team never change.
+JOB_FIELDS: dict[str, f.Conv] = {
+    "spec": _spec,
+    "state": f.enum(JobState),
+    "reason": f.text,
+    "priority": f.integer,
+    "instance_type": f.text,
+    "nodes": f.integer,
+    "acc": f.integer,
+    "mcpu": f.integer,
+    "mib": f.integer,
+    "submit_time": f.number,
+    "seq": f.integer,
+    "enqueued_at": f.optional(f.number),
+    "started_at": f.optional(f.number),
+    "first_started_at": f.optional(f.number),
+    "finished_at": f.optional(f.number),
+    "attempt": f.integer,
+    "max_retry": f.integer,
+    "auto_resume": f.boolean,
+    "placement": f.str_list,
+    "borrowed_from": f.json_of(dict),
+    "preemptions": f.integer,
+    "exit_info": f.optional(f.json_of(dict)),
+    "checkpoint_at": f.optional(f.number),
+    "checkpoint_step": f.optional(f.integer),
+    "checkpoint_path": f.optional(f.text),
+    "master_port": f.optional(f.integer),
+}
+
+
+def to_job(r: JobRow) -> Job:
+    return Job(
+        id=r.id,
+        name=r.name,
+        team=r.team,
+        spec=JobSpec.model_validate(r.spec),
+        state=JobState(r.state),
+        reason=r.reason,
+        priority=r.priority,
+        instance_type=r.instance_type,
+        nodes=r.nodes,
+        acc=r.acc,
+        mcpu=r.mcpu,
+        mib=r.mib,
+        submit_time=r.submit_time,
+        seq=r.seq,
+        enqueued_at=r.enqueued_at,
+        started_at=r.started_at,
+        first_started_at=r.first_started_at,
+        finished_at=r.finished_at,
+        attempt=r.attempt,
+        max_retry=r.max_retry,
+        auto_resume=bool(r.auto_resume),
+        placement=list(r.placement or []),
+        borrowed_from=dict(r.borrowed_from or {}),
+        preemptions=r.preemptions,
+        exit_info=None if r.exit_info is None else dict(r.exit_info),
+        checkpoint_at=r.checkpoint_at,
+        checkpoint_step=r.checkpoint_step,
+        checkpoint_path=r.checkpoint_path,
+        master_port=r.master_port,
+        updated_at=r.updated_at,
+    )
+
+
+def _states(v: JobState | str | Iterable[JobState | str]) -> list[str]:
+    items = [v] if isinstance(v, str) else list(v)
+    return [str(JobState(x)) for x in items]
+
+
+def _names(v: str | Iterable[str]) -> list[str]:
+    return [v] if isinstance(v, str) else list(v)
+
+
+def _active_named(s: Session, team: str, name: str) -> JobRow | None:
+    q = select(JobRow).where(JobRow.team == team, JobRow.name == name, JobRow.state.not_in(FINISHED_STATES))
+    return s.scalars(q.limit(1)).first()
+
+
+def _flush(s: Session, team: str, name: str) -> None:
+    try:
+        s.flush()
+    except IntegrityError as e:
+        raise AlreadyExists(f"team {team!r} already has an unfinished job named {name!r}") from e
+
+
+class JobOps(Ops):
+    def insert_job(
+        self,
+        spec: JobSpec,
+        resolved: ResolvedJob,
+        *,
+        state: JobState = JobState.PENDING,
+        reason: str = "",
+        submit_time: float | None = None,
+        now: float | None = None,
+    ) -> Job:
+        """Store a new job (``resolved`` from ``fairpod.model.jobs.resolve_job``) with the next ``seq``.
+
+        Raises ``AlreadyExists`` if the team has an unfinished job of that name.
+        """
+        if not isinstance(spec, JobSpec) or not isinstance(resolved, ResolvedJob):
+            raise TypeError("insert_job wants a JobSpec and its ResolvedJob")
+        ts = self._now(now)
+        submit = ts if submit_time is None else float(submit_time)
+        acc, mcpu, mib = resolved.per_replica
+        st = JobState(state)
+        vals = f.check("job", JOB_FIELDS, {"state": st, "reason": reason})
+        with self._session(True) as s:
+            if not st.finished and _active_named(s, spec.team, spec.name) is not None:
+                raise AlreadyExists(f"team {spec.team!r} already has an unfinished job named {spec.name!r}")
+            row = JobRow(
+                name=spec.name, team=spec.team, spec=spec.model_dump(mode="json"),
+                state=vals["state"], reason=vals["reason"], priority=resolved.priority,
+                instance_type=resolved.instance_type, nodes=spec.nodes, acc=acc, mcpu=mcpu, mib=mib,
+                submit_time=submit, seq=next_counter(s, JOB_SEQ_COUNTER), enqueued_at=submit,
+                started_at=None, first_started_at=None, finished_at=ts if st.finished else None,
+                attempt=0, max_retry=spec.max_retry, auto_resume=spec.auto_resume, placement=[],
+                borrowed_from={}, preemptions=0, exit_info=None, checkpoint_at=None, checkpoint_step=None,
+                checkpoint_path=None, master_port=None, updated_at=ts,
+            )  # fmt: skip
+            s.add(row)
+            _flush(s, spec.team, spec.name)
+            return to_job(row)
+
+    def get_job(self, job_id: int) -> Job | None:
+        with self._session(False) as s:
+            row = s.get(JobRow, job_id)
+            return None if row is None else to_job(row)
+
+    def get_job_by_name(self, team: str, name: str) -> Job | None:
+        """The team's unfinished job of that name, else its most recently submitted one, else None."""
+        with self._session(False) as s:
+            row = _active_named(s, team, name)
+            if row is None:
+                q = select(JobRow).where(JobRow.team == team, JobRow.name == name).order_by(JobRow.seq.desc())
+                row = s.scalars(q.limit(1)).first()
+            return None if row is None else to_job(row)
+
+    def list_jobs(
+        self,
+        *,
+        team: str | Iterable[str] | None = None,
+        state: JobState | str | Iterable[JobState | str] | None = None,
+        instance_type: str | None = None,
+        name: str | None = None,
+        finished: bool | None = None,
+        limit: int | None = None,
+        offset: int = 0,
+        descending: bool = False,
+    ) -> list[Job]:
+        """Jobs matching every given filter, in submission order (``seq``; newest first if ``descending``)."""
+        q = select(JobRow)
+        if team is not None:
+            q = q.where(JobRow.team.in_(_names(team)))
+        if state is not None:
+            q = q.where(JobRow.state.in_(_states(state)))
+        if instance_type is not None:
+            q = q.where(JobRow.instance_type == instance_type)
+        if name is not None:
+            q = q.where(JobRow.name == name)
+        if finished is not None:
+            cond = JobRow.state.in_(FINISHED_STATES)
+            q = q.where(cond if finished else ~cond)
+        q = q.order_by(JobRow.seq.desc() if descending else JobRow.seq)
+        if offset:
+            q = q.offset(offset)
+        if limit is not None:
+            q = q.limit(limit)
+        with self._session(False) as s:
+            return [to_job(r) for r in s.scalars(q)]
+
+    def update_job(
+        self,
+        job_id: int,
+        changes: Mapping[str, Any],
+        *,
+        expect_state: JobState | str | Iterable[JobState | str] | None = None,
+        now: float | None = None,
+    ) -> Job:
+        """Set the given fields (any of ``JOB_FIELDS``) and ``updated_at``; return the new row.
+
+        Raises ``NotFound``; ``Conflict`` if ``expect_state`` is given and the job is in another state;
+        ValueError for an unknown field or a bad value; ``AlreadyExists`` if the change would make two
+        unfinished jobs of one team share a name. On any error nothing is changed.
+        """
+        vals = f.check("job", JOB_FIELDS, changes)
+        with self._session(True) as s:
+            row = s.get(JobRow, job_id, with_for_update=True)
+            if row is None:
+                raise NotFound(f"job {job_id} does not exist")
+            if expect_state is not None and row.state not in _states(expect_state):
+                raise Conflict(f"job {job_id} is {row.state}, not {', '.join(_states(expect_state))}")
+            if "spec" in vals and (vals["spec"]["name"], vals["spec"]["team"]) != (row.name, row.team):
+                raise ValueError("job.spec: the name and team of a job cannot change")
+            for k, v in vals.items():
+                setattr(row, k, v)
+            row.updated_at = self._now(now)
+            _flush(s, row.team, row.name)
+            return to_job(row)
+
+    def count_jobs_by_state(self, *, team: str | Iterable[str] | None = None) -> dict[JobState, int]:
+        """Number of jobs in each state (every state present, 0 if none)."""
+        q = select(JobRow.state, func.count()).group_by(JobRow.state)
+        if team is not None:
+            q = q.where(JobRow.team.in_(_names(team)))
+        out = dict.fromkeys(JobState, 0)
+        with self._session(False) as s:
+            for st, n in s.execute(q):
+                out[JobState(st)] = n
+        return out

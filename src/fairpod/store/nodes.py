@@ -1,0 +1,138 @@
+"""Nodes: one row per machine, with its health as the control plane last saw it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from sqlalchemy import select
+
+from fairpod.store import fields as f
+from fairpod.store.db import Ops
+from fairpod.store.records import AlreadyExists, DeepHealthCheck, Node, NodeHealth, NotFound
+from fairpod.store.tables import NodeRow
+
+NODE_FIELDS: dict[str, f.Conv] = {
+    "instance_group": f.text,
+    "instance_type": f.text,
+    "health_status": f.enum(NodeHealth),
+    "deep_health_check": f.optional(f.enum(DeepHealthCheck)),
+    "cordoned": f.boolean,
+    "fault_type": f.optional(f.text),
+    "fault_reason": f.optional(f.text),
+    "last_check_at": f.optional(f.number),
+    "labels": f.json_of(dict),
+}
+
+
+def to_node(r: NodeRow) -> Node:
+    return Node(
+        name=r.name,
+        instance_group=r.instance_group,
+        instance_type=r.instance_type,
+        health_status=NodeHealth(r.health_status),
+        deep_health_check=None if r.deep_health_check is None else DeepHealthCheck(r.deep_health_check),
+        cordoned=bool(r.cordoned),
+        fault_type=r.fault_type,
+        fault_reason=r.fault_reason,
+        last_check_at=r.last_check_at,
+        labels=dict(r.labels or {}),
+        created_at=r.created_at,
+    )
+
+
+def _many(v: Any | Iterable[Any] | None) -> list[Any] | None:
+    if v is None:
+        return None
+    if isinstance(v, str):
+        return [v]
+    return list(v)
+
+
+class NodeOps(Ops):
+    def add_node(
+        self,
+        name: str,
+        instance_group: str,
+        instance_type: str,
+        *,
+        health_status: NodeHealth | str = NodeHealth.SCHEDULABLE,
+        deep_health_check: DeepHealthCheck | str | None = None,
+        cordoned: bool = False,
+        labels: Mapping[str, Any] | None = None,
+        now: float | None = None,
+    ) -> Node:
+        """Add a node; raises ``AlreadyExists`` if the name is taken."""
+        vals = f.check(
+            "node",
+            NODE_FIELDS,
+            {
+                "instance_group": instance_group,
+                "instance_type": instance_type,
+                "health_status": health_status,
+                "deep_health_check": deep_health_check,
+                "cordoned": cordoned,
+                "labels": dict(labels or {}),
+            },
+        )
+        f.check("node", {"name": f.text}, {"name": name})
+        if not name:
+            raise ValueError("node.name: must not be empty")
+        with self._session(True) as s:
+            if s.get(NodeRow, name) is not None:
+                raise AlreadyExists(f"node {name!r} exists already")
+            row = NodeRow(
+                name=name,
+                created_at=self._now(now),
+                fault_type=None,
+                fault_reason=None,
+                last_check_at=None,
+                **vals,
+            )
+            s.add(row)
+            s.flush()
+            return to_node(row)
+
+    def get_node(self, name: str) -> Node | None:
+        with self._session(False) as s:
+            row = s.get(NodeRow, name)
+            return None if row is None else to_node(row)
+
+    def list_nodes(
+        self,
+        *,
+        instance_group: str | Iterable[str] | None = None,
+        instance_type: str | Iterable[str] | None = None,
+        health_status: NodeHealth | str | Iterable[NodeHealth | str] | None = None,
+    ) -> list[Node]:
+        """All nodes matching every given filter, by name."""
+        q = select(NodeRow).order_by(NodeRow.name)
+        if (g := _many(instance_group)) is not None:
+            q = q.where(NodeRow.instance_group.in_(g))
+        if (t := _many(instance_type)) is not None:
+            q = q.where(NodeRow.instance_type.in_(t))
+        if (h := _many(health_status)) is not None:
+            q = q.where(NodeRow.health_status.in_([str(NodeHealth(x)) for x in h]))
+        with self._session(False) as s:
+            return [to_node(r) for r in s.scalars(q)]
+
+    def update_node(self, name: str, changes: Mapping[str, Any]) -> Node:
+        """Set the given fields (any of ``NODE_FIELDS``); raises ``NotFound`` or ValueError (nothing changed)."""
+        vals = f.check("node", NODE_FIELDS, changes)
+        with self._session(True) as s:
+            row = s.get(NodeRow, name, with_for_update=True)
+            if row is None:
+                raise NotFound(f"node {name!r} does not exist")
+            for k, v in vals.items():
+                setattr(row, k, v)
+            s.flush()
+            return to_node(row)
+
+    def delete_node(self, name: str) -> bool:
+        """Delete a node; False if there was none. Events naming it keep the name."""
+        with self._session(True) as s:
+            row = s.get(NodeRow, name)
+            if row is None:
+                return False
+            s.delete(row)
+            return True

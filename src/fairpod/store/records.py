@@ -1,0 +1,157 @@
+"""The plain, immutable records the store returns (never live ORM objects), its enums and its errors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from fairpod.model.jobs import JobSpec, JobState
+from fairpod.model.spec import ClusterSpec
+
+# -- errors ------------------------------------------------------------------------------------------
+
+
+class StoreError(Exception):
+    """Base class of the store's own errors. The transaction that raised it has been rolled back."""
+
+
+class NotFound(StoreError, LookupError):
+    """The row to update or read does not exist."""
+
+
+class AlreadyExists(StoreError, ValueError):
+    """A row with the same key (node name, user name, active job team+name …) exists already."""
+
+
+class Conflict(StoreError):
+    """An optimistic check failed: the spec version or the job state was not the expected one."""
+
+
+# -- enums defined here (the model package has no node states yet) -----------------------------------
+
+
+class NodeHealth(StrEnum):
+    SCHEDULABLE = "Schedulable"
+    UNSCHEDULABLE = "Unschedulable"
+    PENDING_REBOOT = "UnschedulablePendingReboot"
+    PENDING_REPLACEMENT = "UnschedulablePendingReplacement"
+
+
+class DeepHealthCheck(StrEnum):
+    IN_PROGRESS = "InProgress"
+    PASSED = "Passed"
+    FAILED = "Failed"
+
+
+class Role(StrEnum):
+    ADMIN = "admin"
+    MEMBER = "member"
+    VIEWER = "viewer"
+
+
+# -- records -----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpecRecord:
+    spec: ClusterSpec
+    version: int
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    name: str
+    instance_group: str
+    instance_type: str
+    health_status: NodeHealth = NodeHealth.SCHEDULABLE
+    deep_health_check: DeepHealthCheck | None = None
+    cordoned: bool = False
+    fault_type: str | None = None
+    fault_reason: str | None = None
+    last_check_at: float | None = None
+    labels: dict[str, Any] = field(default_factory=dict)
+    created_at: float = 0.0
+
+    @property
+    def schedulable(self) -> bool:
+        return self.health_status == NodeHealth.SCHEDULABLE and not self.cordoned
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A stored job. ``acc``/``mcpu``/``mib`` are per replica; ``nodes`` is the replica count."""
+
+    id: int
+    name: str
+    team: str
+    spec: JobSpec
+    state: JobState
+    reason: str
+    priority: int
+    instance_type: str
+    nodes: int
+    acc: int
+    mcpu: int
+    mib: int
+    submit_time: float
+    seq: int
+    enqueued_at: float | None
+    started_at: float | None
+    first_started_at: float | None
+    finished_at: float | None
+    attempt: int
+    max_retry: int
+    auto_resume: bool
+    placement: list[str]
+    borrowed_from: dict[str, Any]
+    preemptions: int
+    exit_info: dict[str, Any] | None
+    checkpoint_at: float | None
+    checkpoint_step: int | None
+    checkpoint_path: str | None
+    master_port: int | None
+    updated_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    ts: float
+    kind: str
+    job_id: int | None
+    node: str | None
+    team: str | None
+    message: str
+    data: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    name: str
+    role: Role
+    teams: list[str]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class TokenInfo:
+    """A token's metadata. The plain token is shown once by ``issue_token`` and never stored."""
+
+    id: int
+    user: str
+    created_at: float
+    revoked_at: float | None
+    last_used_at: float | None
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    id: int
+    ts: float
+    actor: str
+    action: str
+    target: str
+    detail: dict[str, Any]

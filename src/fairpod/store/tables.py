@@ -1,0 +1,160 @@
+"""SQLAlchemy table definitions. Only the store's modules use these; callers get plain records.
+
+Conventions: every time is a float of unix seconds; JSON columns are JSONB on PostgreSQL and JSON text on
+SQLite; enum-like columns are short strings checked in Python (so a new enum value needs no migration).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+SCHEMA_VERSION = 1
+
+# JobState values that count as finished (see fairpod.model.jobs.JobState.finished).
+FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
+
+Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: Json, list[str]: Json}
+
+
+class ClusterRow(Base):
+    """The one cluster row (id is always 1): the whole ClusterSpec as JSON and its version."""
+
+    __tablename__ = "cluster"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    spec: Mapped[dict[str, Any]]
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class MetaRow(Base):
+    __tablename__ = "meta"
+    key: Mapped[str] = mapped_column(String(128), primary_key=True)
+    value: Mapped[str] = mapped_column(Text)
+
+
+class CounterRow(Base):
+    """Named integer counters bumped atomically inside a write transaction (e.g. the job seq)."""
+
+    __tablename__ = "counters"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    value: Mapped[int] = mapped_column(Integer)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+    name: Mapped[str] = mapped_column(String(253), primary_key=True)
+    instance_group: Mapped[str] = mapped_column(String(64), index=True)
+    instance_type: Mapped[str] = mapped_column(String(64), index=True)
+    health_status: Mapped[str] = mapped_column(String(40))
+    deep_health_check: Mapped[str | None] = mapped_column(String(20))
+    cordoned: Mapped[bool] = mapped_column(Boolean)
+    fault_type: Mapped[str | None] = mapped_column(String(128))
+    fault_reason: Mapped[str | None] = mapped_column(Text)
+    last_check_at: Mapped[float | None] = mapped_column(Float)
+    labels: Mapped[dict[str, Any]]
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (
+        # A (team, name) pair is unique among unfinished jobs; finished jobs keep their name for history.
+        Index(
+            "ux_jobs_team_name_active",
+            "team",
+            "name",
+            unique=True,
+            sqlite_where=text("state NOT IN ('Succeeded', 'Failed', 'Cancelled')"),
+            postgresql_where=text("state NOT IN ('Succeeded', 'Failed', 'Cancelled')"),
+        ),
+        Index("ix_jobs_team_name", "team", "name"),
+        Index("ix_jobs_state_seq", "state", "seq"),
+        {"sqlite_autoincrement": True},
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(63))
+    team: Mapped[str] = mapped_column(String(40))
+    spec: Mapped[dict[str, Any]]
+    state: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str] = mapped_column(Text)
+    priority: Mapped[int] = mapped_column(Integer)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    nodes: Mapped[int] = mapped_column(Integer)
+    acc: Mapped[int] = mapped_column(Integer)
+    mcpu: Mapped[int] = mapped_column(Integer)
+    mib: Mapped[int] = mapped_column(Integer)
+    submit_time: Mapped[float] = mapped_column(Float)
+    seq: Mapped[int] = mapped_column(Integer, unique=True)
+    enqueued_at: Mapped[float | None] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float)
+    first_started_at: Mapped[float | None] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float)
+    attempt: Mapped[int] = mapped_column(Integer)
+    max_retry: Mapped[int] = mapped_column(Integer)
+    auto_resume: Mapped[bool] = mapped_column(Boolean)
+    placement: Mapped[list[str]]
+    borrowed_from: Mapped[dict[str, Any]]
+    preemptions: Mapped[int] = mapped_column(Integer)
+    exit_info: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    checkpoint_at: Mapped[float | None] = mapped_column(Float)
+    checkpoint_step: Mapped[int | None] = mapped_column(Integer)
+    checkpoint_path: Mapped[str | None] = mapped_column(Text)
+    master_port: Mapped[int | None] = mapped_column(Integer)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class EventRow(Base):
+    __tablename__ = "events"
+    __table_args__ = (
+        Index("ix_events_job", "job_id", "id"),
+        Index("ix_events_team", "team", "id"),
+        Index("ix_events_node", "node", "id"),
+        {"sqlite_autoincrement": True},
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[int | None] = mapped_column(Integer, ForeignKey("jobs.id", ondelete="SET NULL"))
+    node: Mapped[str | None] = mapped_column(String(253))
+    team: Mapped[str | None] = mapped_column(String(40))
+    message: Mapped[str] = mapped_column(Text)
+    data: Mapped[dict[str, Any]]
+
+
+class UserRow(Base):
+    __tablename__ = "users"
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    teams: Mapped[list[str]]
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class TokenRow(Base):
+    __tablename__ = "tokens"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    user: Mapped[str] = mapped_column(String(64), ForeignKey("users.name", ondelete="CASCADE"), index=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float)
+    last_used_at: Mapped[float | None] = mapped_column(Float)
+    description: Mapped[str] = mapped_column(Text)
+
+
+class AuditRow(Base):
+    __tablename__ = "audit"
+    __table_args__ = (Index("ix_audit_actor", "actor", "id"), {"sqlite_autoincrement": True})
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+    target: Mapped[str] = mapped_column(Text)
+    detail: Mapped[dict[str, Any]]

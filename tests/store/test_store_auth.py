@@ -1,0 +1,79 @@
+"""Tokens: issue, verify, revoke; only the hash is stored."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from fairpod.store import TOKEN_PREFIX, NotFound, Role, Store
+
+
+def _raw(tmp_path: Path, sql: str) -> list[tuple]:
+    con = sqlite3.connect(tmp_path / "fairpod.db")
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def test_issue_verify_revoke(store: Store):
+    store.create_user("alice", Role.ADMIN, ["john"])
+    t1 = store.issue_token("alice", "laptop", now=1.0)
+    t2 = store.issue_token("alice", "ci")
+    assert t1.startswith(TOKEN_PREFIX) and len(t1) > 40 and t1 != t2
+    user = store.verify_token(t1, now=100.0)
+    assert user is not None and (user.name, user.role, user.teams) == ("alice", Role.ADMIN, ["john"])
+    assert store.verify_token(t1 + "x") is None
+    assert store.verify_token("fp_nope") is None
+    assert store.verify_token("") is None
+    assert store.verify_token(None) is None  # type: ignore[arg-type]
+
+    infos = store.list_tokens("alice")
+    assert [(i.description, i.created_at, i.revoked_at) for i in infos] == [
+        ("laptop", 1.0, None),
+        ("ci", infos[1].created_at, None),
+    ]
+    assert infos[0].last_used_at == 100.0
+    store.verify_token(t1, now=120.0)  # within the touch interval: not written
+    assert store.list_tokens("alice")[0].last_used_at == 100.0
+    store.verify_token(t1, now=200.0)
+    assert store.list_tokens("alice")[0].last_used_at == 200.0
+
+    assert store.revoke_token(t1, now=300.0)
+    assert not store.revoke_token(t1)
+    assert store.verify_token(t1) is None
+    assert store.verify_token(t2) is not None
+    assert store.revoke_token(infos[1].id)
+    assert store.verify_token(t2) is None
+    assert store.list_tokens("alice", include_revoked=False) == []
+    assert store.list_tokens()[0].revoked_at == 300.0
+    with pytest.raises(NotFound):
+        store.issue_token("nobody")
+
+
+def test_only_the_hash_is_stored(store: Store, tmp_path: Path):
+    store.create_user("bob")
+    token = store.issue_token("bob")
+    rows = _raw(tmp_path, "SELECT * FROM tokens")
+    assert len(rows) == 1
+    assert hashlib.sha256(token.encode()).hexdigest() in rows[0]
+    secret = token[len(TOKEN_PREFIX) :]
+    con = sqlite3.connect(tmp_path / "fairpod.db")
+    dump = "\n".join(con.iterdump())
+    con.close()
+    assert secret not in dump and secret[:12] not in dump
+
+
+def test_revoke_user_tokens_and_delete_user(store: Store, tmp_path: Path):
+    store.create_user("carol")
+    a, b = store.issue_token("carol"), store.issue_token("carol")
+    assert store.revoke_user_tokens("carol") == 2
+    assert store.verify_token(a) is None and store.verify_token(b) is None
+    c = store.issue_token("carol")
+    assert store.verify_token(c) is not None
+    assert store.delete_user("carol")
+    assert store.verify_token(c) is None
+    assert _raw(tmp_path, "SELECT count(*) FROM tokens") == [(0,)]
