@@ -1,0 +1,115 @@
+"""What the control plane gives an executor and gets back from it (see :mod:`fairpod.executors`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+
+class ExecutorError(RuntimeError):
+    """A launch or stop the executor refuses or cannot do; the message is meant for the user."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaLaunch:
+    """One replica: its rank, the node it runs on and the accelerators it gets there."""
+
+    rank: int
+    node: str
+    accelerators: tuple[int, ...] = ()
+    real_gpus: bool = False  # True: accelerators are CUDA device indices; False: slots of a virtual node
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobLaunch:
+    """One attempt of a job: ``attempt`` is the restart count (0 for the first run)."""
+
+    job: str
+    team: str
+    attempt: int
+    command: list[str]
+    checkpoint_dir: str  # stable across attempts; the executor creates it
+    replicas: tuple[ReplicaLaunch, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    workdir: str | None = None  # None: the control plane's working directory
+    grace_seconds: float = 30.0  # SIGTERM to SIGKILL on stop
+
+    @property
+    def world_size(self) -> int:
+        return len(self.replicas)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReplicaExit:
+    """How a replica ended: ``returncode`` if it exited, ``signal`` if a signal killed it (else None)."""
+
+    job: str
+    attempt: int
+    rank: int
+    returncode: int | None
+    signal: int | None
+    reason: str  # "exited 0", "exited 3", "killed by SIGKILL", "command not found: x", ...
+    ended_at: float  # Unix time
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0
+
+
+def replica_env(job: JobLaunch, replica: ReplicaLaunch, master_addr: str, master_port: int) -> dict[str, str]:
+    """The environment a replica gets on top of its executor's: the user's ``env``, then the fairpod variables."""
+    accel = ",".join(str(a) for a in replica.accelerators)
+    env = {"PYTHONUNBUFFERED": "1", **job.env}
+    env.update(
+        FAIRPOD_JOB=job.job,
+        FAIRPOD_TEAM=job.team,
+        FAIRPOD_NODE=replica.node,
+        FAIRPOD_ACCELERATORS=accel,
+        FAIRPOD_CHECKPOINT_DIR=job.checkpoint_dir,
+        FAIRPOD_RESTART_COUNT=str(job.attempt),
+        RANK=str(replica.rank),
+        NODE_RANK=str(replica.rank),
+        WORLD_SIZE=str(job.world_size),
+        NNODES=str(job.world_size),
+        MASTER_ADDR=master_addr,
+        MASTER_PORT=str(master_port),
+    )
+    if replica.real_gpus:
+        env["CUDA_VISIBLE_DEVICES"] = accel
+    return env
+
+
+@runtime_checkable
+class Executor(Protocol):
+    """Runs the replicas of jobs. Methods return quickly; none of them waits for a replica to end."""
+
+    name: str
+
+    def launch(self, job: JobLaunch) -> None:
+        """Start every replica of ``job``; raises :class:`ExecutorError` with a clear message."""
+        ...
+
+    def stop(self, job: str, attempt: int, grace_seconds: float) -> None:
+        """Begin a graceful stop (SIGTERM, SIGKILL after the grace); no-op if nothing of it runs."""
+        ...
+
+    def poll(self) -> list[ReplicaExit]:
+        """Exits not reported before; each exit is reported once, also across restarts."""
+        ...
+
+    def running(self) -> dict[str, int]:
+        """job -> attempt, for every job with a live replica."""
+        ...
+
+    def adopt(self) -> list[ReplicaExit]:
+        """On start-up: re-attach to live replicas and return the exits recorded while nobody polled."""
+        ...
+
+    def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
+        """The output log of a replica (of the latest attempt by default), None if there is none."""
+        ...
+
+    def close(self) -> None:
+        """Let go of the executor; the replicas keep running and a later executor adopts them."""
+        ...

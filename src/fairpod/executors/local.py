@@ -1,0 +1,280 @@
+"""The local executor: every replica is a process group on this machine, under its own supervisor.
+
+A replica run lives in ``<root>/<job>/<attempt>/<rank>/`` (layout in :mod:`fairpod.executors.state`). The
+supervisor (:mod:`fairpod.executors.supervisor`) is started in a new session, so it survives the control
+plane; everything the executor knows is on disk, so a new ``LocalExecutor`` on the same root picks up where
+the last one stopped. One executor at a time uses a root (an ``flock`` on ``<root>/.lock``); use it from one
+thread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fairpod.executors import procs, state
+from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
+from fairpod.executors.logs import follow_log
+
+STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
+_SPAWNED: dict[Path, subprocess.Popen[bytes]] = {}  # supervisors this process started, by replica dir
+
+
+def _reap() -> None:
+    """Collect the supervisors of this process that have exited (no zombies)."""
+    for p in _SPAWNED.values():
+        p.poll()
+
+
+@dataclass(slots=True)
+class _Run:
+    """A replica run whose exit has not been reported yet."""
+
+    dir: Path
+    job: str
+    attempt: int
+    rank: int
+    launched_at: float
+    port: int
+
+
+class LocalExecutor:
+    """Executor of replicas as local process groups; ``root`` is where runs are kept (``$FAIRPOD_HOME/runs``)."""
+
+    name = "local"
+
+    def __init__(
+        self, root: str | Path, *, master_addr: str = "127.0.0.1", python: str | None = None
+    ) -> None:
+        self.root = Path(root).absolute()
+        self.master_addr = master_addr
+        self.python = python or sys.executable
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.root / ".lock", "a")  # noqa: SIM115 - held until close()
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise ExecutorError(f"another executor is using {self.root}") from None
+        self._open: dict[Path, _Run] = {}
+        self._scan()
+
+    # -- the Executor protocol -------------------------------------------------------------------------
+
+    def launch(self, job: JobLaunch) -> None:
+        self._validate(job)
+        live = self.running()
+        if job.job in live:
+            raise ExecutorError(
+                f"job {job.job} attempt {live[job.job]} is still running; stop it and wait for its exits first"
+            )
+        try:
+            Path(job.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ExecutorError(
+                f"cannot create checkpoint dir {job.checkpoint_dir}: {e.strerror or e}"
+            ) from None
+        port = self._free_port({r.port for r in self._open.values()})
+        try:
+            for rep in job.replicas:
+                self._spawn(job, rep.rank, self._spec(job, rep.rank, port))
+        except OSError as e:
+            self.stop(job.job, job.attempt, 0.0)
+            raise ExecutorError(f"cannot start job {job.job}: {e}") from None
+
+    def stop(self, job: str, attempt: int, grace_seconds: float) -> None:
+        for run in list(self._open.values()):
+            if run.job != job or run.attempt != attempt or (run.dir / state.STATUS).exists():
+                continue
+            # stop.json first, then the PID file: either we see the supervisor or it sees the request
+            request = {"grace_seconds": max(0.0, grace_seconds), "requested_at": time.time()}
+            state.write_json(run.dir / state.STOP, request)
+            sup = state.read_pid(run.dir / state.SUPERVISOR_PID)
+            if sup is not None and procs.alive(*sup):
+                procs.signal_all([sup[0]], signal.SIGTERM)
+
+    def poll(self) -> list[ReplicaExit]:
+        _reap()
+        exits = [ex for run in list(self._open.values()) if (ex := self._check(run)) is not None]
+        for ex in exits:
+            rdir = self.root / ex.job / str(ex.attempt) / str(ex.rank)
+            state.write_atomic(rdir / state.REPORTED, f"{time.time()}\n")
+            self._open.pop(rdir, None)
+            _SPAWNED.pop(rdir, None)
+        return sorted(exits, key=lambda e: (e.ended_at, e.job, e.rank))
+
+    def running(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for run in list(self._open.values()):
+            if not (run.dir / state.STATUS).exists() and self._check(run) is None:
+                out[run.job] = max(out.get(run.job, run.attempt), run.attempt)
+        return out
+
+    def adopt(self) -> list[ReplicaExit]:
+        self._scan()
+        return self.poll()
+
+    def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
+        jdir = self.root / job
+        if not NAME_RE.fullmatch(job) or not jdir.is_dir():
+            return None
+        if attempt is None:
+            tried = [int(a.name) for a in jdir.iterdir() if a.name.isdigit() and (a / str(replica)).is_dir()]
+            if not tried:
+                return None
+            attempt = max(tried)
+        rdir = jdir / str(attempt) / str(replica)
+        return rdir / state.OUTPUT if rdir.is_dir() else None
+
+    def follow(
+        self, job: str, replica: int = 0, attempt: int | None = None, poll_interval: float = 0.25
+    ) -> Iterator[str]:
+        """Text of a replica's log as it is written, until that replica has ended (``get-logs --follow``)."""
+        path = self.log_path(job, replica, attempt)
+        if path is None:
+            raise ExecutorError(f"no logs for job {job} replica {replica}")
+        return follow_log(path, stop=(path.parent / state.STATUS).exists, poll_interval=poll_interval)
+
+    def close(self) -> None:
+        _reap()
+        for rdir in self._open:
+            if (p := _SPAWNED.get(rdir)) is not None and p.returncode is not None:
+                del _SPAWNED[rdir]
+        self._open.clear()
+        if not self._lock.closed:
+            self._lock.close()  # releases the flock
+
+    def __enter__(self) -> LocalExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- helpers ---------------------------------------------------------------------------------------
+
+    def _spec(self, job: JobLaunch, rank: int, port: int) -> dict[str, Any]:
+        rep = next(r for r in job.replicas if r.rank == rank)
+        return {
+            "job": job.job,
+            "team": job.team,
+            "attempt": job.attempt,
+            "rank": rank,
+            "world_size": job.world_size,
+            "node": rep.node,
+            "command": list(job.command),
+            "workdir": job.workdir or os.getcwd(),
+            "grace_seconds": job.grace_seconds,
+            "env": replica_env(job, rep, self.master_addr, port),
+            "master_port": port,
+            "launched_at": time.time(),
+        }
+
+    def _spawn(self, job: JobLaunch, rank: int, spec: dict[str, Any]) -> None:
+        rdir = self.root / job.job / str(job.attempt) / str(rank)
+        rdir.mkdir(parents=True, exist_ok=True)
+        for name in (state.STATUS, state.REPORTED, state.STOP, state.SUPERVISOR_PID, state.CHILD_PID):
+            (rdir / name).unlink(missing_ok=True)  # a relaunch of the same attempt: a fresh run, same log
+        state.write_json(rdir / state.LAUNCH, spec)
+        self._open[rdir] = _Run(rdir, job.job, job.attempt, rank, spec["launched_at"], spec["master_port"])
+        with open(rdir / state.SUPERVISOR_LOG, "ab") as slog:
+            _SPAWNED[rdir] = subprocess.Popen(
+                [self.python, "-m", "fairpod.executors.supervisor", str(rdir)],
+                cwd=rdir,
+                stdin=subprocess.DEVNULL,
+                stdout=slog,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # not killed with the control plane's session or process group
+            )
+
+    def _scan(self) -> None:
+        """Find every replica run on disk whose exit has not been reported."""
+        for jdir in self.root.iterdir():
+            if not jdir.is_dir() or not NAME_RE.fullmatch(jdir.name):
+                continue
+            for adir in jdir.iterdir():
+                if not adir.name.isdigit() or not adir.is_dir():
+                    continue
+                for rdir in adir.iterdir():
+                    if rdir in self._open or not rdir.name.isdigit() or (rdir / state.REPORTED).exists():
+                        continue
+                    spec = state.read_json(rdir / state.LAUNCH)
+                    if spec is not None:
+                        launched, port = float(spec.get("launched_at", 0)), int(spec.get("master_port", 0))
+                        self._open[rdir] = _Run(
+                            rdir, jdir.name, int(adir.name), int(rdir.name), launched, port
+                        )
+
+    def _check(self, run: _Run) -> ReplicaExit | None:
+        """The exit of a run, or None while it is alive (or its supervisor is still starting)."""
+        if (st := state.read_json(run.dir / state.STATUS)) is not None:
+            return self._exit(run, st)
+        sup = state.read_pid(run.dir / state.SUPERVISOR_PID)
+        if sup is None:
+            spawned = _SPAWNED.get(run.dir)
+            if spawned is None or spawned.poll() is None:  # still starting, for all we know
+                if time.time() - run.launched_at < STARTUP_TIMEOUT:
+                    return None
+        if sup is not None and procs.alive(*sup):
+            return None
+        if (st := state.read_json(run.dir / state.STATUS)) is not None:  # it may have just finished
+            return self._exit(run, st)
+        if sup is None:
+            reason = "supervisor failed to start"
+            tail = (run.dir / state.SUPERVISOR_LOG).read_text(errors="replace").strip().splitlines()[-1:]
+            reason += f": {tail[0]}" if tail else ""
+        else:
+            reason = "supervisor died unexpectedly; replica processes killed"
+            child = state.read_pid(run.dir / state.CHILD_PID)
+            if child is not None and (procs.start_time(child[0]) in (None, child[1])):
+                procs.signal_group(child[0], signal.SIGKILL)  # the group id outlives its leader
+        st = {"returncode": None, "signal": None, "reason": reason, "ended_at": time.time()}
+        state.write_json(run.dir / state.STATUS, st)
+        return self._exit(run, st)
+
+    @staticmethod
+    def _exit(run: _Run, st: dict[str, Any]) -> ReplicaExit:
+        return ReplicaExit(
+            job=run.job,
+            attempt=run.attempt,
+            rank=run.rank,
+            returncode=st.get("returncode"),
+            signal=st.get("signal"),
+            reason=str(st.get("reason", "")),
+            ended_at=float(st.get("ended_at", 0.0)),
+        )
+
+    @staticmethod
+    def _validate(job: JobLaunch) -> None:
+        if not NAME_RE.fullmatch(job.job) or ".." in job.job:
+            raise ExecutorError(f"invalid job name {job.job!r}")
+        if job.attempt < 0:
+            raise ExecutorError(f"invalid attempt {job.attempt}")
+        if not job.command or not all(isinstance(a, str) for a in job.command):
+            raise ExecutorError(f"job {job.job} has no command")
+        ranks = sorted(r.rank for r in job.replicas)
+        if not ranks or ranks != list(range(len(ranks))):
+            raise ExecutorError(f"job {job.job}: replica ranks must be 0..n-1, got {ranks}")
+        if job.grace_seconds < 0:
+            raise ExecutorError(f"job {job.job}: negative grace period")
+        if job.workdir is not None and not os.path.isdir(job.workdir):
+            raise ExecutorError(f"job {job.job}: workdir {job.workdir} does not exist")
+
+    def _free_port(self, taken: set[int]) -> int:
+        for _ in range(50):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind((self.master_addr, 0))
+                port = int(s.getsockname()[1])
+            if port not in taken:
+                return port
+        raise ExecutorError("no free port for MASTER_PORT")

@@ -1,0 +1,234 @@
+"""Supervisor of one replica: ``python -m fairpod.executors.supervisor <replica_dir>``.
+
+The local executor starts it in a new session, so it outlives the control plane (also a ``kill -9`` of it).
+It reads ``launch.json`` from ``replica_dir`` (layout in :mod:`fairpod.executors.state`) and:
+
+1. installs its signal handlers, becomes a child subreaper (orphaned descendants re-parent to it, so a
+   grandchild that called ``setsid`` and lost its parent is still found), then writes ``supervisor.pid``;
+2. starts the command in its own session and process group, stdout and stderr appended to ``output.log``
+   after a header line; a command that cannot start (not found, not executable, missing workdir) is
+   recorded with a clear reason instead;
+3. on SIGTERM / SIGINT / a ``stop.json``: SIGTERM to the group and to every descendant, then, after the grace
+   period, SIGKILL to all of them, repeated until none is left;
+4. when the command ends, leftover descendants get SIGTERM and, after ``min(grace, 5 s)``, SIGKILL;
+5. when it has no child left, writes ``status.json`` atomically and exits.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shlex
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from fairpod.executors import procs, state
+
+LEFTOVER_GRACE = 5.0
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Supervisor:
+    def __init__(self, rdir: Path) -> None:
+        self.dir = rdir
+        spec = state.read_json(rdir / state.LAUNCH)
+        if spec is None:
+            raise SystemExit(f"fairpod supervisor: no readable {state.LAUNCH} in {rdir}")
+        self.spec: dict[str, Any] = spec
+        self.grace = float(spec.get("grace_seconds", 30.0))
+        self.signals = 0  # stop signals received
+        self.handled = 0  # stop signals acted on
+        self.stop_asked = False
+        self.cleanup = False
+        self.killing = False
+        self.kill_at: float | None = None
+        self.child: subprocess.Popen[bytes] | None = None
+        self.wait_status: int | None = None
+        self.no_children = False
+        self.started_at = time.time()
+        rfd, wfd = os.pipe()
+        os.set_blocking(rfd, False)
+        os.set_blocking(wfd, False)
+        self.wake = rfd
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGCHLD, lambda s, f: None)
+        signal.signal(signal.SIGHUP, lambda s, f: None)  # not SIG_IGN: the command must not inherit that
+        procs.become_subreaper()
+        self.log = open(rdir / state.OUTPUT, "ab", buffering=0)  # noqa: SIM115 - lives as long as we do
+        me = os.getpid()
+        state.write_pid(rdir / state.SUPERVISOR_PID, me, procs.start_time(me))
+
+    def _on_stop(self, signum: int, frame: object) -> None:
+        self.signals += 1
+
+    def note(self, text: str) -> None:
+        self.log.write(f"==== fairpod: {text} ====\n".encode())
+
+    def _stop_requested(self) -> bool:
+        return self.signals > 0 or (self.dir / state.STOP).exists()
+
+    def _stop_grace(self) -> float:
+        req = state.read_json(self.dir / state.STOP) or {}
+        try:
+            return max(0.0, float(req.get("grace_seconds", self.grace)))
+        except (TypeError, ValueError):
+            return self.grace
+
+    def _signal_tree(self, sig: int) -> None:
+        """``sig`` to the command's process group, and to each descendant outside it: once per process."""
+        group = self.child.pid if self.child is not None and self.wait_status is None else None
+        if group is not None:
+            procs.signal_group(group, sig)
+        others = [p for p in procs.descendants(os.getpid()) if group is None or procs.pgid(p) != group]
+        procs.signal_all(others, sig)
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                self.no_children = True
+                return
+            if pid == 0:
+                return
+            if self.child is not None and pid == self.child.pid:
+                self.wait_status = status
+                self.child.returncode = os.waitstatus_to_exitcode(status)
+
+    def start(self) -> dict[str, Any] | None:
+        """Start the command; on failure the result to record."""
+        cmd: list[str] = list(self.spec["command"])
+        cwd: str | None = self.spec.get("workdir")
+        s = self.spec
+        self.note(
+            f"job {s.get('job')} (team {s.get('team')}) attempt {s.get('attempt')} replica {s.get('rank')}"
+            f"/{s.get('world_size')} on node {s.get('node')} started {_now()}: {shlex.join(cmd)}"
+        )
+        if cwd and not os.path.isdir(cwd):
+            return {"returncode": 127, "signal": None, "reason": f"workdir not found: {cwd}"}
+        env = dict(os.environ)
+        env.update(self.spec.get("env", {}))
+        try:
+            self.child = subprocess.Popen(
+                cmd,
+                cwd=cwd or None,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except FileNotFoundError:
+            return {"returncode": 127, "signal": None, "reason": f"command not found: {cmd[0]}"}
+        except PermissionError:
+            return {"returncode": 126, "signal": None, "reason": f"permission denied: {cmd[0]}"}
+        except OSError as e:
+            return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]}: {e.strerror or e}"}
+        state.write_pid(self.dir / state.CHILD_PID, self.child.pid, procs.start_time(self.child.pid))
+        return None
+
+    def _deadline(self, at: float) -> None:
+        self.kill_at = at if self.kill_at is None else min(self.kill_at, at)
+
+    def _step(self) -> bool:
+        """One turn of the loop; True when everything has ended."""
+        self._reap()
+        now = time.monotonic()
+        if self.signals > self.handled or (not self.stop_asked and self._stop_requested()):
+            self.handled = self.signals
+            grace = self._stop_grace()  # a second stop may shorten the grace period, never lengthen it
+            self.note(f"stop requested {_now()}: SIGTERM, SIGKILL after {grace:g}s")
+            if not self.stop_asked:
+                self.stop_asked = True
+                if not self.cleanup:  # in clean-up, what is left has had its SIGTERM already
+                    self._signal_tree(signal.SIGTERM)
+            self._deadline(now + grace)
+        if self.wait_status is not None:
+            if self.no_children:
+                return True
+            if not self.cleanup:
+                self.cleanup = True
+                if not self.stop_asked:
+                    self.note("command ended; stopping the processes it left behind")
+                    self._signal_tree(signal.SIGTERM)
+                self._deadline(now + min(self.grace, LEFTOVER_GRACE))
+        if self.kill_at is not None and now >= self.kill_at:
+            if not self.killing:
+                self.killing = True
+                self.note(f"grace period over {_now()}: SIGKILL")
+            self._signal_tree(signal.SIGKILL)
+        timeout = 1.0
+        if self.kill_at is not None:
+            timeout = 0.05 if self.killing else max(0.0, min(1.0, self.kill_at - now))
+        select.select([self.wake], [], [], timeout)
+        try:
+            while os.read(self.wake, 512):
+                pass
+        except BlockingIOError:
+            pass
+        return False
+
+    def run(self) -> dict[str, Any]:
+        if self._stop_requested():
+            self.stop_asked = True
+            self.note(f"stopped before start {_now()}")
+            return {"returncode": None, "signal": None, "reason": "stopped before start"}
+        failed = self.start()
+        if failed is not None:
+            return failed
+        while not self._step():
+            pass
+        st = self.wait_status
+        assert st is not None
+        if os.WIFSIGNALED(st):
+            sig = os.WTERMSIG(st)
+            return {"returncode": None, "signal": sig, "reason": f"killed by {procs.signal_name(sig)}"}
+        code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else None
+        return {"returncode": code, "signal": None, "reason": f"exited {code}"}
+
+    def abort(self) -> None:
+        """After an internal error: kill everything that was started, bounded in time."""
+        for _ in range(100):
+            self._signal_tree(signal.SIGKILL)
+            self._reap()
+            if self.no_children:
+                return
+            time.sleep(0.05)
+
+    def finish(self, result: dict[str, Any]) -> None:
+        result.update(started_at=self.started_at, ended_at=time.time(), stop_requested=self.stop_asked)
+        self.note(f"replica ended {_now()}: {result['reason']}")
+        self.log.close()
+        state.write_json(self.dir / state.STATUS, result)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m fairpod.executors.supervisor REPLICA_DIR", file=sys.stderr)
+        return 2
+    sup = Supervisor(Path(args[0]))
+    try:
+        result = sup.run()
+    except Exception as e:
+        traceback.print_exc()
+        sup.abort()
+        result = {"returncode": None, "signal": None, "reason": f"supervisor error: {e}"}
+    sup.finish(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

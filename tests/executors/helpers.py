@@ -1,0 +1,75 @@
+"""Helpers for executor tests: real processes, bounded waits, clean-up by PID only."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fairpod.executors import JobLaunch, LocalExecutor, ReplicaExit, ReplicaLaunch, procs, state
+
+PY = sys.executable
+
+
+def wait_for(pred: Callable[[], object], timeout: float = 10.0, step: float = 0.05) -> None:
+    """Wait until ``pred()`` is truthy: at most ``timeout`` seconds and ``timeout / step + 1`` tries."""
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / step) + 1):
+        if pred():
+            return
+        if time.monotonic() > deadline:
+            break
+        time.sleep(step)
+    raise AssertionError(f"timed out after {timeout}s waiting for {pred}")
+
+
+def wait_exits(ex: LocalExecutor, n: int, timeout: float = 15.0) -> list[ReplicaExit]:
+    """Poll until ``n`` exits have been reported (bounded in time and tries); exactly ``n`` expected."""
+    got: list[ReplicaExit] = []
+
+    def enough() -> bool:
+        got.extend(ex.poll())
+        return len(got) >= n
+
+    wait_for(enough, timeout)
+    assert len(got) == n, got
+    return got
+
+
+def gone(pid: int) -> bool:
+    """True when no live (non-zombie) process has this PID."""
+    return procs.start_time(pid) is None
+
+
+def job(name: str, command: list[str], tmp: Path, *, n: int = 1, attempt: int = 0, **kw: object) -> JobLaunch:
+    reps = tuple(ReplicaLaunch(rank=i, node=f"node-{i}") for i in range(n))
+    return JobLaunch(
+        job=name,
+        team="team-a",
+        attempt=attempt,
+        command=command,
+        checkpoint_dir=str(tmp / "ckpt" / name),
+        replicas=reps,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def kill_recorded(root: Path) -> None:
+    """SIGKILL every supervisor and command recorded under ``root`` that still runs (by PID and start time)."""
+    for name in (state.CHILD_PID, state.SUPERVISOR_PID):
+        for f in root.glob(f"*/*/*/{name}"):
+            rec = state.read_pid(f)
+            if rec is None or not procs.alive(*rec):
+                continue
+            if name == state.CHILD_PID:
+                procs.signal_group(rec[0], signal.SIGKILL)
+            procs.signal_all([rec[0]], signal.SIGKILL)
+
+
+def kill_pids(pids: list[int]) -> None:
+    for pid in pids:
+        if not gone(pid):
+            os.kill(pid, signal.SIGKILL)

@@ -1,0 +1,79 @@
+"""The supervisors outlive the control plane: kill -9 the launcher, adopt with a new executor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from fairpod.executors import ExecutorError, LocalExecutor, procs, state
+
+from .helpers import PY, job, wait_exits, wait_for
+
+LAUNCHER = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from fairpod.executors import JobLaunch, LocalExecutor, ReplicaLaunch
+    root, tmp = Path(sys.argv[1]), Path(sys.argv[2])
+    ex = LocalExecutor(root)
+    def launch(name, code):
+        ex.launch(JobLaunch(job=name, team="t", attempt=0, command=[sys.executable, "-c", code],
+                            checkpoint_dir=str(tmp / name), replicas=(ReplicaLaunch(rank=0, node="n0"),)))
+    launch("long", "import os, time\\nfor _ in range(300):\\n    time.sleep(0.1)\\n    if os.path.exists(%r): break"
+           % str(tmp / "release"))
+    launch("short", "raise SystemExit(5)")
+    print("launched", flush=True)
+    time.sleep(120)
+    """
+)
+
+
+def test_supervisor_survives_kill_9_of_the_launcher_and_is_adopted(root: Path, tmp_path: Path) -> None:
+    launcher = subprocess.Popen(
+        [PY, "-c", LAUNCHER, str(root), str(tmp_path)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert launcher.stdout is not None
+        assert launcher.stdout.readline() == "launched\n"
+        long_dir, short_dir = root / "long" / "0" / "0", root / "short" / "0" / "0"
+        wait_for((short_dir / state.STATUS).exists)  # ends while the control plane is "down"
+        wait_for((long_dir / state.CHILD_PID).exists)
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=10)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
+    sup = state.read_pid(long_dir / state.SUPERVISOR_PID)
+    child = state.read_pid(long_dir / state.CHILD_PID)
+    assert sup and child and procs.alive(*sup) and procs.alive(*child)
+
+    ex = LocalExecutor(root)
+    try:
+        (gone_while_down,) = ex.adopt()
+        assert (gone_while_down.job, gone_while_down.returncode, gone_while_down.reason) == (
+            "short",
+            5,
+            "exited 5",
+        )
+        assert ex.running() == {"long": 0}
+        with pytest.raises(ExecutorError, match="still running"):  # never started twice
+            ex.launch(job("long", [PY, "-c", "pass"], tmp_path))
+        assert state.read_pid(long_dir / state.SUPERVISOR_PID) == sup
+        assert state.read_pid(long_dir / state.CHILD_PID) == child
+        (tmp_path / "release").touch()
+        (e,) = wait_exits(ex, 1)
+        assert (e.job, e.attempt, e.rank, e.returncode) == ("long", 0, 0, 0)
+        assert ex.poll() == [] and ex.running() == {}
+    finally:
+        ex.close()
+    with LocalExecutor(root) as again:  # reported exactly once, also across restarts
+        assert again.adopt() == []
+        assert again.running() == {}
+        assert again.poll() == []
+    wait_for(lambda: not procs.alive(*sup), 5)
