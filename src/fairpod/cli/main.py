@@ -12,20 +12,16 @@ import sys
 from collections.abc import Sequence
 
 from fairpod import __version__
+from fairpod.cli.errors import CliError
 
 # modules that define register(subparsers); each adds its commands with set_defaults(func=...)
 COMMAND_MODULES = [
+    "fairpod.cli.server_cmds",
+    "fairpod.cli.job_cmds",
+    "fairpod.cli.admin_cmds",
     "fairpod.cli.spec_cmds",
     "fairpod.cli.simulate",
 ]
-
-
-class CliError(Exception):
-    """An error for the user: printed as one line, exit code ``code``."""
-
-    def __init__(self, msg: str, code: int = 1):
-        super().__init__(msg)
-        self.code = code
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,260 @@
+"""Admins' commands: team, policy, cluster, node, user, apply."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fairpod.cli.client import Client
+from fairpod.cli.errors import CliError
+from fairpod.cli.output import add_output, emit_json, table
+
+
+def _quota(items: list[str]) -> list[dict[str, Any]]:
+    """``TYPE=COUNT`` (whole nodes) or ``TYPE:accelerators=N`` (also vcpu=, memory_gib=)."""
+    out = []
+    for it in items:
+        if ":" in it:
+            itype, _, rest = it.partition(":")
+            key, sep, val = rest.partition("=")
+            if not sep or key not in ("count", "accelerators", "vcpu", "memory_gib"):
+                raise CliError(f"--quota {it!r}: use TYPE=COUNT or TYPE:accelerators=N (vcpu=, memory_gib=)")
+        else:
+            itype, sep, val = it.partition("=")
+            key = "count"
+            if not sep:
+                raise CliError(f"--quota {it!r}: use TYPE=COUNT or TYPE:accelerators=N")
+        try:
+            num = float(val)
+        except ValueError:
+            raise CliError(f"--quota {it!r}: {val!r} is not a number") from None
+        out.append({"instance_type": itype, key: int(num) if key == "count" or num.is_integer() else num})
+    return out
+
+
+def _team_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name")
+    p.add_argument("--weight", type=int, help="fair-share weight 0..100 (higher gets idle capacity first)")
+    p.add_argument("--strategy", choices=["LendAndBorrow", "Lend", "DontLend"])
+    p.add_argument("--borrow-limit", type=int, help="percent of quota the team may borrow on top (1..500)")
+    p.add_argument("--preempt-team-tasks", choices=["LowerPriority", "Never"])
+    p.add_argument("--quota", action="append", default=None, metavar="TYPE=COUNT",
+                   help="quota per instance type, whole nodes (or TYPE:accelerators=N); repeatable; replaces all")
+
+
+def _team_body(a: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
+    body = dict(base)
+    body["name"] = a.name
+    if a.weight is not None:
+        body["fair_share_weight"] = a.weight
+    if a.preempt_team_tasks:
+        body["preempt_team_tasks"] = a.preempt_team_tasks
+    sharing = dict(body.get("sharing") or {})
+    if a.strategy:
+        sharing["strategy"] = a.strategy
+    if a.borrow_limit is not None:
+        sharing["borrow_limit"] = a.borrow_limit
+    if sharing:
+        body["sharing"] = sharing
+    if a.quota is not None:
+        body["quota"] = _quota(a.quota)
+    return body
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    t = sub.add_parser("team", help="manage teams and their compute allocations (admin)").add_subparsers(
+        dest="team_cmd", metavar="ACTION", required=True)
+    p = t.add_parser("create", help="create a team")
+    _team_flags(p)
+    p.set_defaults(func=lambda a: _show(Client().post("/teams", _team_body(a, {})), a, "created"))
+    p = t.add_parser("update", help="change a team (only the given fields)")
+    _team_flags(p)
+    p.set_defaults(func=team_update)
+    p = t.add_parser("delete", help="delete a team without unfinished jobs")
+    p.add_argument("name")
+    p.set_defaults(func=lambda a: print(f"team {Client().delete(f'/teams/{a.name}')['deleted']} deleted"))
+    p = t.add_parser("list", help="list teams")
+    add_output(p)
+    p.set_defaults(func=team_list)
+
+    pol = sub.add_parser("policy", help="show or set the cluster policy").add_subparsers(
+        dest="policy_cmd", metavar="ACTION", required=True)
+    p = pol.add_parser("show")
+    add_output(p)
+    p.set_defaults(func=policy_show)
+    p = pol.add_parser("set", help="change the given fields of the policy (admin)")
+    p.add_argument("--task-prioritization", choices=["FirstComeFirstServe", "TaskRanking"])
+    p.add_argument("--priority-class", action="append", metavar="NAME=WEIGHT", help="replaces all classes")
+    p.add_argument("--idle-compute-allocation", choices=["FairShare", "FirstComeFirstServe"])
+    p.add_argument("--idle-resource-sharing", choices=["Enabled", "Disabled"])
+    p.add_argument("--starvation-guard-seconds", type=float)
+    add_output(p)
+    p.set_defaults(func=policy_set)
+
+    c = sub.add_parser("cluster", help="cluster capacity and team usage").add_subparsers(
+        dest="cluster_cmd", metavar="ACTION", required=True)
+    p = c.add_parser("show", help="capacity and, per team and instance type, quota / in use / borrowed / lent")
+    add_output(p)
+    p.set_defaults(func=cluster_show)
+
+    n = sub.add_parser("node", help="list, cordon and uncordon nodes").add_subparsers(
+        dest="node_cmd", metavar="ACTION", required=True)
+    p = n.add_parser("list")
+    add_output(p)
+    p.set_defaults(func=node_list)
+    for action in ("cordon", "uncordon"):
+        p = n.add_parser(action, help=f"{action} a node (admin)")
+        p.add_argument("node")
+        p.set_defaults(func=lambda a, act=action: print(
+            f"node {Client().post(f'/nodes/{a.node}/{act}')['name']} {act}ed"))
+
+    u = sub.add_parser("user", help="manage users and tokens (admin)").add_subparsers(
+        dest="user_cmd", metavar="ACTION", required=True)
+    p = u.add_parser("create", help="create a user and print its token (shown once)")
+    p.add_argument("name")
+    p.add_argument("--role", choices=["admin", "member", "viewer"], default="member")
+    p.add_argument("--team", action="append", default=[], help="team the member belongs to (repeatable)")
+    add_output(p)
+    p.set_defaults(func=user_create)
+    p = u.add_parser("list")
+    add_output(p)
+    p.set_defaults(func=user_list)
+    p = u.add_parser("revoke", help="revoke every token of a user")
+    p.add_argument("name")
+    p.set_defaults(func=lambda a: print(
+        f"revoked {Client().post(f'/users/{a.name}/revoke')['revoked_tokens']} token(s) of {a.name}"))
+
+    p = sub.add_parser("apply", help="apply a cluster spec (idempotent)",
+                       description="Apply a cluster spec (YAML): instance groups, policy and teams. Applying the "
+                       "same spec twice changes nothing.")
+    p.add_argument("-f", "--file", required=True)
+    add_output(p)
+    p.set_defaults(func=apply)
+
+
+def _show(data: Any, a: argparse.Namespace, verb: str) -> int:
+    if getattr(a, "output", "table") == "json":
+        emit_json(data)
+    else:
+        print(f"team {data['name']} {verb}")
+    return 0
+
+
+def team_update(a: argparse.Namespace) -> int:
+    c = Client()
+    teams = {t["name"]: t for t in c.get("/teams")["teams"]}
+    if a.name not in teams:
+        raise CliError(f"no team {a.name!r}")
+    return _show(c.put(f"/teams/{a.name}", _team_body(a, teams[a.name])), a, "updated")
+
+
+def team_list(a: argparse.Namespace) -> int:
+    teams = Client().get("/teams")["teams"]
+    if a.output == "json":
+        emit_json(teams)
+        return 0
+    rows = [{"name": t["name"], "weight": t["fair_share_weight"], "strategy": t["sharing"]["strategy"],
+             "limit": f"{t['sharing']['borrow_limit']}%", "preempt": t["preempt_team_tasks"],
+             "quota": ", ".join(f"{q['instance_type']}:" + ",".join(f"{k}={v}" for k, v in q.items()
+                                                                    if k != "instance_type" and v is not None)
+                                for q in t["quota"])} for t in teams]
+    table(rows, [("name", "TEAM"), ("weight", "WEIGHT"), ("strategy", "SHARING"), ("limit", "BORROW LIMIT"),
+                 ("preempt", "PREEMPT TEAM TASKS"), ("quota", "QUOTA")])
+    return 0
+
+
+def policy_show(a: argparse.Namespace) -> int:
+    pol = Client().get("/policy")
+    if a.output == "json":
+        emit_json(pol)
+        return 0
+    for k, v in pol.items():
+        if k == "priority_classes":
+            v = ", ".join(f"{c['name']}={c['weight']}" for c in v) or "-"
+        print(f"{k + ':':28} {v}")
+    return 0
+
+
+def policy_set(a: argparse.Namespace) -> int:
+    c = Client()
+    pol = c.get("/policy")
+    for key in ("task_prioritization", "idle_compute_allocation", "idle_resource_sharing", "starvation_guard_seconds"):
+        if getattr(a, key) is not None:
+            pol[key] = getattr(a, key)
+    if a.priority_class is not None:
+        classes = []
+        for it in a.priority_class:
+            name, sep, w = it.partition("=")
+            if not sep or not w.isdigit():
+                raise CliError(f"--priority-class wants NAME=WEIGHT (0..100), got {it!r}")
+            classes.append({"name": name, "weight": int(w)})
+        pol["priority_classes"] = classes
+    new = c.put("/policy", pol)
+    if a.output == "json":
+        emit_json(new)
+    else:
+        print("policy updated")
+    return 0
+
+
+def cluster_show(a: argparse.Namespace) -> int:
+    v = Client().get("/cluster")
+    if a.output == "json":
+        emit_json(v)
+        return 0
+    print(f"cluster {v['name']}")
+    table([{"type": k, **c, "util": f"{c['utilization'] * 100:.0f}%"} for k, c in v["capacity"].items()],
+          [("type", "INSTANCE TYPE"), ("nodes", "NODES"), ("accelerators", "ACCELERATORS"),
+           ("schedulable_accelerators", "SCHEDULABLE"), ("in_use", "IN USE"), ("util", "UTILIZATION")])
+    print()
+    table(v["teams"], [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"),
+                       ("in_use", "IN USE"), ("borrowed", "BORROWED"), ("borrowed_from", "FROM"), ("lent", "LENT"),
+                       ("available", "AVAILABLE"), ("fair_share_weight", "WEIGHT"), ("sharing", "SHARING")])
+    return 0
+
+
+def node_list(a: argparse.Namespace) -> int:
+    nodes = Client().get("/nodes")["nodes"]
+    if a.output == "json":
+        emit_json(nodes)
+        return 0
+    rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free"} for nd in nodes]
+    table(rows, [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("health_status", "HEALTH"),
+                 ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"),
+                 ("jobs", "JOBS")])
+    return 0
+
+
+def user_create(a: argparse.Namespace) -> int:
+    u = Client().post("/users", {"name": a.name, "role": a.role, "teams": a.team})
+    if a.output == "json":
+        emit_json(u)
+    else:
+        print(f"user {u['name']} ({u['role']}, teams: {', '.join(u['teams']) or '-'}) created")
+        print(f"token (shown once): {u['token']}")
+    return 0
+
+
+def user_list(a: argparse.Namespace) -> int:
+    users = Client().get("/users")["users"]
+    if a.output == "json":
+        emit_json(users)
+        return 0
+    table(users, [("name", "USER"), ("role", "ROLE"), ("teams", "TEAMS")])
+    return 0
+
+
+def apply(a: argparse.Namespace) -> int:
+    try:
+        data = yaml.safe_load(Path(a.file).read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise CliError(f"cannot read {a.file}: {e}") from None
+    res = Client().put("/spec", data)
+    if a.output == "json":
+        emit_json(res)
+    else:
+        print(f"{a.file}: " + ("applied" if res["changed"] else "unchanged (already applied)"))
+    return 0

@@ -1,0 +1,11 @@
+"""The CLI's error type: printed as one line to stderr, never as a traceback."""
+
+from __future__ import annotations
+
+
+class CliError(Exception):
+    """An error for the user: printed as one line, exit code ``code``."""
+
+    def __init__(self, msg: str, code: int = 1):
+        super().__init__(msg)
+        self.code = code

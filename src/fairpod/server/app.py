@@ -1,0 +1,61 @@
+"""The HTTP API (FastAPI) under /api/v1. Errors are JSON problem documents (RFC 9457)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from fairpod import __version__
+from fairpod.server import routes_admin, routes_jobs
+from fairpod.server.control import ControlPlane, Problem
+from fairpod.store import AlreadyExists, Conflict, NotFound
+
+
+def problem(status: int, title: str, detail: str) -> JSONResponse:
+    return JSONResponse({"type": "about:blank", "title": title, "status": status, "detail": detail},
+                        status_code=status, media_type="application/problem+json")
+
+
+def _loc(loc: tuple[Any, ...]) -> str:
+    parts = [str(p) for p in loc if p not in ("body", "query", "path")]
+    return ".".join(parts) or "request"
+
+
+def create_app(cp: ControlPlane) -> FastAPI:
+    app = FastAPI(title="fairpod", version=__version__,
+                  description="Share one accelerator cluster fairly between teams.")
+    app.state.cp = cp
+
+    @app.exception_handler(Problem)
+    async def _problem(_: Request, e: Problem) -> JSONResponse:
+        return problem(e.status, e.title, e.detail)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        msgs = [f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors()]
+        return problem(422, "invalid request", "; ".join(msgs))
+
+    @app.exception_handler(NotFound)
+    async def _nf(_: Request, e: NotFound) -> JSONResponse:
+        return problem(404, "not found", str(e))
+
+    @app.exception_handler(AlreadyExists)
+    async def _ae(_: Request, e: AlreadyExists) -> JSONResponse:
+        return problem(409, "already exists", str(e))
+
+    @app.exception_handler(Conflict)
+    async def _cf(_: Request, e: Conflict) -> JSONResponse:
+        return problem(409, "conflict", str(e))
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, Any]:
+        return {"ok": True, "version": __version__, "cycles": cp.cycles}
+
+    api = APIRouter(prefix="/api/v1")
+    routes_jobs.add_routes(api, cp)
+    routes_admin.add_routes(api, cp)
+    app.include_router(api)
+    return app

@@ -1,0 +1,243 @@
+"""Running the control plane on this machine: ``fairpod up`` (start, in the background by default) and
+``fairpod down`` (stop it cleanly). Replicas keep running while the control plane is down and are adopted
+again when it comes back.
+
+Files under ``$FAIRPOD_HOME`` (default ``~/.local/share/fairpod``): ``fairpod.db`` (SQLite, WAL),
+``server.pid``, ``server.log``, ``runs/`` (replica state and logs), ``checkpoints/``. The CLI's config
+(server URL and token, mode 0600) goes to ``$FAIRPOD_CONFIG`` (default ``~/.config/fairpod/config.json``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fairpod.model.spec import ClusterSpec, SpecError, load_spec, parse_spec, seed_spec
+from fairpod.server.control import Problem, sync_nodes
+from fairpod.store import Role, Store
+
+DEFAULT_PORT = 8470
+
+
+def fairpod_home() -> Path:
+    return Path(os.environ.get("FAIRPOD_HOME") or Path.home() / ".local/share/fairpod").absolute()
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("FAIRPOD_CONFIG") or Path.home() / ".config/fairpod/config.json").absolute()
+
+
+def db_url(home: Path, url: str | None) -> str:
+    return url or os.environ.get("FAIRPOD_DB_URL") or f"sqlite:///{home / 'fairpod.db'}"
+
+
+def detect_cluster() -> ClusterSpec:
+    """This machine: one node of its NVIDIA GPUs if nvidia-smi finds any, else the seed demo cluster."""
+    smi = shutil.which("nvidia-smi")
+    if smi:
+        try:
+            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=20, check=True).stdout.split("\n")
+            gpus = [g.strip() for g in out if g.strip()]
+        except (OSError, subprocess.SubprocessError):
+            gpus = []
+        if gpus:
+            mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+            return parse_spec({
+                "cluster": {"name": "local", "instance_groups": [
+                    {"name": "local", "instance_type": "local-gpu", "count": 1}]},
+                "instance_types": [{"name": "local-gpu", "accelerators": len(gpus), "vcpu": os.cpu_count() or 1,
+                                    "memory_gib": int(mem), "accelerator_kind": gpus[0]}],
+                "teams": [{"name": "default", "quota": [{"instance_type": "local-gpu", "count": 1}]}],
+            })  # fmt: skip
+    return seed_spec()
+
+
+def write_config(url: str, token: str) -> Path:
+    path = config_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"url": url, "token": token}, f, indent=1)
+    os.chmod(path, 0o600)
+    return path
+
+
+def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[Store, str | None]:
+    """Create the database on first start; apply ``spec_file`` if given; create the admin user and token."""
+    home.mkdir(parents=True, exist_ok=True)
+    store = Store(url)
+    store.create_all()
+    rec = store.get_spec()
+    spec: ClusterSpec | None = None
+    if spec_file:
+        spec = load_spec(spec_file)
+    elif rec is None:
+        spec = detect_cluster()
+    if spec is not None and (rec is None or rec.spec != spec):
+        active = {j.team for j in store.list_jobs(finished=False)}
+        gone = sorted(active - {t.name for t in spec.teams})
+        if gone:
+            raise Problem(409, "team has jobs", f"team(s) {', '.join(gone)} still have unfinished jobs")
+        sync_nodes(store, spec)
+        store.put_spec(spec)
+    token = None
+    if store.get_user("admin") is None:
+        store.create_user("admin", Role.ADMIN, [])
+        token = store.issue_token("admin", "created by fairpod up")
+        store.append_audit("fairpod", "user.create", "admin", {"role": "admin"})
+    return store, token
+
+
+def pid_file(home: Path) -> Path:
+    return home / "server.pid"
+
+
+def read_pid(home: Path) -> tuple[int, int] | None:
+    try:
+        pid_s, port_s = pid_file(home).read_text().split()
+        pid, port = int(pid_s), int(port_s)
+    except (OSError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return None
+    except PermissionError:
+        pass
+    return pid, port
+
+
+def serve(home: Path, url: str, port: int, executor_name: str = "local") -> None:
+    """Run the control plane in the foreground until SIGTERM/SIGINT."""
+    import uvicorn
+
+    from fairpod.executors.local import LocalExecutor
+    from fairpod.server.app import create_app
+    from fairpod.server.control import ControlPlane
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if executor_name != "local":
+        raise SystemExit(f"fairpod: error: unknown executor {executor_name!r} (local)")
+    store = Store(url)
+    store.create_all()
+    cp = ControlPlane(store, LocalExecutor(home / "runs"), home)
+    cp.start()
+    app = create_app(cp)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    server = uvicorn.Server(config)
+    pid_file(home).write_text(f"{os.getpid()} {port}\n")
+    try:
+        server.run()
+    finally:
+        cp.stop()
+        store.close()
+        try:
+            if pid_file(home).read_text().split()[0] == str(os.getpid()):
+                pid_file(home).unlink()
+        except (OSError, IndexError):
+            pass
+
+
+def wait_healthy(port: int, proc: subprocess.Popen | None, timeout: float = 30.0) -> bool:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            return False
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0).status_code == 200:
+                return True
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def up(port: int, spec_file: str | None, db: str | None, executor: str, foreground: bool) -> int:
+    home = fairpod_home()
+    running = read_pid(home)
+    if running:
+        print(f"fairpod is already running (pid {running[0]}) at http://127.0.0.1:{running[1]}")
+        return 0
+    url = db_url(home, db)
+    try:
+        store, token = initialize(home, url, spec_file, port)
+    except SpecError as e:
+        for prob in e.problems:
+            print(f"error: {prob}", file=sys.stderr)
+        return 1
+    except Problem as e:
+        print(f"fairpod: error: {e.detail}", file=sys.stderr)
+        return 1
+    rec = store.get_spec()
+    store.close()
+    server_url = f"http://127.0.0.1:{port}"
+    if token:
+        print(f"created the admin user; its token is in {write_config(server_url, token)}")
+    else:
+        _update_config_url(server_url)
+    if foreground:
+        serve(home, url, port, executor)
+        return 0
+    log = open(home / "server.log", "ab")  # noqa: SIM115 - handed to the child
+    cmd = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(port), "--executor", executor]
+    if db:
+        cmd += ["--db", db]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
+    if not wait_healthy(port, proc):
+        tail = (home / "server.log").read_text(errors="replace")[-2000:]
+        print(f"fairpod: error: the server did not come up; last lines of {home / 'server.log'}:\n{tail}",
+              file=sys.stderr)
+        if proc.poll() is None:
+            proc.terminate()
+        return 1
+    assert rec is not None
+    total = sum(c.acc for c in rec.spec.capacity().values())
+    print(f"fairpod is up (pid {proc.pid}): cluster {rec.spec.cluster.name}, {total} accelerators, "
+          f"{len(rec.spec.teams)} teams")
+    print(f"  API:       {server_url}/api/v1   (docs: {server_url}/docs)")
+    print(f"  dashboard: {server_url}/")
+    print(f"  state:     {home}")
+    print("  stop it with: fairpod down")
+    return 0
+
+
+def _update_config_url(url: str) -> None:
+    path = config_path()
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if cfg.get("url") != url:
+        cfg["url"] = url
+        write_config(url, cfg.get("token", ""))
+
+
+def down(timeout: float = 30.0) -> int:
+    home = fairpod_home()
+    running = read_pid(home)
+    if not running:
+        print("fairpod is not running")
+        return 0
+    pid = running[0]
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            print(f"fairpod stopped (pid {pid}); running jobs keep running and are adopted by the next 'fairpod up'")
+            return 0
+        time.sleep(0.1)
+    os.kill(pid, signal.SIGKILL)
+    print(f"fairpod did not stop within {timeout:g} s and was killed (pid {pid})")
+    return 1

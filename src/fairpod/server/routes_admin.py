@@ -1,0 +1,176 @@
+"""Cluster, node, team, policy, spec, user, audit and event-feed routes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body
+from pydantic import BaseModel, Field
+
+from fairpod.model.spec import Policy, SpecError, Team, parse_spec
+from fairpod.server.auth import Auth, require_admin
+from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.views import cluster_view, node_view
+from fairpod.store import Role
+
+
+class NewUser(BaseModel):
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$", max_length=64)
+    role: Role = Role.MEMBER
+    teams: list[str] = Field(default_factory=list)
+
+
+def _apply(cp: ControlPlane, data: dict[str, Any], actor: str, action: str, target: str) -> dict[str, Any]:
+    try:
+        spec = parse_spec(data)
+    except SpecError as e:
+        raise Problem(422, "invalid spec", "; ".join(e.problems)) from None
+    before = cp.spec.model_dump(mode="json")
+    changed = spec.model_dump(mode="json") != before
+    if changed:
+        cp.replace_spec(spec)
+        cp.store.append_audit(actor, action, target, {"spec": spec.model_dump(mode="json")})
+    return {"changed": changed, "spec": cp.spec.model_dump(mode="json")}
+
+
+def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+    @api.get("/cluster", tags=["cluster"])
+    def get_cluster(p: Auth) -> dict[str, Any]:
+        view = cluster_view(cp)
+        visible = p.visible_teams()
+        if visible is not None:
+            view["teams"] = [t for t in view["teams"] if t["team"] in visible]
+        return view
+
+    @api.get("/spec", tags=["cluster"])
+    def get_spec(p: Auth) -> dict[str, Any]:
+        return cp.spec.model_dump(mode="json")
+
+    @api.put("/spec", tags=["cluster"])
+    def put_spec(p: Auth, body: dict[str, Any] = Body(...)) -> dict[str, Any]:
+        require_admin(p)
+        return _apply(cp, body, p.name, "spec.apply", "cluster")
+
+    @api.get("/nodes", tags=["nodes"])
+    def list_nodes(p: Auth) -> dict[str, Any]:
+        return {"nodes": [node_view(n, cp) for n in cp.store.list_nodes()]}
+
+    @api.post("/nodes/{name}/{action}", tags=["nodes"])
+    def node_action(name: str, action: str, p: Auth) -> dict[str, Any]:
+        require_admin(p)
+        if action not in ("cordon", "uncordon"):
+            raise Problem(404, "unknown action", f"unknown node action {action!r} (cordon, uncordon)")
+        node = cp.store.get_node(name)
+        if node is None:
+            raise Problem(404, "no such node", f"no node {name!r}")
+        node = cp.store.update_node(name, {"cordoned": action == "cordon"})
+        cp.set_schedulable(name, node.schedulable)
+        cp.store.append_audit(p.name, f"node.{action}", name, {})
+        cp.event(f"Node{action.capitalize()}ed", f"node {name} {action}ed by {p.name}", node=name)
+        return node_view(node, cp)
+
+    @api.get("/teams", tags=["teams"])
+    def list_teams(p: Auth) -> dict[str, Any]:
+        visible = p.visible_teams()
+        return {"teams": [t.model_dump(mode="json") for t in cp.spec.teams
+                          if visible is None or t.name in visible]}
+
+    @api.post("/teams", status_code=201, tags=["teams"])
+    def create_team(team: Team, p: Auth) -> dict[str, Any]:
+        require_admin(p)
+        if cp.spec.team(team.name):
+            raise Problem(409, "team exists", f"team {team.name!r} exists already; use update")
+        data = cp.spec.model_dump(mode="json")
+        data["teams"].append(team.model_dump(mode="json"))
+        _apply(cp, data, p.name, "team.create", team.name)
+        return team.model_dump(mode="json")
+
+    @api.put("/teams/{name}", tags=["teams"])
+    def update_team(name: str, team: Team, p: Auth) -> dict[str, Any]:
+        require_admin(p)
+        if team.name != name:
+            raise Problem(422, "invalid request", "the team's name in the body must match the URL")
+        if not cp.spec.team(name):
+            raise Problem(404, "no such team", f"no team {name!r}")
+        data = cp.spec.model_dump(mode="json")
+        data["teams"] = [team.model_dump(mode="json") if t["name"] == name else t for t in data["teams"]]
+        _apply(cp, data, p.name, "team.update", name)
+        return team.model_dump(mode="json")
+
+    @api.delete("/teams/{name}", tags=["teams"])
+    def delete_team(name: str, p: Auth) -> dict[str, Any]:
+        require_admin(p)
+        if not cp.spec.team(name):
+            raise Problem(404, "no such team", f"no team {name!r}")
+        data = cp.spec.model_dump(mode="json")
+        data["teams"] = [t for t in data["teams"] if t["name"] != name]
+        _apply(cp, data, p.name, "team.delete", name)
+        return {"deleted": name}
+
+    @api.get("/policy", tags=["policy"])
+    def get_policy(p: Auth) -> dict[str, Any]:
+        return cp.spec.policy.model_dump(mode="json")
+
+    @api.put("/policy", tags=["policy"])
+    def set_policy(policy: Policy, p: Auth) -> dict[str, Any]:
+        require_admin(p)
+        data = cp.spec.model_dump(mode="json")
+        data["policy"] = policy.model_dump(mode="json")
+        _apply(cp, data, p.name, "policy.set", "policy")
+        return cp.spec.policy.model_dump(mode="json")
+
+    @api.get("/users", tags=["users"])
+    def list_users(p: Auth) -> dict[str, Any]:
+        require_admin(p)
+        return {"users": [{"name": u.name, "role": u.role.value, "teams": u.teams, "created_at": u.created_at}
+                          for u in cp.store.list_users()]}
+
+    @api.post("/users", status_code=201, tags=["users"])
+    def create_user(body: NewUser, p: Auth) -> dict[str, Any]:
+        require_admin(p)
+        unknown = [t for t in body.teams if not cp.spec.team(t)]
+        if unknown:
+            raise Problem(422, "invalid request", f"unknown team(s): {', '.join(unknown)}")
+        if body.role == Role.MEMBER and not body.teams:
+            raise Problem(422, "invalid request", "a member needs at least one team (--team)")
+        with cp.store.tx() as t:
+            u = t.create_user(body.name, body.role, body.teams)
+            token = t.issue_token(u.name, "created with the user")
+            t.append_audit(p.name, "user.create", u.name, {"role": u.role.value, "teams": u.teams})
+        return {"name": u.name, "role": u.role.value, "teams": u.teams, "token": token}
+
+    @api.post("/users/{name}/tokens", status_code=201, tags=["users"])
+    def new_token(name: str, p: Auth) -> dict[str, Any]:
+        require_admin(p)
+        if cp.store.get_user(name) is None:
+            raise Problem(404, "no such user", f"no user {name!r}")
+        token = cp.store.issue_token(name, "issued by " + p.name)
+        cp.store.append_audit(p.name, "token.issue", name, {})
+        return {"name": name, "token": token}
+
+    @api.post("/users/{name}/revoke", tags=["users"])
+    def revoke_user(name: str, p: Auth) -> dict[str, Any]:
+        require_admin(p)
+        if cp.store.get_user(name) is None:
+            raise Problem(404, "no such user", f"no user {name!r}")
+        if name == p.name:
+            raise Problem(409, "conflict", "you cannot revoke your own tokens")
+        n = cp.store.revoke_user_tokens(name)
+        cp.store.append_audit(p.name, "user.revoke", name, {"tokens": n})
+        return {"name": name, "revoked_tokens": n}
+
+    @api.get("/audit", tags=["users"])
+    def audit(p: Auth, limit: int = 200, since_id: int | None = None) -> dict[str, Any]:
+        require_admin(p)
+        rows = cp.store.list_audit(since_id=since_id, limit=limit, descending=since_id is None)
+        return {"audit": [{"id": a.id, "ts": a.ts, "actor": a.actor, "action": a.action, "target": a.target,
+                           "detail": a.detail} for a in rows]}
+
+    @api.get("/events", tags=["events"])
+    def events(p: Auth, since_id: int | None = None, limit: int = 200) -> dict[str, Any]:
+        evs = cp.store.list_events(since_id=since_id, limit=limit, descending=since_id is None)
+        visible = p.visible_teams()
+        out = [{"id": e.id, "ts": e.ts, "kind": e.kind, "job_id": e.job_id, "node": e.node, "team": e.team,
+                "message": e.message} for e in evs if visible is None or e.team is None or e.team in visible]
+        return {"events": out}
+

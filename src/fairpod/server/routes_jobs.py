@@ -1,0 +1,136 @@
+"""Job routes: submit, list, get, cancel, replicas, logs (with follow), events, progress."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import APIRouter, Query
+from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, Field
+
+from fairpod.model.jobs import JobSpec, JobState
+from fairpod.server.auth import Auth, Principal, require_team
+from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.views import job_view, replicas_view
+from fairpod.store import Job
+
+
+class Progress(BaseModel):
+    step: int | None = Field(default=None, ge=0)
+    checkpoint: str | None = None
+
+
+def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
+    """A job by id or by name (the team's unfinished job of that name, else its latest), as ``p`` may see it."""
+    job: Job | None = None
+    if ref.isdigit():
+        job = cp.store.get_job(int(ref))
+    else:
+        teams = [team] if team else (p.visible_teams() or [t.name for t in cp.spec.teams])
+        found = [j for t in teams if (j := cp.store.get_job_by_name(t, ref)) is not None]
+        if len(found) > 1:
+            names = ", ".join(j.team for j in found)
+            raise Problem(409, "ambiguous job name", f"teams {names} each have a job {ref!r}; give --team")
+        job = found[0] if found else None
+    if job is None or not p.sees_team(job.team):
+        raise Problem(404, "no such job", f"no job {ref!r} that you can see")
+    return job
+
+
+def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+    @api.post("/jobs", status_code=201, tags=["jobs"])
+    def submit_job(spec: JobSpec, p: Auth) -> dict[str, Any]:
+        require_team(p, spec.team)
+        return job_view(cp, cp.submit(spec, p.name), detail=True)
+
+    @api.get("/jobs", tags=["jobs"])
+    def list_jobs(
+        p: Auth,
+        team: str | None = None,
+        state: list[JobState] | None = Query(default=None),
+        limit: int = Query(default=500, ge=1, le=100_000),
+        offset: int = Query(default=0, ge=0),
+    ) -> dict[str, Any]:
+        visible = p.visible_teams()
+        if team is not None:
+            if visible is not None and team not in visible:
+                raise Problem(403, "forbidden", f"user {p.name} is not a member of team {team}")
+            teams: list[str] | None = [team]
+        else:
+            teams = visible
+        jobs = cp.store.list_jobs(team=teams, state=state, limit=limit, offset=offset)
+        return {"jobs": [job_view(cp, j) for j in jobs], "count": len(jobs)}
+
+    @api.get("/jobs/{ref}", tags=["jobs"])
+    def get_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
+        job = find_job(cp, p, ref, team)
+        out = job_view(cp, job, detail=True)
+        out["events"] = [{"ts": e.ts, "kind": e.kind, "message": e.message}
+                         for e in cp.store.list_events(job_id=job.id, limit=200)]
+        return out
+
+    @api.post("/jobs/{ref}/cancel", tags=["jobs"])
+    def cancel_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
+        job = find_job(cp, p, ref, team)
+        require_team(p, job.team)
+        return job_view(cp, cp.cancel(job, p.name), detail=True)
+
+    @api.get("/jobs/{ref}/replicas", tags=["jobs"])
+    def list_replicas(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
+        job = find_job(cp, p, ref, team)
+        return {"job": job.name, "state": job.state.value, "replicas": replicas_view(cp, job)}
+
+    @api.get("/jobs/{ref}/events", tags=["jobs"])
+    def job_events(ref: str, p: Auth, team: str | None = None, since_id: int | None = None) -> dict[str, Any]:
+        job = find_job(cp, p, ref, team)
+        evs = cp.store.list_events(job_id=job.id, since_id=since_id, limit=1000)
+        return {"events": [_ev(e) for e in evs]}
+
+    @api.post("/jobs/{ref}/progress", tags=["jobs"])
+    def report_progress(ref: str, body: Progress, p: Auth, team: str | None = None) -> dict[str, Any]:
+        job = find_job(cp, p, ref, team)
+        require_team(p, job.team)
+        return job_view(cp, cp.report_progress(job, body.step, body.checkpoint), detail=True)
+
+    @api.get("/jobs/{ref}/logs", tags=["jobs"])
+    async def get_logs(ref: str, p: Auth, team: str | None = None, replica: int = Query(default=0, ge=0),
+                       follow: bool = False) -> StreamingResponse:
+        job = find_job(cp, p, ref, team)
+        require_team(p, job.team)  # viewers may not read logs
+        if replica >= job.nodes:
+            raise Problem(404, "no such replica", f"job {job.name} has replicas 0..{job.nodes - 1}")
+        from fairpod.server.control import job_key
+
+        key = job_key(job)
+        return StreamingResponse(_stream(cp, job.id, key, replica, follow), media_type="text/plain")
+
+
+def _ev(e: Any) -> dict[str, Any]:
+    return {"id": e.id, "ts": e.ts, "kind": e.kind, "job_id": e.job_id, "node": e.node, "team": e.team,
+            "message": e.message, "data": e.data}
+
+
+async def _stream(cp: ControlPlane, job_id: int, key: str, replica: int, follow: bool) -> AsyncIterator[bytes]:
+    """The replica's log of the latest attempt; with follow, new output until the job has finished."""
+    pos = 0
+    path = None
+    idle_after_end = 0
+    for _ in range(10**7):  # bounded: ~115 days at 1 s
+        path = cp.executor.log_path(key, replica) or path
+        if path is not None and path.exists():
+            with open(path, "rb") as f:
+                f.seek(pos)
+                chunk = f.read()
+            if chunk:
+                pos += len(chunk)
+                yield chunk
+        if not follow:
+            return
+        job = cp.store.get_job(job_id)
+        if job is None or job.state.finished:
+            idle_after_end += 1
+            if idle_after_end > 1:
+                return
+        await asyncio.sleep(0.5)

@@ -1,0 +1,139 @@
+"""JSON views of jobs, nodes and the cluster, as the API returns them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairpod.governance.quota import lending
+from fairpod.model.jobs import JobState
+from fairpod.server.control import ControlPlane
+from fairpod.store import Job, Node
+
+
+def priority_name(cp: ControlPlane, job: Job) -> str | None:
+    return job.spec.priority
+
+
+def queue_position(cp: ControlPlane, job: Job) -> int | None:
+    if job.state != JobState.PENDING:
+        return None
+    team = cp.snap.teams.get(job.team)
+    if team is None:
+        return None
+    for i, w in enumerate(team.queue.in_order(), 1):
+        if w.id == str(job.id):
+            return i
+    return None
+
+
+def job_view(cp: ControlPlane, job: Job, *, detail: bool = False) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "id": job.id,
+        "name": job.name,
+        "team": job.team,
+        "state": job.state.value,
+        "reason": job.reason,
+        "priority": job.spec.priority,
+        "instance_type": job.instance_type,
+        "nodes": job.nodes,
+        "accelerators_per_node": job.acc,
+        "submit_time": job.submit_time,
+        "started_at": job.started_at,
+        "first_started_at": job.first_started_at,
+        "finished_at": job.finished_at,
+        "restarts": job.attempt,
+        "max_retry": job.max_retry,
+        "auto_resume": job.auto_resume,
+        "preemptions": job.preemptions,
+        "placement": job.placement,
+        "borrowed_from": job.borrowed_from,
+        "queue_position": queue_position(cp, job) if detail else None,
+    }
+    if detail:
+        out.update(
+            command=job.spec.command,
+            env=job.spec.env,
+            workdir=job.spec.workdir,
+            checkpoint={"at": job.checkpoint_at, "step": job.checkpoint_step, "path": job.checkpoint_path},
+            master_port=job.master_port,
+            termination_grace_seconds=job.spec.termination_grace_seconds,
+            exit=(job.exit_info or {}).get("exits"),
+        )
+    return out
+
+
+def replicas_view(cp: ControlPlane, job: Job) -> list[dict[str, Any]]:
+    run = cp.runs.get(job.id)
+    info = run.to_json() if run else (job.exit_info or {})
+    exits = info.get("exits") or {}
+    slots = info.get("slots") or {}
+    out = []
+    for rank, node in enumerate(job.placement or [None] * 0):
+        ended = exits.get(str(rank))
+        if job.state == JobState.RUNNING:
+            state = "Succeeded" if ended == "exited 0" else ("Ended" if ended else
+                                                            ("Running" if info.get("launched") else "Starting"))
+        elif job.state == JobState.PREEMPTED:
+            state = "Stopped" if ended else "Terminating"
+        else:
+            state = job.state.value
+        out.append({"replica": rank, "node": node, "accelerators": slots.get(node, []), "state": state,
+                    "exit": ended})
+    return out
+
+
+def node_view(node: Node, cp: ControlPlane) -> dict[str, Any]:
+    snode = cp.snap.nodes.get(node.name)
+    jobs = sorted(snode.jobs) if snode else []
+    return {
+        "name": node.name,
+        "instance_group": node.instance_group,
+        "instance_type": node.instance_type,
+        "health_status": node.health_status.value,
+        "deep_health_check": node.deep_health_check.value if node.deep_health_check else None,
+        "cordoned": node.cordoned,
+        "schedulable": node.schedulable,
+        "fault_type": node.fault_type,
+        "fault_reason": node.fault_reason,
+        "last_check_at": node.last_check_at,
+        "accelerators": snode.cap[0] if snode else None,
+        "accelerators_free": snode.free[0] if snode else None,
+        "jobs": [int(j) for j in jobs],
+    }
+
+
+def cluster_view(cp: ControlPlane) -> dict[str, Any]:
+    """Capacity and, per team and instance type, quota / in use / borrowed / lent / available."""
+    snap = cp.snap
+    types = sorted(set(snap.by_type) | {it for t in snap.teams.values() for it in t.quota})
+    capacity = {}
+    teams: list[dict[str, Any]] = []
+    for it in types:
+        nodes = snap.by_type.get(it, [])
+        cap = sum(n.cap[0] for n in nodes)
+        healthy = sum(n.cap[0] for n in nodes if n.schedulable)
+        in_use = sum(n.cap[0] - n.free[0] for n in nodes)
+        capacity[it] = {"nodes": len(nodes), "accelerators": cap, "schedulable_accelerators": healthy,
+                        "in_use": in_use, "utilization": round(in_use / cap, 4) if cap else 0.0}
+        lend = lending(snap, it)
+        lent: dict[str, int] = {}
+        for _, by_lender in lend.items():
+            for lender, n in by_lender.items():
+                lent[lender] = lent.get(lender, 0) + n
+        for name, t in sorted(snap.teams.items()):
+            q = t.q(it)[0]
+            u = t.u(it)[0]
+            if not q and not u:
+                continue
+            spec_team = cp.spec.team(name)
+            teams.append({
+                "team": name, "instance_type": it, "quota": q, "in_use": u,
+                "borrowed": max(0, u - q), "borrowed_from": lend.get(name, {}), "lent": lent.get(name, 0),
+                "available": max(0, q - u - lent.get(name, 0)),
+                "utilization": round(u / q, 4) if q else None,
+                "fair_share_weight": t.weight,
+                "sharing": spec_team.sharing.strategy.value if spec_team else None,
+                "borrow_limit": t.borrow_limit,
+            })  # fmt: skip
+    return {"name": cp.spec.cluster.name, "capacity": capacity, "teams": teams,
+            "policy": cp.spec.policy.model_dump(mode="json")}

@@ -1,0 +1,114 @@
+"""A real fairpod server (``fairpod up --foreground``) in a temporary FAIRPOD_HOME, on a free loopback port."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value: {last!r}")
+
+
+class Server:
+    def __init__(self, tmp: Path, spec: Path | None = None) -> None:
+        self.home = tmp / "home"
+        self.env = {**os.environ, "FAIRPOD_HOME": str(self.home), "FAIRPOD_CONFIG": str(tmp / "config.json")}
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.spec = spec
+        self.proc: subprocess.Popen | None = None
+
+    def cli(self, *args: str, token: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        env = dict(self.env)
+        if token:
+            env["FAIRPOD_TOKEN"] = token
+        r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", *args], env=env, capture_output=True,
+                           text=True, timeout=60)
+        if check and r.returncode != 0:
+            raise AssertionError(f"fairpod {' '.join(args)} failed ({r.returncode}): {r.stderr}{r.stdout}")
+        return r
+
+    def start(self) -> None:
+        args = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(self.port)]
+        if self.spec:
+            args += ["--spec", str(self.spec)]
+        self.home.mkdir(parents=True, exist_ok=True)
+        log = open(self.home.parent / "server.out", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=log, start_new_session=True)
+        wait_for(self._healthy, 30, "the server to answer /healthz")
+        self.token = json.loads(Path(self.env["FAIRPOD_CONFIG"]).read_text())["token"]
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            out = (self.home.parent / "server.out").read_text()
+            raise AssertionError(f"server exited {self.proc.returncode}:\n{out[-3000:]}")
+        try:
+            return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            self.proc.wait(timeout=30)
+
+    def api(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+        headers = {"Authorization": f"Bearer {token or self.token}"}
+        return httpx.request(method, self.url + "/api/v1" + path, headers=headers, timeout=30, **kw)
+
+    def job(self, name: str, token: str | None = None) -> dict[str, Any]:
+        r = self.api("GET", f"/jobs/{name}", token)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def submit(self, token: str | None = None, **spec: Any) -> dict[str, Any]:
+        r = self.api("POST", "/jobs", token, json=spec)
+        assert r.status_code == 201, r.text
+        return r.json()
+
+    def wait_state(self, name: str, state: str, timeout: float = 30.0) -> dict[str, Any]:
+        return wait_for(lambda: (j := self.job(name))["state"] == state and j, timeout, f"{name} to be {state}")
+
+    def kill_replicas(self) -> None:
+        """Stop every replica and supervisor this server's executor started (by recorded PID)."""
+        for f in list((self.home / "runs").glob("*/*/*/*.pid")):
+            try:
+                pid = int(f.read_text().split()[0])
+                os.kill(pid, signal.SIGKILL)
+            except (OSError, ValueError, IndexError):
+                pass
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    s = Server(tmp_path)
+    s.start()
+    yield s
+    s.kill(signal.SIGTERM)
+    s.kill_replicas()
