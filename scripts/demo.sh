@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Install fairpod into .venv and run the demo: the seed scenario of two teams (john, smith) sharing
-# 4 x ml.g5.12xlarge, replayed through the governance engine. Writes out/seed-report.json and out/seed-usage.png.
+# Install fairpod into .venv and start it on this machine: the control plane on 127.0.0.1:8470 with the
+# demo cluster (4 x ml.g5.12xlarge of virtual accelerator slots, teams john and smith), jobs run as local
+# processes. Stop it with: .venv/bin/fairpod down
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -8,8 +9,9 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --disable-pip-version-check -e .
-mkdir -p out
-.venv/bin/fairpod validate examples/seed/spec.yaml
-.venv/bin/fairpod simulate examples/seed/spec.yaml examples/seed/trace.csv -o out/seed-report.json \
-  --plot out/seed-usage.png --jobs
-echo "report: out/seed-report.json   plot: out/seed-usage.png"
+.venv/bin/fairpod up "$@"
+echo
+echo "Try:  source .venv/bin/activate"
+echo "      fairpod cluster show"
+echo "      fairpod start-job --name train --team john --node-count 2 -- sleep 600"
+echo "      fairpod list-jobs"
