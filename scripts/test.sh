@@ -1,13 +1,24 @@
 #!/usr/bin/env bash
-# Install fairpod with its test dependencies into .venv and run the whole test suite (lint + pytest).
+# Install fairpod with everything its tests need into .venv, then run the whole suite (ruff + pytest).
+# Needs Python 3.11 and the package mirrors: PyPI (fairpod, Ray, torch CPU) and Debian (chromium for the
+# dashboard test; installed when missing and we are root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[test]'
+PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
+"${PIP[@]}" -e '.[test,ray]'
+# torch CPU for the distributed-training example (a pinned CPU build; never a multi-GB CUDA download)
+if ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  "${PIP[@]}" torch==2.13.0 || echo "warning: could not install torch; the training example tests will be skipped"
+fi
+if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
+    >/dev/null || echo "warning: could not install chromium; the dashboard browser test will be skipped"
+fi
 echo "== ruff"
-.venv/bin/ruff check src tests benchmarks
+.venv/bin/ruff check src tests benchmarks examples
 echo "== pytest"
 .venv/bin/python -m pytest "$@"
