@@ -21,6 +21,7 @@ from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
+from fairpod.server.nodes import NodeOps
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run, Slots
 from fairpod.store import AlreadyExists, Store
 from fairpod.store.records import DeepHealthCheck, Job
@@ -50,7 +51,7 @@ def job_id_of(key: str) -> int | None:
         return None
 
 
-class ControlPlane:
+class ControlPlane(NodeOps):
     def __init__(
         self,
         store: Store,
