@@ -105,11 +105,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = n.add_parser("list")
     add_output(p)
     p.set_defaults(func=node_list)
-    for action in ("cordon", "uncordon"):
-        p = n.add_parser(action, help=f"{action} a node (admin)")
-        p.add_argument("node")
-        p.set_defaults(func=lambda a, act=action: print(
-            f"node {Client().post(f'/nodes/{a.node}/{act}')['name']} {act}ed"))
+    for action, hlp in [("cordon", "take a node out of scheduling (its jobs keep running)"),
+                        ("uncordon", "let the engine place work on a node again"),
+                        ("reboot", "reboot a node: its jobs stop (auto-resume restarts them elsewhere), then deep checks"),
+                        ("replace", "replace a node with a fresh one of the same type, then deep checks"),
+                        ("check", "run the node's deep health checks now (it takes no work while they run)")]:
+        p = n.add_parser(action, help=f"{hlp} (admin)", description=f"{hlp[0].upper()}{hlp[1:]}.")
+        p.add_argument("node", nargs="+")
+        p.set_defaults(func=lambda a, act=action: node_do(a.node, act))
+    p = n.add_parser("inject-fault", help="make the node's next check see a fault (admin; for tests and demos)",
+                     description="Inject a fault into a node's readings: its next health check sees it through "
+                     "the same code path as a real fault. A reboot clears xid, heartbeat-lost and disk-full; "
+                     "only a replacement clears gpu-lost and stress-fail.")
+    p.add_argument("node")
+    p.add_argument("--kind", required=True, choices=["xid", "gpu-lost", "heartbeat-lost", "disk-full", "stress-fail"])
+    p.set_defaults(func=lambda a: print(
+        f"node {Client().post(f'/nodes/{a.node}/inject-fault', {'kind': a.kind})['name']}: {a.kind} injected"))
+    p = n.add_parser("health", help="a node's health labels and its deep-health-check results (JSON events)")
+    p.add_argument("node")
+    add_output(p)
+    p.set_defaults(func=node_health)
 
     u = sub.add_parser("user", help="manage users and tokens (admin)").add_subparsers(
         dest="user_cmd", metavar="ACTION", required=True)
@@ -225,6 +240,31 @@ def node_list(a: argparse.Namespace) -> int:
     table(rows, [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("health_status", "HEALTH"),
                  ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"),
                  ("jobs", "JOBS")])
+    return 0
+
+
+def node_do(nodes: list[str], action: str) -> int:
+    c = Client()
+    for name in nodes:
+        nd = c.post(f"/nodes/{name}/{action}")
+        print(f"node {nd['name']}: {action} " + ("done" if action in ("cordon", "uncordon") else "requested")
+              + f" (health {nd['health_status']})")
+    return 0
+
+
+def node_health(a: argparse.Namespace) -> int:
+    res = Client().get(f"/nodes/{a.node}/health")
+    if a.output == "json":
+        emit_json(res)
+        return 0
+    nd = res["node"]
+    print(f"node {nd['name']}: {nd['health_status']}, deep-health-check {nd['deep_health_check'] or '-'}"
+          + (f", last fault {nd['fault_type']}: {nd['fault_reason']}" if nd["fault_type"] else ""))
+    for e in res["checks"]:
+        vals = {k: v for k, v in e.items() if k not in ("level", "ts", "node", "check", "msg")}
+        print(f"  {e['level']:<7} {e['check']:<20} {e['msg']}" + (f"  {vals}" if vals else ""))
+    for e in res["events"][-10:]:
+        print(f"  event   {e['kind']:<20} {e['message']}")
     return 0
 
 

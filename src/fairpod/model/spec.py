@@ -55,11 +55,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", use_enum_values=False)
 
 
+class Connectivity(_Strict):
+    """Thresholds of the InstanceConnectivity check: each ring link must reach both."""
+
+    min_mib_per_s: float = Field(default=50.0, gt=0)
+    max_latency_ms: float = Field(default=20.0, gt=0)
+
+
 class InstanceGroup(_Strict):
     name: str = Field(pattern=NAME_PATTERN, max_length=40)
     instance_type: str
     count: int = Field(ge=0, le=10_000)
     deep_health_checks: list[str] = Field(default_factory=list)
+    connectivity: Connectivity = Field(default_factory=Connectivity)
 
 
 class ClusterInfo(_Strict):

@@ -78,6 +78,7 @@ class ControlPlane(NodeOps):
         self.spec: ClusterSpec = rec.spec
         self.cycles = 0
         self.cycle_seconds = 0.0
+        self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         with self.lock:
             self._recover()
 
@@ -146,7 +147,7 @@ class ControlPlane(NodeOps):
                 self._stopped(job, run)
 
     # -- events and store helpers --------------------------------------------------------------
-    def event(self, kind: str, msg: str, job: Job | None = None, **data: Any) -> None:
+    def event(self, kind: str, msg: str, job: Job | None = None, /, **data: Any) -> None:
         self.store.append_event(kind, msg, job_id=job.id if job else None, team=job.team if job else None,
                                 node=data.pop("node", None), data=data)
 

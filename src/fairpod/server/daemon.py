@@ -120,6 +120,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local") -> None
     import uvicorn
 
     from fairpod.executors.local import LocalExecutor
+    from fairpod.health.manager import HealthManager
     from fairpod.server.app import create_app
     from fairpod.server.control import ControlPlane
 
@@ -130,6 +131,9 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local") -> None
     store.create_all()
     cp = ControlPlane(store, LocalExecutor(home / "runs"), home)
     cp.start()
+    cp.health = HealthManager(cp, interval=float(os.environ.get("FAIRPOD_AGENT_INTERVAL", "10")),
+                              reboot_seconds=float(os.environ.get("FAIRPOD_REBOOT_SECONDS", "2")))
+    cp.health.start()
     app = create_app(cp)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
@@ -137,6 +141,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local") -> None
     try:
         server.run()
     finally:
+        cp.health.stop()
         cp.stop()
         store.close()
         try:

@@ -14,6 +14,10 @@ from fairpod.server.views import cluster_view, node_view
 from fairpod.store import Role
 
 
+class FaultBody(BaseModel):
+    kind: str
+
+
 class NewUser(BaseModel):
     name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$", max_length=64)
     role: Role = Role.MEMBER
@@ -56,18 +60,45 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return {"nodes": [node_view(n, cp) for n in cp.store.list_nodes()]}
 
     @api.post("/nodes/{name}/{action}", tags=["nodes"])
-    def node_action(name: str, action: str, p: Auth) -> dict[str, Any]:
+    def node_action(name: str, action: str, p: Auth, body: FaultBody | None = None) -> dict[str, Any]:
         require_admin(p)
-        if action not in ("cordon", "uncordon"):
-            raise Problem(404, "unknown action", f"unknown node action {action!r} (cordon, uncordon)")
+        actions = ("cordon", "uncordon", "check", "reboot", "replace", "inject-fault")
+        if action not in actions:
+            raise Problem(404, "unknown action", f"unknown node action {action!r} ({', '.join(actions)})")
         node = cp.store.get_node(name)
         if node is None:
             raise Problem(404, "no such node", f"no node {name!r}")
-        node = cp.store.update_node(name, {"cordoned": action == "cordon"})
-        cp.set_schedulable(name, node.schedulable)
-        cp.store.append_audit(p.name, f"node.{action}", name, {})
-        cp.event(f"Node{action.capitalize()}ed", f"node {name} {action}ed by {p.name}", node=name)
-        return node_view(node, cp)
+        if action in ("cordon", "uncordon"):
+            node = cp.store.update_node(name, {"cordoned": action == "cordon"})
+            cp.set_schedulable(name, node.schedulable)
+            cp.event(f"Node{action.capitalize()}ed", f"node {name} {action}ed by {p.name}", node=name)
+        else:
+            if cp.health is None:
+                raise Problem(409, "node health is off", "this control plane runs without node health")
+            if action == "check":
+                cp.health.request_check(name)
+            elif action == "inject-fault":
+                if body is None:
+                    raise Problem(422, "invalid request", 'give the fault kind: {"kind": "xid"}')
+                try:
+                    cp.health.inject(name, body.kind)
+                except ValueError as e:
+                    raise Problem(422, "invalid request", str(e)) from None
+            else:
+                cp.health.request_recovery(name, action)
+        cp.store.append_audit(p.name, f"node.{action}", name, body.model_dump() if body else {})
+        return node_view(cp.store.get_node(name) or node, cp)
+
+    @api.get("/nodes/{name}/health", tags=["nodes"])
+    def node_health(name: str, p: Auth, limit: int = 200) -> dict[str, Any]:
+        node = cp.store.get_node(name)
+        if node is None:
+            raise Problem(404, "no such node", f"no node {name!r}")
+        evs = cp.store.list_events(node=name, limit=limit, descending=True)
+        return {"node": node_view(node, cp),
+                "checks": [e.data for e in reversed(evs) if e.kind == "HealthCheck"],
+                "events": [{"ts": e.ts, "kind": e.kind, "message": e.message} for e in reversed(evs)
+                           if e.kind != "HealthCheck"]}
 
     @api.get("/teams", tags=["teams"])
     def list_teams(p: Auth) -> dict[str, Any]:

@@ -96,6 +96,7 @@ def node_view(node: Node, cp: ControlPlane) -> dict[str, Any]:
         "fault_type": node.fault_type,
         "fault_reason": node.fault_reason,
         "last_check_at": node.last_check_at,
+        "labels": node.labels,
         "accelerators": snode.cap[0] if snode else None,
         "accelerators_free": snode.free[0] if snode else None,
         "jobs": [int(j) for j in jobs],

@@ -1,0 +1,231 @@
+"""Deep health checks, bounded in time, each writing structured JSON events.
+
+- InstanceStress: CPU stress with a verified answer (a wrong answer fails), memory stress (a pattern is
+  written and read back), disk write/read (checksummed), and on GPU nodes: the GPU count matches the
+  instance type, NVML reports no XID/ECC errors or throttling, and a short matrix multiply on every GPU gives
+  the right answer at a plausible speed (with torch when installed).
+- InstanceConnectivity: the nodes of a group pass data around a ring over TCP; bandwidth and latency are
+  compared with the group's thresholds.
+Every event is ``{level, ts, node, check, msg, ...measured values}``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairpod.health.probe import Probe
+
+Event = dict[str, Any]
+
+
+@dataclass
+class CheckResult:
+    check: str
+    node: str
+    passed: bool
+    events: list[Event] = field(default_factory=list)
+    fault_type: str | None = None  # the condition a failure calls for
+
+    def log(self, level: str, msg: str, **values: Any) -> None:
+        self.events.append({"level": level, "ts": time.time(), "node": self.node, "check": self.check,
+                            "msg": msg, **values})
+
+    def fail(self, fault: str, msg: str, **values: Any) -> None:
+        self.passed = False
+        self.fault_type = self.fault_type or fault
+        self.log("error", msg, **values)
+
+
+def _cpu_work(rounds: int, corrupt: bool) -> str:
+    """A hash chain; its answer is checked against an independent second run."""
+    h = b"fairpod"
+    for _ in range(rounds):
+        h = hashlib.sha256(h).digest()
+    if corrupt:  # what a bad core or a flipped bit does to a result
+        h = bytes([h[0] ^ 1]) + h[1:]
+    return h.hex()
+
+
+def instance_stress(probe: Probe, *, seconds: float = 2.0, memory_mib: int = 64, disk_mib: int = 16) -> CheckResult:
+    r = CheckResult("InstanceStress", probe.node, True)
+    deadline = time.monotonic() + seconds
+    # CPU: the same chain computed twice must agree, and agree with a reference computed once here
+    t0 = time.perf_counter()
+    rounds = 50_000
+    reference = _cpu_work(rounds, False)
+    got = _cpu_work(rounds, probe.corrupt_compute)
+    dt = time.perf_counter() - t0
+    if got != reference:
+        r.fail("StressTestFailed", "CPU stress gave a wrong answer", expected=reference[:16], got=got[:16])
+    else:
+        r.log("info", "CPU stress verified", hashes_per_second=round(2 * rounds / dt))
+    # memory: write a pattern, read it back
+    if time.monotonic() < deadline:
+        n = memory_mib * 2**20
+        buf = bytearray(n)
+        pattern = bytes(range(256)) * 4096
+        for off in range(0, n, len(pattern)):
+            buf[off:off + len(pattern)] = pattern
+        ok = all(buf[off:off + len(pattern)] == pattern for off in range(0, n, len(pattern)))
+        if not ok or probe.corrupt_compute:
+            r.fail("StressTestFailed", "memory pattern did not read back", mib=memory_mib)
+        else:
+            r.log("info", "memory pattern verified", mib=memory_mib)
+        del buf
+    # disk: write, fsync, read back, compare checksums
+    path = os.path.join(probe.scratch, f".fairpod-health-{probe.node}-{os.getpid()}")
+    data = os.urandom(disk_mib * 2**20)
+    try:
+        t0 = time.perf_counter()
+        probe.write_scratch(path, data)
+        wt = time.perf_counter() - t0
+        with open(path, "rb") as f:
+            back = f.read()
+        if hashlib.sha256(back).digest() != hashlib.sha256(data).digest():
+            r.fail("DiskFailure", "disk read-back does not match what was written", mib=disk_mib)
+        else:
+            r.log("info", "disk write/read verified", mib=disk_mib, write_mib_per_s=round(disk_mib / max(wt, 1e-6)))
+    except OSError as e:
+        r.fail("DiskFailure", f"disk write failed: {e.strerror or e}", mib=disk_mib)
+    finally:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    _gpu_checks(probe, r)
+    return r
+
+
+def _gpu_checks(probe: Probe, r: CheckResult) -> None:
+    if probe.expected_gpus == 0:
+        return
+    gpus = probe.gpus()
+    if len(gpus) != probe.expected_gpus:
+        r.fail("GpuCountMismatch", f"found {len(gpus)} GPUs, the instance type has {probe.expected_gpus}",
+               found=len(gpus), expected=probe.expected_gpus)
+        return
+    for g in gpus:
+        if g.xid_errors:
+            r.fail("NvidiaErrorReboot", f"GPU {g.index} reports XID errors {g.xid_errors}", gpu=g.index,
+                   xid=g.xid_errors)
+        if g.ecc_uncorrected:
+            r.fail("NvidiaErrorReboot", f"GPU {g.index} has {g.ecc_uncorrected} uncorrected ECC errors",
+                   gpu=g.index, ecc=g.ecc_uncorrected)
+        if g.throttled:
+            r.fail("GpuThrottled", f"GPU {g.index} is throttled by a hardware slowdown", gpu=g.index)
+    if r.passed:
+        r.log("info", f"{len(gpus)} GPUs present, no XID/ECC errors", gpus=len(gpus),
+              virtual=probe.virtual_gpus)
+    if not probe.virtual_gpus:
+        _gpu_matmul(len(gpus), r)
+
+
+def _gpu_matmul(count: int, r: CheckResult) -> None:
+    try:
+        import torch
+    except ImportError:
+        r.log("warning", "torch is not installed: GPU matrix multiply skipped")
+        return
+    if not torch.cuda.is_available():
+        r.fail("GpuUnavailable", "CUDA reports no usable GPU")
+        return
+    n = 4096
+    for i in range(count):
+        dev = torch.device("cuda", i)
+        a = torch.randn(n, n, device=dev)
+        b = torch.randn(n, n, device=dev)
+        torch.cuda.synchronize(dev)
+        t0 = time.perf_counter()
+        for _ in range(10):
+            c = a @ b
+        torch.cuda.synchronize(dev)
+        dt = time.perf_counter() - t0
+        tflops = 10 * 2 * n**3 / dt / 1e12
+        ref = (a[:64].double() @ b.double()).float()
+        err = (c[:64] - ref).abs().max().item() / max(1e-6, ref.abs().max().item())
+        if err > 1e-2:
+            r.fail("GpuComputeError", f"GPU {i} matrix multiply is wrong (relative error {err:.2e})", gpu=i)
+        elif tflops < 1.0:
+            r.fail("GpuSlow", f"GPU {i} multiplies at {tflops:.1f} TFLOP/s, implausibly slow", gpu=i,
+                   tflops=round(tflops, 2))
+        else:
+            r.log("info", f"GPU {i} matrix multiply verified", gpu=i, tflops=round(tflops, 1))
+
+
+def instance_connectivity(nodes: list[str], *, mib: int = 8, min_mib_per_s: float = 50.0,
+                          max_latency_ms: float = 20.0, timeout: float = 10.0,
+                          endpoint: Callable[[str], str] = lambda _n: "127.0.0.1") -> list[CheckResult]:
+    """Pass ``mib`` MiB around the ring of ``nodes`` over TCP; one result per node (its outgoing link)."""
+    results = {n: CheckResult("InstanceConnectivity", n, True) for n in nodes}
+    if len(nodes) < 2:
+        for res in results.values():
+            res.log("info", "single-node group: nothing to exchange")
+        return list(results.values())
+    payload = os.urandom(mib * 2**20)
+    digest = hashlib.sha256(payload).digest()
+    servers = []
+    got: dict[str, bytes] = {}
+    for n in nodes:
+        s = socket.socket()
+        s.bind((endpoint(n), 0))
+        s.listen(1)
+        s.settimeout(timeout)
+        servers.append(s)
+
+    def receive(n: str, s: socket.socket) -> None:
+        try:
+            conn, _ = s.accept()
+            conn.settimeout(timeout)
+            h = hashlib.sha256()
+            while True:
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    break
+                if chunk == b"P":  # latency ping
+                    conn.sendall(b"P")
+                    continue
+                h.update(chunk)
+            got[n] = h.digest()
+            conn.close()
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=receive, args=(n, s), daemon=True) for n, s in zip(nodes, servers, strict=True)]
+    for t in threads:
+        t.start()
+    for i, n in enumerate(nodes):
+        nxt = (i + 1) % len(nodes)
+        res = results[n]
+        try:
+            with socket.create_connection(servers[nxt].getsockname(), timeout=timeout) as c:
+                t0 = time.perf_counter()
+                c.sendall(b"P")
+                c.recv(1)
+                lat = (time.perf_counter() - t0) * 1000
+                t0 = time.perf_counter()
+                c.sendall(payload)
+                c.shutdown(socket.SHUT_WR)
+                threads[nxt].join(timeout)
+                dt = time.perf_counter() - t0
+            bw = mib / max(dt, 1e-6)
+            vals = {"peer": nodes[nxt], "mib_per_s": round(bw, 1), "latency_ms": round(lat, 3)}
+            if got.get(nodes[nxt]) != digest:
+                res.fail("NetworkFailure", f"data sent to {nodes[nxt]} arrived corrupted or incomplete", **vals)
+            elif bw < min_mib_per_s:
+                res.fail("NetworkSlow", f"link to {nodes[nxt]} at {bw:.0f} MiB/s, below {min_mib_per_s:g}", **vals)
+            elif lat > max_latency_ms:
+                res.fail("NetworkSlow", f"latency to {nodes[nxt]} {lat:.2f} ms, above {max_latency_ms:g}", **vals)
+            else:
+                res.log("info", f"ring link to {nodes[nxt]} ok", **vals)
+        except OSError as e:
+            res.fail("NetworkFailure", f"cannot reach {nodes[nxt]}: {e}", peer=nodes[nxt])
+    for s in servers:
+        s.close()
+    return list(results.values())

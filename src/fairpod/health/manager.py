@@ -1,0 +1,212 @@
+"""Runs node health inside the control plane: the monitoring agent for every node, deep health checks
+(when a node joins, after a reboot or replacement, on demand) and recovery.
+
+Recovery (``cluster.node_recovery``): with Automatic, a node in UnschedulablePendingReboot is rebooted
+once its jobs have stopped (for a virtual node: its faults that a reboot clears are gone, it is down for
+``reboot_seconds``), then its deep checks run again; a node in UnschedulablePendingReplacement is retired and
+a fresh one of the same type takes its name (its ``incarnation`` label counts up), then checked. A node that
+passes goes back into service; one that fails again is marked for replacement. With None, faults only label
+the node; ``fairpod node reboot|replace`` does the same by hand either way.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from fairpod.health import checks
+from fairpod.health.agent import DEEP_CHECK_ACTION, agent_check
+from fairpod.health.probe import CLEARED_BY_REBOOT, FAULT_KINDS, Faulty, Probe
+from fairpod.model.spec import NodeRecovery
+from fairpod.store import DeepHealthCheck, NodeHealth
+
+if TYPE_CHECKING:
+    from fairpod.server.control import ControlPlane
+
+log = logging.getLogger("fairpod.health")
+
+
+class HealthManager:
+    def __init__(self, cp: ControlPlane, *, interval: float = 10.0, reboot_seconds: float = 2.0,
+                 heartbeat_timeout: float | None = None, stress_seconds: float = 2.0) -> None:
+        self.cp = cp
+        self.interval = interval
+        self.reboot_seconds = reboot_seconds
+        self.heartbeat_timeout = heartbeat_timeout or 3 * interval
+        self.stress_seconds = stress_seconds
+        self.heartbeats: dict[str, float] = {}
+        self.checks: deque[tuple[str, str]] = deque()
+        self.recover: dict[str, str] = {}  # node -> reboot | replace, asked for by hand
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.scratch = str(cp.home)
+
+    # -- requests (API threads) ----------------------------------------------------------------
+    def inject(self, node: str, kind: str) -> None:
+        if kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {kind!r} ({', '.join(FAULT_KINDS)})")
+        nd = self.cp.store.get_node(node)
+        if nd is None:
+            raise KeyError(node)
+        faults = sorted(set(nd.labels.get("injected_faults", [])) | {kind})
+        self.cp.store.update_node(node, {"labels": {**nd.labels, "injected_faults": faults}})
+        self.cp.event("FaultInjected", f"node {node}: fault {kind} injected", node=node, kind=kind)
+        self._wake.set()
+
+    def request_check(self, node: str, why: str = "on demand") -> None:
+        with self._lock:
+            self.checks.append((node, why))
+        self._wake.set()
+
+    def request_recovery(self, node: str, action: str) -> None:
+        with self._lock:
+            self.recover[node] = action
+        status = NodeHealth.PENDING_REBOOT if action == "reboot" else NodeHealth.PENDING_REPLACEMENT
+        self.cp.node_fault(node, "ManualAction", f"{action} requested by an admin", action)
+        self.cp.store.update_node(node, {"health_status": status})
+        self._wake.set()
+
+    # -- the loop ------------------------------------------------------------------------------
+    def start(self) -> None:
+        for nd in self.cp.store.list_nodes():
+            if self._configured_checks(nd.instance_group) and nd.deep_health_check is None:
+                self.request_check(nd.name, "node joined")
+        self._thread = threading.Thread(target=self._loop, name="fairpod-health", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def _loop(self) -> None:
+        next_agent = 0.0
+        while not self._stop.is_set():
+            try:
+                now = time.monotonic()
+                if now >= next_agent:
+                    self.agent_round()
+                    next_agent = now + self.interval
+                self.recovery_round()
+                self.check_round()
+            except Exception:
+                log.exception("health loop failed; retrying")
+            self._wake.wait(min(self.interval, 0.5))
+            self._wake.clear()
+
+    def probe(self, node: str) -> Probe:
+        nd = self.cp.store.get_node(node)
+        cat = self.cp.spec.catalog()
+        acc = cat[nd.instance_type].accelerators if nd and nd.instance_type in cat else 0
+        base = Probe(node, self.scratch, acc, virtual_gpus=not self.cp.real_gpus)
+        faults = set(nd.labels.get("injected_faults", [])) if nd else set()
+        return Faulty(base, faults) if faults else base
+
+    def agent_round(self) -> None:
+        now = time.time()
+        for nd in self.cp.store.list_nodes():
+            if nd.health_status != NodeHealth.SCHEDULABLE:
+                continue
+            probe = self.probe(nd.name)
+            if not probe.heartbeat_stopped:  # the node's agent reports in
+                self.heartbeats[nd.name] = now
+            for f in agent_check(probe, self.heartbeats.get(nd.name), now, self.heartbeat_timeout):
+                if f.action == "none":
+                    self.cp.event(f.condition, f"node {nd.name}: {f.msg}", node=nd.name, **f.values)
+                    continue
+                self.cp.node_fault(nd.name, f.condition, f.msg, f.action)
+                break
+
+    def recovery_round(self) -> None:
+        automatic = self.cp.spec.cluster.node_recovery == NodeRecovery.AUTOMATIC
+        for nd in self.cp.store.list_nodes():
+            if nd.health_status == NodeHealth.PENDING_REBOOT:
+                action = "reboot"
+            elif nd.health_status == NodeHealth.PENDING_REPLACEMENT:
+                action = "replace"
+            else:
+                continue
+            with self._lock:
+                manual = self.recover.get(nd.name) == action
+            if not (automatic or manual) or self.cp.jobs_on(nd.name):
+                continue  # labels only, or wait until its jobs have stopped
+            with self._lock:
+                self.recover.pop(nd.name, None)
+            self._carry_out(nd.name, action, nd.labels)
+
+    def _carry_out(self, node: str, action: str, labels: dict[str, Any]) -> None:
+        faults = set(labels.get("injected_faults", []))
+        if action == "reboot":
+            self.cp.event("NodeRebooting", f"node {node} is rebooting", node=node)
+            time.sleep(self.reboot_seconds)  # the node is down
+            left = sorted(faults - CLEARED_BY_REBOOT)
+            new_labels = {**labels, "injected_faults": left}
+            self.cp.event("NodeRebooted", f"node {node} rebooted", node=node)
+        else:
+            inc = int(labels.get("incarnation", 0)) + 1
+            new_labels = {**labels, "injected_faults": [], "incarnation": inc}
+            self.cp.event("NodeReplaced", f"node {node} retired; a fresh {node} (incarnation {inc}) replaces it",
+                          node=node, incarnation=inc)
+        self.heartbeats.pop(node, None)
+        self.cp.store.update_node(node, {"labels": new_labels, "health_status": NodeHealth.UNSCHEDULABLE,
+                                         "deep_health_check": DeepHealthCheck.IN_PROGRESS})
+        self.request_check(node, f"after {action}")
+
+    def _configured_checks(self, group: str) -> list[str]:
+        for g in self.cp.spec.cluster.instance_groups:
+            if g.name == group:
+                return list(g.deep_health_checks)
+        return []
+
+    def check_round(self) -> None:
+        while True:
+            with self._lock:
+                if not self.checks:
+                    return
+                node, why = self.checks.popleft()
+            self.deep_check(node, why)
+
+    def deep_check(self, node: str, why: str) -> bool:
+        nd = self.cp.store.get_node(node)
+        if nd is None:
+            return False
+        names = self._configured_checks(nd.instance_group) or ["InstanceStress"]
+        before = nd.health_status
+        self.cp.store.update_node(node, {"deep_health_check": DeepHealthCheck.IN_PROGRESS,
+                                         "health_status": NodeHealth.UNSCHEDULABLE})
+        self.cp.set_schedulable(node, False)
+        self.cp.event("DeepHealthCheckStarted", f"node {node}: deep health checks {', '.join(names)} ({why})",
+                      node=node)
+        results: list[checks.CheckResult] = []
+        probe = self.probe(node)
+        if "InstanceStress" in names:
+            results.append(checks.instance_stress(probe, seconds=self.stress_seconds))
+        if "InstanceConnectivity" in names:
+            peers = [n.name for n in self.cp.store.list_nodes(instance_group=nd.instance_group)
+                     if n.name == node or n.schedulable]
+            conn = next((g.connectivity for g in self.cp.spec.cluster.instance_groups
+                         if g.name == nd.instance_group), None)
+            kw = {"min_mib_per_s": conn.min_mib_per_s, "max_latency_ms": conn.max_latency_ms} if conn else {}
+            results += [r for r in checks.instance_connectivity(peers, **kw) if r.node == node]
+        for r in results:
+            for e in r.events:
+                self.cp.store.append_event("HealthCheck", e["msg"], node=node, data=e)
+        failed = [r for r in results if not r.passed]
+        if not failed:
+            if before in (NodeHealth.PENDING_REBOOT, NodeHealth.PENDING_REPLACEMENT) and why == "on demand":
+                self.cp.store.update_node(node, {"health_status": before, "deep_health_check": DeepHealthCheck.PASSED})
+                return True
+            self.cp.node_recovered(node, passed=True)
+            return True
+        fault = failed[0].fault_type or "DeepHealthCheckFailed"
+        action = DEEP_CHECK_ACTION.get(fault, "replace")
+        msg = "; ".join(e["msg"] for r in failed for e in r.events if e["level"] == "error")
+        self.cp.node_fault(node, fault, f"deep health check failed: {msg}", action)
+        self.cp.store.update_node(node, {"deep_health_check": DeepHealthCheck.FAILED})
+        return False
