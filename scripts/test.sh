@@ -9,7 +9,7 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 PIP=(.venv/bin/python -m pip install -q --disable-pip-version-check)
-"${PIP[@]}" -e '.[test,ray]'
+"${PIP[@]}" -e '.[test,ray,postgres]'
 # torch CPU for the distributed-training example (a pinned CPU build; never a multi-GB CUDA download)
 if ! .venv/bin/python -c "import torch" 2>/dev/null; then
   "${PIP[@]}" torch==2.13.0 || echo "warning: could not install torch; the training example tests will be skipped"
@@ -17,6 +17,11 @@ fi
 if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium) \
     >/dev/null || echo "warning: could not install chromium; the dashboard browser test will be skipped"
+fi
+# PostgreSQL server binaries for the store's and the control plane's PostgreSQL tests
+if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql) \
+    >/dev/null || echo "warning: could not install postgresql; the PostgreSQL tests will be skipped"
 fi
 echo "== ruff"
 .venv/bin/ruff check src tests benchmarks examples

@@ -41,6 +41,7 @@ class Server:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.spec = spec
+        self.db: str | None = None  # a database URL; default SQLite under the home
         self.proc: subprocess.Popen | None = None
 
     def cli(self, *args: str, token: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -57,6 +58,8 @@ class Server:
         args = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(self.port)]
         if self.spec:
             args += ["--spec", str(self.spec)]
+        if self.db:
+            args += ["--db", self.db]
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home.parent / "server.out", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=log, start_new_session=True)
