@@ -95,8 +95,11 @@ def test_invariants_hold_over_random_event_sequences(cluster, evs, whole_nodes):
         elif snap.running:
             jid = sorted(snap.running)[ev[1] % len(snap.running)]
             snap.finish(jid)
-        for d in cycle(snap, now):
+        ds = cycle(snap, now)
+        started_now = {d.job for d in ds if isinstance(d, Admit)}
+        for d in ds:
             if isinstance(d, Preempt):
+                assert d.job not in started_now, f"{d.job} admitted and preempted in one cycle"
                 # no two jobs preempt each other back and forth
                 assert (d.by, d.job) not in preempted_by, f"{d.job} and {d.by} preempt each other"
                 preempted_by.add((d.job, d.by))

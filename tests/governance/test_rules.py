@@ -328,3 +328,16 @@ def test_wait_reason_reported_once_until_it_changes():
     submit(snap, "j", "a", 4, n=2)
     assert "j" in waits(cycle(snap, 0))
     assert waits(cycle(snap, 1)) == {}
+
+
+def test_a_cycle_serves_every_entitled_job_before_lending():
+    # a's idle quota must not be lent in a cycle in which a's own next job claims it back
+    snap = make(3, [{"name": "a", "quota": 8}, {"name": "b", "quota": 4, "limit": 100}])
+    submit(snap, "b0", "b", 4, t=0)
+    cycle(snap, 0)
+    submit(snap, "a1", "a", 4, t=1)
+    submit(snap, "a2", "a", 4, t=1)
+    submit(snap, "b1", "b", 4, t=1)
+    ds = cycle(snap, 1)
+    assert sorted(admitted(ds)) == ["a1", "a2"] and preempted(ds) == []
+    assert "b1" in snap.pending

@@ -8,8 +8,8 @@ A cycle:
 1. Starvation guard (rule 6): a team's first job that has waited longer than the policy's
    ``starvation_guard_seconds`` goes first; if it still cannot start, nodes (and, if it must borrow,
    borrowable capacity) are held for it and its team admits nothing past it until it starts.
-2. Rounds: in each round every team with pending work offers its first job whose shape has not failed
-   this cycle (a job that cannot start never blocks other teams, nor other shapes of its own team). Teams
+2. Rounds, twice: first only jobs within their team's quota, then all. In each round every team with
+   pending work offers its first job whose shape has not failed this cycle (a job that cannot start never blocks other teams, nor other shapes of its own team). Teams
    go in this order: jobs within their team's quota first; then, under FairShare, the team with the lowest
    weighted share first (FirstComeFirstServe: the earliest job first); then priority; then submit time.
    Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
@@ -170,11 +170,29 @@ class _Cycle:
                 strict.add(w.team)
                 self.hold(w)
         failed: dict[str, set] = {}
-        active = [t for t in snap.teams.values() if t.queue and t.name not in strict]
+        teams = [t for t in snap.teams.values() if t.queue and t.name not in strict]
+        self.rounds(teams, failed, within_only=True)
+        self.rounds(teams, failed, within_only=False)
+        return self.out
+
+    def rounds(self, teams: list[Team], failed: dict[str, set], within_only: bool) -> None:
+        """Offer each team's first job until a round admits nothing. With ``within_only``, only jobs within
+        their team's quota are offered (shapes that would borrow are skipped, not failed), so idle capacity
+        is lent only after every team has taken what it is entitled to in this cycle."""
+        borrowing: dict[str, set] = {}
+        active = teams
         while active:
             offers = []
             for t in active:
-                h = t.queue.head(failed.get(t.name))
+                skip = failed.get(t.name, set())
+                if within_only:
+                    skip = skip | borrowing.setdefault(t.name, set())
+                while True:
+                    h = t.queue.head(skip)
+                    if h is None or not within_only or quota.within_quota(t, h.itype, h.total):
+                        break
+                    borrowing[t.name].add(h.shape)  # a shape that borrows now borrows all this phase
+                    skip = skip | {h.shape}
                 if h is not None:
                     offers.append((self.rank(t, h), t.name, t, h))
             if not offers:
@@ -186,7 +204,6 @@ class _Cycle:
                     failed.setdefault(name, set()).add(w.shape)
                 nxt.append(t)
             active = nxt
-        return self.out
 
 
 def schedule(snap: Snapshot) -> list[Decision]:
