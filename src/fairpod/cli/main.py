@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "fairpod.cli.admin_cmds",
     "fairpod.cli.spec_cmds",
     "fairpod.cli.simulate",
+    "fairpod.cli.report_cmds",
 ]
 
 

@@ -9,7 +9,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from fairpod import __version__
-from fairpod.server import routes_admin, routes_jobs
+from fairpod.dashboard import assets as dashboard_assets
+from fairpod.server import metrics, routes_admin, routes_dashboard, routes_jobs, routes_reports
 from fairpod.server.control import ControlPlane, Problem
 from fairpod.store import AlreadyExists, Conflict, NotFound
 
@@ -57,5 +58,9 @@ def create_app(cp: ControlPlane) -> FastAPI:
     api = APIRouter(prefix="/api/v1")
     routes_jobs.add_routes(api, cp)
     routes_admin.add_routes(api, cp)
+    routes_dashboard.add_routes(api, cp)
+    routes_reports.add_routes(api, cp)
     app.include_router(api)
+    metrics.add_routes(app, cp)
+    dashboard_assets.add_routes(app)
     return app

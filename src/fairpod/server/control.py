@@ -23,6 +23,7 @@ from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.nodes import NodeOps
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run, Slots
+from fairpod.server.usage import UsageSampler
 from fairpod.store import AlreadyExists, Store
 from fairpod.store.records import DeepHealthCheck, Job
 
@@ -78,6 +79,7 @@ class ControlPlane(NodeOps):
         self.spec: ClusterSpec = rec.spec
         self.cycles = 0
         self.cycle_seconds = 0.0
+        self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         with self.lock:
             self._recover()
@@ -260,6 +262,7 @@ class ControlPlane(NodeOps):
                 elif isinstance(d, Wait):
                     self.store.update_job(int(d.job), {"reason": d.reason})
             self._launch_ready()
+            self.usage.tick(self)
 
     def start(self, interval: float = 0.25) -> None:
         def loop() -> None:

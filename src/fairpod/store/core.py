@@ -19,9 +19,10 @@ from fairpod.store.jobs import JOB_SEQ_COUNTER, JobOps
 from fairpod.store.nodes import NodeOps
 from fairpod.store.records import StoreError
 from fairpod.store.tables import SCHEMA_VERSION, Base, CounterRow, JobRow, MetaRow
+from fairpod.store.usage import UsageOps
 
 
-class _AllOps(ClusterOps, NodeOps, JobOps, EventOps, AuthOps):
+class _AllOps(ClusterOps, NodeOps, JobOps, EventOps, AuthOps, UsageOps):
     pass
 
 

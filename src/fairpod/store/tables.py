@@ -158,3 +158,27 @@ class AuditRow(Base):
     action: Mapped[str] = mapped_column(String(64))
     target: Mapped[str] = mapped_column(Text)
     detail: Mapped[dict[str, Any]]
+
+
+class UsageSampleRow(Base):
+    """One series' figures at one sample time (see ``fairpod.store.usage``). ``kind`` is ``group`` (one
+    instance group: in use and capacity of accelerators, vCPU, memory) or ``team`` (one team on one instance
+    type: accelerators in quota, in use, borrowed, lent). All rows of one sample share its ``ts``."""
+
+    __tablename__ = "usage_samples"
+    __table_args__ = (Index("ix_usage_kind_ts", "kind", "ts"), {"sqlite_autoincrement": True})
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    ts: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(8))
+    name: Mapped[str] = mapped_column(String(64))  # the instance group or the team
+    instance_type: Mapped[str] = mapped_column(String(64))
+    acc: Mapped[float] = mapped_column(Float)  # accelerators in use
+    vcpu: Mapped[float] = mapped_column(Float)  # vCPU in use
+    memory_gib: Mapped[float] = mapped_column(Float)  # memory in use
+    cap_acc: Mapped[float] = mapped_column(Float)  # group: capacity; team: quota
+    cap_vcpu: Mapped[float] = mapped_column(Float)
+    cap_memory_gib: Mapped[float] = mapped_column(Float)
+    borrowed: Mapped[float] = mapped_column(Float)  # team: accelerators above quota; group: 0
+    lent: Mapped[float] = mapped_column(Float)  # team: own idle accelerators others use; group: 0
+    nodes: Mapped[int] = mapped_column(Integer)  # group: nodes; team: 0
+    healthy_nodes: Mapped[int] = mapped_column(Integer)  # group: schedulable nodes; team: 0

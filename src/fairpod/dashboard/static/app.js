@@ -1,0 +1,322 @@
+// fairpod dashboard: a small page of our own over the JSON API (/api/v1). It polls the API every
+// POLL_MS while open, so every page updates without a reload. Charts: plotly.js (served from the
+// installed plotly package). The token stays in this tab's sessionStorage and goes out only as a
+// bearer token to this server.
+"use strict";
+
+const POLL_MS = 2000;
+const API = "/api/v1";
+const PAGES = ["cluster", "teams", "tasks", "events"];
+// Okabe-Ito colours (colour-blind safe); every series also gets its own dash and marker so that the
+// charts read in greyscale.
+const COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"];
+const DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
+const SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "hexagon"];
+
+const state = {
+  token: sessionStorage.getItem("fairpod.token") || "",
+  me: null,
+  page: "cluster",
+  lastEventId: null,
+  events: [],
+  timer: null,
+  busy: false,
+  lastOk: 0,
+};
+
+const $ = (sel) => document.querySelector(sel);
+
+function esc(v) {
+  return String(v ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+}
+function num(v, digits = 0) {
+  if (v === null || v === undefined) return "–";
+  return Number(v).toLocaleString("en-US", {maximumFractionDigits: digits, minimumFractionDigits: 0});
+}
+function pct(v) {
+  return v === null || v === undefined ? "–" : `${Math.round(v * 100)} %`;
+}
+function dur(s) {
+  if (s === null || s === undefined) return "–";
+  s = Math.max(0, Math.round(s));
+  if (s < 60) return `${s} s`;
+  if (s < 3600) return `${Math.floor(s / 60)} min ${s % 60} s`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
+}
+function clock(ts) {
+  const d = new Date(ts * 1000);
+  return d.toLocaleString("en-GB", {month: "short", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit"});
+}
+function stateTag(s) {
+  return `<span class="state s-${esc(s)}">${esc(s)}</span>`;
+}
+function kpi(label, value, sub = "", id = "") {
+  return `<div class="kpi"${id ? ` id="${id}"` : ""}><div class="label">${esc(label)}</div>` +
+    `<div class="value">${esc(value)}</div><div class="sub">${esc(sub)}</div></div>`;
+}
+function rows(tbody, html, cols, empty) {
+  tbody.innerHTML = html.length ? html.join("") : `<tr><td colspan="${cols}" class="empty">${esc(empty)}</td></tr>`;
+}
+
+class AuthError extends Error {}
+
+async function api(path) {
+  const r = await fetch(API + path, {headers: {Authorization: `Bearer ${state.token}`}});
+  if (r.status === 401) throw new AuthError("the token is unknown or revoked");
+  if (!r.ok) {
+    let msg = r.statusText;
+    try { msg = (await r.json()).detail || msg; } catch (e) { /* not JSON */ }
+    throw new Error(`${msg} (HTTP ${r.status})`);
+  }
+  return r.json();
+}
+
+// -- sign in / out ------------------------------------------------------------------------------
+function showLogin(msg) {
+  clearInterval(state.timer);
+  state.timer = null;
+  state.me = null;
+  $("#login").hidden = false;
+  $("#nav").hidden = true;
+  $("#who").hidden = true;
+  for (const p of PAGES) $(`#page-${p}`).hidden = true;
+  $("#login-error").textContent = msg || "";
+  $("#token").focus();
+}
+
+async function signIn(token) {
+  state.token = token;
+  try {
+    state.me = await api("/me");
+  } catch (e) {
+    sessionStorage.removeItem("fairpod.token");
+    showLogin(e instanceof AuthError ? "That token is unknown or revoked." : `Cannot sign in: ${e.message}`);
+    return;
+  }
+  sessionStorage.setItem("fairpod.token", token);
+  $("#login").hidden = true;
+  $("#nav").hidden = false;
+  $("#who").hidden = false;
+  const me = state.me;
+  $("#cluster-name").textContent = `cluster ${me.cluster}`;
+  $("#user").textContent = me.role === "member" ? `${me.name} (member of ${me.teams.join(", ")})` : `${me.name} (${me.role})`;
+  fillSelect($("#f-team"), me.visible_teams);
+  fillSelect($("#f-group"), me.instance_groups.map((g) => g.name));
+  state.lastEventId = null;
+  state.events = [];
+  route();
+  state.timer = setInterval(refresh, POLL_MS);
+}
+
+function fillSelect(sel, values) {
+  const keep = sel.value;
+  sel.innerHTML = `<option value="">all</option>` + values.map((v) => `<option>${esc(v)}</option>`).join("");
+  sel.value = values.includes(keep) ? keep : "";
+}
+
+// -- routing and polling ------------------------------------------------------------------------
+function route() {
+  const want = (location.hash.replace(/^#\/?/, "") || "cluster").split("?")[0];
+  state.page = PAGES.includes(want) ? want : "cluster";
+  for (const p of PAGES) $(`#page-${p}`).hidden = p !== state.page;
+  for (const a of document.querySelectorAll("nav a")) {
+    if (a.dataset.page === state.page) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  document.title = `fairpod · ${state.page[0].toUpperCase()}${state.page.slice(1)}`;
+  refresh();
+}
+
+async function refresh() {
+  if (!state.me || state.busy) return;
+  state.busy = true;
+  try {
+    await pollEvents();
+    if (state.page === "cluster") await drawCluster();
+    else if (state.page === "teams") await drawTeams();
+    else if (state.page === "tasks") await drawTasks();
+    else drawEvents();
+    state.lastOk = Date.now();
+    const live = $("#live");
+    live.textContent = `live · updated ${new Date().toLocaleTimeString("en-GB")}`;
+    live.classList.remove("stale");
+  } catch (e) {
+    if (e instanceof AuthError) {
+      sessionStorage.removeItem("fairpod.token");
+      showLogin("Your token is no longer valid; sign in again.");
+    } else {
+      const live = $("#live");
+      live.textContent = `not updating: ${e.message}`;
+      live.classList.add("stale");
+    }
+  } finally {
+    state.busy = false;
+  }
+}
+
+// -- charts -------------------------------------------------------------------------------------
+function baseLayout(title, ytitle) {
+  return {
+    title: {text: title, font: {size: 14}, x: 0.02},
+    margin: {l: 52, r: 12, t: 34, b: 70},
+    xaxis: {type: "date", showgrid: true, gridcolor: "#eaeef2"},
+    yaxis: {title: {text: ytitle}, rangemode: "tozero", gridcolor: "#eaeef2"},
+    legend: {orientation: "h", y: -0.22, font: {size: 11}},
+    font: {family: "system-ui, sans-serif", size: 12, color: "#1b1f24"},
+    paper_bgcolor: "#fff", plot_bgcolor: "#fff", hovermode: "x unified",
+  };
+}
+function line(name, xs, ys, i, opts = {}) {
+  return {
+    type: "scatter", mode: "lines+markers", name, x: xs, y: ys, connectgaps: false,
+    line: {color: COLOURS[i % COLOURS.length], dash: opts.dash || DASHES[i % DASHES.length], width: opts.width || 2,
+           shape: "hv"},
+    marker: {symbol: SYMBOLS[i % SYMBOLS.length], size: opts.marker ?? 5, color: COLOURS[i % COLOURS.length]},
+  };
+}
+function plot(el, traces, layout) {
+  if (!window.Plotly) { el.textContent = "Loading the charting library…"; return; }
+  Plotly.react(el, traces, layout, {displayModeBar: false, responsive: true});
+}
+// the history's buckets, then "now" as the last point
+function series(hist, values, nowValue) {
+  const xs = hist.times.map((t) => new Date(t * 1000));
+  xs.push(new Date(hist.to * 1000));
+  return [xs, [...values, nowValue]];
+}
+
+// -- pages --------------------------------------------------------------------------------------
+async function drawCluster() {
+  const win = $("#window-cluster").value;
+  const [hist, nodes] = await Promise.all([api(`/usage/history?window=${win}`), api("/nodes")]);
+  const g = hist.now.groups;
+  const sum = (k) => g.reduce((a, x) => a + x[k], 0);
+  const acc = sum("acc"), capAcc = sum("cap_acc");
+  $("#cluster-kpis").innerHTML =
+    kpi("Accelerators in use", `${num(acc)} / ${num(capAcc)}`, "all instance groups", "kpi-acc") +
+    kpi("Utilisation", pct(capAcc ? acc / capAcc : null), "accelerators in use / all", "kpi-utilisation") +
+    kpi("vCPU in use", `${num(sum("vcpu"))} / ${num(sum("cap_vcpu"))}`) +
+    kpi("Memory in use", `${num(sum("memory_gib"))} / ${num(sum("cap_memory_gib"))} GiB`) +
+    kpi("Nodes healthy", `${num(sum("healthy_nodes"))} / ${num(sum("nodes"))}`, "schedulable / all");
+  rows($("#group-table tbody"), g.map((x) => `<tr data-group="${esc(x.name)}"><td>${esc(x.name)}</td>` +
+    `<td>${esc(x.instance_type)}</td><td class="num">${num(x.healthy_nodes)} / ${num(x.nodes)}</td>` +
+    `<td class="num">${num(x.acc)} / ${num(x.cap_acc)}</td><td class="num">${pct(x.cap_acc ? x.acc / x.cap_acc : null)}</td>` +
+    `<td class="num">${num(x.vcpu, 1)} / ${num(x.cap_vcpu)}</td>` +
+    `<td class="num">${num(x.memory_gib, 1)} / ${num(x.cap_memory_gib)}</td></tr>`), 7, "no instance groups");
+  const charts = [["chart-acc", "acc", "cap_acc", "Accelerators in use", "accelerators"],
+                  ["chart-vcpu", "vcpu", "cap_vcpu", "vCPU in use", "vCPU"],
+                  ["chart-mem", "memory_gib", "cap_memory_gib", "Memory in use", "GiB"]];
+  for (const [id, key, cap, title, unit] of charts) {
+    const traces = [];
+    hist.groups.forEach((h, i) => {
+      const now = g.find((x) => x.name === h.name) || {};
+      const [xs, ys] = series(hist, h[key], now[key] ?? null);
+      traces.push(line(`${h.name} in use`, xs, ys, i));
+      const [cx, cy] = series(hist, h[cap], now[cap] ?? null);
+      traces.push(line(`${h.name} capacity`, cx, cy, i, {dash: "dot", width: 1, marker: 0}));
+    });
+    plot($(`#${id}`), traces, baseLayout(title, unit));
+  }
+  rows($("#node-table tbody"), nodes.nodes.map((n) => `<tr><td>${esc(n.name)}</td><td>${esc(n.instance_group)}</td>` +
+    `<td>${esc(n.instance_type)}</td><td>${n.health_status === "Schedulable" ? esc(n.health_status) : `<span class="bad">${esc(n.health_status)}</span>`}</td>` +
+    `<td>${esc(n.deep_health_check || "–")}</td><td>${n.cordoned ? '<span class="tag">cordoned</span>' : "no"}</td>` +
+    `<td class="num">${num(n.accelerators_free)} / ${num(n.accelerators)}</td><td>${esc(n.jobs.join(", ") || "–")}</td>` +
+    `<td>${esc([n.fault_type, n.fault_reason].filter(Boolean).join(": ") || "–")}</td></tr>`), 9, "no nodes");
+}
+
+async function drawTeams() {
+  const win = $("#window-teams").value;
+  const [cluster, hist] = await Promise.all([api("/cluster"), api(`/usage/history?window=${win}`)]);
+  $("#team-kpis").innerHTML = Object.entries(cluster.capacity).map(([it, c]) =>
+    kpi(`Utilisation of ${it}`, pct(c.utilization), `${num(c.in_use)} of ${num(c.accelerators)} accelerators in use`,
+        `kpi-util-${it.replace(/[^a-z0-9]/gi, "-")}`)).join("");
+  rows($("#team-table tbody"), cluster.teams.map((t) => {
+    const from = Object.entries(t.borrowed_from || {}).map(([k, v]) => `${num(v)} from ${esc(k)}`).join(", ");
+    const borrowed = t.borrowed ? `<span class="over">${from || `${num(t.borrowed)} from idle capacity`}</span>` : "0";
+    const sharing = t.sharing === "LendAndBorrow" ? `LendAndBorrow (borrow limit ${num(t.borrow_limit)} %)` : esc(t.sharing || "–");
+    return `<tr data-team="${esc(t.team)}" data-type="${esc(t.instance_type)}"><td>${esc(t.team)}</td>` +
+      `<td>${esc(t.instance_type)}</td><td class="num">${num(t.quota)}</td><td class="num">${num(t.in_use)}</td>` +
+      `<td class="borrowed">${borrowed}</td><td class="num">${num(t.lent)}</td><td class="num">${num(t.available)}</td>` +
+      `<td class="num util">${pct(t.utilization)}</td><td class="num">${num(t.fair_share_weight)}</td><td>${sharing}</td></tr>`;
+  }), 10, "no teams you can see");
+  const box = $("#team-charts");
+  const types = [...new Set(hist.teams.map((t) => t.instance_type))].sort();
+  const ids = types.map((it) => `team-chart-${it.replace(/[^a-z0-9]/gi, "-")}`);
+  if (box.dataset.ids !== ids.join(",")) {
+    box.innerHTML = ids.map((id, i) => `<div id="${id}" class="chart" role="img" aria-label="Accelerators in use per team on ${esc(types[i])}, with quota lines"></div>`).join("")
+      || `<p class="empty">No usage recorded yet.</p>`;
+    box.dataset.ids = ids.join(",");
+  }
+  types.forEach((it, k) => {
+    const traces = [];
+    hist.teams.filter((t) => t.instance_type === it).forEach((t, i) => {
+      const now = hist.now.teams.find((x) => x.team === t.team && x.instance_type === it) || {};
+      const [xs, ys] = series(hist, t.in_use, now.in_use ?? null);
+      traces.push(line(`${t.team} in use`, xs, ys, i));
+      const [qx, qy] = series(hist, t.quota, now.quota ?? null);
+      traces.push(line(`${t.team} quota`, qx, qy, i, {dash: "dash", width: 1.5, marker: 0}));
+    });
+    plot($(`#${ids[k]}`), traces, baseLayout(`${it}: accelerators in use per team (dashed: quota)`, "accelerators"));
+  });
+}
+
+async function drawTasks() {
+  const q = new URLSearchParams({window: $("#window-tasks").value});
+  if ($("#f-team").value) q.set("team", $("#f-team").value);
+  if ($("#f-group").value) q.set("instance_group", $("#f-group").value);
+  if ($("#f-state").value) q.set("state", $("#f-state").value);
+  const d = await api(`/dashboard/tasks?${q}`);
+  const c = d.counts;
+  const winText = $("#window-tasks").selectedOptions[0].textContent;
+  $("#task-kpis").innerHTML =
+    kpi("Running", num(c.Running), "hold resources now", "kpi-running") +
+    kpi("Pending", num(c.Pending), `${num(d.waiting_after_preemption)} of them preempted, waiting to resume`, "kpi-pending") +
+    kpi("Preempted, stopping", num(c.Preempted), "replicas get SIGTERM, then go back to the queue", "kpi-preempted") +
+    kpi("Average wait", dur(d.avg_wait_seconds), `submission to first start, ${num(d.admitted_in_window)} started in ${winText}`) +
+    kpi("Average run time", dur(d.avg_run_seconds), `first start to end, ${num(d.finished_in_window)} ended in ${winText}`) +
+    kpi("Ended", `${num(c.Succeeded)} ✓ ${num(c.Failed)} ✗ ${num(c.Cancelled)} –`, `succeeded, failed, cancelled in ${winText}`);
+  rows($("#task-table tbody"), d.tasks.map((t) => `<tr data-task="${esc(t.name)}"><td>${esc(t.name)}</td><td>${esc(t.team)}</td>` +
+    `<td>${esc(t.priority || "default")}</td><td class="state-cell">${stateTag(t.state)}</td><td class="num">${t.queue_position ?? "–"}</td>` +
+    `<td class="num">${num(t.nodes)} × ${num(t.accelerators / t.nodes)}</td><td class="num">${dur(t.wait_seconds)}</td>` +
+    `<td class="num">${dur(t.run_seconds)}</td><td class="num preempted">${num(t.preemptions)} / ${num(t.restarts)}</td>` +
+    `<td class="reason">${esc(t.reason)}</td></tr>`), 10, "no tasks match the filters");
+}
+
+async function pollEvents() {
+  const first = state.lastEventId === null;
+  const d = await api(first ? "/events?limit=300" : `/events?since_id=${state.lastEventId}&limit=500`);
+  const evs = first ? d.events.slice().reverse() : d.events;  // oldest first
+  for (const e of evs) state.lastEventId = Math.max(state.lastEventId ?? 0, e.id);
+  if (first && !evs.length) state.lastEventId = 0;
+  state.events = evs.slice().reverse().concat(state.events).slice(0, 1000);  // newest first
+}
+
+function drawEvents() {
+  const want = $("#f-kind").value.split(",").filter(Boolean);
+  const shown = state.events.filter((e) => !want.length || want.some((w) => e.kind.includes(w))).slice(0, 300);
+  rows($("#event-table tbody"), shown.map((e) => `<tr data-kind="${esc(e.kind)}"><td>${esc(clock(e.ts))}</td>` +
+    `<td>${esc(e.kind)}</td><td>${esc(e.team || "–")}</td><td>${esc(e.node || "–")}</td><td>${esc(e.message)}</td></tr>`),
+    5, "no events yet");
+}
+
+// -- wiring -------------------------------------------------------------------------------------
+window.addEventListener("hashchange", route);
+document.addEventListener("DOMContentLoaded", () => {
+  $("#login-form").addEventListener("submit", (ev) => {
+    ev.preventDefault();
+    const t = $("#token").value.trim();
+    if (t) signIn(t);
+  });
+  $("#signout").addEventListener("click", () => {
+    sessionStorage.removeItem("fairpod.token");
+    state.token = "";
+    $("#token").value = "";
+    showLogin("Signed out.");
+  });
+  for (const id of ["#window-cluster", "#window-teams", "#window-tasks", "#f-team", "#f-group", "#f-state", "#f-kind"]) {
+    $(id).addEventListener("change", refresh);
+  }
+  if (state.token) signIn(state.token);
+  else showLogin("");
+});

@@ -1,0 +1,280 @@
+"""Prometheus metrics at ``/metrics``, named in the style of Kueue's (``fairpod_...``); see docs/metrics.md.
+
+Gauges come from the engine's snapshot and the store at scrape time. Counters and the wait/run-time
+histograms are derived from the store (events and job records), so they survive a control-plane restart
+unchanged; only the engine-cycle histogram and ``fairpod_scheduler_cycles_total`` live in memory and
+start again from zero (Prometheus' ``rate()`` handles such resets).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from fastapi import APIRouter, FastAPI, Response
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.registry import Collector
+from sqlalchemy import case, func, select
+
+from fairpod import __version__
+from fairpod.governance.quota import lending
+from fairpod.model.jobs import JobState
+from fairpod.server.auth import Auth, Principal
+from fairpod.server.control import ControlPlane
+from fairpod.store.tables import EventRow, JobRow
+
+WAIT_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
+RUN_BUCKETS = (10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 28800.0, 86400.0, 259200.0,
+               604800.0)  # fmt: skip
+# The engine's reasons for a job it tried and could not start (fairpod.governance: quota, placement, scheduler).
+INADMISSIBLE_PREFIXES = ("over quota", "borrow limit reached", "waiting for reclaim", "no idle", "no healthy",
+                         "needs ", "waiting for capacity")  # fmt: skip
+COUNTED_EVENTS = ("JobAdmitted", "JobPreempted", "JobRestarting")
+PREEMPT_REASONS = ("reclaim", "priority", "fair-share")  # fairpod.governance.decisions.Preempt.kind
+FINAL_STATES = tuple(s.value for s in JobState if s.finished)
+RESOURCES = (("accelerators", 1.0), ("cpu", 1 / 1000), ("memory", 1024 * 1024))  # from (acc, mcpu, MiB)
+
+
+def inadmissible(reason: str) -> bool:
+    """A pending job the engine tried and could not start (vs. one not tried since it entered the queue)."""
+    return reason.startswith(INADMISSIBLE_PREFIXES)
+
+
+class EventCounters:
+    """Totals of admissions, preemptions (by reason) and restarts per team, read from the event log once:
+    each scrape reads only the events after the last one it counted."""
+
+    def __init__(self) -> None:
+        self.last_id = 0
+        self.admitted: dict[str, int] = {}
+        self.preempted: dict[tuple[str, str], int] = {}
+        self.restarts: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def update(self, cp: ControlPlane) -> None:
+        with self.lock, cp.store.engine.connect() as conn:
+            q = (select(EventRow.id, EventRow.kind, EventRow.team, EventRow.data)
+                 .where(EventRow.id > self.last_id, EventRow.kind.in_(COUNTED_EVENTS)).order_by(EventRow.id))
+            for eid, kind, team, data in conn.execute(q):
+                team = team or "(none)"
+                if kind == "JobAdmitted":
+                    self.admitted[team] = self.admitted.get(team, 0) + 1
+                elif kind == "JobPreempted":
+                    key = (team, str((data or {}).get("preemption") or "unknown"))
+                    self.preempted[key] = self.preempted.get(key, 0) + 1
+                else:
+                    self.restarts[team] = self.restarts.get(team, 0) + 1
+                self.last_id = eid
+
+
+def _histogram(cp: ControlPlane, value: Any, cond: Any, buckets: tuple[float, ...]
+               ) -> dict[str, tuple[list[int], int, float]]:
+    """Per team: (cumulative bucket counts, count, sum) of ``value`` over the jobs matching ``cond``."""
+    cols = [func.sum(case((value <= b, 1), else_=0)) for b in buckets]
+    q = select(JobRow.team, func.count(), func.sum(value), *cols).where(cond).group_by(JobRow.team)
+    out = {}
+    with cp.store.engine.connect() as conn:
+        for row in conn.execute(q):
+            out[row[0]] = ([int(x or 0) for x in row[3:]], int(row[1]), float(row[2] or 0.0))
+    return out
+
+
+def _hist_family(name: str, doc: str, data: dict[str, tuple[list[int], int, float]],
+                 buckets: tuple[float, ...], teams: set[str] | None) -> HistogramMetricFamily:
+    fam = HistogramMetricFamily(name, doc, labels=["team"])
+    for team, (counts, n, total) in sorted(data.items()):
+        if teams is not None and team not in teams:
+            continue
+        fam.add_metric([team], [(_le(b), c) for b, c in zip(buckets, counts, strict=True)] + [("+Inf", n)], total)
+    return fam
+
+
+def _le(b: float) -> str:
+    return str(int(b)) if float(b).is_integer() else repr(b)
+
+
+class FairpodCollector(Collector):
+    def __init__(self, cp: ControlPlane) -> None:
+        self.cp = cp
+        self.events = EventCounters()
+        self.principal: Principal | None = None
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        cp = self.cp
+        visible = self.principal.visible_teams() if self.principal else None
+        teams = None if visible is None else set(visible)
+
+        def shown(team: str) -> bool:
+            return teams is None or team in teams
+
+        info = GaugeMetricFamily("fairpod_build_info", "fairpod's version (always 1)", labels=["version"])
+        info.add_metric([__version__], 1)
+        yield info
+
+        cap = GaugeMetricFamily("fairpod_cluster_capacity", "Capacity of the cluster's nodes (cpu in cores, "
+                                "memory in bytes)", labels=["instance_type", "resource"])
+        sched = GaugeMetricFamily("fairpod_cluster_schedulable_capacity", "Capacity of the schedulable nodes",
+                                  labels=["instance_type", "resource"])
+        used = GaugeMetricFamily("fairpod_cluster_resource_usage", "Resources held by running jobs",
+                                 labels=["instance_type", "resource"])
+        quota = GaugeMetricFamily("fairpod_team_nominal_quota", "A team's quota (compute allocation)",
+                                  labels=["team", "instance_type", "resource"])
+        usage = GaugeMetricFamily("fairpod_team_resource_usage", "Resources a team's running jobs hold",
+                                  labels=["team", "instance_type", "resource"])
+        borrowed = GaugeMetricFamily("fairpod_team_borrowed_resources", "Usage above the team's quota",
+                                     labels=["team", "instance_type", "resource"])
+        lent = GaugeMetricFamily("fairpod_team_lent_resources", "The team's idle quota other teams use "
+                                 "(accelerators)", labels=["team", "instance_type", "resource"])
+        weight = GaugeMetricFamily("fairpod_team_fair_share_weight", "Fair-share weight (0..100)", labels=["team"])
+        limit = GaugeMetricFamily("fairpod_team_borrowing_limit_percent", "How far above its quota a team may "
+                                  "borrow, in percent of its quota (0 if it does not borrow)", labels=["team"])
+        pending = GaugeMetricFamily("fairpod_pending_jobs", "Pending jobs; status=inadmissible: the engine tried "
+                                    "them and gave a reason, active: not tried since they entered the queue",
+                                    labels=["team", "status"])
+        running = GaugeMetricFamily("fairpod_running_jobs", "Admitted jobs that hold resources", labels=["team"])
+        stopping = GaugeMetricFamily("fairpod_preempting_jobs", "Preempted jobs whose replicas are stopping",
+                                     labels=["team"])
+        with cp.lock:
+            snap = cp.snap
+            types = sorted(set(snap.by_type) | {it for t in snap.teams.values() for it in t.quota})
+            for it in types:
+                nodes = snap.by_type.get(it, [])
+                for d, (res, k) in enumerate(RESOURCES):
+                    cap.add_metric([it, res], sum(n.cap[d] for n in nodes) * k)
+                    sched.add_metric([it, res], sum(n.cap[d] for n in nodes if n.schedulable) * k)
+                    used.add_metric([it, res], sum(n.cap[d] - n.free[d] for n in nodes) * k)
+                lend_to = lending(snap, it)
+                lent_by: dict[str, int] = {}
+                for by_lender in lend_to.values():
+                    for lender, n in by_lender.items():
+                        lent_by[lender] = lent_by.get(lender, 0) + n
+                for name, t in sorted(snap.teams.items()):
+                    q, u = t.q(it), t.u(it)
+                    if not shown(name) or (not any(q) and not any(u)):
+                        continue
+                    for d, (res, k) in enumerate(RESOURCES):
+                        quota.add_metric([name, it, res], q[d] * k)
+                        usage.add_metric([name, it, res], u[d] * k)
+                        borrowed.add_metric([name, it, res], max(0, u[d] - q[d]) * k)
+                    lent.add_metric([name, it, "accelerators"], lent_by.get(name, 0))
+            counts: dict[str, list[int]] = {name: [0, 0, 0, 0] for name in snap.teams if shown(name)}
+            for w in snap.pending.values():
+                if w.team in counts:
+                    counts[w.team][1 if inadmissible(w.reason) else 0] += 1
+            for w in snap.running.values():
+                if w.team in counts:
+                    counts[w.team][2] += 1
+            for name, t in sorted(snap.teams.items()):
+                if shown(name):
+                    weight.add_metric([name], t.weight)
+                    limit.add_metric([name], t.borrow_limit if t.borrows else 0)
+            cycle_hist = cp.usage.cycles
+            hist_snapshot = (list(cycle_hist.counts), cycle_hist.total, cycle_hist.sum)
+            last_cycle, cycles = cp.cycle_seconds, cp.cycles
+        for job in cp.store.list_jobs(state=JobState.PREEMPTED):
+            if job.team in counts:
+                counts[job.team][3] += 1
+        for name, (act, inad, run, stop) in sorted(counts.items()):
+            pending.add_metric([name, "active"], act)
+            pending.add_metric([name, "inadmissible"], inad)
+            running.add_metric([name], run)
+            stopping.add_metric([name], stop)
+        yield from (cap, sched, used, quota, usage, borrowed, lent, weight, limit, pending, running, stopping)
+
+        self.events.update(cp)
+        ev = self.events
+        known = sorted({t.name for t in cp.spec.teams} | set(ev.admitted) | set(ev.restarts)
+                       | {t for t, _ in ev.preempted})
+        known = [t for t in known if shown(t)]
+        adm = CounterMetricFamily("fairpod_admitted_jobs", "Admissions (a job admitted again after a preemption "
+                                  "or restart counts again)", labels=["team"])
+        rst = CounterMetricFamily("fairpod_job_restarts", "Automatic restarts after a failure (auto-resume)",
+                                  labels=["team"])
+        for team in known:
+            adm.add_metric([team], ev.admitted.get(team, 0))
+            rst.add_metric([team], ev.restarts.get(team, 0))
+        pre = CounterMetricFamily("fairpod_preempted_jobs", "Preemptions by reason: reclaim (a lender took its "
+                                  "quota back), priority, fair-share", labels=["team", "reason"])
+        for team in known:
+            reasons = set(PREEMPT_REASONS) | {r for t, r in ev.preempted if t == team}
+            for reason in sorted(reasons):
+                pre.add_metric([team, reason], ev.preempted.get((team, reason), 0))
+        fin = CounterMetricFamily("fairpod_finished_jobs", "Jobs that finished, by final state",
+                                  labels=["team", "state"])
+        finished = {(t, st): 0 for t in known for st in FINAL_STATES}
+        q = (select(JobRow.team, JobRow.state, func.count())
+             .where(JobRow.state.in_(FINAL_STATES)).group_by(JobRow.team, JobRow.state))
+        with cp.store.engine.connect() as conn:
+            for team, state, n in conn.execute(q):
+                if shown(team):
+                    finished[(team, state)] = n
+        for (team, state), n in sorted(finished.items()):
+            fin.add_metric([team, state], n)
+        yield from (adm, pre, rst, fin)
+
+        wait = _histogram(cp, JobRow.first_started_at - JobRow.submit_time, JobRow.first_started_at.is_not(None),
+                          WAIT_BUCKETS)
+        yield _hist_family("fairpod_admission_wait_time_seconds", "From submission to the first admission",
+                           wait, WAIT_BUCKETS, teams)
+        run_t = _histogram(cp, JobRow.finished_at - JobRow.first_started_at,
+                           JobRow.first_started_at.is_not(None) & JobRow.finished_at.is_not(None), RUN_BUCKETS)
+        yield _hist_family("fairpod_job_run_time_seconds", "From the first admission to the end, of finished jobs",
+                           run_t, RUN_BUCKETS, teams)
+
+        nodes_f = GaugeMetricFamily("fairpod_nodes", "Nodes by health status",
+                                    labels=["instance_group", "instance_type", "health_status"])
+        cordoned = GaugeMetricFamily("fairpod_nodes_cordoned", "Cordoned nodes",
+                                     labels=["instance_group", "instance_type"])
+        schedulable = GaugeMetricFamily("fairpod_nodes_schedulable", "Nodes jobs may start on (healthy and not "
+                                        "cordoned)", labels=["instance_group", "instance_type"])
+        by_health: dict[tuple[str, str, str], int] = {}
+        by_group: dict[tuple[str, str], list[int]] = {}
+        for n in cp.store.list_nodes():
+            k = (n.instance_group, n.instance_type, n.health_status.value)
+            by_health[k] = by_health.get(k, 0) + 1
+            g = by_group.setdefault((n.instance_group, n.instance_type), [0, 0])
+            g[0] += int(n.cordoned)
+            g[1] += int(n.schedulable)
+        for k, v in sorted(by_health.items()):
+            nodes_f.add_metric(list(k), v)
+        for (grp, it), (c, s) in sorted(by_group.items()):
+            cordoned.add_metric([grp, it], c)
+            schedulable.add_metric([grp, it], s)
+        yield from (nodes_f, cordoned, schedulable)
+
+        counts_c, total, summ = hist_snapshot
+        cyc = HistogramMetricFamily("fairpod_scheduler_cycle_duration_seconds",
+                                    "Duration of the engine's scheduling cycles since this control plane started")
+        cyc.add_metric([], [(_le(b), c) for b, c in zip(cycle_hist.buckets, counts_c, strict=True)]
+                       + [("+Inf", total)], summ)
+        yield cyc
+        g = GaugeMetricFamily("fairpod_scheduler_last_cycle_duration_seconds", "Duration of the last cycle")
+        g.add_metric([], last_cycle)
+        yield g
+        c = CounterMetricFamily("fairpod_scheduler_cycles", "Engine cycles since this control plane started")
+        c.add_metric([], cycles)
+        yield c
+
+
+def add_routes(app_router: FastAPI | APIRouter, cp: ControlPlane) -> None:
+    """``GET /metrics`` (Prometheus text format; bearer token; members see only their teams' series)."""
+    collector = FairpodCollector(cp)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    lock = threading.Lock()
+
+    @app_router.get("/metrics", tags=["metrics"], response_class=Response)
+    def metrics(p: Auth) -> Response:
+        with lock:  # the collector reads the caller's visibility
+            collector.principal = p
+            try:
+                body = generate_latest(registry)
+            finally:
+                collector.principal = None
+        return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,127 @@
+"""API routes the dashboard needs beside the others: who am I, usage history, the task overview."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+
+from fairpod.model.jobs import JobState
+from fairpod.server.auth import Auth
+from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.usage import WINDOWS, history
+from fairpod.store import Job
+
+
+def _teams_for(cp: ControlPlane, visible: list[str] | None, team: str | None, user: str) -> list[str] | None:
+    if team is None:
+        return visible
+    if visible is not None and team not in visible:
+        raise Problem(403, "forbidden", f"user {user} is not a member of team {team}")
+    return [team]
+
+
+def _window(window: str) -> float:
+    if window not in WINDOWS:
+        raise Problem(422, "invalid request", f"window: {window!r} is not one of {', '.join(WINDOWS)}")
+    return WINDOWS[window][0]
+
+
+def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, states: list[JobState] | None,
+               window: str, finished_limit: int) -> dict[str, Any]:
+    span = _window(window)
+    now = cp.clock()
+    group_nodes: set[str] = set()
+    group_type = None
+    if group is not None:
+        g = next((g for g in cp.spec.cluster.instance_groups if g.name == group), None)
+        if g is None:
+            names = ", ".join(g.name for g in cp.spec.cluster.instance_groups)
+            raise Problem(404, "no such instance group", f"no instance group {group!r} (there are: {names})")
+        group_type = g.instance_type
+        group_nodes = {n.name for n in cp.store.list_nodes(instance_group=group)}
+
+    def in_group(j: Job) -> bool:
+        if group is None:
+            return True
+        if j.placement:
+            return any(n in group_nodes for n in j.placement)
+        return j.instance_type == group_type
+
+    with cp.lock:
+        positions: dict[int, int] = {}
+        for name, t in cp.snap.teams.items():
+            if teams is None or name in teams:
+                for i, w in enumerate(t.queue.in_order(), 1):
+                    positions[int(w.id)] = i
+    active = [j for j in cp.store.list_jobs(team=teams, finished=False) if in_group(j)]
+    recent = [j for j in cp.store.jobs_between(now - span, now + 1, teams) if in_group(j)]
+    counts = {s.value: 0 for s in JobState}
+    for j in active:
+        counts[j.state.value] += 1
+    for j in recent:
+        if j.state.finished and j.finished_at is not None and j.finished_at >= now - span:
+            counts[j.state.value] += 1
+    waited = [j.first_started_at - j.submit_time for j in recent
+              if j.first_started_at is not None and j.first_started_at >= now - span]
+    ran = [j.finished_at - j.first_started_at for j in recent
+           if j.finished_at is not None and j.first_started_at is not None and j.finished_at >= now - span]
+    waiting_again = sum(1 for j in active if j.state == JobState.PENDING and j.preemptions > 0)
+    want = set(states) if states else None
+    rows = [j for j in active if want is None or j.state in want]
+    order = {JobState.RUNNING: 0, JobState.PREEMPTED: 1, JobState.PENDING: 2}
+    rows.sort(key=lambda j: (order[j.state], j.team, positions.get(j.id, 0), j.seq))
+    done = sorted((j for j in recent if j.state.finished and (want is None or j.state in want)),
+                  key=lambda j: -(j.finished_at or 0))[:finished_limit]
+    out = []
+    for j in rows + done:
+        end = j.finished_at if j.finished_at is not None else now
+        out.append({
+            "id": j.id, "name": j.name, "team": j.team, "priority": j.spec.priority, "priority_weight": j.priority,
+            "state": j.state.value, "queue_position": positions.get(j.id), "reason": j.reason,
+            "instance_type": j.instance_type, "nodes": j.nodes, "accelerators": j.nodes * j.acc,
+            "placement": j.placement, "borrowed_from": j.borrowed_from, "preemptions": j.preemptions,
+            "restarts": j.attempt, "submit_time": j.submit_time, "first_started_at": j.first_started_at,
+            "finished_at": j.finished_at,
+            "wait_seconds": round((j.first_started_at if j.first_started_at is not None else end) - j.submit_time, 3),
+            "run_seconds": None if j.first_started_at is None else round(end - j.first_started_at, 3),
+        })  # fmt: skip
+    return {
+        "window": window, "now": now, "counts": counts, "waiting_after_preemption": waiting_again,
+        "avg_wait_seconds": round(sum(waited) / len(waited), 3) if waited else None,
+        "avg_run_seconds": round(sum(ran) / len(ran), 3) if ran else None,
+        "admitted_in_window": len(waited), "finished_in_window": len(ran), "tasks": out,
+    }
+
+
+def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+    @api.get("/me", tags=["dashboard"])
+    def me(p: Auth) -> dict[str, Any]:
+        """The caller: name, role and teams (all teams for admins and viewers)."""
+        visible = p.visible_teams()
+        return {"name": p.name, "role": p.role.value, "teams": list(p.teams),
+                "visible_teams": visible if visible is not None else [t.name for t in cp.spec.teams],
+                "cluster": cp.spec.cluster.name,
+                "instance_groups": [{"name": g.name, "instance_type": g.instance_type, "count": g.count}
+                                    for g in cp.spec.cluster.instance_groups]}
+
+    @api.get("/usage/history", tags=["dashboard"])
+    def usage_history(p: Auth, window: str = Query(default="1h", description="1h, 6h, 1d or 7d")
+                      ) -> dict[str, Any]:
+        """Mean accelerators, vCPU and memory in use per instance group, and per team in use / quota /
+        borrowed / lent, per time bucket over the window (members: their teams)."""
+        _window(window)
+        return history(cp, window, p.visible_teams())
+
+    @api.get("/dashboard/tasks", tags=["dashboard"])
+    def dashboard_tasks(
+        p: Auth,
+        team: str | None = None,
+        instance_group: str | None = None,
+        state: list[JobState] | None = Query(default=None),
+        window: str = Query(default="1d", description="for the averages and finished counts: 1h, 6h, 1d, 7d"),
+        finished: int = Query(default=50, ge=0, le=1000, description="how many recently finished tasks to list"),
+    ) -> dict[str, Any]:
+        """Counts by state, average wait and run time, and the task table with queue positions and reasons."""
+        teams = _teams_for(cp, p.visible_teams(), team, p.name)
+        return tasks_view(cp, teams, instance_group, state, window, finished)

@@ -1,0 +1,168 @@
+"""Usage reports: ``GET /api/v1/reports/usage?from=&to=&team=``.
+
+Per team, instance type and (UTC) day: accelerator-hours used, split into within quota and borrowed, plus
+the team's quota-hours and the hours it lent; per task: its run windows, state, priority and the
+accelerator-hours it used in the period. Usage comes from the usage samples the control plane records
+(``fairpod.server.usage``), tasks from the job records and their lifecycle events.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from fastapi import APIRouter, Query
+
+from fairpod.model.jobs import JobState
+from fairpod.server.auth import Auth
+from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.usage import TEAM, integrate
+from fairpod.store import Job
+
+MAX_DAYS = 400
+OPENS = "JobAdmitted"
+CLOSES = ("JobPreempted", "JobRestarting", "JobRequeued", "JobSucceeded", "JobFailed", "JobCancelled")
+
+
+def parse_time(value: str, what: str, *, end: bool) -> float:
+    """``YYYY-MM-DD`` (a whole UTC day: its start, or with ``end`` the start of the next day) or an ISO 8601
+    date and time (UTC unless it names an offset)."""
+    v = value.strip()
+    try:
+        if len(v) == 10:
+            day = dt.date.fromisoformat(v)
+            t = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
+            return (t + dt.timedelta(days=1) if end else t).timestamp()
+        t = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        raise Problem(422, "invalid request", f"{what}: {value!r} is not a date (YYYY-MM-DD) or an ISO 8601 "
+                      "date and time") from None
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=dt.UTC)
+    return t.timestamp()
+
+
+def iso(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def day_edges(since: float, until: float) -> list[float]:
+    """``since``, every UTC midnight strictly between, ``until``."""
+    edges = [since]
+    d = dt.datetime.fromtimestamp(since, dt.UTC).date() + dt.timedelta(days=1)
+    while (t := dt.datetime(d.year, d.month, d.day, tzinfo=dt.UTC).timestamp()) < until:
+        edges.append(t)
+        d += dt.timedelta(days=1)
+    edges.append(until)
+    return edges
+
+
+def run_windows(job: Job, events: list[Any], now: float) -> list[list[float]]:
+    """The job's [start, end] spans holding resources: from each admission to the next preemption, restart or
+    end; the span still open ends now (or at the job's end if its closing event is missing)."""
+    out: list[list[float]] = []
+    start: float | None = None
+    for e in events:
+        if e.kind == OPENS:
+            if start is not None:
+                out.append([start, e.ts])
+            start = e.ts
+        elif e.kind in CLOSES and start is not None:
+            out.append([start, e.ts])
+            start = None
+    if start is not None:
+        out.append([start, job.finished_at if job.finished_at is not None else now])
+    return out
+
+
+def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] | None) -> dict[str, Any]:
+    now = cp.clock()
+    edges = day_edges(since, until)
+    ints = integrate(cp.store.list_usage(since, min(until, now)), edges, min(until, now))
+    usage: list[dict[str, Any]] = []
+    totals: dict[tuple[str, str], dict[str, float]] = {}
+    for (kind, team, itype), figs in sorted(ints.series.items()):
+        if kind != TEAM or (teams is not None and team not in teams):
+            continue
+        tot = totals.setdefault((team, itype), {"accelerator_hours": 0.0, "within_quota_hours": 0.0,
+                                                "borrowed_hours": 0.0, "lent_hours": 0.0, "quota_hours": 0.0})
+        for i in range(len(edges) - 1):
+            used, borrowed = figs["acc"][i] / 3600, figs["borrowed"][i] / 3600
+            quota, lent = figs["cap_acc"][i] / 3600, figs["lent"][i] / 3600
+            if not (used or quota or lent):
+                continue
+            row = {"accelerator_hours": used, "within_quota_hours": used - borrowed, "borrowed_hours": borrowed,
+                   "lent_hours": lent, "quota_hours": quota}
+            for k, v in row.items():
+                tot[k] += v
+            usage.append({"date": dt.datetime.fromtimestamp(edges[i], dt.UTC).date().isoformat(), "team": team,
+                          "instance_type": itype, **{k: round(v, 4) for k, v in row.items()},
+                          "utilization": round(used / quota, 4) if quota else None,
+                          "recorded_hours": round(ints.covered[i] / 3600, 4)})
+    usage.sort(key=lambda r: (r["date"], r["team"], r["instance_type"]))
+    jobs = cp.store.jobs_between(since, until, teams)
+    events = cp.store.job_lifecycle_events([j.id for j in jobs], (OPENS, *CLOSES))
+    by_job: dict[int, list[Any]] = {}
+    for e in events:
+        by_job.setdefault(e.job_id, []).append(e)
+    tasks = []
+    for j in jobs:
+        wins = run_windows(j, by_job.get(j.id, []), now)
+        inside = [[max(a, since), min(b, until)] for a, b in wins if b > since and a < until]
+        acc = j.nodes * j.acc
+        end = j.finished_at if j.finished_at is not None else (now if j.first_started_at is not None else None)
+        tasks.append({
+            "id": j.id, "name": j.name, "team": j.team, "instance_type": j.instance_type, "nodes": j.nodes,
+            "accelerators": acc, "priority": j.spec.priority, "priority_weight": j.priority,
+            "state": j.state.value, "submitted_at": iso(j.submit_time), "first_started_at": iso(j.first_started_at),
+            "finished_at": iso(j.finished_at),
+            "wait_seconds": None if j.first_started_at is None else round(j.first_started_at - j.submit_time, 3),
+            "run_seconds": None if end is None or j.first_started_at is None else round(end - j.first_started_at, 3),
+            "run_windows": [[iso(a), iso(b)] for a, b in inside],
+            "accelerator_hours": round(sum(b - a for a, b in inside) * acc / 3600, 4),
+            "preemptions": j.preemptions, "restarts": j.attempt,
+            "running_now": j.state in (JobState.RUNNING, JobState.PREEMPTED),
+        })  # fmt: skip
+    first, last = cp.store.usage_span()
+    return {
+        "from": iso(since), "to": iso(until), "timezone": "UTC",
+        "samples": {"first": iso(first), "last": iso(last)},
+        "usage": usage,
+        "totals": [{"team": t, "instance_type": it, **{k: round(v, 4) for k, v in tot.items()},
+                    "utilization": round(tot["accelerator_hours"] / tot["quota_hours"], 4)
+                    if tot["quota_hours"] else None} for (t, it), tot in sorted(totals.items())],
+        "tasks": tasks,
+    }  # fmt: skip
+
+
+def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+    @api.get("/reports/usage", tags=["reports"])
+    def report_usage(
+        p: Auth,
+        from_: str | None = Query(default=None, alias="from", description="YYYY-MM-DD (UTC) or ISO date-time; "
+                                  "default: 7 days before 'to'"),
+        to: str | None = Query(default=None, description="YYYY-MM-DD (inclusive, UTC) or ISO date-time; "
+                               "default: now"),
+        team: list[str] | None = Query(default=None, description="only these teams (repeatable)"),
+    ) -> dict[str, Any]:
+        until = parse_time(to, "to", end=True) if to else cp.clock()
+        since = parse_time(from_, "from", end=False) if from_ else until - 7 * 86400
+        if since >= until:
+            raise Problem(422, "invalid request", f"'from' ({iso(since)}) must be before 'to' ({iso(until)})")
+        if until - since > MAX_DAYS * 86400:
+            raise Problem(422, "invalid request", f"the period is longer than {MAX_DAYS} days; ask for less")
+        visible = p.visible_teams()
+        if team:
+            known = {t.name for t in cp.spec.teams}
+            unknown = [t for t in team if t not in known and (visible is None or t in visible)]
+            hidden = [t for t in team if visible is not None and t not in visible]
+            if hidden:
+                raise Problem(403, "forbidden", f"user {p.name} is not a member of team(s) {', '.join(hidden)}")
+            if unknown and not cp.store.jobs_between(0, until, unknown):
+                raise Problem(404, "no such team", f"no team {', '.join(unknown)} now or in the past")
+            teams: list[str] | None = list(team)
+        else:
+            teams = visible
+        return usage_report(cp, since, until, teams)

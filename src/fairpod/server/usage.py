@@ -1,0 +1,235 @@
+"""Usage over time: the sampler the reconcile loop calls, and the arithmetic on its samples.
+
+``UsageSampler.tick(cp)`` runs once per reconcile turn (under the control plane's lock). It computes the
+figures of every instance group and every team from the engine's snapshot and writes a sample to the store
+when they changed (at most every ``min_interval`` seconds) or when ``heartbeat`` seconds have passed
+without a change; it drops samples older than ``retention`` once an hour. It also times the engine's
+cycles for ``/metrics``.
+
+Samples are a step function: a sample's figures hold until the next sample, but never for longer than
+``MAX_HOLD`` seconds (a longer gap means the control plane was down; that time is not counted).
+``integrate`` turns the samples into value x seconds per time bucket: the trends of the dashboard (mean
+per bucket) and the accelerator-hours of the usage report (per day) both come from it.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from fairpod.governance.quota import lending
+from fairpod.store import StoreError
+from fairpod.store.usage import GROUP, TEAM, UsageSample
+
+if TYPE_CHECKING:
+    from fairpod.server.control import ControlPlane
+
+log = logging.getLogger("fairpod.usage")
+
+MIN_INTERVAL = 2.0  # seconds between two samples, at least
+HEARTBEAT = 60.0  # a sample at least this often, even when nothing changes
+MAX_HOLD = 5 * HEARTBEAT  # a sample's figures count for this long at most
+RETENTION = 400 * 86400.0  # samples older than this are deleted (usage reports reach back this far)
+PRUNE_EVERY = 3600.0
+CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
+FIGURES = ("acc", "vcpu", "memory_gib", "cap_acc", "cap_vcpu", "cap_memory_gib", "borrowed", "lent", "nodes",
+           "healthy_nodes")  # fmt: skip
+
+
+@dataclass
+class CycleHistogram:
+    """Engine cycle durations seen since this control plane started (in memory: resets on restart)."""
+
+    buckets: tuple[float, ...] = CYCLE_BUCKETS
+    counts: list[int] = field(default_factory=lambda: [0] * len(CYCLE_BUCKETS))
+    total: int = 0
+    sum: float = 0.0
+
+    def observe(self, v: float) -> None:
+        for i, b in enumerate(self.buckets):
+            if v <= b:
+                self.counts[i] += 1
+        self.total += 1
+        self.sum += v
+
+
+def current_samples(cp: ControlPlane, groups_of: dict[str, str]) -> list[UsageSample]:
+    """The figures now: one series per instance group, one per team and instance type it has quota on or uses."""
+    snap = cp.snap
+    out: list[UsageSample] = []
+    for g in cp.spec.cluster.instance_groups:
+        nodes = [n for name, n in snap.nodes.items() if groups_of.get(name) == g.name]
+        cap = [sum(n.cap[d] for n in nodes) for d in range(3)]
+        used = [sum(n.cap[d] - n.free[d] for n in nodes) for d in range(3)]
+        out.append(UsageSample(
+            GROUP, g.name, g.instance_type, acc=used[0], vcpu=used[1] / 1000, memory_gib=used[2] / 1024,
+            cap_acc=cap[0], cap_vcpu=cap[1] / 1000, cap_memory_gib=cap[2] / 1024, nodes=len(nodes),
+            healthy_nodes=sum(1 for n in nodes if n.schedulable),
+        ))  # fmt: skip
+    types = sorted(set(snap.by_type) | {it for t in snap.teams.values() for it in t.quota})
+    for it in types:
+        lend = lending(snap, it)
+        lent: dict[str, int] = {}
+        for by_lender in lend.values():
+            for lender, n in by_lender.items():
+                lent[lender] = lent.get(lender, 0) + n
+        for name, t in sorted(snap.teams.items()):
+            q, u = t.q(it), t.u(it)
+            if not any(q) and not any(u):
+                continue
+            out.append(UsageSample(
+                TEAM, name, it, acc=u[0], vcpu=u[1] / 1000, memory_gib=u[2] / 1024, cap_acc=q[0],
+                cap_vcpu=q[1] / 1000, cap_memory_gib=q[2] / 1024, borrowed=max(0, u[0] - q[0]),
+                lent=lent.get(name, 0),
+            ))  # fmt: skip
+    return out
+
+
+class UsageSampler:
+    def __init__(self, *, min_interval: float = MIN_INTERVAL, heartbeat: float = HEARTBEAT,
+                 retention: float = RETENTION) -> None:
+        self.min_interval = min_interval
+        self.heartbeat = heartbeat
+        self.retention = retention
+        self.last: list[UsageSample] | None = None
+        self.last_write = -math.inf
+        self.last_prune = -math.inf
+        self.cycles_seen = 0
+        self.cycles = CycleHistogram()
+        self.samples_written = 0
+        self._groups_of: dict[str, str] = {}
+        self._nodes_seen: frozenset[str] = frozenset()
+
+    def tick(self, cp: ControlPlane) -> None:
+        """One reconcile turn: time the engine's cycle; write a sample if usage changed or a heartbeat is due."""
+        if cp.cycles != self.cycles_seen:
+            self.cycles_seen = cp.cycles
+            self.cycles.observe(cp.cycle_seconds)
+        try:
+            self._sample(cp)
+        except (StoreError, SQLAlchemyError) as e:  # a full disk must not stop scheduling
+            log.warning("could not record usage: %s", e)
+
+    def _sample(self, cp: ControlPlane) -> None:
+        nodes = frozenset(cp.snap.nodes)
+        if nodes != self._nodes_seen:
+            self._groups_of = {n.name: n.instance_group for n in cp.store.list_nodes()}
+            self._nodes_seen = nodes
+        now = cp.clock()
+        samples = current_samples(cp, self._groups_of)
+        since = now - self.last_write
+        if (samples != self.last and since >= self.min_interval) or since >= self.heartbeat:
+            cp.store.append_usage(now, samples)
+            self.last, self.last_write = samples, now
+            self.samples_written += 1
+        if now - self.last_prune >= PRUNE_EVERY:
+            self.last_prune = now
+            n = cp.store.prune_usage(now - self.retention)
+            if n:
+                log.info("dropped %d usage rows older than %g days", n, self.retention / 86400)
+
+
+# -- arithmetic on samples ---------------------------------------------------------------------------
+
+
+@dataclass
+class Integrals:
+    """Per series and bucket: each figure x seconds; per bucket: the seconds some sample covered."""
+
+    edges: list[float]
+    covered: list[float]
+    series: dict[tuple[str, str, str], dict[str, list[float]]]
+
+    def mean(self, key: tuple[str, str, str], fig: str) -> list[float | None]:
+        vals = self.series.get(key, {}).get(fig) or [0.0] * len(self.covered)
+        return [round(v / c, 4) if c > 0 else None for v, c in zip(vals, self.covered, strict=True)]
+
+
+def integrate(rows: Sequence[UsageSample], edges: Sequence[float], until: float,
+              max_hold: float = MAX_HOLD) -> Integrals:
+    """Integrate the step function of ``rows`` (sorted by ts) over the buckets ``edges[i]..edges[i+1]``.
+
+    A sample holds from its ts to the next sample's ts, at most ``max_hold`` seconds, and not past ``until``
+    (now, for the current sample). A series missing from a sample counts as zero for that sample's span.
+    """
+    nb = len(edges) - 1
+    covered = [0.0] * nb
+    series: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    snaps: list[tuple[float, list[UsageSample]]] = []
+    for r in rows:
+        if snaps and snaps[-1][0] == r.ts:
+            snaps[-1][1].append(r)
+        else:
+            snaps.append((r.ts, [r]))
+    for i, (t0, group) in enumerate(snaps):
+        t1 = min(snaps[i + 1][0] if i + 1 < len(snaps) else until, t0 + max_hold, until)
+        if t1 <= t0:
+            continue
+        j = max(0, _bucket(edges, t0))
+        while j < nb and edges[j] < t1:
+            lo, hi = max(t0, edges[j]), min(t1, edges[j + 1])
+            if hi > lo:
+                dt = hi - lo
+                covered[j] += dt
+                for r in group:
+                    figs = series.setdefault(r.key, {f: [0.0] * nb for f in FIGURES})
+                    for f in FIGURES:
+                        figs[f][j] += getattr(r, f) * dt
+            j += 1
+    return Integrals(list(edges), covered, series)
+
+
+def _bucket(edges: Sequence[float], t: float) -> int:
+    lo, hi = 0, len(edges) - 1
+    while lo < hi:  # the last edge <= t
+        mid = (lo + hi + 1) // 2
+        if edges[mid] <= t:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+WINDOWS = {"1h": (3600.0, 120), "6h": (6 * 3600.0, 144), "1d": (86400.0, 144), "7d": (7 * 86400.0, 168)}
+
+
+def history(cp: ControlPlane, window: str, teams: Iterable[str] | None) -> dict[str, object]:
+    """Mean figures per bucket over the last ``window`` (a key of WINDOWS): per instance group and per team."""
+    span, n = WINDOWS[window]
+    now = cp.clock()
+    step = span / n
+    end = math.ceil(now / step) * step  # buckets aligned to the step, the last one holds now
+    edges = [end - span + i * step for i in range(n + 1)]
+    ints = integrate(cp.store.list_usage(edges[0], now), edges, now)
+    visible = None if teams is None else set(teams)
+    groups, team_rows = [], []
+    for key in sorted(ints.series):
+        kind, name, itype = key
+        if kind == GROUP:
+            groups.append({"name": name, "instance_type": itype,
+                           **{f: ints.mean(key, f) for f in ("acc", "vcpu", "memory_gib", "cap_acc", "cap_vcpu",
+                                                             "cap_memory_gib", "nodes", "healthy_nodes")}})
+        elif visible is None or name in visible:
+            team_rows.append({"team": name, "instance_type": itype, "in_use": ints.mean(key, "acc"),
+                              "quota": ints.mean(key, "cap_acc"), "borrowed": ints.mean(key, "borrowed"),
+                              "lent": ints.mean(key, "lent")})
+    groups_of = {n.name: n.instance_group for n in cp.store.list_nodes()}
+    with cp.lock:
+        current = current_samples(cp, groups_of)
+    now_groups = [{"name": s.name, "instance_type": s.instance_type, "acc": s.acc, "vcpu": s.vcpu,
+                   "memory_gib": s.memory_gib, "cap_acc": s.cap_acc, "cap_vcpu": s.cap_vcpu,
+                   "cap_memory_gib": s.cap_memory_gib, "nodes": s.nodes, "healthy_nodes": s.healthy_nodes}
+                  for s in current if s.kind == GROUP]
+    now_teams = [{"team": s.name, "instance_type": s.instance_type, "in_use": s.acc, "quota": s.cap_acc,
+                  "borrowed": s.borrowed, "lent": s.lent}
+                 for s in current if s.kind == TEAM and (visible is None or s.name in visible)]
+    return {"window": window, "from": edges[0], "to": now, "step_seconds": step,
+            "times": [(edges[i] + edges[i + 1]) / 2 for i in range(n)], "groups": groups, "teams": team_rows,
+            "now": {"groups": now_groups, "teams": now_teams}}
+
+

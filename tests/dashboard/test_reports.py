@@ -1,0 +1,99 @@
+"""``fairpod report usage`` and GET /reports/usage against a real server, on usage with known totals."""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import io
+import json
+
+from fairpod.store import Store
+from fairpod.store.usage import GROUP, TEAM, UsageSample
+
+from ..server.conftest import Server, wait_for
+
+DAY = dt.datetime(2024, 3, 1, tzinfo=dt.UTC).timestamp()
+STEP, SAMPLES = 240, 30 * 15
+
+
+def record_history(server: Server) -> None:
+    """2024-03-01 00:00-12:00: john uses 8 of its 12, smith 8 of its 4 (4 borrowed from john); then both idle
+    until 2024-03-02 06:00. A sample every 4 minutes (a sample's figures hold at most 5)."""
+    store = Store(f"sqlite:///{server.home / 'fairpod.db'}")
+    with store.tx() as t:
+        for i in range(SAMPLES):
+            ts = DAY + i * STEP
+            u = 8 if ts < DAY + 12 * 3600 else 0
+            t.append_usage(ts, [
+                UsageSample(GROUP, "workers", "ml.g5.12xlarge", acc=2 * u, cap_acc=16, nodes=4, healthy_nodes=4),
+                UsageSample(TEAM, "john", "ml.g5.12xlarge", acc=u, cap_acc=12, lent=u // 2),
+                UsageSample(TEAM, "smith", "ml.g5.12xlarge", acc=u, cap_acc=4, borrowed=u // 2),
+            ])
+    store.close()
+
+
+def test_usage_report_api_and_cli(server: Server):
+    record_history(server)
+    r = server.api("GET", "/reports/usage", params={"from": "2024-03-01", "to": "2024-03-02"})
+    assert r.status_code == 200, r.text
+    rep = r.json()
+    rows = {(u["date"], u["team"]): u for u in rep["usage"]}
+    john, smith = rows[("2024-03-01", "john")], rows[("2024-03-01", "smith")]
+    assert john["accelerator_hours"] == 96 and john["within_quota_hours"] == 96 and john["borrowed_hours"] == 0
+    assert john["lent_hours"] == 48 and john["quota_hours"] == 12 * 24 and john["utilization"] == round(96 / 288, 4)
+    assert smith["accelerator_hours"] == 96 and smith["within_quota_hours"] == 48 and smith["borrowed_hours"] == 48
+    # day 2: samples until about 06:00; the last one holds 5 minutes, then nothing is recorded
+    assert rows[("2024-03-02", "john")]["accelerator_hours"] == 0
+    covered = DAY + (SAMPLES - 1) * STEP + 300 - (DAY + 86400)
+    assert abs(rows[("2024-03-02", "john")]["quota_hours"] - 12 * covered / 3600) < 1e-3
+    assert abs(rows[("2024-03-02", "john")]["recorded_hours"] - covered / 3600) < 1e-3
+    totals = {t["team"]: t for t in rep["totals"]}
+    assert totals["smith"]["borrowed_hours"] == 48 and rep["timezone"] == "UTC"
+
+    # a member sees their team only, and may not ask for another
+    alice = server.api("POST", "/users", json={"name": "alice", "role": "member", "teams": ["smith"]}).json()["token"]
+    mine = server.api("GET", "/reports/usage", alice, params={"from": "2024-03-01", "to": "2024-03-01"}).json()
+    assert {u["team"] for u in mine["usage"]} == {"smith"}
+    r = server.api("GET", "/reports/usage", alice, params={"from": "2024-03-01", "to": "2024-03-01", "team": "john"})
+    assert r.status_code == 403 and "not a member of team(s) john" in r.json()["detail"]
+
+    # the CLI: csv, json, table, and per-task rows of a job that ran today
+    out = server.cli("report", "usage", "--from", "2024-03-01", "--to", "2024-03-01", "-o", "csv").stdout
+    got = list(csv.DictReader(io.StringIO(out)))
+    assert [(g["team"], float(g["borrowed_hours"])) for g in got] == [("john", 0.0), ("smith", 48.0)]
+    js = json.loads(server.cli("report", "usage", "--from", "2024-03-01", "--to", "2024-03-02", "-o", "json").stdout)
+    assert js["usage"] == rep["usage"]
+    table = server.cli("report", "usage", "--from", "2024-03-01", "--to", "2024-03-01").stdout
+    assert "BORROWED" in table and "smith" in table and "33 %" in table
+
+    server.submit(name="short", team="john", nodes=1, priority="inference", command=["sleep", "1"])
+    done = server.wait_state("short", "Succeeded", 20)
+    out = server.cli("report", "usage", "--tasks", "-o", "csv").stdout
+    task = {t["name"]: t for t in csv.DictReader(io.StringIO(out))}["short"]
+    assert task["state"] == "Succeeded" and task["priority"] == "inference" and task["accelerators"] == "4"
+    start, end = task["run_windows"].split("/")
+    assert start.endswith("Z") and end.endswith("Z") and float(task["accelerator_hours"]) > 0
+    ran = done["finished_at"] - done["first_started_at"]
+    assert abs(float(task["accelerator_hours"]) - 4 * ran / 3600) < 4 * 2 / 3600
+
+    # clear errors, no tracebacks
+    for args, msg in [(("--from", "2024-02-30"), "is not a date"),
+                      (("--from", "2024-03-05", "--to", "2024-03-01"), "must be before"),
+                      (("--team", "nosuch"), "no team nosuch"),
+                      (("--tasks",), "--tasks goes with -o csv")]:
+        r = server.cli("report", "usage", *args, check=False)
+        assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)
+    assert "accelerator-hours" in server.cli("report", "usage", "--help").stdout
+
+
+def test_usage_history_follows_the_cluster(server: Server):
+    server.submit(name="john-train", team="john", nodes=2, command=["sleep", "60"])
+    server.wait_state("john-train", "Running")
+    h = wait_for(lambda: (x := server.api("GET", "/usage/history", params={"window": "1h"}).json())
+                 and x["teams"] and x["teams"][0]["in_use"][-1] and x, 15, "a usage sample with john's job")
+    assert h["now"]["groups"][0]["acc"] == 8 and h["now"]["groups"][0]["cap_acc"] == 16
+    john = next(t for t in h["teams"] if t["team"] == "john")
+    assert john["quota"][-1] == 12 and 0 < john["in_use"][-1] <= 8
+    assert len(h["times"]) == len(john["in_use"]) == 120
+    r = server.api("GET", "/usage/history", params={"window": "2h"})
+    assert r.status_code == 422 and "1h, 6h, 1d, 7d" in r.json()["detail"]
