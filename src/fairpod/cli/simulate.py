@@ -1,0 +1,83 @@
+"""``fairpod simulate SPEC TRACE -o report.json``: replay a job trace through the governance engine."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from fairpod.cli.errors import CliError
+from fairpod.model.spec import SpecError
+from fairpod.sim.replay import replay
+from fairpod.sim.trace import TraceError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "simulate",
+        help="replay a job trace on a cluster spec and report utilization, waits and fairness",
+        description="Replay a job trace (CSV: submit_time, team, duration, accelerators, and optionally nodes, "
+        "instance_type, priority, name, checkpoint_interval, min_runtime; or a directory of ITP files "
+        "job_id,submission_time,duration,num_gpu, one team per file) through the governance engine on a "
+        "virtual clock, and write a JSON report.",
+    )
+    p.add_argument("spec", help="path to the cluster spec (YAML)")
+    p.add_argument("trace", help="trace CSV file, or a directory of CSV files")
+    p.add_argument("-o", "--output", metavar="REPORT", help="write the JSON report here (default: stdout)")
+    p.add_argument("--plot", metavar="PNG", help="also draw accelerators in use per team over time")
+    p.add_argument("--timeline", action="store_true", help="add allocation per team at every change")
+    p.add_argument("--jobs", action="store_true", help="add each job's submit, start, end, wait, preemptions")
+    p.set_defaults(func=run)
+
+
+def _summary(r: dict) -> str:
+    c = r["cluster"]
+    e = r["engine"]
+    jain = r["fairness"]["jain"]
+    return (f"{c['completed']}/{c['jobs']} jobs completed, makespan {r['makespan']:,.0f} s, utilization "
+            f"{c['utilization']:.1%}, {c['preemptions']} preemption(s), jain {jain if jain is not None else '-'}, "
+            f"engine {e['cpu_seconds']:.3f} CPU s for {e['decisions']} decisions"
+            + (f"; {len(r['never_ran'])} job(s) never ran" if r["never_ran"] else ""))
+
+
+PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
+
+
+def _check_out(path: str | None, what: str) -> None:
+    """Fail before a long run, not after it, when an output cannot be written."""
+    if path in (None, "-"):
+        return
+    assert path is not None
+    parent = Path(path).parent
+    if not parent.is_dir():
+        raise CliError(f"{path}: cannot write the {what}: no such directory {str(parent)!r}")
+    if Path(path).is_dir():
+        raise CliError(f"{path}: cannot write the {what}: it is a directory")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plot is not None and Path(args.plot).suffix.lower() not in PLOT_FORMATS:
+        raise CliError(f"{args.plot}: the plot file must end in {', '.join(PLOT_FORMATS)}")
+    _check_out(args.output, "report")
+    _check_out(args.plot, "plot")
+    try:
+        report = replay(args.spec, args.trace, timeline=args.timeline, jobs=args.jobs, plot=args.plot)
+    except SpecError as e:
+        more = f" (and {len(e.problems) - 1} more problem(s); see fairpod validate)" if len(e.problems) > 1 else ""
+        first = e.problems[0]
+        raise CliError((first if first.startswith(str(args.spec)) else f"{args.spec}: {first}") + more) from None
+    except TraceError as e:
+        raise CliError(str(e)) from None
+    except OSError as e:
+        raise CliError(f"{e.filename or args.plot}: cannot write the plot: {e.strerror or e}") from None
+    text = json.dumps(report, indent=2)
+    if args.output in (None, "-"):
+        print(text)
+        return 0
+    try:
+        with open(args.output, "w") as f:
+            f.write(text + "\n")
+    except OSError as e:
+        raise CliError(f"{args.output}: cannot write the report: {e.strerror}") from None
+    print(_summary(report))
+    return 0

@@ -1,0 +1,33 @@
+"""One call from files to report: what ``fairpod simulate`` and the benchmarks run."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fairpod.model.spec import load_spec
+from fairpod.sim.report import build_report
+from fairpod.sim.run import simulate
+from fairpod.sim.trace import load_trace
+
+
+def replay(
+    spec_path: str | Path,
+    trace_path: str | Path,
+    *,
+    timeline: bool = False,
+    jobs: bool = False,
+    plot: str | Path | None = None,
+) -> dict[str, Any]:
+    """Load the spec and the trace, simulate, optionally plot, and return the report.
+
+    Raises ``SpecError`` or ``TraceError`` for bad input, ``OSError`` if the plot cannot be written.
+    """
+    spec = load_spec(spec_path)
+    trace = load_trace(trace_path, spec)
+    res = simulate(spec, trace, record_timeline=timeline or plot is not None)
+    if plot is not None:
+        from fairpod.sim.plot import plot_usage
+
+        plot_usage(res, plot)
+    return build_report(res, timeline=timeline, jobs=jobs)

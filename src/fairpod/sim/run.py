@@ -1,0 +1,269 @@
+"""The discrete-event simulation: replay a trace through the governance engine on a virtual clock.
+
+Events are job arrivals, job completions and, for jobs with a ``min_runtime``, the moment that runtime is
+over (the job becomes a possible preemption victim). All events with the same timestamp are applied first,
+then ``governance.schedule`` runs once for that timestamp. Times are rounded to the microsecond so that sums
+of short durations land on the same timestamp.
+
+A job needs ``duration`` seconds of work. When preempted, the work since its last checkpoint (taken every
+``checkpoint_interval`` seconds of a run; without an interval, the whole run) is lost and the engine puts
+the job back in its queue; when it starts again it needs what is left. A job that could not start even on
+an empty cluster (too many nodes, over its team's borrow limit, nothing to borrow) is never given to the
+engine and is reported as never runnable, with the engine's reason.
+
+The run ends when nothing more can happen: no arrivals left and nothing running.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from dataclasses import dataclass, field
+
+from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, schedule
+from fairpod.governance.build import snapshot_from_spec
+from fairpod.governance.placement import place, why_not
+from fairpod.governance.quota import lending, pool_ok, team_check
+from fairpod.model.spec import ClusterSpec
+from fairpod.sim.trace import TraceJob
+
+
+def _r(t: float) -> float:
+    return round(t, 6)
+
+
+@dataclass(slots=True, eq=False)
+class SimJob:
+    """A trace job and what happened to it."""
+
+    job: TraceJob
+    w: Workload | None  # None: never runnable, not given to the engine
+    left: float  # seconds of work still to do
+    first_start: float | None = None
+    end: float | None = None
+    run_start: float | None = None  # start of the current run
+    run_seconds: float = 0.0  # over all runs, lost work included
+    preemptions: int = 0
+    lost_seconds: float = 0.0  # work lost to preemptions
+    version: int = 0  # bumped at each start and stop; stale completion events are skipped
+    reason: str = ""  # the last Wait reason, or why it can never run
+
+    @property
+    def wait(self) -> float | None:
+        return None if self.first_start is None else self.first_start - self.job.submit
+
+
+@dataclass(slots=True)
+class SimResult:
+    spec: ClusterSpec
+    teams: list[str]
+    jobs: list[SimJob]
+    start: float  # first submit
+    end: float  # last event
+    capacity: int  # accelerators of the whole cluster
+    quota: dict[str, int]  # accelerators per team, all instance types
+    borrowed: dict[str, float]  # accelerator-seconds per team
+    lent: dict[str, float]
+    cpu_seconds: float = 0.0  # inside governance.schedule
+    cycles: int = 0
+    decisions: int = 0
+    admits: int = 0
+    waits: int = 0
+    preemptions: int = 0
+    # (t, allocated per team, borrowed per team) at every change, teams in ``teams`` order
+    timeline: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
+
+    @property
+    def makespan(self) -> float:
+        return max(0.0, self.end - self.start)
+
+
+def never_runnable(snap: Snapshot, w: Workload) -> str | None:
+    """Why ``w`` could not start even on the empty cluster ``snap``, or None if it could."""
+    if place(snap, w) is None:
+        return why_not(snap, w)
+    ok, _, why = team_check(snap, w)
+    if not ok:
+        return why
+    if not pool_ok(snap, w):
+        return f"no idle {w.itype} capacity to borrow: the job needs more than its team's quota and what " \
+               "the lending teams could ever lend"
+    return None
+
+
+class Simulation:
+    """One replay of ``jobs`` on a fresh cluster built from ``spec``; call ``run()`` once."""
+
+    def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False) -> None:
+        self.spec = spec
+        self.snap = snapshot_from_spec(spec)
+        self.team_names = [t.name for t in spec.teams]
+        self.itypes = sorted(self.snap.pools)
+        self.record_timeline = record_timeline
+        empty = snapshot_from_spec(spec)
+        verdicts: dict[tuple, str | None] = {}
+        self.jobs: list[SimJob] = []
+        self.by_id: dict[str, SimJob] = {}
+        for j in jobs:
+            w = Workload(j.name, j.team, j.itype, j.nodes, j.per_replica, priority=j.priority,
+                         submit=_r(j.submit), min_runtime=j.min_runtime)
+            key = (j.team, w.shape)
+            if key not in verdicts:
+                verdicts[key] = never_runnable(empty, w)
+            why = verdicts[key]
+            sj = SimJob(j, None if why else w, j.duration, reason=f"never runnable: {why}" if why else "")
+            self.jobs.append(sj)
+            self.by_id[j.name] = sj
+        self.events: list[tuple[float, int, str, int]] = []  # (time, seq, job id, version or -1 = wake-up)
+        self.seq = 0
+        caps = spec.capacity()
+        self.result = SimResult(
+            spec=spec, teams=self.team_names, jobs=self.jobs,
+            start=min((_r(j.submit) for j in jobs), default=0.0), end=0.0,
+            capacity=sum(c.acc for c in caps.values()),
+            quota={t.name: sum(q.acc for q in spec.team_quota(t).values()) for t in spec.teams},
+            borrowed=dict.fromkeys(self.team_names, 0.0), lent=dict.fromkeys(self.team_names, 0.0),
+        )
+        self.ckpt: dict[str, SimJob] = {}  # running jobs that take checkpoints
+
+    # -- events ------------------------------------------------------------------------------------
+    def _push(self, t: float, jid: str, version: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, jid, version))
+
+    def _start(self, sj: SimJob, t: float) -> None:
+        sj.run_start = t
+        if sj.first_start is None:
+            sj.first_start = t
+        sj.version += 1
+        self._push(_r(t + sj.left), sj.job.name, sj.version)
+        if sj.job.min_runtime > 0:
+            self._push(_r(t + sj.job.min_runtime), sj.job.name, -1)
+        if sj.job.checkpoint_interval:
+            assert sj.w is not None
+            sj.w.checkpoint = None
+            self.ckpt[sj.job.name] = sj
+
+    def _stop(self, sj: SimJob, t: float, *, preempted: bool) -> None:
+        assert sj.run_start is not None
+        run = t - sj.run_start
+        sj.run_seconds += run
+        sj.run_start = None
+        sj.version += 1
+        self.ckpt.pop(sj.job.name, None)
+        if not preempted:
+            sj.left = 0.0
+            sj.end = t
+            return
+        iv = sj.job.checkpoint_interval
+        saved = math.floor(run / iv + 1e-9) * iv if iv else 0.0
+        sj.left = _r(sj.left - saved)
+        sj.lost_seconds += run - saved
+        sj.preemptions += 1
+
+    def _checkpoints(self, t: float) -> None:
+        """Tell the engine when each running job last checkpointed (it picks victims that lose least)."""
+        for sj in self.ckpt.values():
+            iv = sj.job.checkpoint_interval
+            assert iv and sj.run_start is not None and sj.w is not None
+            k = math.floor((t - sj.run_start) / iv + 1e-9)
+            sj.w.checkpoint = _r(sj.run_start + k * iv) if k > 0 else None
+
+    # -- the loop ----------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        snap, res = self.snap, self.result
+        arrivals = [sj for sj in self.jobs if sj.w is not None]
+        ai = 0
+        last_t = res.start
+        rates: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
+        while True:
+            while self.events and self.events[0][3] >= 0 and \
+                    self.by_id[self.events[0][2]].version != self.events[0][3]:
+                heapq.heappop(self.events)  # a completion of a run that was preempted
+            t_ev = self.events[0][0] if self.events else math.inf
+            t_arr = arrivals[ai].w.submit if ai < len(arrivals) else math.inf  # type: ignore[union-attr]
+            t = min(t_ev, t_arr)
+            if t == math.inf:
+                break
+            if rates is not None:
+                self._integrate(rates, t - last_t)
+            last_t = t
+            changed = False
+            while self.events and self.events[0][0] == t:
+                _, _, jid, version = heapq.heappop(self.events)
+                sj = self.by_id[jid]
+                if version < 0:
+                    changed |= bool(snap.pending)  # a min_runtime ended: victims may now be taken
+                elif version == sj.version:
+                    snap.finish(jid)
+                    self._stop(sj, t, preempted=False)
+                    res.end = max(res.end, t)
+                    changed = True
+            while ai < len(arrivals) and arrivals[ai].w.submit == t:  # type: ignore[union-attr]
+                snap.add_pending(arrivals[ai].w)  # type: ignore[arg-type]
+                ai += 1
+                changed = True
+            if not changed:
+                continue
+            self._checkpoints(t)
+            snap.now = t
+            c0 = time.process_time()
+            decisions = schedule(snap)
+            res.cpu_seconds += time.process_time() - c0
+            res.cycles += 1
+            res.decisions += len(decisions)
+            for d in decisions:
+                sj = self.by_id[d.job]
+                if isinstance(d, Admit):
+                    res.admits += 1
+                    self._start(sj, t)
+                elif isinstance(d, Preempt):
+                    res.preemptions += 1
+                    self._stop(sj, t, preempted=True)
+                elif isinstance(d, Wait):
+                    res.waits += 1
+                    sj.reason = d.reason
+            rates = self._sample(t)
+        res.end = max(res.end, last_t)
+        return res
+
+    def _sample(self, t: float) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+        """Accelerators allocated, borrowed and lent per team now (teams in spec order)."""
+        snap = self.snap
+        idx = {n: i for i, n in enumerate(self.team_names)}
+        alloc = [0] * len(self.team_names)
+        borrowed = [0] * len(self.team_names)
+        lent = [0] * len(self.team_names)
+        for i, name in enumerate(self.team_names):
+            used = snap.teams[name].used
+            alloc[i] = sum(v[0] for v in used.values())
+        for it in self.itypes:
+            for borrower, lenders in lending(snap, it).items():
+                for lender, n in lenders.items():
+                    borrowed[idx[borrower]] += n
+                    if lender in idx:
+                        lent[idx[lender]] += n
+        out = (tuple(alloc), tuple(borrowed), tuple(lent))
+        if self.record_timeline:
+            tl = self.result.timeline
+            if tl and tl[-1][0] == t:
+                tl.pop()
+            if not tl or tl[-1][1] != out[0] or tl[-1][2] != out[1]:
+                tl.append((t, out[0], out[1]))
+        return out
+
+    def _integrate(self, rates: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], dt: float) -> None:
+        if dt <= 0:
+            return
+        _, borrowed, lent = rates
+        for i, name in enumerate(self.team_names):
+            if borrowed[i]:
+                self.result.borrowed[name] += borrowed[i] * dt
+            if lent[i]:
+                self.result.lent[name] += lent[i] * dt
+
+
+def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False) -> SimResult:
+    """Replay ``jobs`` on the cluster of ``spec``; see the module doc."""
+    return Simulation(spec, jobs, record_timeline=record_timeline).run()

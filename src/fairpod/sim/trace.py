@@ -1,0 +1,212 @@
+"""Job traces for the simulator: CSV files checked against a cluster spec.
+
+Two formats, told apart by the header:
+
+- fairpod traces: ``submit_time`` (s), ``team``, ``duration`` (s of work), ``accelerators`` (total), and the
+  optional ``nodes``, ``instance_type``, ``priority`` (a priority class of the spec), ``name``,
+  ``checkpoint_interval`` (s) and ``min_runtime`` (s). An empty cell means the column's default.
+- ITP traces (``job_id,submission_time,duration,num_gpu``): one team per file, named after the file stem.
+
+A trace path may be one file or a directory of ``*.csv`` files (each in either format). Problems raise
+``TraceError`` naming the file, line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from fairpod.model.catalog import InstanceType
+from fairpod.model.resources import Res, by_ratio
+from fairpod.model.spec import ClusterSpec
+
+REQUIRED = ("submit_time", "team", "duration", "accelerators")
+OPTIONAL = ("nodes", "instance_type", "priority", "name", "checkpoint_interval", "min_runtime")
+ITP = ("job_id", "submission_time", "duration", "num_gpu")
+
+
+class TraceError(ValueError):
+    """A trace that cannot be simulated; the message names file, line and column."""
+
+
+@dataclass(slots=True, frozen=True)
+class TraceJob:
+    """One job of a trace, resolved against the spec: ``nodes`` replicas of ``per_replica`` on ``itype``."""
+
+    name: str
+    team: str
+    itype: str
+    nodes: int
+    accelerators: int  # total over all nodes
+    per_replica: Res
+    priority: int  # weight of the priority class; -1 without one
+    submit: float
+    duration: float  # seconds of work
+    checkpoint_interval: float | None = None
+    min_runtime: float = 0.0
+    where: str = ""  # "file:line"
+
+
+def _number(text: str, where: str, col: str, *, integer: bool = False, positive: bool = False) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise TraceError(f"{where}: column {col}: {text!r} is not a number") from None
+    if not math.isfinite(v) or v < 0 or (positive and v == 0):
+        raise TraceError(f"{where}: column {col}: {text!r} must be {'> 0' if positive else '>= 0'}")
+    if integer and v != int(v):
+        raise TraceError(f"{where}: column {col}: {text!r} must be a whole number")
+    return v
+
+
+class _Resolver:
+    """Checks rows against the spec; caches what depends only on (type, accelerators, nodes)."""
+
+    def __init__(self, spec: ClusterSpec) -> None:
+        self.spec = spec
+        self.catalog = spec.catalog()
+        self.types = sorted({g.instance_type for g in spec.cluster.instance_groups})
+        self.teams = {t.name for t in spec.teams}
+        self.prios = {p.name: p.weight for p in spec.policy.priority_classes}
+        self.shapes: dict[tuple[str, int, int | None], tuple[int, Res]] = {}
+        self.counts: dict[str, int] = {}  # jobs per team so far, for default names
+
+    def itype(self, name: str, where: str) -> InstanceType:
+        if not name:
+            if len(self.types) != 1:
+                listed = ", ".join(self.types) or "none"
+                raise TraceError(f"{where}: column instance_type: the cluster has {len(self.types)} instance "
+                                 f"types ({listed}); name one")
+            name = self.types[0]
+        t = self.catalog.get(name)
+        if t is None:
+            raise TraceError(f"{where}: column instance_type: unknown instance type {name!r}")
+        if t.accelerators == 0:
+            raise TraceError(f"{where}: column instance_type: {name} has no accelerators")
+        return t
+
+    def shape(self, t: InstanceType, acc: int, nodes: int | None, where: str) -> tuple[int, Res]:
+        key = (t.name, acc, nodes)
+        got = self.shapes.get(key)
+        if got is not None:
+            return got
+        k = t.accelerators
+        if nodes is None:  # as few nodes as hold the accelerators, split evenly
+            nodes = next(n for n in range(-(-acc // k), acc + 1) if acc % n == 0)
+        elif acc % nodes:
+            raise TraceError(f"{where}: column accelerators: {acc} accelerators cannot be split evenly over "
+                             f"{nodes} nodes")
+        if acc // nodes > k:
+            raise TraceError(f"{where}: column accelerators: {acc} accelerators on {nodes} node(s) is "
+                             f"{acc // nodes} per node, but a {t.name} node has {k}")
+        got = self.shapes[key] = (nodes, by_ratio(t, acc // nodes))
+        return got
+
+    def job(self, cell: dict[str, str], where: str) -> TraceJob:
+        """The job of one row (cells by column name); names default to ``<team>-<n>``, n counting from 1."""
+        team = cell["team"]
+        if team not in self.teams:
+            raise TraceError(f"{where}: column team: unknown team {team!r} "
+                             f"(teams: {', '.join(sorted(self.teams)) or 'none defined'})")
+        n = self.counts[team] = self.counts.get(team, 0) + 1
+        prio_name = cell.get("priority") or None
+        if prio_name is not None and prio_name not in self.prios:
+            raise TraceError(f"{where}: column priority: unknown priority class {prio_name!r} "
+                             f"(valid: {', '.join(self.prios) or 'none defined'})")
+        t = self.itype(cell.get("instance_type", ""), where)
+        acc = int(_number(cell["accelerators"], where, "accelerators", integer=True, positive=True))
+        n_text = cell.get("nodes", "")
+        nodes = int(_number(n_text, where, "nodes", integer=True, positive=True)) if n_text else None
+        nodes, per = self.shape(t, acc, nodes, where)
+        ck = cell.get("checkpoint_interval", "")
+        mr = cell.get("min_runtime", "")
+        return TraceJob(
+            name=cell.get("name") or f"{team}-{n}",
+            team=team,
+            itype=t.name,
+            nodes=nodes,
+            accelerators=acc,
+            per_replica=per,
+            priority=self.prios[prio_name] if prio_name is not None else -1,
+            submit=_number(cell["submit_time"], where, "submit_time"),
+            duration=_number(cell["duration"], where, "duration"),
+            checkpoint_interval=_number(ck, where, "checkpoint_interval", positive=True) if ck else None,
+            min_runtime=_number(mr, where, "min_runtime") if mr else 0.0,
+            where=where,
+        )
+
+
+def _read_file(path: Path, res: _Resolver, out: list[TraceJob]) -> None:
+    try:
+        f = path.open(newline="")
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read: {e.strerror}") from None
+    with f:
+        rows = csv.reader(f)
+        try:
+            header = [h.strip() for h in next(rows)]
+        except StopIteration:
+            raise TraceError(f"{path}: the file is empty (expected a CSV header)") from None
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise TraceError(f"{path}:1: not a CSV file: {e}") from None
+        itp = set(ITP) <= set(header)
+        if not itp:
+            missing = [c for c in REQUIRED if c not in header]
+            if missing:
+                raise TraceError(f"{path}:1: missing column(s) {', '.join(missing)} (a trace needs "
+                                 f"{', '.join(REQUIRED)}, or the ITP columns {', '.join(ITP)})")
+            unknown = [c for c in header if c not in REQUIRED and c not in OPTIONAL]
+            if unknown:
+                raise TraceError(f"{path}:1: unknown column(s) {', '.join(unknown)} (optional columns: "
+                                 f"{', '.join(OPTIONAL)})")
+        dup = next((c for c in header if header.count(c) > 1), None)
+        if dup:
+            raise TraceError(f"{path}:1: column {dup} appears twice")
+        idx = {c: i for i, c in enumerate(header)}
+        team = path.stem
+        try:
+            for row in rows:
+                line = rows.line_num
+                if not row or all(not c.strip() for c in row):
+                    continue
+                where = f"{path}:{line}"
+                if len(row) != len(header):
+                    raise TraceError(f"{where}: {len(row)} cells, but the header has {len(header)} columns")
+                if itp:
+                    cell = {"name": row[idx["job_id"]].strip(), "team": team,
+                            "submit_time": row[idx["submission_time"]].strip(),
+                            "duration": row[idx["duration"]].strip(), "accelerators": row[idx["num_gpu"]].strip()}
+                else:
+                    cell = {c: row[i].strip() for c, i in idx.items()}
+                for c in REQUIRED:
+                    if not cell[c]:
+                        raise TraceError(f"{where}: column {c}: empty, but the column is required")
+                out.append(res.job(cell, where))
+        except (csv.Error, UnicodeDecodeError) as e:
+            raise TraceError(f"{path}:{rows.line_num}: not valid CSV: {e}") from None
+
+
+def load_trace(path: str | Path, spec: ClusterSpec) -> list[TraceJob]:
+    """All jobs of a trace file or directory, in submit order (ties: file order, then line order)."""
+    p = Path(path)
+    if p.is_dir():
+        files = sorted(p.glob("*.csv"))
+        if not files:
+            raise TraceError(f"{p}: no *.csv files in this directory")
+    elif p.exists():
+        files = [p]
+    else:
+        raise TraceError(f"{p}: no such file or directory")
+    res = _Resolver(spec)
+    jobs: list[TraceJob] = []
+    for f in files:
+        _read_file(f, res, jobs)
+    seen: dict[str, str] = {}
+    for j in jobs:
+        if j.name in seen:
+            raise TraceError(f"{j.where}: column name: job name {j.name!r} is already used at {seen[j.name]}")
+        seen[j.name] = j.where
+    jobs.sort(key=lambda j: j.submit)  # stable: keeps file and line order for equal times
+    return jobs
