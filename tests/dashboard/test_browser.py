@@ -43,10 +43,11 @@ def test_dashboard_shows_the_seed_scenario(server: Server, browser_context: Any,
 
     # a wrong token is refused with a clear message
     page.goto(server.url + "/")
+    page.wait_for_selector("#login-form", state="visible")
+    shot(page, tmp_path, "login")
     page.fill("#token", "fp_not-a-token")
     page.click("#login-form button[type=submit]")
     page.wait_for_function("document.querySelector('#login-error').textContent.includes('unknown or revoked')")
-    shot(page, tmp_path, "login")
 
     sign_in(page, server.url, server.token)
     page.goto(server.url + "/#/teams")

@@ -83,11 +83,11 @@ def _histogram(cp: ControlPlane, value: Any, cond: Any, buckets: tuple[float, ..
 
 
 def _hist_family(name: str, doc: str, data: dict[str, tuple[list[int], int, float]],
-                 buckets: tuple[float, ...], teams: set[str] | None) -> HistogramMetricFamily:
+                 buckets: tuple[float, ...], teams: list[str]) -> HistogramMetricFamily:
+    """One histogram per team of ``teams`` (all zero for a team without observations yet)."""
     fam = HistogramMetricFamily(name, doc, labels=["team"])
-    for team, (counts, n, total) in sorted(data.items()):
-        if teams is not None and team not in teams:
-            continue
+    for team in teams:
+        counts, n, total = data.get(team, ([0] * len(buckets), 0, 0.0))
         fam.add_metric([team], [(_le(b), c) for b, c in zip(buckets, counts, strict=True)] + [("+Inf", n)], total)
     return fam
 
@@ -221,11 +221,11 @@ class FairpodCollector(Collector):
         wait = _histogram(cp, JobRow.first_started_at - JobRow.submit_time, JobRow.first_started_at.is_not(None),
                           WAIT_BUCKETS)
         yield _hist_family("fairpod_admission_wait_time_seconds", "From submission to the first admission",
-                           wait, WAIT_BUCKETS, teams)
+                           wait, WAIT_BUCKETS, sorted(set(known) | {t for t in wait if shown(t)}))
         run_t = _histogram(cp, JobRow.finished_at - JobRow.first_started_at,
                            JobRow.first_started_at.is_not(None) & JobRow.finished_at.is_not(None), RUN_BUCKETS)
         yield _hist_family("fairpod_job_run_time_seconds", "From the first admission to the end, of finished jobs",
-                           run_t, RUN_BUCKETS, teams)
+                           run_t, RUN_BUCKETS, sorted(set(known) | {t for t in run_t if shown(t)}))
 
         nodes_f = GaugeMetricFamily("fairpod_nodes", "Nodes by health status",
                                     labels=["instance_group", "instance_type", "health_status"])

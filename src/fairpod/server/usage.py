@@ -199,7 +199,8 @@ WINDOWS = {"1h": (3600.0, 120), "6h": (6 * 3600.0, 144), "1d": (86400.0, 144), "
 
 
 def history(cp: ControlPlane, window: str, teams: Iterable[str] | None) -> dict[str, object]:
-    """Mean figures per bucket over the last ``window`` (a key of WINDOWS): per instance group and per team."""
+    """Mean figures per bucket over the last ``window`` (a key of WINDOWS): per instance group and per team.
+    ``times`` are the buckets' starts; ``now`` holds the figures at this moment."""
     span, n = WINDOWS[window]
     now = cp.clock()
     step = span / n
@@ -229,7 +230,7 @@ def history(cp: ControlPlane, window: str, teams: Iterable[str] | None) -> dict[
                   "borrowed": s.borrowed, "lent": s.lent}
                  for s in current if s.kind == TEAM and (visible is None or s.name in visible)]
     return {"window": window, "from": edges[0], "to": now, "step_seconds": step,
-            "times": [(edges[i] + edges[i + 1]) / 2 for i in range(n)], "groups": groups, "teams": team_rows,
+            "times": edges[:-1], "groups": groups, "teams": team_rows,
             "now": {"groups": now_groups, "teams": now_teams}}
 
 

@@ -10,7 +10,7 @@ const PAGES = ["cluster", "teams", "tasks", "events"];
 // Okabe-Ito colours (colour-blind safe); every series also gets its own dash and marker so that the
 // charts read in greyscale.
 const COLOURS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"];
-const DASHES = ["solid", "dash", "dot", "dashdot", "longdash", "longdashdot"];
+const DASHES = ["dash", "dot", "dashdot", "longdash", "longdashdot"];  // capacity and quota lines
 const SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "hexagon"];
 
 const state = {
@@ -170,13 +170,28 @@ function baseLayout(title, ytitle) {
 function line(name, xs, ys, i, opts = {}) {
   return {
     type: "scatter", mode: "lines+markers", name, x: xs, y: ys, connectgaps: false,
-    line: {color: COLOURS[i % COLOURS.length], dash: opts.dash || DASHES[i % DASHES.length], width: opts.width || 2,
+    line: {color: COLOURS[i % COLOURS.length], dash: opts.dash || "solid", width: opts.width || 2,
            shape: "hv"},
     marker: {symbol: SYMBOLS[i % SYMBOLS.length], size: opts.marker ?? 5, color: COLOURS[i % COLOURS.length]},
   };
 }
 function plot(el, traces, layout) {
   if (!window.Plotly) { el.textContent = "Loading the charting library…"; return; }
+  // show the window from the first recorded figure on, so a young history does not sit in a corner
+  let first = null, last = null;
+  for (const t of traces) {
+    t.y.forEach((y, i) => {
+      if (y === null || y === undefined) return;
+      if (first === null || t.x[i] < first) first = t.x[i];
+      if (last === null || t.x[i] > last) last = t.x[i];
+    });
+  }
+  if (first !== null && last > first) {
+    const minSpan = 5 * 60 * 1000;  // at least 5 minutes, within the window
+    const start = traces.length ? traces[0].x[0] : first;
+    if (last - first < minSpan) first = new Date(Math.max(start.getTime(), last.getTime() - minSpan));
+    layout.xaxis.range = [first, last];
+  }
   Plotly.react(el, traces, layout, {displayModeBar: false, responsive: true});
 }
 // the history's buckets, then "now" as the last point
@@ -214,7 +229,7 @@ async function drawCluster() {
       const [xs, ys] = series(hist, h[key], now[key] ?? null);
       traces.push(line(`${h.name} in use`, xs, ys, i));
       const [cx, cy] = series(hist, h[cap], now[cap] ?? null);
-      traces.push(line(`${h.name} capacity`, cx, cy, i, {dash: "dot", width: 1, marker: 0}));
+      traces.push(line(`${h.name} capacity`, cx, cy, i, {dash: DASHES[i % DASHES.length], width: 1.5, marker: 0}));
     });
     plot($(`#${id}`), traces, baseLayout(title, unit));
   }
@@ -255,9 +270,9 @@ async function drawTeams() {
       const [xs, ys] = series(hist, t.in_use, now.in_use ?? null);
       traces.push(line(`${t.team} in use`, xs, ys, i));
       const [qx, qy] = series(hist, t.quota, now.quota ?? null);
-      traces.push(line(`${t.team} quota`, qx, qy, i, {dash: "dash", width: 1.5, marker: 0}));
+      traces.push(line(`${t.team} quota`, qx, qy, i, {dash: DASHES[i % DASHES.length], width: 1.5, marker: 0}));
     });
-    plot($(`#${ids[k]}`), traces, baseLayout(`${it}: accelerators in use per team (dashed: quota)`, "accelerators"));
+    plot($(`#${ids[k]}`), traces, baseLayout(`${it}: accelerators in use per team (solid, with markers) and quota (broken lines)`, "accelerators"));
   });
 }
 
