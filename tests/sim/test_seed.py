@@ -124,3 +124,15 @@ def test_checkpoints_steer_the_choice_of_victim(tmp_path):
     jobs = _jobs(r)
     assert {n: j["preemptions"] for n, j in jobs.items()} == {"j1": 0, "s1": 1, "s2": 0, "j2": 0}
     assert jobs["s1"]["lost_seconds"] == 0.0
+
+
+def test_priority_class_preempts_own_lower_priority_job(tmp_path):
+    header = "submit_time,team,duration,accelerators,name,priority"
+    rows = ["0,smith,100,4,s1,training", "0,john,100,12,train,training", "10,john,50,4,serve,inference"]
+    r = replay(SEED_SPEC, write_trace(tmp_path, rows, header), jobs=True)
+    jobs = _jobs(r)
+    assert jobs["serve"]["start"] == 10.0 and jobs["serve"]["end"] == 60.0
+    assert jobs["train"]["preemptions"] == 1
+    assert jobs["train"]["lost_seconds"] == 10.0  # no checkpoints: its 10 s of run are lost
+    assert jobs["train"]["end"] == 60.0 + 100.0  # restarts when serve ends, needs all 100 s again
+    assert r["teams"]["john"]["lost_accelerator_seconds"] == 120.0

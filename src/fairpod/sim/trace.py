@@ -140,7 +140,7 @@ class _Resolver:
 
 def _read_file(path: Path, res: _Resolver, out: list[TraceJob]) -> None:
     try:
-        f = path.open(newline="")
+        f = path.open(newline="", encoding="utf-8-sig")
     except OSError as e:
         raise TraceError(f"{path}: cannot read: {e.strerror}") from None
     with f:
