@@ -341,3 +341,13 @@ def test_a_cycle_serves_every_entitled_job_before_lending():
     ds = cycle(snap, 1)
     assert sorted(admitted(ds)) == ["a1", "a2"] and preempted(ds) == []
     assert "b1" in snap.pending
+
+
+@pytest.mark.parametrize("blocker", [dict(acc=4, n=5), dict(acc=4, n=3)])  # more nodes than exist; over the cap
+def test_a_job_that_can_never_run_does_not_hold_its_team_up(blocker):
+    snap = make(4, [{"name": "a", "quota": 4, "limit": 100}, {"name": "l", "quota": 12}],
+                starvation_guard_seconds=100)
+    submit(snap, "never", "a", t=0, **blocker)
+    cycle(snap, 0)
+    submit(snap, "small", "a", 4, t=700)
+    assert admitted(cycle(snap, 700)) == ["small"]

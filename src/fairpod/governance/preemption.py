@@ -31,6 +31,31 @@ def _fits(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | N
     return place(snap, w, reserved)
 
 
+def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dict[str, str]) -> bool:
+    """Could ``w`` be placed if every candidate were stopped? (A cheap bound before trying victims.)"""
+    freed: dict[str, list[int]] = {}
+    for v in cands:
+        r = v.req
+        for name in v.nodes or ():
+            f = freed.setdefault(name, [0, 0, 0])
+            f[0] += r.acc
+            f[1] += r.mcpu
+            f[2] += r.mib
+    a, c, m = w.req
+    fit = 0
+    for nd in snap.by_type.get(w.itype, ()):
+        if not nd.schedulable or (w.passed_only and not nd.health_passed):
+            continue
+        if reserved and reserved.get(nd.name, w.id) != w.id:
+            continue
+        f = freed.get(nd.name, (0, 0, 0))
+        if nd.free[0] + f[0] >= a and nd.free[1] + f[1] >= c and nd.free[2] + f[2] >= m:
+            fit += 1
+            if fit >= w.n:
+                return True
+    return False
+
+
 def plan(
     snap: Snapshot,
     w: Workload,
@@ -52,6 +77,15 @@ def plan(
     cross = cross_team and others_borrow and (within or snap.fair_share)
     if not own and not cross:
         return None
+    borrowers = {name for name in snap.teams if name != w.team and _borrowing(snap, name, w.itype)} if cross else set()
+    mine = 0.0
+    if cross and not within:
+        # fair share: a victim's team must keep a share >= ours after admission; removing a job only lowers
+        # a share, so teams whose share is already below ours can give no victim
+        mine = fairshare.share(snap, team, w.itype, w.total)
+        borrowers = {b for b in borrowers if fairshare.share(snap, snap.teams[b], w.itype) >= mine}
+    if not own and not borrowers:
+        return None
     cands: list[Workload] = []
     for v in snap.running.values():
         if v.itype != w.itype or (v.min_runtime and v.started is not None and now - v.started < v.min_runtime):
@@ -59,9 +93,9 @@ def plan(
         if v.team == w.team:
             if own and v.priority < w.priority:
                 cands.append(v)
-        elif cross and _borrowing(snap, v.team, w.itype):
+        elif v.team in borrowers:
             cands.append(v)
-    if not cands:
+    if not cands or not _could_fit(snap, w, cands, reserved):
         return None
     shares: dict[str, float] = {}
 
@@ -84,7 +118,7 @@ def plan(
             if within:
                 kind = "reclaim"
             else:
-                mine = fairshare.share(snap, team, w.itype, w.total)
+                mine = fairshare.share(snap, team, w.itype, w.total)  # own victims may have lowered it
                 vt = v.total
                 theirs = fairshare.share(snap, snap.teams[v.team], w.itype, (-vt[0], -vt[1], -vt[2]))
                 if not fairshare.may_preempt(mine, theirs):

@@ -128,3 +128,19 @@ def lending(snap: Snapshot, itype: str) -> dict[str, dict[str, int]]:
             if idle[lender] == 0:
                 del idle[lender]
     return out
+
+
+def ever_fits_quota(snap: Snapshot, w: Workload) -> bool:
+    """Could the team hold ``w`` at all: within quota, or by borrowing within its limit from what the other
+    teams could ever lend (their quota, plus unallocated capacity with idle resource sharing)?"""
+    team = snap.teams[w.team]
+    q = team.q(w.itype)
+    t = w.total
+    if t[0] <= q[0] and t[1] <= q[1] and t[2] <= q[2]:
+        return True
+    if not team.borrows:
+        return False
+    cap = borrow_cap(team, w.itype)
+    lend = snap.lendable(w.itype)
+    own = q if team.lends else (0, 0, 0)
+    return all(t[d] <= cap[d] and t[d] - q[d] <= lend[d] - own[d] for d in range(3))

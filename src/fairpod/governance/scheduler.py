@@ -5,7 +5,7 @@ the decisions. It reads no clock (``snap.now`` is the time) and does no I/O; it 
 state after its decisions (admitted jobs running, victims back in their queues).
 
 A cycle:
-1. Starvation guard (rule 6): a team's first job that has waited longer than the policy's
+1. Starvation guard (rule 6): a team's first job that could run at all and has waited longer than the policy's
    ``starvation_guard_seconds`` goes first; if it still cannot start, nodes (and, if it must borrow,
    borrowable capacity) are held for it and its team admits nothing past it until it starts.
 2. Rounds, twice: first only jobs within their team's quota, then all. In each round every team with
@@ -140,6 +140,16 @@ class _Cycle:
             for d in range(3):
                 rb[d] += need[d]
 
+    def first_runnable(self, team: Team) -> Workload | None:
+        """The team's first job that could run at all (on the healthy nodes, within its quota or borrow
+        limit); a job that never can must not hold the team up."""
+        skip: set = set()
+        while True:
+            h = team.queue.head(skip)
+            if h is None or (never_fits(self.snap, h) is None and quota.ever_fits_quota(self.snap, h)):
+                return h
+            skip.add(h.shape)
+
     def rank(self, team: Team, w: Workload) -> tuple:
         snap = self.snap
         within = quota.within_quota(team, w.itype, w.total)
@@ -161,7 +171,7 @@ class _Cycle:
         starving = []
         for team in snap.teams.values():
             if team.queue:
-                h = team.queue.head()
+                h = self.first_runnable(team)
                 if h is not None and snap.now - (h.enqueued if h.enqueued is not None else h.submit) >= guard:
                     starving.append(h)
         starving.sort(key=lambda w: (w.enqueued, w.seq))

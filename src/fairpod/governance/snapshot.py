@@ -51,15 +51,13 @@ class Workload:
     # bookkeeping for users
     reason: str = ""
     borrowed_from: dict[str, int] = field(default_factory=dict)
+    total: Res = field(init=False)  # n x req, the whole gang
+    shape: tuple[str, int, Res, bool] = field(init=False)  # jobs of one shape fit or fail alike
 
-    @property
-    def shape(self) -> tuple[str, int, Res, bool]:
-        return (self.itype, self.n, self.req, self.passed_only)
-
-    @property
-    def total(self) -> Res:
+    def __post_init__(self) -> None:
         r = self.req
-        return Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
+        self.total = Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
+        self.shape = (self.itype, self.n, self.req, self.passed_only)
 
     def lost_work(self, now: float) -> float:
         """Seconds of work lost if stopped now: since the last checkpoint, or since the start."""
