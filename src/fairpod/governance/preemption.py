@@ -109,6 +109,15 @@ def plan(
     cands.sort(key=victim_key(w.team, now, team_share))
     removed: list[tuple[Workload, str]] = []
     nodes: list[str] | None = None
+    a, c, m = w.req
+
+    def fits(name: str) -> bool:
+        nd = snap.nodes.get(name)
+        return (nd is not None and nd.schedulable and (nd.health_passed or not w.passed_only)
+                and (not reserved or reserved.get(name, w.id) == w.id)
+                and nd.free[0] >= a and nd.free[1] >= c and nd.free[2] >= m)
+
+    fitting = {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)}
     for v in cands:
         if v.team == w.team:
             kind = "priority"
@@ -126,6 +135,9 @@ def plan(
                 kind = "fair-share"
         snap.unassign(v)
         removed.append((v, kind))
+        fitting.update(name for name in v.nodes or () if fits(name))
+        if len(fitting) < w.n:
+            continue  # not enough nodes yet: no need to ask placement
         nodes = _fits(snap, w, reserved, holder)
         if nodes is not None:
             break

@@ -185,6 +185,7 @@ class Snapshot:
         self.running: dict[str, Workload] = {}
         self.pending: dict[str, Workload] = {}
         self._seq = 0
+        self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
 
     # -- building ------------------------------------------------------------------------------
     def pool(self, itype: str) -> Pool:
@@ -246,6 +247,7 @@ class Snapshot:
                 p.over[d] -= sign * diff
 
     def _use(self, w: Workload, sign: int) -> None:
+        self.version += 1
         team = self.teams[w.team]
         self._account(team, w.itype, -1)
         u = team.u(w.itype)

@@ -98,6 +98,7 @@ class Simulation:
     def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False) -> None:
         self.spec = spec
         self.snap = snapshot_from_spec(spec)
+        self._sampled: tuple[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] | None = None
         self.team_names = [t.name for t in spec.teams]
         self.itypes = sorted(self.snap.pools)
         self.record_timeline = record_timeline
@@ -231,6 +232,14 @@ class Simulation:
     def _sample(self, t: float) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
         """Accelerators allocated, borrowed and lent per team now (teams in spec order)."""
         snap = self.snap
+        cached = self._sampled
+        if cached is not None and cached[0] == snap.version:
+            out = cached[1]
+            if self.record_timeline:
+                tl = self.result.timeline
+                if not tl or tl[-1][1] != out[0] or tl[-1][2] != out[1]:
+                    tl.append((t, out[0], out[1]))
+            return out
         idx = {n: i for i, n in enumerate(self.team_names)}
         alloc = [0] * len(self.team_names)
         borrowed = [0] * len(self.team_names)
@@ -245,6 +254,7 @@ class Simulation:
                     if lender in idx:
                         lent[idx[lender]] += n
         out = (tuple(alloc), tuple(borrowed), tuple(lent))
+        self._sampled = (snap.version, out)
         if self.record_timeline:
             tl = self.result.timeline
             if tl and tl[-1][0] == t:
