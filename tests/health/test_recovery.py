@@ -36,20 +36,21 @@ def _nodes(self: Server) -> list[dict]:
 Server.nodes = _nodes  # type: ignore[attr-defined]
 
 
-@pytest.fixture
-def auto(tmp_path: Path) -> Iterator[Server]:
-    s = _server(tmp_path, "Automatic")
+def _running(tmp_path: Path, recovery: str) -> Iterator[Server]:
+    s = _server(tmp_path, recovery)
     yield s
     s.kill(signal.SIGTERM)
     s.kill_replicas()
+
+
+@pytest.fixture
+def auto(tmp_path: Path) -> Iterator[Server]:
+    yield from _running(tmp_path, "Automatic")
 
 
 @pytest.fixture
 def manual(tmp_path: Path) -> Iterator[Server]:
-    s = _server(tmp_path, "None")
-    yield s
-    s.kill(signal.SIGTERM)
-    s.kill_replicas()
+    yield from _running(tmp_path, "None")
 
 
 def _node(s: Server, name: str) -> dict:
