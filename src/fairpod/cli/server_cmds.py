@@ -17,7 +17,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--port", type=int, default=daemon.DEFAULT_PORT, help="port on 127.0.0.1 (default %(default)s)")
     p.add_argument("--spec", help="cluster spec (YAML) to apply")
-    p.add_argument("--executor", choices=["local"], default="local", help="where jobs run (default local)")
+    p.add_argument("--executor", choices=["local", "timed"], default="local",
+                   help="where jobs run (default local); 'timed' is for benchmarks and tests only: it runs no "
+                   "processes, each job just lasts its FAIRPOD_BENCH_DURATION or 'sleep N' seconds")
     p.add_argument("--db", help="database URL (default SQLite under $FAIRPOD_HOME; postgresql+psycopg://… works)")
     p.add_argument("--foreground", action="store_true", help="stay in the foreground (for service managers)")
     p.set_defaults(func=lambda a: daemon.up(a.port, a.spec, a.db, a.executor, a.foreground))

@@ -21,6 +21,7 @@ from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
+from fairpod.server.batch import BatchingStore
 from fairpod.server.nodes import NodeOps
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run, Slots
 from fairpod.server.usage import UsageSampler
@@ -62,7 +63,7 @@ class ControlPlane(NodeOps):
         clock: Callable[[], float] = time.time,
         real_gpus: bool = False,
     ) -> None:
-        self.store = store
+        self.store = BatchingStore(store)  # batches the reconcile loop's job writes (fairpod.server.batch)
         self.executor = executor
         self.home = Path(home)
         self.clock = clock
@@ -170,12 +171,14 @@ class ControlPlane(NodeOps):
             if never:
                 raise Problem(400, "job can never run", never)
             try:
-                job = self.store.insert_job(spec, resolved, reason="queued")
+                with self.store.tx() as t:  # the job, its event and the audit entry: one transaction
+                    job = t.insert_job(spec, resolved, reason="queued")
+                    t.append_events([{"kind": "JobSubmitted", "message": f"job {spec.name} submitted by {actor}",
+                                      "job_id": job.id, "team": job.team, "data": {"actor": actor}}])
+                    t.append_audit(actor, "job.submit", f"{job.team}/{job.name}", {"id": job.id})
             except AlreadyExists as e:
                 raise Problem(409, "job exists", str(e)) from None
-            self.event("JobSubmitted", f"job {spec.name} submitted by {actor}", job, actor=actor)
             self.snap.add_pending(self._workload(job))
-            self.store.append_audit(actor, "job.submit", f"{job.team}/{job.name}", {"id": job.id})
         self.wake.set()
         return job
 
@@ -245,22 +248,36 @@ class ControlPlane(NodeOps):
 
     # -- the loop ------------------------------------------------------------------------------
     def reconcile_once(self) -> None:
-        with self.lock:
-            for e in self.executor.poll():
+        with self.lock, self.store.batch():  # a cycle's job updates and events: one transaction per flush
+            exits = self.executor.poll()
+            self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
+            for e in exits:
                 self._on_exit(e)
             t0 = time.perf_counter()
             self.snap.now = self.clock()
             decisions = schedule(self.snap)
             self.cycle_seconds = time.perf_counter() - t0
             self.cycles += 1
+            self.store.prefetch(d.job for d in decisions)
+            # A job may be admitted and preempted within one cycle: apply only the net change. A Preempt
+            # counts if it is the job's first decision (it ran before the cycle), an Admit if it is the
+            # job's last and the job was pending before the cycle.
+            first: dict[str, Admit | Preempt] = {}
+            last: dict[str, Admit | Preempt] = {}
             for d in decisions:
-                if isinstance(d, Preempt):
+                if isinstance(d, Admit | Preempt):
+                    first.setdefault(d.job, d)
+                    last[d.job] = d
+            for d in decisions:
+                if isinstance(d, Preempt) and first[d.job] is d:
                     self._on_preempt(d)
             for d in decisions:
                 if isinstance(d, Admit):
-                    self._on_admit(d)
+                    if last[d.job] is d and isinstance(first[d.job], Admit):
+                        self._on_admit(d)
                 elif isinstance(d, Wait):
                     self.store.update_job(int(d.job), {"reason": d.reason})
+            self.store.flush()  # the store knows every admission before its processes start
             self._launch_ready()
             self.usage.tick(self)
 

@@ -119,17 +119,32 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local") -> None
     """Run the control plane in the foreground until SIGTERM/SIGINT."""
     import uvicorn
 
+    from fairpod.executors.base import Executor
     from fairpod.executors.local import LocalExecutor
     from fairpod.health.manager import HealthManager
     from fairpod.server.app import create_app
     from fairpod.server.control import ControlPlane
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if executor_name != "local":
-        raise SystemExit(f"fairpod: error: unknown executor {executor_name!r} (local)")
-    store = Store(url)
+    executor: Executor
+    if executor_name == "local":
+        executor = LocalExecutor(home / "runs")
+    elif executor_name == "timed":  # benchmarks and tests only: runs no processes
+        from fairpod.executors.timed import TimedExecutor
+
+        logging.getLogger("fairpod").warning("executor 'timed' (benchmarks/tests only): jobs run NO processes; "
+                                             "each only waits out its FAIRPOD_BENCH_DURATION or 'sleep N'")
+        executor = TimedExecutor(home / "runs")
+    else:
+        raise SystemExit(f"fairpod: error: unknown executor {executor_name!r} (local, timed)")
+    # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
+    # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
+    store = Store(url, synchronous="NORMAL")
     store.create_all()
-    cp = ControlPlane(store, LocalExecutor(home / "runs"), home)
+    cp = ControlPlane(store, executor, home)
+    set_notify = getattr(executor, "set_notify", None)
+    if set_notify is not None:  # the executor wakes the reconcile loop when an exit is due
+        set_notify(cp.wake.set)
     cp.start()
     cp.health = HealthManager(cp, interval=float(os.environ.get("FAIRPOD_AGENT_INTERVAL", "10")),
                               reboot_seconds=float(os.environ.get("FAIRPOD_REBOOT_SECONDS", "2")))

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, insert, select, text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fairpod.store import fields as f
@@ -19,6 +20,7 @@ from fairpod.store.records import Event, NotFound
 from fairpod.store.tables import EventRow, JobRow
 
 EVENT_LOCK_KEY = 0x66_70_65_76  # "fpev"
+_INSERT_EVENT = insert(EventRow.__table__)
 
 
 def serialize_appends(s: Session, key: int) -> None:
@@ -64,6 +66,29 @@ class EventOps(Ops):
             s.add(row)
             s.flush()
             return to_event(row)
+
+    def append_events(self, events: Iterable[Mapping[str, Any]]) -> None:
+        """Append many events in one transaction and statement, in the given order (ids grow the same way).
+        Each is a mapping of ``append_event``'s keyword arguments (``kind`` and ``message`` at least); the
+        values are checked the same way. Raises ``NotFound`` (nothing appended) if a ``job_id`` is unknown.
+        """
+        convs = {"kind": f.text, "message": f.text, "job_id": f.optional(f.integer), "node": f.optional(f.text),
+                 "team": f.optional(f.text), "data": f.json_of(dict), "ts": f.number}
+        rows = []
+        for ev in events:
+            vals = f.check("event", convs, {"message": "", "job_id": None, "node": None, "team": None,
+                                            "data": {}, **ev, "ts": self._now(ev.get("ts"))})
+            if not vals["kind"]:
+                raise ValueError("event.kind: must not be empty")
+            rows.append(vals)
+        if not rows:
+            return
+        with self._session(True) as s:
+            serialize_appends(s, EVENT_LOCK_KEY)
+            try:
+                s.connection().execute(_INSERT_EVENT, rows)
+            except IntegrityError as e:  # the only constraint: job_id must name a job
+                raise NotFound(f"an event names a job that does not exist: {e.orig}") from e
 
     def list_events(
         self,

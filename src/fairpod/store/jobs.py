@@ -10,9 +10,11 @@ unfinished job of that name if there is one, else the most recently submitted on
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -21,7 +23,7 @@ from fairpod.store import fields as f
 from fairpod.store.cluster import next_counter
 from fairpod.store.db import Ops
 from fairpod.store.records import AlreadyExists, Conflict, Job, NotFound
-from fairpod.store.tables import FINISHED_STATES, JobRow
+from fairpod.store.tables import FINISHED_STATES, CounterRow, JobRow
 
 JOB_SEQ_COUNTER = "job_seq"
 
@@ -112,6 +114,22 @@ def _active_named(s: Session, team: str, name: str) -> JobRow | None:
     return s.scalars(q.limit(1)).first()
 
 
+_JOBS = JobRow.__table__
+_COUNTERS = CounterRow.__table__
+_INSERT_JOB = insert(_JOBS)
+_ACTIVE_NAMED = (select(_JOBS.c.id).where(_JOBS.c.team == bindparam("t"), _JOBS.c.name == bindparam("n"),
+                                           _JOBS.c.state.not_in(FINISHED_STATES)).limit(1))  # fmt: skip
+_BUMP_SEQ = (update(_COUNTERS).where(_COUNTERS.c.name == JOB_SEQ_COUNTER)
+             .values(value=_COUNTERS.c.value + 1).returning(_COUNTERS.c.value))  # fmt: skip
+_UPDATES: dict[tuple[str, ...], Any] = {}  # update_jobs' statement per set of columns
+
+
+def _next_seq(s: Session, conn: Connection) -> int:
+    """The next job ``seq``: the counter bumped in the caller's write transaction (as ``next_counter``)."""
+    value = conn.execute(_BUMP_SEQ).scalar()
+    return int(value) if value is not None else next_counter(s, JOB_SEQ_COUNTER)
+
+
 def _flush(s: Session, team: str, name: str) -> None:
     try:
         s.flush()
@@ -141,27 +159,42 @@ class JobOps(Ops):
         acc, mcpu, mib = resolved.per_replica
         st = JobState(state)
         vals = f.check("job", JOB_FIELDS, {"state": st, "reason": reason})
+        taken = f"team {spec.team!r} already has an unfinished job named {spec.name!r}"
+        # prepared Core statements, not the ORM: a submit is on the API's hot path (benchmarks/README.md)
         with self._session(True) as s:
-            if not st.finished and _active_named(s, spec.team, spec.name) is not None:
-                raise AlreadyExists(f"team {spec.team!r} already has an unfinished job named {spec.name!r}")
-            row = JobRow(
+            conn = s.connection()
+            if not st.finished and conn.execute(_ACTIVE_NAMED, {"t": spec.team, "n": spec.name}).first():
+                raise AlreadyExists(taken)
+            row = dict(
                 name=spec.name, team=spec.team, spec=spec.model_dump(mode="json"),
                 state=vals["state"], reason=vals["reason"], priority=resolved.priority,
                 instance_type=resolved.instance_type, nodes=spec.nodes, acc=acc, mcpu=mcpu, mib=mib,
-                submit_time=submit, seq=next_counter(s, JOB_SEQ_COUNTER), enqueued_at=submit,
+                submit_time=submit, seq=_next_seq(s, conn), enqueued_at=submit,
                 started_at=None, first_started_at=None, finished_at=ts if st.finished else None,
                 attempt=0, max_retry=spec.max_retry, auto_resume=spec.auto_resume, placement=[],
                 borrowed_from={}, preemptions=0, exit_info=None, checkpoint_at=None, checkpoint_step=None,
                 checkpoint_path=None, master_port=None, updated_at=ts,
             )  # fmt: skip
-            s.add(row)
-            _flush(s, spec.team, spec.name)
-            return to_job(row)
+            try:
+                res = conn.execute(_INSERT_JOB, row)
+            except IntegrityError as e:
+                raise AlreadyExists(taken) from e
+            return to_job(SimpleNamespace(id=res.inserted_primary_key[0], **row))
 
     def get_job(self, job_id: int) -> Job | None:
         with self._session(False) as s:
             row = s.get(JobRow, job_id)
             return None if row is None else to_job(row)
+
+    def get_jobs(self, job_ids: Iterable[int]) -> dict[int, Job]:
+        """The jobs of these ids that exist, by id, read in one query."""
+        ids = sorted(set(job_ids))
+        out: dict[int, Job] = {}
+        with self._session(False) as s:
+            for i in range(0, len(ids), 500):
+                for r in s.connection().execute(select(_JOBS).where(_JOBS.c.id.in_(ids[i : i + 500]))):
+                    out[r.id] = to_job(r)  # type: ignore[arg-type]  # a Core row has the same attributes
+        return out
 
     def get_job_by_name(self, team: str, name: str) -> Job | None:
         """The team's unfinished job of that name, else its most recently submitted one, else None."""
@@ -233,6 +266,38 @@ class JobOps(Ops):
             row.updated_at = self._now(now)
             _flush(s, row.team, row.name)
             return to_job(row)
+
+    def update_jobs(self, updates: Mapping[int, Mapping[str, Any]], *, now: float | None = None) -> None:
+        """``update_job`` for many jobs at once, in one transaction and one statement per set of fields
+        (the control plane's batched writes). The values are checked as by ``update_job``; raises
+        ``NotFound`` if a job does not exist and ``AlreadyExists`` on a name clash (nothing is changed then).
+        """
+        if not updates:
+            return
+        ts = self._now(now)
+        groups: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for job_id, changes in updates.items():
+            vals = f.check("job", JOB_FIELDS, changes)
+            if "spec" in vals:
+                raise ValueError("job.spec: update_jobs does not change specs; use update_job")
+            vals["updated_at"] = ts
+            groups.setdefault(tuple(sorted(vals)), []).append({"_id": job_id, **vals})
+        with self._session(True) as s:
+            conn = s.connection()
+            for cols, rows in groups.items():
+                stmt = _UPDATES.get(cols)
+                if stmt is None:
+                    stmt = _UPDATES[cols] = (update(_JOBS).where(_JOBS.c.id == bindparam("_id"))
+                                             .values({c: bindparam(c) for c in cols}))  # fmt: skip
+                try:
+                    res = conn.execute(stmt, rows)
+                except IntegrityError as e:
+                    raise AlreadyExists(f"a job update would give a team two unfinished jobs of one name: {e}") from e
+                if res.rowcount != len(rows):
+                    have = set(s.scalars(select(JobRow.id).where(JobRow.id.in_([r["_id"] for r in rows]))))
+                    missing = sorted({r["_id"] for r in rows} - have)
+                    if missing:
+                        raise NotFound(f"job {missing[0]} does not exist")
 
     def count_jobs_by_state(self, *, team: str | Iterable[str] | None = None) -> dict[JobState, int]:
         """Number of jobs in each state (every state present, 0 if none)."""

@@ -1,0 +1,182 @@
+"""Batched job writes for the reconcile loop: one transaction per phase of a cycle instead of two or three
+per job.
+
+``BatchingStore`` stands in for the control plane's ``Store`` and passes every call through, except on the
+thread that has opened ``batch()``: there ``update_job`` and ``append_event`` are collected in memory (the
+updated job is returned at once, as ``update_job`` would) and ``get_job`` sees the collected changes;
+``flush()`` (also at the end of ``batch()``) writes them all in one transaction. Other threads keep reading
+the committed state. The control plane flushes before it starts processes, so the store still knows about a
+job before its replicas exist.
+
+It also remembers successful token checks for ``TOKEN_CACHE_S`` seconds (every API request checks its token);
+revoking tokens or changing users through it clears what it remembers.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any
+
+from fairpod.model.jobs import JobState
+from fairpod.store import Store
+from fairpod.store import fields as f
+from fairpod.store.jobs import JOB_FIELDS
+from fairpod.store.records import Event, Job, NotFound, User
+
+# The Job record's python value of a field as update_job would return it (JSON fields get a copy).
+_RECORD = {"state": JobState, "placement": list, "borrowed_from": dict}
+log = logging.getLogger("fairpod.control")
+TOKEN_CACHE_S = 2.0
+
+
+class _Pending:
+    __slots__ = ("events", "jobs", "changes")
+
+    def __init__(self) -> None:
+        self.jobs: dict[int, Job] = {}  # the latest version of every job read or written in this batch
+        self.changes: dict[int, dict[str, Any]] = {}  # job id -> fields to write
+        self.events: list[dict[str, Any]] = []
+
+
+class BatchingStore:
+    """A ``Store`` whose job updates and events are batched on the thread inside ``batch()``."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._local = threading.local()
+        self._tokens: dict[str, tuple[float, User]] = {}  # token -> (valid until, monotonic), its user
+        self._tokens_lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    @property
+    def store(self) -> Store:
+        return self._store
+
+    def _pending(self) -> _Pending | None:
+        return getattr(self._local, "pending", None)
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Collect job updates and events of this thread until the block ends, then write them. Nested
+        blocks join the outer one. If the block raises, what was collected is still written (as it would
+        have been without the batch), and a failure of that write is logged, not raised over the first."""
+        if self._pending() is not None:
+            yield
+            return
+        self._local.pending = _Pending()
+        try:
+            yield
+        except BaseException:
+            try:
+                self.flush()
+            except Exception:
+                log.exception("could not write the batched job updates after an error")
+            raise
+        else:
+            self.flush()
+        finally:
+            self._local.pending = None
+
+    def flush(self) -> None:
+        """Write what this thread's batch collected, in one transaction; the batch stays open."""
+        p = self._pending()
+        if p is None or (not p.changes and not p.events):
+            return
+        changes, events = p.changes, p.events
+        p.changes, p.events = {}, []
+        with self._store.tx() as t:
+            t.update_jobs(changes)
+            t.append_events(events)
+
+    def prefetch(self, job_ids: Iterable[int | str | None]) -> None:
+        """Read the jobs of these ids that the batch has not seen yet, in one query (outside a batch: no-op)."""
+        p = self._pending()
+        if p is None:
+            return
+        want = {int(i) for i in job_ids if i is not None} - p.jobs.keys()
+        if want:
+            p.jobs.update(self._store.get_jobs(want))
+
+    # -- token checks: a short cache, cleared by every change to users or tokens made through here -------
+    def verify_token(self, token: str, **kw: Any) -> User | None:
+        """``Store.verify_token``, remembered for ``TOKEN_CACHE_S`` seconds: a token revoked (or a user
+        changed) through this object's methods takes effect at once; one changed otherwise (inside ``tx()``,
+        or by another process) within that time."""
+        now = time.monotonic()
+        if not kw:
+            with self._tokens_lock:
+                hit = self._tokens.get(token)
+            if hit is not None and hit[0] > now:
+                return hit[1]
+        user = self._store.verify_token(token, **kw)
+        if user is not None and not kw:
+            with self._tokens_lock:
+                if len(self._tokens) > 10_000:
+                    self._tokens.clear()
+                self._tokens[token] = (now + TOKEN_CACHE_S, user)
+        return user
+
+    def _forget_tokens(self) -> None:
+        with self._tokens_lock:
+            self._tokens.clear()
+
+    def revoke_token(self, *a: Any, **kw: Any) -> Any:
+        self._forget_tokens()
+        return self._store.revoke_token(*a, **kw)
+
+    def revoke_user_tokens(self, *a: Any, **kw: Any) -> Any:
+        self._forget_tokens()
+        return self._store.revoke_user_tokens(*a, **kw)
+
+    def update_user(self, *a: Any, **kw: Any) -> Any:
+        self._forget_tokens()
+        return self._store.update_user(*a, **kw)
+
+    def delete_user(self, *a: Any, **kw: Any) -> Any:
+        self._forget_tokens()
+        return self._store.delete_user(*a, **kw)
+
+    # -- the batched operations ----------------------------------------------------------------------
+    def get_job(self, job_id: int) -> Job | None:
+        p = self._pending()
+        if p is None:
+            return self._store.get_job(job_id)
+        job = p.jobs.get(job_id)
+        if job is None:
+            job = self._store.get_job(job_id)
+            if job is not None:
+                p.jobs[job_id] = job
+        return job
+
+    def update_job(self, job_id: int, changes: Mapping[str, Any], **kw: Any) -> Job:
+        p = self._pending()
+        if p is None or kw or "spec" in changes:
+            if p is not None:
+                self.flush()
+                p.jobs.pop(job_id, None)
+            return self._store.update_job(job_id, changes, **kw)
+        f.check("job", JOB_FIELDS, changes)  # bad values fail here, as they would in update_job
+        job = self.get_job(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} does not exist")
+        rec = {k: (_RECORD[k](v) if k in _RECORD and v is not None else v) for k, v in changes.items()}
+        if "exit_info" in rec and rec["exit_info"] is not None:
+            rec["exit_info"] = f.json_of(dict)(rec["exit_info"])
+        job = replace(job, **rec, updated_at=time.time())
+        p.jobs[job_id] = job
+        p.changes.setdefault(job_id, {}).update(changes)
+        return job
+
+    def append_event(self, kind: str, message: str = "", **kw: Any) -> Event | None:
+        p = self._pending()
+        if p is None:
+            return self._store.append_event(kind, message, **kw)
+        p.events.append({"kind": kind, "message": message, **kw, "ts": kw.get("ts") or time.time()})
+        return None
