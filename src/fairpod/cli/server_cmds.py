@@ -10,19 +10,30 @@ from fairpod.server import daemon
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "up", help="start the control plane on this machine",
-        description="Start fairpod on 127.0.0.1: the API, the reconcile loop and the local executor, state in "
+        description="Start fairpod on 127.0.0.1: the API, the reconcile loop and the executor (local, or a Ray "
+        "cluster with --executor ray), state in "
         "SQLite under $FAIRPOD_HOME (default ~/.local/share/fairpod). Without --spec, the first start describes "
         "this machine (its NVIDIA GPUs) or, without GPUs, a demo cluster of 4 x ml.g5.12xlarge with teams john "
         "and smith. The first start creates an admin token and writes the CLI config (mode 0600).",
     )
     p.add_argument("--port", type=int, default=daemon.DEFAULT_PORT, help="port on 127.0.0.1 (default %(default)s)")
     p.add_argument("--spec", help="cluster spec (YAML) to apply")
-    p.add_argument("--executor", choices=["local", "timed"], default="local",
-                   help="where jobs run (default local); 'timed' is for benchmarks and tests only: it runs no "
-                   "processes, each job just lasts its FAIRPOD_BENCH_DURATION or 'sleep N' seconds")
+    p.add_argument("--executor", choices=["local", "ray", "timed"], default=None,
+                   help="where jobs run: 'local' (this machine; the default), 'ray' (the nodes of a Ray cluster: "
+                   "each Ray node with the resource fairpod/instance-type:<type> is a node of that type; see "
+                   "docs/ray.md) or, for benchmarks and tests only, 'timed' (runs no processes, each job just "
+                   "lasts its FAIRPOD_BENCH_DURATION or 'sleep N' seconds). Default: the spec's "
+                   "cluster.executor.kind, else local")
+    p.add_argument("--ray-address", metavar="auto|HOST:PORT",
+                   help="the Ray head's GCS address (implies --executor ray); 'auto': $RAY_ADDRESS or the cluster "
+                   "'ray start' started on this machine (default: the spec's cluster.executor.ray_address, else auto)")
+    p.add_argument("--ray-namespace", metavar="NAME",
+                   help="Ray namespace of fairpod's actors and placement groups; one fairpod per namespace "
+                   "(default: the spec's cluster.executor.ray_namespace, else fairpod)")
     p.add_argument("--db", help="database URL (default SQLite under $FAIRPOD_HOME; postgresql+psycopg://… works)")
     p.add_argument("--foreground", action="store_true", help="stay in the foreground (for service managers)")
-    p.set_defaults(func=lambda a: daemon.up(a.port, a.spec, a.db, a.executor, a.foreground))
+    p.set_defaults(func=lambda a: daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, a.ray_address,
+                                            a.ray_namespace))
     d = sub.add_parser("down", help="stop the control plane (jobs keep running and are adopted on the next up)",
                        description="Stop the control plane started by 'fairpod up' (SIGTERM, then SIGKILL after "
                        "--timeout seconds). Running jobs keep running and are adopted by the next 'fairpod up'.")

@@ -6,13 +6,14 @@ each naming its field, as a ``SpecError``.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
 from fairpod.model.resources import ZERO, Res, by_ratio, node_res
@@ -70,10 +71,27 @@ class InstanceGroup(_Strict):
     connectivity: Connectivity = Field(default_factory=Connectivity)
 
 
+class ExecutorInfo(_Strict):
+    """Where jobs run: ``local`` (this machine) or ``ray`` (the nodes of a Ray cluster, see docs/ray.md; the
+    nodes then come from Ray and ``instance_groups``, if given, only bound the quotas)."""
+
+    kind: Literal["local", "ray"] = "local"
+    ray_address: str = Field(default="auto", max_length=300)  # auto | HOST:PORT of the Ray head's GCS
+    ray_namespace: str = Field(default="fairpod", pattern=NAME_PATTERN, max_length=60)
+
+    @field_validator("ray_address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        if v != "auto" and not re.fullmatch(r"\[?[A-Za-z0-9.:-]+\]?:[0-9]{1,5}", v):
+            raise ValueError("must be auto or HOST:PORT (the Ray head's GCS address, e.g. 10.0.0.5:6379)")
+        return v
+
+
 class ClusterInfo(_Strict):
     name: str = Field(default="fairpod", pattern=NAME_PATTERN, max_length=40)
     instance_groups: list[InstanceGroup] = Field(default_factory=list)
     node_recovery: NodeRecovery = NodeRecovery.AUTOMATIC
+    executor: ExecutorInfo = Field(default_factory=ExecutorInfo)
 
 
 class PriorityClass(_Strict):

@@ -21,6 +21,7 @@ from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
+from fairpod.server import membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.nodes import NodeOps
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run, Slots
@@ -249,6 +250,7 @@ class ControlPlane(NodeOps):
     # -- the loop ------------------------------------------------------------------------------
     def reconcile_once(self) -> None:
         with self.lock, self.store.batch():  # a cycle's job updates and events: one transaction per flush
+            membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
             exits = self.executor.poll()
             self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
             for e in exits:
@@ -448,9 +450,10 @@ class ControlPlane(NodeOps):
 
 
 def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-    """Make the store's nodes match the spec's instance groups (``<group>-<i>``); busy nodes are kept."""
+    """Make the store's nodes match the spec's instance groups (``<group>-<i>``); busy nodes are kept.
+    With the Ray executor the nodes come from the Ray cluster (``fairpod.server.membership``), not the spec."""
     want: dict[str, tuple[str, str]] = {}
-    for g in spec.cluster.instance_groups:
+    for g in spec.cluster.instance_groups if spec.cluster.executor.kind != "ray" else []:
         for i in range(g.count):
             want[f"{g.name}-{i}"] = (g.name, g.instance_type)
     have = {n.name: n for n in store.list_nodes()}
@@ -463,5 +466,5 @@ def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) ->
             store.delete_node(name)
             store.add_node(name, group, itype)
     for name in have:
-        if name not in want and name not in busy:
+        if name not in want and name not in busy and membership.NODE_ID not in have[name].labels:
             store.delete_node(name)

@@ -115,7 +115,29 @@ def read_pid(home: Path) -> tuple[int, int] | None:
     return pid, port
 
 
-def serve(home: Path, url: str, port: int, executor_name: str = "local") -> None:
+def executor_config(kind: str | None, ray_address: str | None, ray_namespace: str | None,
+                    spec: ClusterSpec | None) -> tuple[str, str, str]:
+    """(kind, Ray address, Ray namespace): the command line's choice, else the spec's ``cluster.executor``."""
+    ex = spec.cluster.executor if spec is not None else None
+    if kind is None:
+        kind = "ray" if ray_address or ray_namespace else (ex.kind if ex is not None else "local")
+    if kind != "ray" and (ray_address or ray_namespace):
+        raise ValueError("--ray-address and --ray-namespace go with --executor ray")
+    from_spec = ex is not None and ex.kind == "ray"
+    address = ray_address or (ex.ray_address if from_spec and ex is not None else "auto")
+    namespace = ray_namespace or (ex.ray_namespace if from_spec and ex is not None else "fairpod")
+    if kind == "ray":
+        from fairpod.executors.ray import NAMESPACE_RE, parse_address
+
+        if not NAMESPACE_RE.fullmatch(namespace) or len(namespace) > 60:
+            raise ValueError(f"invalid Ray namespace {namespace!r}: lower-case letters, digits and '-'")
+        if address != "auto":
+            parse_address(address)
+    return kind, address, namespace
+
+
+def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_address: str = "auto",
+          ray_namespace: str = "fairpod") -> None:
     """Run the control plane in the foreground until SIGTERM/SIGINT."""
     import uvicorn
 
@@ -135,8 +157,17 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local") -> None
         logging.getLogger("fairpod").warning("executor 'timed' (benchmarks/tests only): jobs run NO processes; "
                                              "each only waits out its FAIRPOD_BENCH_DURATION or 'sleep N'")
         executor = TimedExecutor(home / "runs")
+    elif executor_name == "ray":  # the nodes of a Ray cluster (docs/ray.md)
+        from fairpod.executors.base import ExecutorError
+        from fairpod.executors.ray import RayExecutor
+
+        try:
+            executor = RayExecutor(home / "runs", address=ray_address, namespace=ray_namespace)
+        except ExecutorError as e:
+            raise SystemExit(f"fairpod: error: {e}") from None
+        logging.getLogger("fairpod").info("executor ray: cluster %s, namespace %s", executor.address, ray_namespace)
     else:
-        raise SystemExit(f"fairpod: error: unknown executor {executor_name!r} (local, timed)")
+        raise SystemExit(f"fairpod: error: unknown executor {executor_name!r} (local, ray, timed)")
     # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
     # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
     store = Store(url, synchronous="NORMAL")
@@ -182,7 +213,8 @@ def wait_healthy(port: int, proc: subprocess.Popen | None, timeout: float = 30.0
     return False
 
 
-def up(port: int, spec_file: str | None, db: str | None, executor: str, foreground: bool) -> int:
+def up(port: int, spec_file: str | None, db: str | None, executor: str | None, foreground: bool,
+       ray_address: str | None = None, ray_namespace: str | None = None) -> int:
     home = fairpod_home()
     running = read_pid(home)
     if running:
@@ -200,16 +232,33 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str, foregrou
         return 1
     rec = store.get_spec()
     store.close()
+    try:
+        executor, ray_address, ray_namespace = executor_config(executor, ray_address, ray_namespace,
+                                                               rec.spec if rec else None)
+    except ValueError as e:
+        print(f"fairpod: error: {e}", file=sys.stderr)
+        return 2 if "go with --executor ray" in str(e) else 1
+    if executor == "ray":
+        from fairpod.executors.base import ExecutorError
+        from fairpod.executors.ray import check_reachable
+
+        try:
+            ray_address = check_reachable(ray_address)
+        except ExecutorError as e:
+            print(f"fairpod: error: {e}", file=sys.stderr)
+            return 1
     server_url = f"http://127.0.0.1:{port}"
     if token:
         print(f"created the admin user; its token is in {write_config(server_url, token)}")
     else:
         _update_config_url(server_url)
     if foreground:
-        serve(home, url, port, executor)
+        serve(home, url, port, executor, ray_address, ray_namespace)
         return 0
     log = open(home / "server.log", "ab")  # noqa: SIM115 - handed to the child
     cmd = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(port), "--executor", executor]
+    if executor == "ray":
+        cmd += ["--ray-address", ray_address, "--ray-namespace", ray_namespace]
     if db:
         cmd += ["--db", db]
     proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -222,8 +271,9 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str, foregrou
         return 1
     assert rec is not None
     total = sum(c.acc for c in rec.spec.capacity().values())
-    print(f"fairpod is up (pid {proc.pid}): cluster {rec.spec.cluster.name}, {total} accelerators, "
-          f"{len(rec.spec.teams)} teams")
+    where = (f"nodes from the Ray cluster at {ray_address} (namespace {ray_namespace})" if executor == "ray"
+             else f"{total} accelerators")
+    print(f"fairpod is up (pid {proc.pid}): cluster {rec.spec.cluster.name}, {where}, {len(rec.spec.teams)} teams")
     print(f"  API:       {server_url}/api/v1   (docs: {server_url}/docs)")
     print(f"  dashboard: {server_url}/")
     print(f"  state:     {home}")

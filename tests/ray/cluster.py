@@ -1,0 +1,181 @@
+"""A real multi-node Ray cluster on this machine for the tests: one ``ray start --block`` process per node,
+every node on 127.0.0.1 only, fake GPUs (``--num-gpus 4``) and fairpod instance-type resources.
+
+Nodes are stopped by the PIDs this helper started (never ``ray stop``, which stops every Ray on the machine).
+Short Ray health checks (500 ms, 3 misses) make a lost node visible in about 2 s.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fairpod.executors import procs
+
+RAYSTART = Path(__file__).with_name("raystart.py")
+ITYPE = "ml.g5.12xlarge"
+HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
+              "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000"}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class RayNodeProc:
+    name: str
+    proc: subprocess.Popen
+    log: Path
+    node_id: str = ""
+    pids: dict[int, int | None] = field(default_factory=dict)  # every process of the node: pid -> start time
+
+    def remember(self) -> None:
+        """Note every process of this node now (it is killed by these PIDs, also after re-parenting)."""
+        for pid in [self.proc.pid, *procs.descendants(self.proc.pid)]:
+            if pid not in self.pids:
+                self.pids[pid] = procs.start_time(pid)
+
+
+class RayTestCluster:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.temp_dir = Path(os.path.realpath("/tmp")) / f"fpray-{os.getpid()}-{int(time.time() * 1000) % 100000}"
+        self.temp_dir.mkdir(parents=True)
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.nodes: dict[str, RayNodeProc] = {}
+        # no token authentication (loopback only): a token file another Ray left in ~/.ray would switch it on
+        self.env = {**os.environ, **HEALTH_ENV, "AUTOSCALER_METRIC_PORT": str(free_port()),
+                    "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+        self.env.pop("RAY_ADDRESS", None)
+
+    # -- nodes ------------------------------------------------------------------------------------
+    def start_head(self) -> RayNodeProc:
+        return self._start("head", ["--head", "--port", str(self.port), "--num-cpus", "1", "--num-gpus", "0",
+                                    "--include-dashboard", "false", "--dashboard-port", str(free_port()),
+                                    "--temp-dir", str(self.temp_dir)])
+
+    def add_node(self, name: str, itype: str | None = ITYPE, gpus: int = 4, *, label: bool = False,
+                 cpus: int = 2) -> RayNodeProc:
+        return self.add_nodes([(name, itype, gpus, label, cpus)])[0]
+
+    def add_nodes(self, specs: list[tuple[str, str | None, int, bool, int]]) -> list[RayNodeProc]:
+        """Start worker nodes (name, instance type, GPUs, type as a label, CPUs) at once; wait until all joined."""
+        started = []
+        for name, itype, gpus, label, cpus in specs:
+            args = ["--address", self.address, "--num-cpus", str(cpus), "--num-gpus", str(gpus)]
+            if itype and label:
+                args += ["--labels", f"fairpod/instance-type={itype}"]
+            elif itype:
+                args += ["--resources", json.dumps({f"fairpod/instance-type:{itype}": 1})]
+            started.append(self._spawn(name, args))
+        for node in started:
+            node.node_id = self._wait_alive(node)
+            node.remember()
+        return started
+
+    def _start(self, name: str, args: list[str]) -> RayNodeProc:
+        node = self._spawn(name, args)
+        node.node_id = self._wait_alive(node)
+        node.remember()
+        return node
+
+    def _spawn(self, name: str, args: list[str]) -> RayNodeProc:
+        log = self.tmp / f"ray-{name}.log"
+        # each node its own temp dir: nodes started at once would otherwise race for the same socket names
+        tdir = self.temp_dir if "--head" in args else self.temp_dir / name
+        tdir.mkdir(parents=True, exist_ok=True)
+        if "--temp-dir" not in args:
+            args = [*args, "--temp-dir", str(tdir)]
+        cmd = [sys.executable, str(RAYSTART), "start", "--block", "--node-ip-address", "127.0.0.1",
+               "--node-name", name, "--disable-usage-stats", "--dashboard-agent-listen-port", str(free_port()),
+               "--metrics-export-port", str(free_port()), *args]
+        with open(log, "ab") as out:
+            proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+        node = RayNodeProc(name, proc, log)
+        self.nodes[name] = node
+        return node
+
+    def _wait_alive(self, node: RayNodeProc, timeout: float = 60.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if node.proc.poll() is not None:
+                raise AssertionError(f"ray node {node.name} exited {node.proc.returncode}:\n"
+                                     f"{node.log.read_text(errors='replace')[-3000:]}")
+            for info in self.node_table():
+                if info["name"] == node.name and info["alive"]:
+                    return str(info["node_id"])
+            time.sleep(0.2)
+        raise AssertionError(f"ray node {node.name} did not join within {timeout:g} s")
+
+    def node_table(self) -> list[dict[str, object]]:
+        """Every node GCS knows: name, node_id, alive (read over loopback, without joining the cluster)."""
+        from ray._raylet import GcsClient
+
+        try:
+            infos = GcsClient(address=self.address).get_all_node_info(timeout=5)
+        except Exception:
+            return []
+        return [{"name": i.node_name, "node_id": nid.hex(), "alive": i.state == 0} for nid, i in infos.items()]
+
+    def kill_node(self, name: str) -> list[int]:
+        """Lose a node: SIGKILL its ``ray start`` process and its raylet (the machine itself goes on, so
+        whatever ran there must notice and end). Returns the PIDs of its remaining processes."""
+        node = self.nodes[name]
+        node.remember()
+        raylets = [p for p in node.pids if "raylet/raylet" in _cmd(p)]
+        for pid in [node.proc.pid, *raylets]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        node.proc.wait(timeout=10)
+        return [p for p in node.pids if p != node.proc.pid and p not in raylets and procs.alive(p, node.pids[p])]
+
+    def stop_node(self, name: str) -> None:
+        """Stop a node for good: SIGKILL to every process it started, by PID (and theirs)."""
+        node = self.nodes.pop(name)
+        for _ in range(50):
+            node.remember()
+            live = [p for p, st in node.pids.items() if procs.alive(p, st)]
+            for p in live:
+                for d in procs.descendants(p):
+                    node.pids.setdefault(d, procs.start_time(d))
+            live = [p for p, st in node.pids.items() if procs.alive(p, st)]
+            if not live:
+                break
+            procs.signal_all(live, signal.SIGKILL)
+            node.proc.poll()
+            time.sleep(0.1)
+        node.proc.poll()
+
+    def shutdown(self) -> None:
+        for name in [n for n in self.nodes if n != "head"] + (["head"] if "head" in self.nodes else []):
+            self.stop_node(name)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for node in self.nodes.values():
+            node.remember()
+            out.update(p for p, st in node.pids.items() if procs.alive(p, st))
+        return out
+
+
+def _cmd(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""

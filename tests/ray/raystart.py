@@ -1,0 +1,25 @@
+"""``ray start`` that keeps ``--node-ip-address 127.0.0.1``: for tests that run a multi-node Ray cluster on one
+machine, on loopback only. (Ray's CLI replaces a loopback node address with the machine's external one, so
+that other machines can reach it; a test cluster must not be reachable from anywhere else.)
+
+Usage: ``python tests/ray/raystart.py start --block --node-ip-address 127.0.0.1 ...`` (the ``ray`` CLI's
+arguments).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import ray._private.services as services
+
+
+def _keep(host: str) -> str:
+    return host
+
+
+if __name__ == "__main__":
+    services.resolve_ip_for_localhost = _keep
+    from ray.scripts.scripts import main
+
+    sys.argv = ["ray", *sys.argv[1:]]
+    main()
