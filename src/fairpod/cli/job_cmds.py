@@ -142,7 +142,7 @@ def get_job(a: argparse.Namespace) -> int:
               ("Placement", ", ".join(j["placement"]) or "-"),
               ("Borrowed from", ", ".join(f"{k} ({v})" for k, v in j["borrowed_from"].items()) or "-"),
               ("Restarts", f"{j['restarts']} of {j['max_retry']}" + (" (auto-resume)" if j["auto_resume"] else "")),
-              ("Preemptions", j["preemptions"]), ("Checkpoint", j["checkpoint"]["path"] or "-"),
+              ("Preemptions", j["preemptions"]), ("Checkpoint", _checkpoint(j["checkpoint"])),
               ("Command", " ".join(j["command"]))]
     for k, v in fields:
         print(f"{k + ':':16} {v if v is not None else '-'}")
@@ -150,6 +150,16 @@ def get_job(a: argparse.Namespace) -> int:
     for e in j["events"][-20:]:
         print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {e['message']}")
     return 0
+
+
+def _checkpoint(c: dict[str, Any]) -> str:
+    """The last reported checkpoint: path (step N, T ago), as fairpod.sdk.report_progress sent it."""
+    if not c.get("path") and c.get("step") is None:
+        return "-"
+    extra = [f"step {c['step']}"] if c.get("step") is not None else []
+    if c.get("at"):
+        extra.append(f"{ago(c['at'])} ago")
+    return f"{c.get('path') or '(no file)'} ({', '.join(extra)})" if extra else c["path"]
 
 
 def cancel_job(a: argparse.Namespace) -> int:

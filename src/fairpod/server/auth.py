@@ -44,6 +44,9 @@ def authenticate(store: Store, request: Request) -> Principal:
     if scheme.lower() != "bearer" or not token:
         raise Problem(401, "not authenticated",
                       "send 'Authorization: Bearer <token>'; the admin token is in the CLI config written by 'fairpod up'")
+    if token.strip().startswith("fpj."):  # fairpod.server.jobtoken
+        raise Problem(403, "forbidden", "a job token may only report the progress of its own job "
+                      "(POST /api/v1/jobs/{id}/progress)")
     user = store.verify_token(token.strip())
     if user is None:
         raise Problem(401, "not authenticated", "the token is unknown or revoked")

@@ -83,6 +83,8 @@ class ControlPlane(NodeOps):
         self.cycle_seconds = 0.0
         self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
+        # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
+        self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
         with self.lock:
             self._recover()
 
@@ -349,7 +351,7 @@ class ControlPlane(NodeOps):
         ckpt = self.home / "checkpoints" / job.team / f"{job.name}-{job.id}"
         launch = JobLaunch(
             job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
-            checkpoint_dir=str(ckpt), env=dict(job.spec.env),
+            checkpoint_dir=str(ckpt), env={**job.spec.env, **self.launch_env(job)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
                                          real_gpus=self.real_gpus) for i, n in enumerate(job.placement)),

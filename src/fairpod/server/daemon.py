@@ -173,6 +173,9 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
     store = Store(url, synchronous="NORMAL")
     store.create_all()
     cp = ControlPlane(store, executor, home)
+    from fairpod.server.jobtoken import launch_env
+
+    cp.launch_env = launch_env(store, f"http://127.0.0.1:{port}")  # FAIRPOD_API_URL, FAIRPOD_TOKEN
     set_notify = getattr(executor, "set_notify", None)
     if set_notify is not None:  # the executor wakes the reconcile loop when an exit is due
         set_notify(cp.wake.set)

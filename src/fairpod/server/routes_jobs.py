@@ -6,13 +6,14 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
 from fairpod.model.jobs import JobSpec, JobState
-from fairpod.server.auth import Auth, Principal, require_team
+from fairpod.server.auth import Auth, Principal, current_principal, require_team
 from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.views import job_view, replicas_view
 from fairpod.store import Job
 
@@ -89,9 +90,14 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return {"events": [_ev(e) for e in evs]}
 
     @api.post("/jobs/{ref}/progress", tags=["jobs"])
-    def report_progress(ref: str, body: Progress, p: Auth, team: str | None = None) -> dict[str, Any]:
-        job = find_job(cp, p, ref, team)
-        require_team(p, job.team)
+    def report_progress(ref: str, body: Progress, request: Request, job_token: JobTokenJob,
+                        team: str | None = None) -> dict[str, Any]:
+        if job_token is not None:  # a replica with its job's token (fairpod.sdk.report_progress)
+            job = job_for_token(cp, job_token, ref)
+        else:
+            p = current_principal(request)
+            job = find_job(cp, p, ref, team)
+            require_team(p, job.team)
         return job_view(cp, cp.report_progress(job, body.step, body.checkpoint), detail=True)
 
     @api.get("/jobs/{ref}/logs", tags=["jobs"])

@@ -1,0 +1,116 @@
+"""Job-scoped credentials and the environment a replica gets for talking back to the control plane.
+
+Every launch of a job gets ``FAIRPOD_API_URL`` and ``FAIRPOD_TOKEN``: a token that is good for exactly one
+thing, ``POST /api/v1/jobs/{id}/progress`` of that job, and only while the job has not finished. It is
+``fpj.<job id>.<HMAC-SHA256 of the job id>`` under a secret the control plane keeps in its store (created on
+first use), so nothing per job has to be stored or revoked: it dies with the job, and a job cannot forge the
+token of another. Any other route answers it with 403.
+
+Beside the credential a launch gets what :mod:`fairpod.sdk` and :mod:`fairpod.slurm` read: the job id, a run
+id unique to this launch (``FAIRPOD_RUN_ID``), the job's nodes in replica order (``FAIRPOD_NODES``), how often
+the job has been preempted, and the last checkpoint it reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from collections.abc import Callable
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from fairpod.server.control import ControlPlane, Problem
+from fairpod.store import Store
+from fairpod.store.records import Job
+
+PREFIX = "fpj."
+SECRET_KEY = "job_token_secret"
+
+
+def job_secret(store: Store) -> bytes:
+    """The control plane's secret for job tokens (created and stored on first use)."""
+    value = store.get_meta(SECRET_KEY)
+    if value is None:
+        store.set_meta(SECRET_KEY, secrets.token_hex(32))
+        value = store.get_meta(SECRET_KEY)
+    assert value is not None
+    return bytes.fromhex(value)
+
+
+def _mac(secret: bytes, job_id: int) -> str:
+    return hmac.new(secret, f"fairpod-job:{job_id}".encode(), hashlib.sha256).hexdigest()
+
+
+def issue(secret: bytes, job_id: int) -> str:
+    return f"{PREFIX}{job_id}.{_mac(secret, job_id)}"
+
+
+def is_job_token(token: str) -> bool:
+    return token.startswith(PREFIX)
+
+
+def verify(secret: bytes, token: str) -> int | None:
+    """The job id a token is for, or None if it is not a valid job token."""
+    if not is_job_token(token):
+        return None
+    jid, _, mac = token[len(PREFIX) :].partition(".")
+    if not jid.isdigit() or not mac:
+        return None
+    return int(jid) if hmac.compare_digest(mac, _mac(secret, int(jid))) else None
+
+
+def bearer(request: Request) -> str:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def job_of_request(request: Request) -> int | None:
+    """For a request carrying a job token: the job id it is good for (401 if it is not valid)."""
+    token = bearer(request)
+    if not is_job_token(token):
+        return None
+    jid = verify(job_secret(request.app.state.cp.store), token)
+    if jid is None:
+        raise Problem(401, "not authenticated", "the job token is not valid")
+    return jid
+
+
+JobTokenJob = Annotated[int | None, Depends(job_of_request)]
+
+
+def job_for_token(cp: ControlPlane, job_id: int, ref: str) -> Job:
+    """The job a job token may report for, if ``ref`` (id or name) names it and it has not finished."""
+    job = cp.store.get_job(job_id)
+    if job is None:
+        raise Problem(401, "not authenticated", "the job token is not valid")
+    if ref != str(job.id) and ref != job.name:
+        raise Problem(403, "forbidden", f"this token is for job {job.name} (id {job.id}), not for {ref!r}")
+    if job.state.finished:
+        raise Problem(403, "forbidden", f"job {job.name} is {job.state.value}; its token is no longer valid")
+    return job
+
+
+def launch_env(store: Store, api_url: str | None) -> Callable[[Job], dict[str, str]]:
+    """The function the control plane calls at every launch for the variables to add to a job's env."""
+    secret = job_secret(store)
+
+    def env(job: Job) -> dict[str, str]:
+        out = {
+            "FAIRPOD_JOB_ID": str(job.id),
+            "FAIRPOD_JOB_NAME": job.name,
+            "FAIRPOD_RUN_ID": f"{job.id}-{job.attempt}-{int((job.started_at or 0) * 1000)}",
+            "FAIRPOD_PREEMPTIONS": str(job.preemptions),
+            "FAIRPOD_NODES": ",".join(job.placement),  # the job's nodes in replica order
+            "FAIRPOD_TOKEN": issue(secret, job.id),
+        }
+        if api_url:
+            out["FAIRPOD_API_URL"] = api_url
+        if job.checkpoint_path:
+            out["FAIRPOD_LAST_CHECKPOINT"] = job.checkpoint_path
+        if job.checkpoint_step is not None:
+            out["FAIRPOD_LAST_STEP"] = str(job.checkpoint_step)
+        return out
+
+    return env
