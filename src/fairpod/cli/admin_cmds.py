@@ -142,9 +142,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=lambda a: print(
         f"revoked {Client().post(f'/users/{a.name}/revoke')['revoked_tokens']} token(s) of {a.name}"))
 
-    p = sub.add_parser("apply", help="apply a cluster spec (idempotent)",
+    p = sub.add_parser("apply", help="apply a cluster spec (idempotent), or submit a PyTorchJob manifest",
                        description="Apply a cluster spec (YAML): instance groups, policy and teams. Applying the "
-                       "same spec twice changes nothing.")
+                       "same spec twice changes nothing. A Kubeflow PyTorchJob manifest (kind: PyTorchJob, as "
+                       "written for HyperPod task governance) is submitted as a job instead: see docs/slurm.md.")
     p.add_argument("-f", "--file", required=True)
     add_output(p)
     p.set_defaults(func=apply)
@@ -289,9 +290,16 @@ def user_list(a: argparse.Namespace) -> int:
 
 def apply(a: argparse.Namespace) -> int:
     try:
-        data = yaml.safe_load(Path(a.file).read_text())
+        docs = [d for d in yaml.safe_load_all(Path(a.file).read_text()) if d is not None]
     except (OSError, yaml.YAMLError) as e:
         raise CliError(f"cannot read {a.file}: {e}") from None
+    if any(isinstance(d, dict) and "kind" in d for d in docs):  # Kubernetes manifests (fairpod.kube)
+        from fairpod.kube.apply import apply_manifests
+
+        return apply_manifests(a, docs)
+    if len(docs) != 1:
+        raise CliError(f"{a.file}: a cluster spec is one YAML document; found {len(docs)}")
+    data = docs[0]
     res = Client().put("/spec", data)
     if a.output == "json":
         emit_json(res)

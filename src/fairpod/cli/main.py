@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "fairpod.cli.spec_cmds",
     "fairpod.cli.simulate",
     "fairpod.cli.report_cmds",
+    "fairpod.cli.slurm_cmds",
 ]
 
 

@@ -1,0 +1,337 @@
+"""Kubeflow ``PyTorchJob`` manifests, as written for HyperPod task governance, turned into fairpod jobs.
+
+What is read (everything else is reported, never silently dropped):
+
+* team: ``metadata.namespace: hyperpod-ns-<team>``, or the label ``kueue.x-k8s.io/queue-name:
+  hyperpod-ns-<team>-localqueue`` (on the job or its pod templates);
+* priority: the label ``kueue.x-k8s.io/priority-class: <class>-priority``;
+* replicas: ``Master`` (at most 1) + ``Worker`` replicas, one fairpod replica per node; resources per replica
+  from the container's limits (else requests): ``nvidia.com/gpu`` (or ``aws.amazon.com/neurondevice``) are
+  accelerators, ``cpu`` and ``memory`` vCPU and GiB; ``nodeSelector`` ``node.kubernetes.io/instance-type``
+  is the instance type, ``sagemaker.amazonaws.com/deep-health-check-status: Passed`` keeps the job on
+  nodes that passed the deep health check;
+* command: the container's ``command`` + ``args``, its ``env`` (``value`` entries) and ``workingDir``;
+* auto-resume: the annotations ``sagemaker.amazonaws.com/enable-job-auto-resume`` and
+  ``sagemaker.amazonaws.com/job-max-retry-count``;
+* torchrun: as the training operator does, replicas get ``PET_*`` variables: with an ``elasticPolicy`` a c10d
+  rendezvous (fairpod runs no etcd: the rendezvous is torchrun's own store on 127.0.0.1 and the job's port),
+  ``PET_NNODES`` the replica count, ``PET_MAX_RESTARTS``, ``PET_NPROC_PER_NODE``; without one a static
+  rendezvous (``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``).
+
+The container image cannot be used on the local executor: the command runs on this machine (a warning says
+so; an absolute command path that does not exist here, like ``/usr/local/bin/torchrun``, is looked up by
+name on the replica's PATH). Volumes are not mounted. Other documents in the file (the etcd Service and
+Deployment of the seed post) are skipped with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+NS_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
+QUEUE_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-localqueue$")
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+AUTO_RESUME = "sagemaker.amazonaws.com/enable-job-auto-resume"
+MAX_RETRY = "sagemaker.amazonaws.com/job-max-retry-count"
+ACCEL_RESOURCES = ("nvidia.com/gpu", "aws.amazon.com/neurondevice", "aws.amazon.com/neuron", "amd.com/gpu")
+INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+DHC_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
+HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+ENV_CONFIG = "FAIRPOD_PYTORCHJOB"
+DEFAULT_MAX_RETRY = 3
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+class ManifestError(ValueError):
+    """A manifest fairpod cannot run; the message names the field."""
+
+
+@dataclass
+class Converted:
+    body: dict[str, Any]
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def is_manifest(docs: list[Any]) -> bool:
+    return any(isinstance(d, dict) and "kind" in d for d in docs)
+
+
+def _map(v: Any, where: str) -> dict[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ManifestError(f"{where} must be a mapping")
+    return v
+
+
+def quantity(v: Any, where: str) -> float:
+    """A Kubernetes quantity: ``4``, ``500m``, ``32Gi``, ``1.5G``, ``1e3`` … as a plain number."""
+    text = str(v).strip()
+    m = re.fullmatch(r"([0-9.]+(?:[eE][-+]?\d+)?)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?", text)
+    if not m:
+        raise ManifestError(f"{where}: cannot read the quantity {v!r}")
+    num = float(m.group(1))
+    mult = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18, "Ki": 2**10,
+            "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}[m.group(2)]
+    return num * mult
+
+
+def _team(meta: dict[str, Any], labels: list[dict[str, Any]]) -> tuple[str, str]:
+    found: dict[str, str] = {}
+    ns = meta.get("namespace")
+    if ns is not None:
+        m = NS_RE.match(str(ns))
+        if m:
+            found[m.group("team")] = f"namespace {ns}"
+    for lab in labels:
+        q = lab.get(QUEUE_LABEL)
+        if q is not None:
+            m = QUEUE_RE.match(str(q))
+            if not m:
+                raise ManifestError(f"label {QUEUE_LABEL}: {q!r} is not hyperpod-ns-<team>-localqueue")
+            found.setdefault(m.group("team"), f"label {QUEUE_LABEL}: {q}")
+    if not found:
+        raise ManifestError("which team? set metadata.namespace: hyperpod-ns-<team> or the label "
+                            f"{QUEUE_LABEL}: hyperpod-ns-<team>-localqueue")
+    if len(found) > 1:
+        raise ManifestError("the namespace and the queue-name labels name different teams: "
+                            + "; ".join(f"{t} ({src})" for t, src in found.items()))
+    team, src = next(iter(found.items()))
+    return team, src
+
+
+def _container(spec: dict[str, Any], where: str, warnings: list[str]) -> dict[str, Any]:
+    containers = spec.get("containers") or []
+    if not isinstance(containers, list) or not containers:
+        raise ManifestError(f"{where}.spec.containers: the pod template has no container")
+    chosen = next((c for c in containers if isinstance(c, dict) and c.get("name") == "pytorch"), containers[0])
+    others = [str(c.get("name")) for c in containers if c is not chosen and isinstance(c, dict)]
+    if others:
+        warnings.append(f"{where}: only the container {chosen.get('name')!r} runs; not run: {', '.join(others)}")
+    if spec.get("initContainers"):
+        warnings.append(f"{where}.spec.initContainers are not run on the local executor")
+    return _map(chosen, f"{where}.spec.containers[{chosen.get('name')}]")
+
+
+def _resources(c: dict[str, Any], where: str, warnings: list[str]) -> dict[str, float]:
+    res = _map(c.get("resources"), f"{where}.resources")
+    limits, requests = _map(res.get("limits"), f"{where}.resources.limits"), _map(res.get("requests"),
+                                                                               f"{where}.resources.requests")
+    out: dict[str, float] = {}
+    ignored = []
+    for key in sorted(set(limits) | set(requests)):
+        v = limits.get(key, requests.get(key))
+        if key in ACCEL_RESOURCES:
+            out["accelerators"] = out.get("accelerators", 0.0) + quantity(v, f"{where}.resources {key}")
+        elif key == "cpu":
+            out["vcpu"] = quantity(v, f"{where}.resources cpu")
+        elif key == "memory":
+            out["memory_gib"] = quantity(v, f"{where}.resources memory") / 2**30
+        else:
+            ignored.append(key)
+    if ignored:
+        warnings.append(f"{where}.resources: {', '.join(ignored)} not known to fairpod; ignored")
+    return out
+
+
+def _command(c: dict[str, Any], where: str) -> list[str]:
+    cmd, args = c.get("command") or [], c.get("args") or []
+    if not isinstance(cmd, list) or not isinstance(args, list):
+        raise ManifestError(f"{where}: command and args must be lists")
+    argv = [str(x) for x in [*cmd, *args]]
+    if not cmd:
+        raise ManifestError(f"{where}.command: the container has no command (the image's entrypoint cannot be "
+                            "used on the local executor); give the command to run")
+    return argv
+
+
+def _env(c: dict[str, Any], where: str, warnings: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    skipped = []
+    for e in c.get("env") or []:
+        if not isinstance(e, dict) or "name" not in e:
+            raise ManifestError(f"{where}.env: every entry needs a name")
+        if "value" in e:
+            out[str(e["name"])] = "" if e["value"] is None else str(e["value"])
+        else:
+            skipped.append(str(e["name"]))
+    if skipped:
+        warnings.append(f"{where}.env: {', '.join(skipped)} use valueFrom (secrets, config maps, fields), which "
+                        "the local executor cannot resolve; not set")
+    if c.get("envFrom"):
+        warnings.append(f"{where}.envFrom cannot be resolved on the local executor; not set")
+    return out
+
+
+def _signature(c: dict[str, Any], spec: dict[str, Any]) -> str:
+    keep = {k: c.get(k) for k in ("command", "args", "env", "resources", "image", "workingDir")}
+    return json.dumps([keep, spec.get("nodeSelector")], sort_keys=True, default=str)
+
+
+def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
+    """The fairpod job (POST /jobs body) of one PyTorchJob document."""
+    warnings: list[str] = []
+    notes: list[str] = []
+    api = str(doc.get("apiVersion", ""))
+    if not api.startswith("kubeflow.org/"):
+        warnings.append(f"apiVersion {api!r}: expected kubeflow.org/v1; reading it as one")
+    meta = _map(doc.get("metadata"), "metadata")
+    spec = _map(doc.get("spec"), "spec")
+    name = str(meta.get("name") or "")
+    if not NAME_RE.match(name) or len(name) > 63:
+        raise ManifestError(f"metadata.name {name!r}: fairpod job names are lower-case letters, digits and '-' "
+                            "(at most 63)")
+    replicas = _map(spec.get("pytorchReplicaSpecs"), "spec.pytorchReplicaSpecs")
+    unknown = sorted(set(replicas) - {"Master", "Worker"})
+    if unknown:
+        raise ManifestError(f"spec.pytorchReplicaSpecs: unknown replica type(s) {', '.join(unknown)} "
+                            "(Master, Worker)")
+    if not replicas:
+        raise ManifestError("spec.pytorchReplicaSpecs has no Worker (or Master)")
+    counts: dict[str, int] = {}
+    templates: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {}
+    for rtype, rs in replicas.items():
+        rs = _map(rs, f"spec.pytorchReplicaSpecs.{rtype}")
+        n = rs.get("replicas", 1)
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ManifestError(f"spec.pytorchReplicaSpecs.{rtype}.replicas must be a whole number >= 1, got {n!r}")
+        if rtype == "Master" and n != 1:
+            raise ManifestError(f"spec.pytorchReplicaSpecs.Master.replicas must be 1, got {n}")
+        counts[rtype] = n
+        tpl = _map(rs.get("template"), f"spec.pytorchReplicaSpecs.{rtype}.template")
+        tspec = _map(tpl.get("spec"), f"spec.pytorchReplicaSpecs.{rtype}.template.spec")
+        where = f"spec.pytorchReplicaSpecs.{rtype}.template"
+        templates[rtype] = (_map(tpl.get("metadata"), f"{where}.metadata"), tspec, _container(tspec, where, warnings))
+    if len({_signature(c, s) for _, s, c in templates.values()}) > 1:
+        raise ManifestError("Master and Worker differ (command, env, resources, image or nodeSelector): fairpod runs "
+                            "every replica of a job alike; give both the same template")
+    rtype = "Worker" if "Worker" in templates else "Master"
+    tmeta, tspec, c = templates[rtype]
+    where = f"spec.pytorchReplicaSpecs.{rtype}.template.spec.containers[{c.get('name')}]"
+    labels = [_map(meta.get("labels"), "metadata.labels")] + [_map(m.get("labels"), "template.metadata.labels")
+                                                              for m, _, _ in templates.values()]
+    team, team_src = _team(meta, labels)
+    notes.append(f"team {team} ({team_src})")
+    priority = None
+    for lab in labels:
+        if lab.get(PRIORITY_LABEL):
+            pc = str(lab[PRIORITY_LABEL])
+            priority = pc[: -len("-priority")] if pc.endswith("-priority") else pc
+            if priority == pc:
+                warnings.append(f"label {PRIORITY_LABEL}: {pc!r} does not end in -priority; using it as the class")
+            break
+    nodes = sum(counts.values())
+    res = _resources(c, where, warnings)
+    ann = _map(meta.get("annotations"), "metadata.annotations")
+    auto = str(ann.get(AUTO_RESUME, "false")).strip().lower() in ("true", "1", "yes")
+    max_retry = 0
+    if MAX_RETRY in ann:
+        try:
+            max_retry = int(str(ann[MAX_RETRY]))
+        except ValueError:
+            raise ManifestError(f"annotation {MAX_RETRY}: {ann[MAX_RETRY]!r} is not a whole number") from None
+        if not auto:
+            warnings.append(f"annotation {MAX_RETRY} without {AUTO_RESUME}: \"true\" has no effect")
+    elif auto:
+        max_retry = DEFAULT_MAX_RETRY
+        notes.append(f"auto-resume on without {MAX_RETRY}: up to {DEFAULT_MAX_RETRY} restarts")
+    selector = _map(tspec.get("nodeSelector"), "nodeSelector")
+    instance_type = None
+    dhc_only = False
+    for k, v in selector.items():
+        if k in INSTANCE_TYPE_LABELS:
+            instance_type = str(v)
+        elif k == DHC_LABEL and str(v) == "Passed":
+            dhc_only = True
+        elif k == HEALTH_LABEL and str(v) == "Schedulable":
+            notes.append(f"nodeSelector {HEALTH_LABEL}: fairpod places jobs on schedulable nodes only")
+        else:
+            warnings.append(f"nodeSelector {k}: {v} is not known to fairpod; ignored")
+    if tspec.get("affinity") or tspec.get("tolerations"):
+        warnings.append("affinity and tolerations are not used: fairpod places the job by its quota rules")
+    image = c.get("image")
+    if image:
+        warnings.append(f"the container image {image} cannot be used on the local executor: the command runs on "
+                        "this machine, which needs its interpreter, libraries and code")
+    mounts = [f"{m.get('mountPath')}" for m in c.get("volumeMounts") or [] if isinstance(m, dict)]
+    if mounts:
+        warnings.append(f"volumes are not mounted on the local executor ({', '.join(mounts)}): paths in the "
+                        "command refer to this machine")
+    workdir = cwd
+    if c.get("workingDir"):
+        if Path(str(c["workingDir"])).is_dir():
+            workdir = str(c["workingDir"])
+        else:
+            warnings.append(f"workingDir {c['workingDir']} does not exist here; the job runs in {cwd}")
+    argv = _command(c, where)
+    if argv[0].startswith("/") and not Path(argv[0]).exists():
+        warnings.append(f"{argv[0]} does not exist on this machine: each replica runs "
+                        f"{os.path.basename(argv[0])} from its PATH instead")
+    env = _env(c, where, warnings)
+    elastic = spec.get("elasticPolicy")
+    pet: dict[str, Any] = {"elastic": elastic is not None}
+    if elastic is not None:
+        ep = _map(elastic, "spec.elasticPolicy")
+        backend = str(ep.get("rdzvBackend", "c10d"))
+        if backend != "c10d" or ep.get("rdzvHost") or ep.get("rdzvPort"):
+            warnings.append(f"elasticPolicy: rendezvous {backend} at {ep.get('rdzvHost', '-')}:{ep.get('rdzvPort', '-')} "
+                            "is replaced by torchrun's c10d store on 127.0.0.1 and the job's port")
+        if ep.get("minReplicas") is not None or ep.get("maxReplicas") is not None:
+            notes.append(f"elasticPolicy min/max replicas {ep.get('minReplicas')}/{ep.get('maxReplicas')}: fairpod "
+                         f"runs exactly {nodes} replicas at once (PET_NNODES={nodes})")
+        if ep.get("metrics"):
+            warnings.append("elasticPolicy.metrics (autoscaling) is not used")
+        for key, pk in (("maxRestarts", "max_restarts"), ("nProcPerNode", "nproc_per_node")):
+            if ep.get(key) is not None:
+                pet[pk] = int(ep[key])
+        if ep.get("rdzvConf"):
+            pet["rdzv_conf"] = ",".join(f"{x.get('key')}={x.get('value')}" for x in ep["rdzvConf"] if isinstance(x, dict))
+    if spec.get("nprocPerNode") is not None:
+        pet["nproc_per_node"] = str(spec["nprocPerNode"])
+    if spec.get("runPolicy"):
+        warnings.append("runPolicy is not used; restarts come from the auto-resume annotations")
+    env[ENV_CONFIG] = json.dumps(pet)
+    body: dict[str, Any] = {
+        "name": name, "team": team, "priority": priority, "instance_type": instance_type, "nodes": nodes,
+        **res, "command": [python, "-m", "fairpod.kube.pod", "--", *argv], "env": env, "workdir": workdir,
+        "auto_resume": auto, "max_retry": max_retry,
+    }  # fmt: skip
+    grace = tspec.get("terminationGracePeriodSeconds")
+    if grace is not None:
+        body["termination_grace_seconds"] = float(grace)
+    if dhc_only:
+        body["deep_health_check_passed_nodes_only"] = True
+    return Converted({k: v for k, v in body.items() if v is not None}, warnings, notes)
+
+
+def convert_all(docs: list[Any], *, python: str, cwd: str) -> tuple[list[Converted], list[str]]:
+    """Every PyTorchJob of a file, and warnings about the documents that are skipped."""
+    jobs, skipped = [], []
+    for i, d in enumerate(docs):
+        if not isinstance(d, dict):
+            raise ManifestError(f"document {i + 1} is not a mapping")
+        kind = str(d.get("kind", ""))
+        if kind == "PyTorchJob":
+            try:
+                jobs.append(convert(d, python=python, cwd=cwd))
+            except ManifestError as e:
+                name = _map(d.get("metadata"), "metadata").get("name", "?")
+                raise ManifestError(f"PyTorchJob {name}: {e}") from None
+        else:
+            name = d.get("metadata", {}).get("name", "?") if isinstance(d.get("metadata"), dict) else "?"
+            skipped.append(f"{kind or '(no kind)'}/{name}")
+    if not jobs:
+        raise ManifestError("no PyTorchJob in the file (fairpod apply takes a cluster spec or Kubeflow "
+                            f"PyTorchJob manifests; found: {', '.join(skipped) or 'nothing'})")
+    warnings = []
+    if skipped:
+        warnings.append(f"skipped {', '.join(skipped)}: fairpod runs only the PyTorchJob (its torchrun "
+                        "rendezvous needs no etcd service)")
+    return jobs, warnings
