@@ -35,9 +35,41 @@ Guarantees:
 - Accelerators are not checked for overlap: giving disjoint devices to live jobs is the caller's job.
 """
 
-from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch, replica_env
-from fairpod.executors.local import LocalExecutor
-from fairpod.executors.logs import follow_log
+from __future__ import annotations
+
+import importlib
+
+TYPE_CHECKING = False  # not typing.TYPE_CHECKING: importing typing would cost the supervisor ~7 ms
+if TYPE_CHECKING:
+    from typing import Any
+
+    from fairpod.executors.base import (
+        Executor,
+        ExecutorError,
+        JobLaunch,
+        ReplicaExit,
+        ReplicaLaunch,
+        replica_env,
+    )
+    from fairpod.executors.local import LocalExecutor
+    from fairpod.executors.logs import follow_log
+
+# Imported on first use, so that a replica's supervisor (python -m fairpod.executors.supervisor, one process
+# per replica) loads only what it needs: this package's eager imports were most of its start-up time.
+_LAZY = {
+    "Executor": "base", "ExecutorError": "base", "JobLaunch": "base", "ReplicaExit": "base",
+    "ReplicaLaunch": "base", "replica_env": "base", "LocalExecutor": "local", "follow_log": "logs",
+}  # fmt: skip
+
+
+def __getattr__(name: str) -> Any:
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{mod}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Executor",

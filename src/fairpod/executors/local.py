@@ -5,19 +5,27 @@ supervisor (:mod:`fairpod.executors.supervisor`) is started in a new session, so
 plane; everything the executor knows is on disk, so a new ``LocalExecutor`` on the same root picks up where
 the last one stopped. One executor at a time uses a root (an ``flock`` on ``<root>/.lock``); use it from one
 thread.
+
+Supervisors are forked from a fork server (:mod:`fairpod.executors.forkserver`, started on first launch), a
+few milliseconds each instead of a new interpreter's tens; ``FAIRPOD_FORKSERVER=0`` (or a fork server that
+cannot start) starts each as ``python -m fairpod.executors.supervisor``. ``set_notify(fn)`` has ``fn()``
+called as soon as a supervisor exits (pidfds), so the control plane collects exits without waiting a tick.
 """
 
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import re
+import select
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,7 +36,166 @@ from fairpod.executors.logs import follow_log
 
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
-_SPAWNED: dict[Path, subprocess.Popen[bytes]] = {}  # supervisors this process started, by replica dir
+FORKSERVER_ENV = "FAIRPOD_FORKSERVER"  # "0": start each supervisor as a new interpreter
+_SPAWNED: dict[Path, subprocess.Popen[bytes] | _Forked] = {}  # supervisors this process started, by replica dir
+
+
+class _Forked:
+    """A supervisor forked by the fork server (not our child): ``poll()`` as for a Popen, from /proc."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.started = procs.start_time(pid)
+        self.returncode: int | None = None if self.started is not None else -1
+
+    def poll(self) -> int | None:
+        if self.returncode is None and not procs.alive(self.pid, self.started):
+            self.returncode = -1  # its exit status went to the fork server; status.json tells the rest
+        return self.returncode
+
+
+class _ForkServer:
+    """The executor's fork server of supervisors (:mod:`fairpod.executors.forkserver`), started on first use.
+    ``spawn`` returns None when it cannot be used; the caller then starts the supervisor itself."""
+
+    def __init__(self, python: str, root: Path) -> None:
+        self.python = python
+        self.root = root
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.broken = os.environ.get(FORKSERVER_ENV, "1") == "0"
+
+    def _start(self) -> bool:
+        try:
+            with open(self.root / "forkserver.log", "ab") as log:
+                self.proc = subprocess.Popen(
+                    [self.python, "-m", "fairpod.executors.forkserver"], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=log, cwd=self.root, start_new_session=True,
+                )  # fmt: skip
+        except OSError:
+            return False
+        if self._readline(30.0) != b"ready":
+            self._drop()
+            return False
+        return True
+
+    def _readline(self, timeout: float) -> bytes:
+        assert self.proc is not None and self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        return self.proc.stdout.readline().strip() if ready else b""
+
+    def spawn(self, rdir: Path, log: Path) -> _Forked | None:
+        for _ in range(2):
+            if self.broken:
+                return None
+            if self.proc is None or self.proc.poll() is not None:
+                if not self._start():
+                    self.broken = True  # e.g. a python that cannot run it: new interpreters from now on
+                    return None
+            assert self.proc is not None and self.proc.stdin is not None
+            try:
+                self.proc.stdin.write(json.dumps({"dir": str(rdir), "log": str(log)}).encode() + b"\n")
+                self.proc.stdin.flush()
+                answer = self._readline(10.0)
+            except OSError:
+                answer = b""
+            if answer.isdigit():
+                return _Forked(int(answer))
+            self._drop()
+        return None
+
+    def _drop(self) -> None:
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.kill()  # only the fork server: the supervisors it forked are in their own sessions
+            self.proc.wait(timeout=10)
+            for f in (self.proc.stdin, self.proc.stdout):
+                if f is not None:
+                    f.close()
+        self.proc = None
+
+    def close(self) -> None:
+        """Let the fork server go: at the end of its input it exits; its supervisors keep running."""
+        if self.proc is not None:
+            for f in (self.proc.stdin, self.proc.stdout):
+                try:
+                    if f is not None:
+                        f.close()
+                except OSError:
+                    pass
+            try:
+                self.proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+            self.proc = None
+
+
+class _ExitWatch:
+    """A daemon thread that waits on pidfds of supervisors and calls ``notify()`` when one exits."""
+
+    def __init__(self) -> None:
+        self._notify: Callable[[], None] | None = None
+        self._epoll: select.epoll | None = None
+        self._fds: set[int] = set()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def start(self, notify: Callable[[], None]) -> bool:
+        self._notify = notify
+        if self._thread is not None or not hasattr(os, "pidfd_open"):
+            return False
+        try:
+            self._epoll = select.epoll()
+        except OSError:
+            return False
+        self._thread = threading.Thread(target=self._run, name="fairpod-exit-watch", daemon=True)
+        self._thread.start()
+        return True
+
+    def add(self, pid: int) -> None:
+        if self._epoll is None or self._stopped:
+            return
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:  # already gone (and reaped): there is an exit to collect
+            if self._notify is not None:
+                self._notify()
+            return
+        with self._lock:
+            self._fds.add(fd)
+            self._epoll.register(fd, select.EPOLLIN)
+
+    def _run(self) -> None:
+        ep = self._epoll
+        assert ep is not None
+        while not self._stopped:
+            try:
+                ready = ep.poll(1.0)
+            except (OSError, ValueError):  # closed under us by stop()
+                return
+            if not ready:
+                continue
+            with self._lock:
+                for fd, _ in ready:
+                    if fd in self._fds:
+                        self._fds.discard(fd)
+                        ep.unregister(fd)
+                        os.close(fd)
+            if self._notify is not None:
+                self._notify()
+
+    def stop(self) -> None:
+        self._stopped = True
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+        with self._lock:
+            for fd in self._fds:
+                os.close(fd)
+            self._fds.clear()
+            if self._epoll is not None:
+                self._epoll.close()
+                self._epoll = None
 
 
 def _reap() -> None:
@@ -68,6 +235,8 @@ class LocalExecutor:
             self._lock.close()
             raise ExecutorError(f"another executor is using {self.root}") from None
         self._open: dict[Path, _Run] = {}
+        self._watch = _ExitWatch()
+        self._forkserver = _ForkServer(self.python, self.root)
         self._scan()
 
     # -- the Executor protocol -------------------------------------------------------------------------
@@ -146,7 +315,18 @@ class LocalExecutor:
             raise ExecutorError(f"no logs for job {job} replica {replica}")
         return follow_log(path, stop=(path.parent / state.STATUS).exists, poll_interval=poll_interval)
 
+    def set_notify(self, fn: Callable[[], None] | None) -> None:
+        """Call ``fn()`` (from a watcher thread) as soon as a supervisor of this executor exits, so that the
+        control plane collects the exit at once rather than on its next tick. Optional (Linux pidfds)."""
+        if fn is not None and self._watch.start(fn):
+            for run in list(self._open.values()):  # adopted supervisors
+                sup = state.read_pid(run.dir / state.SUPERVISOR_PID)
+                if sup is not None and procs.alive(*sup):
+                    self._watch.add(sup[0])
+
     def close(self) -> None:
+        self._watch.stop()
+        self._forkserver.close()
         _reap()
         for rdir in self._open:
             if (p := _SPAWNED.get(rdir)) is not None and p.returncode is not None:
@@ -187,15 +367,20 @@ class LocalExecutor:
             (rdir / name).unlink(missing_ok=True)  # a relaunch of the same attempt: a fresh run, same log
         state.write_json(rdir / state.LAUNCH, spec)
         self._open[rdir] = _Run(rdir, job.job, job.attempt, rank, spec["launched_at"], spec["master_port"])
-        with open(rdir / state.SUPERVISOR_LOG, "ab") as slog:
-            _SPAWNED[rdir] = subprocess.Popen(
-                [self.python, "-m", "fairpod.executors.supervisor", str(rdir)],
-                cwd=rdir,
-                stdin=subprocess.DEVNULL,
-                stdout=slog,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # not killed with the control plane's session or process group
-            )
+        forked = self._forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG)
+        if forked is not None:
+            _SPAWNED[rdir] = forked
+        else:  # no fork server: a new interpreter
+            with open(rdir / state.SUPERVISOR_LOG, "ab") as slog:
+                _SPAWNED[rdir] = subprocess.Popen(
+                    [self.python, "-m", "fairpod.executors.supervisor", str(rdir)],
+                    cwd=rdir,
+                    stdin=subprocess.DEVNULL,
+                    stdout=slog,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # not killed with the control plane's session or process group
+                )
+        self._watch.add(_SPAWNED[rdir].pid)
 
     def _scan(self) -> None:
         """Find every replica run on disk whose exit has not been reported."""

@@ -280,7 +280,7 @@ class ControlPlane(NodeOps):
                     if last[d.job] is d and isinstance(first[d.job], Admit):
                         self._on_admit(d)
                 elif isinstance(d, Wait):
-                    self.store.update_job(int(d.job), {"reason": d.reason})
+                    self.store.update_job(int(d.job), {"reason": self._wait_reason(d)})
             self.store.flush()  # the store knows every admission before its processes start
             self._launch_ready()
             self.usage.tick(self)
@@ -374,6 +374,14 @@ class ControlPlane(NodeOps):
                    job, attempt=job.attempt)
 
     # -- replica exits and stopping ------------------------------------------------------------
+    def _wait_reason(self, d: Wait) -> str:
+        """A job back in its queue after a preemption says so until it runs again."""
+        job = self.store.get_job(int(d.job))
+        info = (job.exit_info or {}) if job is not None else {}
+        if info.get("stopping") == STOP_PREEMPT and info.get("stop_reason"):
+            return f"{d.reason} (requeued: {info['stop_reason']})"
+        return d.reason
+
     def _failure_kind(self, job: Job) -> str:
         return STOP_RESTART if job.auto_resume and job.attempt < job.max_retry else STOP_FAIL
 
