@@ -1,6 +1,6 @@
 """Replay the ten ITP traces (69,351 real GPU jobs over ~60 days) on examples/itp/spec.yaml.
 
-Runs the code path of ``fairpod simulate examples/itp/spec.yaml /work/shared/traces/itp`` and prints the
+Runs the code path of ``fairpod simulate examples/itp/spec.yaml ../shared/traces/itp`` and prints the
 wall time, the CPU time of the whole process and of the engine alone, makespan, utilization, Jain's index,
 and each team's wait p50/p95. Target: <= 60 s wall.
 
@@ -26,7 +26,7 @@ def _h(seconds: float | None) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", type=Path, default=Path("/work/shared/traces/itp"))
+    ap.add_argument("--trace", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "traces" / "itp")
     ap.add_argument("--spec", type=Path, default=ROOT / "examples" / "itp" / "spec.yaml")
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON report here")
     ap.add_argument("--plot", type=Path, help="also draw the usage plot here")

@@ -8,7 +8,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SEED_SPEC = ROOT / "examples" / "seed" / "spec.yaml"
 SEED_TRACE = ROOT / "examples" / "seed" / "trace.csv"
 ITP_SPEC = ROOT / "examples" / "itp" / "spec.yaml"
-ITP_DIR = Path("/work/shared/traces/itp")
+ITP_DIR = Path(__file__).resolve().parents[3] / "shared" / "traces" / "itp"  # shared/ beside the checkout
 
 HEADER = "submit_time,team,duration,accelerators,nodes,name,checkpoint_interval,min_runtime,priority"
 
