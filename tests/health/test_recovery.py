@@ -16,7 +16,8 @@ def _server(tmp_path: Path, recovery: str) -> Server:
     spec = {
         "cluster": {"name": "h", "node_recovery": recovery, "instance_groups": [
             {"name": "gpu", "instance_type": "ml.g5.12xlarge", "count": 4,
-             "deep_health_checks": ["InstanceStress", "InstanceConnectivity"]}]},
+             "deep_health_checks": ["InstanceStress", "InstanceConnectivity"],
+             "connectivity": {"min_mib_per_s": 5, "max_latency_ms": 500}}]},  # loopback on a busy 2-core box
         "teams": [{"name": "a", "quota": [{"instance_type": "ml.g5.12xlarge", "count": 4}]}],
     }
     f = tmp_path / "spec.yaml"

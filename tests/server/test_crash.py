@@ -9,7 +9,7 @@ from .conftest import Server, wait_for
 
 
 def test_kill_9_and_restart_keeps_every_job(server: Server):
-    server.submit(name="long", team="john", nodes=2, command=["sleep", "8"])
+    server.submit(name="long", team="john", nodes=2, command=["sleep", "20"])
     server.submit(name="short", team="john", command=["sh", "-c", "sleep 2; exit 3"])
     server.wait_state("long", "Running")
     server.wait_state("short", "Running")
