@@ -17,7 +17,6 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import re
 import select
 import signal
 import socket
@@ -32,10 +31,8 @@ from typing import Any
 
 from fairpod.executors import procs, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
-from fairpod.executors.logs import follow_log
 
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
 FORKSERVER_ENV = "FAIRPOD_FORKSERVER"  # "0": start each supervisor as a new interpreter
 _SPAWNED: dict[Path, subprocess.Popen[bytes] | _Forked] = {}  # supervisors this process started, by replica dir
 
@@ -295,25 +292,13 @@ class LocalExecutor:
         return self.poll()
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
-        jdir = self.root / job
-        if not NAME_RE.fullmatch(job) or not jdir.is_dir():
-            return None
-        if attempt is None:
-            tried = [int(a.name) for a in jdir.iterdir() if a.name.isdigit() and (a / str(replica)).is_dir()]
-            if not tried:
-                return None
-            attempt = max(tried)
-        rdir = jdir / str(attempt) / str(replica)
-        return rdir / state.OUTPUT if rdir.is_dir() else None
+        return state.log_path(self.root, job, replica, attempt)
 
     def follow(
         self, job: str, replica: int = 0, attempt: int | None = None, poll_interval: float = 0.25
     ) -> Iterator[str]:
         """Text of a replica's log as it is written, until that replica has ended (``get-logs --follow``)."""
-        path = self.log_path(job, replica, attempt)
-        if path is None:
-            raise ExecutorError(f"no logs for job {job} replica {replica}")
-        return follow_log(path, stop=(path.parent / state.STATUS).exists, poll_interval=poll_interval)
+        return state.follow(self.root, job, replica, attempt, poll_interval)
 
     def set_notify(self, fn: Callable[[], None] | None) -> None:
         """Call ``fn()`` (from a watcher thread) as soon as a supervisor of this executor exits, so that the
@@ -385,7 +370,7 @@ class LocalExecutor:
     def _scan(self) -> None:
         """Find every replica run on disk whose exit has not been reported."""
         for jdir in self.root.iterdir():
-            if not jdir.is_dir() or not NAME_RE.fullmatch(jdir.name):
+            if not jdir.is_dir() or not state.NAME_RE.fullmatch(jdir.name):
                 continue
             for adir in jdir.iterdir():
                 if not adir.name.isdigit() or not adir.is_dir():
@@ -441,7 +426,7 @@ class LocalExecutor:
 
     @staticmethod
     def _validate(job: JobLaunch) -> None:
-        if not NAME_RE.fullmatch(job.job) or ".." in job.job:
+        if not state.NAME_RE.fullmatch(job.job) or ".." in job.job:
             raise ExecutorError(f"invalid job name {job.job!r}")
         if job.attempt < 0:
             raise ExecutorError(f"invalid attempt {job.attempt}")

@@ -57,7 +57,6 @@ from typing import Any, TypeVar
 
 from fairpod.executors import state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
-from fairpod.executors.logs import follow_log
 from fairpod.executors.ray_node import ReplicaAgent
 
 log = logging.getLogger("fairpod.executors.ray")
@@ -67,7 +66,6 @@ ITYPE_LABEL = "fairpod/instance-type"
 NODE_ID_LABEL = "ray.io/node-id"
 RECORD = "ray.json"
 NODES_FILE = "ray-nodes.json"
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")
 NAMESPACE_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 CHUNK = 1 << 20  # log bytes per pull
 STOP_MARGIN = 15.0  # after grace + this, a replica that has not ended gets its actor killed
@@ -413,25 +411,13 @@ class RayExecutor:
         return self.poll()
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
-        jdir = self.root / job
-        if not NAME_RE.fullmatch(job) or not jdir.is_dir():
-            return None
-        if attempt is None:
-            tried = [int(a.name) for a in jdir.iterdir() if a.name.isdigit() and (a / str(replica)).is_dir()]
-            if not tried:
-                return None
-            attempt = max(tried)
-        rdir = jdir / str(attempt) / str(replica)
-        return rdir / state.OUTPUT if rdir.is_dir() else None
+        return state.log_path(self.root, job, replica, attempt)
 
     def follow(
         self, job: str, replica: int = 0, attempt: int | None = None, poll_interval: float = 0.25
     ) -> Iterator[str]:
         """Text of a replica's log as it arrives, until that replica has ended."""
-        path = self.log_path(job, replica, attempt)
-        if path is None:
-            raise ExecutorError(f"no logs for job {job} replica {replica}")
-        return follow_log(path, stop=(path.parent / state.STATUS).exists, poll_interval=poll_interval)
+        return state.follow(self.root, job, replica, attempt, poll_interval)
 
     def close(self) -> None:
         """Stop talking to Ray; the replicas keep running and the next executor on ``root`` adopts them."""
@@ -830,7 +816,7 @@ class RayExecutor:
     # -- helpers -------------------------------------------------------------------------------------------
     @staticmethod
     def _validate(job: JobLaunch) -> None:
-        if not NAME_RE.fullmatch(job.job) or ".." in job.job or ":" in job.job:
+        if not state.NAME_RE.fullmatch(job.job) or ".." in job.job or ":" in job.job:
             raise ExecutorError(f"invalid job name {job.job!r}")
         if job.attempt < 0:
             raise ExecutorError(f"invalid attempt {job.attempt}")

@@ -19,8 +19,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from fairpod.executors.base import ExecutorError
+from fairpod.executors.logs import follow_log
+
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")  # a job name safe as a directory name
 
 LAUNCH = "launch.json"
 SUPERVISOR_PID = "supervisor.pid"
@@ -64,3 +71,25 @@ def read_pid(path: Path) -> tuple[int, int | None] | None:
     except (FileNotFoundError, ValueError, IndexError):
         return None
     return pid, (started if started >= 0 else None)
+
+
+def log_path(root: Path, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
+    """The output log of a replica under ``root`` (of its latest attempt by default), None if there is none."""
+    jdir = root / job
+    if not NAME_RE.fullmatch(job) or not jdir.is_dir():
+        return None
+    if attempt is None:
+        tried = [int(a.name) for a in jdir.iterdir() if a.name.isdigit() and (a / str(replica)).is_dir()]
+        if not tried:
+            return None
+        attempt = max(tried)
+    rdir = jdir / str(attempt) / str(replica)
+    return rdir / OUTPUT if rdir.is_dir() else None
+
+
+def follow(root: Path, job: str, replica: int, attempt: int | None, poll_interval: float) -> Iterator[str]:
+    """Text of a replica's log as it is written, until that replica has ended (``get-logs --follow``)."""
+    path = log_path(root, job, replica, attempt)
+    if path is None:
+        raise ExecutorError(f"no logs for job {job} replica {replica}")
+    return follow_log(path, stop=(path.parent / STATUS).exists, poll_interval=poll_interval)
