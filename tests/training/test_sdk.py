@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -49,6 +50,12 @@ def _launch_env(server: Server, job: dict, rank: int = 0) -> dict[str, str]:
     return wait_for(lambda: f.exists() and json.loads(f.read_text())["env"], 20, f"{f}")
 
 
+def _token(server: Server, job: dict) -> str:
+    log = server.home / "runs" / f"{job['name']}-{job['id']}" / "0" / "0" / "output.log"
+    line = wait_for(lambda: log.exists() and re.search(r"^TOKEN=(\S+)$", log.read_text(), re.M), 20, f"{log}")
+    return line.group(1)
+
+
 def test_progress_is_recorded_and_a_preempted_job_resumes_from_it(server: Server, tmp_path: Path):
     trainer = _trainer(tmp_path)
     server.submit(name="john-train", team="john", nodes=2, command=["sleep", "120"])
@@ -84,13 +91,15 @@ def test_progress_is_recorded_and_a_preempted_job_resumes_from_it(server: Server
 
 
 def test_the_job_token_only_reports_progress_of_its_own_running_job(server: Server, tmp_path: Path):
-    job = server.submit(name="tok", team="smith", command=["sleep", "30"])
-    other = server.submit(name="other", team="john", command=["sleep", "30"])
+    show = ["sh", "-c", "echo TOKEN=$FAIRPOD_TOKEN; exec sleep 30"]
+    job = server.submit(name="tok", team="smith", command=show)
+    other = server.submit(name="other", team="john", command=show)
     env = _launch_env(server, job)
     assert env["FAIRPOD_API_URL"] == server.url and env["FAIRPOD_JOB_ID"] == str(job["id"])
-    token = env["FAIRPOD_TOKEN"]
+    assert "FAIRPOD_TOKEN" not in env  # launch.json never holds the credential
+    token = _token(server, job)
     assert token.startswith("fpj.")
-    assert _launch_env(server, other)["FAIRPOD_TOKEN"] != token
+    assert _token(server, other) != token
 
     def post(ref: str, tok: str, body: dict | None = None) -> httpx.Response:
         return server.api("POST", f"/jobs/{ref}/progress", tok, json=body or {"step": 7})

@@ -340,6 +340,7 @@ class LocalExecutor:
             "command": list(job.command),
             "workdir": job.workdir or os.getcwd(),
             "grace_seconds": job.grace_seconds,
+            "run_as": job.run_as,
             "env": replica_env(job, rep, self.master_addr, port),
             "master_port": port,
             "launched_at": time.time(),
@@ -350,7 +351,7 @@ class LocalExecutor:
         rdir.mkdir(parents=True, exist_ok=True)
         for name in (state.STATUS, state.REPORTED, state.STOP, state.SUPERVISOR_PID, state.CHILD_PID):
             (rdir / name).unlink(missing_ok=True)  # a relaunch of the same attempt: a fresh run, same log
-        state.write_json(rdir / state.LAUNCH, spec)
+        state.write_launch(rdir, spec)
         self._open[rdir] = _Run(rdir, job.job, job.attempt, rank, spec["launched_at"], spec["master_port"])
         forked = self._forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG)
         if forked is not None:

@@ -163,10 +163,10 @@ class ReplicaAgent:
             spec = {
                 "job": job.job, "team": job.team, "attempt": job.attempt, "rank": rep.rank,
                 "world_size": job.world_size, "node": rep.node, "command": list(job.command), "workdir": workdir,
-                "grace_seconds": job.grace_seconds, "env": env, "master_port": master_port,
+                "grace_seconds": job.grace_seconds, "run_as": job.run_as, "env": env, "master_port": master_port,
                 "launched_at": self.started_at, OWNER: [me, procs.start_time(me)],
             }  # fmt: skip
-            state.write_json(self.dir / state.LAUNCH, spec)
+            state.write_launch(self.dir, spec)
             with open(self.dir / state.SUPERVISOR_LOG, "ab") as slog:
                 subprocess.run([sys.executable, "-c", _DETACH, str(self.dir)], cwd=self.dir, env=base_env(),
                                stdin=subprocess.DEVNULL, stdout=slog, stderr=subprocess.STDOUT,

@@ -2,7 +2,9 @@
 
 ``<root>/<job>/<attempt>/<rank>/`` holds one replica run:
 
-- ``launch.json``    what to run (command, env, workdir, grace, header), written before the supervisor starts
+- ``launch.json``    what to run (command, env, workdir, grace, header), written before the supervisor starts;
+                     it holds no credential: the job token goes to ``secret.json``, which the supervisor reads
+                     and deletes before it starts the command
 - ``supervisor.pid`` ``"<pid> <start_time>"``, written by the supervisor once its signal handlers are set
 - ``child.pid``      ``"<pid> <start_time>"`` of the command, which is also its process group id
 - ``stop.json``      a stop request: ``{"grace_seconds": g, "requested_at": t}``
@@ -30,6 +32,8 @@ from fairpod.executors.logs import follow_log
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")  # a job name safe as a directory name
 
 LAUNCH = "launch.json"
+SECRET = "secret.json"
+SECRET_ENV = ("FAIRPOD_TOKEN",)  # variables of a replica's env that never rest in launch.json
 SUPERVISOR_PID = "supervisor.pid"
 CHILD_PID = "child.pid"
 STOP = "stop.json"
@@ -57,6 +61,27 @@ def read_json(path: Path) -> dict[str, Any] | None:
     except (FileNotFoundError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def write_launch(rdir: Path, spec: dict[str, Any]) -> None:
+    """Write ``launch.json``, with the credentials of its ``env`` split off into ``secret.json`` (0600)."""
+    env = dict(spec.get("env", {}))
+    secret = {k: env.pop(k) for k in SECRET_ENV if k in env}
+    if secret:
+        write_json(rdir / SECRET, secret)
+        os.chmod(rdir / SECRET, 0o600)
+    write_json(rdir / LAUNCH, {**spec, "env": env})
+
+
+def read_launch(rdir: Path) -> dict[str, Any] | None:
+    """``launch.json`` with its credentials put back from ``secret.json``, which is deleted (read once)."""
+    spec = read_json(rdir / LAUNCH)
+    if spec is None:
+        return None
+    secret = read_json(rdir / SECRET) or {}
+    (rdir / SECRET).unlink(missing_ok=True)
+    spec["env"] = {**spec.get("env", {}), **{k: str(v) for k, v in secret.items() if k in SECRET_ENV}}
+    return spec
 
 
 def write_pid(path: Path, pid: int, started: int | None) -> None:

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fairpod.executors import procs, state
+from fairpod.executors import isolation, procs, state
 
 LEFTOVER_GRACE = 5.0
 
@@ -40,7 +40,7 @@ def _now() -> str:
 class Supervisor:
     def __init__(self, rdir: Path) -> None:
         self.dir = rdir
-        spec = state.read_json(rdir / state.LAUNCH)
+        spec = state.read_launch(rdir)
         if spec is None:
             raise SystemExit(f"fairpod supervisor: no readable {state.LAUNCH} in {rdir}")
         self.spec: dict[str, Any] = spec
@@ -117,13 +117,24 @@ class Supervisor:
         )
         if cwd and not os.path.isdir(cwd):
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {cwd}"}
-        env = dict(os.environ)
-        env.update(self.spec.get("env", {}))
+        env = isolation.base_env(os.environ)
+        ids: dict[str, Any] = {}
+        try:
+            user = isolation.resolve(self.spec.get("run_as"))
+            if user is not None:
+                env.update(user.env)
+                ids = {"user": user.uid, "group": user.gid, "extra_groups": user.groups()}
+            env.update(self.spec.get("env", {}))
+            if user is not None and env.get("FAIRPOD_CHECKPOINT_DIR"):
+                isolation.hand_over(Path(env["FAIRPOD_CHECKPOINT_DIR"]), user)
+        except (isolation.RunAsError, OSError) as e:
+            return {"returncode": 126, "signal": None, "reason": str(e)}
         try:
             self.child = subprocess.Popen(
                 cmd,
                 cwd=cwd or None,
                 env=env,
+                **ids,
                 stdin=subprocess.DEVNULL,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
@@ -133,7 +144,8 @@ class Supervisor:
         except FileNotFoundError:
             return {"returncode": 127, "signal": None, "reason": f"command not found: {cmd[0]}"}
         except PermissionError:
-            return {"returncode": 126, "signal": None, "reason": f"permission denied: {cmd[0]}"}
+            who = f" (as user {self.spec.get('run_as')}: check the command and the workdir {cwd})" if ids else ""
+            return {"returncode": 126, "signal": None, "reason": f"permission denied: {cmd[0]}{who}"}
         except OSError as e:
             return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]}: {e.strerror or e}"}
         state.write_pid(self.dir / state.CHILD_PID, self.child.pid, procs.start_time(self.child.pid))

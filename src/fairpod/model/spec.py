@@ -19,6 +19,7 @@ from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
 from fairpod.model.resources import ZERO, Res, by_ratio, node_res
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"  # a POSIX login name
 
 
 class TaskPrioritization(StrEnum):
@@ -92,6 +93,8 @@ class ClusterInfo(_Strict):
     instance_groups: list[InstanceGroup] = Field(default_factory=list)
     node_recovery: NodeRecovery = NodeRecovery.AUTOMATIC
     executor: ExecutorInfo = Field(default_factory=ExecutorInfo)
+    # OS user every replica runs as (fairpod must run as root to switch); a team's own run_as wins
+    run_as: str | None = Field(default=None, pattern=USER_PATTERN, max_length=32)
 
 
 class PriorityClass(_Strict):
@@ -135,6 +138,7 @@ class Team(_Strict):
     preempt_team_tasks: PreemptTeamTasks = PreemptTeamTasks.LOWER_PRIORITY
     sharing: Sharing = Field(default_factory=Sharing)
     quota: list[QuotaEntry] = Field(default_factory=list)
+    run_as: str | None = Field(default=None, pattern=USER_PATTERN, max_length=32)  # OS user of its replicas
 
 
 class ClusterSpec(_Strict):
@@ -165,6 +169,11 @@ class ClusterSpec(_Strict):
         for q in team.quota:
             out[q.instance_type] = out.get(q.instance_type, ZERO) + q.resolve(cat[q.instance_type])
         return out
+
+    def run_as(self, team: str) -> str | None:
+        """The OS user a team's replicas run as: the team's ``run_as``, else the cluster's, else None."""
+        t = next((t for t in self.teams if t.name == team), None)
+        return (t.run_as if t is not None else None) or self.cluster.run_as
 
     def priority_weight(self, name: str | None) -> int:
         """Weight of a priority class; no class means the lowest priority (-1)."""

@@ -25,10 +25,11 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "request"
 
 
-def create_app(cp: ControlPlane) -> FastAPI:
+def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     app = FastAPI(title="fairpod", version=__version__,
                   description="Share one accelerator cluster fairly between teams.")
     app.state.cp = cp
+    app.state.job_secret = job_secret  # verifies job tokens (server.jobtoken)
 
     @app.exception_handler(Problem)
     async def _problem(_: Request, e: Problem) -> JSONResponse:

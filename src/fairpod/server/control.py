@@ -353,6 +353,7 @@ class ControlPlane(NodeOps):
             job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
             checkpoint_dir=str(ckpt), env={**job.spec.env, **self.launch_env(job)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
+            run_as=self.spec.run_as(job.team),
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
                                          real_gpus=self.real_gpus) for i, n in enumerate(job.placement)),
         )  # fmt: skip

@@ -9,6 +9,7 @@ Files under ``$FAIRPOD_HOME`` (default ``~/.local/share/fairpod``): ``fairpod.db
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -60,9 +61,33 @@ def detect_cluster() -> ClusterSpec:
     return seed_spec()
 
 
+STATE_FILES = ("fairpod.db", "fairpod.db-wal", "fairpod.db-shm", "server.log", "server.pid", "server.lock")
+
+
+def secure_home(home: Path, searchable: bool | None = None) -> None:
+    """Make fairpod's state private to its user: the home 0700 (0701 when ``searchable``: the spec has a
+    ``run_as`` user who must reach its checkpoints, see executors.isolation; None keeps the search bit as it
+    is), state files 0600, everything under ``runs/`` 0700/0600; and every file this process creates from
+    now on is private (umask 077)."""
+    os.umask(0o077)
+    home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    keep = home.stat().st_mode & 0o001 if searchable is None else (0o001 if searchable else 0)
+    os.chmod(home, 0o700 | keep)
+    for name in STATE_FILES:
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(home / name, 0o600)
+    runs = home / "runs"
+    if runs.is_dir():
+        for top, _dirs, files in os.walk(runs):
+            os.chmod(top, 0o700)
+            for f in files:
+                with contextlib.suppress(FileNotFoundError):
+                    os.chmod(os.path.join(top, f), 0o600)
+
+
 def write_config(url: str, token: str) -> Path:
     path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump({"url": url, "token": token}, f, indent=1)
@@ -72,7 +97,7 @@ def write_config(url: str, token: str) -> Path:
 
 def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[Store, str | None]:
     """Create the database on first start; apply ``spec_file`` if given; create the admin user and token."""
-    home.mkdir(parents=True, exist_ok=True)
+    secure_home(home, None)
     store = Store(url)
     store.create_all()
     rec = store.get_spec()
@@ -88,6 +113,9 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[
             raise Problem(409, "team has jobs", f"team(s) {', '.join(gone)} still have unfinished jobs")
         sync_nodes(store, spec)
         store.put_spec(spec)
+    current = spec or (rec.spec if rec is not None else None)
+    if current is not None:
+        secure_home(home, bool(current.cluster.run_as or any(t.run_as for t in current.teams)))
     token = None
     if store.get_user("admin") is None:
         store.create_user("admin", Role.ADMIN, [])
@@ -147,6 +175,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
     from fairpod.server.app import create_app
     from fairpod.server.control import ControlPlane
 
+    secure_home(home)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     executor: Executor
     if executor_name == "local":
@@ -173,9 +202,10 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
     store = Store(url, synchronous="NORMAL")
     store.create_all()
     cp = ControlPlane(store, executor, home)
-    from fairpod.server.jobtoken import launch_env
+    from fairpod.server.jobtoken import job_secret, launch_env
 
-    cp.launch_env = launch_env(store, f"http://127.0.0.1:{port}")  # FAIRPOD_API_URL, FAIRPOD_TOKEN
+    secret = job_secret(home, store)
+    cp.launch_env = launch_env(secret, f"http://127.0.0.1:{port}")  # FAIRPOD_API_URL, FAIRPOD_TOKEN
     set_notify = getattr(executor, "set_notify", None)
     if set_notify is not None:  # the executor wakes the reconcile loop when an exit is due
         set_notify(cp.wake.set)
@@ -183,7 +213,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
     cp.health = HealthManager(cp, interval=float(os.environ.get("FAIRPOD_AGENT_INTERVAL", "10")),
                               reboot_seconds=float(os.environ.get("FAIRPOD_REBOOT_SECONDS", "2")))
     cp.health.start()
-    app = create_app(cp)
+    app = create_app(cp, secret)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     pid_file(home).write_text(f"{os.getpid()} {port}\n")

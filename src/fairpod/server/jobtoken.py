@@ -2,8 +2,9 @@
 
 Every launch of a job gets ``FAIRPOD_API_URL`` and ``FAIRPOD_TOKEN``: a token that is good for exactly one
 thing, ``POST /api/v1/jobs/{id}/progress`` of that job, and only while the job has not finished. It is
-``fpj.<job id>.<HMAC-SHA256 of the job id>`` under a secret the control plane keeps in its store (created on
-first use), so nothing per job has to be stored or revoked: it dies with the job, and a job cannot forge the
+``fpj.<job id>.<HMAC-SHA256 of the job id>`` under a secret the control plane keeps in ``job-token.key`` in its
+home (mode 0600, created on first use; never in the database, whose readers could otherwise forge tokens: a
+secret an older version kept there is moved to the file and deleted), so nothing per job has to be stored or revoked: it dies with the job, and a job cannot forge the
 token of another. Any other route answers it with 403.
 
 Beside the credential a launch gets what :mod:`fairpod.sdk` and :mod:`fairpod.slurm` read: the job id, a run
@@ -15,8 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -26,16 +29,24 @@ from fairpod.store import Store
 from fairpod.store.records import Job
 
 PREFIX = "fpj."
-SECRET_KEY = "job_token_secret"
+SECRET_KEY = "job_token_secret"  # where versions before 0.2 kept the secret, in the store's meta table
+SECRET_FILE = "job-token.key"
 
 
-def job_secret(store: Store) -> bytes:
-    """The control plane's secret for job tokens (created and stored on first use)."""
-    value = store.get_meta(SECRET_KEY)
-    if value is None:
-        store.set_meta(SECRET_KEY, secrets.token_hex(32))
-        value = store.get_meta(SECRET_KEY)
-    assert value is not None
+def job_secret(home: Path, store: Store) -> bytes:
+    """The control plane's secret for job tokens, from ``home/job-token.key`` (created on first use)."""
+    path = home / SECRET_FILE
+    try:
+        return bytes.fromhex(path.read_text(encoding="ascii").strip())
+    except FileNotFoundError:
+        pass
+    except ValueError:
+        raise RuntimeError(f"{path} is corrupt: delete it to issue new job tokens (running jobs' tokens end)") from None
+    value = store.get_meta(SECRET_KEY) or secrets.token_hex(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="ascii") as f:
+        f.write(value + "\n")
+    store.delete_meta(SECRET_KEY)
     return bytes.fromhex(value)
 
 
@@ -71,7 +82,7 @@ def job_of_request(request: Request) -> int | None:
     token = bearer(request)
     if not is_job_token(token):
         return None
-    jid = verify(job_secret(request.app.state.cp.store), token)
+    jid = verify(request.app.state.job_secret, token)
     if jid is None:
         raise Problem(401, "not authenticated", "the job token is not valid")
     return jid
@@ -92,9 +103,8 @@ def job_for_token(cp: ControlPlane, job_id: int, ref: str) -> Job:
     return job
 
 
-def launch_env(store: Store, api_url: str | None) -> Callable[[Job], dict[str, str]]:
+def launch_env(secret: bytes, api_url: str | None) -> Callable[[Job], dict[str, str]]:
     """The function the control plane calls at every launch for the variables to add to a job's env."""
-    secret = job_secret(store)
 
     def env(job: Job) -> dict[str, str]:
         out = {
