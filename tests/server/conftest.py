@@ -42,6 +42,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.spec = spec
         self.db: str | None = None  # a database URL; default SQLite under the home
+        self.executor: str | None = None  # --executor; default local
         self.proc: subprocess.Popen | None = None
 
     def cli(self, *args: str, token: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -60,6 +61,8 @@ class Server:
             args += ["--spec", str(self.spec)]
         if self.db:
             args += ["--db", self.db]
+        if self.executor:
+            args += ["--executor", self.executor]
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home.parent / "server.out", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=log, start_new_session=True)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fairpod.model.catalog import InstanceType
 from fairpod.model.resources import Res, by_ratio, node_res
-from fairpod.model.spec import NAME_PATTERN, ClusterSpec
+from fairpod.model.spec import NAME_PATTERN, ClusterSpec, no_bool_numbers
 
 
 class JobState(StrEnum):
@@ -24,27 +26,60 @@ class JobState(StrEnum):
         return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
+MAX_ARGS = 4096  # words of a command
+MAX_ENV = 512  # variables of a job's env
+MAX_TEXT = 128 * 1024  # bytes of a command, of an env
+ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+
+
 class JobSpec(BaseModel):
     """A job as submitted: ``nodes`` replicas of one instance type, each on its own node."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(pattern=NAME_PATTERN, max_length=63)
     team: str = Field(pattern=NAME_PATTERN, max_length=40)
     priority: str | None = None
     instance_type: str | None = None
     nodes: int = Field(default=1, ge=1, le=10_000)
-    accelerators: float | None = Field(default=None, ge=0, description="per node; default the whole node")
-    vcpu: float | None = Field(default=None, gt=0, description="per node; default by ratio")
-    memory_gib: float | None = Field(default=None, gt=0, description="per node; default by ratio")
-    command: list[str] = Field(default_factory=list)
-    env: dict[str, str] = Field(default_factory=dict)
-    workdir: str | None = None
+    accelerators: float | None = Field(default=None, ge=0, le=1024, description="per node; default the whole node")
+    vcpu: float | None = Field(default=None, gt=0, le=100_000, description="per node; default by ratio")
+    memory_gib: float | None = Field(default=None, gt=0, le=10_000_000, description="per node; default by ratio")
+    command: list[str] = Field(default_factory=list, max_length=MAX_ARGS)
+    env: dict[str, str] = Field(default_factory=dict, max_length=MAX_ENV)
+    workdir: str | None = Field(default=None, max_length=4096)
     auto_resume: bool = False
     max_retry: int = Field(default=0, ge=0, le=1000)
     termination_grace_seconds: float = Field(default=30.0, ge=0, le=3600)
-    min_runtime_seconds: float = Field(default=0.0, ge=0)
+    min_runtime_seconds: float = Field(default=0.0, ge=0, le=7 * 86400,
+                                       description="protection from preemption; at most policy.max_min_runtime_seconds")
     deep_health_check_passed_nodes_only: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data: Any) -> Any:
+        return no_bool_numbers(cls, data)
+
+    @model_validator(mode="after")
+    def _sane_strings(self) -> JobSpec:
+        """Every string is valid UTF-8 without NUL bytes (what a process can be given) and the command and
+        environment stay within MAX_TEXT bytes each: checked before anything is stored or started."""
+        for what, texts in (("command", self.command), ("env", [*self.env, *self.env.values()]),
+                            ("workdir", [self.workdir or ""])):
+            size = 0
+            for t in texts:
+                try:
+                    size += len(t.encode("utf-8"))
+                except UnicodeEncodeError:
+                    raise ValueError(f"{what} holds text that is not valid UTF-8 (a lone surrogate)") from None
+                if "\0" in t:
+                    raise ValueError(f"{what} holds a NUL byte, which no process can be given")
+            if size > MAX_TEXT:
+                raise ValueError(f"{what} is {size} bytes; at most {MAX_TEXT} bytes are accepted")
+        for key in self.env:
+            if not ENV_KEY.fullmatch(key):
+                raise ValueError(f"env name {key[:60]!r} is not a valid variable name (letters, digits, _)")
+        return self
 
 
 class ResolvedJob(BaseModel):
@@ -89,6 +124,10 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
         )
     if per.acc == 0 and per.mcpu == 0 and per.mib == 0:
         raise ValueError("the job asks for no resources at all")
+    bound = spec.policy.max_min_runtime_seconds
+    if job.min_runtime_seconds > bound:
+        raise ValueError(f"min_runtime_seconds {job.min_runtime_seconds:g} is above the cluster's maximum of "
+                         f"{bound:g} s (policy.max_min_runtime_seconds)")
     if job.priority is not None:
         try:
             prio = spec.priority_weight(job.priority)

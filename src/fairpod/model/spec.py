@@ -7,13 +7,14 @@ each naming its field, as a ``SpecError``.
 from __future__ import annotations
 
 import re
+import typing
 from collections import Counter
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
 from fairpod.model.resources import ZERO, Res, by_ratio, node_res
@@ -53,8 +54,25 @@ class NodeRecovery(StrEnum):
     NONE = "None"
 
 
+def no_bool_numbers(cls: type[BaseModel], data: Any) -> Any:
+    """Refuse ``true``/``false`` for a number (pydantic would take them as 1 and 0)."""
+    if isinstance(data, dict):
+        for name, info in cls.model_fields.items():
+            value = data.get(name)
+            if isinstance(value, bool):
+                kinds = set(typing.get_args(info.annotation)) or {info.annotation}
+                if bool not in kinds and kinds & {int, float}:
+                    raise ValueError(f"{name}: expected a number, got {str(value).lower()}")
+    return data
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+    model_config = ConfigDict(extra="forbid", use_enum_values=False, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data: Any) -> Any:
+        return no_bool_numbers(cls, data)
 
 
 class Connectivity(_Strict):
@@ -111,6 +129,10 @@ class Policy(_Strict):
     # nodes reserved (no other job is placed on them) until it starts: large jobs are never starved
     # by a stream of small ones.
     starvation_guard_seconds: float = Field(default=600.0, ge=0, le=30 * 86400)
+    # The longest a job's min_runtime_seconds may protect it from preemption (also from a lender's reclaim:
+    # a team is always entitled to its quota within this bound). Longer requests are refused at submit; a
+    # job submitted before the bound was lowered is protected for the bound only.
+    max_min_runtime_seconds: float = Field(default=3600.0, ge=0, le=7 * 86400)
 
 
 class Sharing(_Strict):

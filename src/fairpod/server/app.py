@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fairpod import __version__
 from fairpod.dashboard import assets as dashboard_assets
 from fairpod.server import metrics, routes_admin, routes_dashboard, routes_jobs, routes_reports
 from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.limits import PROBLEM_RESPONSES, BodyLimit, allowed_methods
 from fairpod.store import AlreadyExists, Conflict, NotFound
 
 
@@ -40,6 +43,15 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
         msgs = [f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors()]
         return problem(422, "invalid request", "; ".join(msgs))
 
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        """Starlette's own errors (unknown path, unparsable body, wrong method) as problem documents; a 405
+        names in ``Allow`` the methods of every route of that path, not only of the first that matched."""
+        resp = problem(e.status_code, HTTPStatus(e.status_code).phrase.lower(), str(e.detail))
+        if e.status_code == 405:
+            resp.headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
+        return resp
+
     @app.exception_handler(NotFound)
     async def _nf(_: Request, e: NotFound) -> JSONResponse:
         return problem(404, "not found", str(e))
@@ -56,7 +68,8 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__, "cycles": cp.cycles}
 
-    api = APIRouter(prefix="/api/v1")
+    app.add_middleware(BodyLimit)
+    api = APIRouter(prefix="/api/v1", responses=PROBLEM_RESPONSES)
     routes_jobs.add_routes(api, cp)
     routes_admin.add_routes(api, cp)
     routes_dashboard.add_routes(api, cp)

@@ -93,7 +93,8 @@ class ControlPlane(NodeOps):
         return Workload(
             str(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
             priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
-            min_runtime=job.spec.min_runtime_seconds, passed_only=job.spec.deep_health_check_passed_nodes_only,
+            min_runtime=min(job.spec.min_runtime_seconds, self.spec.policy.max_min_runtime_seconds),
+            passed_only=job.spec.deep_health_check_passed_nodes_only,
             checkpoint=job.checkpoint_at, reason=job.reason,
         )  # fmt: skip
 

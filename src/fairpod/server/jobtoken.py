@@ -67,7 +67,7 @@ def verify(secret: bytes, token: str) -> int | None:
     if not is_job_token(token):
         return None
     jid, _, mac = token[len(PREFIX) :].partition(".")
-    if not jid.isdigit() or not mac:
+    if not (jid.isascii() and jid.isdigit()) or len(jid) > 18 or not mac:
         return None
     return int(jid) if hmac.compare_digest(mac, _mac(secret, int(jid))) else None
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from fairpod.model.spec import Policy, SpecError, Team, parse_spec
 from fairpod.server.auth import Auth, require_admin
 from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.limits import Limit, SinceId
 from fairpod.server.views import cluster_view, node_view
 from fairpod.store import Role
 
@@ -57,7 +58,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
 
     @api.get("/nodes", tags=["nodes"])
     def list_nodes(p: Auth) -> dict[str, Any]:
-        return {"nodes": [node_view(n, cp) for n in cp.store.list_nodes()]}
+        return {"nodes": [node_view(n, cp, p) for n in cp.store.list_nodes()]}
 
     @api.post("/nodes/{name}/{action}", tags=["nodes"])
     def node_action(name: str, action: str, p: Auth, body: FaultBody | None = None) -> dict[str, Any]:
@@ -90,12 +91,12 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return node_view(cp.store.get_node(name) or node, cp)
 
     @api.get("/nodes/{name}/health", tags=["nodes"])
-    def node_health(name: str, p: Auth, limit: int = 200) -> dict[str, Any]:
+    def node_health(name: str, p: Auth, limit: Limit = 200) -> dict[str, Any]:
         node = cp.store.get_node(name)
         if node is None:
             raise Problem(404, "no such node", f"no node {name!r}")
         evs = cp.store.list_events(node=name, limit=limit, descending=True)
-        return {"node": node_view(node, cp),
+        return {"node": node_view(node, cp, p),
                 "checks": [e.data for e in reversed(evs) if e.kind == "HealthCheck"],
                 "events": [{"ts": e.ts, "kind": e.kind, "message": e.message} for e in reversed(evs)
                            if e.kind != "HealthCheck"]}
@@ -191,14 +192,14 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return {"name": name, "revoked_tokens": n}
 
     @api.get("/audit", tags=["users"])
-    def audit(p: Auth, limit: int = 200, since_id: int | None = None) -> dict[str, Any]:
+    def audit(p: Auth, limit: Limit = 200, since_id: SinceId = None) -> dict[str, Any]:
         require_admin(p)
         rows = cp.store.list_audit(since_id=since_id, limit=limit, descending=since_id is None)
         return {"audit": [{"id": a.id, "ts": a.ts, "actor": a.actor, "action": a.action, "target": a.target,
                            "detail": a.detail} for a in rows]}
 
     @api.get("/events", tags=["events"])
-    def events(p: Auth, since_id: int | None = None, limit: int = 200) -> dict[str, Any]:
+    def events(p: Auth, since_id: SinceId = None, limit: Limit = 200) -> dict[str, Any]:
         evs = cp.store.list_events(since_id=since_id, limit=limit, descending=since_id is None)
         visible = p.visible_teams()
         out = [{"id": e.id, "ts": e.ts, "kind": e.kind, "job_id": e.job_id, "node": e.node, "team": e.team,

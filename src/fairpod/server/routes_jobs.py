@@ -14,20 +14,21 @@ from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.auth import Auth, Principal, current_principal, require_team
 from fairpod.server.control import ControlPlane, Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
+from fairpod.server.limits import MAX_ID, SinceId
 from fairpod.server.views import job_view, replicas_view
 from fairpod.store import Job
 
 
 class Progress(BaseModel):
-    step: int | None = Field(default=None, ge=0)
-    checkpoint: str | None = None
+    step: int | None = Field(default=None, ge=0, le=MAX_ID)
+    checkpoint: str | None = Field(default=None, max_length=4096)
 
 
 def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
     """A job by id or by name (the team's unfinished job of that name, else its latest), as ``p`` may see it."""
     job: Job | None = None
-    if ref.isdigit():
-        job = cp.store.get_job(int(ref))
+    if ref.isascii() and ref.isdigit():
+        job = cp.store.get_job(int(ref)) if len(ref) <= 19 and int(ref) <= MAX_ID else None
     else:
         teams = [team] if team else (p.visible_teams() or [t.name for t in cp.spec.teams])
         found = [j for t in teams if (j := cp.store.get_job_by_name(t, ref)) is not None]
@@ -44,7 +45,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     @api.post("/jobs", status_code=201, tags=["jobs"])
     def submit_job(spec: JobSpec, p: Auth) -> dict[str, Any]:
         require_team(p, spec.team)
-        return job_view(cp, cp.submit(spec, p.name), detail=True)
+        return job_view(cp, cp.submit(spec, p.name), detail=True, reader=p)
 
     @api.get("/jobs", tags=["jobs"])
     def list_jobs(
@@ -52,7 +53,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         team: str | None = None,
         state: list[JobState] | None = Query(default=None),
         limit: int = Query(default=500, ge=1, le=100_000),
-        offset: int = Query(default=0, ge=0),
+        offset: int = Query(default=0, ge=0, le=MAX_ID),
     ) -> dict[str, Any]:
         visible = p.visible_teams()
         if team is not None:
@@ -67,7 +68,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     @api.get("/jobs/{ref}", tags=["jobs"])
     def get_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
         job = find_job(cp, p, ref, team)
-        out = job_view(cp, job, detail=True)
+        out = job_view(cp, job, detail=True, reader=p)
         out["events"] = [{"ts": e.ts, "kind": e.kind, "message": e.message}
                          for e in cp.store.list_events(job_id=job.id, limit=200)]
         return out
@@ -76,7 +77,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     def cancel_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
         job = find_job(cp, p, ref, team)
         require_team(p, job.team)
-        return job_view(cp, cp.cancel(job, p.name), detail=True)
+        return job_view(cp, cp.cancel(job, p.name), detail=True, reader=p)
 
     @api.get("/jobs/{ref}/replicas", tags=["jobs"])
     def list_replicas(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return {"job": job.name, "state": job.state.value, "replicas": replicas_view(cp, job)}
 
     @api.get("/jobs/{ref}/events", tags=["jobs"])
-    def job_events(ref: str, p: Auth, team: str | None = None, since_id: int | None = None) -> dict[str, Any]:
+    def job_events(ref: str, p: Auth, team: str | None = None, since_id: SinceId = None) -> dict[str, Any]:
         job = find_job(cp, p, ref, team)
         evs = cp.store.list_events(job_id=job.id, since_id=since_id, limit=1000)
         return {"events": [_ev(e) for e in evs]}

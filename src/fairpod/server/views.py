@@ -6,6 +6,7 @@ from typing import Any
 
 from fairpod.governance.quota import lending
 from fairpod.model.jobs import JobState
+from fairpod.server.auth import Principal
 from fairpod.server.control import ControlPlane
 from fairpod.store import Job, Node
 
@@ -26,7 +27,12 @@ def queue_position(cp: ControlPlane, job: Job) -> int | None:
     return None
 
 
-def job_view(cp: ControlPlane, job: Job, *, detail: bool = False) -> dict[str, Any]:
+HIDDEN = "(hidden)"
+
+
+def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Principal | None = None) -> dict[str, Any]:
+    """A job as the API shows it. Env values (where secrets live) only to those who act for the job's team
+    (its members and admins) and to the job itself (``reader`` None): anyone else sees the keys only."""
     out: dict[str, Any] = {
         "id": job.id,
         "name": job.name,
@@ -52,7 +58,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False) -> dict[str, A
     if detail:
         out.update(
             command=job.spec.command,
-            env=job.spec.env,
+            env=job.spec.env if reader is None or reader.acts_for(job.team) else dict.fromkeys(job.spec.env, HIDDEN),
             workdir=job.spec.workdir,
             checkpoint={"at": job.checkpoint_at, "step": job.checkpoint_step, "path": job.checkpoint_path},
             master_port=job.master_port,
@@ -82,9 +88,15 @@ def replicas_view(cp: ControlPlane, job: Job) -> list[dict[str, Any]]:
     return out
 
 
-def node_view(node: Node, cp: ControlPlane) -> dict[str, Any]:
+def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> dict[str, Any]:
+    """A node; a member sees the ids of its own teams' jobs on it, and only how many others there are."""
     snode = cp.snap.nodes.get(node.name)
     jobs = sorted(snode.jobs) if snode else []
+    teams = reader.visible_teams() if reader is not None else None
+    others = 0
+    if teams is not None:
+        mine = [j for j in jobs if (w := cp.snap.running.get(j)) is not None and w.team in teams]
+        others, jobs = len(jobs) - len(mine), mine
     return {
         "name": node.name,
         "instance_group": node.instance_group,
@@ -100,6 +112,7 @@ def node_view(node: Node, cp: ControlPlane) -> dict[str, Any]:
         "accelerators": snode.cap[0] if snode else None,
         "accelerators_free": snode.free[0] if snode else None,
         "jobs": [int(j) for j in jobs],
+        "other_jobs": others,
     }
 
 

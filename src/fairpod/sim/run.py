@@ -108,7 +108,7 @@ class Simulation:
         self.by_id: dict[str, SimJob] = {}
         for j in jobs:
             w = Workload(j.name, j.team, j.itype, j.nodes, j.per_replica, priority=j.priority,
-                         submit=_r(j.submit), min_runtime=j.min_runtime)
+                         submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds))
             key = (j.team, w.shape)
             if key not in verdicts:
                 verdicts[key] = never_runnable(empty, w)
