@@ -85,7 +85,7 @@ class Server:
             self.proc.wait(timeout=30)
 
     def api(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {token or self.token}"}
+        headers = {"Authorization": f"Bearer {token or self.token}", **kw.pop("headers", {})}
         return httpx.request(method, self.url + "/api/v1" + path, headers=headers, timeout=30, **kw)
 
     def job(self, name: str, token: str | None = None) -> dict[str, Any]:

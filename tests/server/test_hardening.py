@@ -135,3 +135,56 @@ def test_schemathesis_finds_no_server_error_and_no_conformance_failure(tmp_path:
     finally:
         wait_for(lambda: True, 1)
         server.kill()
+
+
+def test_a_retried_submit_with_the_same_idempotency_key_returns_the_first_job(seed: Server):
+    body = {"name": "once", "team": "john", "command": ["sh", "-c", "echo ran"]}
+    key = {"Idempotency-Key": "k-123"}
+    first = seed.api("POST", "/jobs", json=body, headers=key)
+    assert first.status_code == 201, first.text
+    seed.wait_state("once", "Succeeded")
+    again = seed.api("POST", "/jobs", json=body, headers=key)  # the retry after a crash, once the job finished
+    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true", again.text
+    assert again.json()["id"] == first.json()["id"] and again.json()["state"] == "Succeeded"
+    other = seed.api("POST", "/jobs", json={**body, "name": "twice"}, headers=key)
+    assert other.status_code == 409 and "Idempotency-Key" in other.json()["detail"]
+    assert seed.api("GET", "/jobs").json()["total"] == 1
+    assert seed.api("POST", "/jobs", json=body, headers={"Idempotency-Key": "k-456"}).status_code == 201
+
+
+def test_list_jobs_shows_the_newest_and_says_when_it_is_cut(seed: Server):
+    for i in range(7):
+        seed.submit(name=f"j{i}", team="john", command=["true"])
+    page = seed.api("GET", "/jobs?limit=5").json()
+    assert [j["name"] for j in page["jobs"]] == ["j2", "j3", "j4", "j5", "j6"]
+    assert page["truncated"] and page["total"] == 7 and page["count"] == 5
+    everything = seed.api("GET", "/jobs?limit=0").json()
+    assert everything["count"] == 7 and not everything["truncated"]
+    r = seed.cli("list-jobs", "--limit", "3")
+    assert "j6" in r.stdout and "j3" not in r.stdout
+    assert "the newest 3 of 7 jobs; --limit 0 shows all" in r.stderr
+    r = seed.cli("list-jobs", "--limit", "0")
+    assert "j0" in r.stdout and "newest" not in r.stderr
+
+
+def test_down_and_up_do_not_trust_a_stale_pid_file(tmp_path: Path):
+    server = Server(tmp_path, SEED)
+    server.home.mkdir(parents=True)
+    bystander = subprocess.Popen(["sleep", "120"])  # a live process that is not fairpod
+    zombie = subprocess.Popen(["true"])
+    try:
+        wait_for(lambda: Path(f"/proc/{zombie.pid}/stat").read_text().split(") ")[1].startswith("Z"), 10, "zombie")
+        for content in (f"{bystander.pid} 1 12345\n", f"{bystander.pid} 1\n"):
+            (server.home / "server.pid").write_text(content)
+            r = server.cli("down")
+            assert "not running" in r.stdout and bystander.poll() is None  # nothing was killed
+            assert not (server.home / "server.pid").exists()
+        (server.home / "server.pid").write_text(f"{zombie.pid} 1\n")  # a server killed -9, not reaped yet
+        server.start()  # comes up at once
+        assert server.cli("down").returncode == 0
+        assert server.proc is not None and server.proc.wait(timeout=30) is not None  # our server stopped
+    finally:
+        bystander.kill()
+        bystander.wait()
+        zombie.wait()
+        server.kill()

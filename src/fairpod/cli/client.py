@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,9 @@ def load_config() -> tuple[str, str]:
     url = os.environ.get("FAIRPOD_URL") or cfg.get("url") or "http://127.0.0.1:8470"
     token = os.environ.get("FAIRPOD_TOKEN") or cfg.get("token") or ""
     return url.rstrip("/"), token
+
+
+SUBMIT_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a submit (7.75 s in all)
 
 
 class Client:
@@ -58,6 +63,25 @@ class Client:
 
     def post(self, path: str, body: Any = None, **params: Any) -> Any:
         return self.request("POST", path, json=body, params={k: v for k, v in params.items() if v is not None})
+
+    def submit(self, body: dict[str, Any], retries: tuple[float, ...] = SUBMIT_RETRIES) -> Any:
+        """POST a job with one Idempotency-Key for this invocation, retried (same key) while the server cannot
+        be reached or the connection broke: a submit the server committed before it went away returns that
+        job, never a second one."""
+        key = uuid.uuid4().hex
+        for pause in (*retries, None):
+            try:
+                r = self.http.post("/api/v1/jobs", json=body, headers={"Idempotency-Key": key})
+            except (httpx.TransportError, httpx.TimeoutException) as e:
+                if pause is None:
+                    raise CliError(f"cannot reach the fairpod server at {self.url} to submit: {e or type(e).__name__}"
+                                   " (is it running? fairpod up)") from None
+                time.sleep(pause)
+                continue
+            if r.status_code >= 400:
+                raise self._error(r)
+            return r.json()
+        raise AssertionError("unreachable")
 
     def put(self, path: str, body: Any) -> Any:
         return self.request("PUT", path, json=body)

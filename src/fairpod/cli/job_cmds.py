@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--team")
     g.add_argument("--all-teams", action="store_true", help="every team you may see (the default)")
     p.add_argument("--status", choices=STATES, action="append", help="filter by state (repeatable)")
-    p.add_argument("--limit", type=int, default=500)
+    p.add_argument("--limit", type=int, default=500, help="show the newest N jobs (default 500; 0: all)")
     add_output(p)
     p.set_defaults(func=list_jobs)
 
@@ -105,7 +105,7 @@ def start_job(a: argparse.Namespace) -> int:
         raise CliError("give the command after --, e.g. fairpod start-job --name x --team t -- python train.py")
     if body.get("workdir") is None:
         body["workdir"] = str(Path.cwd())
-    job = Client().post("/jobs", body)
+    job = Client().submit(body)
     if a.output == "json":
         emit_json(job)
     else:
@@ -122,6 +122,8 @@ def list_jobs(a: argparse.Namespace) -> int:
             for j in res["jobs"]]
     table(rows, [("id", "ID"), ("name", "NAME"), ("team", "TEAM"), ("state", "STATE"), ("priority", "PRIORITY"),
                  ("nodes_acc", "NODES"), ("restarts", "RESTARTS"), ("age", "AGE"), ("reason", "REASON")])
+    if res.get("truncated"):
+        print(f"(the newest {res['count']} of {res['total']} jobs; --limit 0 shows all)", file=sys.stderr)
     return 0
 
 

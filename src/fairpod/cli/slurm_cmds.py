@@ -118,7 +118,7 @@ def _submit(c: Client, body: dict[str, Any]) -> dict[str, Any]:
         if n > 1:
             body["name"] = f"{base[: 63 - len(str(n)) - 1]}-{n}"
         try:
-            return dict(c.post("/jobs", body))
+            return dict(c.submit(body))
         except CliError as e:
             if not str(e).endswith("(HTTP 409)"):  # 409: the team has an unfinished job of that name
                 raise

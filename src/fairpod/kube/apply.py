@@ -27,7 +27,7 @@ def apply_manifests(a: argparse.Namespace, docs: list[Any]) -> int:
             print(f"fairpod: warning: PyTorchJob {j.body['name']}: {w}", file=sys.stderr)
         for n in j.notes:
             print(f"fairpod: PyTorchJob {j.body['name']}: {n}", file=sys.stderr)
-        job = c.post("/jobs", j.body)
+        job = c.submit(j.body)
         submitted.append(job)
         if getattr(a, "output", "table") != "json":
             print(f"pytorchjob.kubeflow.org/{job['name']} created: fairpod job {job['id']} for team {job['team']}, "

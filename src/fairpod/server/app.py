@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from http import HTTPStatus
 from typing import Any
 
@@ -66,7 +67,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, Any]:
-        return {"ok": True, "version": __version__, "cycles": cp.cycles}
+        return {"ok": True, "version": __version__, "cycles": cp.cycles, "pid": os.getpid()}
 
     app.add_middleware(BodyLimit)
     api = APIRouter(prefix="/api/v1", responses=PROBLEM_RESPONSES)

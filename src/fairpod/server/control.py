@@ -162,8 +162,14 @@ class ControlPlane(NodeOps):
         return self.store.update_job(job.id, {"exit_info": run.to_json(), **changes})
 
     # -- user actions --------------------------------------------------------------------------
-    def submit(self, spec: JobSpec, actor: str) -> Job:
+    def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
+        """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
+        first one created (whatever its state now) instead of a second job."""
         with self.lock:
+            if key is not None and (jid := self.store.submitted_with(actor, key)) is not None:
+                earlier = self.store.get_job(jid)
+                if earlier is not None:
+                    return earlier
             try:
                 resolved = resolve_job(spec, self.spec)
             except ValueError as e:
@@ -180,6 +186,8 @@ class ControlPlane(NodeOps):
                     t.append_events([{"kind": "JobSubmitted", "message": f"job {spec.name} submitted by {actor}",
                                       "job_id": job.id, "team": job.team, "data": {"actor": actor}}])
                     t.append_audit(actor, "job.submit", f"{job.team}/{job.name}", {"id": job.id})
+                    if key is not None:
+                        t.remember_submit(actor, key, job.id)
             except AlreadyExists as e:
                 raise Problem(409, "job exists", str(e)) from None
             self.snap.add_pending(self._workload(job))

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from fairpod.executors import procs, state
 from fairpod.model.spec import ClusterSpec, SpecError, load_spec, parse_spec, seed_spec
 from fairpod.server.control import Problem, sync_nodes
 from fairpod.store import Role, Store
@@ -128,19 +129,38 @@ def pid_file(home: Path) -> Path:
     return home / "server.pid"
 
 
+def write_pid(home: Path, port: int) -> None:
+    """``server.pid``: "<pid> <port> <start time>", so a later reader can tell our server from a process that
+    got the same PID after it died."""
+    me = os.getpid()
+    state.write_atomic(pid_file(home), f"{me} {port} {procs.start_time(me)}\n")
+
+
 def read_pid(home: Path) -> tuple[int, int] | None:
+    """(pid, port) of the running control plane, or None. The recorded PID counts only while that process
+    is alive, not a zombie, and started when the file says (or, for a file without a start time, answers
+    /healthz on the recorded port with that PID); a stale file is removed."""
+    path = pid_file(home)
     try:
-        pid_s, port_s = pid_file(home).read_text().split()
-        pid, port = int(pid_s), int(port_s)
-    except (OSError, ValueError):
+        parts = path.read_text().split()
+        pid, port = int(parts[0]), int(parts[1])
+        started = int(parts[2]) if len(parts) > 2 else None
+    except (OSError, ValueError, IndexError):
         return None
+    if procs.alive(pid, started) and (started is not None or _healthz_pid(port) == pid):
+        return pid, port
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return None
+
+
+def _healthz_pid(port: int) -> int | None:
+    import httpx
+
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        return int(httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2.0).json().get("pid"))
+    except (httpx.HTTPError, ValueError, TypeError, AttributeError):
         return None
-    except PermissionError:
-        pass
-    return pid, port
 
 
 def executor_config(kind: str | None, ray_address: str | None, ray_namespace: str | None,
@@ -216,7 +236,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
     app = create_app(cp, secret)
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
-    pid_file(home).write_text(f"{os.getpid()} {port}\n")
+    write_pid(home, port)
     try:
         server.run()
     finally:
@@ -332,12 +352,11 @@ def down(timeout: float = 30.0) -> int:
         print("fairpod is not running")
         return 0
     pid = running[0]
+    started = procs.start_time(pid)
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
+        if not procs.alive(pid, started):
             print(f"fairpod stopped (pid {pid}); running jobs keep running and are adopted by the next 'fairpod up'")
             return 0
         time.sleep(0.1)

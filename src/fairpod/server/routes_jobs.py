@@ -6,7 +6,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, Field
 
@@ -43,17 +43,29 @@ def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     @api.post("/jobs", status_code=201, tags=["jobs"])
-    def submit_job(spec: JobSpec, p: Auth) -> dict[str, Any]:
+    def submit_job(spec: JobSpec, p: Auth, response: Response,
+                   idempotency_key: str | None = Header(default=None, max_length=255, pattern=r"^[\x21-\x7e]+$",
+                                                        description="a retry with the same key returns the "
+                                                                    "first job instead of submitting another"),
+                   ) -> dict[str, Any]:
         require_team(p, spec.team)
-        return job_view(cp, cp.submit(spec, p.name), detail=True, reader=p)
+        replay = idempotency_key is not None and cp.store.submitted_with(p.name, idempotency_key) is not None
+        job = cp.submit(spec, p.name, idempotency_key)
+        if job.name != spec.name or job.team != spec.team:
+            raise Problem(409, "idempotency key reused",
+                          f"Idempotency-Key {idempotency_key!r} was used for job {job.team}/{job.name}")
+        if replay:  # the first submit's job, as it is now: 200, not 201
+            response.status_code = 200
+            response.headers["Idempotent-Replayed"] = "true"
+        return job_view(cp, job, detail=True, reader=p)
 
     @api.get("/jobs", tags=["jobs"])
     def list_jobs(
         p: Auth,
         team: str | None = None,
         state: list[JobState] | None = Query(default=None),
-        limit: int = Query(default=500, ge=1, le=100_000),
-        offset: int = Query(default=0, ge=0, le=MAX_ID),
+        limit: int = Query(default=500, ge=0, le=100_000, description="the newest N jobs (0: all)"),
+        offset: int = Query(default=0, ge=0, le=MAX_ID, description="skip the newest N first"),
     ) -> dict[str, Any]:
         visible = p.visible_teams()
         if team is not None:
@@ -62,8 +74,12 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             teams: list[str] | None = [team]
         else:
             teams = visible
-        jobs = cp.store.list_jobs(team=teams, state=state, limit=limit, offset=offset)
-        return {"jobs": [job_view(cp, j) for j in jobs], "count": len(jobs)}
+        jobs = cp.store.list_jobs(team=teams, state=state, limit=limit or None, offset=offset, descending=True)
+        jobs.reverse()  # the newest page, oldest first (newest last)
+        full_page = bool(limit) and len(jobs) == limit
+        total = cp.store.count_jobs(team=teams, state=state) if full_page or offset else len(jobs)
+        return {"jobs": [job_view(cp, j) for j in jobs], "count": len(jobs), "total": total,
+                "truncated": offset + len(jobs) < total}
 
     @api.get("/jobs/{ref}", tags=["jobs"])
     def get_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:

@@ -9,6 +9,7 @@ unfinished job of that name if there is one, else the most recently submitted on
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -23,7 +24,7 @@ from fairpod.store import fields as f
 from fairpod.store.cluster import next_counter
 from fairpod.store.db import Ops
 from fairpod.store.records import AlreadyExists, Conflict, Job, NotFound
-from fairpod.store.tables import FINISHED_STATES, CounterRow, JobRow
+from fairpod.store.tables import FINISHED_STATES, CounterRow, JobRow, SubmitKeyRow
 
 JOB_SEQ_COUNTER = "job_seq"
 
@@ -109,6 +110,22 @@ def _names(v: str | Iterable[str]) -> list[str]:
     return [v] if isinstance(v, str) else list(v)
 
 
+def _filtered(q: Any, team: str | Iterable[str] | None, state: JobState | str | Iterable[JobState | str] | None,
+              instance_type: str | None, name: str | None, finished: bool | None) -> Any:
+    if team is not None:
+        q = q.where(JobRow.team.in_(_names(team)))
+    if state is not None:
+        q = q.where(JobRow.state.in_(_states(state)))
+    if instance_type is not None:
+        q = q.where(JobRow.instance_type == instance_type)
+    if name is not None:
+        q = q.where(JobRow.name == name)
+    if finished is not None:
+        cond = JobRow.state.in_(FINISHED_STATES)
+        q = q.where(cond if finished else ~cond)
+    return q
+
+
 def _active_named(s: Session, team: str, name: str) -> JobRow | None:
     q = select(JobRow).where(JobRow.team == team, JobRow.name == name, JobRow.state.not_in(FINISHED_STATES))
     return s.scalars(q.limit(1)).first()
@@ -138,6 +155,17 @@ def _flush(s: Session, team: str, name: str) -> None:
 
 
 class JobOps(Ops):
+    def submitted_with(self, user: str, key: str) -> int | None:
+        """The id of the job ``user`` submitted with Idempotency-Key ``key``, if any."""
+        with self._session(False) as s:
+            row = s.get(SubmitKeyRow, (user, key))
+            return None if row is None else row.job_id
+
+    def remember_submit(self, user: str, key: str, job_id: int) -> None:
+        """Record ``key`` for ``job_id`` (in the transaction that inserts the job)."""
+        with self._session(True) as s:
+            s.add(SubmitKeyRow(user=user, key=key, job_id=job_id, created_at=time.time()))
+
     def insert_job(
         self,
         spec: JobSpec,
@@ -218,18 +246,7 @@ class JobOps(Ops):
         descending: bool = False,
     ) -> list[Job]:
         """Jobs matching every given filter, in submission order (``seq``; newest first if ``descending``)."""
-        q = select(JobRow)
-        if team is not None:
-            q = q.where(JobRow.team.in_(_names(team)))
-        if state is not None:
-            q = q.where(JobRow.state.in_(_states(state)))
-        if instance_type is not None:
-            q = q.where(JobRow.instance_type == instance_type)
-        if name is not None:
-            q = q.where(JobRow.name == name)
-        if finished is not None:
-            cond = JobRow.state.in_(FINISHED_STATES)
-            q = q.where(cond if finished else ~cond)
+        q = _filtered(select(JobRow), team, state, instance_type, name, finished)
         q = q.order_by(JobRow.seq.desc() if descending else JobRow.seq)
         if offset:
             q = q.offset(offset)
@@ -237,6 +254,20 @@ class JobOps(Ops):
             q = q.limit(limit)
         with self._session(False) as s:
             return [to_job(r) for r in s.scalars(q)]
+
+    def count_jobs(
+        self,
+        *,
+        team: str | Iterable[str] | None = None,
+        state: JobState | str | Iterable[JobState | str] | None = None,
+        instance_type: str | None = None,
+        name: str | None = None,
+        finished: bool | None = None,
+    ) -> int:
+        """How many jobs :meth:`list_jobs` would return with the same filters and no limit."""
+        q = _filtered(select(func.count()).select_from(JobRow), team, state, instance_type, name, finished)
+        with self._session(False) as s:
+            return int(s.scalar(q) or 0)
 
     def update_job(
         self,

@@ -48,6 +48,16 @@ class CounterRow(Base):
     value: Mapped[int] = mapped_column(Integer)
 
 
+class SubmitKeyRow(Base):
+    """An ``Idempotency-Key`` a user submitted a job with: a retry with the same key gets that job back."""
+
+    __tablename__ = "submit_keys"
+    user: Mapped[str] = mapped_column(String(64), primary_key=True)
+    key: Mapped[str] = mapped_column(String(255), primary_key=True)
+    job_id: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[float] = mapped_column(Float, index=True)
+
+
 class NodeRow(Base):
     __tablename__ = "nodes"
     name: Mapped[str] = mapped_column(String(253), primary_key=True)
