@@ -14,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_ID = 2**63 - 1
 MAX_BODY = 1024 * 1024  # bytes of a request body (a cluster spec with thousands of teams fits)
-MAX_PAGE = 1000  # events, audit records, health checks per request
+MAX_PAGE = 10_000  # events, audit records, health checks per request
 
 SinceId = Annotated[int | None, Query(ge=0, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]
