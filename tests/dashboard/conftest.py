@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from ..server.conftest import Server
+from ..server.conftest import SEED_SPEC, Server
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -20,7 +20,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    s = Server(tmp_path)
+    s = Server(tmp_path, SEED_SPEC)
     s.start()
     yield s
     s.kill(signal.SIGTERM)

@@ -34,10 +34,23 @@ def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condit
     raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value: {last!r}")
 
 
+SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
+
+
+def fake_nvml(path: Path, gpus: list[dict[str, Any]]) -> Path:
+    """A FAKE NVML file (tests only; see fairpod.health.nvml) listing ``gpus``."""
+    path.write_text(json.dumps({"gpus": gpus}))
+    return path
+
+
 class Server:
+    """``fairpod up`` in a private home. Whatever GPUs the host has, the server sees the FAKE NVML of
+    ``self.env["FAIRPOD_FAKE_NVML"]`` (none by default), so no test depends on the machine it runs on."""
+
     def __init__(self, tmp: Path, spec: Path | None = None) -> None:
         self.home = tmp / "home"
-        self.env = {**os.environ, "FAIRPOD_HOME": str(self.home), "FAIRPOD_CONFIG": str(tmp / "config.json")}
+        self.env = {**os.environ, "FAIRPOD_HOME": str(self.home), "FAIRPOD_CONFIG": str(tmp / "config.json"),
+                    "FAIRPOD_FAKE_NVML": str(fake_nvml(tmp / "no-gpus.json", []))}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.spec = spec
@@ -113,7 +126,7 @@ class Server:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    s = Server(tmp_path)
+    s = Server(tmp_path, SEED_SPEC)
     s.start()
     yield s
     s.kill(signal.SIGTERM)

@@ -128,7 +128,7 @@ def test_schemathesis_finds_no_server_error_and_no_conformance_failure(tmp_path:
              "--checks", "all", "--exclude-checks", "positive_data_acceptance", "--max-time", "45",
              "--request-timeout", "5", "--exclude-path-regex", "logs", "--seed", "7", "--max-examples", "10",
              "--workers", "1"],
-            capture_output=True, text=True, timeout=240, env=server.env)
+            capture_output=True, text=True, timeout=240, env=server.env, cwd=tmp_path)
         tail = r.stdout[-6000:]
         assert r.returncode == 0, tail
         assert "Server error" not in r.stdout, tail

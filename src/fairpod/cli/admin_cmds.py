@@ -222,8 +222,9 @@ def cluster_show(a: argparse.Namespace) -> int:
         emit_json(v)
         return 0
     print(f"cluster {v['name']}")
-    table([{"type": k, **c, "util": f"{c['utilization'] * 100:.0f}%"} for k, c in v["capacity"].items()],
-          [("type", "INSTANCE TYPE"), ("nodes", "NODES"), ("accelerators", "ACCELERATORS"),
+    table([{"type": k, **c, "util": f"{c['utilization'] * 100:.0f}%", "gpu": c.get("accelerator_kind") or "-"}
+           for k, c in v["capacity"].items()],
+          [("type", "INSTANCE TYPE"), ("gpu", "GPU"), ("nodes", "NODES"), ("accelerators", "ACCELERATORS"),
            ("schedulable_accelerators", "SCHEDULABLE"), ("in_use", "IN USE"), ("util", "UTILIZATION")])
     print()
     table(v["teams"], [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"),
@@ -232,13 +233,23 @@ def cluster_show(a: argparse.Namespace) -> int:
     return 0
 
 
+def gpu_text(nd: dict[str, Any]) -> str:
+    """'NVIDIA H100 80GB HBM3, 79.6 GiB (real)' from what the last deep check read; else the catalog's kind."""
+    gpu = nd.get("gpu") or {}
+    model = gpu.get("model") or nd.get("accelerator_kind") or "-"
+    mem = f", {gpu['memory_mib'] / 1024:.1f} GiB" if gpu.get("memory_mib") else ""
+    real = " (real)" if nd.get("accelerators_are") == "gpus" else ""
+    return f"{model}{mem}{real}"
+
+
 def node_list(a: argparse.Namespace) -> int:
     nodes = Client().get("/nodes")["nodes"]
     if a.output == "json":
         emit_json(nodes)
         return 0
-    rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free"} for nd in nodes]
-    table(rows, [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("health_status", "HEALTH"),
+    rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free", "gpus": gpu_text(nd)}
+            for nd in nodes]
+    table(rows, [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("gpus", "GPU"), ("health_status", "HEALTH"),
                  ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"),
                  ("jobs", "JOBS")])
     return 0

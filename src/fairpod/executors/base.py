@@ -76,8 +76,9 @@ def replica_env(job: JobLaunch, replica: ReplicaLaunch, master_addr: str, master
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(master_port),
     )
-    if replica.real_gpus:
+    if replica.real_gpus:  # exactly the GPUs the engine placed the replica on, also for container runtimes
         env["CUDA_VISIBLE_DEVICES"] = accel
+        env["NVIDIA_VISIBLE_DEVICES"] = accel
     return env
 
 

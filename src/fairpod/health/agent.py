@@ -8,8 +8,9 @@ Conditions (as HyperPod names them where it has a name) and their actions:
 | DiskPressure         | less than 2 % of the scratch disk free           | reboot  |
 | NvidiaErrorReboot    | an XID error or uncorrected ECC errors           | reboot  |
 | NvidiaGpuLost        | fewer GPUs than the instance type has            | replace |
+| NvidiaErrorReplace   | a failed memory row remap                        | replace |
 | MemoryPressure       | less than 2 % of memory available                | none (a warning event) |
-| GpuHot               | a GPU above 90 °C                                | none (a warning event) |
+| GpuHot               | a GPU above its model's max temperature          | none (a warning event) |
 
 A deep check's failure maps to an action by ``DEEP_CHECK_ACTION``.
 """
@@ -27,7 +28,10 @@ DEEP_CHECK_ACTION = {
     "GpuComputeError": "replace",
     "GpuSlow": "replace",
     "GpuUnavailable": "replace",
+    "GpuMemorySlow": "replace",
+    "NvidiaErrorReplace": "replace",
     "GpuThrottled": "reboot",
+    "GpuOverheated": "reboot",
     "NvidiaErrorReboot": "reboot",
     "DiskFailure": "reboot",
     "NetworkFailure": "reboot",
@@ -69,7 +73,10 @@ def agent_check(probe: Probe, last_heartbeat: float | None, now: float, heartbea
                 out.append(Finding(node, "NvidiaErrorReboot", "reboot",
                                    f"GPU {g.index}: XID {g.xid_errors or '-'}, uncorrected ECC {g.ecc_uncorrected}",
                                    {"gpu": g.index, "xid": g.xid_errors, "ecc": g.ecc_uncorrected}))
-            if g.temperature_c is not None and g.temperature_c > 90:
+            if g.remap_failure:
+                out.append(Finding(node, "NvidiaErrorReplace", "replace", f"GPU {g.index}: memory row remap failed",
+                                   {"gpu": g.index}))
+            if g.temperature_c is not None and g.temperature_c > probe.thresholds.max_temperature_c:
                 out.append(Finding(node, "GpuHot", "none", f"GPU {g.index} at {g.temperature_c:.0f} °C",
                                    {"gpu": g.index, "temperature_c": g.temperature_c}))
     return out

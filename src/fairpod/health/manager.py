@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from fairpod.health import checks
 from fairpod.health.agent import DEEP_CHECK_ACTION, agent_check
 from fairpod.health.probe import CLEARED_BY_REBOOT, FAULT_KINDS, Faulty, Probe
+from fairpod.model.catalog import GENERIC_GPU, gpu_thresholds
 from fairpod.model.spec import NodeRecovery
 from fairpod.store import DeepHealthCheck, NodeHealth
 
@@ -103,8 +104,13 @@ class HealthManager:
     def probe(self, node: str) -> Probe:
         nd = self.cp.store.get_node(node)
         cat = self.cp.spec.catalog()
-        acc = cat[nd.instance_type].accelerators if nd and nd.instance_type in cat else 0
-        base = Probe(node, self.scratch, acc, virtual_gpus=not self.cp.real_gpus)
+        itype = cat.get(nd.instance_type) if nd else None
+        acc = itype.accelerators if itype else 0
+        group = next((g for g in self.cp.spec.cluster.instance_groups if nd and g.name == nd.instance_group), None)
+        real = group is not None and group.accelerators_are == "gpus"
+        th = (group.gpu_thresholds if group and group.gpu_thresholds
+              else gpu_thresholds(itype.accelerator_kind or "") if itype else GENERIC_GPU)
+        base = Probe(node, self.scratch, acc, virtual_gpus=not real, thresholds=th)
         faults = set(nd.labels.get("injected_faults", [])) if nd else set()
         return Faulty(base, faults) if faults else base
 
@@ -197,6 +203,12 @@ class HealthManager:
         for r in results:
             for e in r.events:
                 self.cp.store.append_event("HealthCheck", e["msg"], node=node, data=e)
+        readings = [e["reading"] for r in results for e in r.events if e.get("reading", {}).get("source") != "virtual"
+                    and "reading" in e]
+        if readings and (now_nd := self.cp.store.get_node(node)) is not None:  # what `node list` shows
+            gpu = {"model": readings[0].get("name"), "memory_mib": readings[0].get("memory_mib"),
+                   "count": len(readings), "source": readings[0].get("source")}
+            self.cp.store.update_node(node, {"labels": {**now_nd.labels, "gpu": gpu}})
         failed = [r for r in results if not r.passed]
         if not failed:
             if before in (NodeHealth.PENDING_REBOOT, NodeHealth.PENDING_REPLACEMENT) and why == "on demand":

@@ -14,27 +14,22 @@ from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass, field
+
+from fairpod.health.nvml import GpuReading, read_gpus
+from fairpod.model.catalog import GENERIC_GPU, GpuThresholds
 
 FAULT_KINDS = ("xid", "gpu-lost", "heartbeat-lost", "disk-full", "stress-fail")
 CLEARED_BY_REBOOT = {"xid", "heartbeat-lost", "disk-full"}
 
 
-@dataclass
-class GpuReading:
-    index: int
-    name: str
-    xid_errors: list[int] = field(default_factory=list)
-    ecc_uncorrected: int = 0
-    temperature_c: float | None = None
-    throttled: bool = False
-
-
 class Probe:
     """Real readings of the host a node runs on. ``virtual_gpus`` is the slot count of a virtual node."""
 
-    def __init__(self, node: str, scratch: str, expected_gpus: int, virtual_gpus: bool) -> None:
+    def __init__(self, node: str, scratch: str, expected_gpus: int, virtual_gpus: bool,
+                 thresholds: GpuThresholds = GENERIC_GPU) -> None:
         self.node = node
+        self.thresholds = thresholds  # what a healthy GPU must measure (catalog, or the spec's override)
+        self.gpu_source = "virtual" if virtual_gpus else ""
         self.scratch = scratch
         self.expected_gpus = expected_gpus
         self.virtual_gpus = virtual_gpus
@@ -66,55 +61,16 @@ class Probe:
 
     def gpus(self) -> list[GpuReading]:
         if self.virtual_gpus:
-            return [GpuReading(i, "virtual slot") for i in range(self.expected_gpus)]
-        return nvml_gpus()
-
-
-def nvml_gpus() -> list[GpuReading]:
-    """NVML readings of this host's NVIDIA GPUs (empty without a driver or nvidia-ml-py)."""
-    try:
-        import pynvml  # type: ignore[import-not-found]
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-    except Exception:  # no driver
-        return []
-    out = []
-    try:
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            g = GpuReading(i, name.decode() if isinstance(name, bytes) else str(name))
-            try:
-                g.ecc_uncorrected = int(pynvml.nvmlDeviceGetTotalEccErrors(
-                    h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC))
-            except Exception:  # ECC not supported on this board
-                g.ecc_uncorrected = 0
-            try:
-                g.temperature_c = float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))
-            except Exception:
-                g.temperature_c = None
-            try:
-                reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
-                hw = getattr(pynvml, "nvmlClocksThrottleReasonHwSlowdown", 0x8)
-                g.throttled = bool(reasons & hw)
-            except Exception:
-                g.throttled = False
-            out.append(g)
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-    return out
+            return [GpuReading(i, "virtual slot", source="virtual") for i in range(self.expected_gpus)]
+        gpus, self.gpu_source = read_gpus()
+        return gpus
 
 
 class Faulty(Probe):
     """A probe whose readings carry the injected faults ``kinds``."""
 
     def __init__(self, base: Probe, kinds: set[str]) -> None:
-        super().__init__(base.node, base.scratch, base.expected_gpus, base.virtual_gpus)
+        super().__init__(base.node, base.scratch, base.expected_gpus, base.virtual_gpus, base.thresholds)
         self.base = base
         self.kinds = set(kinds)
         self.corrupt_compute = "stress-fail" in kinds
@@ -126,6 +82,7 @@ class Faulty(Probe):
 
     def gpus(self) -> list[GpuReading]:
         gpus = self.base.gpus()
+        self.gpu_source = self.base.gpu_source
         if "gpu-lost" in self.kinds and gpus:
             gpus = gpus[:-1]  # the device fell off the bus: NVML no longer lists it
         if "xid" in self.kinds and gpus:

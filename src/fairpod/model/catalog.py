@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -60,3 +62,52 @@ _ROWS: list[InstanceType] = [
 ]
 
 BUILTIN_INSTANCE_TYPES: dict[str, InstanceType] = {t.name: t for t in _ROWS}
+
+
+class GpuThresholds(BaseModel):
+    """What a healthy GPU of one model must measure in the deep health check (floors are about half of
+    what a healthy card reaches, so only a sick or misconfigured one fails)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    min_matmul_tflops: float = Field(default=1.0, gt=0, le=100_000)  # bf16 (fp32 where bf16 is missing)
+    min_memory_gbps: float = Field(default=10.0, gt=0, le=100_000)  # device-to-device copy, read + write
+    max_temperature_c: float = Field(default=90.0, gt=0, le=150)
+    max_retired_pages: int = Field(default=60, ge=0, le=10_000)  # pending or retired, per GPU
+    min_nccl_busbw_gbps: float = Field(default=1.0, gt=0, le=100_000)  # all-reduce across the node's GPUs
+
+
+GENERIC_GPU = GpuThresholds()
+# (tokens that must all appear in the GPU's name, thresholds), most specific first
+GPU_MODELS: list[tuple[tuple[str, ...], GpuThresholds]] = [
+    (("H200",), GpuThresholds(min_matmul_tflops=400, min_memory_gbps=2400, max_temperature_c=87,
+                              min_nccl_busbw_gbps=150)),
+    (("H100",), GpuThresholds(min_matmul_tflops=400, min_memory_gbps=1500, max_temperature_c=87,
+                              min_nccl_busbw_gbps=150)),
+    (("A100",), GpuThresholds(min_matmul_tflops=150, min_memory_gbps=700, max_temperature_c=87,
+                              min_nccl_busbw_gbps=80)),
+    (("A10G",), GpuThresholds(min_matmul_tflops=30, min_memory_gbps=250, max_temperature_c=88,
+                              min_nccl_busbw_gbps=5)),
+    (("L4",), GpuThresholds(min_matmul_tflops=40, min_memory_gbps=120, max_temperature_c=88, min_nccl_busbw_gbps=5)),
+]
+
+
+def _tokens(text: str) -> set[str]:
+    return {t for t in re.split(r"[\s\-_/]+", text.upper()) if t}
+
+
+def gpu_thresholds(gpu_name: str) -> GpuThresholds:
+    """The catalog's thresholds for a GPU model by its NVML name (e.g. 'NVIDIA H100 80GB HBM3')."""
+    have = _tokens(gpu_name)
+    return next((th for words, th in GPU_MODELS if set(words) <= have), GENERIC_GPU)
+
+
+def match_instance_type(gpu_name: str, count: int, vcpu: int) -> InstanceType | None:
+    """The catalog instance type with ``count`` GPUs of this model (8 x 'NVIDIA H100 80GB HBM3' ->
+    ml.p5.48xlarge): its accelerator kind's words all appear in the GPU's name. Of several, the largest that
+    has no more vCPUs than this host."""
+    have = _tokens(gpu_name)
+    found = [t for t in _ROWS if t.accelerators == count and t.accelerator_kind
+             and _tokens(t.accelerator_kind) <= have]
+    fitting = [t for t in found if t.vcpu <= vcpu]
+    return max(fitting or found, key=lambda t: t.vcpu, default=None)

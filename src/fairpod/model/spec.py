@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
+from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, GpuThresholds, InstanceType
 from fairpod.model.resources import ZERO, Res, by_ratio, node_res
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -88,6 +88,10 @@ class InstanceGroup(_Strict):
     count: int = Field(ge=0, le=10_000)
     deep_health_checks: list[str] = Field(default_factory=list)
     connectivity: Connectivity = Field(default_factory=Connectivity)
+    # gpus: a node's accelerators are this host's NVIDIA GPUs (replicas get CUDA_VISIBLE_DEVICES, the deep
+    # health check tests the devices); slots: they are counted only (a demo, or a laptop's GPU left alone)
+    accelerators_are: Literal["gpus", "slots"] = "slots"
+    gpu_thresholds: GpuThresholds | None = None  # overrides the catalog's thresholds for this group's GPUs
 
 
 class ExecutorInfo(_Strict):
@@ -191,6 +195,10 @@ class ClusterSpec(_Strict):
         for q in team.quota:
             out[q.instance_type] = out.get(q.instance_type, ZERO) + q.resolve(cat[q.instance_type])
         return out
+
+    def gpus_are_real(self, group: str) -> bool:
+        """Whether the accelerators of an instance group's nodes are real GPUs (``accelerators_are: gpus``)."""
+        return any(g.name == group and g.accelerators_are == "gpus" for g in self.cluster.instance_groups)
 
     def run_as(self, team: str) -> str | None:
         """The OS user a team's replicas run as: the team's ``run_as``, else the cluster's, else None."""

@@ -62,13 +62,11 @@ class ControlPlane(NodeOps):
         home: Path,
         *,
         clock: Callable[[], float] = time.time,
-        real_gpus: bool = False,
     ) -> None:
         self.store = BatchingStore(store)  # batches the reconcile loop's job writes (fairpod.server.batch)
         self.executor = executor
         self.home = Path(home)
         self.clock = clock
-        self.real_gpus = real_gpus
         self.lock = threading.RLock()
         self.wake = threading.Event()
         self._stop = threading.Event()
@@ -356,6 +354,11 @@ class ControlPlane(NodeOps):
                 continue
             self._launch(job, run)
 
+    def _gpus_are_real(self, node: str) -> bool:
+        """Whether a node's accelerators are real GPUs (its instance group says ``accelerators_are: gpus``)."""
+        nd = self.store.get_node(node)
+        return nd is not None and self.spec.gpus_are_real(nd.instance_group)
+
     def _launch(self, job: Job, run: Run) -> None:
         ckpt = self.home / "checkpoints" / job.team / f"{job.name}-{job.id}"
         launch = JobLaunch(
@@ -364,7 +367,7 @@ class ControlPlane(NodeOps):
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team),
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
-                                         real_gpus=self.real_gpus) for i, n in enumerate(job.placement)),
+                                         real_gpus=self._gpus_are_real(n)) for i, n in enumerate(job.placement)),
         )  # fmt: skip
         run.after = []
         try:

@@ -13,7 +13,7 @@ import contextlib
 import json
 import logging
 import os
-import shutil
+import re
 import signal
 import subprocess
 import sys
@@ -41,25 +41,33 @@ def db_url(home: Path, url: str | None) -> str:
 
 
 def detect_cluster() -> ClusterSpec:
-    """This machine: one node of its NVIDIA GPUs if nvidia-smi finds any, else the seed demo cluster."""
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                 text=True, timeout=20, check=True).stdout.split("\n")
-            gpus = [g.strip() for g in out if g.strip()]
-        except (OSError, subprocess.SubprocessError):
-            gpus = []
-        if gpus:
-            mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-            return parse_spec({
-                "cluster": {"name": "local", "instance_groups": [
-                    {"name": "local", "instance_type": "local-gpu", "count": 1}]},
-                "instance_types": [{"name": "local-gpu", "accelerators": len(gpus), "vcpu": os.cpu_count() or 1,
-                                    "memory_gib": int(mem), "accelerator_kind": gpus[0]}],
-                "teams": [{"name": "default", "quota": [{"instance_type": "local-gpu", "count": 1}]}],
-            })  # fmt: skip
-    return seed_spec()
+    """This machine as a cluster: one node of its NVIDIA GPUs (found through NVML, else nvidia-smi) in real-GPU
+    mode, typed from the catalog when the GPU model and count match one (8 x H100 80GB -> ml.p5.48xlarge), else
+    ``local-<model>``; without GPUs, the seed demo cluster."""
+    from fairpod.health.nvml import read_gpus
+    from fairpod.model.catalog import match_instance_type
+
+    gpus, source = read_gpus()
+    if not gpus:
+        return seed_spec()
+    name, cpus = gpus[0].name, os.cpu_count() or 1
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    known = match_instance_type(name, len(gpus), cpus)
+    types = []
+    if known is None:
+        slug = re.sub(r"[^a-z0-9]+", "-", name.lower().removeprefix("nvidia ")).strip("-")[:40] or "gpu"
+        itype = f"local-{slug}"
+        types = [{"name": itype, "accelerators": len(gpus), "vcpu": cpus, "memory_gib": max(1, int(mem)),
+                  "accelerator_kind": name}]
+    else:
+        itype = known.name
+    logging.getLogger("fairpod").info("found %d x %s through %s: one node of %s", len(gpus), name, source, itype)
+    return parse_spec({
+        "cluster": {"name": "local", "instance_groups": [
+            {"name": "local", "instance_type": itype, "count": 1, "accelerators_are": "gpus"}]},
+        "instance_types": types,
+        "teams": [{"name": "default", "quota": [{"instance_type": itype, "count": 1}]}],
+    })  # fmt: skip
 
 
 STATE_FILES = ("fairpod.db", "fairpod.db-wal", "fairpod.db-shm", "server.log", "server.pid", "server.lock")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fairpod.governance.quota import lending
+from fairpod.model.catalog import InstanceType
 from fairpod.model.jobs import JobState
 from fairpod.server.auth import Principal
 from fairpod.server.control import ControlPlane
@@ -28,6 +29,7 @@ def queue_position(cp: ControlPlane, job: Job) -> int | None:
 
 
 HIDDEN = "(hidden)"
+_NO_TYPE = InstanceType(name="unknown", accelerators=0, vcpu=1, memory_gib=1)
 
 
 def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Principal | None = None) -> dict[str, Any]:
@@ -113,6 +115,9 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
         "accelerators_free": snode.free[0] if snode else None,
         "jobs": [int(j) for j in jobs],
         "other_jobs": others,
+        "accelerators_are": "gpus" if cp.spec.gpus_are_real(node.instance_group) else "slots",
+        "accelerator_kind": (cp.spec.catalog().get(node.instance_type) or _NO_TYPE).accelerator_kind,
+        "gpu": node.labels.get("gpu"),  # model and memory as the last deep health check read them
     }
 
 
@@ -128,7 +133,8 @@ def cluster_view(cp: ControlPlane) -> dict[str, Any]:
         healthy = sum(n.cap[0] for n in nodes if n.schedulable)
         in_use = sum(n.cap[0] - n.free[0] for n in nodes)
         capacity[it] = {"nodes": len(nodes), "accelerators": cap, "schedulable_accelerators": healthy,
-                        "in_use": in_use, "utilization": round(in_use / cap, 4) if cap else 0.0}
+                        "in_use": in_use, "utilization": round(in_use / cap, 4) if cap else 0.0,
+                        "accelerator_kind": (cp.spec.catalog().get(it) or _NO_TYPE).accelerator_kind}
         lend = lending(snap, it)
         lent: dict[str, int] = {}
         for _, by_lender in lend.items():
