@@ -5,7 +5,7 @@ Launch it with torchrun (one torchrun per node), as in the seed post::
     torchrun --nnodes 2 --nproc_per_node 2 ... ddp.py TOTAL_EPOCHS SAVE_EVERY
 
 A small MLP learns a linear function of 20 inputs from generated data (seeded: every run sees the same
-data in the same order). Backend gloo on CPU, nccl when CUDA is available (``--backend`` to choose).
+data in the same order). Backend nccl when the node has a GPU for each of its processes, else gloo (``--backend`` to choose).
 
 Checkpointing, with fairpod.sdk:
 
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--backend", choices=["auto", "gloo", "nccl"], default="auto",
-                   help="auto: nccl when CUDA is available, else gloo")
+                   help="auto: nccl when this node has a GPU for each of its processes, else gloo")
     p.add_argument("--log_every", type=int, default=0, help="rank 0 logs every N steps (0: per epoch only)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds a collective may wait for a peer")
     args = p.parse_args(argv)
@@ -157,8 +157,9 @@ def main(argv: list[str] | None = None) -> int:
         args.checkpoint_path = str(Path(base) / "snapshot.pt") if base else "snapshot.pt"
 
     backend = args.backend
-    if backend == "auto":
-        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend == "auto":  # nccl needs a GPU of its own for every process of this node
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+        backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= local else "gloo"
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))

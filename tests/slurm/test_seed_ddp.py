@@ -52,7 +52,7 @@ def test_seed_sbatch_script_runs_ddp_and_auto_resumes(server: Server, tmp_path: 
     (work / "pt_cpu" / "bin" / "torchrun").symlink_to(Path(sys.executable).parent / "torchrun")
     shutil.copy(SEED / "1.conda-train.sbatch", work / "1.conda-train.sbatch")
     env = {**server.env, "EPOCHS": str(EPOCHS), "SAVE_EVERY": str(SAVE_EVERY),
-           "DDP_ARGS": f"--dataset_size {DATASET} --log_every 1 --timeout 60"}
+           "DDP_ARGS": f"--dataset_size {DATASET} --log_every 1 --timeout 60 --backend gloo"}
     r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "sbatch", "--team", "smith",
                         "1.conda-train.sbatch"], cwd=work, env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr

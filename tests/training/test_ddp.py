@@ -35,7 +35,8 @@ def ddp_command() -> list[str]:
     """One torchrun per fairpod replica: 2 nodes x 2 processes, static rendezvous on the job's port."""
     return ["sh", "-c", f'exec "{TORCHRUN}" --nnodes "$NNODES" --nproc_per_node 2 --node_rank "$NODE_RANK" '
             f'--master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "{DDP}" {EPOCHS} {SAVE_EVERY} '
-            f'--dataset_size {DATASET} --batch_size {BATCH} --log_every 1 --timeout 60']
+            f'--dataset_size {DATASET} --batch_size {BATCH} --log_every 1 --timeout 60 --backend gloo']
+    # gloo: the demo cluster's "nodes" are slots of this one host, whatever GPUs it has
 
 
 def log(server: Server, job: dict, attempt: int, rank: int = 0) -> str:
