@@ -131,18 +131,23 @@ def connect(address: str | None, namespace: str = "fairpod", timeout: float = 10
         if not same:
             raise ExecutorError(f"this process is connected to the Ray cluster at {current}, not {host}:{port}")
         return resolved
+    extra: dict[str, Any] = {}
     if _is_loopback(host):
-        _keep_loopback(ray, host, port, timeout)
+        node_ip = _keep_loopback(ray, host, port, timeout)
+        if node_ip is not None:
+            extra["_node_ip_address"] = node_ip
     try:
         ray.init(address=f"{host}:{port}", namespace=namespace, log_to_driver=False,
-                 logging_level=logging.WARNING, configure_logging=False)
+                 logging_level=logging.WARNING, configure_logging=False, **extra)
     except Exception as e:  # noqa: BLE001 - Ray raises many kinds; the user gets one line
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise ExecutorError(f"cannot connect to the Ray cluster at {host}:{port}: {first}") from None
     return resolved
 
 
-def _keep_loopback(ray: Any, host: str, port: int, timeout: float) -> None:
+def _keep_loopback(ray: Any, host: str, port: int, timeout: float) -> str | None:
+    """For a cluster whose nodes live on this machine's loopback addresses (127.0.0.2, 127.0.0.3, ... as if
+    each were a host): the node address this driver attaches to (the head's, ``host``), else None."""
     from ray._private import ray_constants
     from ray._raylet import GcsClient
 
@@ -150,11 +155,15 @@ def _keep_loopback(ray: Any, host: str, port: int, timeout: float) -> None:
         nodes = GcsClient(address=f"{host}:{port}").get_all_node_info(timeout=max(1, int(timeout)))
     except Exception as e:  # noqa: BLE001
         raise ExecutorError(f"cannot read the node table of the Ray cluster at {host}:{port}: {e}") from None
-    if any(_is_loopback(info.node_manager_address) for info in nodes.values()) and hasattr(
-        ray_constants, "ENABLE_RAY_CLUSTER"
-    ):
+    addresses = {str(info.node_manager_address) for info in nodes.values() if info.state == 0}
+    if not any(_is_loopback(a) for a in addresses):
+        return None
+    if hasattr(ray_constants, "ENABLE_RAY_CLUSTER"):
         # the nodes live on this machine's loopback: resolve "this node's address" to loopback as well
         ray_constants.ENABLE_RAY_CLUSTER = False
+    if host in addresses:
+        return host
+    return None if "127.0.0.1" in addresses else sorted(a for a in addresses if _is_loopback(a))[0]
 
 
 # -- the node table --------------------------------------------------------------------------------------
