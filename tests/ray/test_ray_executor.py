@@ -212,3 +212,11 @@ def test_the_test_cluster_listens_and_talks_on_loopback_only(ray_cluster: RayTes
         if fields[0] != "LISTEN":
             assert loopback(peer), ln
 
+
+
+def test_every_node_has_its_own_address(ray_cluster: RayTestCluster, ray_ex: RayExecutor):
+    nodes = [n for n in ray_ex.cluster_nodes() if n.alive]
+    assert len(nodes) >= 2
+    addresses = [n.address for n in nodes]
+    assert len(set(addresses)) == len(addresses) and "127.0.0.1" not in addresses
+    assert all(ray_cluster.ips[n.name] == n.address for n in nodes)

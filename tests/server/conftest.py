@@ -43,6 +43,7 @@ class Server:
         self.spec = spec
         self.db: str | None = None  # a database URL; default SQLite under the home
         self.proc: subprocess.Popen | None = None
+        self.extra: list[str] = []  # more arguments for fairpod up
 
     def cli(self, *args: str, token: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         env = dict(self.env)
@@ -60,6 +61,7 @@ class Server:
             args += ["--spec", str(self.spec)]
         if self.db:
             args += ["--db", self.db]
+        args += self.extra
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home.parent / "server.out", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=log, start_new_session=True)
