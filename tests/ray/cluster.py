@@ -1,5 +1,6 @@
 """A real multi-node Ray cluster on this machine for the tests: one ``ray start --block`` process per node,
-every node on 127.0.0.1 only, fake GPUs (``--num-gpus 4``) and fairpod instance-type resources.
+every node on its own loopback address (head 127.0.0.2, then 127.0.0.3, 127.0.0.4, ... as if each were a
+host, so nothing works by accident through 127.0.0.1), fake GPUs (``--num-gpus 4``) and fairpod instance-type resources.
 
 Nodes are stopped by the PIDs this helper started (never ``ray stop``, which stops every Ray on the machine).
 Short Ray health checks (500 ms, 3 misses) make a lost node visible in about 2 s.
@@ -22,6 +23,7 @@ from fairpod.executors import procs
 
 RAYSTART = Path(__file__).with_name("raystart.py")
 ITYPE = "ml.g5.12xlarge"
+HEAD_IP = "127.0.0.2"
 HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
               "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000"}
 
@@ -53,8 +55,10 @@ class RayTestCluster:
         self.temp_dir = Path(os.path.realpath("/tmp")) / f"fpray-{os.getpid()}-{int(time.time() * 1000) % 100000}"
         self.temp_dir.mkdir(parents=True)
         self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
+        self.address = f"{HEAD_IP}:{self.port}"
         self.nodes: dict[str, RayNodeProc] = {}
+        self.ips: dict[str, str] = {}  # node name -> its address
+        self._next_ip = 3
         # no token authentication (loopback only): a token file another Ray left in ~/.ray would switch it on
         self.env = {**os.environ, **HEALTH_ENV, "AUTOSCALER_METRIC_PORT": str(free_port()),
                     "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
@@ -98,7 +102,13 @@ class RayTestCluster:
         tdir.mkdir(parents=True, exist_ok=True)
         if "--temp-dir" not in args:
             args = [*args, "--temp-dir", str(tdir)]
-        cmd = [sys.executable, str(RAYSTART), "start", "--block", "--node-ip-address", "127.0.0.1",
+        if "--head" in args:
+            ip = HEAD_IP
+        else:
+            ip = self.ips.get(name) or f"127.0.0.{self._next_ip}"
+            self._next_ip += 0 if name in self.ips else 1
+        self.ips[name] = ip
+        cmd = [sys.executable, str(RAYSTART), "start", "--block", "--node-ip-address", ip,
                "--node-name", name, "--disable-usage-stats", "--dashboard-agent-listen-port", str(free_port()),
                "--metrics-export-port", str(free_port()), *args]
         with open(log, "ab") as out:

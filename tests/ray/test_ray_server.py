@@ -39,7 +39,7 @@ def test_two_replicas_on_two_ray_nodes_meet_at_the_rendezvous(ray_server: RaySer
         assert env[rank]["FAIRPOD_NODE"] == done["placement"][rank]
         assert env[rank]["FAIRPOD_RAY_NODE_ID"] == ids[done["placement"][rank]]  # on the node the engine chose
         assert len(env[rank]["CUDA_VISIBLE_DEVICES"].split(",")) == 4  # Ray's 4 GPUs of that node
-        assert env[rank]["MASTER_ADDR"] == "127.0.0.1"  # the rank-0 node's address (all on loopback here)
+        assert env[rank]["MASTER_ADDR"] == ray_server.cluster.ips[a]  # the rank-0 node's own address
         assert peer[rank] == env[1 - rank]  # each got the other's message through MASTER_ADDR:MASTER_PORT
     assert env[0]["MASTER_PORT"] == env[1]["MASTER_PORT"]
     assert env[0]["FAIRPOD_RAY_NODE_ID"] != env[1]["FAIRPOD_RAY_NODE_ID"]

@@ -57,6 +57,7 @@ class Server:
         self.db: str | None = None  # a database URL; default SQLite under the home
         self.executor: str | None = None  # --executor; default local
         self.proc: subprocess.Popen | None = None
+        self.extra: list[str] = []  # more arguments for fairpod up
 
     def cli(self, *args: str, token: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         env = dict(self.env)
@@ -76,6 +77,7 @@ class Server:
             args += ["--db", self.db]
         if self.executor:
             args += ["--executor", self.executor]
+        args += self.extra
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home.parent / "server.out", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=log, start_new_session=True)

@@ -32,8 +32,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(default: the spec's cluster.executor.ray_namespace, else fairpod)")
     p.add_argument("--db", help="database URL (default SQLite under $FAIRPOD_HOME; postgresql+psycopg://… works)")
     p.add_argument("--foreground", action="store_true", help="stay in the foreground (for service managers)")
+    p.add_argument("--advertise-address", metavar="IP", default=None,
+                   help="also listen on this address of this machine and give it to replicas as FAIRPOD_API_URL, so "
+                   "replicas on other hosts (Ray nodes) reach the control plane; default: 127.0.0.1 only")
     p.set_defaults(func=lambda a: daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, a.ray_address,
-                                            a.ray_namespace))
+                                            a.ray_namespace, a.advertise_address))
     d = sub.add_parser("down", help="stop the control plane (jobs keep running and are adopted on the next up)",
                        description="Stop the control plane started by 'fairpod up' (SIGTERM, then SIGKILL after "
                        "--timeout seconds). Running jobs keep running and are adopted by the next 'fairpod up'.")

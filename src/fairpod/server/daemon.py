@@ -10,11 +10,13 @@ Files under ``$FAIRPOD_HOME`` (default ``~/.local/share/fairpod``): ``fairpod.db
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -26,6 +28,7 @@ from fairpod.server.control import Problem, sync_nodes
 from fairpod.store import Role, Store
 
 DEFAULT_PORT = 8470
+LOOPBACK = "127.0.0.1"
 
 
 def fairpod_home() -> Path:
@@ -192,8 +195,48 @@ def executor_config(kind: str | None, ray_address: str | None, ray_namespace: st
     return kind, address, namespace
 
 
+def check_advertise_address(address: str | None) -> str:
+    """The address replicas reach the control plane at: ``address`` (an IP address of this machine; ValueError
+    with one line otherwise) or 127.0.0.1."""
+    if address is None:
+        return LOOPBACK
+    try:
+        ip = ipaddress.ip_address(address.strip().strip("[]"))
+    except ValueError:
+        raise ValueError(f"invalid --advertise-address {address!r}: give an IP address of this machine") from None
+    if ip.is_unspecified or ip.is_multicast:
+        raise ValueError(f"invalid --advertise-address {address}: replicas need an address they can connect to")
+    try:
+        with socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET) as s:
+            s.bind((str(ip), 0))
+    except OSError as e:
+        raise ValueError(f"--advertise-address {address} is not an address of this machine "
+                         f"({e.strerror or e})") from None
+    return str(ip)
+
+
+def api_url(address: str, port: int) -> str:
+    return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
+
+
+def _listen(addresses: list[str], port: int) -> list[socket.socket]:
+    socks = []
+    for address in dict.fromkeys(addresses):
+        s = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((address, port))
+        except OSError as e:
+            s.close()
+            for other in socks:
+                other.close()
+            raise SystemExit(f"fairpod: error: cannot listen on {address}:{port}: {e.strerror or e}") from None
+        socks.append(s)
+    return socks
+
+
 def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_address: str = "auto",
-          ray_namespace: str = "fairpod") -> None:
+          ray_namespace: str = "fairpod", advertise: str = "127.0.0.1") -> None:
     """Run the control plane in the foreground until SIGTERM/SIGINT."""
     import uvicorn
 
@@ -233,7 +276,8 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
     from fairpod.server.jobtoken import job_secret, launch_env
 
     secret = job_secret(home, store)
-    cp.launch_env = launch_env(secret, f"http://127.0.0.1:{port}")  # FAIRPOD_API_URL, FAIRPOD_TOKEN
+    socks = _listen([LOOPBACK, advertise], port)
+    cp.launch_env = launch_env(secret, api_url(advertise, port))  # FAIRPOD_API_URL, FAIRPOD_TOKEN
     set_notify = getattr(executor, "set_notify", None)
     if set_notify is not None:  # the executor wakes the reconcile loop when an exit is due
         set_notify(cp.wake.set)
@@ -242,11 +286,11 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
                               reboot_seconds=float(os.environ.get("FAIRPOD_REBOOT_SECONDS", "2")))
     cp.health.start()
     app = create_app(cp, secret)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(app, host=LOOPBACK, port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     write_pid(home, port)
     try:
-        server.run()
+        server.run(sockets=socks)  # 127.0.0.1, and the advertised address
     finally:
         cp.health.stop()
         cp.stop()
@@ -275,7 +319,12 @@ def wait_healthy(port: int, proc: subprocess.Popen | None, timeout: float = 30.0
 
 
 def up(port: int, spec_file: str | None, db: str | None, executor: str | None, foreground: bool,
-       ray_address: str | None = None, ray_namespace: str | None = None) -> int:
+       ray_address: str | None = None, ray_namespace: str | None = None, advertise_address: str | None = None) -> int:
+    try:
+        advertise = check_advertise_address(advertise_address)
+    except ValueError as e:
+        print(f"fairpod: error: {e}", file=sys.stderr)
+        return 2
     home = fairpod_home()
     running = read_pid(home)
     if running:
@@ -314,7 +363,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     else:
         _update_config_url(server_url)
     if foreground:
-        serve(home, url, port, executor, ray_address, ray_namespace)
+        serve(home, url, port, executor, ray_address, ray_namespace, advertise)
         return 0
     log = open(home / "server.log", "ab")  # noqa: SIM115 - handed to the child
     cmd = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(port), "--executor", executor]
@@ -322,6 +371,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         cmd += ["--ray-address", ray_address, "--ray-namespace", ray_namespace]
     if db:
         cmd += ["--db", db]
+    if advertise != LOOPBACK:
+        cmd += ["--advertise-address", advertise]
     proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     if not wait_healthy(port, proc):
         tail = (home / "server.log").read_text(errors="replace")[-2000:]
@@ -337,6 +388,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     print(f"fairpod is up (pid {proc.pid}): cluster {rec.spec.cluster.name}, {where}, {len(rec.spec.teams)} teams")
     print(f"  API:       {server_url}/api/v1   (docs: {server_url}/docs)")
     print(f"  dashboard: {server_url}/")
+    if advertise != LOOPBACK:
+        print(f"  replicas:  {api_url(advertise, port)}   (--advertise-address)")
     print(f"  state:     {home}")
     print("  stop it with: fairpod down")
     return 0
