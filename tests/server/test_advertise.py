@@ -34,12 +34,11 @@ def _start(s: Server, *extra: str) -> None:
 def test_replicas_report_to_the_advertised_address(tmp_path: Path) -> None:
     s = Server(tmp_path)
     out = tmp_path / "url.txt"
-    s.env["OUT"] = str(out)
     _start(s, "--advertise-address", ADDR)
     try:
         assert httpx.get(f"http://{ADDR}:{s.port}/healthz", timeout=5).status_code == 200
         assert httpx.get(f"{s.url}/healthz", timeout=5).status_code == 200  # the CLI keeps using 127.0.0.1
-        s.submit(name="rep", team="john", command=[sys.executable, "-c", REPORT])
+        s.submit(name="rep", team="john", command=[sys.executable, "-c", REPORT], env={"OUT": str(out)})
         s.wait_state("rep", "Succeeded", timeout=60)
         assert out.read_text() == f"http://{ADDR}:{s.port}"
         job = s.job("rep")
@@ -52,10 +51,9 @@ def test_replicas_report_to_the_advertised_address(tmp_path: Path) -> None:
 def test_without_it_replicas_get_loopback(tmp_path: Path) -> None:
     s = Server(tmp_path)
     out = tmp_path / "url.txt"
-    s.env["OUT"] = str(out)
     _start(s)
     try:
-        s.submit(name="rep", team="john", command=[sys.executable, "-c", REPORT])
+        s.submit(name="rep", team="john", command=[sys.executable, "-c", REPORT], env={"OUT": str(out)})
         s.wait_state("rep", "Succeeded", timeout=60)
         assert out.read_text() == f"http://127.0.0.1:{s.port}"
         with pytest.raises(httpx.HTTPError):

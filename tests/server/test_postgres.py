@@ -5,17 +5,16 @@ from __future__ import annotations
 import signal
 from pathlib import Path
 
-from tests.store.test_store_postgres import pg_url  # noqa: F401  (the fixture: a real PostgreSQL server)
+from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
 
 from .conftest import Server
 
 
 def test_server_runs_jobs_on_postgresql_and_keeps_them_across_a_restart(tmp_path: Path, pg_url: str):  # noqa: F811
     from fairpod.store import Store
-    from fairpod.store.tables import Base
 
     s0 = Store(pg_url)
-    Base.metadata.drop_all(s0.engine)
+    wipe(s0.engine)
     s0.close()
     s = Server(tmp_path)
     s.db = pg_url

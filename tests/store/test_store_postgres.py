@@ -7,21 +7,16 @@ then a throw-away server is started on a Unix socket for this module.
 
 from __future__ import annotations
 
-import glob
 import inspect
-import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from fairpod.model.spec import ClusterSpec
 from fairpod.store import Store
-from fairpod.store.tables import Base
 
 from . import test_store_auth, test_store_jobs, test_store_tables, test_store_tx
+from .conftest import wipe
 
 CASES: list[Callable[..., None]] = [
     test_store_tables.test_spec_round_trip_and_versions,
@@ -45,56 +40,10 @@ CASES: list[Callable[..., None]] = [
 ]
 
 
-def _pg_bin(name: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    cands = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
-    return cands[-1] if cands else None
-
-
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    url = os.environ.get("FAIRPOD_TEST_PG_URL")
-    if url:
-        yield url
-        return
-    pytest.importorskip("psycopg")
-    initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
-    if not initdb or not pg_ctl:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl)")
-    prefix: list[str] = []
-    if os.geteuid() == 0:  # postgres refuses to run as root
-        runuser = shutil.which("runuser")
-        if not runuser or subprocess.run(["id", "postgres"], capture_output=True).returncode != 0:
-            pytest.skip("running as root without a postgres user to run the server as")
-        prefix = [runuser, "-u", "postgres", "--"]
-    d = tempfile.mkdtemp(prefix="fairpod-pg-")
-    if prefix:
-        shutil.chown(d, "postgres")
-    data = os.path.join(d, "data")
-    try:
-        subprocess.run([*prefix, initdb, "-A", "trust", "-U", "fairpod", "-D", data], check=True,
-                       capture_output=True, timeout=120)  # fmt: skip
-        opts = f"-k {d} -c listen_addresses='' -p 54329 -c fsync=off"
-        subprocess.run([*prefix, pg_ctl, "-D", data, "-o", opts, "-l", os.path.join(d, "log"), "-w", "start"],
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
-    except (subprocess.SubprocessError, OSError) as e:
-        shutil.rmtree(d, ignore_errors=True)
-        pytest.skip(f"could not start a PostgreSQL server: {e}")
-    try:
-        yield f"postgresql+psycopg://fairpod@/postgres?host={d}&port=54329"
-    finally:
-        subprocess.run(
-            [*prefix, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60
-        )
-        shutil.rmtree(d, ignore_errors=True)
-
-
 @pytest.fixture
 def pg_store(pg_url: str) -> Iterator[Store]:
     s = Store(pg_url)
-    Base.metadata.drop_all(s.engine)
+    wipe(s.engine)
     s.create_all()
     s.create_all()
     yield s

@@ -18,7 +18,8 @@ from fairpod.store.events import EventOps
 from fairpod.store.jobs import JOB_SEQ_COUNTER, JobOps
 from fairpod.store.nodes import NodeOps
 from fairpod.store.records import StoreError
-from fairpod.store.tables import SCHEMA_VERSION, Base, CounterRow, JobRow, MetaRow
+from fairpod.store.schema import migrate
+from fairpod.store.tables import CounterRow, JobRow
 from fairpod.store.usage import UsageOps
 
 
@@ -82,19 +83,13 @@ class Store(_AllOps):
                 t._open = False
 
     def create_all(self) -> None:
-        """Create the tables that are missing and record the schema version. Safe to call every start.
+        """Create or migrate the schema to this fairpod's (``fairpod.store.schema.migrate``). Safe to call
+        every start.
 
-        Raises ``StoreError`` if the database was written by a newer fairpod (higher schema version).
+        Raises ``StoreError`` if the database was written by a newer fairpod (a schema revision unknown here).
         """
+        migrate(self.engine)
         with transaction(self._write) as s:
-            Base.metadata.create_all(s.connection())
-            meta = s.get(MetaRow, "schema_version")
-            if meta is None:
-                s.add(MetaRow(key="schema_version", value=str(SCHEMA_VERSION)))
-            elif int(meta.value) > SCHEMA_VERSION:
-                raise StoreError(
-                    f"the database has schema version {meta.value}; this fairpod knows up to {SCHEMA_VERSION}"
-                )
             if s.get(CounterRow, JOB_SEQ_COUNTER) is None:
                 top = s.scalar(select(func.max(JobRow.seq))) or 0
                 s.add(CounterRow(name=JOB_SEQ_COUNTER, value=top))

@@ -1,5 +1,6 @@
 """SQLAlchemy table definitions. Only the store's modules use these; callers get plain records.
 
+The schema is changed only by a migration (``fairpod.store.migrations``), which the store runs at start-up.
 Conventions: every time is a float of unix seconds; JSON columns are JSONB on PostgreSQL and JSON text on
 SQLite; enum-like columns are short strings checked in Python (so a new enum value needs no migration).
 """
@@ -11,8 +12,6 @@ from typing import Any
 from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
-
-SCHEMA_VERSION = 1
 
 # JobState values that count as finished (see fairpod.model.jobs.JobState.finished).
 FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
@@ -87,6 +86,7 @@ class JobRow(Base):
         ),
         Index("ix_jobs_team_name", "team", "name"),
         Index("ix_jobs_state_seq", "state", "seq"),
+        Index("ix_jobs_finished_at", "finished_at"),
         {"sqlite_autoincrement": True},
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -127,6 +127,7 @@ class EventRow(Base):
         Index("ix_events_job", "job_id", "id"),
         Index("ix_events_team", "team", "id"),
         Index("ix_events_node", "node", "id"),
+        Index("ix_events_ts", "ts"),
         {"sqlite_autoincrement": True},
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
