@@ -1,4 +1,4 @@
-"""Usage samples: the step-function arithmetic, the sampler's write rules, retention, report helpers."""
+"""Usage samples: the step-function arithmetic, the sampler's write rules, report helpers."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_current_samples_match_the_seed_scenario(cp):
 
 
 def test_sampler_writes_on_change_at_most_every_min_interval_and_a_heartbeat(cp):
-    s = UsageSampler(min_interval=2, heartbeat=60, retention=3600)
+    s = UsageSampler(min_interval=2, heartbeat=60)
     s.tick(cp)  # first sample
     assert s.samples_written == 1
     cp.now.t += 1
@@ -127,15 +127,6 @@ def test_sampler_writes_on_change_at_most_every_min_interval_and_a_heartbeat(cp)
     cp.cycles, cp.cycle_seconds = 1, 0.003
     s.tick(cp)
     assert s.cycles.total == 1 and s.cycles.counts[s.cycles.buckets.index(0.005)] == 1
-
-
-def test_sampler_drops_samples_past_retention(cp):
-    s = UsageSampler(min_interval=0, heartbeat=1, retention=100)
-    s.tick(cp)
-    cp.now.t += 3601
-    s.last_prune = cp.now.t - 4000
-    s.tick(cp)
-    assert {r.ts for r in cp.store.list_usage(0, 10**10)} == {cp.now.t}
 
 
 def test_list_usage_starts_with_the_sample_in_force(cp):

@@ -18,6 +18,7 @@ import fcntl
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -299,6 +300,12 @@ class LocalExecutor:
     ) -> Iterator[str]:
         """Text of a replica's log as it is written, until that replica has ended (``get-logs --follow``)."""
         return state.follow(self.root, job, replica, attempt, poll_interval)
+
+    def discard(self, job: str) -> None:
+        """Delete the run files (logs, status) of a finished job that retention deleted; never of a live one."""
+        if not state.NAME_RE.fullmatch(job) or any(run.job == job for run in self._open.values()):
+            return
+        shutil.rmtree(self.root / job, ignore_errors=True)
 
     def set_notify(self, fn: Callable[[], None] | None) -> None:
         """Call ``fn()`` (from a watcher thread) as soon as a supervisor of this executor exits, so that the

@@ -13,6 +13,12 @@ from fairpod.model.resources import Res, by_ratio, node_res
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, no_bool_numbers
 
 
+def run_key(name: str, job_id: int) -> str:
+    """The executor's name for a job (its run directory, its replicas' Ray names): unique, readable, safe as a
+    directory name."""
+    return f"{name}-{job_id}"
+
+
 class JobState(StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"

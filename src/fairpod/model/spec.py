@@ -137,6 +137,9 @@ class Policy(_Strict):
     # a team is always entitled to its quota within this bound). Longer requests are refused at submit; a
     # job submitted before the bound was lowered is protected for the bound only.
     max_min_runtime_seconds: float = Field(default=3600.0, ge=0, le=7 * 86400)
+    # Finished jobs (with their events and logs), events and usage samples older than this many days are
+    # deleted (hourly); null keeps everything. Usage reports reach back as far as this keeps.
+    retention_days: float | None = Field(default=400.0, ge=1, le=36_500)
 
 
 class Sharing(_Strict):

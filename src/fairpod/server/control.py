@@ -18,12 +18,13 @@ from typing import Any
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
 from fairpod.governance import Admit, Preempt, Wait, Workload, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
-from fairpod.model.jobs import JobSpec, JobState, resolve_job
+from fairpod.model.jobs import JobSpec, JobState, resolve_job, run_key
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.nodes import NodeOps
+from fairpod.server.retention import Retention
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run, Slots
 from fairpod.server.usage import UsageSampler
 from fairpod.store import AlreadyExists, Store
@@ -43,8 +44,8 @@ class Problem(Exception):
 
 
 def job_key(job: Job) -> str:
-    """The executor's name for a job: unique, readable, safe as a directory name."""
-    return f"{job.name}-{job.id}"
+    """The executor's name for a job (``fairpod.model.jobs.run_key``)."""
+    return run_key(job.name, job.id)
 
 
 def job_id_of(key: str) -> int | None:
@@ -80,6 +81,7 @@ class ControlPlane(NodeOps):
         self.cycles = 0
         self.cycle_seconds = 0.0
         self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
+        self.retention = Retention()  # deletes what policy.retention_days no longer keeps
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
@@ -291,6 +293,7 @@ class ControlPlane(NodeOps):
             self.store.flush()  # the store knows every admission before its processes start
             self._launch_ready()
             self.usage.tick(self)
+            self.retention.tick(self)
 
     def start(self, interval: float = 0.25) -> None:
         def loop() -> None:
@@ -360,7 +363,7 @@ class ControlPlane(NodeOps):
         return nd is not None and self.spec.gpus_are_real(nd.instance_group)
 
     def _launch(self, job: Job, run: Run) -> None:
-        ckpt = self.home / "checkpoints" / job.team / f"{job.name}-{job.id}"
+        ckpt = self.home / "checkpoints" / job.team / job_key(job)
         launch = JobLaunch(
             job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
             checkpoint_dir=str(ckpt), env={**job.spec.env, **self.launch_env(job)},

@@ -3,8 +3,8 @@
 ``UsageSampler.tick(cp)`` runs once per reconcile turn (under the control plane's lock). It computes the
 figures of every instance group and every team from the engine's snapshot and writes a sample to the store
 when they changed (at most every ``min_interval`` seconds) or when ``heartbeat`` seconds have passed
-without a change; it drops samples older than ``retention`` once an hour. It also times the engine's
-cycles for ``/metrics``.
+without a change (old samples go by ``policy.retention_days``, see ``fairpod.server.retention``). It also
+times the engine's cycles for ``/metrics``.
 
 Samples are a step function: a sample's figures hold until the next sample, but never for longer than
 ``MAX_HOLD`` seconds (a longer gap means the control plane was down; that time is not counted).
@@ -34,8 +34,6 @@ log = logging.getLogger("fairpod.usage")
 MIN_INTERVAL = 2.0  # seconds between two samples, at least
 HEARTBEAT = 60.0  # a sample at least this often, even when nothing changes
 MAX_HOLD = 5 * HEARTBEAT  # a sample's figures count for this long at most
-RETENTION = 400 * 86400.0  # samples older than this are deleted (usage reports reach back this far)
-PRUNE_EVERY = 3600.0
 CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 FIGURES = ("acc", "vcpu", "memory_gib", "cap_acc", "cap_vcpu", "cap_memory_gib", "borrowed", "lent", "nodes",
            "healthy_nodes")  # fmt: skip
@@ -91,14 +89,11 @@ def current_samples(cp: ControlPlane, groups_of: dict[str, str]) -> list[UsageSa
 
 
 class UsageSampler:
-    def __init__(self, *, min_interval: float = MIN_INTERVAL, heartbeat: float = HEARTBEAT,
-                 retention: float = RETENTION) -> None:
+    def __init__(self, *, min_interval: float = MIN_INTERVAL, heartbeat: float = HEARTBEAT) -> None:
         self.min_interval = min_interval
         self.heartbeat = heartbeat
-        self.retention = retention
         self.last: list[UsageSample] | None = None
         self.last_write = -math.inf
-        self.last_prune = -math.inf
         self.cycles_seen = 0
         self.cycles = CycleHistogram()
         self.samples_written = 0
@@ -127,11 +122,6 @@ class UsageSampler:
             cp.store.append_usage(now, samples)
             self.last, self.last_write = samples, now
             self.samples_written += 1
-        if now - self.last_prune >= PRUNE_EVERY:
-            self.last_prune = now
-            n = cp.store.prune_usage(now - self.retention)
-            if n:
-                log.info("dropped %d usage rows older than %g days", n, self.retention / 86400)
 
 
 # -- arithmetic on samples ---------------------------------------------------------------------------

@@ -18,12 +18,13 @@ from fairpod.store.events import EventOps
 from fairpod.store.jobs import JOB_SEQ_COUNTER, JobOps
 from fairpod.store.nodes import NodeOps
 from fairpod.store.records import StoreError
+from fairpod.store.retention import RetentionOps
 from fairpod.store.schema import migrate
 from fairpod.store.tables import CounterRow, JobRow
 from fairpod.store.usage import UsageOps
 
 
-class _AllOps(ClusterOps, NodeOps, JobOps, EventOps, AuthOps, UsageOps):
+class _AllOps(ClusterOps, NodeOps, JobOps, EventOps, AuthOps, UsageOps, RetentionOps):
     pass
 
 
