@@ -23,6 +23,7 @@ COMMAND_MODULES = [
     "fairpod.cli.simulate",
     "fairpod.cli.report_cmds",
     "fairpod.cli.slurm_cmds",
+    "fairpod.cli.backup_cmds",
 ]
 
 
