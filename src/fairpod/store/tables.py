@@ -87,6 +87,7 @@ class JobRow(Base):
         Index("ix_jobs_team_name", "team", "name"),
         Index("ix_jobs_state_seq", "state", "seq"),
         Index("ix_jobs_finished_at", "finished_at"),
+        Index("ix_jobs_team_seq", "team", "seq"),  # a team's newest jobs
         {"sqlite_autoincrement": True},
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
