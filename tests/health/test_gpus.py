@@ -152,3 +152,108 @@ def test_on_a_real_gpu_host_replicas_see_their_gpu_and_the_deep_check_measures_i
     finally:
         s.kill()
         s.kill_replicas()
+
+
+class FakePynvml:
+    """A FAKE ``pynvml`` module (tests only): two GPUs, and an event stream that delivers what a test queues."""
+
+    NVML_MEMORY_ERROR_TYPE_UNCORRECTED = 1
+    NVML_VOLATILE_ECC = 0
+    NVML_TEMPERATURE_GPU = 0
+    nvmlEventTypeXidCriticalError = 8
+
+    def __init__(self) -> None:
+        import queue
+
+        self.events: queue.Queue = queue.Queue()
+        self.inits = 0
+
+    def nvmlInit(self) -> None:
+        self.inits += 1
+
+    def nvmlShutdown(self) -> None:
+        self.inits -= 1
+
+    def nvmlDeviceGetCount(self) -> int:
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> int:
+        return i
+
+    def nvmlDeviceGetName(self, h: int) -> str:
+        return "NVIDIA H100 80GB HBM3"
+
+    def nvmlDeviceGetUUID(self, h: int) -> str:
+        return f"GPU-fake-{h}"
+
+    def nvmlDeviceGetMemoryInfo(self, h: int) -> object:
+        return type("Mem", (), {"total": 80 * 2**30})()
+
+    def nvmlEventSetCreate(self) -> str:
+        return "event-set"
+
+    def nvmlDeviceRegisterEvents(self, h: int, kind: int, es: str) -> None:
+        assert kind == self.nvmlEventTypeXidCriticalError
+
+    def nvmlEventSetWait(self, es: str, timeout_ms: int) -> object:
+        import queue
+
+        try:
+            gpu, xid = self.events.get(timeout=timeout_ms / 1000)
+        except queue.Empty:
+            raise RuntimeError("NVML_ERROR_TIMEOUT") from None
+        return type("Event", (), {"device": gpu, "eventData": xid})()
+
+    def nvmlEventSetFree(self, es: str) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> object:  # every other reading is unsupported on this fake
+        def unsupported(*a: object) -> object:
+            raise RuntimeError(f"{name}: not supported")
+
+        return unsupported
+
+
+def test_xids_from_the_nvml_event_stream_reach_the_next_reading_once(monkeypatch: pytest.MonkeyPatch):
+    import sys
+
+    from fairpod.health import nvml
+
+    fake = FakePynvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.delenv(nvml.FAKE_ENV, raising=False)
+    watch = nvml.XidWatch()
+    monkeypatch.setattr(nvml, "XID_WATCH", watch)
+    try:
+        gpus, source = nvml.read_gpus()
+        assert source == "nvml" and [g.xid_errors for g in gpus] == [[], []]
+        assert watch.running
+        fake.events.put((1, 79))  # GPU 1 fell off the bus
+        fake.events.put((1, 48))  # and had a double-bit ECC error
+        wait_for(lambda: len(watch._seen.get("GPU-fake-1", [])) == 2, 10, "the watch to see both XIDs")
+        gpus, _ = nvml.read_gpus()
+        assert [g.xid_errors for g in gpus] == [[], [79, 48]]
+        gpus, _ = nvml.read_gpus()
+        assert [g.xid_errors for g in gpus] == [[], []]  # each XID is reported once
+    finally:
+        watch.stop()
+    assert not watch.running
+
+
+def test_the_all_reduce_check_measures_bus_bandwidth_and_fails_below_the_floor():
+    """The node-local all-reduce of the GPU check, run with gloo on two CPU processes (the same harness runs
+    NCCL across the GPUs of a real node)."""
+    pytest.importorskip("torch")
+    from fairpod.health.checks import CheckResult, nccl_allreduce
+    from fairpod.model.catalog import GpuThresholds
+
+    ok = CheckResult("InstanceStress", "n0", True)
+    nccl_allreduce(2, GpuThresholds(min_nccl_busbw_gbps=1e-6), ok, backend="gloo", device="cpu", mib=4, iters=2)
+    (ev,) = [e for e in ok.events if "busbw_gbps" in e]
+    assert ok.passed and ev["busbw_gbps"] > 0 and ev["threshold"] == 1e-6
+    slow = CheckResult("InstanceStress", "n0", True)
+    nccl_allreduce(2, GpuThresholds(min_nccl_busbw_gbps=99_999), slow, backend="gloo", device="cpu", mib=4, iters=2)
+    assert not slow.passed and slow.fault_type == "GpuInterconnectSlow"
+    broken = CheckResult("InstanceStress", "n0", True)
+    nccl_allreduce(2, GpuThresholds(), broken, backend="nccl", device="cpu", mib=4, iters=1)  # NCCL needs GPUs
+    assert not broken.passed and broken.fault_type == "NcclAllReduceFailed"

@@ -36,6 +36,8 @@ DEEP_CHECK_ACTION = {
     "DiskFailure": "reboot",
     "NetworkFailure": "reboot",
     "NetworkSlow": "reboot",
+    "NcclAllReduceFailed": "reboot",
+    "GpuInterconnectSlow": "replace",
 }
 
 

@@ -178,6 +178,27 @@ def _gpu_burn(count: int, th: GpuThresholds, r: CheckResult) -> None:
         else:
             r.log("info", f"GPU {i} memory bandwidth {gbps:.0f} GB/s", gpu=i, memory_gbps=round(gbps),
                   threshold=th.min_memory_gbps)
+    if count >= 2:
+        nccl_allreduce(count, th, r)
+
+
+def nccl_allreduce(count: int, th: GpuThresholds, r: CheckResult, **kw: Any) -> None:
+    """All-reduce bus bandwidth across the node's ``count`` GPUs against the model's floor
+    (``fairpod.health.allreduce``; ``kw`` for tests: backend/device/mib)."""
+    from fairpod.health.allreduce import measure
+
+    got = measure(count, **kw)
+    if "error" in got:
+        r.fail("NcclAllReduceFailed", f"all-reduce across {count} GPUs: {got['error']}", gpus=count)
+    elif not got.get("correct"):
+        r.fail("NcclAllReduceFailed", f"all-reduce across {count} GPUs gave a wrong sum", gpus=count)
+    elif got["busbw_gbps"] < th.min_nccl_busbw_gbps:
+        r.fail("GpuInterconnectSlow", f"all-reduce bus bandwidth {got['busbw_gbps']:.1f} GB/s across {count} GPUs "
+               f"(at least {th.min_nccl_busbw_gbps:g})", gpus=count, busbw_gbps=round(got["busbw_gbps"], 1),
+               threshold=th.min_nccl_busbw_gbps)
+    else:
+        r.log("info", f"all-reduce bus bandwidth {got['busbw_gbps']:.1f} GB/s across {count} GPUs", gpus=count,
+              busbw_gbps=round(got["busbw_gbps"], 1), threshold=th.min_nccl_busbw_gbps)
 
 
 def _matmul(torch: Any, dev: Any, n: int = 8192, reps: int = 10) -> tuple[float, float]:

@@ -9,6 +9,10 @@ Three sources, tried in order, and every caller is told which one answered:
 2. NVML through ``pynvml`` (package ``nvidia-ml-py``).
 3. ``nvidia-smi --query-gpu`` (fewer readings: no XIDs, no retired pages).
 
+XIDs come from NVML's event stream: the first NVML read in a process starts ``XID_WATCH``, a daemon thread
+waiting on an event set registered for critical XID errors on every GPU; each XID it sees is reported once, in
+the next reading of that GPU (which fails the health check that reads it).
+
 No source (no driver, no GPU) is an empty list with source ``"none"``.
 """
 
@@ -18,6 +22,7 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,6 +94,7 @@ def _nvml() -> list[GpuReading] | None:
         pynvml.nvmlInit()
     except Exception:  # no driver
         return None
+    XID_WATCH.start(pynvml)
     out = []
     try:
         for i in range(pynvml.nvmlDeviceGetCount()):
@@ -112,12 +118,77 @@ def _nvml() -> list[GpuReading] | None:
             g.pcie_gen_max = _try(lambda h=h: int(pynvml.nvmlDeviceGetMaxPcieLinkGeneration(h)), None)
             g.pcie_width = _try(lambda h=h: int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)), None)
             g.pcie_width_max = _try(lambda h=h: int(pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)), None)
+            g.xid_errors = XID_WATCH.take(g.uuid)
             out.append(g)
     except Exception:  # a device that stops answering mid-read: report what was read (a GPU fewer)
         pass
     finally:
         _try(pynvml.nvmlShutdown, None)
     return out
+
+
+class XidWatch:
+    """Critical XID events from NVML's event stream, kept per GPU (by UUID) until a reading takes them."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._seen: dict[str, list[int]] = {}
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def record(self, uuid: str, xid: int) -> None:
+        with self._lock:
+            self._seen.setdefault(uuid, []).append(xid)
+
+    def take(self, uuid: str) -> list[int]:
+        with self._lock:
+            return self._seen.pop(uuid, [])
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, pynvml: Any) -> bool:
+        """Start watching (once per process); False where NVML has no event support."""
+        with self._lock:
+            if self._thread is not None:
+                return self.running
+            try:
+                pynvml.nvmlInit()  # the watch's own reference: NVML stays loaded while it waits
+                es = pynvml.nvmlEventSetCreate()
+                for i in range(pynvml.nvmlDeviceGetCount()):
+                    h = pynvml.nvmlDeviceGetHandleByIndex(i)
+                    pynvml.nvmlDeviceRegisterEvents(h, pynvml.nvmlEventTypeXidCriticalError, es)
+            except Exception:  # no event support (e.g. some virtualised GPUs): readings go on without XIDs
+                self._thread = threading.Thread()  # not started: never tried again
+                return False
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._loop, args=(pynvml, es), name="fairpod-xid-watch",
+                                            daemon=True)
+            self._thread.start()
+            return True
+
+    def _loop(self, pynvml: Any, es: Any) -> None:
+        while not self._stop.is_set():  # each wait is bounded by its 500 ms timeout
+            try:
+                data = pynvml.nvmlEventSetWait(es, 500)
+            except Exception:  # NVML_ERROR_TIMEOUT: no event within 500 ms
+                continue
+            uuid = _try(lambda d=data: _text(pynvml.nvmlDeviceGetUUID(d.device)), "")
+            self.record(uuid, int(getattr(data, "eventData", 0)))
+        _try(lambda: pynvml.nvmlEventSetFree(es), None)
+        _try(pynvml.nvmlShutdown, None)
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None and t.is_alive():
+            t.join(timeout)
+        with self._lock:
+            self._thread = None
+
+
+XID_WATCH = XidWatch()
 
 
 def _retired(pynvml: Any, h: Any) -> int:
