@@ -66,12 +66,29 @@ JOB_FIELDS: dict[str, f.Conv] = {
 }
 
 
+_SPECS: dict[tuple[int, float], JobSpec] = {}  # (id, updated_at) -> the validated spec of that row version
+_SPECS_MAX = 20_000
+
+
+def _spec_of(r: Any) -> JobSpec:
+    """The row's JobSpec, validated once per row version (reads of long job lists are the API's hot path). A
+    spec's update bumps ``updated_at``, so a cached spec is never stale; callers never mutate a Job's spec."""
+    key = (r.id, r.updated_at)
+    spec = _SPECS.get(key)
+    if spec is None:
+        spec = JobSpec.model_validate(r.spec)
+        if len(_SPECS) >= _SPECS_MAX:
+            _SPECS.clear()
+        _SPECS[key] = spec
+    return spec
+
+
 def to_job(r: JobRow) -> Job:
     return Job(
         id=r.id,
         name=r.name,
         team=r.team,
-        spec=JobSpec.model_validate(r.spec),
+        spec=_spec_of(r),
         state=JobState(r.state),
         reason=r.reason,
         priority=r.priority,
@@ -246,14 +263,14 @@ class JobOps(Ops):
         descending: bool = False,
     ) -> list[Job]:
         """Jobs matching every given filter, in submission order (``seq``; newest first if ``descending``)."""
-        q = _filtered(select(JobRow), team, state, instance_type, name, finished)
+        q = _filtered(select(_JOBS), team, state, instance_type, name, finished)  # Core rows: no ORM objects
         q = q.order_by(JobRow.seq.desc() if descending else JobRow.seq)
         if offset:
             q = q.offset(offset)
         if limit is not None:
             q = q.limit(limit)
         with self._session(False) as s:
-            return [to_job(r) for r in s.scalars(q)]
+            return [to_job(r) for r in s.connection().execute(q)]  # type: ignore[arg-type]
 
     def count_jobs(
         self,
