@@ -95,6 +95,7 @@ def test_the_first_schema_migrates_to_the_newest_with_its_data(url: str, cluster
     assert job.name == "old-job" and job.state == "Succeeded"
     assert [e.message for e in s.list_events(job_id=job.id)] == ["old-job done"]
     assert s.get_user("ann") is not None
+    assert [(v.version, v.action) for v in s.spec_history()] == [(1, "spec.apply")]  # the spec in force
     new = submit(s, cluster, name="new-job", command=["true"])  # the migrated store takes new work
     assert new.id > job.id and new.seq > job.seq
     s.close()

@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from fairpod.cli import spec_history_cmds
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import add_output, emit_json, table
@@ -93,6 +94,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--starvation-guard-seconds", type=float)
     add_output(p)
     p.set_defaults(func=policy_set)
+    spec_history_cmds.register_policy(pol)
 
     c = sub.add_parser("cluster", help="cluster capacity and team usage").add_subparsers(
         dest="cluster_cmd", metavar="ACTION", required=True)
@@ -147,6 +149,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        "same spec twice changes nothing. A Kubeflow PyTorchJob manifest (kind: PyTorchJob, as "
                        "written for HyperPod task governance) is submitted as a job instead: see docs/slurm.md.")
     p.add_argument("-f", "--file", required=True)
+    p.add_argument("--dry-run", action="store_true", help="print the diff against the live spec and what the "
+                   "engine would do to running and pending jobs (who would be preempted); change nothing")
     add_output(p)
     p.set_defaults(func=apply)
 
@@ -305,12 +309,16 @@ def apply(a: argparse.Namespace) -> int:
     except (OSError, yaml.YAMLError) as e:
         raise CliError(f"cannot read {a.file}: {e}") from None
     if any(isinstance(d, dict) and "kind" in d for d in docs):  # Kubernetes manifests (fairpod.kube)
+        if a.dry_run:
+            raise CliError(f"{a.file}: --dry-run is for cluster specs; this file holds Kubernetes manifests")
         from fairpod.kube.apply import apply_manifests
 
         return apply_manifests(a, docs)
     if len(docs) != 1:
         raise CliError(f"{a.file}: a cluster spec is one YAML document; found {len(docs)}")
     data = docs[0]
+    if a.dry_run:
+        return spec_history_cmds.dry_run(a, data)
     res = Client().put("/spec", data)
     if a.output == "json":
         emit_json(res)

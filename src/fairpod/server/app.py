@@ -13,7 +13,15 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fairpod import __version__
 from fairpod.dashboard import assets as dashboard_assets
-from fairpod.server import metrics, routes_admin, routes_backup, routes_dashboard, routes_jobs, routes_reports
+from fairpod.server import (
+    metrics,
+    routes_admin,
+    routes_backup,
+    routes_dashboard,
+    routes_jobs,
+    routes_reports,
+    routes_spec,
+)
 from fairpod.server.control import ControlPlane, Problem
 from fairpod.server.limits import PROBLEM_RESPONSES, BodyLimit, allowed_methods
 from fairpod.store import AlreadyExists, Conflict, NotFound
@@ -76,6 +84,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     routes_dashboard.add_routes(api, cp)
     routes_reports.add_routes(api, cp)
     routes_backup.add_routes(api, cp)
+    routes_spec.add_routes(api, cp)
     app.include_router(api)
     metrics.add_routes(app, cp)
     dashboard_assets.add_routes(app)

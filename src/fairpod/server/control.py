@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
-from fairpod.governance import Admit, Preempt, Wait, Workload, schedule
+from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobSpec, JobState, resolve_job, run_key
 from fairpod.model.resources import Res, node_res
@@ -89,35 +89,41 @@ class ControlPlane(NodeOps):
             self._recover()
 
     # -- snapshot ------------------------------------------------------------------------------
-    def _workload(self, job: Job) -> Workload:
+    def _workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload:
+        spec = spec or self.spec
         return Workload(
             str(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
             priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
-            min_runtime=min(job.spec.min_runtime_seconds, self.spec.policy.max_min_runtime_seconds),
+            min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
             passed_only=job.spec.deep_health_check_passed_nodes_only,
             checkpoint=job.checkpoint_at, reason=job.reason,
         )  # fmt: skip
 
     def _rebuild(self) -> None:
-        snap = empty_snapshot(self.spec, self.clock())
-        cat = self.spec.catalog()
+        self.snap = self.build_snapshot(self.spec)
+
+    def build_snapshot(self, spec: ClusterSpec) -> Snapshot:
+        """The engine's view of the store's nodes and unfinished jobs under ``spec`` (the live one, or one a
+        dry run tries); call it holding the lock."""
+        snap = empty_snapshot(spec, self.clock())
+        cat = spec.catalog()
         for nd in self.store.list_nodes():
             if nd.instance_type not in cat:
                 continue
             snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]), schedulable=nd.schedulable,
                           passed=nd.deep_health_check == DeepHealthCheck.PASSED)
-        for t in self.spec.teams:
-            snap.add_team(engine_team(self.spec, t.name))
+        for t in spec.teams:
+            snap.add_team(engine_team(spec, t.name))
         for job in self.store.list_jobs(finished=False):
             if job.team not in snap.teams:
                 continue
-            w = self._workload(job)
+            w = self._workload(job, spec)
             if job.state == JobState.RUNNING:
                 snap.assign(w, [n for n in job.placement if n in snap.nodes])
                 w.started = job.started_at
             elif job.state == JobState.PENDING:
                 snap.add_pending(w)
-        self.snap = snap
+        return snap
 
     def _recover(self) -> None:
         """Start-up: re-adopt live replicas, take in exits recorded while we were down, rebuild the snapshot."""
@@ -244,8 +250,9 @@ class ControlPlane(NodeOps):
                 self.snap.set_schedulable(node, schedulable)
         self.wake.set()
 
-    def replace_spec(self, spec: ClusterSpec) -> None:
-        """Take a new (validated) cluster spec: store it, sync nodes, rebuild the engine's view."""
+    def replace_spec(self, spec: ClusterSpec, actor: str = "fairpod", action: str = "spec.apply") -> None:
+        """Take a new (validated) cluster spec: store it (a new version in the history), sync nodes, rebuild
+        the engine's view."""
         with self.lock:
             active_teams = {j.team for j in self.store.list_jobs(finished=False)}
             gone = sorted(active_teams - {t.name for t in spec.teams})
@@ -253,7 +260,7 @@ class ControlPlane(NodeOps):
                 raise Problem(409, "team has jobs", f"team(s) {', '.join(gone)} still have unfinished jobs; "
                               "cancel them or wait for them to finish first")
             sync_nodes(self.store, spec, busy={n for r in self.runs.values() for n in r.slots})
-            self.store.put_spec(spec)
+            self.store.put_spec(spec, actor=actor, action=action)
             self.spec = spec
             self._rebuild()
         self.wake.set()

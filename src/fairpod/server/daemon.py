@@ -124,7 +124,7 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[
         if gone:
             raise Problem(409, "team has jobs", f"team(s) {', '.join(gone)} still have unfinished jobs")
         sync_nodes(store, spec)
-        store.put_spec(spec)
+        store.put_spec(spec, actor="fairpod up", action="spec.apply" if rec is None else "up --spec")
     current = spec or (rec.spec if rec is not None else None)
     if current is not None:
         secure_home(home, bool(current.cluster.run_as or any(t.run_as for t in current.teams)))

@@ -33,7 +33,7 @@ def _apply(cp: ControlPlane, data: dict[str, Any], actor: str, action: str, targ
     before = cp.spec.model_dump(mode="json")
     changed = spec.model_dump(mode="json") != before
     if changed:
-        cp.replace_spec(spec)
+        cp.replace_spec(spec, actor=actor, action=action)
         cp.store.append_audit(actor, action, target, {"spec": spec.model_dump(mode="json")})
     return {"changed": changed, "spec": cp.spec.model_dump(mode="json")}
 

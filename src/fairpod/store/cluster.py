@@ -7,8 +7,8 @@ from sqlalchemy.orm import Session
 
 from fairpod.model.spec import ClusterSpec
 from fairpod.store.db import Ops
-from fairpod.store.records import Conflict, SpecRecord
-from fairpod.store.tables import ClusterRow, CounterRow, MetaRow
+from fairpod.store.records import Conflict, NotFound, SpecRecord, SpecVersion
+from fairpod.store.tables import ClusterRow, CounterRow, MetaRow, SpecVersionRow
 
 CLUSTER_ROW_ID = 1
 
@@ -34,9 +34,11 @@ class ClusterOps(Ops):
             return SpecRecord(ClusterSpec.model_validate(row.spec), row.version, row.updated_at)
 
     def put_spec(
-        self, spec: ClusterSpec, *, expected_version: int | None = None, now: float | None = None
+        self, spec: ClusterSpec, *, expected_version: int | None = None, now: float | None = None,
+        actor: str = "fairpod", action: str = "spec.apply",
     ) -> SpecRecord:
-        """Save the whole spec (validate it with ``parse_spec`` first) and bump the version by one.
+        """Save the whole spec (validate it with ``parse_spec`` first) and bump the version by one; the new
+        version also goes into the spec history with ``actor`` and ``action``.
 
         With ``expected_version`` (0 = no spec stored yet) the save is a compare-and-set: it raises
         ``Conflict`` if someone else saved in between.
@@ -57,8 +59,26 @@ class ClusterOps(Ops):
                 row.spec = data
                 row.version = current + 1
                 row.updated_at = ts
+            s.merge(SpecVersionRow(version=row.version, spec=data, applied_at=ts, actor=actor[:64],
+                                   action=action[:64]))
             s.flush()
             return SpecRecord(spec.model_copy(deep=True), row.version, ts)
+
+    def spec_history(self, limit: int = 100) -> list[SpecVersion]:
+        """The newest ``limit`` spec versions, newest first (without their specs)."""
+        with self._session(False) as s:
+            q = select(SpecVersionRow.version, SpecVersionRow.applied_at, SpecVersionRow.actor,
+                       SpecVersionRow.action).order_by(SpecVersionRow.version.desc()).limit(limit)
+            return [SpecVersion(v, at, actor, action, None) for v, at, actor, action in s.execute(q)]
+
+    def spec_at(self, version: int) -> SpecVersion:
+        """One version of the spec; ``NotFound`` if the history does not hold it."""
+        with self._session(False) as s:
+            row = s.get(SpecVersionRow, version)
+            if row is None:
+                raise NotFound(f"spec version {version} is not in the history")
+            return SpecVersion(row.version, row.applied_at, row.actor, row.action,
+                               ClusterSpec.model_validate(row.spec))
 
     def spec_version(self) -> int:
         """The stored spec's version; 0 before the first save."""

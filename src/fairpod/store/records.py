@@ -61,6 +61,17 @@ class SpecRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SpecVersion:
+    """One entry of the spec history; ``spec`` is None in listings."""
+
+    version: int
+    applied_at: float
+    actor: str
+    action: str
+    spec: ClusterSpec | None
+
+
+@dataclass(frozen=True, slots=True)
 class Node:
     name: str
     instance_group: str

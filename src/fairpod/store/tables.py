@@ -33,6 +33,17 @@ class ClusterRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class SpecVersionRow(Base):
+    """Every spec the cluster ever had (``fairpod policy history``): version, when, who, and the spec."""
+
+    __tablename__ = "spec_history"
+    version: Mapped[int] = mapped_column(Integer, primary_key=True)
+    spec: Mapped[dict[str, Any]]
+    applied_at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(64))
+    action: Mapped[str] = mapped_column(String(64))
+
+
 class MetaRow(Base):
     __tablename__ = "meta"
     key: Mapped[str] = mapped_column(String(128), primary_key=True)

@@ -1,0 +1,58 @@
+"""Policy as code: what a spec change would do before it is applied (``fairpod apply --dry-run``).
+
+``diff`` is a unified diff of the two specs as YAML. ``dry_run`` runs the engine once on the live state (the
+store's nodes and unfinished jobs) under the live spec and once under the new one, and reports the decisions
+that only the new spec makes: the running jobs it would preempt (and why) and the pending jobs it would start.
+Nothing is written; the engine is pure, so the answer is exactly what the next cycle would do if the change were
+applied now.
+"""
+
+from __future__ import annotations
+
+import difflib
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from fairpod.governance import Admit, Preempt, schedule
+from fairpod.model.spec import ClusterSpec
+
+if TYPE_CHECKING:
+    from fairpod.server.control import ControlPlane
+
+
+def as_yaml(spec: ClusterSpec) -> str:
+    return yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+
+
+def diff(old: ClusterSpec, new: ClusterSpec, old_name: str = "live", new_name: str = "new") -> str:
+    """A unified diff of the specs as YAML (fields at their defaults left out); empty when they are equal."""
+    return "".join(difflib.unified_diff(as_yaml(old).splitlines(keepends=True), as_yaml(new).splitlines(keepends=True),
+                                        fromfile=old_name, tofile=new_name))
+
+
+def _decisions(cp: ControlPlane, spec: ClusterSpec) -> tuple[dict[str, Preempt], dict[str, Admit]]:
+    decided = schedule(cp.build_snapshot(spec))
+    return ({d.job: d for d in decided if isinstance(d, Preempt)},
+            {d.job: d for d in decided if isinstance(d, Admit)})
+
+
+def dry_run(cp: ControlPlane, new: ClusterSpec) -> dict[str, Any]:
+    """What applying ``new`` would do now (see the module's doc); the caller checked ``new`` is valid."""
+    with cp.lock:
+        old = cp.spec
+        gone = sorted({j.team for j in cp.store.list_jobs(finished=False)} - {t.name for t in new.teams})
+        pre_old, adm_old = _decisions(cp, old)
+        pre_new, adm_new = _decisions(cp, new)
+        jobs = cp.store.get_jobs(int(j) for j in {*pre_new, *adm_new})
+    def who(jid: str) -> dict[str, Any]:
+        job = jobs.get(int(jid))
+        return {"id": int(jid), "name": job.name if job else None, "team": job.team if job else None}
+
+    preempt = [{**who(j), "kind": d.kind, "reason": d.reason} for j, d in sorted(pre_new.items())
+               if j not in pre_old]
+    admit = [{**who(j), "nodes": list(d.nodes), "reason": d.reason} for j, d in sorted(adm_new.items())
+             if j not in adm_old]
+    problems = [f"team(s) {', '.join(gone)} still have unfinished jobs: the change would be refused"] if gone else []
+    return {"changed": as_yaml(old) != as_yaml(new), "diff": diff(old, new), "would_preempt": preempt,
+            "would_start": admit, "problems": problems}
