@@ -71,3 +71,19 @@ def test_a_bad_advertise_address_is_one_line(tmp_path: Path, address: str, why: 
     assert r.returncode == 2
     assert why in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert not (s.home / "server.pid").exists()
+
+
+def test_listening_sockets_send_small_responses_at_once() -> None:
+    """TCP_NODELAY on the listening sockets (connections inherit it): without it each response waited ~40 ms for
+    a delayed ACK."""
+    import socket
+
+    from fairpod.server.daemon import _listen
+    from tests.server.conftest import free_port
+
+    socks = _listen(["127.0.0.1", ADDR], free_port())
+    try:
+        assert [s.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) for s in socks] == [1, 1]
+    finally:
+        for s in socks:
+            s.close()

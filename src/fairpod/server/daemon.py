@@ -224,6 +224,9 @@ def _listen(addresses: list[str], port: int) -> list[socket.socket]:
     for address in dict.fromkeys(addresses):
         s = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # accepted connections inherit it: without it every response waits ~40 ms on Nagle + delayed ACK
+        # (asyncio sets it only on sockets it binds itself)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         try:
             s.bind((address, port))
         except OSError as e:
