@@ -23,6 +23,8 @@ COMMAND_MODULES = [
     "fairpod.cli.simulate",
     "fairpod.cli.report_cmds",
     "fairpod.cli.slurm_cmds",
+    "fairpod.cli.kube_cmds",
+    "fairpod.cli.hyp_cmds",
 ]
 
 
