@@ -162,7 +162,7 @@ def _unallocated(spec: ClusterSpec, flavors: dict[str, str], covered: list[str])
             left[it] = rest
     if not left:
         return None
-    groups = [_flavor(flavors[it], cat[it], covered, r, ZERO, None) for it, r in left.items()]
+    groups = [_flavor(flavors[it], cat[it], covered, left[it], ZERO, None) for it in flavors if it in left]
     return {
         "apiVersion": K.API, "kind": "ClusterQueue",
         "metadata": {"name": K.UNALLOCATED, "labels": {K.ROLE_LABEL: "unallocated"}},

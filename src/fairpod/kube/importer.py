@@ -433,10 +433,12 @@ def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
         classes.append({"name": cls, "weight": v})
     groups = []
     taken: set[str] = set()
-    for it, total in totals.items():
+    order = list(dict.fromkeys([*flavors.values(), *totals]))  # a flavor without quota is still a node type
+    for it in order:
+        total = totals.get(it, ZERO)
         node = node_res(cat[it])
         n = max(math.ceil(total[d] / node[d]) for d in range(3) if node[d]) if total != ZERO else 0
-        if n:
+        if n or not any(g["instance_type"] == it for g in groups):
             groups.append({"name": _group_name(it, taken), "instance_type": it, "count": n})
             notes.append(f"instance group {groups[-1]['name']}: {n} x {it}, sized from the quotas (Kueue does not "
                          "count nodes); set your cluster's node count")
