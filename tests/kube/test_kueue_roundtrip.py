@@ -16,7 +16,7 @@ from fairpod.kube.export import export_kueue, render
 from fairpod.kube.importer import _kueue_part, import_kueue, spec_yaml
 from fairpod.model.spec import ClusterSpec, parse_spec
 
-from .specs import corpus, cluster_specs
+from .specs import cluster_specs, corpus
 
 CORPUS = corpus()
 
