@@ -98,7 +98,8 @@ def cluster_specs(draw: st.DrawFn) -> ClusterSpec:
     strategy; the quotas never exceed the capacity."""
     custom = []
     for i in range(draw(st.integers(0, 2))):
-        custom.append({"name": f"custom{i}.x{draw(st.integers(1, 99))}large",
+        prefix = draw(st.sampled_from(["custom", "Custom_", "gpu-box"]))  # flavor names are lower-case DNS names
+        custom.append({"name": f"{prefix}{i}.x{draw(st.integers(1, 99))}large",
                        "accelerators": draw(st.integers(0, 16)), "vcpu": draw(st.integers(1, 256)),
                        "memory_gib": draw(st.integers(1, 2048)),
                        "accelerator_kind": draw(st.sampled_from([None, "NVIDIA H100", "AWS Trainium"]))})
@@ -120,7 +121,7 @@ def cluster_specs(draw: st.DrawFn) -> ClusterSpec:
                for n in draw(st.lists(NAMES, max_size=4, unique=True))]
     teams = []
     left = dict(cap)
-    for name in draw(st.lists(NAMES, min_size=1, max_size=5, unique=True)):
+    for name in draw(st.lists(NAMES, max_size=5, unique=True)):
         quota = []
         for it in draw(st.lists(st.sampled_from(sorted(left)), max_size=2, unique=True)) if left else []:
             acc, vcpu, mem = types[it]

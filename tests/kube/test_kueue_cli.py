@@ -100,7 +100,7 @@ def test_bad_input_is_one_clear_line(tmp_path: Path):
     bad.write_text("kind: [unclosed\n")
     assert "not valid YAML" in one_error_line(fairpod("import", "kueue", str(bad)))
     bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: q, namespace: n}\n")
-    assert "no kueue.x-k8s.io ClusterQueue found" in one_error_line(fairpod("import", "kueue", str(bad)))
+    assert "no kueue.x-k8s.io ClusterQueue or Cohort found" in one_error_line(fairpod("import", "kueue", str(bad)))
     bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: gpu-queue}\n"
                    "spec: {cohortName: c}\n")
     assert "ClusterQueue gpu-queue: which team?" in one_error_line(fairpod("import", "kueue", str(bad)))
@@ -112,6 +112,15 @@ def test_bad_input_is_one_clear_line(tmp_path: Path):
                    "value: 1000\n---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\n"
                    "metadata: {name: hyperpod-ns-a-clusterqueue}\n")
     assert "value 1000 is not a fairpod weight" in one_error_line(fairpod("import", "kueue", str(bad)))
+    bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: hyperpod-ns-a-clusterqueue}"
+                   "\nspec: {cohortName: c1}\n---\napiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\n"
+                   "metadata: {name: hyperpod-ns-b-clusterqueue}\nspec: {cohort: c2}\n")
+    assert "several cohorts (c1, c2)" in one_error_line(fairpod("import", "kueue", str(bad)))
+    bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ResourceFlavor\nmetadata: {name: big}\n"
+                   "spec: {nodeLabels: {node.kubernetes.io/instance-type: ml.g7.huge}}\n---\n"
+                   "apiVersion: kueue.x-k8s.io/v1beta2\nkind: Cohort\nmetadata: {name: c}\n")
+    assert "instance type ml.g7.huge is not in fairpod's catalog" in one_error_line(
+        fairpod("import", "kueue", str(bad)))
     assert "cannot read" in one_error_line(fairpod("export", "kueue", str(tmp_path / "x.yaml"), "-o",
                                                    str(tmp_path / "o")))
     spec = tmp_path / "spec.yaml"
@@ -134,3 +143,21 @@ def test_export_without_a_spec_exports_the_running_servers(server: Server, tmp_p
     smith = next(d for d in yaml.safe_load_all((out / "30-clusterqueues.yaml").read_text())
                  if d["metadata"]["name"] == "hyperpod-ns-smith-clusterqueue")
     assert smith["spec"]["fairSharing"] == {"weight": 7}
+
+
+def test_a_flavor_without_node_labels_is_the_instance_type_of_its_name(tmp_path: Path):
+    """HyperPod's CLI tests create a ResourceFlavor named after the instance type and nothing else."""
+    f = tmp_path / "cq.yaml"
+    f.write_text("apiVersion: kueue.x-k8s.io/v1beta1\nkind: ResourceFlavor\nmetadata: {name: ml.c5.2xlarge}\n---\n"
+                 "apiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\nmetadata: {name: hyperpod-ns-t-clusterqueue}\n"
+                 "spec:\n  resourceGroups:\n  - coveredResources: [cpu, memory]\n    flavors:\n"
+                 "    - name: ml.c5.2xlarge\n      resources:\n      - {name: cpu, nominalQuota: 2}\n"
+                 "      - {name: memory, nominalQuota: 2Gi}\n")
+    r = fairpod("import", "kueue", str(f))
+    assert r.returncode == 0, r.stderr
+    spec = yaml.safe_load(r.stdout)
+    assert spec["teams"] == [{"name": "t", "fair_share_weight": 1, "preempt_team_tasks": "Never",  # Kueue's defaults
+                              "sharing": {"strategy": "DontLend"},
+                              "quota": [{"instance_type": "ml.c5.2xlarge", "vcpu": 2.0, "memory_gib": 2.0}]}]
+    assert "no node.kubernetes.io/instance-type node label; read as the instance type of its name" in r.stderr
+    assert "in no cohort, so it neither lends nor borrows (DontLend)" in r.stderr

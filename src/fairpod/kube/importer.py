@@ -111,8 +111,8 @@ class _Objects:
                 skipped.append(f"{kind or '(no kind)'}/{name or '?'} ({api or 'no apiVersion'})")
         if skipped:
             notes.append(f"skipped (not a Kueue object fairpod reads): {', '.join(skipped)}")
-        if not self.by_kind["ClusterQueue"]:
-            raise ImportError_("no kueue.x-k8s.io ClusterQueue found: nothing to read teams from")
+        if not self.by_kind["ClusterQueue"] and not self.by_kind["Cohort"]:
+            raise ImportError_("no kueue.x-k8s.io ClusterQueue or Cohort found: nothing to read a cluster from")
 
 
 def _ann(obj: dict[str, Any], key: str) -> Any:
