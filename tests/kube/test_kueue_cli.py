@@ -161,3 +161,18 @@ def test_a_flavor_without_node_labels_is_the_instance_type_of_its_name(tmp_path:
                               "quota": [{"instance_type": "ml.c5.2xlarge", "vcpu": 2.0, "memory_gib": 2.0}]}]
     assert "no node.kubernetes.io/instance-type node label; read as the instance type of its name" in r.stderr
     assert "in no cohort, so it neither lends nor borrows (DontLend)" in r.stderr
+
+
+def test_the_walk_through_in_docs_shows_what_the_export_writes(tmp_path: Path):
+    doc = (ROOT / "docs" / "kubernetes.md").read_text()
+    out = tmp_path / "kueue"
+    r = fairpod("export", "kueue", str(SEED), "-o", str(out))
+    assert r.returncode == 0
+    shown = [line for line in doc.splitlines() if line.startswith("fairpod: Kueue cannot express: ")]
+    assert shown == [line for line in r.stderr.splitlines() if line.startswith("fairpod: Kueue cannot express: ")]
+    assert r.stdout.replace(str(out), "kueue/").strip() in doc
+    block = doc.split("john's\nClusterQueue")[1].split("```yaml\n")[1].split("```")[0]
+    john = next(d for d in yaml.safe_load_all((out / "30-clusterqueues.yaml").read_text())
+                if d["metadata"]["name"] == "hyperpod-ns-john-clusterqueue")
+    del john["metadata"]["labels"], john["metadata"]["annotations"]
+    assert yaml.safe_load(block) == john

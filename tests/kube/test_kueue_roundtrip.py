@@ -154,3 +154,19 @@ def test_sharing_strategies_become_lending_and_borrowing_limits():
     assert all("lendingLimit" not in r and quantity(r["borrowingLimit"], "") == 0 for r in smith)
     derived = import_kueue(strip_annotations(docs)).spec
     assert [t.sharing.strategy for t in derived.teams] == ["DontLend", "Lend"]
+
+
+def test_an_instance_type_added_after_the_export_gets_a_group_sized_from_its_quota():
+    docs = seed_docs()
+    docs.append({"apiVersion": K.API, "kind": "ResourceFlavor", "metadata": {"name": "ml.p5.48xlarge"},
+                 "spec": {"nodeLabels": {K.INSTANCE_LABEL: "ml.p5.48xlarge"}}})
+    rg = cq(docs, "smith")["spec"]["resourceGroups"][0]
+    rg["flavors"].append({"name": "ml.p5.48xlarge", "resources": [
+        {"name": "nvidia.com/gpu", "nominalQuota": 16, "borrowingLimit": 16},
+        {"name": "cpu", "nominalQuota": 384, "borrowingLimit": 384},
+        {"name": "memory", "nominalQuota": "4Ti", "borrowingLimit": "4Ti"}]})
+    out = import_kueue(docs)
+    groups = {g.instance_type: (g.name, g.count) for g in out.spec.cluster.instance_groups}
+    assert groups == {"ml.g5.12xlarge": ("workers", 4), "ml.p5.48xlarge": ("ml-p5-48xlarge", 2)}
+    assert out.spec.team("smith").quota[1].count == 2  # type: ignore[union-attr]
+    assert any("2 x ml.p5.48xlarge, sized from the quotas" in n for n in out.notes)

@@ -490,7 +490,16 @@ def import_kueue(docs: list[Any]) -> Imported:
         # edited after the export: Kueue's fields win; fairpod-only settings still come from the annotations
         notes.append("the Kueue fields differ from what fairpod exported (edited since?): the spec is read from "
                      "the Kueue fields; node counts and fairpod-only settings from the fairpod.dev/ annotations")
+        sized = data["cluster"]["instance_groups"]
         data["cluster"] = {**annotated["cluster"], "name": data["cluster"]["name"]}
+        have = {g.get("instance_type") for g in data["cluster"].get("instance_groups") or []}
+        taken = {g.get("name") for g in data["cluster"].get("instance_groups") or []}
+        for g in sized:  # an instance type added since the export: sized from the quotas, as for foreign objects
+            if g["instance_type"] not in have:
+                g["name"] = _group_name(g["instance_type"], taken)
+                data["cluster"].setdefault("instance_groups", []).append(g)
+                notes.append(f"instance group {g['name']}: {g['count']} x {g['instance_type']}, sized from the "
+                             "quotas (Kueue does not count nodes); set your cluster's node count")
         pol = annotated["policy"]
         data["policy"].update({k: pol[k] for k in ("idle_compute_allocation", "starvation_guard_seconds",
                                                    "max_min_runtime_seconds") if k in pol})
