@@ -81,6 +81,14 @@ def _map(v: Any, where: str) -> dict[str, Any]:
     return v
 
 
+def _list(v: Any, where: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ImportError_(f"{where} must be a list")
+    return v
+
+
 def _qty(v: Any, where: str) -> float:
     try:
         return quantity(v, where)
@@ -153,7 +161,7 @@ def _kueue_part(objs: list[dict[str, Any]]) -> dict[tuple[str, str, str], Any]:
         meta = o.get("metadata") or {}
         key = (str(o["kind"]), str(meta.get("namespace") or ""), str(meta.get("name")))
         out[key] = _norm({"api": o.get("apiVersion"), "spec": o.get("spec"), "value": o.get("value"),
-                          "role": (meta.get("labels") or {}).get(K.ROLE_LABEL)})
+                          "role": _map(meta.get("labels"), f"{key[0]} {key[2]}.metadata.labels").get(K.ROLE_LABEL)})
     return out
 
 
@@ -195,7 +203,7 @@ def _resources(flavor: dict[str, Any], where: str, notes: list[str]) -> dict[str
     out: dict[str, dict[str, float | None]] = {f: {"acc": None, "cpu": None, "mem": None}
                                                for f in ("nominalQuota", "borrowingLimit", "lendingLimit")}
     ignored = []
-    for r in flavor.get("resources") or []:
+    for r in _list(flavor.get("resources"), f"{where}.resources"):
         r = _map(r, where)
         rname = str(r.get("name"))
         dim = "acc" if rname in K.ACCEL_RESOURCES else "cpu" if rname == K.CPU else "mem" if rname == K.MEMORY \
@@ -277,8 +285,9 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
     nominal: dict[str, Res] = {}
     lend_zero: list[bool] = []
     borrow: list[tuple[Res, Res | None]] = []
-    for gi, g in enumerate(spec.get("resourceGroups") or []):
-        for f in _map(g, f"ClusterQueue {name}.spec.resourceGroups[{gi}]").get("flavors") or []:
+    for gi, g in enumerate(_list(spec.get("resourceGroups"), f"ClusterQueue {name}.spec.resourceGroups")):
+        where = f"ClusterQueue {name}.spec.resourceGroups[{gi}]"
+        for f in _list(_map(g, where).get("flavors"), f"{where}.flavors"):
             f = _map(f, f"ClusterQueue {name} flavor")
             fname = str(f.get("name"))
             where = f"ClusterQueue {name} flavor {fname}"
