@@ -25,7 +25,7 @@ import yaml
 
 from fairpod.kube import ManifestError, quantity
 from fairpod.kube import kueue as K
-from fairpod.kube.export import export_kueue
+from fairpod.kube.export import borrowing_limit, export_kueue
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
 from fairpod.model.resources import ZERO, Res, node_res
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, SpecError, parse_spec
@@ -251,8 +251,6 @@ def _quota_entry(it: InstanceType, d: dict[str, float | None]) -> dict[str, Any]
 def _borrow_limit(pairs: list[tuple[Res, Res]]) -> int | None:
     """The borrow limit % that gives exactly these (quota, borrowingLimit) pairs, else the nearest on the first
     quota's accelerators (or vCPU)."""
-    from fairpod.kube.export import borrowing_limit
-
     for bl in range(1, 501):
         if all(borrowing_limit(q, bl) == b for q, b in pairs):
             return bl
@@ -268,9 +266,9 @@ def _team_of(cq: dict[str, Any], queues: dict[str, set[str]]) -> str:
         return m.group("team")
     sel = _map(_map(cq.get("spec"), "spec").get("namespaceSelector"), "namespaceSelector")
     ns = _map(sel.get("matchLabels"), "namespaceSelector.matchLabels").get(K.NS_LABEL)
-    if ns and K.NS_RE.match(str(ns)):
-        return K.NS_RE.match(str(ns)).group("team")  # type: ignore[union-attr]
-    teams = {K.NS_RE.match(n).group("team") for n in queues.get(name, set()) if K.NS_RE.match(n)}  # type: ignore
+    if ns and (m := K.NS_RE.match(str(ns))):
+        return m.group("team")
+    teams = {m.group("team") for n in queues.get(name, set()) if (m := K.NS_RE.match(n))}
     if len(teams) == 1:
         return teams.pop()
     raise ImportError_(f"ClusterQueue {name}: which team? name it hyperpod-ns-<team>-clusterqueue, select the "
@@ -287,27 +285,27 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
     borrow: list[tuple[Res, Res | None]] = []
     for gi, g in enumerate(_list(spec.get("resourceGroups"), f"ClusterQueue {name}.spec.resourceGroups")):
         where = f"ClusterQueue {name}.spec.resourceGroups[{gi}]"
-        for f in _list(_map(g, where).get("flavors"), f"{where}.flavors"):
-            f = _map(f, f"ClusterQueue {name} flavor")
+        for fl in _list(_map(g, where).get("flavors"), f"{where}.flavors"):
+            f = _map(fl, f"{where}.flavors[]")
             fname = str(f.get("name"))
-            where = f"ClusterQueue {name} flavor {fname}"
+            fwhere = f"ClusterQueue {name} flavor {fname}"
             if fname in flavors:
                 it = flavors[fname]
             elif fname in BUILTIN_INSTANCE_TYPES:
                 it = fname
-                notes.append(f"{where}: no ResourceFlavor {fname}; read as the instance type of its name")
+                notes.append(f"{fwhere}: no ResourceFlavor {fname}; read as the instance type of its name")
             else:
-                raise ImportError_(f"{where}: no ResourceFlavor {fname} defines its instance type")
+                raise ImportError_(f"{fwhere}: no ResourceFlavor {fname} defines its instance type")
             if it in nominal:
-                raise ImportError_(f"{where}: instance type {it} appears twice")
-            r = _resources(f, where, notes)
+                raise ImportError_(f"{fwhere}: instance type {it} appears twice")
+            r = _resources(f, fwhere, notes)
             quota.append(_quota_entry(cat[it], r["nominalQuota"]))
             q = _res(r["nominalQuota"])
             nominal[it] = q
             ll = [v for v in r["lendingLimit"].values() if v is not None]
             lend_zero.append(bool(ll) and all(v == 0 for v in ll))
             if ll and not all(v == 0 for v in ll) and _res(r["lendingLimit"]) != q:
-                notes.append(f"{where}: lendingLimit lends part of the quota; fairpod lends a team's whole idle "
+                notes.append(f"{fwhere}: lendingLimit lends part of the quota; fairpod lends a team's whole idle "
                              "quota or none (read as lending all)")
             bl = r["borrowingLimit"]
             borrow.append((q, None if all(v is None for v in bl.values()) else _res(bl)))
@@ -330,8 +328,6 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
     else:
         pairs = [(q, b) for q, b in with_quota if b is not None]
         bl = _borrow_limit(pairs)
-        from fairpod.kube.export import borrowing_limit
-
         if bl is None or not all(borrowing_limit(q, bl) == b for q, b in pairs):
             notes.append(f"ClusterQueue {name}: its borrowingLimits are no single borrow limit %; read as {bl} %")
         sharing = {"strategy": "LendAndBorrow", "borrow_limit": bl or 50}
