@@ -24,6 +24,8 @@ COMMAND_MODULES = [
     "fairpod.cli.report_cmds",
     "fairpod.cli.slurm_cmds",
     "fairpod.cli.backup_cmds",
+    "fairpod.cli.kube_cmds",
+    "fairpod.cli.hyp_cmds",
 ]
 
 

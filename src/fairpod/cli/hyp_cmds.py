@@ -1,0 +1,321 @@
+"""``fairpod hyp …``: the SageMaker HyperPod CLI v3 (``hyp``) commands for PyTorch jobs, where they mean the
+same in fairpod.
+
+    fairpod hyp create hyp-pytorch-job --job-name NAME --queue-name hyperpod-ns-TEAM-localqueue
+        [--namespace hyperpod-ns-TEAM] [--priority CLASS-priority] [--max-retry N] [--instance-type T]
+        [--node-count N] [--accelerators N] [--vcpu N] [--memory GIB] [--tasks-per-node N|auto]
+        [--deep-health-check-passed-nodes-only [true|false]] [--environment JSON] [--label-selector JSON]
+        [--image IMAGE] [--pull-policy P] --command '[python, train.py]' [--args '[--epochs, 3]']
+    fairpod hyp list hyp-pytorch-job [-n hyperpod-ns-TEAM]
+    fairpod hyp describe|delete|list-pods hyp-pytorch-job --job-name NAME [-n hyperpod-ns-TEAM]
+    fairpod hyp get-logs hyp-pytorch-job --job-name NAME --pod-name NAME-pod-I [-n hyperpod-ns-TEAM]
+
+The team is the namespace ``hyperpod-ns-<team>`` (or the queue ``hyperpod-ns-<team>-localqueue``); a job's
+pods are its replicas, ``<job>-pod-<i>``. ``--max-retry N`` turns auto-resume on with N restarts, as
+HyperPod's training operator does. The replicas run as a PyTorchJob's pods would (``fairpod.kube.pod``: the
+``PET_*`` variables torchrun reads). The container image cannot be used here: the command runs on the
+node, and the image is only reported. Flags whose meaning fairpod cannot give (volumes, service accounts,
+topology, separate limits) are refused with one line, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+from typing import Any, NoReturn
+
+from fairpod.cli.client import Client
+from fairpod.cli.errors import CliError
+from fairpod.cli.output import ago, emit_json, table
+
+KIND = "hyp-pytorch-job"
+NS_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
+QUEUE_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-localqueue$")
+POD_RE = re.compile(r"^(?P<job>.+)-pod-(?P<i>\d+)$")
+INSTANCE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
+DHC_LABELS = {"deep-health-check-passed": "true", "sagemaker.amazonaws.com/deep-health-check-status": "Passed"}
+HEALTH_LABEL = ("sagemaker.amazonaws.com/node-health-status", "Schedulable")
+
+# hyp flags whose meaning fairpod cannot give: refused with one line
+UNSUPPORTED = {
+    "--volume": "volumes are not mounted: the command runs on the node, paths refer to the node's files",
+    "--service-account-name": "there are no Kubernetes service accounts: replicas run as the team's OS user "
+                              "(run_as in the cluster spec)",
+    "--scheduler-type": "fairpod's scheduler places every job",
+    "--preferred-topology": "fairpod does not place by network topology",
+    "--required-topology": "fairpod does not place by network topology",
+    "--accelerators-limit": "a fairpod replica gets exactly what it requests (--accelerators)",
+    "--vcpu-limit": "a fairpod replica gets exactly what it requests (--vcpu)",
+    "--memory-limit": "a fairpod replica gets exactly what it requests (--memory)",
+}
+
+
+class HypParser(argparse.ArgumentParser):
+    """Errors as one line (``fairpod: error: hyp create hyp-pytorch-job: …``), not usage and a traceback."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"fairpod: error: {self.prog.removeprefix('fairpod ')}: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> tuple[argparse.Namespace, list[str]]:
+        ns, extra = super().parse_known_args(args, namespace)
+        if extra:
+            self.error(f"unrecognized arguments: {' '.join(extra)} (see fairpod {self.prog.removeprefix('fairpod ')}"
+                       " -h)")
+        return ns, extra
+
+
+class _Refuse(argparse.Action):
+    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        flag = option_string or self.dest
+        parser.error(f"{flag} is not supported by fairpod: {UNSUPPORTED[flag]}")
+
+
+def _bool(v: str) -> bool:
+    low = v.strip().lower()
+    if low in ("true", "1", "yes"):
+        return True
+    if low in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {v!r}")
+
+
+def _list(v: str) -> list[str]:
+    """hyp's list form: ``'[python, train.py, --epochs, 3]'``."""
+    return [x.strip() for x in v.strip().strip("[]").split(",") if x.strip()]
+
+
+def _json_map(v: str) -> dict[str, str]:
+    try:
+        d = json.loads(v)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"not valid JSON ({e}); e.g. '{{\"KEY\": \"value\"}}'") from None
+    if not isinstance(d, dict):
+        raise argparse.ArgumentTypeError("expected a JSON object, e.g. '{\"KEY\": \"value\"}'")
+    return {str(k): "" if x is None else str(x) for k, x in d.items()}
+
+
+def _ns(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-n", "--namespace", help="hyperpod-ns-<team> (default: every team you can see)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    hyp = sub.add_parser("hyp", help="HyperPod CLI (hyp) commands for PyTorch jobs",
+                         description="The SageMaker HyperPod CLI's PyTorch job commands: create, list, describe, "
+                         "delete, list-pods, get-logs (see docs/kubernetes.md).")
+    verbs = hyp.add_subparsers(dest="hyp_verb", metavar="VERB", parser_class=HypParser)
+    specs = [
+        ("create", "submit a PyTorch job", create),
+        ("list", "list PyTorch jobs", list_jobs),
+        ("describe", "show a PyTorch job", describe),
+        ("delete", "stop a PyTorch job (fairpod keeps its record as Cancelled)", delete),
+        ("list-pods", "list a job's pods (its replicas)", list_pods),
+        ("get-logs", "print the output of one pod of a job", get_logs),
+    ]
+    for verb, hlp, func in specs:
+        vp = verbs.add_parser(verb, help=hlp, description=hlp)
+        kinds = vp.add_subparsers(dest="hyp_kind", metavar="KIND", parser_class=HypParser, required=True)
+        p = kinds.add_parser(KIND, help=hlp, description=hlp)
+        _ns(p)
+        if verb == "create":
+            _create_flags(p)
+        elif verb != "list":
+            p.add_argument("--job-name", required=True)
+        if verb == "get-logs":
+            p.add_argument("--pod-name", required=True, help="<job>-pod-<i> (see hyp list-pods)")
+        if verb in ("list", "describe", "list-pods"):
+            p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+        p.set_defaults(func=func)
+    hyp.set_defaults(func=lambda a: _usage(hyp))
+
+
+def _usage(p: argparse.ArgumentParser) -> int:
+    p.print_help()
+    return 2
+
+
+def _create_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--job-name", required=True)
+    p.add_argument("--queue-name", help="hyperpod-ns-<team>-localqueue")
+    p.add_argument("--priority", help="<class>-priority (or the class name)")
+    p.add_argument("--max-retry", type=int, help="restarts (turns auto-resume on)")
+    p.add_argument("--instance-type")
+    p.add_argument("--node-count", type=int)
+    p.add_argument("--accelerators", type=float, help="per node")
+    p.add_argument("--vcpu", type=float, help="per node")
+    p.add_argument("--memory", type=float, help="GiB per node")
+    p.add_argument("--tasks-per-node", help="processes per node for torchrun (PET_NPROC_PER_NODE): N, auto, gpu, cpu")
+    p.add_argument("--deep-health-check-passed-nodes-only", type=_bool, nargs="?", const=True, default=None,
+                   metavar="true|false")
+    p.add_argument("--environment", type=_json_map, metavar="JSON", help='\'{"KEY": "value"}\'')
+    p.add_argument("--label-selector", "--label_selector", type=_json_map, metavar="JSON",
+                   help="node labels: the instance type and deep health check labels are understood")
+    p.add_argument("--image", help="reported only: the command runs on the node, not in the image")
+    p.add_argument("--pull-policy", help="reported only, like --image")
+    p.add_argument("--command", type=_list, metavar="LIST", help="'[python, train.py]'")
+    p.add_argument("--args", type=_list, metavar="LIST", help="'[--epochs, 3]'")
+    p.add_argument("--version", help="the hyp flag schema version (1.0 or 1.1; both read alike)")
+    for flag in UNSUPPORTED:
+        p.add_argument(flag, action=_Refuse, nargs="?", help=argparse.SUPPRESS)
+
+
+def team_of(namespace: str | None, queue: str | None = None) -> str | None:
+    found: dict[str, str] = {}
+    if namespace is not None:
+        m = NS_RE.match(namespace)
+        if not m:
+            raise CliError(f"namespace {namespace!r} is not a team's namespace: use hyperpod-ns-<team>")
+        found[m.group("team")] = f"--namespace {namespace}"
+    if queue is not None:
+        m = QUEUE_RE.match(queue)
+        if not m:
+            raise CliError(f"--queue-name {queue!r} is not a team's queue: use hyperpod-ns-<team>-localqueue")
+        found.setdefault(m.group("team"), f"--queue-name {queue}")
+    if len(found) > 1:
+        raise CliError("--namespace and --queue-name name different teams: " + ", ".join(found.values()))
+    return next(iter(found), None)
+
+
+def create(a: argparse.Namespace) -> int:
+    from fairpod.kube import ENV_CONFIG
+
+    team = team_of(a.namespace, a.queue_name)
+    if team is None:
+        raise CliError("which team? give --queue-name hyperpod-ns-<team>-localqueue (or --namespace "
+                       "hyperpod-ns-<team>)")
+    argv = [*(a.command or []), *(a.args or [])]
+    if not a.command:
+        raise CliError("give the command to run: --command '[python, train.py]' (the image's entrypoint cannot "
+                       "be used: the command runs on the node)")
+    body: dict[str, Any] = {"name": a.job_name, "team": team}
+    if a.priority:
+        body["priority"] = a.priority.removesuffix("-priority")
+    if a.max_retry is not None:
+        if a.max_retry < 0:
+            raise CliError("--max-retry must be 0 or more")
+        body.update(auto_resume=a.max_retry > 0, max_retry=a.max_retry)
+    fields = {"instance_type": a.instance_type, "nodes": a.node_count, "accelerators": a.accelerators,
+              "vcpu": a.vcpu, "memory_gib": a.memory}
+    body.update({k: v for k, v in fields.items() if v is not None})
+    dhc = bool(a.deep_health_check_passed_nodes_only)
+    for k, v in (a.label_selector or {}).items():
+        if k in INSTANCE_LABELS:
+            if a.instance_type and a.instance_type != v:
+                raise CliError(f"--label-selector {k}={v} and --instance-type {a.instance_type} differ")
+            body["instance_type"] = v
+        elif DHC_LABELS.get(k) == v:
+            dhc = True
+        elif (k, v) == HEALTH_LABEL:
+            continue  # fairpod places jobs on schedulable nodes only
+        else:
+            raise CliError(f"--label-selector {k}={v} is not supported by fairpod: it places jobs by instance type "
+                           "and deep health check only")
+    if dhc:
+        body["deep_health_check_passed_nodes_only"] = True
+    env = dict(a.environment or {})
+    pet: dict[str, Any] = {"elastic": False}
+    if a.tasks_per_node is not None:
+        if not re.fullmatch(r"\d+|auto|gpu|cpu", a.tasks_per_node):
+            raise CliError(f"--tasks-per-node {a.tasks_per_node!r}: a number, auto, gpu or cpu")
+        pet["nproc_per_node"] = a.tasks_per_node
+    env[ENV_CONFIG] = json.dumps(pet)
+    body["env"] = env
+    body["command"] = [sys.executable, "-m", "fairpod.kube.pod", "--", *argv]
+    body["workdir"] = os.getcwd()
+    if a.image:
+        print(f"fairpod: note: the image {a.image} is not used: the command runs on the node, which needs its "
+              "interpreter, libraries and code", file=sys.stderr)
+    job = Client().submit(body)
+    print(f"hyp-pytorch-job {job['name']} created in namespace hyperpod-ns-{job['team']}: fairpod job {job['id']}, "
+          f"{job['state']} — {job['reason']}")
+    return 0
+
+
+def _params(a: argparse.Namespace) -> dict[str, Any]:
+    team = team_of(a.namespace)
+    return {"team": team} if team else {}
+
+
+def list_jobs(a: argparse.Namespace) -> int:
+    res = Client().get("/jobs", team=_params(a).get("team"), limit=0)
+    jobs = res["jobs"]
+    if a.output == "json":
+        emit_json(jobs)
+        return 0
+    if not jobs:
+        print("No jobs found.")
+        return 0
+    rows = [{"name": j["name"], "namespace": f"hyperpod-ns-{j['team']}", "status": j["state"],
+             "age": ago(j["submit_time"])} for j in jobs]
+    table(rows, [("name", "NAME"), ("namespace", "NAMESPACE"), ("status", "STATUS"), ("age", "AGE")])
+    return 0
+
+
+def describe(a: argparse.Namespace) -> int:
+    j = Client().get(f"/jobs/{a.job_name}", **_params(a))
+    if a.output == "json":
+        emit_json(j)
+        return 0
+    labels = {"kueue.x-k8s.io/queue-name": f"hyperpod-ns-{j['team']}-localqueue"}
+    if j["priority"]:
+        labels["kueue.x-k8s.io/priority-class"] = f"{j['priority']}-priority"
+    cmd = j.get("command") or []
+    if cmd[1:4] == ["-m", "fairpod.kube.pod", "--"]:
+        cmd = cmd[4:]
+    lines = [
+        ("Name", j["name"]), ("Namespace", f"hyperpod-ns-{j['team']}"), ("Labels", labels),
+        ("Status", f"{j['state']} — {j['reason']}"), ("Instance type", j["instance_type"]),
+        ("Replicas", f"{j['nodes']} x {j['accelerators_per_node']} accelerators"),
+        ("Pods", ", ".join(f"{j['name']}-pod-{i} on {n}" for i, n in enumerate(j["placement"])) or "-"),
+        ("Max retry", f"{j['max_retry']} (restarts so far: {j['restarts']})" if j["auto_resume"] else "0"),
+        ("Command", " ".join(cmd)),
+    ]
+    print("\nJob Details:")
+    print("=" * 80)
+    for k, v in lines:
+        print(f"{k + ':':16}{v}")
+    print("\nEvents:")
+    for e in j["events"][-20:]:
+        print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {e['message']}")
+    return 0
+
+
+def delete(a: argparse.Namespace) -> int:
+    j = Client().post(f"/jobs/{a.job_name}/cancel", **_params(a))
+    print(f"hyp-pytorch-job {j['name']} deleted from namespace hyperpod-ns-{j['team']}: fairpod job {j['id']} is "
+          f"{j['state']} — {j['reason']}")
+    return 0
+
+
+def list_pods(a: argparse.Namespace) -> int:
+    j = Client().get(f"/jobs/{a.job_name}", **_params(a))
+    res = Client().get(f"/jobs/{j['id']}/replicas")
+    ns = f"hyperpod-ns-{j['team']}"
+    pods = [{"pod": f"{j['name']}-pod-{r['replica']}", "namespace": ns, **r} for r in res["replicas"]]
+    if a.output == "json":
+        emit_json(pods)
+        return 0
+    if not pods:
+        print(f"\nNo pods found for job: {j['name']} ({j['state']})")
+        return 0
+    print(f"\nPods for job: {j['name']}\n")
+    table(pods, [("pod", "POD NAME"), ("namespace", "NAMESPACE"), ("state", "STATUS"), ("node", "NODE")])
+    return 0
+
+
+def get_logs(a: argparse.Namespace) -> int:
+    m = POD_RE.match(a.pod_name)
+    if not m or m.group("job") != a.job_name:
+        raise CliError(f"--pod-name {a.pod_name!r} is not a pod of job {a.job_name}: its pods are "
+                       f"{a.job_name}-pod-<i> (see fairpod hyp list-pods {KIND} --job-name {a.job_name})")
+    j = Client().get(f"/jobs/{a.job_name}", **_params(a))
+    print(f"Listing logs for pod: {a.pod_name}", flush=True)
+    out = sys.stdout.buffer
+    for chunk in Client().stream(f"/jobs/{j['id']}/logs", replica=int(m.group("i"))):
+        out.write(chunk)
+        out.flush()
+    return 0

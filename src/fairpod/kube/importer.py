@@ -1,0 +1,528 @@
+"""``fairpod import kueue DIR``: Kueue objects (written by ``fairpod export kueue``, or HyperPod's own) back
+into a fairpod cluster spec.
+
+Kueue's fields are the truth. What they determine is read from them: teams (ClusterQueue
+``hyperpod-ns-<team>-clusterqueue``, or the namespace its selector or LocalQueue names), quotas per instance
+type (the flavor's ``node.kubernetes.io/instance-type`` label), sharing strategy and borrow limit (from
+``lendingLimit`` / ``borrowingLimit``), own-task preemption (``withinClusterQueue``), fair-share weight,
+priority classes (WorkloadPriorityClasses ``<class>-priority``), idle resource sharing (a
+``fairpod-unallocated`` ClusterQueue). fairpod's ``fairpod.dev/`` annotations supply what Kueue has no field for
+(node counts, custom instance types, policy knobs) and the form a value was written in: the spec they describe
+is taken as is only when exporting it gives back exactly the Kueue fields read; otherwise (objects edited
+after the export, or HyperPod's own) the spec is read from the Kueue fields and every guess is reported.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fairpod.kube import ManifestError, quantity
+from fairpod.kube import kueue as K
+from fairpod.kube.export import borrowing_limit, export_kueue
+from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
+from fairpod.model.resources import ZERO, Res, node_res
+from fairpod.model.spec import NAME_PATTERN, ClusterSpec, SpecError, parse_spec
+
+
+class ImportError_(ValueError):  # noqa: N801 - ImportError is a builtin
+    """Objects that cannot be read as a fairpod spec; the message names the object and field."""
+
+
+@dataclass
+class Imported:
+    spec: ClusterSpec
+    notes: list[str] = field(default_factory=list)
+    from_annotations: bool = False
+
+
+def read_dir(path: Path) -> list[Any]:
+    """Every YAML/JSON document under ``path`` (a directory, read in name order, or one file)."""
+    files = [path] if path.is_file() else sorted(p for p in path.rglob("*") if p.is_file()
+                                                  and p.suffix in (".yaml", ".yml", ".json"))
+    if not path.exists():
+        raise ImportError_(f"{path}: no such file or directory")
+    if not files:
+        raise ImportError_(f"{path}: no .yaml, .yml or .json file")
+    docs: list[Any] = []
+    for f in files:
+        try:
+            docs += [d for d in yaml.safe_load_all(f.read_text()) if d is not None]
+        except (OSError, UnicodeDecodeError) as e:
+            raise ImportError_(f"{f}: cannot read: {e}") from None
+        except yaml.YAMLError as e:
+            raise ImportError_(f"{f}: not valid YAML: {str(e).splitlines()[0]}") from None
+    return docs
+
+
+def _flatten(docs: list[Any]) -> list[dict[str, Any]]:
+    out = []
+    for i, d in enumerate(docs):
+        if not isinstance(d, dict):
+            raise ImportError_(f"document {i + 1} is not a mapping")
+        if str(d.get("kind", "")).endswith("List") and isinstance(d.get("items"), list):
+            out += _flatten(d["items"])
+        else:
+            out.append(d)
+    return out
+
+
+def _map(v: Any, where: str) -> dict[str, Any]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise ImportError_(f"{where} must be a mapping")
+    return v
+
+
+def _list(v: Any, where: str) -> list[Any]:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise ImportError_(f"{where} must be a list")
+    return v
+
+
+def _qty(v: Any, where: str) -> float:
+    try:
+        return quantity(v, where)
+    except ManifestError as e:
+        raise ImportError_(str(e)) from None
+
+
+class _Objects:
+    def __init__(self, docs: list[Any], notes: list[str]) -> None:
+        self.by_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in K.KINDS}
+        seen: set[tuple[str, str, str]] = set()
+        skipped: list[str] = []
+        for d in _flatten(docs):
+            kind, api = str(d.get("kind", "")), str(d.get("apiVersion", ""))
+            meta = _map(d.get("metadata"), f"{kind or 'object'}.metadata")
+            name = str(meta.get("name") or "")
+            if kind in K.KINDS and api in K.READ_APIS:
+                if not name:
+                    raise ImportError_(f"a {kind} has no metadata.name")
+                key = (kind, str(meta.get("namespace") or ""), name)
+                if key in seen:
+                    raise ImportError_(f"{kind} {name} is defined twice")
+                seen.add(key)
+                self.by_kind[kind].append(d)
+            elif kind == "Namespace" and api == "v1":
+                continue
+            else:
+                skipped.append(f"{kind or '(no kind)'}/{name or '?'} ({api or 'no apiVersion'})")
+        if skipped:
+            notes.append(f"skipped (not a Kueue object fairpod reads): {', '.join(skipped)}")
+        if not self.by_kind["ClusterQueue"] and not self.by_kind["Cohort"]:
+            raise ImportError_("no kueue.x-k8s.io ClusterQueue or Cohort found: nothing to read a cluster from")
+
+
+def _ann(obj: dict[str, Any], key: str) -> Any:
+    raw = _map(obj.get("metadata"), "metadata").get("annotations") or {}
+    if not isinstance(raw, dict) or key not in raw:
+        return None
+    try:
+        return json.loads(str(raw[key]))
+    except ValueError:
+        return None
+
+
+def _name(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["name"])
+
+
+# -- the Kueue part of objects, for comparing an export with what was read ---------------------------------
+
+
+def _norm(v: Any, key: str = "") -> Any:
+    if isinstance(v, dict):
+        return {k: _norm(x, k) for k, x in sorted(v.items())}
+    if isinstance(v, list):
+        return [_norm(x) for x in v]
+    if key in ("nominalQuota", "borrowingLimit", "lendingLimit", "weight") and isinstance(v, (int, float, str)):
+        try:
+            return round(quantity(v, key), 6)
+        except ManifestError:
+            return v
+    return v
+
+
+def _kueue_part(objs: list[dict[str, Any]]) -> dict[tuple[str, str, str], Any]:
+    out = {}
+    for o in objs:
+        if o.get("kind") not in K.KINDS:
+            continue
+        meta = o.get("metadata") or {}
+        key = (str(o["kind"]), str(meta.get("namespace") or ""), str(meta.get("name")))
+        out[key] = _norm({"api": o.get("apiVersion"), "spec": o.get("spec"), "value": o.get("value"),
+                          "role": _map(meta.get("labels"), f"{key[0]} {key[2]}.metadata.labels").get(K.ROLE_LABEL)})
+    return out
+
+
+# -- reading the Kueue fields --------------------------------------------------------------------------------
+
+
+def _flavors(objs: _Objects, notes: list[str]) -> tuple[dict[str, str], list[dict[str, Any]]]:
+    """ResourceFlavor name -> instance type; and the custom instance types, in file order."""
+    out: dict[str, str] = {}
+    custom: list[dict[str, Any]] = []
+    for rf in objs.by_kind["ResourceFlavor"]:
+        fname = _name(rf)
+        labels = _map(_map(rf.get("spec"), f"ResourceFlavor {fname}.spec").get("nodeLabels"),
+                      f"ResourceFlavor {fname}.spec.nodeLabels")
+        it = next((str(labels[k]) for k in K.INSTANCE_LABELS if k in labels), None)
+        if it is None:
+            if fname in BUILTIN_INSTANCE_TYPES:
+                it = fname
+                notes.append(f"ResourceFlavor {fname}: no {K.INSTANCE_LABEL} node label; read as the instance type "
+                             "of its name")
+            else:
+                raise ImportError_(f"ResourceFlavor {fname}: no {K.INSTANCE_LABEL} node label, so fairpod cannot "
+                                   "tell which instance type it is")
+        out[fname] = it
+        if it not in BUILTIN_INSTANCE_TYPES:
+            ann = _ann(rf, K.ANN_INSTANCE_TYPE)
+            if not isinstance(ann, dict):
+                raise ImportError_(f"ResourceFlavor {fname}: instance type {it} is not in fairpod's catalog and the "
+                                   f"flavor has no {K.ANN_INSTANCE_TYPE} annotation: define it under instance_types "
+                                   "(accelerators, vcpu, memory_gib)")
+            if any(c["name"] == it for c in custom):
+                continue
+            custom.append({**ann, "name": it})
+    return out, custom
+
+
+def _resources(flavor: dict[str, Any], where: str, notes: list[str]) -> dict[str, dict[str, float | None]]:
+    """{nominalQuota|borrowingLimit|lendingLimit: {acc, cpu, mem}} of one flavor (None: not set)."""
+    out: dict[str, dict[str, float | None]] = {f: {"acc": None, "cpu": None, "mem": None}
+                                               for f in ("nominalQuota", "borrowingLimit", "lendingLimit")}
+    ignored = []
+    for r in _list(flavor.get("resources"), f"{where}.resources"):
+        r = _map(r, where)
+        rname = str(r.get("name"))
+        dim = "acc" if rname in K.ACCEL_RESOURCES else "cpu" if rname == K.CPU else "mem" if rname == K.MEMORY \
+            else None
+        if dim is None:
+            ignored.append(rname)
+            continue
+        for f in out:
+            if r.get(f) is not None:
+                v = _qty(r[f], f"{where} {rname}.{f}")
+                if dim == "cpu":
+                    v = round(v * 1000)
+                elif dim == "mem":
+                    v = round(v / 2**20)
+                prev = out[f][dim]
+                out[f][dim] = v if prev is None else prev + v
+    if ignored:
+        notes.append(f"{where}: {', '.join(ignored)} not known to fairpod (accelerators, cpu, memory); ignored")
+    return out
+
+
+def _res(d: dict[str, float | None]) -> Res:
+    return Res(int(d["acc"] or 0), int(d["cpu"] or 0), int(d["mem"] or 0))
+
+
+def _quota_entry(it: InstanceType, d: dict[str, float | None]) -> dict[str, Any]:
+    q = _res(d)
+    node = node_res(it)
+    if q == ZERO:
+        return {"instance_type": it.name, "count": 0}
+    ref = node.acc or node.mcpu
+    n = (q.acc if node.acc else q.mcpu) / ref
+    if d["cpu"] is not None and d["mem"] is not None and n == int(n) and node.scale(int(n)) == q:
+        return {"instance_type": it.name, "count": int(n)}
+    entry: dict[str, Any] = {"instance_type": it.name}
+    if d["acc"] is not None and (it.accelerators or d["cpu"] is None):
+        entry["accelerators"] = q.acc
+    if d["cpu"] is not None:
+        entry["vcpu"] = q.mcpu / 1000
+    if d["mem"] is not None:
+        entry["memory_gib"] = q.mib / 1024
+    return entry
+
+
+def _borrow_limit(pairs: list[tuple[Res, Res]]) -> int | None:
+    """The borrow limit % that gives exactly these (quota, borrowingLimit) pairs, else the nearest on the first
+    quota's accelerators (or vCPU)."""
+    for bl in range(1, 501):
+        if all(borrowing_limit(q, bl) == b for q, b in pairs):
+            return bl
+    q, b = pairs[0]
+    num, den = (b.acc, q.acc) if q.acc else (b.mcpu, q.mcpu)
+    return None if not den else min(500, max(1, round(100 * num / den)))
+
+
+def _team_of(cq: dict[str, Any], queues: dict[str, set[str]]) -> str:
+    name = _name(cq)
+    m = K.CQ_RE.match(name)
+    if m:
+        return m.group("team")
+    sel = _map(_map(cq.get("spec"), "spec").get("namespaceSelector"), "namespaceSelector")
+    ns = _map(sel.get("matchLabels"), "namespaceSelector.matchLabels").get(K.NS_LABEL)
+    if ns and (m := K.NS_RE.match(str(ns))):
+        return m.group("team")
+    teams = {m.group("team") for n in queues.get(name, set()) if (m := K.NS_RE.match(n))}
+    if len(teams) == 1:
+        return teams.pop()
+    raise ImportError_(f"ClusterQueue {name}: which team? name it hyperpod-ns-<team>-clusterqueue, select the "
+                       "namespace hyperpod-ns-<team>, or point one LocalQueue in that namespace at it")
+
+
+def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str, InstanceType],
+          ranking_seen: list[bool], notes: list[str]) -> tuple[dict[str, Any], dict[str, Res]]:
+    name = _name(cq)
+    spec = _map(cq.get("spec"), f"ClusterQueue {name}.spec")
+    quota: list[dict[str, Any]] = []
+    nominal: dict[str, Res] = {}
+    lend_zero: list[bool] = []
+    borrow: list[tuple[Res, Res | None]] = []
+    for gi, g in enumerate(_list(spec.get("resourceGroups"), f"ClusterQueue {name}.spec.resourceGroups")):
+        where = f"ClusterQueue {name}.spec.resourceGroups[{gi}]"
+        for fl in _list(_map(g, where).get("flavors"), f"{where}.flavors"):
+            f = _map(fl, f"{where}.flavors[]")
+            fname = str(f.get("name"))
+            fwhere = f"ClusterQueue {name} flavor {fname}"
+            if fname in flavors:
+                it = flavors[fname]
+            elif fname in BUILTIN_INSTANCE_TYPES:
+                it = fname
+                notes.append(f"{fwhere}: no ResourceFlavor {fname}; read as the instance type of its name")
+            else:
+                raise ImportError_(f"{fwhere}: no ResourceFlavor {fname} defines its instance type")
+            if it in nominal:
+                raise ImportError_(f"{fwhere}: instance type {it} appears twice")
+            r = _resources(f, fwhere, notes)
+            quota.append(_quota_entry(cat[it], r["nominalQuota"]))
+            q = _res(r["nominalQuota"])
+            nominal[it] = q
+            ll = [v for v in r["lendingLimit"].values() if v is not None]
+            lend_zero.append(bool(ll) and all(v == 0 for v in ll))
+            if ll and not all(v == 0 for v in ll) and _res(r["lendingLimit"]) != q:
+                notes.append(f"{fwhere}: lendingLimit lends part of the quota; fairpod lends a team's whole idle "
+                             "quota or none (read as lending all)")
+            bl = r["borrowingLimit"]
+            borrow.append((q, None if all(v is None for v in bl.values()) else _res(bl)))
+    sharing: dict[str, Any]
+    with_quota = [(q, b) for q, b in borrow if q != ZERO]
+    if not spec.get("cohortName") and not spec.get("cohort"):
+        sharing = {"strategy": "DontLend"}
+        notes.append(f"ClusterQueue {name}: in no cohort, so it neither lends nor borrows (DontLend)")
+    elif lend_zero and all(lend_zero):
+        sharing = {"strategy": "DontLend"}
+        if any(b is None or b != ZERO for _, b in borrow):
+            notes.append(f"ClusterQueue {name}: borrows but lends nothing, which fairpod has no strategy for; "
+                         "read as DontLend")
+    elif not with_quota or all(b is not None and b == ZERO for _, b in with_quota):
+        sharing = {"strategy": "Lend"}
+    elif any(b is None for _, b in with_quota):
+        sharing = {"strategy": "LendAndBorrow", "borrow_limit": 500}
+        notes.append(f"ClusterQueue {name}: no borrowingLimit (unlimited borrowing); read as fairpod's largest "
+                     "borrow limit, 500 %")
+    else:
+        pairs = [(q, b) for q, b in with_quota if b is not None]
+        bl = _borrow_limit(pairs)
+        if bl is None or not all(borrowing_limit(q, bl) == b for q, b in pairs):
+            notes.append(f"ClusterQueue {name}: its borrowingLimits are no single borrow limit %; read as {bl} %")
+        sharing = {"strategy": "LendAndBorrow", "borrow_limit": bl or 50}
+    pre = _map(spec.get("preemption"), f"ClusterQueue {name}.spec.preemption")
+    within = str(pre.get("withinClusterQueue") or "Never")
+    if within != "Never":
+        ranking_seen.append(True)
+    if within == "LowerOrNewerEqualPriority":
+        notes.append(f"ClusterQueue {name}: withinClusterQueue LowerOrNewerEqualPriority read as LowerPriority "
+                     "(fairpod never preempts a job of equal priority)")
+    reclaim = str(pre.get("reclaimWithinCohort") or "Never")
+    if reclaim != "Any" and spec.get("cohortName", spec.get("cohort")):
+        notes.append(f"ClusterQueue {name}: reclaimWithinCohort {reclaim}: fairpod always takes a team's quota "
+                     "back from any borrower (Any)")
+    bwc = str(_map(pre.get("borrowWithinCohort"), "borrowWithinCohort").get("policy") or "Never")
+    if bwc != "Never":
+        notes.append(f"ClusterQueue {name}: borrowWithinCohort {bwc}: fairpod preempts to borrow only by fair "
+                     "share (Kueue's fair sharing), not by priority")
+    fs = _map(spec.get("fairSharing"), "fairSharing")
+    if fs.get("weight") is None:
+        weight = 1
+        notes.append(f"ClusterQueue {name}: no fairSharing.weight; read as Kueue's default, 1")
+    else:
+        w = _qty(fs["weight"], f"ClusterQueue {name}.spec.fairSharing.weight")
+        weight = min(100, max(0, round(w)))
+        if weight != w:
+            notes.append(f"ClusterQueue {name}: fairSharing.weight {fs['weight']} read as {weight} (fairpod's "
+                         "weights are whole numbers 0..100)")
+    out = {"name": team, "fair_share_weight": weight,
+           "preempt_team_tasks": "Never" if within == "Never" else "LowerPriority",
+           "sharing": sharing, "quota": quota}
+    return out, nominal
+
+
+def _group_name(it: str, taken: set[str]) -> str:
+    base = re.sub(r"[^a-z0-9-]+", "-", it.lower()).strip("-")[:36].strip("-") or "nodes"
+    name, i = base, 2
+    while name in taken:
+        name, i = f"{base}-{i}", i + 1
+    taken.add(name)
+    return name
+
+
+def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
+    """The spec the Kueue fields describe (no fairpod annotation read)."""
+    flavors, custom = _flavors(objs, notes)
+    cat = dict(BUILTIN_INSTANCE_TYPES)
+    for c in custom:
+        try:
+            cat[c["name"]] = InstanceType.model_validate(c)
+        except ValueError as e:
+            raise ImportError_(f"instance type {c['name']}: annotation {K.ANN_INSTANCE_TYPE} is not valid: "
+                               f"{str(e).splitlines()[0]}") from None
+    cohorts = [_name(c) for c in objs.by_kind["Cohort"]]
+    for c in objs.by_kind["Cohort"]:
+        if _map(c.get("spec"), "Cohort.spec").get("parentName"):
+            notes.append(f"Cohort {_name(c)}: its parent cohort is ignored (fairpod has one flat cohort)")
+    for cq in objs.by_kind["ClusterQueue"]:
+        s = _map(cq.get("spec"), "ClusterQueue.spec")
+        c = s.get("cohortName") or s.get("cohort")
+        if c and c not in cohorts:
+            cohorts.append(str(c))
+    if len(cohorts) > 1:
+        raise ImportError_(f"several cohorts ({', '.join(cohorts)}): a fairpod cluster is one cohort; import "
+                           "each cohort's objects separately")
+    cluster = cohorts[0] if cohorts else "fairpod"
+    if not re.match(NAME_PATTERN, cluster) or len(cluster) > 40:
+        fixed = re.sub(r"[^a-z0-9-]+", "-", cluster.lower()).strip("-")[:40].strip("-") or "fairpod"
+        notes.append(f"cohort {cluster}: cluster name read as {fixed}")
+        cluster = fixed
+    queues: dict[str, set[str]] = {}
+    for lq in objs.by_kind["LocalQueue"]:
+        target = str(_map(lq.get("spec"), "LocalQueue.spec").get("clusterQueue") or "")
+        queues.setdefault(target, set()).add(str(lq["metadata"].get("namespace") or ""))
+    teams: list[dict[str, Any]] = []
+    totals: dict[str, Res] = {}
+    ranking_seen: list[bool] = []
+    unallocated = False
+    for cq in objs.by_kind["ClusterQueue"]:
+        labels = _map(cq["metadata"].get("labels"), "metadata.labels")
+        if labels.get(K.ROLE_LABEL) == "unallocated" or _name(cq) == K.UNALLOCATED:
+            unallocated = True
+            _, nominal = _team(cq, K.UNALLOCATED, flavors, cat, [], [])
+        else:
+            team = _team_of(cq, queues)
+            if any(t["name"] == team for t in teams):
+                raise ImportError_(f"ClusterQueue {_name(cq)}: a second ClusterQueue for team {team}")
+            t, nominal = _team(cq, team, flavors, cat, ranking_seen, notes)
+            teams.append(t)
+            expected = K.local_queue(team)
+            if not any(K.namespace(team) in ns for q, ns in queues.items() if q == _name(cq)):
+                notes.append(f"team {team}: no LocalQueue in namespace {K.namespace(team)} points at ClusterQueue "
+                             f"{_name(cq)} (jobs are submitted to {expected})")
+        for it, q in nominal.items():
+            totals[it] = totals.get(it, ZERO) + q
+    classes = []
+    for wpc in objs.by_kind["WorkloadPriorityClass"]:
+        wname = _name(wpc)
+        cls = wname[: -len(K.PRIORITY_SUFFIX)] if wname.endswith(K.PRIORITY_SUFFIX) else wname
+        if cls == wname:
+            notes.append(f"WorkloadPriorityClass {wname}: the name does not end in -priority; class {cls}")
+        v = wpc.get("value")
+        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 100:
+            raise ImportError_(f"WorkloadPriorityClass {wname}: value {v!r} is not a fairpod weight (a whole number "
+                               "0..100)")
+        if v:
+            ranking_seen.append(True)
+        classes.append({"name": cls, "weight": v})
+    groups = []
+    taken: set[str] = set()
+    order = list(dict.fromkeys([*flavors.values(), *totals]))  # a flavor without quota is still a node type
+    for it in order:
+        total = totals.get(it, ZERO)
+        node = node_res(cat[it])
+        n = max(math.ceil(total[d] / node[d]) for d in range(3) if node[d]) if total != ZERO else 0
+        if n or not any(g["instance_type"] == it for g in groups):
+            groups.append({"name": _group_name(it, taken), "instance_type": it, "count": n})
+            notes.append(f"instance group {groups[-1]['name']}: {n} x {it}, sized from the quotas (Kueue does not "
+                         "count nodes); set your cluster's node count")
+    notes.append("idle compute allocation read as FairShare (Kueue's Configuration, not its objects, decides fair "
+                 "sharing)")
+    return {
+        "cluster": {"name": cluster, "instance_groups": groups},
+        "instance_types": custom,
+        "policy": {"task_prioritization": "TaskRanking" if ranking_seen else "FirstComeFirstServe",
+                   "priority_classes": classes, "idle_compute_allocation": "FairShare",
+                   "idle_resource_sharing": "Enabled" if unallocated else "Disabled"},
+        "teams": teams,
+    }  # fmt: skip
+
+
+def from_annotations(objs: _Objects) -> dict[str, Any] | None:
+    """The spec fairpod's annotations describe, or None if one is missing."""
+    cohorts = objs.by_kind["Cohort"]
+    if len(cohorts) != 1:
+        return None
+    cluster, policy = _ann(cohorts[0], K.ANN_CLUSTER), _ann(cohorts[0], K.ANN_POLICY)
+    teams = [_ann(cq, K.ANN_TEAM) for cq in objs.by_kind["ClusterQueue"]
+             if (cq["metadata"].get("labels") or {}).get(K.ROLE_LABEL) != "unallocated"]
+    classes = [_ann(w, K.ANN_PRIORITY_CLASS) for w in objs.by_kind["WorkloadPriorityClass"]]
+    types = [_ann(f, K.ANN_INSTANCE_TYPE) for f in objs.by_kind["ResourceFlavor"]
+             if _ann(f, K.ANN_INSTANCE_TYPE) is not None]
+    parts = [cluster, policy, *teams, *classes]
+    if any(not isinstance(p, dict) for p in parts) or any(not isinstance(t, dict) for t in types):
+        return None
+    return {"cluster": cluster, "instance_types": types, "policy": {**policy, "priority_classes": classes},
+            "teams": teams}  # type: ignore[dict-item]
+
+
+def import_kueue(docs: list[Any]) -> Imported:
+    notes: list[str] = []
+    objs = _Objects(docs, notes)
+    read = _kueue_part([o for kind in K.KINDS for o in objs.by_kind[kind]])
+    annotated = from_annotations(objs)
+    if annotated is not None:
+        try:
+            spec = parse_spec(annotated)
+            if _kueue_part(export_kueue(spec).objects) == read:
+                return Imported(spec, notes, from_annotations=True)
+        except (SpecError, ValueError):
+            pass
+    derived_notes: list[str] = []
+    data = from_kueue(objs, derived_notes)
+    if annotated is not None:
+        # edited after the export: Kueue's fields win; fairpod-only settings still come from the annotations
+        notes.append("the Kueue fields differ from what fairpod exported (edited since?): the spec is read from "
+                     "the Kueue fields; node counts and fairpod-only settings from the fairpod.dev/ annotations")
+        sized = data["cluster"]["instance_groups"]
+        data["cluster"] = {**annotated["cluster"], "name": data["cluster"]["name"]}
+        have = {g.get("instance_type") for g in data["cluster"].get("instance_groups") or []}
+        taken = {g.get("name") for g in data["cluster"].get("instance_groups") or []}
+        for g in sized:  # an instance type added since the export: sized from the quotas, as for foreign objects
+            if g["instance_type"] not in have:
+                g["name"] = _group_name(g["instance_type"], taken)
+                data["cluster"].setdefault("instance_groups", []).append(g)
+                notes.append(f"instance group {g['name']}: {g['count']} x {g['instance_type']}, sized from the "
+                             "quotas (Kueue does not count nodes); set your cluster's node count")
+        pol = annotated["policy"]
+        data["policy"].update({k: pol[k] for k in ("idle_compute_allocation", "starvation_guard_seconds",
+                                                   "max_min_runtime_seconds") if k in pol})
+        old = {t.get("name"): t for t in annotated["teams"]}
+        for t in data["teams"]:
+            if t["name"] in old and old[t["name"]].get("run_as"):
+                t["run_as"] = old[t["name"]]["run_as"]
+        derived_notes = [n for n in derived_notes if not n.startswith(("instance group ", "idle compute"))]
+    else:
+        notes.append("no fairpod.dev/ annotations (objects not written by fairpod): read from the Kueue fields")
+    notes += derived_notes
+    try:
+        spec = parse_spec(data)
+    except SpecError as e:
+        raise ImportError_("the objects make no valid fairpod spec: " + "; ".join(e.problems)) from None
+    return Imported(spec, notes)
+
+
+def spec_yaml(spec: ClusterSpec) -> str:
+    """The spec as YAML, without the fields left at their defaults."""
+    return yaml.safe_dump(spec.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
