@@ -41,6 +41,7 @@ class GpuReading:
     retired_pages: int = 0  # retired plus pending-retirement pages (or remapped rows)
     remap_failure: bool = False  # row remapping failed: the card needs replacing
     temperature_c: float | None = None
+    utilization_pct: float | None = None  # GPU busy time over NVML's last sample period
     throttled: bool = False  # a hardware slowdown (thermal, power brake), not an idle clock-down
     throttle_reasons: list[str] = field(default_factory=list)
     pcie_gen: int | None = None
@@ -106,6 +107,7 @@ def _nvml() -> list[GpuReading] | None:
                 h, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC)), 0)
             g.temperature_c = _try(lambda h=h: float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)),
                                    None)
+            g.utilization_pct = _try(lambda h=h: float(pynvml.nvmlDeviceGetUtilizationRates(h).gpu), None)
             reasons = _try(lambda h=h: int(pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)), 0)
             g.throttle_reasons = [name for bit, name in _HW_SLOWDOWN.items() if reasons & bit]
             g.throttled = bool(g.throttle_reasons)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -60,6 +60,15 @@ class JobSpec(BaseModel):
     min_runtime_seconds: float = Field(default=0.0, ge=0, le=7 * 86400,
                                        description="protection from preemption; at most policy.max_min_runtime_seconds")
     deep_health_check_passed_nodes_only: bool = False
+    max_runtime_seconds: float | None = Field(
+        default=None, ge=1, le=365 * 86400,
+        description="SIGTERM + grace at this runtime (of the attempt), then Failed 'runtime limit' or requeued as "
+        "the priority class says; default and maximum from the class")
+    hang_timeout_seconds: float | None = Field(
+        default=None, ge=10, le=30 * 86400,
+        description="hung when no progress report and no output (or only idle GPUs) for this long")
+    hang_action: Literal["notify", "restart", "cancel"] = Field(
+        default="notify", description="what a hang does: an event, a restart (counts against max_retry), a cancel")
 
     @model_validator(mode="before")
     @classmethod
@@ -134,6 +143,11 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
     if job.min_runtime_seconds > bound:
         raise ValueError(f"min_runtime_seconds {job.min_runtime_seconds:g} is above the cluster's maximum of "
                          f"{bound:g} s (policy.max_min_runtime_seconds)")
+    pc = spec.priority_class(job.priority)
+    if pc is not None and pc.max_runtime_seconds is not None and job.max_runtime_seconds is not None \
+            and job.max_runtime_seconds > pc.max_runtime_seconds:
+        raise ValueError(f"max_runtime_seconds {job.max_runtime_seconds:g} is above the {pc.name!r} class's maximum "
+                         f"of {pc.max_runtime_seconds:g} s")
     if job.priority is not None:
         try:
             prio = spec.priority_weight(job.priority)

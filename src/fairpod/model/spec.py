@@ -122,6 +122,20 @@ class ClusterInfo(_Strict):
 class PriorityClass(_Strict):
     name: str = Field(pattern=NAME_PATTERN, max_length=40)
     weight: int = Field(ge=0, le=100)
+    # Runtime limits of the class's jobs: the default when a job gives no max_runtime_seconds, the most one may
+    # ask for, and what happens at the limit (fail: the job ends Failed "runtime limit"; requeue: it is stopped
+    # and goes back to its queue, to resume from its checkpoint).
+    default_max_runtime_seconds: float | None = Field(default=None, ge=1, le=365 * 86400)
+    max_runtime_seconds: float | None = Field(default=None, ge=1, le=365 * 86400)
+    on_runtime_limit: Literal["fail", "requeue"] = "fail"
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> PriorityClass:
+        if (self.default_max_runtime_seconds is not None and self.max_runtime_seconds is not None
+                and self.default_max_runtime_seconds > self.max_runtime_seconds):
+            raise ValueError(f"default_max_runtime_seconds {self.default_max_runtime_seconds:g} is above "
+                             f"max_runtime_seconds {self.max_runtime_seconds:g}")
+        return self
 
 
 class Policy(_Strict):
@@ -207,6 +221,20 @@ class ClusterSpec(_Strict):
         """The OS user a team's replicas run as: the team's ``run_as``, else the cluster's, else None."""
         t = next((t for t in self.teams if t.name == team), None)
         return (t.run_as if t is not None else None) or self.cluster.run_as
+
+    def priority_class(self, name: str | None) -> PriorityClass | None:
+        return next((pc for pc in self.policy.priority_classes if pc.name == name), None) if name else None
+
+    def runtime_limit(self, job_max: float | None, priority: str | None) -> tuple[float | None, str]:
+        """(the runtime limit of a job that asked for ``job_max`` in class ``priority`` — its own, else the
+        class's default, at most the class's maximum; None: no limit —, what happens at it: fail | requeue)."""
+        pc = self.priority_class(priority)
+        if pc is None:
+            return job_max, "fail"
+        limit = job_max if job_max is not None else pc.default_max_runtime_seconds
+        if pc.max_runtime_seconds is not None:
+            limit = pc.max_runtime_seconds if limit is None else min(limit, pc.max_runtime_seconds)
+        return limit, pc.on_runtime_limit
 
     def priority_weight(self, name: str | None) -> int:
         """Weight of a priority class; no class means the lowest priority (-1)."""

@@ -27,6 +27,7 @@ from fairpod.server.nodes import NodeOps
 from fairpod.server.retention import Retention
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run, Slots
 from fairpod.server.usage import UsageSampler
+from fairpod.server.watchdog import Watchdog
 from fairpod.store import AlreadyExists, Store
 from fairpod.store.records import DeepHealthCheck, Job
 
@@ -82,6 +83,7 @@ class ControlPlane(NodeOps):
         self.cycle_seconds = 0.0
         self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
         self.retention = Retention()  # deletes what policy.retention_days no longer keeps
+        self.watchdog = Watchdog()  # runtime limits and hang detection
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
@@ -301,6 +303,7 @@ class ControlPlane(NodeOps):
             self._launch_ready()
             self.usage.tick(self)
             self.retention.tick(self)
+            self.watchdog.tick(self)
 
     def start(self, interval: float = 0.25) -> None:
         def loop() -> None:
@@ -441,6 +444,39 @@ class ControlPlane(NodeOps):
         self._save_run(job, run, **changes)
         if run.launched:
             self.executor.stop(job_key(job), run.attempt, job.spec.termination_grace_seconds)
+
+    def stop_job(self, job: Job, run: Run, kind: str, reason: str) -> None:
+        """Stop a running attempt for a runtime limit or a hang (the watchdog; the lock is held)."""
+        self._begin_stop(job, run, kind, reason)
+
+    def output_mtime(self, job: Job) -> float | None:
+        """When any replica of the job's current attempt last wrote output (None: no log here)."""
+        latest = None
+        for rank in range(job.nodes):
+            path = self.executor.log_path(job_key(job), rank, job.attempt)
+            try:
+                m = path.stat().st_mtime if path is not None else None
+            except OSError:
+                m = None
+            if m is not None and (latest is None or m > latest):
+                latest = m
+        return latest
+
+    def gpu_utilization(self, job: Job, run: Run) -> list[float] | None:
+        """Utilization (%) of the GPUs the job holds, when they are real GPUs of this host (local executor);
+        None otherwise."""
+        if self.executor.name != "local" or not run.slots:
+            return None
+        nodes = [n for n in run.slots if self._gpus_are_real(n)]
+        if not nodes:
+            return None
+        from fairpod.health.nvml import read_gpus
+
+        by_index = {g.index: g for g in read_gpus()[0]}
+        held = [by_index[i] for n in nodes for i in run.slots[n] if i in by_index]
+        if not held or any(g.utilization_pct is None for g in held):
+            return None
+        return [float(g.utilization_pct or 0) for g in held]
 
     def _release(self, job: Job, run: Run) -> None:
         for node, slots in run.slots.items():

@@ -66,8 +66,19 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             master_port=job.master_port,
             termination_grace_seconds=job.spec.termination_grace_seconds,
             exit=(job.exit_info or {}).get("exits"),
+            limits=limits_view(cp, job),
         )
     return out
+
+
+def limits_view(cp: ControlPlane, job: Job) -> dict[str, Any]:
+    """The job's runtime bounds as in force: protected from preemption for ``min_runtime_seconds`` (at most the
+    policy's maximum), stopped at ``max_runtime_seconds`` (its own or its class's), and its hang watch."""
+    limit, action = cp.spec.runtime_limit(job.spec.max_runtime_seconds, job.spec.priority)
+    return {"min_runtime_seconds": min(job.spec.min_runtime_seconds, cp.spec.policy.max_min_runtime_seconds),
+            "max_runtime_seconds": limit, "on_runtime_limit": action if limit is not None else None,
+            "hang_timeout_seconds": job.spec.hang_timeout_seconds,
+            "hang_action": job.spec.hang_action if job.spec.hang_timeout_seconds is not None else None}
 
 
 def replicas_view(cp: ControlPlane, job: Job) -> list[dict[str, Any]]:

@@ -1,0 +1,113 @@
+"""Runtime limits and hang detection: once a second the reconcile loop looks at every running job.
+
+Runtime limit (``max_runtime_seconds`` of the job, else its priority class's ``default_max_runtime_seconds``, at
+most the class's ``max_runtime_seconds``): when the current attempt has run that long the job gets SIGTERM, its
+grace period, and ends ``Failed`` with reason "runtime limit …", or — when the class says
+``on_runtime_limit: requeue`` — goes back to its queue to resume from its checkpoint.
+
+Hang (``hang_timeout_seconds``): a job is hung when, for that long, it sent no progress report (``fairpod.sdk``)
+and none of its replicas wrote output, or — on real GPUs of this host — every GPU it holds sat at 0 %
+utilization. ``hang_action`` says what follows: ``notify`` (a ``JobHung`` event, once until the job shows life
+again), ``restart`` (the attempt is stopped and started again; it counts against ``max_retry``, and without
+retries left the job fails) or ``cancel``. Each event names the signal that fired.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from fairpod.model.jobs import JobState
+from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run
+from fairpod.store.records import Job
+
+if TYPE_CHECKING:
+    from fairpod.server.control import ControlPlane
+
+log = logging.getLogger("fairpod.watchdog")
+EVERY = 1.0  # seconds between looks
+
+
+@dataclass
+class _Seen:
+    attempt: int
+    progress: tuple[int | None, float | None]  # (step, checkpoint_at) last seen
+    active_at: float  # last sign of life: start, progress, output
+    gpu_busy_at: float  # last time a GPU of the job was busy (real GPUs only)
+    hung: bool = False  # notified for this episode
+
+
+class Watchdog:
+    def __init__(self, every: float = EVERY) -> None:
+        self.every = every
+        self.last = float("-inf")
+        self.seen: dict[int, _Seen] = {}
+
+    def tick(self, cp: ControlPlane) -> None:
+        now = cp.clock()
+        if now - self.last < self.every:
+            return
+        self.last = now
+        running = [j for j in cp.store.list_jobs(state=JobState.RUNNING)]
+        for job in running:
+            run = cp.runs.get(job.id)
+            if run is None or not run.launched or run.stopping is not None:
+                continue
+            self._runtime(cp, job, run, now)
+            if run.stopping is None and job.spec.hang_timeout_seconds is not None:
+                self._hang(cp, job, run, now)
+        alive = {j.id for j in running}
+        for jid in [j for j in self.seen if j not in alive]:
+            del self.seen[jid]
+
+    # -- runtime limits -------------------------------------------------------------------------------
+    def _runtime(self, cp: ControlPlane, job: Job, run: Run, now: float) -> None:
+        limit, action = cp.spec.runtime_limit(job.spec.max_runtime_seconds, job.spec.priority)
+        if limit is None or job.started_at is None or now - job.started_at < limit:
+            return
+        why = f"runtime limit: the attempt ran {now - job.started_at:.0f} s, the limit is {limit:g} s"
+        kind = STOP_PREEMPT if action == "requeue" else STOP_FAIL
+        cp.event("JobRuntimeLimit", f"job {job.name}: {why}; " + ("back to its queue" if kind == STOP_PREEMPT
+                                                                   else "it ends Failed"), job, limit=limit)
+        cp.stop_job(job, run, kind, why)
+
+    # -- hangs --------------------------------------------------------------------------------------
+    def _hang(self, cp: ControlPlane, job: Job, run: Run, now: float) -> None:
+        timeout = float(job.spec.hang_timeout_seconds or 0)
+        progress = (job.checkpoint_step, job.checkpoint_at)
+        started = job.started_at or now
+        s = self.seen.get(job.id)
+        if s is None or s.attempt != job.attempt:
+            s = self.seen[job.id] = _Seen(job.attempt, progress, started, now)
+        if progress != s.progress:
+            s.progress, s.active_at = progress, now
+        out = cp.output_mtime(job)
+        if out is not None and out > s.active_at:
+            s.active_at = out
+        gpus = cp.gpu_utilization(job, run)  # None: not real GPUs of this host
+        if gpus is None or any(u > 0 for u in gpus):
+            s.gpu_busy_at = now
+        signal = None
+        if now - s.active_at >= timeout:
+            signal = f"no progress report and no output for {now - s.active_at:.0f} s"
+        elif gpus is not None and now - s.gpu_busy_at >= timeout:
+            signal = f"its GPUs were idle for {now - s.gpu_busy_at:.0f} s"
+        if signal is None:
+            s.hung = False
+            return
+        action = job.spec.hang_action
+        if action == "notify":
+            if not s.hung:
+                s.hung = True
+                cp.event("JobHung", f"job {job.name} looks hung: {signal} (hang timeout {timeout:g} s)", job,
+                         signal=signal, action=action)
+            return
+        if action == "restart":
+            kind = STOP_RESTART if job.attempt < job.max_retry else STOP_FAIL
+            what = "restarting it" if kind == STOP_RESTART else "no retries left: it fails"
+        else:
+            kind, what = STOP_CANCEL, "cancelling it"
+        cp.event("JobHung", f"job {job.name} is hung: {signal}; {what}", job, signal=signal, action=action)
+        cp.stop_job(job, run, kind, f"hung: {signal}")
+        self.seen.pop(job.id, None)
