@@ -105,6 +105,10 @@ def test_an_edited_kueue_field_wins_over_the_annotations():
     assert teams["john"].quota[0].count == 2 and teams["john"].sharing.borrow_limit == 50
     assert teams["john"].preempt_team_tasks == "Never"
     assert teams["smith"] == CORPUS["examples/seed/spec.yaml#0"].team("smith")
+    # policy settings Kueue has no field for still come from the annotation
+    pol = out.spec.policy.model_dump(exclude={"task_prioritization", "priority_classes", "idle_resource_sharing"})
+    assert pol == CORPUS["examples/seed/spec.yaml#0"].policy.model_dump(
+        exclude={"task_prioritization", "priority_classes", "idle_resource_sharing"})
     # what Kueue has no field for still comes from the annotations: the 4 nodes of group "workers"
     assert out.spec.cluster.instance_groups[0].name == "workers" and out.spec.cluster.instance_groups[0].count == 4
 
