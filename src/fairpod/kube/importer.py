@@ -510,8 +510,13 @@ def import_kueue(docs: list[Any]) -> Imported:
         data["policy"].update({k: v for k, v in pol.items() if k not in kueue_says})
         old = {t.get("name"): t for t in annotated["teams"]}
         for t in data["teams"]:
-            if t["name"] in old and old[t["name"]].get("run_as"):
-                t["run_as"] = old[t["name"]]["run_as"]
+            prev = old.get(t["name"])
+            if not isinstance(prev, dict):
+                continue
+            t.update({k: v for k, v in prev.items() if k not in t and k not in ("sharing", "quota")})
+            limit = (prev.get("sharing") or {}).get("borrow_limit")
+            if t["sharing"]["strategy"] != "LendAndBorrow" and limit is not None:
+                t["sharing"]["borrow_limit"] = limit  # unused by Lend and DontLend: kept as it was
         derived_notes = [n for n in derived_notes if not n.startswith(("instance group ", "idle compute"))]
     else:
         notes.append("no fairpod.dev/ annotations (objects not written by fairpod): read from the Kueue fields")
