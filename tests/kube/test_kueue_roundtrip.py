@@ -105,6 +105,10 @@ def test_an_edited_kueue_field_wins_over_the_annotations():
     assert teams["john"].quota[0].count == 2 and teams["john"].sharing.borrow_limit == 50
     assert teams["john"].preempt_team_tasks == "Never"
     assert teams["smith"] == CORPUS["examples/seed/spec.yaml#0"].team("smith")
+    # policy settings Kueue has no field for still come from the annotation
+    pol = out.spec.policy.model_dump(exclude={"task_prioritization", "priority_classes", "idle_resource_sharing"})
+    assert pol == CORPUS["examples/seed/spec.yaml#0"].policy.model_dump(
+        exclude={"task_prioritization", "priority_classes", "idle_resource_sharing"})
     # what Kueue has no field for still comes from the annotations: the 4 nodes of group "workers"
     assert out.spec.cluster.instance_groups[0].name == "workers" and out.spec.cluster.instance_groups[0].count == 4
 
@@ -170,3 +174,14 @@ def test_an_instance_type_added_after_the_export_gets_a_group_sized_from_its_quo
     assert groups == {"ml.g5.12xlarge": ("workers", 4), "ml.p5.48xlarge": ("ml-p5-48xlarge", 2)}
     assert out.spec.team("smith").quota[1].count == 2  # type: ignore[union-attr]
     assert any("2 x ml.p5.48xlarge, sized from the quotas" in n for n in out.notes)
+
+
+def test_an_edit_keeps_the_team_settings_kueue_has_no_field_for():
+    data = CORPUS["examples/seed/spec.yaml#0"].model_dump(mode="json")
+    data["teams"][1].update(run_as="trainer", sharing={"strategy": "Lend", "borrow_limit": 200})
+    docs = through_files(parse_spec(data))
+    cq(docs, "john")["spec"]["fairSharing"]["weight"] = 5  # an edit elsewhere
+    out = import_kueue(docs)
+    assert not out.from_annotations and out.spec.team("john").fair_share_weight == 5  # type: ignore[union-attr]
+    smith = out.spec.team("smith")
+    assert smith is not None and smith.run_as == "trainer" and smith.sharing.borrow_limit == 200

@@ -506,12 +506,17 @@ def import_kueue(docs: list[Any]) -> Imported:
                 notes.append(f"instance group {g['name']}: {g['count']} x {g['instance_type']}, sized from the "
                              "quotas (Kueue does not count nodes); set your cluster's node count")
         pol = annotated["policy"]
-        data["policy"].update({k: pol[k] for k in ("idle_compute_allocation", "starvation_guard_seconds",
-                                                   "max_min_runtime_seconds") if k in pol})
+        kueue_says = ("task_prioritization", "priority_classes", "idle_resource_sharing")
+        data["policy"].update({k: v for k, v in pol.items() if k not in kueue_says})
         old = {t.get("name"): t for t in annotated["teams"]}
         for t in data["teams"]:
-            if t["name"] in old and old[t["name"]].get("run_as"):
-                t["run_as"] = old[t["name"]]["run_as"]
+            prev = old.get(t["name"])
+            if not isinstance(prev, dict):
+                continue
+            t.update({k: v for k, v in prev.items() if k not in t and k not in ("sharing", "quota")})
+            limit = (prev.get("sharing") or {}).get("borrow_limit")
+            if t["sharing"]["strategy"] != "LendAndBorrow" and limit is not None:
+                t["sharing"]["borrow_limit"] = limit  # unused by Lend and DontLend: kept as it was
         derived_notes = [n for n in derived_notes if not n.startswith(("instance group ", "idle compute"))]
     else:
         notes.append("no fairpod.dev/ annotations (objects not written by fairpod): read from the Kueue fields")
