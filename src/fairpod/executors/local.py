@@ -24,7 +24,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -270,15 +270,21 @@ class LocalExecutor:
             if sup is not None and procs.alive(*sup):
                 procs.signal_all([sup[0]], signal.SIGTERM)
 
-    def poll(self) -> list[ReplicaExit]:
+    def poll(self, *, ack: bool = True) -> list[ReplicaExit]:
         _reap()
         exits = [ex for run in list(self._open.values()) if (ex := self._check(run)) is not None]
+        if ack:
+            self.ack(exits)
+        return sorted(exits, key=lambda e: (e.ended_at, e.job, e.rank))
+
+    def ack(self, exits: Sequence[ReplicaExit]) -> None:
         for ex in exits:
             rdir = self.root / ex.job / str(ex.attempt) / str(ex.rank)
+            if self._open.get(rdir) is None:
+                continue  # acknowledged before (or never ours)
             state.write_atomic(rdir / state.REPORTED, f"{time.time()}\n")
             self._open.pop(rdir, None)
             _SPAWNED.pop(rdir, None)
-        return sorted(exits, key=lambda e: (e.ended_at, e.job, e.rank))
 
     def running(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -287,9 +293,9 @@ class LocalExecutor:
                 out[run.job] = max(out.get(run.job, run.attempt), run.attempt)
         return out
 
-    def adopt(self) -> list[ReplicaExit]:
+    def adopt(self, *, ack: bool = True) -> list[ReplicaExit]:
         self._scan()
-        return self.poll()
+        return self.poll(ack=ack)
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
         return state.log_path(self.root, job, replica, attempt)

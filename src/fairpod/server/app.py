@@ -14,7 +14,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from fairpod import __version__
 from fairpod.dashboard import assets as dashboard_assets
 from fairpod.server import metrics, routes_admin, routes_dashboard, routes_jobs, routes_reports
-from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.control import ControlPlane
+from fairpod.server.errors import DomainError, Problem, http_status
 from fairpod.server.limits import PROBLEM_RESPONSES, BodyLimit, allowed_methods
 from fairpod.store import AlreadyExists, Conflict, NotFound
 
@@ -38,6 +39,10 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     @app.exception_handler(Problem)
     async def _problem(_: Request, e: Problem) -> JSONResponse:
         return problem(e.status, e.title, e.detail)
+
+    @app.exception_handler(DomainError)
+    async def _domain(_: Request, e: DomainError) -> JSONResponse:
+        return problem(http_status(e), e.title, e.detail)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:

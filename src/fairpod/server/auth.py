@@ -13,7 +13,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from fairpod.server.control import Problem
+from fairpod.server.errors import Problem
 from fairpod.store import Role, Store
 
 

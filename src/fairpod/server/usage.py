@@ -18,16 +18,13 @@ import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.governance.quota import lending
+from fairpod.server.core_api import Core
 from fairpod.store import StoreError
 from fairpod.store.usage import GROUP, TEAM, UsageSample
-
-if TYPE_CHECKING:
-    from fairpod.server.control import ControlPlane
 
 log = logging.getLogger("fairpod.usage")
 
@@ -58,7 +55,7 @@ class CycleHistogram:
         self.sum += v
 
 
-def current_samples(cp: ControlPlane, groups_of: dict[str, str]) -> list[UsageSample]:
+def current_samples(cp: Core, groups_of: dict[str, str]) -> list[UsageSample]:
     """The figures now: one series per instance group, one per team and instance type it has quota on or uses."""
     snap = cp.snap
     out: list[UsageSample] = []
@@ -105,7 +102,7 @@ class UsageSampler:
         self._groups_of: dict[str, str] = {}
         self._nodes_seen: frozenset[str] = frozenset()
 
-    def tick(self, cp: ControlPlane) -> None:
+    def tick(self, cp: Core) -> None:
         """One reconcile turn: time the engine's cycle; write a sample if usage changed or a heartbeat is due."""
         if cp.cycles != self.cycles_seen:
             self.cycles_seen = cp.cycles
@@ -115,7 +112,7 @@ class UsageSampler:
         except (StoreError, SQLAlchemyError) as e:  # a full disk must not stop scheduling
             log.warning("could not record usage: %s", e)
 
-    def _sample(self, cp: ControlPlane) -> None:
+    def _sample(self, cp: Core) -> None:
         nodes = frozenset(cp.snap.nodes)
         if nodes != self._nodes_seen:
             self._groups_of = {n.name: n.instance_group for n in cp.store.list_nodes()}
@@ -198,7 +195,7 @@ def _bucket(edges: Sequence[float], t: float) -> int:
 WINDOWS = {"1h": (3600.0, 120), "6h": (6 * 3600.0, 144), "1d": (86400.0, 144), "7d": (7 * 86400.0, 168)}
 
 
-def history(cp: ControlPlane, window: str, teams: Iterable[str] | None) -> dict[str, object]:
+def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, object]:
     """Mean figures per bucket over the last ``window`` (a key of WINDOWS): per instance group and per team.
     ``times`` are the buckets' starts; ``now`` holds the figures at this moment."""
     span, n = WINDOWS[window]
