@@ -40,6 +40,7 @@ from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaEx
 from fairpod.governance import Admit, Preempt, Wait, Workload, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
+from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import membership
@@ -59,7 +60,7 @@ from fairpod.server.runs import (
     job_key,
 )
 from fairpod.server.usage import UsageSampler
-from fairpod.store import AlreadyExists, DeepHealthCheck, NodeHealth, Store, StoreError
+from fairpod.store import AlreadyExists, Store, StoreError
 from fairpod.store.records import Job, Node
 
 __all__ = ["ControlPlane", "Problem", "job_id_of", "job_key", "sync_nodes"]

@@ -22,10 +22,11 @@ from pathlib import Path
 
 from fairpod.executors import procs, state
 from fairpod.model.spec import ClusterSpec, SpecError, load_spec, parse_spec, seed_spec
+from fairpod.model.users import Role
 from fairpod.paths import config_path, db_url, fairpod_home
 from fairpod.server.errors import DomainError, WrongState
 from fairpod.server.nodes import sync_nodes
-from fairpod.store import Role, Store
+from fairpod.store import Store
 
 DEFAULT_PORT = 8470
 LOOPBACK = "127.0.0.1"

@@ -25,8 +25,8 @@ from typing import Any
 from weakref import WeakKeyDictionary
 
 from fairpod.executors.base import NodeTable, capability
+from fairpod.model.nodes import DeepHealthCheck
 from fairpod.server.core_api import Core
-from fairpod.store import DeepHealthCheck
 
 log = logging.getLogger("fairpod.membership")
 

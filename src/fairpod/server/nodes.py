@@ -8,10 +8,11 @@ by ``fairpod.health``) puts it back.
 
 from __future__ import annotations
 
+from fairpod.model.nodes import NodeHealth
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.errors import WrongState
 from fairpod.server.membership import NODE_ID
-from fairpod.store import NodeHealth, Store
+from fairpod.store import Store
 
 # what a fault calls for -> the node's health status while it waits for that
 ACTION_STATUS = {

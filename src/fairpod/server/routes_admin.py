@@ -8,12 +8,12 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
 from fairpod.model.spec import Policy, SpecError, Team, parse_spec
+from fairpod.model.users import Role
 from fairpod.server.auth import Auth, require_admin
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.limits import Limit, SinceId
 from fairpod.server.views import cluster_view, node_view
-from fairpod.store import Role
 
 
 class FaultBody(BaseModel):
