@@ -142,7 +142,7 @@ class ControlPlane:
         self.runs, self.slots = {}, Slots()
         unrecorded = []
         for job in self.store.list_jobs(state=[JobState.RUNNING, JobState.PREEMPTED]):
-            run = Run.from_json(job.exit_info, job.attempt)
+            run = Run.from_json(job.run_state, job.attempt)
             if live.get(job_key(job)) == job.attempt and not run.launched:
                 unrecorded.append((job, run))
             self.runs[job.id] = run
@@ -203,7 +203,7 @@ class ControlPlane:
                                 node=data.pop("node", None), data=data)
 
     def _save_run(self, job: Job, run: Run, **changes: Any) -> Job:
-        return self.store.update_job(job.id, {"exit_info": run.to_json(), **changes})
+        return self.store.update_job(job.id, {"run_state": run.to_json(), **changes})
 
     def _unsnap(self, jid: int) -> None:
         """The job leaves the engine's view: no longer running there, not pending either."""
@@ -459,7 +459,7 @@ class ControlPlane:
     def _wait_reason(self, d: Wait) -> str:
         """A job back in its queue after a preemption says so until it runs again."""
         job = self.store.get_job(int(d.job))
-        info = (job.exit_info or {}) if job is not None else {}
+        info = (job.run_state or {}) if job is not None else {}
         if info.get("stopping") == STOP_PREEMPT and info.get("stop_reason"):
             return f"{d.reason} (requeued: {info['stop_reason']})"
         return d.reason
@@ -516,7 +516,7 @@ class ControlPlane:
     def finish(self, job: Job, run: Run, state: JobState, reason: str) -> None:
         self._release(job, run)
         job = self.store.update_job(job.id, {"state": state, "reason": reason, "finished_at": self.clock(),
-                                             "exit_info": run.to_json()})
+                                             "run_state": run.to_json()})
         self.event(f"Job{state.value}", f"job {job.name} {state.value.lower()}: {reason}", job)
         self.wake.set()
 
@@ -540,7 +540,7 @@ class ControlPlane:
         elif kind in (STOP_PREEMPT, STOP_RESTART):
             self._release(job, run)
             now = self.clock()
-            changes: dict[str, Any] = {"state": JobState.PENDING, "enqueued_at": now, "exit_info": run.to_json(),
+            changes: dict[str, Any] = {"state": JobState.PENDING, "enqueued_at": now, "run_state": run.to_json(),
                                        "placement": [], "borrowed_from": {}}
             if kind == STOP_RESTART:
                 changes["attempt"] = job.attempt + 1

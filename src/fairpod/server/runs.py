@@ -1,6 +1,6 @@
 """What the control plane remembers about a job's current attempt while its processes live.
 
-It is kept in memory and written to the job's ``exit_info`` in the store at every change, so a restarted
+It is kept in memory and written to the job's ``run_state`` in the store at every change, so a restarted
 control plane knows which replicas of which attempt it started, on which accelerator slots, and why they
 are being stopped. Also the one home of the job key (the executor's name for a job) and of the failure kind.
 """

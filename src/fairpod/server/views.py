@@ -65,14 +65,14 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             checkpoint={"at": job.checkpoint_at, "step": job.checkpoint_step, "path": job.checkpoint_path},
             master_port=job.master_port,
             termination_grace_seconds=job.spec.termination_grace_seconds,
-            exit=(job.exit_info or {}).get("exits"),
+            exit=(job.run_state or {}).get("exits"),
         )
     return out
 
 
 def replicas_view(cp: ControlPlane, job: Job) -> list[dict[str, Any]]:
     run = cp.runs.get(job.id)
-    info = run.to_json() if run else (job.exit_info or {})
+    info = run.to_json() if run else (job.run_state or {})
     exits = info.get("exits") or {}
     slots = info.get("slots") or {}
     out = []

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 
-from sqlalchemy import Engine, func, select
+from sqlalchemy import Engine, func, select, text
 from sqlalchemy.orm import Session
 
 from fairpod.store.auth import AuthOps
@@ -95,6 +95,9 @@ class Store(_AllOps):
                 raise StoreError(
                     f"the database has schema version {meta.value}; this fairpod knows up to {SCHEMA_VERSION}"
                 )
+            elif int(meta.value) == 1:  # version 1 -> 2: jobs.exit_info is named run_state
+                s.execute(text("ALTER TABLE jobs RENAME COLUMN exit_info TO run_state"))
+                meta.value = str(SCHEMA_VERSION)
             if s.get(CounterRow, JOB_SEQ_COUNTER) is None:
                 top = s.scalar(select(func.max(JobRow.seq))) or 0
                 s.add(CounterRow(name=JOB_SEQ_COUNTER, value=top))

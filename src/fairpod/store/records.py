@@ -87,7 +87,7 @@ class Job:
     placement: list[str]
     borrowed_from: dict[str, Any]
     preemptions: int
-    exit_info: dict[str, Any] | None
+    run_state: dict[str, Any] | None
     checkpoint_at: float | None
     checkpoint_step: int | None
     checkpoint_path: str | None

@@ -12,7 +12,7 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: jobs.exit_info renamed run_state (what the control plane keeps of the live attempt)
 
 # JobState values that count as finished (see fairpod.model.jobs.JobState.finished).
 FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
@@ -113,7 +113,7 @@ class JobRow(Base):
     placement: Mapped[list[str]]
     borrowed_from: Mapped[dict[str, Any]]
     preemptions: Mapped[int] = mapped_column(Integer)
-    exit_info: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    run_state: Mapped[dict[str, Any] | None] = mapped_column(Json)  # fairpod.server.runs.Run, as JSON
     checkpoint_at: Mapped[float | None] = mapped_column(Float)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer)
     checkpoint_path: Mapped[str | None] = mapped_column(Text)
