@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fairpod.governance.quota import lending
 from fairpod.server.core_api import Core
+from fairpod.server.figures import instance_types, team_figures
 from fairpod.store import StoreError
 from fairpod.store.usage import GROUP, TEAM, UsageSample
 
@@ -68,21 +68,12 @@ def current_samples(cp: Core, groups_of: dict[str, str]) -> list[UsageSample]:
             cap_acc=cap[0], cap_vcpu=cap[1] / 1000, cap_memory_gib=cap[2] / 1024, nodes=len(nodes),
             healthy_nodes=sum(1 for n in nodes if n.schedulable),
         ))  # fmt: skip
-    types = sorted(set(snap.by_type) | {it for t in snap.teams.values() for it in t.quota})
-    for it in types:
-        lend = lending(snap, it)
-        lent: dict[str, int] = {}
-        for by_lender in lend.values():
-            for lender, n in by_lender.items():
-                lent[lender] = lent.get(lender, 0) + n
-        for name, t in sorted(snap.teams.items()):
-            q, u = t.q(it), t.u(it)
-            if not any(q) and not any(u):
-                continue
+    for it in instance_types(snap):
+        for f in team_figures(snap, it):
+            q, u = f.quota, f.used
             out.append(UsageSample(
-                TEAM, name, it, acc=u[0], vcpu=u[1] / 1000, memory_gib=u[2] / 1024, cap_acc=q[0],
-                cap_vcpu=q[1] / 1000, cap_memory_gib=q[2] / 1024, borrowed=max(0, u[0] - q[0]),
-                lent=lent.get(name, 0),
+                TEAM, f.team, it, acc=u[0], vcpu=u[1] / 1000, memory_gib=u[2] / 1024, cap_acc=q[0],
+                cap_vcpu=q[1] / 1000, cap_memory_gib=q[2] / 1024, borrowed=f.borrowed[0], lent=f.lent,
             ))  # fmt: skip
     return out
 
