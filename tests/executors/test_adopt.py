@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -77,3 +78,37 @@ def test_supervisor_survives_kill_9_of_the_launcher_and_is_adopted(root: Path, t
         assert again.running() == {}
         assert again.poll() == []
     wait_for(lambda: not procs.alive(*sup), 5)
+
+
+def _writer(tmp_path: Path) -> list[str]:
+    return [PY, "-c", f"open({str(tmp_path / 'ran')!r}, 'a').write('ran\\n')"]
+
+
+def _unstarted(root: Path, tmp_path: Path, launched_at: float) -> Path:
+    """The files a launcher leaves when it dies after writing launch.json and before its supervisor exists."""
+    ex = LocalExecutor(root)
+    try:
+        spec = ex._spec(job("never", _writer(tmp_path), tmp_path), 0, 12345)
+    finally:
+        ex.close()
+    rdir = root / "never" / "0" / "0"
+    rdir.mkdir(parents=True)
+    state.write_launch(rdir, {**spec, "launched_at": launched_at})
+    return rdir
+
+
+def test_a_replica_whose_supervisor_never_started_is_not_adopted_but_launched_again(root: Path, tmp_path: Path):
+    rdir = _unstarted(root, tmp_path, launched_at=time.time())
+    with LocalExecutor(root) as ex:
+        assert ex.adopt() == [] and ex.running() == {}  # it never ran: no exit, nothing live
+        assert not (rdir / state.LAUNCH).exists()
+        ex.launch(job("never", _writer(tmp_path), tmp_path))
+        (e,) = wait_exits(ex, 1)
+        assert e.ok and (tmp_path / "ran").read_text() == "ran\n"
+
+
+def test_an_old_run_without_a_supervisor_log_is_reported_not_a_crash_of_poll(root: Path, tmp_path: Path):
+    _unstarted(root, tmp_path, launched_at=time.time() - 3600)
+    with LocalExecutor(root) as ex:  # without adopt(): the run is taken as given up after STARTUP_TIMEOUT
+        (e,) = ex.poll()
+        assert (e.job, e.returncode, e.reason) == ("never", None, "supervisor failed to start")

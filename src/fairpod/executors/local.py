@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import select
 import signal
@@ -32,7 +33,9 @@ from typing import Any
 from fairpod.executors import procs, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
 
+log = logging.getLogger("fairpod.executors.local")
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
+ORPHAN_WAIT = 5.0  # at adoption: how long a run without a supervisor PID file may still be starting
 FORKSERVER_ENV = "FAIRPOD_FORKSERVER"  # "0": start each supervisor as a new interpreter
 _SPAWNED: dict[Path, subprocess.Popen[bytes] | _Forked] = {}  # supervisors this process started, by replica dir
 
@@ -295,7 +298,26 @@ class LocalExecutor:
 
     def adopt(self, *, ack: bool = True) -> list[ReplicaExit]:
         self._scan()
+        self._drop_unstarted()
         return self.poll(ack=ack)
+
+    def _drop_unstarted(self) -> None:
+        """Runs a previous executor wrote ``launch.json`` for but whose supervisor never started (the control
+        plane died in between): they never ran, so they are not adopted (nor reported as failed) but removed,
+        and the control plane, which never recorded them as started, launches them again. A supervisor forked
+        just before the crash gets ``ORPHAN_WAIT`` seconds to write its PID file."""
+        orphans = [r for r in self._open.values() if r.dir not in _SPAWNED
+                   and not (r.dir / state.SUPERVISOR_PID).exists() and not (r.dir / state.STATUS).exists()]
+        deadline = time.monotonic() + ORPHAN_WAIT
+        while orphans and time.monotonic() < deadline:
+            time.sleep(0.05)
+            orphans = [r for r in orphans if not (r.dir / state.SUPERVISOR_PID).exists()]
+        for r in orphans:
+            log.warning("replica %s attempt %d rank %d never started (the control plane died while starting it)",
+                        r.job, r.attempt, r.rank)
+            for name in (state.LAUNCH, state.SECRET):
+                (r.dir / name).unlink(missing_ok=True)
+            self._open.pop(r.dir, None)
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
         return state.log_path(self.root, job, replica, attempt)
@@ -408,7 +430,10 @@ class LocalExecutor:
             return self._exit(run, st)
         if sup is None:
             reason = "supervisor failed to start"
-            tail = (run.dir / state.SUPERVISOR_LOG).read_text(errors="replace").strip().splitlines()[-1:]
+            try:
+                tail = (run.dir / state.SUPERVISOR_LOG).read_text(errors="replace").strip().splitlines()[-1:]
+            except OSError:
+                tail = []
             reason += f": {tail[0]}" if tail else ""
         else:
             reason = "supervisor died unexpectedly; replica processes killed"
