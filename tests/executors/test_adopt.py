@@ -112,3 +112,25 @@ def test_an_old_run_without_a_supervisor_log_is_reported_not_a_crash_of_poll(roo
     with LocalExecutor(root) as ex:  # without adopt(): the run is taken as given up after STARTUP_TIMEOUT
         (e,) = ex.poll()
         assert (e.job, e.returncode, e.reason) == ("never", None, "supervisor failed to start")
+
+
+def test_an_attempt_whose_launch_was_cut_between_two_replicas_is_undone(root: Path, tmp_path: Path):
+    with LocalExecutor(root) as ex:
+        ex.launch(job("cut", [PY, "-c", "import time; time.sleep(60)"], tmp_path, n=2))
+        r0, r1 = root / "cut" / "0" / "0", root / "cut" / "0" / "1"
+        wait_for(lambda: (r0 / state.CHILD_PID).exists() and (r1 / state.CHILD_PID).exists())
+    sup0, child0 = state.read_pid(r0 / state.SUPERVISOR_PID), state.read_pid(r0 / state.CHILD_PID)
+    for name in (state.CHILD_PID, state.SUPERVISOR_PID):  # as if rank 1 had never been started
+        pid = state.read_pid(r1 / name)
+        assert pid is not None
+        os.kill(pid[0], signal.SIGKILL)
+    wait_for(lambda: not procs.alive(*state.read_pid(r1 / state.SUPERVISOR_PID)))
+    for f in r1.iterdir():
+        f.unlink()
+    r1.rmdir()
+    assert sup0 and child0 and procs.alive(*sup0)
+    with LocalExecutor(root) as ex:
+        assert ex.adopt() == [] and ex.running() == {}  # rank 0 alone is no attempt: killed, undone
+        wait_for(lambda: not procs.alive(*sup0) and not procs.alive(*child0))
+        ex.launch(job("cut", [PY, "-c", "pass"], tmp_path, n=2))  # launched again, whole
+        assert sorted(e.rank for e in wait_exits(ex, 2)) == [0, 1]

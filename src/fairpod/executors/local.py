@@ -235,6 +235,7 @@ class LocalExecutor:
             self._lock.close()
             raise ExecutorError(f"another executor is using {self.root}") from None
         self._open: dict[Path, _Run] = {}
+        self._mine: set[Path] = set()  # replica dirs this executor launched (the others it adopted)
         self._watch = _ExitWatch()
         self._forkserver = _ForkServer(self.python, self.root)
         self._scan()
@@ -256,6 +257,8 @@ class LocalExecutor:
             ) from None
         port = self._free_port({r.port for r in self._open.values()})
         try:
+            for rep in job.replicas:  # a relaunch of the same attempt: every replica's old run goes first, so
+                self._clear(self.root / job.job / str(job.attempt) / str(rep.rank))  # a cut launch shows
             for rep in job.replicas:
                 self._spawn(job, rep.rank, self._spec(job, rep.rank, port))
         except OSError as e:
@@ -302,20 +305,42 @@ class LocalExecutor:
         return self.poll(ack=ack)
 
     def _drop_unstarted(self) -> None:
-        """Runs a previous executor wrote ``launch.json`` for but whose supervisor never started (the control
-        plane died in between): they never ran, so they are not adopted (nor reported as failed) but removed,
-        and the control plane, which never recorded them as started, launches them again. A supervisor forked
-        just before the crash gets ``ORPHAN_WAIT`` seconds to write its PID file."""
-        orphans = [r for r in self._open.values() if r.dir not in _SPAWNED
-                   and not (r.dir / state.SUPERVISOR_PID).exists() and not (r.dir / state.STATUS).exists()]
+        """Launches a previous executor did not finish (the control plane died while starting them) never ran
+        as a whole, and the control plane never recorded them as started: they are undone here, not adopted
+        (nor reported as failed), and the control plane launches them again. A run whose ``launch.json`` was
+        written but whose supervisor never started is dropped; when that leaves an attempt of several replicas
+        short of one (or one was never written), the replicas of that attempt that did start are killed and
+        dropped too. A supervisor forked just before the crash gets ``ORPHAN_WAIT`` seconds to write its PID."""
+        inherited = [r for r in self._open.values() if r.dir not in self._mine]
+        orphans = [r for r in inherited
+                   if not (r.dir / state.SUPERVISOR_PID).exists() and not (r.dir / state.STATUS).exists()]
         deadline = time.monotonic() + ORPHAN_WAIT
         while orphans and time.monotonic() < deadline:
             time.sleep(0.05)
             orphans = [r for r in orphans if not (r.dir / state.SUPERVISOR_PID).exists()]
-        for r in orphans:
-            log.warning("replica %s attempt %d rank %d never started (the control plane died while starting it)",
+        undo = {r.dir for r in orphans}
+        attempts: dict[tuple[str, int], list[_Run]] = {}
+        for r in inherited:
+            attempts.setdefault((r.job, r.attempt), []).append(r)
+        for (job, attempt), runs in attempts.items():
+            adir = self.root / job / str(attempt)
+            world = int((state.read_json(runs[0].dir / state.LAUNCH) or {}).get("world_size", len(runs)))
+            written = {int(d.name) for d in adir.iterdir() if d.name.isdigit()
+                       and ((d / state.LAUNCH).exists() or (d / state.REPORTED).exists())}
+            if any(r.dir in undo for r in runs) or not set(range(world)) <= written:
+                undo.update(r.dir for r in runs)
+        for r in inherited:
+            if r.dir not in undo:
+                continue
+            log.warning("replica %s attempt %d rank %d: its launch was cut short by a crash; undone",
                         r.job, r.attempt, r.rank)
-            for name in (state.LAUNCH, state.SECRET):
+            for name in (state.SUPERVISOR_PID, state.CHILD_PID):
+                pid = state.read_pid(r.dir / name)
+                if pid is not None and procs.alive(*pid):
+                    if name == state.CHILD_PID:
+                        procs.signal_group(pid[0], signal.SIGKILL)
+                    procs.signal_all([pid[0]], signal.SIGKILL)
+            for name in (state.LAUNCH, state.SECRET, state.STATUS, state.SUPERVISOR_PID, state.CHILD_PID):
                 (r.dir / name).unlink(missing_ok=True)
             self._open.pop(r.dir, None)
 
@@ -376,11 +401,10 @@ class LocalExecutor:
 
     def _spawn(self, job: JobLaunch, rank: int, spec: dict[str, Any]) -> None:
         rdir = self.root / job.job / str(job.attempt) / str(rank)
-        rdir.mkdir(parents=True, exist_ok=True)
-        for name in (state.STATUS, state.REPORTED, state.STOP, state.SUPERVISOR_PID, state.CHILD_PID):
-            (rdir / name).unlink(missing_ok=True)  # a relaunch of the same attempt: a fresh run, same log
+        self._clear(rdir)
         state.write_launch(rdir, spec)
         self._open[rdir] = _Run(rdir, job.job, job.attempt, rank, spec["launched_at"], spec["master_port"])
+        self._mine.add(rdir)
         forked = self._forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG)
         if forked is not None:
             _SPAWNED[rdir] = forked
@@ -395,6 +419,13 @@ class LocalExecutor:
                     start_new_session=True,  # not killed with the control plane's session or process group
                 )
         self._watch.add(_SPAWNED[rdir].pid)
+
+    @staticmethod
+    def _clear(rdir: Path) -> None:
+        """A fresh run in ``rdir`` (a relaunch of the same attempt keeps only the log, appended to)."""
+        rdir.mkdir(parents=True, exist_ok=True)
+        for name in (state.LAUNCH, state.STATUS, state.REPORTED, state.STOP, state.SUPERVISOR_PID, state.CHILD_PID):
+            (rdir / name).unlink(missing_ok=True)
 
     def _scan(self) -> None:
         """Find every replica run on disk whose exit has not been reported."""
