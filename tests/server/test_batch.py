@@ -30,8 +30,8 @@ def test_writes_wait_for_the_end_of_the_batch_and_are_seen_inside_it(bs: Batchin
     j = _job(bs, "a")
     seen_outside: list = []
     with bs.batch():
-        got = bs.update_job(j.id, {"state": JobState.RUNNING, "placement": ["n1"], "exit_info": {"r": 1}})
-        assert (got.state, got.placement, got.exit_info) == (JobState.RUNNING, ["n1"], {"r": 1})
+        got = bs.update_job(j.id, {"state": JobState.RUNNING, "placement": ["n1"], "run_state": {"r": 1}})
+        assert (got.state, got.placement, got.run_state) == (JobState.RUNNING, ["n1"], {"r": 1})
         assert bs.get_job(j.id) == got
         bs.append_event("JobAdmitted", "admitted", job_id=j.id, team="john", data={"n": 1})
         t = threading.Thread(target=lambda: seen_outside.append(bs.get_job(j.id)))  # another thread

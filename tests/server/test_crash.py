@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import signal
+import sqlite3
 import time
+from pathlib import Path
 
 from .conftest import Server, wait_for
 
@@ -33,3 +35,33 @@ def test_kill_9_and_restart_keeps_every_job(server: Server):
     server.wait_state("long", "Succeeded", 30)
     server.wait_state("queued", "Succeeded", 30)
     assert server.cli("get-logs", "long").stdout.count("==== fairpod: job long") == 1
+
+
+
+def test_an_exit_survives_kill_9_at_the_moment_it_is_taken_20_of_20(server: Server, tmp_path: Path):
+    """The window reproducer: a replica exits 0 while the database is slow (the test holds SQLite's write lock),
+    so the server has taken the exit and waits to commit it; kill -9 right then, release the lock, ``fairpod
+    up``. Every job has Succeeded, ran once and started once: 20 trials of 20."""
+    db = server.home / "fairpod.db"
+    for i in range(20):
+        out = tmp_path / f"ran-{i}"
+        job = server.submit(name=f"w{i}", team="john", command=["sh", "-c", f"echo run >> {out}; sleep 0.5"],
+                            auto_resume=True, max_retry=2)
+        wait_for(lambda i=i: "JobStarted" in [e["kind"] for e in server.job(f"w{i}")["events"]], 20, "JobStarted")
+        status = server.home / "runs" / f"w{i}-{job['id']}" / "0" / "0" / "status.json"
+        lock = sqlite3.connect(db, isolation_level=None, timeout=30)
+        try:
+            lock.execute("BEGIN IMMEDIATE")  # a slow disk: every write of the server waits
+            wait_for(status.exists, 20, f"the exit of trial {i}")
+            time.sleep(0.2 + 0.1 * (i % 4))  # the server takes the exit and waits for the lock
+            server.kill(signal.SIGKILL)
+        finally:
+            lock.execute("ROLLBACK")
+            lock.close()
+        server.start()
+        done = wait_for(lambda i=i: (j := server.job(f"w{i}"))["state"] in ("Succeeded", "Failed") and j, 20,
+                        f"trial {i} to finish")
+        kinds = [e["kind"] for e in done["events"]]
+        assert (done["state"], done["reason"], done["restarts"]) == ("Succeeded", "all replicas exited 0", 0), done
+        assert kinds.count("JobStarted") == 1, kinds
+        assert out.read_text() == "run\n", f"trial {i} ran {out.read_text().count('run')} times"

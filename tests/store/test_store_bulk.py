@@ -21,16 +21,16 @@ def test_get_jobs_reads_many_at_once(store: Store, cluster: ClusterSpec):
 def test_update_jobs_sets_fields_like_update_job(store: Store, cluster: ClusterSpec):
     a, b, c = (submit(store, cluster, n) for n in "abc")
     store.update_jobs({
-        a.id: {"state": JobState.RUNNING, "placement": ["n1"], "started_at": 5.0, "exit_info": {"x": [1]}},
+        a.id: {"state": JobState.RUNNING, "placement": ["n1"], "started_at": 5.0, "run_state": {"x": [1]}},
         b.id: {"reason": "waiting"},
-        c.id: {"state": "Running", "placement": ["n2"], "started_at": 6, "exit_info": None},
+        c.id: {"state": "Running", "placement": ["n2"], "started_at": 6, "run_state": None},
     }, now=7.0)  # fmt: skip
     ga, gb, gc = store.get_job(a.id), store.get_job(b.id), store.get_job(c.id)
     assert ga is not None and gb is not None and gc is not None
-    assert (ga.state, ga.placement, ga.started_at, ga.exit_info, ga.updated_at) == (
+    assert (ga.state, ga.placement, ga.started_at, ga.run_state, ga.updated_at) == (
         JobState.RUNNING, ["n1"], 5.0, {"x": [1]}, 7.0)  # fmt: skip
     assert (gb.state, gb.reason) == (JobState.PENDING, "waiting")
-    assert (gc.state, gc.started_at, gc.exit_info) == (JobState.RUNNING, 6.0, None)
+    assert (gc.state, gc.started_at, gc.run_state) == (JobState.RUNNING, 6.0, None)
 
 
 def test_update_jobs_is_all_or_nothing(store: Store, cluster: ClusterSpec):

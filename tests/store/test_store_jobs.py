@@ -29,7 +29,7 @@ def test_insert_and_get_round_trip(store: Store, cluster: ClusterSpec):
     )
     assert (job.submit_time, job.enqueued_at, job.updated_at) == (100.0, 100.0, 101.0)
     assert (job.attempt, job.max_retry, job.auto_resume, job.preemptions) == (0, 3, True, 0)
-    assert (job.placement, job.borrowed_from, job.exit_info) == ([], {}, None)
+    assert (job.placement, job.borrowed_from, job.run_state) == ([], {}, None)
     assert store.get_job(job.id) == job
     assert store.get_job(12345) is None
     assert store.get_job_by_name("smith", "train") == job
@@ -41,12 +41,12 @@ def test_update_every_field_kind(store: Store, cluster: ClusterSpec):
     changes = {
         "state": JobState.RUNNING, "reason": "admitted", "started_at": 5.0, "first_started_at": 5,
         "attempt": 1, "placement": ["w-2", "w-0"], "borrowed_from": {"smith": 4},
-        "exit_info": {"code": 0, "signal": None}, "checkpoint_at": 9.5, "checkpoint_step": 1200,
+        "run_state": {"code": 0, "signal": None}, "checkpoint_at": 9.5, "checkpoint_step": 1200,
         "checkpoint_path": "/ckpt/a/1200", "master_port": 29500, "preemptions": 2, "priority": 100,
     }  # fmt: skip
     new = store.update_job(job.id, changes, now=50.0)
     assert new.state is JobState.RUNNING and new.placement == ["w-2", "w-0"]
-    assert (new.first_started_at, new.borrowed_from, new.exit_info) == (
+    assert (new.first_started_at, new.borrowed_from, new.run_state) == (
         5.0,
         {"smith": 4},
         {"code": 0, "signal": None},
@@ -62,7 +62,7 @@ def test_update_every_field_kind(store: Store, cluster: ClusterSpec):
     keep = {k for k in (f.name for f in dataclasses.fields(job)) if k not in changes and k != "updated_at"}
     assert all(getattr(new, k) == getattr(job, k) for k in keep)
     # back to None
-    assert store.update_job(job.id, {"exit_info": None, "master_port": None}).exit_info is None
+    assert store.update_job(job.id, {"run_state": None, "master_port": None}).run_state is None
 
 
 def test_update_rejects_bad_input_and_changes_nothing(store: Store, cluster: ClusterSpec):

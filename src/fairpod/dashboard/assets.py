@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fastapi import FastAPI, Request, Response
 
-from fairpod.server.control import Problem
+from fairpod.server.errors import Problem
 
 OWN = {"app.js": "text/javascript", "app.css": "text/css", "index.html": "text/html"}
 PLOTLY = "plotly.min.js"

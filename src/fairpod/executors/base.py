@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+T = TypeVar("T")
 
 
 class ExecutorError(RuntimeError):
@@ -84,7 +87,17 @@ def replica_env(job: JobLaunch, replica: ReplicaLaunch, master_addr: str, master
 
 @runtime_checkable
 class Executor(Protocol):
-    """Runs the replicas of jobs. Methods return quickly; none of them waits for a replica to end."""
+    """Runs the replicas of jobs. Methods return quickly; none of them waits for a replica to end.
+
+    Exits are handed over in two steps so that none is lost when the control plane dies between taking an exit
+    and storing what it means: ``poll(ack=False)`` returns every exit not yet acknowledged (the same exits again
+    on the next call, also from a new executor after a restart) and ``ack(exits)``, called once the control
+    plane's store has committed them, marks them as reported for good. ``poll()`` (``ack=True``) does both.
+
+    What some executors can do beyond this is declared by the capability protocols below (:class:`Notifying`,
+    :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Discarding`); :func:`capability` finds
+    one.
+    """
 
     name: str
 
@@ -96,16 +109,21 @@ class Executor(Protocol):
         """Begin a graceful stop (SIGTERM, SIGKILL after the grace); no-op if nothing of it runs."""
         ...
 
-    def poll(self) -> list[ReplicaExit]:
-        """Exits not reported before; each exit is reported once, also across restarts."""
+    def poll(self, *, ack: bool = True) -> list[ReplicaExit]:
+        """Exits not acknowledged; with ``ack`` (the default) they are acknowledged at once (see the class doc)."""
+        ...
+
+    def ack(self, exits: Sequence[ReplicaExit]) -> None:
+        """Mark ``exits`` (from ``poll``/``adopt``) reported for good: no later ``poll``/``adopt`` returns them."""
         ...
 
     def running(self) -> dict[str, int]:
         """job -> attempt, for every job with a live replica."""
         ...
 
-    def adopt(self) -> list[ReplicaExit]:
-        """On start-up: re-attach to live replicas and return the exits recorded while nobody polled."""
+    def adopt(self, *, ack: bool = True) -> list[ReplicaExit]:
+        """On start-up: re-attach to live replicas and return the exits not acknowledged (recorded while nobody
+        polled, or taken by a control plane that died before it stored them)."""
         ...
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
@@ -115,3 +133,50 @@ class Executor(Protocol):
     def close(self) -> None:
         """Let go of the executor; the replicas keep running and a later executor adopts them."""
         ...
+
+
+# -- optional capabilities ------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Notifying(Protocol):
+    """Wakes the control plane as soon as an exit is ready for ``poll``."""
+
+    def set_notify(self, fn: Callable[[], None] | None) -> None: ...
+
+
+@runtime_checkable
+class Following(Protocol):
+    """Streams a replica's log as it is written, until the replica ends."""
+
+    def follow(self, job: str, replica: int = 0, attempt: int | None = None,
+               poll_interval: float = 0.25) -> Iterator[str]: ...
+
+
+@runtime_checkable
+class NodeTable(Protocol):
+    """Has its own table of nodes (a Ray cluster): the control plane follows it (``fairpod.server.membership``);
+    ``nodes_version`` changes whenever the table does."""
+
+    nodes_version: int
+
+    def cluster_nodes(self) -> list[Any]: ...
+
+
+@runtime_checkable
+class NodeRunner(Protocol):
+    """Runs a function on one of its nodes (health checks on the node itself)."""
+
+    def run_on_node(self, node: str, fn: Callable[..., T], *args: Any, timeout: float) -> T: ...
+
+
+@runtime_checkable
+class Discarding(Protocol):
+    """Deletes the run files (logs, status) of a finished job that retention deleted."""
+
+    def discard(self, job: str) -> None: ...
+
+
+def capability(executor: object, kind: type[T]) -> T | None:
+    """``executor`` as the capability ``kind`` (one of the protocols above), or None if it lacks it."""
+    return executor if isinstance(executor, kind) else None  # type: ignore[return-value]

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import select
 import shutil
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,9 @@ from typing import Any
 from fairpod.executors import procs, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
 
+log = logging.getLogger("fairpod.executors.local")
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
+ORPHAN_WAIT = 5.0  # at adoption: how long a run without a supervisor PID file may still be starting
 FORKSERVER_ENV = "FAIRPOD_FORKSERVER"  # "0": start each supervisor as a new interpreter
 _SPAWNED: dict[Path, subprocess.Popen[bytes] | _Forked] = {}  # supervisors this process started, by replica dir
 
@@ -233,6 +236,7 @@ class LocalExecutor:
             self._lock.close()
             raise ExecutorError(f"another executor is using {self.root}") from None
         self._open: dict[Path, _Run] = {}
+        self._mine: set[Path] = set()  # replica dirs this executor launched (the others it adopted)
         self._watch = _ExitWatch()
         self._forkserver = _ForkServer(self.python, self.root)
         self._scan()
@@ -254,6 +258,8 @@ class LocalExecutor:
             ) from None
         port = self._free_port({r.port for r in self._open.values()})
         try:
+            for rep in job.replicas:  # a relaunch of the same attempt: every replica's old run goes first, so
+                self._clear(self.root / job.job / str(job.attempt) / str(rep.rank))  # a cut launch shows
             for rep in job.replicas:
                 self._spawn(job, rep.rank, self._spec(job, rep.rank, port))
         except OSError as e:
@@ -271,15 +277,21 @@ class LocalExecutor:
             if sup is not None and procs.alive(*sup):
                 procs.signal_all([sup[0]], signal.SIGTERM)
 
-    def poll(self) -> list[ReplicaExit]:
+    def poll(self, *, ack: bool = True) -> list[ReplicaExit]:
         _reap()
         exits = [ex for run in list(self._open.values()) if (ex := self._check(run)) is not None]
+        if ack:
+            self.ack(exits)
+        return sorted(exits, key=lambda e: (e.ended_at, e.job, e.rank))
+
+    def ack(self, exits: Sequence[ReplicaExit]) -> None:
         for ex in exits:
             rdir = self.root / ex.job / str(ex.attempt) / str(ex.rank)
+            if self._open.get(rdir) is None:
+                continue  # acknowledged before (or never ours)
             state.write_atomic(rdir / state.REPORTED, f"{time.time()}\n")
             self._open.pop(rdir, None)
             _SPAWNED.pop(rdir, None)
-        return sorted(exits, key=lambda e: (e.ended_at, e.job, e.rank))
 
     def running(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -288,9 +300,50 @@ class LocalExecutor:
                 out[run.job] = max(out.get(run.job, run.attempt), run.attempt)
         return out
 
-    def adopt(self) -> list[ReplicaExit]:
+    def adopt(self, *, ack: bool = True) -> list[ReplicaExit]:
         self._scan()
-        return self.poll()
+        self._drop_unstarted()
+        return self.poll(ack=ack)
+
+    def _drop_unstarted(self) -> None:
+        """Launches a previous executor did not finish (the control plane died while starting them) never ran
+        as a whole, and the control plane never recorded them as started: they are undone here, not adopted
+        (nor reported as failed), and the control plane launches them again. A run whose ``launch.json`` was
+        written but whose supervisor never started is dropped; when that leaves an attempt of several replicas
+        short of one (or one was never written), the replicas of that attempt that did start are killed and
+        dropped too. A supervisor forked just before the crash gets ``ORPHAN_WAIT`` seconds to write its PID."""
+        inherited = [r for r in self._open.values() if r.dir not in self._mine]
+        orphans = [r for r in inherited
+                   if not (r.dir / state.SUPERVISOR_PID).exists() and not (r.dir / state.STATUS).exists()]
+        deadline = time.monotonic() + ORPHAN_WAIT
+        while orphans and time.monotonic() < deadline:
+            time.sleep(0.05)
+            orphans = [r for r in orphans if not (r.dir / state.SUPERVISOR_PID).exists()]
+        undo = {r.dir for r in orphans}
+        attempts: dict[tuple[str, int], list[_Run]] = {}
+        for r in inherited:
+            attempts.setdefault((r.job, r.attempt), []).append(r)
+        for (job, attempt), runs in attempts.items():
+            adir = self.root / job / str(attempt)
+            world = int((state.read_json(runs[0].dir / state.LAUNCH) or {}).get("world_size", len(runs)))
+            written = {int(d.name) for d in adir.iterdir() if d.name.isdigit()
+                       and ((d / state.LAUNCH).exists() or (d / state.REPORTED).exists())}
+            if any(r.dir in undo for r in runs) or not set(range(world)) <= written:
+                undo.update(r.dir for r in runs)
+        for r in inherited:
+            if r.dir not in undo:
+                continue
+            log.warning("replica %s attempt %d rank %d: its launch was cut short by a crash; undone",
+                        r.job, r.attempt, r.rank)
+            for name in (state.SUPERVISOR_PID, state.CHILD_PID):
+                pid = state.read_pid(r.dir / name)
+                if pid is not None and procs.alive(*pid):
+                    if name == state.CHILD_PID:
+                        procs.signal_group(pid[0], signal.SIGKILL)
+                    procs.signal_all([pid[0]], signal.SIGKILL)
+            for name in (state.LAUNCH, state.SECRET, state.STATUS, state.SUPERVISOR_PID, state.CHILD_PID):
+                (r.dir / name).unlink(missing_ok=True)
+            self._open.pop(r.dir, None)
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
         return state.log_path(self.root, job, replica, attempt)
@@ -355,11 +408,10 @@ class LocalExecutor:
 
     def _spawn(self, job: JobLaunch, rank: int, spec: dict[str, Any]) -> None:
         rdir = self.root / job.job / str(job.attempt) / str(rank)
-        rdir.mkdir(parents=True, exist_ok=True)
-        for name in (state.STATUS, state.REPORTED, state.STOP, state.SUPERVISOR_PID, state.CHILD_PID):
-            (rdir / name).unlink(missing_ok=True)  # a relaunch of the same attempt: a fresh run, same log
+        self._clear(rdir)
         state.write_launch(rdir, spec)
         self._open[rdir] = _Run(rdir, job.job, job.attempt, rank, spec["launched_at"], spec["master_port"])
+        self._mine.add(rdir)
         forked = self._forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG)
         if forked is not None:
             _SPAWNED[rdir] = forked
@@ -374,6 +426,13 @@ class LocalExecutor:
                     start_new_session=True,  # not killed with the control plane's session or process group
                 )
         self._watch.add(_SPAWNED[rdir].pid)
+
+    @staticmethod
+    def _clear(rdir: Path) -> None:
+        """A fresh run in ``rdir`` (a relaunch of the same attempt keeps only the log, appended to)."""
+        rdir.mkdir(parents=True, exist_ok=True)
+        for name in (state.LAUNCH, state.STATUS, state.REPORTED, state.STOP, state.SUPERVISOR_PID, state.CHILD_PID):
+            (rdir / name).unlink(missing_ok=True)
 
     def _scan(self) -> None:
         """Find every replica run on disk whose exit has not been reported."""
@@ -409,7 +468,10 @@ class LocalExecutor:
             return self._exit(run, st)
         if sup is None:
             reason = "supervisor failed to start"
-            tail = (run.dir / state.SUPERVISOR_LOG).read_text(errors="replace").strip().splitlines()[-1:]
+            try:
+                tail = (run.dir / state.SUPERVISOR_LOG).read_text(errors="replace").strip().splitlines()[-1:]
+            except OSError:
+                tail = []
             reason += f": {tail[0]}" if tail else ""
         else:
             reason = "supervisor died unexpectedly; replica processes killed"

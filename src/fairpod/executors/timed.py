@@ -4,7 +4,8 @@ Each replica of a launched job "runs" for the job's duration and then ends with 
 :meth:`TimedExecutor.poll`. The duration is the job's ``FAIRPOD_BENCH_DURATION`` environment variable
 (seconds), else the ``N`` of a command ``sleep N`` (also ``sh -c "sleep N"``), else 0. ``stop`` ends the
 replicas at once, as if SIGTERM had killed them. Nothing is kept on disk: after a restart of the control
-plane, jobs it had started are reported as ended while it was down.
+plane, jobs it had started are reported as ended while it was down (a new control plane on the *same*
+executor object, as the in-process tests build, adopts its live replicas and unacknowledged exits).
 
 It exists to measure the control plane alone (API, store, engine, reconcile loop) at rates that real
 processes cannot reach on a small machine: ``fairpod up --executor timed`` (see ``benchmarks/``). Never use
@@ -19,7 +20,7 @@ import shlex
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
@@ -66,6 +67,7 @@ class TimedExecutor:
         self._due: list[tuple[float, int, str, int, int]] = []  # (due, seq, job, attempt, rank)
         self._live: dict[tuple[str, int, int], float] = {}  # (job, attempt, rank) -> due
         self._ended: list[ReplicaExit] = []  # stopped replicas, reported by the next poll
+        self._unacked: dict[tuple[str, int, int], ReplicaExit] = {}  # polled, not acknowledged yet
         self._seq = 0
         self._notify: Callable[[], None] | None = None
         self._closed = False
@@ -90,14 +92,18 @@ class TimedExecutor:
         with self._lock:
             now = self.clock()
             for key in [k for k in self._live if k[0] == job and k[1] == attempt]:
-                del self._live[key]  # its heap entry is dropped lazily
+                due = self._live.pop(key)  # its heap entry is dropped lazily
+                if due < now:  # it had ended on its own already: exit 0, as a real replica would report
+                    self._ended.append(ReplicaExit(job=job, attempt=attempt, rank=key[2], returncode=0,
+                                                   signal=None, reason="exited 0", ended_at=due))
+                    continue
                 self._ended.append(ReplicaExit(job=job, attempt=attempt, rank=key[2], returncode=None,
                                                signal=int(signal.SIGTERM), reason="killed by SIGTERM",
                                                ended_at=now))
             if self._ended and self._notify is not None:
                 self._notify()
 
-    def poll(self) -> list[ReplicaExit]:
+    def poll(self, *, ack: bool = True) -> list[ReplicaExit]:
         with self._lock:
             now = self.clock()
             out, self._ended = self._ended, []
@@ -108,8 +114,18 @@ class TimedExecutor:
                 del self._live[(job, attempt, rank)]
                 out.append(ReplicaExit(job=job, attempt=attempt, rank=rank, returncode=0, signal=None,
                                        reason="exited 0", ended_at=due))
+            for e in out:
+                self._unacked[(e.job, e.attempt, e.rank)] = e
+            out = sorted(self._unacked.values(), key=lambda e: (e.ended_at, e.job, e.rank))
+            if ack:
+                self._unacked.clear()
             self._lock.notify_all()  # the timer looks for the next due exit
         return out
+
+    def ack(self, exits: Sequence[ReplicaExit]) -> None:
+        with self._lock:
+            for e in exits:
+                self._unacked.pop((e.job, e.attempt, e.rank), None)
 
     def running(self) -> dict[str, int]:
         with self._lock:
@@ -118,8 +134,10 @@ class TimedExecutor:
                 out[job] = max(out.get(job, attempt), attempt)
             return out
 
-    def adopt(self) -> list[ReplicaExit]:
-        return []  # nothing survives a restart: there were no processes
+    def adopt(self, *, ack: bool = True) -> list[ReplicaExit]:
+        """Nothing survives a restart of the process (there were no processes); a new control plane on this
+        same object gets the exits not acknowledged yet."""
+        return self.poll(ack=ack)
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
         return None  # no processes, no output

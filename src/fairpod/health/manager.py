@@ -55,7 +55,7 @@ class HealthManager:
         if nd is None:
             raise KeyError(node)
         faults = sorted(set(nd.labels.get("injected_faults", [])) | {kind})
-        self.cp.store.update_node(node, {"labels": {**nd.labels, "injected_faults": faults}})
+        self.cp.update_node(node, {"labels": {**nd.labels, "injected_faults": faults}})
         self.cp.event("FaultInjected", f"node {node}: fault {kind} injected", node=node, kind=kind)
         self._wake.set()
 
@@ -69,7 +69,7 @@ class HealthManager:
             self.recover[node] = action
         status = NodeHealth.PENDING_REBOOT if action == "reboot" else NodeHealth.PENDING_REPLACEMENT
         self.cp.node_fault(node, "ManualAction", f"{action} requested by an admin", action)
-        self.cp.store.update_node(node, {"health_status": status})
+        self.cp.update_node(node, {"health_status": status})
         self._wake.set()
 
     # -- the loop ------------------------------------------------------------------------------
@@ -160,7 +160,7 @@ class HealthManager:
             self.cp.event("NodeReplaced", f"node {node} retired; a fresh {node} (incarnation {inc}) replaces it",
                           node=node, incarnation=inc)
         self.heartbeats.pop(node, None)
-        self.cp.store.update_node(node, {"labels": new_labels, "health_status": NodeHealth.UNSCHEDULABLE,
+        self.cp.update_node(node, {"labels": new_labels, "health_status": NodeHealth.UNSCHEDULABLE,
                                          "deep_health_check": DeepHealthCheck.IN_PROGRESS})
         self.request_check(node, f"after {action}")
 
@@ -184,7 +184,7 @@ class HealthManager:
             return False
         names = self._configured_checks(nd.instance_group) or ["InstanceStress"]
         before = nd.health_status
-        self.cp.store.update_node(node, {"deep_health_check": DeepHealthCheck.IN_PROGRESS,
+        self.cp.update_node(node, {"deep_health_check": DeepHealthCheck.IN_PROGRESS,
                                          "health_status": NodeHealth.UNSCHEDULABLE})
         self.cp.set_schedulable(node, False)
         self.cp.event("DeepHealthCheckStarted", f"node {node}: deep health checks {', '.join(names)} ({why})",
@@ -208,11 +208,11 @@ class HealthManager:
         if readings and (now_nd := self.cp.store.get_node(node)) is not None:  # what `node list` shows
             gpu = {"model": readings[0].get("name"), "memory_mib": readings[0].get("memory_mib"),
                    "count": len(readings), "source": readings[0].get("source")}
-            self.cp.store.update_node(node, {"labels": {**now_nd.labels, "gpu": gpu}})
+            self.cp.update_node(node, {"labels": {**now_nd.labels, "gpu": gpu}})
         failed = [r for r in results if not r.passed]
         if not failed:
             if before in (NodeHealth.PENDING_REBOOT, NodeHealth.PENDING_REPLACEMENT) and why == "on demand":
-                self.cp.store.update_node(node, {"health_status": before, "deep_health_check": DeepHealthCheck.PASSED})
+                self.cp.update_node(node, {"health_status": before, "deep_health_check": DeepHealthCheck.PASSED})
                 return True
             self.cp.node_recovered(node, passed=True)
             return True
@@ -220,5 +220,5 @@ class HealthManager:
         action = DEEP_CHECK_ACTION.get(fault, "replace")
         msg = "; ".join(e["msg"] for r in failed for e in r.events if e["level"] == "error")
         self.cp.node_fault(node, fault, f"deep health check failed: {msg}", action)
-        self.cp.store.update_node(node, {"deep_health_check": DeepHealthCheck.FAILED})
+        self.cp.update_node(node, {"deep_health_check": DeepHealthCheck.FAILED})
         return False

@@ -22,7 +22,8 @@ from fairpod.server import (
     routes_reports,
     routes_spec,
 )
-from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.control import ControlPlane
+from fairpod.server.errors import DomainError, Problem, http_status
 from fairpod.server.limits import PROBLEM_RESPONSES, BodyLimit, allowed_methods
 from fairpod.store import AlreadyExists, Conflict, NotFound
 
@@ -46,6 +47,10 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     @app.exception_handler(Problem)
     async def _problem(_: Request, e: Problem) -> JSONResponse:
         return problem(e.status, e.title, e.detail)
+
+    @app.exception_handler(DomainError)
+    async def _domain(_: Request, e: DomainError) -> JSONResponse:
+        return problem(http_status(e), e.title, e.detail)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:

@@ -13,8 +13,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from fairpod.server.control import Problem
-from fairpod.store import Role, Store
+from fairpod.model.users import Role
+from fairpod.server.errors import Problem
+from fairpod.store import Store
 
 
 @dataclass(frozen=True)

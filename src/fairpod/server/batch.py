@@ -167,8 +167,8 @@ class BatchingStore:
         if job is None:
             raise NotFound(f"job {job_id} does not exist")
         rec = {k: (_RECORD[k](v) if k in _RECORD and v is not None else v) for k, v in changes.items()}
-        if "exit_info" in rec and rec["exit_info"] is not None:
-            rec["exit_info"] = f.json_of(dict)(rec["exit_info"])
+        if "run_state" in rec and rec["run_state"] is not None:
+            rec["run_state"] = f.json_of(dict)(rec["run_state"])
         job = replace(job, **rec, updated_at=time.time())
         p.jobs[job_id] = job
         p.changes.setdefault(job_id, {}).update(changes)

@@ -1,9 +1,27 @@
 """The control plane's core: one object that owns the store, the executor and the engine's snapshot.
 
-Every change goes through a ``ControlPlane`` method under one lock: the store is written first (it is the
-truth and survives a crash), then the in-memory engine snapshot, which is rebuilt from the store at start-up
-and after spec changes. ``reconcile_once`` is one turn of the loop: collect replica exits, run one engine
-cycle, apply its decisions, launch admitted jobs whose victims have stopped.
+Two copies of the truth live here: the store (it survives a crash) and, in memory, the engine's snapshot and
+the live attempts (``runs``, ``slots``). Each state change has exactly one owner, a method of
+``ControlPlane`` that writes both under the one lock:
+
+========================  ==================================================================================
+transition                owner
+========================  ==================================================================================
+queue a job               :meth:`ControlPlane.submit`
+admit (engine decision)   :meth:`ControlPlane.admit`: Running, placement; the attempt waits for its victims
+launch                    :meth:`ControlPlane.launch`: accelerator slots, the executor starts the replicas
+a replica's exit          :meth:`ControlPlane.exit`
+begin a stop              :meth:`ControlPlane.begin_stop` (preempt, cancel, restart, fail)
+every replica stopped     :meth:`ControlPlane.stopped`: Pending again (preempt, restart) or finished
+finish                    :meth:`ControlPlane.finish`: Succeeded, Failed, Cancelled
+node fault and recovery   :meth:`ControlPlane.node_fault`, :meth:`ControlPlane.node_recovered`,
+                          :meth:`ControlPlane.update_node` (cordon, health), ``add_node``, ``remove_node``
+========================  ==================================================================================
+
+The store is written first, then the memory. When a store write fails, the memory is thrown away and
+rebuilt from the store (:meth:`ControlPlane.reload`), so the two never disagree for longer than one call.
+``reconcile_once`` is one turn of the loop: collect replica exits, run one engine cycle, apply its decisions,
+commit, acknowledge the exits to the executor, launch what is ready.
 """
 
 from __future__ import annotations
@@ -11,52 +29,50 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
 from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
-from fairpod.model.jobs import JobSpec, JobState, resolve_job, run_key
+from fairpod.model.jobs import JobSpec, JobState, resolve_job
+from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import membership
 from fairpod.server.batch import BatchingStore
-from fairpod.server.nodes import NodeOps
+from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
+from fairpod.server.nodes import ACTION_STATUS, sync_nodes
 from fairpod.server.retention import Retention
-from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run, Slots
+from fairpod.server.runs import (
+    STOP_CANCEL,
+    STOP_FAIL,
+    STOP_PREEMPT,
+    STOP_RESTART,
+    Run,
+    Slots,
+    SlotsBusy,
+    failure_kind,
+    job_id_of,
+    job_key,
+)
 from fairpod.server.usage import UsageSampler
 from fairpod.server.watchdog import Watchdog
-from fairpod.store import AlreadyExists, Store
-from fairpod.store.records import DeepHealthCheck, Job
+from fairpod.store import AlreadyExists, Store, StoreError
+from fairpod.store.records import Job, Node
+
+__all__ = ["ControlPlane", "Problem", "job_id_of", "job_key", "sync_nodes"]
 
 log = logging.getLogger("fairpod.control")
 
-
-class Problem(Exception):
-    """An error for the API caller: HTTP status and a message a person can act on."""
-
-    def __init__(self, status: int, title: str, detail: str):
-        super().__init__(detail)
-        self.status = status
-        self.title = title
-        self.detail = detail
+STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
-def job_key(job: Job) -> str:
-    """The executor's name for a job (``fairpod.model.jobs.run_key``)."""
-    return run_key(job.name, job.id)
-
-
-def job_id_of(key: str) -> int | None:
-    try:
-        return int(key.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return None
-
-
-class ControlPlane(NodeOps):
+class ControlPlane:
     def __init__(
         self,
         store: Store,
@@ -90,7 +106,7 @@ class ControlPlane(NodeOps):
         with self.lock:
             self._recover()
 
-    # -- snapshot ------------------------------------------------------------------------------
+    # -- the memory: built from the store, thrown away when a store write fails ------------------------
     def _workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload:
         spec = spec or self.spec
         return Workload(
@@ -102,6 +118,8 @@ class ControlPlane(NodeOps):
         )  # fmt: skip
 
     def _rebuild(self) -> None:
+        """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
+        and pending jobs."""
         self.snap = self.build_snapshot(self.spec)
 
     def build_snapshot(self, spec: ClusterSpec) -> Snapshot:
@@ -127,21 +145,49 @@ class ControlPlane(NodeOps):
                 snap.add_pending(w)
         return snap
 
-    def _recover(self) -> None:
-        """Start-up: re-adopt live replicas, take in exits recorded while we were down, rebuild the snapshot."""
-        exits = self.executor.adopt()
+    def _load_runs(self) -> list[tuple[Job, Run]]:
+        """``runs`` and ``slots`` from the store; returns the attempts found live that the store does not
+        know as started (the control plane died between starting them and recording it)."""
         live = self.executor.running()
+        self.runs, self.slots = {}, Slots()
+        unrecorded = []
         for job in self.store.list_jobs(state=[JobState.RUNNING, JobState.PREEMPTED]):
-            run = Run.from_json(job.exit_info, job.attempt)
-            if live.get(job_key(job)) == job.attempt:
-                run.launched = True
+            run = Run.from_json(job.run_state, job.attempt)
+            if live.get(job_key(job)) == job.attempt and not run.launched:
+                unrecorded.append((job, run))
             self.runs[job.id] = run
             for node, slots in run.slots.items():
                 self.slots.mark(node, slots)
+        return unrecorded
+
+    def reload(self) -> None:
+        """Forget the memory and build it again from the store (after a failed store write)."""
+        with self.lock:
+            self._load_runs()
+            self._rebuild()
+
+    @contextmanager
+    def _change(self) -> Iterator[None]:
+        """One transition: under the lock; if the store refuses a write, the memory goes back to the store's."""
+        with self.lock:
+            try:
+                yield
+            except STORE_ERRORS:
+                log.exception("store write failed; rebuilding the control plane's memory from the store")
+                self.reload()
+                raise
+
+    def _recover(self) -> None:
+        """Start-up: re-adopt live replicas, take in exits not acknowledged, rebuild the snapshot."""
+        exits = self.executor.adopt(ack=False)
+        live = self.executor.running()
+        unrecorded = self._load_runs()
         self._rebuild()
+        for job, run in unrecorded:
+            self._started(job, run)
         for e in exits:
-            self._on_exit(e)
-        # replicas that ended unseen (their exit was taken but not recorded before a crash)
+            self.exit(e)
+        # replicas that ended unseen (an executor that keeps no exits across restarts)
         for jid, run in list(self.runs.items()):
             job = self.store.get_job(jid)
             if job is None or not run.launched or live.get(job_key(job)) == run.attempt:
@@ -150,16 +196,16 @@ class ControlPlane(NodeOps):
                 run.exits.setdefault(str(rank), "ended while the control plane was down")
                 run.codes.setdefault(str(rank), None)
             if run.stopping is None:
-                ok = all(c == 0 for c in run.codes.values())
-                if ok:
-                    self._finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
+                if all(c == 0 for c in run.codes.values()):
+                    self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
                     continue
-                self._begin_stop(job, run, self._failure_kind(job), "replicas ended while the control plane was down")
-            self._stopped(job, run)
+                self.begin_stop(job, run, failure_kind(job), "replicas ended while the control plane was down")
+            self.stopped(job, run)
         for jid, run in list(self.runs.items()):
             job = self.store.get_job(jid)
             if job is not None and job.state == JobState.PREEMPTED and not run.launched:
-                self._stopped(job, run)
+                self.stopped(job, run)
+        self.executor.ack(exits)  # every write above is committed (no batch at start-up)
 
     # -- events and store helpers --------------------------------------------------------------
     def event(self, kind: str, msg: str, job: Job | None = None, /, **data: Any) -> None:
@@ -167,13 +213,19 @@ class ControlPlane(NodeOps):
                                 node=data.pop("node", None), data=data)
 
     def _save_run(self, job: Job, run: Run, **changes: Any) -> Job:
-        return self.store.update_job(job.id, {"exit_info": run.to_json(), **changes})
+        return self.store.update_job(job.id, {"run_state": run.to_json(), **changes})
+
+    def _unsnap(self, jid: int) -> None:
+        """The job leaves the engine's view: no longer running there, not pending either."""
+        if str(jid) in self.snap.running:
+            self.snap.finish(str(jid))
+        self.snap.remove_pending(str(jid))
 
     # -- user actions --------------------------------------------------------------------------
     def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
         """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
         first one created (whatever its state now) instead of a second job."""
-        with self.lock:
+        with self._change():
             if key is not None and (jid := self.store.submitted_with(actor, key)) is not None:
                 earlier = self.store.get_job(jid)
                 if earlier is not None:
@@ -181,13 +233,12 @@ class ControlPlane(NodeOps):
             try:
                 resolved = resolve_job(spec, self.spec)
             except ValueError as e:
-                raise Problem(400, "invalid job", str(e)) from None
+                raise InvalidJob(str(e)) from None
             if spec.command == []:
-                raise Problem(400, "invalid job", "the job has no command: give one after --")
-            w_total = Res(*resolved.per_replica)
-            never = self._never_fits(resolved.instance_type, spec.nodes, w_total)
+                raise InvalidJob("the job has no command: give one after --")
+            never = self._never_fits(resolved.instance_type, spec.nodes)
             if never:
-                raise Problem(400, "job can never run", never)
+                raise NeverFits(never)
             try:
                 with self.store.tx() as t:  # the job, its event and the audit entry: one transaction
                     job = t.insert_job(spec, resolved, reason="queued")
@@ -197,12 +248,12 @@ class ControlPlane(NodeOps):
                     if key is not None:
                         t.remember_submit(actor, key, job.id)
             except AlreadyExists as e:
-                raise Problem(409, "job exists", str(e)) from None
+                raise JobExists(str(e)) from None
             self.snap.add_pending(self._workload(job))
         self.wake.set()
         return job
 
-    def _never_fits(self, itype: str, n: int, per: Res) -> str | None:
+    def _never_fits(self, itype: str, n: int) -> str | None:
         nodes = self.snap.by_type.get(itype, [])
         if not nodes and itype not in {q for t in self.spec.teams for q in self.spec.team_quota(t)}:
             have = ", ".join(sorted(self.snap.by_type)) or "none"
@@ -212,10 +263,10 @@ class ControlPlane(NodeOps):
         return None
 
     def cancel(self, job: Job, actor: str) -> Job:
-        with self.lock:
+        with self._change():
             job = self.store.get_job(job.id) or job
             if job.state.finished:
-                raise Problem(409, "job finished", f"job {job.name} is already {job.state.value}")
+                raise WrongState(f"job {job.name} is already {job.state.value}", "job finished")
             if job.state == JobState.PENDING:
                 self.snap.remove_pending(str(job.id))
                 job = self.store.update_job(job.id, {"state": JobState.CANCELLED, "reason": f"cancelled by {actor}",
@@ -224,43 +275,38 @@ class ControlPlane(NodeOps):
             else:
                 run = self.runs.setdefault(job.id, Run(attempt=job.attempt))
                 if run.stopping == STOP_PREEMPT or run.stopping is None:
-                    self._begin_stop(job, run, STOP_CANCEL, f"cancelled by {actor}")
+                    self.begin_stop(job, run, STOP_CANCEL, f"cancelled by {actor}")
                     if job.state == JobState.RUNNING:
                         self.event("JobCancelling", f"job {job.name} is stopping: cancelled by {actor}", job)
                 job = self.store.get_job(job.id) or job
                 if not run.launched:
-                    self._stopped(job, run)
+                    self.stopped(job, run)
                     job = self.store.get_job(job.id) or job
             self.store.append_audit(actor, "job.cancel", f"{job.team}/{job.name}", {"id": job.id})
         self.wake.set()
         return job
 
     def report_progress(self, job: Job, step: int | None, checkpoint: str | None) -> Job:
-        with self.lock:
+        with self._change():
             now = self.clock()
             changes: dict[str, Any] = {"checkpoint_step": step}
             if checkpoint:
                 changes.update(checkpoint_at=now, checkpoint_path=checkpoint)
-                w = self.snap.running.get(str(job.id))
-                if w is not None:
-                    w.checkpoint = now
-            return self.store.update_job(job.id, changes)
-
-    def set_schedulable(self, node: str, schedulable: bool) -> None:
-        with self.lock:
-            if node in self.snap.nodes:
-                self.snap.set_schedulable(node, schedulable)
-        self.wake.set()
+            job = self.store.update_job(job.id, changes)
+            w = self.snap.running.get(str(job.id))
+            if w is not None and checkpoint:
+                w.checkpoint = now
+            return job
 
     def replace_spec(self, spec: ClusterSpec, actor: str = "fairpod", action: str = "spec.apply") -> None:
         """Take a new (validated) cluster spec: store it (a new version in the history), sync nodes, rebuild
         the engine's view."""
-        with self.lock:
+        with self._change():
             active_teams = {j.team for j in self.store.list_jobs(finished=False)}
             gone = sorted(active_teams - {t.name for t in spec.teams})
             if gone:
-                raise Problem(409, "team has jobs", f"team(s) {', '.join(gone)} still have unfinished jobs; "
-                              "cancel them or wait for them to finish first")
+                raise WrongState(f"team(s) {', '.join(gone)} still have unfinished jobs; "
+                                 "cancel them or wait for them to finish first", "team has jobs")
             sync_nodes(self.store, spec, busy={n for r in self.runs.values() for n in r.slots})
             self.store.put_spec(spec, actor=actor, action=action)
             self.spec = spec
@@ -269,17 +315,18 @@ class ControlPlane(NodeOps):
 
     # -- the loop ------------------------------------------------------------------------------
     def reconcile_once(self) -> None:
-        with self.lock, self.store.batch():  # a cycle's job updates and events: one transaction per flush
+        with self._change(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
             membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
-            exits = self.executor.poll()
-            self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
-            for e in exits:
-                self._on_exit(e)
+            exits = self.executor.poll(ack=False)
+            self._take_exits(exits)
             t0 = time.perf_counter()
             self.snap.now = self.clock()
             decisions = schedule(self.snap)
             self.cycle_seconds = time.perf_counter() - t0
             self.cycles += 1
+            # replicas that ended while the engine decided: a job that finished is not preempted
+            late = self.executor.poll(ack=False)
+            self._take_exits(late)
             self.store.prefetch(d.job for d in decisions)
             # A job may be admitted and preempted within one cycle: apply only the net change. A Preempt
             # counts if it is the job's first decision (it ran before the cycle), an Admit if it is the
@@ -292,18 +339,27 @@ class ControlPlane(NodeOps):
                     last[d.job] = d
             for d in decisions:
                 if isinstance(d, Preempt) and first[d.job] is d:
-                    self._on_preempt(d)
+                    self.preempt(d)
             for d in decisions:
                 if isinstance(d, Admit):
                     if last[d.job] is d and isinstance(first[d.job], Admit):
-                        self._on_admit(d)
+                        self.admit(d)
                 elif isinstance(d, Wait):
                     self.store.update_job(int(d.job), {"reason": self._wait_reason(d)})
-            self.store.flush()  # the store knows every admission before its processes start
-            self._launch_ready()
+            ready = self._ready()  # slots of the attempts that can start now, stored before they start
+            self.store.flush()  # one commit: the exits' effects, the decisions, the slots
+            taken = {(e.job, e.attempt, e.rank): e for e in [*exits, *late]}  # late repeats what exits had
+            self.executor.ack(list(taken.values()))  # only now: a crash before the commit re-delivers them
+            for job, run in ready:
+                self.launch(job, run)
             self.usage.tick(self)
             self.retention.tick(self)
             self.watchdog.tick(self)
+
+    def _take_exits(self, exits: list[ReplicaExit]) -> None:
+        self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
+        for e in exits:
+            self.exit(e)
 
     def start(self, interval: float = 0.25) -> None:
         def loop() -> None:
@@ -313,9 +369,8 @@ class ControlPlane(NodeOps):
                 try:
                     self.reconcile_once()
                 except Exception:  # keep serving; the next turn starts again from the store's truth
-                    log.exception("reconcile failed; rebuilding the engine's view from the store")
-                    with self.lock:
-                        self._rebuild()
+                    log.exception("reconcile failed; rebuilding the control plane's memory from the store")
+                    self.reload()
 
         self._thread = threading.Thread(target=loop, name="fairpod-reconcile", daemon=True)
         self._thread.start()
@@ -327,16 +382,13 @@ class ControlPlane(NodeOps):
             self._thread.join(timeout=10)
         self.executor.close()
 
-    # -- applying decisions --------------------------------------------------------------------
-    def _on_admit(self, d: Admit) -> None:
+    # -- the transitions of a job ----------------------------------------------------------------
+    def admit(self, d: Admit) -> None:
+        """The engine admitted a pending job: Running on ``d.nodes``; it launches once ``d.after`` stopped."""
         job = self.store.get_job(int(d.job))
-        if job is None:
+        if job is None or job.state != JobState.PENDING:
             return
-        run = Run(attempt=job.attempt, after=list(d.after))
-        cat = self.spec.catalog()
-        size = cat[job.instance_type].accelerators
-        for node in d.nodes:
-            run.slots[node] = self.slots.take(node, job.acc, size)
+        run = Run(attempt=job.attempt, after=list(d.after), nodes=list(d.nodes))
         self.runs[job.id] = run
         now = self.clock()
         job = self._save_run(job, run, state=JobState.RUNNING, placement=list(d.nodes), reason=d.reason,
@@ -344,35 +396,48 @@ class ControlPlane(NodeOps):
                              **({} if job.first_started_at else {"first_started_at": now}))
         self.event("JobAdmitted", f"job {job.name}: {d.reason}", job, nodes=list(d.nodes), after=list(d.after))
 
-    def _on_preempt(self, d: Preempt) -> None:
-        job = self.store.get_job(int(d.job))
-        if job is None:
-            return
-        self.snap.remove_pending(d.job)  # it goes back to its queue once it has stopped
-        run = self.runs.setdefault(job.id, Run(attempt=job.attempt))
+    def preempt(self, d: Preempt) -> None:
+        """The engine preempts a running job: it stops, then goes back to its queue (``stopped``)."""
+        jid = int(d.job)
+        job = self.store.get_job(jid)
+        run = self.runs.get(jid)
+        self._unsnap(jid)  # it goes back to its queue once it has stopped
+        if job is None or run is None or job.state != JobState.RUNNING or run.stopping is not None:
+            return  # finished meanwhile, or already stopping: no second preemption for one stop
         job = self.store.update_job(job.id, {"preemptions": job.preemptions + 1})
         self.event("JobPreempted", f"job {job.name}: {d.reason}", job, by=d.by, preemption=d.kind)
-        self._begin_stop(job, run, STOP_PREEMPT, d.reason)
+        self.begin_stop(job, run, STOP_PREEMPT, d.reason)
         if not run.launched:
-            self._stopped(self.store.get_job(job.id) or job, run)
+            self.stopped(self.store.get_job(job.id) or job, run)
 
-    def _launch_ready(self) -> None:
+    def _ready(self) -> list[tuple[Job, Run]]:
+        """Admitted attempts whose victims have stopped and whose accelerator slots are free: their slots are
+        taken (and stored with the run) now. An attempt whose slots are still held by a stopping job waits."""
+        out = []
+        cat = self.spec.catalog()
         for jid, run in list(self.runs.items()):
-            if run.launched or run.stopping is not None:
-                continue
-            if any(int(v) in self.runs for v in run.after):
+            if run.launched or run.stopping is not None or any(int(v) in self.runs for v in run.after):
                 continue
             job = self.store.get_job(jid)
             if job is None or job.state != JobState.RUNNING:
                 continue
-            self._launch(job, run)
+            if not run.slots:
+                try:
+                    run.slots = self.slots.take_all(job.placement, job.acc, cat[job.instance_type].accelerators)
+                except SlotsBusy as e:
+                    log.debug("job %s waits for accelerator slots: %s", job.name, e)
+                    continue
+                job = self._save_run(job, run)
+            out.append((job, run))
+        return out
 
     def _gpus_are_real(self, node: str) -> bool:
         """Whether a node's accelerators are real GPUs (its instance group says ``accelerators_are: gpus``)."""
         nd = self.store.get_node(node)
         return nd is not None and self.spec.gpus_are_real(nd.instance_group)
 
-    def _launch(self, job: Job, run: Run) -> None:
+    def launch(self, job: Job, run: Run) -> None:
+        """Start an admitted attempt on the slots :meth:`_ready` took for it."""
         ckpt = self.home / "checkpoints" / job.team / job_key(job)
         launch = JobLaunch(
             job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
@@ -382,6 +447,8 @@ class ControlPlane(NodeOps):
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
                                          real_gpus=self._gpus_are_real(n)) for i, n in enumerate(job.placement)),
         )  # fmt: skip
+        if any(len(r.accelerators) != job.acc for r in launch.replicas):  # never short: _ready took them all
+            raise RuntimeError(f"job {job.name}: accelerator slots {run.slots} do not match {job.acc} per node")
         run.after = []
         try:
             self.executor.launch(launch)
@@ -390,52 +457,60 @@ class ControlPlane(NodeOps):
             for rank in range(job.nodes):
                 run.exits[str(rank)] = str(e)
                 run.codes[str(rank)] = None
-            self._begin_stop(job, run, STOP_FAIL, f"could not start: {e}")
-            self._stopped(self.store.get_job(job.id) or job, run)
+            self.begin_stop(job, run, STOP_FAIL, f"could not start: {e}")
+            self.stopped(self.store.get_job(job.id) or job, run)
             return
+        self._started(job, run)
+
+    def _started(self, job: Job, run: Run) -> None:
+        """Record that an attempt's replicas exist (also when found live after a crash)."""
         run.launched = True
-        now = self.clock()
-        job = self._save_run(job, run, started_at=now)
+        job = self._save_run(job, run, started_at=self.clock())
         self.event("JobStarted", f"job {job.name} started (attempt {job.attempt}) on {', '.join(job.placement)}",
                    job, attempt=job.attempt)
 
-    # -- replica exits and stopping ------------------------------------------------------------
     def _wait_reason(self, d: Wait) -> str:
         """A job back in its queue after a preemption says so until it runs again."""
         job = self.store.get_job(int(d.job))
-        info = (job.exit_info or {}) if job is not None else {}
+        info = (job.run_state or {}) if job is not None else {}
         if info.get("stopping") == STOP_PREEMPT and info.get("stop_reason"):
             return f"{d.reason} (requeued: {info['stop_reason']})"
         return d.reason
 
-    def _failure_kind(self, job: Job) -> str:
-        return STOP_RESTART if job.auto_resume and job.attempt < job.max_retry else STOP_FAIL
-
-    def _on_exit(self, e: ReplicaExit) -> None:
+    def exit(self, e: ReplicaExit) -> None:
+        """A replica ended. Taking the same exit twice changes nothing (exits are re-delivered until the store
+        has committed them)."""
         jid = job_id_of(e.job)
         run = self.runs.get(jid) if jid is not None else None
-        if run is None or run.attempt != e.attempt or jid is None:
+        if run is None or jid is None or run.attempt != e.attempt or str(e.rank) in run.exits:
             return
         job = self.store.get_job(jid)
         if job is None:
             return
+        if not run.launched:  # started, but the control plane died before it recorded that
+            self._started(job, run)
+            job = self.store.get_job(jid) or job
         run.exits[str(e.rank)] = e.reason
         run.codes[str(e.rank)] = e.returncode
+        if run.stop_at is not None and e.ended_at < run.stop_at:
+            run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
             if not e.ok:
-                kind = self._failure_kind(job)
-                self._begin_stop(job, run, kind, f"replica {e.rank} {e.reason}")
+                self.begin_stop(job, run, failure_kind(job), f"replica {e.rank} {e.reason}")
             elif len(run.exits) == job.nodes:
-                self._finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
+                self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
                 return
         if run.stopping is not None and len(run.exits) >= job.nodes:
-            self._stopped(job, run)
+            self.stopped(job, run)
         else:
             self._save_run(job, run)
 
-    def _begin_stop(self, job: Job, run: Run, kind: str, reason: str) -> None:
+    def begin_stop(self, job: Job, run: Run, kind: str, reason: str) -> None:
+        """Ask the executor to stop the attempt; the job's next state waits for every replica's exit."""
         if run.stopping == STOP_CANCEL:
             return
+        if run.stopping is None:
+            run.stop_at = self.clock()
         run.stopping = kind
         run.stop_reason = reason
         changes: dict[str, Any] = {"reason": reason}
@@ -447,7 +522,7 @@ class ControlPlane(NodeOps):
 
     def stop_job(self, job: Job, run: Run, kind: str, reason: str) -> None:
         """Stop a running attempt for a runtime limit or a hang (the watchdog; the lock is held)."""
-        self._begin_stop(job, run, kind, reason)
+        self.begin_stop(job, run, kind, reason)
 
     def output_mtime(self, job: Job) -> float | None:
         """When any replica of the job's current attempt last wrote output (None: no log here)."""
@@ -482,27 +557,36 @@ class ControlPlane(NodeOps):
         for node, slots in run.slots.items():
             self.slots.give_back(node, slots)
         self.runs.pop(job.id, None)
-        if str(job.id) in self.snap.running:
-            self.snap.finish(str(job.id))
+        self._unsnap(job.id)
 
-    def _finish(self, job: Job, run: Run, state: JobState, reason: str) -> None:
+    def finish(self, job: Job, run: Run, state: JobState, reason: str) -> None:
         self._release(job, run)
         job = self.store.update_job(job.id, {"state": state, "reason": reason, "finished_at": self.clock(),
-                                             "exit_info": run.to_json()})
+                                             "run_state": run.to_json()})
         self.event(f"Job{state.value}", f"job {job.name} {state.value.lower()}: {reason}", job)
         self.wake.set()
 
-    def _stopped(self, job: Job, run: Run) -> None:
+    def stopped(self, job: Job, run: Run) -> None:
         """Every replica of a stopping attempt has ended: take the job to its next state."""
         kind = run.stopping
+        if kind == STOP_PREEMPT and run.before_stop and len(run.exits) >= job.nodes:
+            # replicas that had ended on their own before the preemption reached them decide
+            natural = {r: run.codes.get(r) for r in run.before_stop}
+            if len(natural) == job.nodes and all(c == 0 for c in natural.values()):
+                self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
+                return
+            failed = sorted(r for r, c in natural.items() if c != 0)
+            if failed:
+                kind = run.stopping = failure_kind(job)
+                run.stop_reason = f"replica {failed[0]} {run.exits[failed[0]]}"
         if kind == STOP_CANCEL:
-            self._finish(job, run, JobState.CANCELLED, run.stop_reason)
+            self.finish(job, run, JobState.CANCELLED, run.stop_reason)
         elif kind == STOP_FAIL:
-            self._finish(job, run, JobState.FAILED, run.stop_reason)
+            self.finish(job, run, JobState.FAILED, run.stop_reason)
         elif kind in (STOP_PREEMPT, STOP_RESTART):
             self._release(job, run)
             now = self.clock()
-            changes: dict[str, Any] = {"state": JobState.PENDING, "enqueued_at": now, "exit_info": run.to_json(),
+            changes: dict[str, Any] = {"state": JobState.PENDING, "enqueued_at": now, "run_state": run.to_json(),
                                        "placement": [], "borrowed_from": {}}
             if kind == STOP_RESTART:
                 changes["attempt"] = job.attempt + 1
@@ -513,27 +597,95 @@ class ControlPlane(NodeOps):
                            f"{job.max_retry})", job, attempt=job.attempt)
             else:
                 self.event("JobRequeued", f"job {job.name} stopped and is back in its queue", job)
-            self.snap.remove_pending(str(job.id))
             self.snap.add_pending(self._workload(job))
             self.wake.set()
 
+    # -- the transitions of a node -----------------------------------------------------------------
+    def add_node(self, name: str, group: str, itype: str, **fields: Any) -> None:
+        """A node joined (e.g. a Ray node): store it and let the engine use it."""
+        with self._change():
+            cat = self.spec.catalog()
+            if itype not in cat:
+                raise ValueError(f"node {name}: unknown instance type {itype!r}")
+            node = self.store.get_node(name)
+            if node is None:
+                node = self.store.add_node(name, group, itype, **fields)
+                self.event("NodeJoined", f"node {name} ({itype}) joined", node=name)
+            if name not in self.snap.nodes:
+                self.snap.add_node(name, itype, node_res(cat[itype]), schedulable=node.schedulable,
+                                   passed=node.deep_health_check == DeepHealthCheck.PASSED)
+        self.wake.set()
 
-def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) -> None:  # type: ignore[assignment]
-    """Make the store's nodes match the spec's instance groups (``<group>-<i>``); busy nodes are kept.
-    With the Ray executor the nodes come from the Ray cluster (``fairpod.server.membership``), not the spec."""
-    want: dict[str, tuple[str, str]] = {}
-    for g in spec.cluster.instance_groups if spec.cluster.executor.kind != "ray" else []:
-        for i in range(g.count):
-            want[f"{g.name}-{i}"] = (g.name, g.instance_type)
-    have = {n.name: n for n in store.list_nodes()}
-    for name, (group, itype) in want.items():
-        if name not in have:
-            store.add_node(name, group, itype)
-        elif have[name].instance_type != itype:
-            if name in busy:
-                raise Problem(409, "node busy", f"node {name} runs jobs; it cannot change instance type now")
-            store.delete_node(name)
-            store.add_node(name, group, itype)
-    for name in have:
-        if name not in want and name not in busy and membership.NODE_ID not in have[name].labels:
-            store.delete_node(name)
+    def update_node(self, name: str, changes: dict[str, Any]) -> Node:
+        """Change a node's stored fields (cordon, health status, deep health check, labels) and the engine's
+        view of it (schedulable, passed) together."""
+        with self._change():
+            node = self.store.update_node(name, changes)
+            snode = self.snap.nodes.get(name)
+            if snode is not None:
+                snode.health_passed = node.deep_health_check == DeepHealthCheck.PASSED
+                if snode.schedulable != node.schedulable:
+                    self.snap.set_schedulable(name, node.schedulable)
+        self.wake.set()
+        return node
+
+    def set_schedulable(self, node: str, schedulable: bool) -> None:
+        """Take a node out of the engine's placements (or back) without changing the store (a deep health
+        check under way)."""
+        with self.lock:
+            if node in self.snap.nodes:
+                self.snap.set_schedulable(node, schedulable)
+        self.wake.set()
+
+    def forget_node(self, name: str) -> None:
+        """Delete a node that runs nothing from the store and the engine's view."""
+        with self._change():
+            self.store.delete_node(name)
+            if name in self.snap.nodes:
+                self.snap.remove_node(name)
+
+    def remove_node(self, name: str, reason: str) -> None:
+        """A node left for good: its jobs are handled as after a fault, then it is forgotten."""
+        with self._change():
+            self.node_fault(name, "NodeLost", reason, "none")
+            self.event("NodeLeft", f"node {name} left: {reason}", node=name)
+        self.wake.set()
+
+    def node_fault(self, name: str, fault_type: str, reason: str, action: str) -> list[int]:
+        """Take ``name`` out of service and stop its jobs; returns the ids of the jobs stopped. Those with
+        auto-resume restart on healthy nodes (counting a retry), the others fail with the fault as reason."""
+        stopped: list[int] = []
+        with self._change():
+            node = self.store.get_node(name)
+            if node is None:
+                return stopped
+            self.update_node(name, {"health_status": ACTION_STATUS.get(action, NodeHealth.UNSCHEDULABLE),
+                                    "fault_type": fault_type, "fault_reason": reason, "last_check_at": self.clock()})
+            self.event("NodeFault", f"node {name}: {fault_type}: {reason} (action: {action})", node=name,
+                       fault_type=fault_type, action=action)
+            why = f"node {name} fault: {fault_type}: {reason}"
+            for jid, run in list(self.runs.items()):
+                job = self.store.get_job(jid)
+                if job is None or name not in job.placement or run.stopping is not None:
+                    continue
+                self.begin_stop(job, run, failure_kind(job), why)
+                stopped.append(jid)
+                if not run.launched:
+                    self.stopped(self.store.get_job(jid) or job, run)
+        self.wake.set()
+        return stopped
+
+    def node_recovered(self, name: str, passed: bool = True) -> None:
+        """The node is healthy again (after a reboot, a replacement or by hand)."""
+        with self._change():
+            self.update_node(name, {
+                "health_status": NodeHealth.SCHEDULABLE, "fault_type": None, "fault_reason": None,
+                "deep_health_check": DeepHealthCheck.PASSED if passed else DeepHealthCheck.FAILED,
+                "last_check_at": self.clock()})
+            self.event("NodeRecovered", f"node {name} is back in service", node=name)
+        self.wake.set()
+
+    def jobs_on(self, name: str) -> list[int]:
+        """Jobs with an attempt placed on ``name`` (starting, running or stopping)."""
+        with self.lock:
+            return [jid for jid, run in self.runs.items() if name in run.nodes or name in run.slots]

@@ -2,9 +2,7 @@
 ``fairpod down`` (stop it cleanly). Replicas keep running while the control plane is down and are adopted
 again when it comes back.
 
-Files under ``$FAIRPOD_HOME`` (default ``~/.local/share/fairpod``): ``fairpod.db`` (SQLite, WAL),
-``server.pid``, ``server.log``, ``runs/`` (replica state and logs), ``checkpoints/``. The CLI's config
-(server URL and token, mode 0600) goes to ``$FAIRPOD_CONFIG`` (default ``~/.config/fairpod/config.json``).
+Where the files go: :mod:`fairpod.paths`. The server itself is put together by :mod:`fairpod.server.runtime`.
 """
 
 from __future__ import annotations
@@ -24,23 +22,14 @@ from pathlib import Path
 
 from fairpod.executors import procs, state
 from fairpod.model.spec import ClusterSpec, SpecError, load_spec, parse_spec, seed_spec
-from fairpod.server.control import Problem, sync_nodes
-from fairpod.store import Role, Store
+from fairpod.model.users import Role
+from fairpod.paths import config_path, db_url, fairpod_home
+from fairpod.server.errors import DomainError, WrongState
+from fairpod.server.nodes import sync_nodes
+from fairpod.store import Store
 
 DEFAULT_PORT = 8470
 LOOPBACK = "127.0.0.1"
-
-
-def fairpod_home() -> Path:
-    return Path(os.environ.get("FAIRPOD_HOME") or Path.home() / ".local/share/fairpod").absolute()
-
-
-def config_path() -> Path:
-    return Path(os.environ.get("FAIRPOD_CONFIG") or Path.home() / ".config/fairpod/config.json").absolute()
-
-
-def db_url(home: Path, url: str | None) -> str:
-    return url or os.environ.get("FAIRPOD_DB_URL") or f"sqlite:///{home / 'fairpod.db'}"
 
 
 def detect_cluster() -> ClusterSpec:
@@ -122,7 +111,7 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[
         active = {j.team for j in store.list_jobs(finished=False)}
         gone = sorted(active - {t.name for t in spec.teams})
         if gone:
-            raise Problem(409, "team has jobs", f"team(s) {', '.join(gone)} still have unfinished jobs")
+            raise WrongState(f"team(s) {', '.join(gone)} still have unfinished jobs", "team has jobs")
         sync_nodes(store, spec)
         store.put_spec(spec, actor="fairpod up", action="spec.apply" if rec is None else "up --spec")
     current = spec or (rec.spec if rec is not None else None)
@@ -243,61 +232,24 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
     """Run the control plane in the foreground until SIGTERM/SIGINT."""
     import uvicorn
 
-    from fairpod.executors.base import Executor
-    from fairpod.executors.local import LocalExecutor
-    from fairpod.health.manager import HealthManager
-    from fairpod.server.app import create_app
-    from fairpod.server.control import ControlPlane
+    from fairpod.server.runtime import ExecutorError, build, make_executor
 
     secure_home(home)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    executor: Executor
-    if executor_name == "local":
-        executor = LocalExecutor(home / "runs")
-    elif executor_name == "timed":  # benchmarks and tests only: runs no processes
-        from fairpod.executors.timed import TimedExecutor
-
-        logging.getLogger("fairpod").warning("executor 'timed' (benchmarks/tests only): jobs run NO processes; "
-                                             "each only waits out its FAIRPOD_BENCH_DURATION or 'sleep N'")
-        executor = TimedExecutor(home / "runs")
-    elif executor_name == "ray":  # the nodes of a Ray cluster (docs/ray.md)
-        from fairpod.executors.base import ExecutorError
-        from fairpod.executors.ray import RayExecutor
-
-        try:
-            executor = RayExecutor(home / "runs", address=ray_address, namespace=ray_namespace)
-        except ExecutorError as e:
-            raise SystemExit(f"fairpod: error: {e}") from None
-        logging.getLogger("fairpod").info("executor ray: cluster %s, namespace %s", executor.address, ray_namespace)
-    else:
-        raise SystemExit(f"fairpod: error: unknown executor {executor_name!r} (local, ray, timed)")
-    # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
-    # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
-    store = Store(url, synchronous="NORMAL")
-    store.create_all()
-    cp = ControlPlane(store, executor, home)
-    from fairpod.server.jobtoken import job_secret, launch_env
-
-    secret = job_secret(home, store)
+    try:
+        executor = make_executor(home, executor_name, ray_address, ray_namespace)
+    except (ExecutorError, ValueError) as e:
+        raise SystemExit(f"fairpod: error: {e}") from None
+    rt = build(home, url, executor, api_url(advertise, port))
     socks = _listen([LOOPBACK, advertise], port)
-    cp.launch_env = launch_env(secret, api_url(advertise, port))  # FAIRPOD_API_URL, FAIRPOD_TOKEN
-    set_notify = getattr(executor, "set_notify", None)
-    if set_notify is not None:  # the executor wakes the reconcile loop when an exit is due
-        set_notify(cp.wake.set)
-    cp.start()
-    cp.health = HealthManager(cp, interval=float(os.environ.get("FAIRPOD_AGENT_INTERVAL", "10")),
-                              reboot_seconds=float(os.environ.get("FAIRPOD_REBOOT_SECONDS", "2")))
-    cp.health.start()
-    app = create_app(cp, secret)
-    config = uvicorn.Config(app, host=LOOPBACK, port=port, log_level="warning", access_log=False)
+    rt.start()
+    config = uvicorn.Config(rt.app, host=LOOPBACK, port=port, log_level="warning", access_log=False)
     server = uvicorn.Server(config)
     write_pid(home, port)
     try:
         server.run(sockets=socks)  # 127.0.0.1, and the advertised address
     finally:
-        cp.health.stop()
-        cp.stop()
-        store.close()
+        rt.close()
         try:
             if pid_file(home).read_text().split()[0] == str(os.getpid()):
                 pid_file(home).unlink()
@@ -340,7 +292,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         for prob in e.problems:
             print(f"error: {prob}", file=sys.stderr)
         return 1
-    except Problem as e:
+    except DomainError as e:
         print(f"fairpod: error: {e.detail}", file=sys.stderr)
         return 1
     rec = store.get_spec()

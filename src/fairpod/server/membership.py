@@ -9,7 +9,7 @@ store and the engine's view follow that table:
   one that does not fit is left out, with a ``NodeIgnored`` event saying why;
 - a node that dies is a node fault (``NodeLost``, or ``HeartbeatLost`` when Ray's health checks missed it): it
   becomes Unschedulable and its jobs stop, auto-resume jobs restarting elsewhere as after any fault
-  (:class:`fairpod.server.nodes.NodeOps`); a node stopped on purpose (``ray stop``, scaled down) *left*.
+  (``Core.node_fault``); a node stopped on purpose (``ray stop``, scaled down) *left*.
   fairpod does not reboot or replace Ray nodes: Ray, its autoscaler or KubeRay does;
 - a node that comes back under the same name (``ray start --node-name``) is recovered;
 - a lost node that runs nothing is forgotten after :data:`FORGET_AFTER` seconds; a stored node that is not a
@@ -21,13 +21,12 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from weakref import WeakKeyDictionary
 
-from fairpod.store import DeepHealthCheck
-
-if TYPE_CHECKING:
-    from fairpod.server.control import ControlPlane
+from fairpod.executors.base import NodeTable, capability
+from fairpod.model.nodes import DeepHealthCheck
+from fairpod.server.core_api import Core
 
 log = logging.getLogger("fairpod.membership")
 
@@ -50,34 +49,32 @@ class _Memory:
 _MEMORY: WeakKeyDictionary[Any, _Memory] = WeakKeyDictionary()
 
 
-def sync(cp: ControlPlane) -> None:
+def sync(cp: Core) -> None:
     """One membership pass (see the module doc); a no-op for executors without a node table."""
-    table = getattr(cp.executor, "cluster_nodes", None)
+    table = capability(cp.executor, NodeTable)
     if table is None:
         return
     with cp.lock:
         mem = _MEMORY.setdefault(cp, _Memory())
-        version = int(getattr(cp.executor, "nodes_version", 0))
+        version = int(table.nodes_version)
         names = frozenset(cp.snap.nodes)
         now = time.monotonic()
         if version == mem.version and names == mem.nodes and now - mem.at < FULL_PASS_EVERY:
             return
-        _sync(cp, table(), mem)
+        _sync(cp, table.cluster_nodes(), mem)
         mem.version, mem.nodes, mem.at = version, frozenset(cp.snap.nodes), now
 
 
-def _busy(cp: ControlPlane, name: str) -> bool:
+def _busy(cp: Core, name: str) -> bool:
     node = cp.snap.nodes.get(name)
     return bool(cp.jobs_on(name)) or (node is not None and bool(node.jobs))
 
 
-def _forget(cp: ControlPlane, name: str) -> None:
-    cp.store.delete_node(name)
-    if name in cp.snap.nodes:
-        cp.snap.remove_node(name)
+def _forget(cp: Core, name: str) -> None:
+    cp.forget_node(name)
 
 
-def _sync(cp: ControlPlane, nodes: list[Any], mem: _Memory) -> None:
+def _sync(cp: Core, nodes: list[Any], mem: _Memory) -> None:
     cat = cp.spec.catalog()
     stored = {n.name: n for n in cp.store.list_nodes()}
     by_name = {rn.name: rn for rn in nodes}
@@ -112,14 +109,12 @@ def _sync(cp: ControlPlane, nodes: list[Any], mem: _Memory) -> None:
             cp.add_node(name, GROUP, rn.instance_type, labels=labels)
             continue
         if any(node.labels.get(k) != v for k, v in labels.items()):
-            cp.store.update_node(name, {"labels": {**node.labels, **labels}})
+            cp.update_node(name, {"labels": {**node.labels, **labels}})
         if node.fault_type in LOST:
             before = node.deep_health_check
             cp.node_recovered(name, passed=before == DeepHealthCheck.PASSED)
             if before is None:  # never checked: recovery is no health check
-                cp.store.update_node(name, {"deep_health_check": None})
-                if name in cp.snap.nodes:
-                    cp.snap.nodes[name].health_passed = False
+                cp.update_node(name, {"deep_health_check": None})
         elif name not in cp.snap.nodes:
             cp.add_node(name, node.instance_group, node.instance_type)  # back into the engine's view
 

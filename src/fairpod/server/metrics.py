@@ -20,10 +20,10 @@ from prometheus_client.registry import Collector
 from sqlalchemy import case, func, select
 
 from fairpod import __version__
-from fairpod.governance.quota import lending
 from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth, Principal
 from fairpod.server.control import ControlPlane
+from fairpod.server.figures import instance_types, team_figures
 from fairpod.store.tables import EventRow, JobRow
 
 WAIT_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
@@ -142,27 +142,20 @@ class FairpodCollector(Collector):
                                      labels=["team"])
         with cp.lock:
             snap = cp.snap
-            types = sorted(set(snap.by_type) | {it for t in snap.teams.values() for it in t.quota})
-            for it in types:
+            for it in instance_types(snap):
                 nodes = snap.by_type.get(it, [])
                 for d, (res, k) in enumerate(RESOURCES):
                     cap.add_metric([it, res], sum(n.cap[d] for n in nodes) * k)
                     sched.add_metric([it, res], sum(n.cap[d] for n in nodes if n.schedulable) * k)
                     used.add_metric([it, res], sum(n.cap[d] - n.free[d] for n in nodes) * k)
-                lend_to = lending(snap, it)
-                lent_by: dict[str, int] = {}
-                for by_lender in lend_to.values():
-                    for lender, n in by_lender.items():
-                        lent_by[lender] = lent_by.get(lender, 0) + n
-                for name, t in sorted(snap.teams.items()):
-                    q, u = t.q(it), t.u(it)
-                    if not shown(name) or (not any(q) and not any(u)):
+                for f in team_figures(snap, it):
+                    if not shown(f.team):
                         continue
                     for d, (res, k) in enumerate(RESOURCES):
-                        quota.add_metric([name, it, res], q[d] * k)
-                        usage.add_metric([name, it, res], u[d] * k)
-                        borrowed.add_metric([name, it, res], max(0, u[d] - q[d]) * k)
-                    lent.add_metric([name, it, "accelerators"], lent_by.get(name, 0))
+                        quota.add_metric([f.team, it, res], f.quota[d] * k)
+                        usage.add_metric([f.team, it, res], f.used[d] * k)
+                        borrowed.add_metric([f.team, it, res], f.borrowed[d] * k)
+                    lent.add_metric([f.team, it, "accelerators"], f.lent)
             counts: dict[str, list[int]] = {name: [0, 0, 0, 0] for name in snap.teams if shown(name)}
             for w in snap.pending.values():
                 if w.team in counts:

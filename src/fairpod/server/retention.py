@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from fairpod.executors.base import Discarding, capability
 from fairpod.model.jobs import run_key
+from fairpod.server.core_api import Core
 from fairpod.store import StoreError
-
-if TYPE_CHECKING:
-    from fairpod.server.control import ControlPlane
 
 log = logging.getLogger("fairpod.retention")
 
@@ -29,7 +27,7 @@ class Retention:
         self.last = -math.inf
         self.deleted_jobs = 0
 
-    def tick(self, cp: ControlPlane) -> None:
+    def tick(self, cp: Core) -> None:
         days = cp.spec.policy.retention_days
         now = cp.clock()
         if days is None or now - self.last < self.every:
@@ -40,10 +38,10 @@ class Retention:
             log.warning("could not delete old records: %s", e)
             return
         self.last = -math.inf if pruned.more else now
-        discard = getattr(cp.executor, "discard", None)
+        files = capability(cp.executor, Discarding)
         for job_id, name in pruned.jobs:
-            if discard is not None:
-                discard(run_key(name, job_id))
+            if files is not None:
+                files.discard(run_key(name, job_id))
         self.deleted_jobs += len(pruned.jobs)
         if pruned.total:
             log.info("retention (%g days): deleted %d finished jobs, %d events, %d usage rows, %d submit keys",

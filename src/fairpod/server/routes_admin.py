@@ -8,11 +8,12 @@ from fastapi import APIRouter, Body
 from pydantic import BaseModel, Field
 
 from fairpod.model.spec import Policy, SpecError, Team, parse_spec
+from fairpod.model.users import Role
 from fairpod.server.auth import Auth, require_admin
-from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.control import ControlPlane
+from fairpod.server.errors import Problem
 from fairpod.server.limits import Limit, SinceId
 from fairpod.server.views import cluster_view, node_view
-from fairpod.store import Role
 
 
 class FaultBody(BaseModel):
@@ -70,8 +71,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if node is None:
             raise Problem(404, "no such node", f"no node {name!r}")
         if action in ("cordon", "uncordon"):
-            node = cp.store.update_node(name, {"cordoned": action == "cordon"})
-            cp.set_schedulable(name, node.schedulable)
+            node = cp.update_node(name, {"cordoned": action == "cordon"})
             cp.event(f"Node{action.capitalize()}ed", f"node {name} {action}ed by {p.name}", node=name)
         else:
             if cp.health is None:

@@ -12,7 +12,8 @@ from pydantic import BaseModel, Field
 
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.auth import Auth, Principal, current_principal, require_team
-from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.control import ControlPlane
+from fairpod.server.errors import Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.limits import MAX_ID, SinceId
 from fairpod.server.views import job_view, replicas_view
@@ -124,7 +125,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         require_team(p, job.team)  # viewers may not read logs
         if replica >= job.nodes:
             raise Problem(404, "no such replica", f"job {job.name} has replicas 0..{job.nodes - 1}")
-        from fairpod.server.control import job_key
+        from fairpod.server.runs import job_key
 
         key = job_key(job)
         return StreamingResponse(_stream(cp, job.id, key, replica, follow), media_type="text/plain")

@@ -15,7 +15,8 @@ from fastapi import APIRouter, Query
 
 from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth
-from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.control import ControlPlane
+from fairpod.server.errors import Problem
 from fairpod.server.usage import TEAM, integrate
 from fairpod.store import Job
 

@@ -1,8 +1,8 @@
 """What the control plane remembers about a job's current attempt while its processes live.
 
-It is kept in memory and written to the job's ``exit_info`` in the store at every change, so a restarted
+It is kept in memory and written to the job's ``run_state`` in the store at every change, so a restarted
 control plane knows which replicas of which attempt it started, on which accelerator slots, and why they
-are being stopped.
+are being stopped. Also the one home of the job key (the executor's name for a job) and of the failure kind.
 """
 
 from __future__ import annotations
@@ -10,10 +10,31 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fairpod.model.jobs import run_key
+from fairpod.store.records import Job
+
 STOP_PREEMPT = "preempt"  # back to Pending when every replica has stopped
 STOP_CANCEL = "cancel"  # Cancelled
 STOP_RESTART = "restart"  # auto-resume: Pending again with attempt + 1
 STOP_FAIL = "fail"  # Failed
+
+
+def job_key(job: Job) -> str:
+    """The executor's name for a job (``fairpod.model.jobs.run_key``)."""
+    return run_key(job.name, job.id)
+
+
+def job_id_of(key: str) -> int | None:
+    """The job id in a job key, None if it holds none."""
+    try:
+        return int(key.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def failure_kind(job: Job) -> str:
+    """What a failure of the job's current attempt leads to: a restart (auto-resume, retries left) or Failed."""
+    return STOP_RESTART if job.auto_resume and job.attempt < job.max_retry else STOP_FAIL
 
 
 @dataclass
@@ -25,7 +46,10 @@ class Run:
     stop_reason: str = ""
     exits: dict[str, str] = field(default_factory=dict)  # rank -> reason
     codes: dict[str, int | None] = field(default_factory=dict)  # rank -> exit code (None: signal)
-    slots: dict[str, list[int]] = field(default_factory=dict)  # node -> accelerator slots
+    slots: dict[str, list[int]] = field(default_factory=dict)  # node -> accelerator slots (taken at launch)
+    nodes: list[str] = field(default_factory=list)  # where the engine placed the attempt, in rank order
+    stop_at: float | None = None  # when the stop was asked
+    before_stop: list[str] = field(default_factory=list)  # ranks that had ended on their own before it
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -38,17 +62,40 @@ class Run:
         return cls(**known)
 
 
+class SlotsBusy(Exception):
+    """A node has fewer free accelerator slots than a replica asks for (they are still held by a stopping job)."""
+
+
 class Slots:
-    """Which accelerator slots of each node are taken, so jobs on one node get disjoint devices."""
+    """Which accelerator slots of each node are taken, so jobs on one node get disjoint devices. A replica gets
+    exactly the slots its job asks for, or none at all (:class:`SlotsBusy`): never fewer."""
 
     def __init__(self) -> None:
         self.used: dict[str, set[int]] = {}
 
+    def free(self, node: str, size: int) -> list[int]:
+        used = self.used.get(node, set())
+        return [i for i in range(size) if i not in used]
+
     def take(self, node: str, count: int, size: int) -> list[int]:
-        used = self.used.setdefault(node, set())
-        free = [i for i in range(size) if i not in used][:count]
-        used.update(free)
-        return free
+        """``count`` free slots of ``node`` (of ``size``); SlotsBusy (taking none) if fewer are free."""
+        free = self.free(node, size)
+        if len(free) < count:
+            raise SlotsBusy(f"node {node}: {len(free)} of {size} accelerator slots free, {count} asked")
+        self.used.setdefault(node, set()).update(free[:count])
+        return free[:count]
+
+    def take_all(self, nodes: list[str], count: int, size: int) -> dict[str, list[int]]:
+        """``count`` slots on every node of ``nodes``, all or none (SlotsBusy)."""
+        taken: dict[str, list[int]] = {}
+        try:
+            for node in nodes:
+                taken[node] = self.take(node, count, size)
+        except SlotsBusy:
+            for node, slots in taken.items():
+                self.give_back(node, slots)
+            raise
+        return taken
 
     def mark(self, node: str, slots: list[int]) -> None:
         self.used.setdefault(node, set()).update(slots)

@@ -18,16 +18,13 @@ import logging
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fairpod.governance.quota import lending
+from fairpod.server.core_api import Core
+from fairpod.server.figures import instance_types, team_figures
 from fairpod.store import StoreError
 from fairpod.store.usage import GROUP, TEAM, UsageSample
-
-if TYPE_CHECKING:
-    from fairpod.server.control import ControlPlane
 
 log = logging.getLogger("fairpod.usage")
 
@@ -56,7 +53,7 @@ class CycleHistogram:
         self.sum += v
 
 
-def current_samples(cp: ControlPlane, groups_of: dict[str, str]) -> list[UsageSample]:
+def current_samples(cp: Core, groups_of: dict[str, str]) -> list[UsageSample]:
     """The figures now: one series per instance group, one per team and instance type it has quota on or uses."""
     snap = cp.snap
     out: list[UsageSample] = []
@@ -69,21 +66,12 @@ def current_samples(cp: ControlPlane, groups_of: dict[str, str]) -> list[UsageSa
             cap_acc=cap[0], cap_vcpu=cap[1] / 1000, cap_memory_gib=cap[2] / 1024, nodes=len(nodes),
             healthy_nodes=sum(1 for n in nodes if n.schedulable),
         ))  # fmt: skip
-    types = sorted(set(snap.by_type) | {it for t in snap.teams.values() for it in t.quota})
-    for it in types:
-        lend = lending(snap, it)
-        lent: dict[str, int] = {}
-        for by_lender in lend.values():
-            for lender, n in by_lender.items():
-                lent[lender] = lent.get(lender, 0) + n
-        for name, t in sorted(snap.teams.items()):
-            q, u = t.q(it), t.u(it)
-            if not any(q) and not any(u):
-                continue
+    for it in instance_types(snap):
+        for f in team_figures(snap, it):
+            q, u = f.quota, f.used
             out.append(UsageSample(
-                TEAM, name, it, acc=u[0], vcpu=u[1] / 1000, memory_gib=u[2] / 1024, cap_acc=q[0],
-                cap_vcpu=q[1] / 1000, cap_memory_gib=q[2] / 1024, borrowed=max(0, u[0] - q[0]),
-                lent=lent.get(name, 0),
+                TEAM, f.team, it, acc=u[0], vcpu=u[1] / 1000, memory_gib=u[2] / 1024, cap_acc=q[0],
+                cap_vcpu=q[1] / 1000, cap_memory_gib=q[2] / 1024, borrowed=f.borrowed[0], lent=f.lent,
             ))  # fmt: skip
     return out
 
@@ -100,7 +88,7 @@ class UsageSampler:
         self._groups_of: dict[str, str] = {}
         self._nodes_seen: frozenset[str] = frozenset()
 
-    def tick(self, cp: ControlPlane) -> None:
+    def tick(self, cp: Core) -> None:
         """One reconcile turn: time the engine's cycle; write a sample if usage changed or a heartbeat is due."""
         if cp.cycles != self.cycles_seen:
             self.cycles_seen = cp.cycles
@@ -110,7 +98,7 @@ class UsageSampler:
         except (StoreError, SQLAlchemyError) as e:  # a full disk must not stop scheduling
             log.warning("could not record usage: %s", e)
 
-    def _sample(self, cp: ControlPlane) -> None:
+    def _sample(self, cp: Core) -> None:
         nodes = frozenset(cp.snap.nodes)
         if nodes != self._nodes_seen:
             self._groups_of = {n.name: n.instance_group for n in cp.store.list_nodes()}
@@ -188,7 +176,7 @@ def _bucket(edges: Sequence[float], t: float) -> int:
 WINDOWS = {"1h": (3600.0, 120), "6h": (6 * 3600.0, 144), "1d": (86400.0, 144), "7d": (7 * 86400.0, 168)}
 
 
-def history(cp: ControlPlane, window: str, teams: Iterable[str] | None) -> dict[str, object]:
+def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, object]:
     """Mean figures per bucket over the last ``window`` (a key of WINDOWS): per instance group and per team.
     ``times`` are the buckets' starts; ``now`` holds the figures at this moment."""
     span, n = WINDOWS[window]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairpod.governance.quota import lending
 from fairpod.model.catalog import InstanceType
 from fairpod.model.jobs import JobState
 from fairpod.server.auth import Principal
 from fairpod.server.control import ControlPlane
+from fairpod.server.figures import instance_types, team_figures
 from fairpod.store import Job, Node
 
 
@@ -65,7 +65,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             checkpoint={"at": job.checkpoint_at, "step": job.checkpoint_step, "path": job.checkpoint_path},
             master_port=job.master_port,
             termination_grace_seconds=job.spec.termination_grace_seconds,
-            exit=(job.exit_info or {}).get("exits"),
+            exit=(job.run_state or {}).get("exits"),
             limits=limits_view(cp, job),
         )
     return out
@@ -83,7 +83,7 @@ def limits_view(cp: ControlPlane, job: Job) -> dict[str, Any]:
 
 def replicas_view(cp: ControlPlane, job: Job) -> list[dict[str, Any]]:
     run = cp.runs.get(job.id)
-    info = run.to_json() if run else (job.exit_info or {})
+    info = run.to_json() if run else (job.run_state or {})
     exits = info.get("exits") or {}
     slots = info.get("slots") or {}
     out = []
@@ -135,10 +135,9 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
 def cluster_view(cp: ControlPlane) -> dict[str, Any]:
     """Capacity and, per team and instance type, quota / in use / borrowed / lent / available."""
     snap = cp.snap
-    types = sorted(set(snap.by_type) | {it for t in snap.teams.values() for it in t.quota})
     capacity = {}
     teams: list[dict[str, Any]] = []
-    for it in types:
+    for it in instance_types(snap):
         nodes = snap.by_type.get(it, [])
         cap = sum(n.cap[0] for n in nodes)
         healthy = sum(n.cap[0] for n in nodes if n.schedulable)
@@ -146,21 +145,15 @@ def cluster_view(cp: ControlPlane) -> dict[str, Any]:
         capacity[it] = {"nodes": len(nodes), "accelerators": cap, "schedulable_accelerators": healthy,
                         "in_use": in_use, "utilization": round(in_use / cap, 4) if cap else 0.0,
                         "accelerator_kind": (cp.spec.catalog().get(it) or _NO_TYPE).accelerator_kind}
-        lend = lending(snap, it)
-        lent: dict[str, int] = {}
-        for _, by_lender in lend.items():
-            for lender, n in by_lender.items():
-                lent[lender] = lent.get(lender, 0) + n
-        for name, t in sorted(snap.teams.items()):
-            q = t.q(it)[0]
-            u = t.u(it)[0]
+        for f in team_figures(snap, it):
+            name, q, u, t = f.team, f.quota[0], f.used[0], snap.teams[f.team]
             if not q and not u:
                 continue
             spec_team = cp.spec.team(name)
             teams.append({
                 "team": name, "instance_type": it, "quota": q, "in_use": u,
-                "borrowed": max(0, u - q), "borrowed_from": lend.get(name, {}), "lent": lent.get(name, 0),
-                "available": max(0, q - u - lent.get(name, 0)),
+                "borrowed": f.borrowed[0], "borrowed_from": f.borrowed_from, "lent": f.lent,
+                "available": max(0, q - u - f.lent),
                 "utilization": round(u / q, 4) if q else None,
                 "fair_share_weight": t.weight,
                 "sharing": spec_team.sharing.strategy.value if spec_team else None,

@@ -16,14 +16,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from fairpod.model.jobs import JobState
+from fairpod.server.core_api import Core
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run
 from fairpod.store.records import Job
-
-if TYPE_CHECKING:
-    from fairpod.server.control import ControlPlane
 
 log = logging.getLogger("fairpod.watchdog")
 EVERY = 1.0  # seconds between looks
@@ -44,7 +41,7 @@ class Watchdog:
         self.last = float("-inf")
         self.seen: dict[int, _Seen] = {}
 
-    def tick(self, cp: ControlPlane) -> None:
+    def tick(self, cp: Core) -> None:
         now = cp.clock()
         if now - self.last < self.every:
             return
@@ -62,7 +59,7 @@ class Watchdog:
             del self.seen[jid]
 
     # -- runtime limits -------------------------------------------------------------------------------
-    def _runtime(self, cp: ControlPlane, job: Job, run: Run, now: float) -> None:
+    def _runtime(self, cp: Core, job: Job, run: Run, now: float) -> None:
         limit, action = cp.spec.runtime_limit(job.spec.max_runtime_seconds, job.spec.priority)
         if limit is None or job.started_at is None or now - job.started_at < limit:
             return
@@ -73,7 +70,7 @@ class Watchdog:
         cp.stop_job(job, run, kind, why)
 
     # -- hangs --------------------------------------------------------------------------------------
-    def _hang(self, cp: ControlPlane, job: Job, run: Run, now: float) -> None:
+    def _hang(self, cp: Core, job: Job, run: Run, now: float) -> None:
         timeout = float(job.spec.hang_timeout_seconds or 0)
         progress = (job.checkpoint_step, job.checkpoint_at)
         started = job.started_at or now

@@ -15,10 +15,11 @@ from typing import Any
 
 from sqlalchemy import delete, insert, select, update
 
+from fairpod.model.users import Role
 from fairpod.store import fields as f
 from fairpod.store.db import Ops
 from fairpod.store.events import serialize_appends
-from fairpod.store.records import AlreadyExists, AuditEntry, NotFound, Role, TokenInfo, User
+from fairpod.store.records import AlreadyExists, AuditEntry, NotFound, TokenInfo, User
 from fairpod.store.tables import AuditRow, TokenRow, UserRow
 
 TOKEN_PREFIX = "fp_"

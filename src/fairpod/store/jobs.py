@@ -58,7 +58,7 @@ JOB_FIELDS: dict[str, f.Conv] = {
     "placement": f.str_list,
     "borrowed_from": f.json_of(dict),
     "preemptions": f.integer,
-    "exit_info": f.optional(f.json_of(dict)),
+    "run_state": f.optional(f.json_of(dict)),
     "checkpoint_at": f.optional(f.number),
     "checkpoint_step": f.optional(f.integer),
     "checkpoint_path": f.optional(f.text),
@@ -109,7 +109,7 @@ def to_job(r: JobRow) -> Job:
         placement=list(r.placement or []),
         borrowed_from=dict(r.borrowed_from or {}),
         preemptions=r.preemptions,
-        exit_info=None if r.exit_info is None else dict(r.exit_info),
+        run_state=None if r.run_state is None else dict(r.run_state),
         checkpoint_at=r.checkpoint_at,
         checkpoint_step=r.checkpoint_step,
         checkpoint_path=r.checkpoint_path,
@@ -217,7 +217,7 @@ class JobOps(Ops):
                 submit_time=submit, seq=_next_seq(s, conn), enqueued_at=submit,
                 started_at=None, first_started_at=None, finished_at=ts if st.finished else None,
                 attempt=0, max_retry=spec.max_retry, auto_resume=spec.auto_resume, placement=[],
-                borrowed_from={}, preemptions=0, exit_info=None, checkpoint_at=None, checkpoint_step=None,
+                borrowed_from={}, preemptions=0, run_state=None, checkpoint_at=None, checkpoint_step=None,
                 checkpoint_path=None, master_port=None, updated_at=ts,
             )  # fmt: skip
             try:

@@ -7,9 +7,10 @@ from typing import Any
 
 from sqlalchemy import select
 
+from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.store import fields as f
 from fairpod.store.db import Ops
-from fairpod.store.records import AlreadyExists, DeepHealthCheck, Node, NodeHealth, NotFound
+from fairpod.store.records import AlreadyExists, Node, NotFound
 from fairpod.store.tables import NodeRow
 
 NODE_FIELDS: dict[str, f.Conv] = {

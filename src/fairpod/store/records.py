@@ -1,13 +1,15 @@
-"""The plain, immutable records the store returns (never live ORM objects), its enums and its errors."""
+"""The plain, immutable records the store returns (never live ORM objects) and its errors. The enums the
+records carry live in ``fairpod.model`` (``nodes``, ``users``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import Any
 
 from fairpod.model.jobs import JobSpec, JobState
+from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.spec import ClusterSpec
+from fairpod.model.users import Role
 
 # -- errors ------------------------------------------------------------------------------------------
 
@@ -26,28 +28,6 @@ class AlreadyExists(StoreError, ValueError):
 
 class Conflict(StoreError):
     """An optimistic check failed: the spec version or the job state was not the expected one."""
-
-
-# -- enums defined here (the model package has no node states yet) -----------------------------------
-
-
-class NodeHealth(StrEnum):
-    SCHEDULABLE = "Schedulable"
-    UNSCHEDULABLE = "Unschedulable"
-    PENDING_REBOOT = "UnschedulablePendingReboot"
-    PENDING_REPLACEMENT = "UnschedulablePendingReplacement"
-
-
-class DeepHealthCheck(StrEnum):
-    IN_PROGRESS = "InProgress"
-    PASSED = "Passed"
-    FAILED = "Failed"
-
-
-class Role(StrEnum):
-    ADMIN = "admin"
-    MEMBER = "member"
-    VIEWER = "viewer"
 
 
 # -- records -----------------------------------------------------------------------------------------
@@ -118,7 +98,7 @@ class Job:
     placement: list[str]
     borrowed_from: dict[str, Any]
     preemptions: int
-    exit_info: dict[str, Any] | None
+    run_state: dict[str, Any] | None
     checkpoint_at: float | None
     checkpoint_step: int | None
     checkpoint_path: str | None

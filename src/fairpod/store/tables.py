@@ -125,7 +125,7 @@ class JobRow(Base):
     placement: Mapped[list[str]]
     borrowed_from: Mapped[dict[str, Any]]
     preemptions: Mapped[int] = mapped_column(Integer)
-    exit_info: Mapped[dict[str, Any] | None] = mapped_column(Json)
+    run_state: Mapped[dict[str, Any] | None] = mapped_column(Json)  # fairpod.server.runs.Run, as JSON
     checkpoint_at: Mapped[float | None] = mapped_column(Float)
     checkpoint_step: Mapped[int | None] = mapped_column(Integer)
     checkpoint_path: Mapped[str | None] = mapped_column(Text)

@@ -9,7 +9,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -70,6 +70,7 @@ class RayExecutor(NodeTable, Attempts, Pump):
         self._lock = threading.RLock()
         self._attempts: dict[tuple[str, int], _Attempt] = {}
         self._exits: list[ReplicaExit] = []
+        self._unacked: dict[tuple[str, int, int], ReplicaExit] = {}  # polled, not acknowledged yet
         self._notify: Callable[[], None] | None = None
         self._nodes: dict[str, RayNode] = {}  # by node id
         self._by_name: dict[str, RayNode] = {}
@@ -149,16 +150,26 @@ class RayExecutor(NodeTable, Attempts, Pump):
                     rep.stop_ref = rep.handle.stop.remote(rep.stop_grace)
         self._wake.set()
 
-    def poll(self) -> list[ReplicaExit]:
+    def poll(self, *, ack: bool = True) -> list[ReplicaExit]:
         with self._lock:
-            out, self._exits = self._exits, []
-            for ex in out:
+            for ex in self._exits:
+                self._unacked[(ex.job, ex.attempt, ex.rank)] = ex
+            self._exits = []
+            out = list(self._unacked.values())
+            if ack:
+                self.ack(out)
+        return sorted(out, key=lambda e: (e.ended_at, e.job, e.rank))
+
+    def ack(self, exits: Sequence[ReplicaExit]) -> None:
+        with self._lock:
+            for ex in exits:
+                if self._unacked.pop((ex.job, ex.attempt, ex.rank), None) is None:
+                    continue
                 rdir = self.root / ex.job / str(ex.attempt) / str(ex.rank)
                 state.write_atomic(rdir / state.REPORTED, f"{time.time()}\n")
             for key, att in list(self._attempts.items()):
                 if att.cleaned and all((r.dir / state.REPORTED).exists() for r in att.reps):
                     del self._attempts[key]
-        return sorted(out, key=lambda e: (e.ended_at, e.job, e.rank))
 
     def running(self) -> dict[str, int]:
         with self._lock:
@@ -168,10 +179,10 @@ class RayExecutor(NodeTable, Attempts, Pump):
                     out[att.job] = max(out.get(att.job, att.attempt), att.attempt)
             return out
 
-    def adopt(self) -> list[ReplicaExit]:
+    def adopt(self, *, ack: bool = True) -> list[ReplicaExit]:
         self._scan()
         self._pump_once(wait=2.0)  # exits recorded by agents while nobody polled
-        return self.poll()
+        return self.poll(ack=ack)
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
         return state.log_path(self.root, job, replica, attempt)

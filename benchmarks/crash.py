@@ -1,0 +1,257 @@
+"""Crash benchmark: many mixed jobs on a real ``fairpod up`` (local executor, real processes), the server killed
+with SIGKILL several times at random moments and started again; every replica appends a ``start`` line when it
+begins and an ``end`` line when it ends, so what really ran is known independently of the server's records.
+
+Jobs (per 10): 7 plain (exit 0 -> Succeeded), 1 failing (exit 3 -> Failed), 2 flaky with auto-resume (exit 3 in
+attempt 0, 0 in attempt 1 -> Succeeded after 1 restart); 1, 2 or 4 accelerators per replica, 1 or 2 replicas, two
+teams that borrow from each other and reclaim (preemptions), two priority classes. Submissions go on while the
+server is killed (retried with an Idempotency-Key, so a request cut by the kill creates no second job).
+
+Reported (all should be 0):
+- ``lost``: jobs the server accepted (HTTP 201) that it no longer knows;
+- ``stuck``: jobs not finished ``--drain`` seconds after the last submit and kill;
+- ``wrongly failed``: jobs whose final state or restart count differs from what their command makes them;
+- ``extra runs``: attempts started after the job had already completed one (every replica wrote ``end 0``), or
+  more restarts than expected;
+- ``short slots``: replicas that started with fewer accelerators than their job asked for;
+- ``lost JobStarted``: replica starts (rank 0) with no ``JobStarted`` event of the server for them;
+- ``double preemptions``: jobs with more ``JobPreempted`` events than ``JobRequeued`` ones (one stop, counted twice).
+
+Run: ``.venv/bin/python benchmarks/crash.py [--jobs 1000] [--kills 4] [--seed 1] [--runs 1]``; a smaller
+``--jobs 100 --kills 2`` takes a couple of minutes. Exit status 1 if any figure is not 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import random
+import signal
+import sys
+import threading
+import time
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _live import UNFINISHED, LiveServer, RawClient, exit_on_sigterm, table  # noqa: E402
+
+SPEC = """
+cluster:
+  name: crash
+  instance_groups:
+    - name: workers
+      instance_type: ml.g5.12xlarge
+      count: 12
+policy:
+  task_prioritization: TaskRanking
+  priority_classes:
+    - name: inference
+      weight: 100
+    - name: training
+      weight: 50
+  idle_compute_allocation: FairShare
+teams:
+  - name: john
+    fair_share_weight: 50
+    sharing: {strategy: LendAndBorrow, borrow_limit: 100}
+    quota: [{instance_type: ml.g5.12xlarge, count: 6}]
+  - name: smith
+    fair_share_weight: 50
+    sharing: {strategy: LendAndBorrow, borrow_limit: 100}
+    quota: [{instance_type: ml.g5.12xlarge, count: 6}]
+"""
+
+SCRIPT = (
+    'echo "start $FAIRPOD_JOB $FAIRPOD_RESTART_COUNT $RANK $FAIRPOD_ACCELERATORS" >> {log}; sleep {d}; '
+    'c=0; if [ {kind} = fail ] || {{ [ {kind} = flaky ] && [ "$FAIRPOD_RESTART_COUNT" = 0 ]; }}; then c=3; fi; '
+    'echo "end $FAIRPOD_JOB $FAIRPOD_RESTART_COUNT $RANK $c" >> {log}; exit $c'
+)
+EXPECT = {"ok": ("Succeeded", 0), "fail": ("Failed", 0), "flaky": ("Succeeded", 1)}
+
+
+def bodies(n: int, rng: random.Random, log: Path) -> list[dict[str, Any]]:
+    out = []
+    for i in range(n):
+        kind = "fail" if i % 10 == 3 else ("flaky" if i % 10 in (5, 8) else "ok")
+        acc = rng.choice((1, 1, 2, 4))
+        body: dict[str, Any] = {
+            "name": f"c{i}", "team": rng.choice(("john", "smith")), "accelerators": acc,
+            "nodes": 2 if rng.random() < 0.15 else 1,
+            "priority": "inference" if rng.random() < 0.2 else "training",
+            "command": ["sh", "-c", SCRIPT.format(log=log, d=round(rng.uniform(0.3, 2.5), 2), kind=kind)],
+            "termination_grace_seconds": 1,
+        }
+        if kind == "flaky":
+            body.update(auto_resume=True, max_retry=2)
+        out.append({"body": body, "kind": kind, "key": uuid.uuid4().hex})
+    return out
+
+
+class Submitter(threading.Thread):
+    """Posts every job in order, retrying (same Idempotency-Key) while the server is down."""
+
+    def __init__(self, server: LiveServer, jobs: list[dict[str, Any]], pace: float) -> None:
+        super().__init__(name="submitter", daemon=True)
+        self.server, self.jobs, self.pace = server, jobs, pace
+        self.accepted: dict[str, int] = {}  # name -> id
+        self.error: str | None = None
+
+    def run(self) -> None:
+        t0 = time.monotonic()
+        client: RawClient | None = None
+        for i, j in enumerate(self.jobs):
+            delay = t0 + i / self.pace - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    if client is None:
+                        client = RawClient(self.server, timeout=30)
+                        client.headers["Idempotency-Key"] = j["key"]
+                    client.headers["Idempotency-Key"] = j["key"]
+                    status, job = client.request("POST", "/jobs", j["body"])
+                except (OSError, http.client.HTTPException):
+                    if client is not None:
+                        client.close()
+                    client = None
+                    if time.monotonic() > deadline:
+                        self.error = f"job {j['body']['name']}: the server did not come back"
+                        return
+                    time.sleep(0.2)
+                    continue
+                if status not in (200, 201):
+                    self.error = f"job {j['body']['name']}: HTTP {status} {str(job)[:200]}"
+                    return
+                self.accepted[j["body"]["name"]] = int(job["id"])
+                break
+        if client is not None:
+            client.close()
+
+
+def kill_and_restart(server: LiveServer, down: float) -> None:
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait(timeout=30)
+    time.sleep(down)  # replicas end while nobody watches
+    server.start(timeout=120)
+
+
+def one_run(n: int, kills: int, seed: int, pace: float, drain: float, keep: bool) -> dict[str, int]:
+    rng = random.Random(seed)
+    with LiveServer(SPEC, keep=keep) as server:
+        if keep:
+            print(f"  files kept in {server.tmp}", flush=True)
+        log = server.tmp / "lines.log"
+        jobs = bodies(n, rng, log)
+        sub = Submitter(server, jobs, pace)
+        span = n / pace + 5  # kills fall while jobs are submitted and run
+        moments = sorted(rng.uniform(1.0, span) for _ in range(kills))
+        t0 = time.monotonic()
+        sub.start()
+        for k, at in enumerate(moments):
+            time.sleep(max(0.0, t0 + at - time.monotonic()))
+            kill_and_restart(server, rng.uniform(0.0, 1.5))
+            print(f"  kill -9 #{k + 1} at {time.monotonic() - t0:.1f} s; server back", flush=True)
+        sub.join(timeout=n / pace + 300)
+        if sub.error or sub.is_alive():
+            raise RuntimeError(sub.error or "the submitter did not finish")
+        deadline = time.monotonic() + drain
+        with server.client(timeout=120) as c:
+            while time.monotonic() < deadline:
+                if c.get("/jobs", params={"state": list(UNFINISHED), "limit": 1}).json()["count"] == 0:
+                    break
+                time.sleep(0.5)
+            print(f"  drained at {time.monotonic() - t0:.1f} s", flush=True)
+            known: dict[str, dict[str, Any]] = {}
+            for name, jid in sub.accepted.items():
+                r = c.get(f"/jobs/{jid}")
+                if r.status_code == 200:
+                    known[name] = r.json()
+        return count(jobs, sub.accepted, known, log)
+
+
+def count(jobs: list[dict[str, Any]], accepted: dict[str, int], known: dict[str, dict[str, Any]],
+          log: Path) -> dict[str, int]:
+    lines = log.read_text().splitlines() if log.exists() else []
+    starts: dict[str, list[tuple[int, int]]] = defaultdict(list)  # job key -> (line no, attempt) of rank 0
+    ends_ok: dict[tuple[str, int], set[int]] = defaultdict(set)  # (job key, attempt) -> ranks that ended 0
+    completed_at: dict[str, int] = {}  # job key -> line no of its first complete successful attempt
+    short = 0
+    asked = {f"{j['body']['name']}-{accepted[j['body']['name']]}": j["body"] for j in jobs
+             if j["body"]["name"] in accepted}
+    for no, line in enumerate(lines):
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        what, key, attempt, rank = parts[0], parts[1], int(parts[2]), int(parts[3])
+        body = asked.get(key)
+        if what == "start":
+            accel = parts[4].split(",") if len(parts) > 4 and parts[4] else []
+            if body is not None and len(accel) != body["accelerators"]:
+                short += 1
+            if rank == 0:
+                starts[key].append((no, attempt))
+        elif what == "end" and len(parts) > 4 and parts[4] == "0":
+            ends_ok[(key, attempt)].add(rank)
+            if body is not None and len(ends_ok[(key, attempt)]) == body["nodes"]:
+                completed_at.setdefault(key, no)
+    lost = stuck = wrong = extra = lost_started = double = 0
+    for j in jobs:
+        name = j["body"]["name"]
+        if name not in accepted:
+            continue
+        job = known.get(name)
+        if job is None:
+            lost += 1
+            continue
+        key = f"{name}-{job['id']}"
+        if job["state"] in UNFINISHED:
+            stuck += 1
+            print(f"  stuck: {key} {job['state']} ({job['reason']}); events: "
+                  f"{[e['kind'] for e in job['events']]}", flush=True)
+            continue
+        state, restarts = EXPECT[j["kind"]]
+        if job["state"] != state:
+            wrong += 1
+            print(f"  wrongly {job['state']}: {key} ({job['reason']})", flush=True)
+        done = completed_at.get(key)
+        extra += sum(1 for no, _ in starts[key] if done is not None and no > done)
+        extra += max(0, job["restarts"] - restarts)
+        kinds = Counter(e["kind"] for e in job["events"])
+        lost_started += max(0, len(starts[key]) - kinds["JobStarted"])
+        double += kinds["JobPreempted"] > kinds["JobRequeued"] + kinds["JobSucceeded"] + kinds["JobFailed"]
+    return {"jobs": len(accepted), "replica starts": sum(len(v) for v in starts.values()), "lost": lost,
+            "stuck": stuck, "wrongly failed": wrong, "extra runs": extra, "short slots": short,
+            "lost JobStarted": lost_started, "double preemptions": int(double)}
+
+
+def main() -> int:
+    exit_on_sigterm()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--jobs", type=int, default=1000)
+    ap.add_argument("--kills", type=int, default=4, help="kill -9 of the server per run")
+    ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--pace", type=float, default=8.0, help="jobs submitted per second")
+    ap.add_argument("--drain", type=float, default=900.0, help="seconds to wait for the last jobs")
+    ap.add_argument("--keep", action="store_true", help="keep the server's home, log and lines.log")
+    args = ap.parse_args()
+    bad = 0
+    for r in range(args.runs):
+        print(f"run {r + 1} of {args.runs}: {args.jobs} jobs, {args.kills} x kill -9 (seed {args.seed + r})",
+              flush=True)
+        t0 = time.monotonic()
+        figs = one_run(args.jobs, args.kills, args.seed + r, args.pace, args.drain, args.keep)
+        print(table([(k, str(v)) for k, v in figs.items()] + [("wall", f"{time.monotonic() - t0:.0f} s")]),
+              flush=True)
+        bad += sum(v for k, v in figs.items() if k not in ("jobs", "replica starts"))
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

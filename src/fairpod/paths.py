@@ -1,0 +1,29 @@
+"""Where fairpod keeps its files, for the server and the CLI alike.
+
+- ``$FAIRPOD_HOME`` (default ``~/.local/share/fairpod``): the control plane's state: ``fairpod.db`` (SQLite,
+  WAL), ``server.pid``, ``server.log``, ``runs/`` (replica state and logs), ``checkpoints/``;
+- ``$FAIRPOD_CONFIG`` (default ``~/.config/fairpod/config.json``): the CLI's server URL and token (mode 0600);
+- ``$FAIRPOD_DB_URL``: a database URL instead of the SQLite file under the home.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+def fairpod_home() -> Path:
+    return Path(os.environ.get("FAIRPOD_HOME") or Path.home() / ".local/share/fairpod").absolute()
+
+
+def config_path() -> Path:
+    return Path(os.environ.get("FAIRPOD_CONFIG") or Path.home() / ".config/fairpod/config.json").absolute()
+
+
+def db_url(home: Path, url: str | None = None) -> str:
+    """``url``, else ``$FAIRPOD_DB_URL``, else the SQLite file ``fairpod.db`` under ``home``."""
+    return url or os.environ.get("FAIRPOD_DB_URL") or f"sqlite:///{home / 'fairpod.db'}"
+
+
+def runs_dir(home: Path) -> Path:
+    return home / "runs"

@@ -1,0 +1,58 @@
+"""What the parts of the control plane (node membership, usage sampling, node health) use of its core.
+
+They are given the :class:`fairpod.server.control.ControlPlane` itself, but know it only as this protocol,
+so that no module of ``fairpod.server`` imports the core and is imported by it at once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol
+
+from fairpod.executors.base import Executor
+from fairpod.governance.snapshot import Snapshot
+from fairpod.model.spec import ClusterSpec
+from fairpod.store.records import Job, Node
+
+
+class Core(Protocol):
+    """The control plane's public side. Every method that changes state takes ``lock`` itself."""
+
+    lock: threading.RLock
+    store: Any  # fairpod.server.batch.BatchingStore
+    executor: Executor
+    spec: ClusterSpec
+    snap: Snapshot
+    home: Path
+    clock: Callable[[], float]
+    cycles: int
+    cycle_seconds: float
+
+    def event(self, kind: str, msg: str, job: Any = None, /, **data: Any) -> None: ...
+
+    def add_node(self, name: str, group: str, itype: str, **fields: Any) -> None: ...
+
+    def update_node(self, name: str, changes: dict[str, Any]) -> Node: ...
+
+    def forget_node(self, name: str) -> None: ...
+
+    def remove_node(self, name: str, reason: str) -> None: ...
+
+    def node_fault(self, name: str, fault_type: str, reason: str, action: str) -> list[int]: ...
+
+    def node_recovered(self, name: str, passed: bool = True) -> None: ...
+
+    def set_schedulable(self, node: str, schedulable: bool) -> None: ...
+
+    def jobs_on(self, name: str) -> list[int]: ...
+
+    # the watchdog (runtime limits, hangs); called from the reconcile loop, which holds the lock
+    runs: dict[int, Any]  # job id -> fairpod.server.runs.Run
+
+    def stop_job(self, job: Job, run: Any, kind: str, reason: str) -> None: ...
+
+    def output_mtime(self, job: Job) -> float | None: ...
+
+    def gpu_utilization(self, job: Job, run: Any) -> list[float] | None: ...

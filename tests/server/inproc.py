@@ -1,0 +1,67 @@
+"""A ControlPlane built in-process: real SQLite store, the timed executor and a FAKE clock (tests only).
+
+The timed executor runs no processes: each replica "runs" for its job's ``sleep N`` and ends with exit 0. The
+fake clock moves only when a test calls ``advance``; the control plane and the executor read the same clock,
+so every turn of the reconcile loop (``turn``) sees exactly the time the test set.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fairpod.executors.timed import TimedExecutor
+from fairpod.model.jobs import JobSpec
+from fairpod.model.spec import load_spec
+from fairpod.server.control import ControlPlane, sync_nodes
+from fairpod.store import Store
+from fairpod.store.records import Job
+
+SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
+
+
+class FakeClock:
+    """A FAKE clock (tests only): time stands still until ``advance``."""
+
+    def __init__(self, start: float = 1_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class InProc:
+    """One in-process control plane over ``tmp``; ``restart()`` builds a new one on the same store."""
+
+    def __init__(self, tmp: Path, spec: Path = SEED_SPEC) -> None:
+        self.tmp = tmp
+        self.clock = FakeClock()
+        self.store = Store(f"sqlite:///{tmp / 'fairpod.db'}")
+        self.store.create_all()
+        cluster = load_spec(str(spec))
+        sync_nodes(self.store, cluster)
+        self.store.put_spec(cluster)
+        self.executor = TimedExecutor(tmp / "runs", clock=self.clock)
+        self.cp = ControlPlane(self.store, self.executor, tmp, clock=self.clock)
+
+    def submit(self, name: str, team: str, seconds: float = 60, **kw: Any) -> Job:
+        return self.cp.submit(JobSpec(name=name, team=team, command=["sleep", str(seconds)], **kw), "tester")
+
+    def turn(self, n: int = 1) -> None:
+        for _ in range(n):
+            self.cp.reconcile_once()
+
+    def job(self, name: str) -> Job:
+        (job,) = [j for j in self.store.list_jobs() if j.name == name]
+        return job
+
+    def events(self, job: Job | None = None, kind: str | None = None) -> list[Any]:
+        evs = self.store.list_events(job_id=job.id if job else None, limit=10_000)
+        return [e for e in evs if kind is None or e.kind == kind]
+
+    def close(self) -> None:
+        self.cp.stop()
+        self.store.close()

@@ -1,0 +1,35 @@
+"""A database of the revision before ``jobs.exit_info`` was renamed ``run_state`` is upgraded in place when the store
+opens it, keeping what the column held."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from fairpod.model.jobs import JobSpec, resolve_job
+from fairpod.model.spec import seed_spec
+from fairpod.store import Store
+from fairpod.store.schema import HEAD
+
+
+def test_the_exit_info_column_is_renamed_in_place(tmp_path: Path) -> None:
+    db = tmp_path / "fairpod.db"
+    spec = seed_spec()
+    with Store(f"sqlite:///{db}") as store:
+        store.create_all()
+        store.put_spec(spec)
+        js = JobSpec(name="j", team="john", command=["true"])
+        job = store.insert_job(js, resolve_job(js, spec))
+        store.update_job(job.id, {"run_state": {"attempt": 0, "launched": True}})
+    con = sqlite3.connect(db)  # as fairpod at revision 0005 left it
+    con.execute("ALTER TABLE jobs RENAME COLUMN run_state TO exit_info")
+    con.execute("UPDATE alembic_version SET version_num = '0005'")
+    con.commit()
+    con.close()
+    with Store(f"sqlite:///{db}") as store:
+        store.create_all()
+        assert store.get_job(job.id).run_state == {"attempt": 0, "launched": True}
+    con = sqlite3.connect(db)
+    assert con.execute("SELECT version_num FROM alembic_version").fetchone() == (HEAD,)
+    assert "exit_info" not in [r[1] for r in con.execute("PRAGMA table_info(jobs)")]
+    con.close()
