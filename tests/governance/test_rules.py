@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from fairpod.governance import Workload
+from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.decisions import Admit, Preempt
+from fairpod.model.resources import Res
+from fairpod.model.spec import parse_spec
 
 from .helpers import admitted, cycle, make, preempted, submit, usage, waits
 
@@ -351,3 +355,39 @@ def test_a_job_that_can_never_run_does_not_hold_its_team_up(blocker):
     cycle(snap, 0)
     submit(snap, "small", "a", 4, t=700)
     assert admitted(cycle(snap, 700)) == ["small"]
+
+
+def test_weight_decides_who_borrows_idle_capacity_first():
+    # 12 one-accelerator nodes; l lends 4 (its job ends at t=50); b10 and b90 run 4 nodes each within quota and
+    # each wait with a 4-node job that must borrow, b10's since t=10, b90's since t=20. Both borrow nothing
+    # before admission (share 0); after admitting its job b90's share is 9x smaller, so b90 goes first.
+    spec = parse_spec({
+        "cluster": {"name": "t", "instance_groups": [{"name": "g", "instance_type": "unit1", "count": 12}]},
+        "instance_types": [{"name": "unit1", "accelerators": 1, "vcpu": 4, "memory_gib": 16}],
+        "policy": {"idle_compute_allocation": "FairShare"},
+        "teams": [
+            {"name": "l", "fair_share_weight": 50, "sharing": {"strategy": "Lend"},
+             "quota": [{"instance_type": "unit1", "count": 4}]},
+            {"name": "b10", "fair_share_weight": 10, "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 100},
+             "quota": [{"instance_type": "unit1", "count": 4}]},
+            {"name": "b90", "fair_share_weight": 90, "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 100},
+             "quota": [{"instance_type": "unit1", "count": 4}]},
+        ],
+    })
+    snap = snapshot_from_spec(spec)
+    one = Res(1, 4000, 16 * 1024)
+
+    def job(jid: str, team: str, t: float) -> None:
+        snap.add_pending(Workload(jid, team, "unit1", 4, one, submit=t))
+
+    for team in ("l", "b10", "b90"):
+        job(f"{team}-own", team, 0)
+    assert sorted(admitted(cycle(snap, 0))) == ["b10-own", "b90-own", "l-own"]
+    job("b10-borrow", "b10", 10)
+    assert admitted(cycle(snap, 10)) == []
+    job("b90-borrow", "b90", 20)
+    assert admitted(cycle(snap, 20)) == []
+    snap.finish("l-own")
+    ds = cycle(snap, 50)
+    assert admitted(ds) == ["b90-borrow"] and preempted(ds) == []
+    assert "b10-borrow" in snap.pending

@@ -10,8 +10,9 @@ A cycle:
    borrowable capacity) are held for it and its team admits nothing past it until it starts.
 2. Rounds, twice: first only jobs within their team's quota, then all. In each round every team with
    pending work offers its first job whose shape has not failed this cycle (a job that cannot start never blocks other teams, nor other shapes of its own team). Teams
-   go in this order: jobs within their team's quota first; then, under FairShare, the team with the lowest
-   weighted share first (FirstComeFirstServe: the earliest job first); then priority; then submit time.
+   go in this order: jobs within their team's quota first; then, under FairShare, the team whose weighted
+   share *after admitting its job* is lowest first (as Kueue's fair sharing; two teams that borrow nothing yet
+   are told apart by weight and job size, not by who came first) (FirstComeFirstServe: the earliest job first); then priority; then submit time.
    Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
    engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
 """
@@ -156,7 +157,7 @@ class _Cycle:
         if within:
             second = 0.0
         elif snap.fair_share:
-            second = fairshare.share(snap, team, w.itype)
+            second = fairshare.share(snap, team, w.itype, w.total)  # after admission: weight decides at once
         else:
             second = 0.0
         prio = -w.priority if snap.task_ranking else 0
