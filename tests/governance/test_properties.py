@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairpod.governance.decisions import Admit, Preempt
+from fairpod.governance.decisions import Admit, Preempt, net_changes
 from fairpod.governance.quota import borrow_cap
 
 from .helpers import T, cycle, make, submit
@@ -95,11 +95,16 @@ def test_invariants_hold_over_random_event_sequences(cluster, evs, whole_nodes):
         elif snap.running:
             jid = sorted(snap.running)[ev[1] % len(snap.running)]
             snap.finish(jid)
-        ds = cycle(snap, now)
+        raw = cycle(snap, now)
+        for i, d in enumerate(raw):  # a victim is not offered again in the cycle that preempted it
+            if isinstance(d, Preempt):
+                assert not [a for a in raw[i:] if isinstance(a, Admit) and a.job == d.job], d
+        ds = net_changes(raw)
         started_now = {d.job for d in ds if isinstance(d, Admit)}
         for d in ds:
             if isinstance(d, Preempt):
                 assert d.job not in started_now, f"{d.job} admitted and preempted in one cycle"
+                assert d.job not in snap.running and d.job in snap.pending
                 # no two jobs preempt each other back and forth
                 assert (d.by, d.job) not in preempted_by, f"{d.job} and {d.by} preempt each other"
                 preempted_by.add((d.job, d.by))

@@ -20,7 +20,7 @@ A cycle:
 from __future__ import annotations
 
 from fairpod.governance import fairshare, preemption, quota
-from fairpod.governance.decisions import Admit, Decision, Preempt, Wait
+from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.placement import never_fits, place, why_not
 from fairpod.governance.snapshot import Snapshot, Team, Workload
 
@@ -53,6 +53,8 @@ class _Cycle:
         self.out: list[Decision] = []
         self.reserved: dict[str, str] = {}
         self.holders: set[str] = set()
+        self.victims: list[tuple[Workload, Preempt]] = []
+        self.started: dict[str, float | None] = {}  # jobs admitted in this cycle: when they were enqueued
 
     def wait(self, w: Workload, reason: str) -> None:
         if w.reason != reason:
@@ -71,11 +73,12 @@ class _Cycle:
                 why = f"preempted by higher-priority job {w.id} of team {w.team}"
             else:
                 why = f"preempted for fair share: team {w.team} (job {w.id}) has the lower share of idle capacity"
-            self.out.append(Preempt(v.id, w.id, kind, why))
-            snap.requeue(v, snap.now)
-            v.reason = why
+            p = Preempt(v.id, w.id, kind, why)
+            self.out.append(p)
+            self.victims.append((v, p))  # back in its queue at the end of the cycle, not offered again in it
             after.append(v.id)
         snap.start(w, nodes, snap.now)
+        self.started[w.id] = w.enqueued
         team = snap.teams[w.team]
         if within or need <= 0:
             reason = f"admitted within team {team.name}'s quota"
@@ -184,6 +187,13 @@ class _Cycle:
         teams = [t for t in snap.teams.values() if t.queue and t.name not in strict]
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
+        for v, p in self.victims:
+            snap.requeue(v, snap.now)
+            if v.id in self.started:  # admitted and taken back in this cycle: it never ran, its wait goes on
+                v.enqueued = self.started[v.id]
+                v.reason = displaced_reason(p)
+            else:
+                v.reason = p.reason
         return self.out
 
     def rounds(self, teams: list[Team], failed: dict[str, set], within_only: bool) -> None:

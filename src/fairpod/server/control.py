@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
-from fairpod.governance import Admit, Preempt, Wait, Workload, schedule
+from fairpod.governance import Admit, Preempt, Wait, Workload, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.resources import Res, node_res
@@ -266,26 +266,16 @@ class ControlPlane(NodeOps):
                 self._on_exit(e)
             t0 = time.perf_counter()
             self.snap.now = self.clock()
-            decisions = schedule(self.snap)
+            decisions = net_changes(schedule(self.snap))  # a job admitted and taken back in one cycle never ran
             self.cycle_seconds = time.perf_counter() - t0
             self.cycles += 1
             self.store.prefetch(d.job for d in decisions)
-            # A job may be admitted and preempted within one cycle: apply only the net change. A Preempt
-            # counts if it is the job's first decision (it ran before the cycle), an Admit if it is the
-            # job's last and the job was pending before the cycle.
-            first: dict[str, Admit | Preempt] = {}
-            last: dict[str, Admit | Preempt] = {}
             for d in decisions:
-                if isinstance(d, Admit | Preempt):
-                    first.setdefault(d.job, d)
-                    last[d.job] = d
-            for d in decisions:
-                if isinstance(d, Preempt) and first[d.job] is d:
+                if isinstance(d, Preempt):
                     self._on_preempt(d)
             for d in decisions:
                 if isinstance(d, Admit):
-                    if last[d.job] is d and isinstance(first[d.job], Admit):
-                        self._on_admit(d)
+                    self._on_admit(d)
                 elif isinstance(d, Wait):
                     self.store.update_job(int(d.job), {"reason": self._wait_reason(d)})
             self.store.flush()  # the store knows every admission before its processes start

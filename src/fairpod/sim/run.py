@@ -21,7 +21,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, schedule
+from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
 from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.placement import place, why_not
 from fairpod.governance.quota import lending, pool_ok, team_check
@@ -210,7 +210,7 @@ class Simulation:
             self._checkpoints(t)
             snap.now = t
             c0 = time.process_time()
-            decisions = schedule(snap)
+            decisions = net_changes(schedule(snap))  # a job admitted and taken back in one cycle never ran
             res.cpu_seconds += time.process_time() - c0
             res.cycles += 1
             res.decisions += len(decisions)
