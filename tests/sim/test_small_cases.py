@@ -70,3 +70,5 @@ def test_the_starvation_guard_never_holds_a_team_out_of_its_own_quota(tmp_path):
     r = replay(spec, trace, jobs=True)
     c0 = _jobs(r)["c0"]
     assert c0["start"] == 1000.0, c0
+    # c has 4 idle GPUs of its own quota: it takes one, reclaiming nothing from a
+    assert r["teams"]["a"]["preemptions"] == 0

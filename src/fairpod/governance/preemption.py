@@ -86,10 +86,17 @@ def plan(
         borrowers = {b for b in borrowers if fairshare.share(snap, snap.teams[b], w.itype) >= mine}
     if not own and not borrowers:
         return None
+    def usable(name: str) -> bool:  # a node that could take a replica of ``w`` once emptied
+        nd = snap.nodes.get(name)
+        return (nd is not None and nd.schedulable and (nd.health_passed or not w.passed_only)
+                and (not reserved or reserved.get(name, w.id) == w.id))
+
     cands: list[Workload] = []
     for v in snap.running.values():
         if v.itype != w.itype or (v.min_runtime and v.started is not None and now - v.started < v.min_runtime):
             continue
+        if not any(usable(name) for name in v.nodes or ()):
+            continue  # stopping it frees nothing ``w`` may use
         if v.team == w.team:
             if own and v.priority < w.priority:
                 cands.append(v)

@@ -53,6 +53,7 @@ class _Cycle:
         self.out: list[Decision] = []
         self.reserved: dict[str, str] = {}
         self.holders: set[str] = set()
+        self.held_for_borrower: dict[str, str] = {}  # nodes held for a starving job that must borrow
         self.victims: list[tuple[Workload, Preempt]] = []
         self.started: dict[str, float | None] = {}  # jobs admitted in this cycle: when they were enqueued
 
@@ -90,19 +91,27 @@ class _Cycle:
         w.borrowed_from = dict(lenders)
         self.out.append(Admit(w.id, tuple(nodes), reason, need, lenders, tuple(after)))
 
+    def reserved_for(self, w: Workload, within: bool) -> dict[str, str]:
+        """Nodes ``w`` may not use: those held for another starving job; nodes held for a job that must borrow
+        bind only jobs that borrow too (the guard holds capacity only out of what is lendable)."""
+        if within or not self.held_for_borrower:
+            return self.reserved
+        return {**self.held_for_borrower, **self.reserved}
+
     def try_start(self, w: Workload) -> bool:
         snap = self.snap
         holder = w.id if w.id in self.holders else None
         ok, within, why = quota.team_check(snap, w)
+        reserved = self.reserved_for(w, within)
         if ok:
             pool_ok = quota.pool_ok(snap, w, holder)
-            nodes = place(snap, w, self.reserved) if pool_ok else None
+            nodes = place(snap, w, reserved) if pool_ok else None
             if nodes is not None:
                 self.admit(w, nodes, within, [])
                 return True
         else:
             pool_ok = True
-        plan = preemption.plan(snap, w, within, self.reserved, holder, cross_team=ok)
+        plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
         if plan is not None:
             victims, nodes = plan
             self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
@@ -132,12 +141,14 @@ class _Cycle:
         r = w.req
         free = [
             nd for nd in snap.by_type.get(w.itype, ())
-            if nd.schedulable and nd.name not in self.reserved and (nd.health_passed or not w.passed_only)
+            if nd.schedulable and nd.name not in self.reserved and nd.name not in self.held_for_borrower
+            and (nd.health_passed or not w.passed_only)
         ]
         free.sort(key=lambda nd: (max(0, r.acc - nd.free[0]), max(0, r.mcpu - nd.free[1]),
                                   max(0, r.mib - nd.free[2]), nd.name))
+        held = self.reserved if within else self.held_for_borrower
         for nd in free[: w.n]:
-            self.reserved[nd.name] = w.id
+            held[nd.name] = w.id
         if not within:
             need = quota.borrow_need(snap, w)
             rb = snap.pool(w.itype).reserved_borrow
