@@ -224,11 +224,36 @@ def test_fair_share_preemption_and_no_ping_pong():
     submit(snap, "z2", "z", 4, t=0)
     assert sorted(admitted(cycle(snap, 0))) == ["a0", "z0", "z1", "z2"]  # z borrows l's idle 8
     submit(snap, "a1", "a", 4, t=10)
-    ds = cycle(snap, 10)
+    # fair share never destroys more work than it saves: z's jobs would lose 10 s x 4 accelerators, a1 has
+    # waited nothing yet
+    assert preempted(cycle(snap, 10)) == []
+    for z in ("z0", "z1", "z2"):
+        snap.running[z].checkpoint = 15  # now each loses 5 s x 4 if stopped at t=20; a1 has waited 10 s x 4
+    ds = cycle(snap, 20)
     assert admitted(ds) == ["a1"] and len(preempted(ds)) == 1
     assert [d.kind for d in ds if isinstance(d, Preempt)] == ["fair-share"]
-    for t in range(11, 20):  # the victim never preempts back
+    for t in range(21, 30):  # the victim never preempts back
         assert preempted(cycle(snap, t)) == []
+
+
+def test_fair_share_spares_a_job_preempted_twice_and_costly_victims():
+    snap = make(4, [{"name": "l", "quota": 8}, {"name": "a", "quota": 4, "weight": 100, "limit": 500},
+                    {"name": "z", "quota": 4, "weight": 0, "limit": 500}])
+    submit(snap, "a0", "a", 4, t=0)
+    for z in ("z0", "z1", "z2"):
+        submit(snap, z, "z", 4, t=0)
+    cycle(snap, 0)
+    snap.running["z1"].preemptions = snap.running["z2"].preemptions = 2
+    submit(snap, "a1", "a", 4, t=10)
+    assert preempted(cycle(snap, 100)) == []  # z1, z2: preempted twice; z0 would lose 100 s x 4 > 90 s x 4
+    snap.running["z1"].preemptions = 1
+    ds = cycle(snap, 101)  # z0, z1 have run 101 s x 4, a1 waited 91 s x 4: too costly
+    assert preempted(ds) == []
+    ds = cycle(snap, 230)  # by now a1 waited 220 s, z1 ran 230 s: still too costly ...
+    assert preempted(ds) == []
+    snap.running["z1"].checkpoint = 200  # ... unless z1 checkpointed: it loses 30 s
+    ds = cycle(snap, 230)
+    assert preempted(ds) == ["z1"] and admitted(ds) == ["a1"]
 
 
 # -- rule 6: no blocking, no starvation --------------------------------------------------------------

@@ -3,7 +3,8 @@
 Candidates, by the situation of the pending job J of team T on instance type I:
 - reclaim: J fits within T's quota, so T is entitled to it; jobs of other teams that are borrowing on I;
 - fair share: J must borrow and the policy is FairShare; jobs of other borrowing teams, each only if T's
-  share after admitting J stays at or below that team's share after losing the candidate;
+  share after admitting J stays at or below that team's share after losing the candidate, the candidate was
+  preempted fewer than twice, and it loses no more accelerator-seconds than J has waited;
 - priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority).
 Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
 ``ordering.victim_key`` until J fits; then every victim that is not needed is given back (no more than needed).
@@ -15,6 +16,21 @@ from fairpod.governance import fairshare, quota
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Snapshot, Workload
+
+
+# A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
+FAIR_SHARE_MAX_PREEMPTIONS = 2
+
+
+def _fair_share_victim(v: Workload, w: Workload, now: float) -> bool:
+    """May ``v`` be stopped for fair share so that ``w`` starts? Not if it was preempted twice already, nor if
+    it would lose more accelerator-seconds of work than ``w`` has waited (accelerators x seconds): fair share
+    evens out waiting, it must not destroy more than it saves. This is what keeps a requeued job, which has
+    lost the least work, from being picked again and again."""
+    if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS:
+        return False
+    waited = now - (w.enqueued if w.enqueued is not None else w.submit)
+    return v.lost_work(now) * v.total.acc <= waited * w.total.acc
 
 
 def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
@@ -101,6 +117,8 @@ def plan(
             if own and v.priority < w.priority:
                 cands.append(v)
         elif v.team in borrowers:
+            if not within and not _fair_share_victim(v, w, now):
+                continue
             cands.append(v)
     if not cands or not _could_fit(snap, w, cands, reserved):
         return None

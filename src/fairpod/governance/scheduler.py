@@ -205,6 +205,7 @@ class _Cycle:
                 v.reason = displaced_reason(p)
             else:
                 v.reason = p.reason
+                v.preemptions += 1
         return self.out
 
     def rounds(self, teams: list[Team], failed: dict[str, set], within_only: bool) -> None:

@@ -44,6 +44,7 @@ class Workload:
     enqueued: float | None = None  # when it last entered the queue (submit, or its last preemption)
     min_runtime: float = 0.0
     passed_only: bool = False
+    preemptions: int = 0  # how often it was preempted so far
     # while running
     nodes: list[str] | None = None
     started: float | None = None

@@ -93,7 +93,7 @@ class ControlPlane(NodeOps):
             priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
             min_runtime=min(job.spec.min_runtime_seconds, self.spec.policy.max_min_runtime_seconds),
             passed_only=job.spec.deep_health_check_passed_nodes_only,
-            checkpoint=job.checkpoint_at, reason=job.reason,
+            checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
         )  # fmt: skip
 
     def _rebuild(self) -> None:
