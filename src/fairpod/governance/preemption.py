@@ -17,7 +17,6 @@ from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Snapshot, Workload
 
-
 # A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
 FAIR_SHARE_MAX_PREEMPTIONS = 2
 
