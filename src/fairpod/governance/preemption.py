@@ -101,24 +101,24 @@ def plan(
         borrowers = {b for b in borrowers if fairshare.share(snap, snap.teams[b], w.itype) >= mine}
     if not own and not borrowers:
         return None
-    def usable(name: str) -> bool:  # a node that could take a replica of ``w`` once emptied
-        nd = snap.nodes.get(name)
-        return (nd is not None and nd.schedulable and (nd.health_passed or not w.passed_only)
-                and (not reserved or reserved.get(name, w.id) == w.id))
-
+    # nodes that could take no replica of ``w`` even once emptied: a victim only there frees nothing useful
+    blocked = {name for name, holder in reserved.items() if holder != w.id} if reserved else set()
+    blocked |= snap.unschedulable
+    if w.passed_only:
+        blocked.update(nd.name for nd in snap.by_type.get(w.itype, ()) if not nd.health_passed)
     cands: list[Workload] = []
-    for v in snap.running.values():
-        if v.itype != w.itype or (v.min_runtime and v.started is not None and now - v.started < v.min_runtime):
-            continue
-        if not any(usable(name) for name in v.nodes or ()):
-            continue  # stopping it frees nothing ``w`` may use
-        if v.team == w.team:
-            if own and v.priority < w.priority:
-                cands.append(v)
-        elif v.team in borrowers:
-            if not within and not _fair_share_victim(v, w, now):
+    teams = ([w.team] if own else []) + sorted(borrowers)
+    for name in teams:
+        for v in snap.running_by.get((w.itype, name), {}).values():
+            if v.min_runtime and v.started is not None and now - v.started < v.min_runtime:
                 continue
-            cands.append(v)
+            if blocked and all(n in blocked for n in v.nodes or ()):
+                continue  # stopping it frees nothing ``w`` may use
+            if v.team == w.team:
+                if v.priority < w.priority:
+                    cands.append(v)
+            elif within or _fair_share_victim(v, w, now):
+                cands.append(v)
     if not cands or not _could_fit(snap, w, cands, reserved):
         return None
     shares: dict[str, float] = {}

@@ -19,6 +19,8 @@ A cycle:
 
 from __future__ import annotations
 
+import heapq
+
 from fairpod.governance import fairshare, preemption, quota
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.placement import never_fits, place, why_not
@@ -55,6 +57,7 @@ class _Cycle:
         self.holders: set[str] = set()
         self.held_for_borrower: dict[str, str] = {}  # nodes held for a starving job that must borrow
         self.victims: list[tuple[Workload, Preempt]] = []
+        self.never: dict[tuple, str | None] = {}
         self.started: dict[str, float | None] = {}  # jobs admitted in this cycle: when they were enqueued
 
     def wait(self, w: Workload, reason: str) -> None:
@@ -116,7 +119,7 @@ class _Cycle:
             victims, nodes = plan
             self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
             return True
-        never = never_fits(snap, w)
+        never = self.never_fits(w)
         if never:
             self.wait(w, never)
         elif not ok:
@@ -138,22 +141,28 @@ class _Cycle:
         ok, within, _ = quota.team_check(snap, w)
         if not ok:
             return
-        r = w.req
-        free = [
-            nd for nd in snap.by_type.get(w.itype, ())
-            if nd.schedulable and nd.name not in self.reserved and nd.name not in self.held_for_borrower
-            and (nd.health_passed or not w.passed_only)
-        ]
-        free.sort(key=lambda nd: (max(0, r.acc - nd.free[0]), max(0, r.mcpu - nd.free[1]),
-                                  max(0, r.mib - nd.free[2]), nd.name))
+        a, c, m = w.req
+        taken = self.reserved.keys() | self.held_for_borrower.keys()
+        free = heapq.nsmallest(w.n, (
+            (max(0, a - f[0]), max(0, c - f[1]), max(0, m - f[2]), nd.name)
+            for nd in snap.by_type.get(w.itype, ())
+            if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
+            for f in (nd.free,)
+        ))
         held = self.reserved if within else self.held_for_borrower
-        for nd in free[: w.n]:
-            held[nd.name] = w.id
+        for *_, name in free:
+            held[name] = w.id
         if not within:
             need = quota.borrow_need(snap, w)
             rb = snap.pool(w.itype).reserved_borrow
             for d in range(3):
                 rb[d] += need[d]
+
+    def never_fits(self, w: Workload) -> str | None:
+        """``placement.never_fits``, once per job shape and cycle (the nodes do not change within one)."""
+        if w.shape not in self.never:
+            self.never[w.shape] = never_fits(self.snap, w)
+        return self.never[w.shape]
 
     def first_runnable(self, team: Team) -> Workload | None:
         """The team's first job that could run at all (on the healthy nodes, within its quota or borrow
@@ -161,7 +170,7 @@ class _Cycle:
         skip: set = set()
         while True:
             h = team.queue.head(skip)
-            if h is None or (never_fits(self.snap, h) is None and quota.ever_fits_quota(self.snap, h)):
+            if h is None or (self.never_fits(h) is None and quota.ever_fits_quota(self.snap, h)):
                 return h
             skip.add(h.shape)
 

@@ -181,9 +181,11 @@ class Snapshot:
         self.now = now
         self.nodes: dict[str, Node] = {}
         self.by_type: dict[str, list[Node]] = {}
+        self.unschedulable: set[str] = set()  # names of nodes that take no new replicas
         self.teams: dict[str, Team] = {}
         self.pools: dict[str, Pool] = {}
         self.running: dict[str, Workload] = {}
+        self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
         self.pending: dict[str, Workload] = {}
         self._seq = 0
         self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
@@ -204,12 +206,18 @@ class Snapshot:
         if schedulable:
             _add(self.pool(itype).cap, cap, 1)
             _add(self.pool(itype).free, cap, 1)
+        else:
+            self.unschedulable.add(name)
         return n
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         n = self.nodes[name]
         if n.schedulable != schedulable:
             n.schedulable = schedulable
+            if schedulable:
+                self.unschedulable.discard(name)
+            else:
+                self.unschedulable.add(name)
             _add(self.pool(n.itype).cap, n.cap, 1 if schedulable else -1)
             _add(self.pool(n.itype).free, n.free, 1 if schedulable else -1)
 
@@ -219,6 +227,7 @@ class Snapshot:
             raise ValueError(f"node {name!r} still runs {sorted(n.jobs)}")
         self.set_schedulable(name, False)
         del self.nodes[name]
+        self.unschedulable.discard(name)
         self.by_type[n.itype].remove(n)
 
     def add_team(self, team: Team) -> None:
@@ -302,6 +311,10 @@ class Snapshot:
                 pf[2] -= r.mib
         w.nodes = list(nodes)
         self.running[w.id] = w
+        by = self.running_by.get((w.itype, w.team))
+        if by is None:
+            by = self.running_by[(w.itype, w.team)] = {}
+        by[w.id] = w
         self._use(w, 1)
 
     def unassign(self, w: Workload) -> None:
@@ -322,6 +335,7 @@ class Snapshot:
                 pf[1] += r.mcpu
                 pf[2] += r.mib
         del self.running[w.id]
+        del self.running_by[(w.itype, w.team)][w.id]
         self._use(w, -1)
 
     def start(self, w: Workload, nodes: list[str], now: float) -> None:
