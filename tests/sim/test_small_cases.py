@@ -72,3 +72,19 @@ def test_the_starvation_guard_never_holds_a_team_out_of_its_own_quota(tmp_path):
     assert c0["start"] == 1000.0, c0
     # c has 4 idle GPUs of its own quota: it takes one, reclaiming nothing from a
     assert r["teams"]["a"]["preemptions"] == 0
+
+
+def test_capacity_held_for_a_starving_job_is_backfilled_with_jobs_that_cannot_delay_it(tmp_path):
+    # One team on a private slice of 2 x p4d. A 16-GPU job waits from t=1 behind a 4-GPU job (ends at 1,000)
+    # and an 8-GPU job (ends at 10,000): it can start at 10,000 at the earliest. At t=700 (the guard holds
+    # both nodes for it) a 1-GPU job of 100 s fits before that and runs at once; one of 20,000 s would delay
+    # it and waits.
+    spec = _spec(tmp_path, 2, [{"name": "p", "nodes": 2, "strategy": "DontLend"}])
+    rows = ["0,p,10000,8,1,long,,", "0,p,1000,4,1,mid,,", "1,p,5000,16,2,big,,",
+            "700,p,100,1,1,short,,", "700,p,20000,1,1,later,,"]
+    trace = write_trace(tmp_path, rows, header="submit_time,team,duration,accelerators,nodes,name,"
+                        "checkpoint_interval,min_runtime")
+    jobs = _jobs(replay(spec, trace, jobs=True))
+    assert jobs["short"]["start"] == 700.0
+    assert jobs["big"]["start"] == 10000.0
+    assert jobs["later"]["start"] >= jobs["big"]["start"]

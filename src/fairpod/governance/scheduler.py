@@ -7,12 +7,17 @@ state after its decisions (admitted jobs running, victims back in their queues).
 A cycle:
 1. Starvation guard (rule 6): a team's first job that could run at all and has waited longer than the policy's
    ``starvation_guard_seconds`` goes first; if it still cannot start, nodes (and, if it must borrow,
-   borrowable capacity) are held for it and its team admits nothing past it until it starts.
+   borrowable capacity, out of what is lendable only) are held for it. Held capacity is backfilled with
+   what cannot delay it: jobs expected to end before the held nodes are expected to have room for it (by
+   the running jobs' expected durations), and jobs of its team that leave room for it within the team's
+   quota or borrow limit. Nodes held for a job that must borrow never refuse another team's job within
+   its own quota.
 2. Rounds, twice: first only jobs within their team's quota, then all. In each round every team with
-   pending work offers its first job whose shape has not failed this cycle (a job that cannot start never blocks other teams, nor other shapes of its own team). Teams
-   go in this order: jobs within their team's quota first; then, under FairShare, the team whose weighted
+   pending work offers its first job whose shape has not failed this cycle (a job that cannot start never
+   blocks other teams, nor other shapes of its own team). Teams go in this order: jobs within their team's quota first; then, under FairShare, the team whose weighted
    share *after admitting its job* is lowest first (as Kueue's fair sharing; two teams that borrow nothing yet
-   are told apart by weight and job size, not by who came first) (FirstComeFirstServe: the earliest job first); then priority; then submit time.
+   are told apart by weight and job size, not by who came first; FirstComeFirstServe: the earliest job
+   first); then priority; then submit time.
    Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
    engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
 """
@@ -20,11 +25,12 @@ A cycle:
 from __future__ import annotations
 
 import heapq
+import math
 
 from fairpod.governance import fairshare, preemption, quota
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.placement import never_fits, place, why_not
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
 
 
 def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], ...]:
@@ -49,6 +55,13 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
     return tuple(out)
 
 
+def _entitled(team: Team, w: Workload) -> bool:
+    """Does ``w`` fit within its team's quota on its own (once the team's other jobs have ended)?"""
+    q = team.q(w.itype)
+    t = w.total
+    return t[0] <= q[0] and t[1] <= q[1] and t[2] <= q[2]
+
+
 class _Cycle:
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
@@ -58,6 +71,9 @@ class _Cycle:
         self.held_for_borrower: dict[str, str] = {}  # nodes held for a starving job that must borrow
         self.victims: list[tuple[Workload, Preempt]] = []
         self.never: dict[tuple, str | None] = {}
+        self.until: dict[str, float] = {}  # starving job -> when it is expected to start on its held nodes
+        self.borrow_until: float | None = None  # earliest such time of a starving job that must borrow
+        self.strict: dict[str, Workload] = {}  # team -> its starving job that could not start
         self.started: dict[str, float | None] = {}  # jobs admitted in this cycle: when they were enqueued
 
     def wait(self, w: Workload, reason: str) -> None:
@@ -94,18 +110,49 @@ class _Cycle:
         w.borrowed_from = dict(lenders)
         self.out.append(Admit(w.id, tuple(nodes), reason, need, lenders, tuple(after)))
 
+    def ends_before(self, w: Workload, t: float) -> bool:
+        """Would ``w``, started now, end (by its expected duration) no later than ``t``?"""
+        return w.expected is not None and t != math.inf and self.snap.now + w.expected <= t
+
     def reserved_for(self, w: Workload, within: bool) -> dict[str, str]:
-        """Nodes ``w`` may not use: those held for another starving job; nodes held for a job that must borrow
-        bind only jobs that borrow too (the guard holds capacity only out of what is lendable)."""
-        if within or not self.held_for_borrower:
-            return self.reserved
-        return {**self.held_for_borrower, **self.reserved}
+        """Nodes ``w`` may not use: those held for another starving job, except when ``w`` ends before that
+        job could start there (backfill); nodes held for a job that must borrow bind only jobs that borrow too
+        (the guard holds capacity only out of what is lendable)."""
+        held = self.reserved if within or not self.held_for_borrower else {**self.held_for_borrower, **self.reserved}
+        if held and w.expected is not None:
+            held = {n: h for n, h in held.items() if not self.ends_before(w, self.until[h])}
+        return held
+
+    def team_may_start(self, w: Workload) -> bool:
+        """A team with a starving job H admits another of its jobs only if it cannot delay H: it ends before H
+        could start, or H still fits the team's quota (or borrow limit) beside it, in the same way."""
+        h = self.strict.get(w.team)
+        if h is None or h is w:
+            return True
+        if self.ends_before(w, self.until[h.id]):
+            return True
+        team = self.snap.teams[w.team]
+        if w.itype != h.itype:
+            return True
+        both = tuple(a + b for a, b in zip(w.total, h.total, strict=True))
+        if _entitled(team, h):
+            return quota.within_quota(team, h.itype, both)
+        cap = quota.borrow_cap(team, h.itype)
+        u = team.u(h.itype)
+        return quota.within_quota(team, w.itype, w.total) and all(u[d] + both[d] <= cap[d] for d in range(3))
 
     def try_start(self, w: Workload) -> bool:
         snap = self.snap
+        if not self.team_may_start(w):
+            h = self.strict[w.team]
+            self.wait(w, f"waiting behind job {h.id} of team {w.team}, which has waited longest and has "
+                         "capacity held for it")
+            return False
         holder = w.id if w.id in self.holders else None
         ok, within, why = quota.team_check(snap, w)
         reserved = self.reserved_for(w, within)
+        if holder is None and self.borrow_until is not None and self.ends_before(w, self.borrow_until):
+            holder = w.id  # ends before a held borrower could start: may use what is held for it
         if ok:
             pool_ok = quota.pool_ok(snap, w, holder)
             nodes = place(snap, w, reserved) if pool_ok else None
@@ -138,13 +185,15 @@ class _Cycle:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
         snap = self.snap
         self.holders.add(w.id)
+        self.until[w.id] = self.quota_ready_at(w)
         ok, within, _ = quota.team_check(snap, w)
         if not ok:
             return
         a, c, m = w.req
         taken = self.reserved.keys() | self.held_for_borrower.keys()
         free = heapq.nsmallest(w.n, (
-            (max(0, a - f[0]), max(0, c - f[1]), max(0, m - f[2]), nd.name)
+            (self.ready_at(nd, w) if f[0] < a or f[1] < c or f[2] < m else snap.now,
+             max(0, a - f[0]), max(0, c - f[1]), max(0, m - f[2]), nd.name)
             for nd in snap.by_type.get(w.itype, ())
             if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
             for f in (nd.free,)
@@ -152,11 +201,42 @@ class _Cycle:
         held = self.reserved if within else self.held_for_borrower
         for *_, name in free:
             held[name] = w.id
+        nodes_ready = max((f[0] for f in free), default=math.inf) if len(free) == w.n else math.inf
+        self.until[w.id] = max(self.until[w.id], nodes_ready)
         if not within:
+            self.borrow_until = min(self.until[w.id], self.borrow_until or math.inf)
             need = quota.borrow_need(snap, w)
             rb = snap.pool(w.itype).reserved_borrow
             for d in range(3):
                 rb[d] += need[d]
+
+    def ready_at(self, nd: Node, w: Workload) -> float:
+        """When node ``nd`` is expected to have room for one replica of ``w``: its jobs end by their expected
+        durations (inf if one that must end first has none)."""
+        free = list(nd.free)
+        r = w.req
+        for end, v in sorted((self.snap.running[j].ends_by(), j) for j in nd.jobs):
+            vr = self.snap.running[v].req
+            free = [free[0] + vr.acc, free[1] + vr.mcpu, free[2] + vr.mib]
+            if free[0] >= r.acc and free[1] >= r.mcpu and free[2] >= r.mib:
+                return max(end, self.snap.now)
+        return math.inf
+
+    def quota_ready_at(self, w: Workload) -> float:
+        """When ``w``'s team is expected to have room for it within its quota (or borrow limit): its running
+        jobs end by their expected durations (inf if one that must end first has none)."""
+        team = self.snap.teams[w.team]
+        cap = quota.borrow_cap(team, w.itype) if not _entitled(team, w) else list(team.q(w.itype))
+        u = list(team.u(w.itype))
+        t = w.total
+        if all(u[d] + t[d] <= cap[d] for d in range(3)):
+            return self.snap.now
+        for end, v in sorted((v.ends_by(), v.id) for v in self.snap.running_by.get((w.itype, w.team), {}).values()):
+            vt = self.snap.running[v].total
+            u = [u[0] - vt[0], u[1] - vt[1], u[2] - vt[2]]
+            if all(u[d] + t[d] <= cap[d] for d in range(3)):
+                return max(end, self.snap.now)
+        return math.inf
 
     def never_fits(self, w: Workload) -> str | None:
         """``placement.never_fits``, once per job shape and cycle (the nodes do not change within one)."""
@@ -190,7 +270,6 @@ class _Cycle:
         snap = self.snap
         for p in snap.pools.values():
             p.reserved_borrow = [0, 0, 0]
-        strict: set[str] = set()
         guard = snap.starvation_guard
         starving = []
         for team in snap.teams.values():
@@ -199,12 +278,13 @@ class _Cycle:
                 if h is not None and snap.now - (h.enqueued if h.enqueued is not None else h.submit) >= guard:
                     starving.append(h)
         starving.sort(key=lambda w: (w.enqueued, w.seq))
+        failed: dict[str, set] = {}
         for w in starving:
             if not self.try_start(w):
-                strict.add(w.team)
+                self.strict[w.team] = w
+                failed[w.team] = {w.shape}
                 self.hold(w)
-        failed: dict[str, set] = {}
-        teams = [t for t in snap.teams.values() if t.queue and t.name not in strict]
+        teams = [t for t in snap.teams.values() if t.queue]
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
         for v, p in self.victims:

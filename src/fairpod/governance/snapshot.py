@@ -10,6 +10,7 @@ changes the snapshot it is given into the state after its decisions; callers bui
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -45,6 +46,7 @@ class Workload:
     min_runtime: float = 0.0
     passed_only: bool = False
     preemptions: int = 0  # how often it was preempted so far
+    expected: float | None = None  # seconds it is expected to run from its (next) start; None: unknown
     # while running
     nodes: list[str] | None = None
     started: float | None = None
@@ -59,6 +61,12 @@ class Workload:
         r = self.req
         self.total = Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
         self.shape = (self.itype, self.n, self.req, self.passed_only)
+
+    def ends_by(self) -> float:
+        """When a running job is expected to end (inf when unknown)."""
+        if self.expected is None or self.started is None:
+            return math.inf
+        return self.started + self.expected
 
     def lost_work(self, now: float) -> float:
         """Seconds of work lost if stopped now: since the last checkpoint, or since the start."""
