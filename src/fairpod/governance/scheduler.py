@@ -191,18 +191,19 @@ class _Cycle:
             return
         a, c, m = w.req
         taken = self.reserved.keys() | self.held_for_borrower.keys()
-        free = heapq.nsmallest(w.n, (
-            (self.ready_at(nd, w) if f[0] < a or f[1] < c or f[2] < m else snap.now,
-             max(0, a - f[0]), max(0, c - f[1]), max(0, m - f[2]), nd.name)
+        free = heapq.nsmallest(w.n, (  # the nodes closest to having room for a replica
+            (max(0, a - f[0]), max(0, c - f[1]), max(0, m - f[2]), nd.name)
             for nd in snap.by_type.get(w.itype, ())
             if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
             for f in (nd.free,)
         ))
         held = self.reserved if within else self.held_for_borrower
-        for *_, name in free:
+        ready = snap.now if len(free) == w.n else math.inf
+        for *deficit, name in free:
             held[name] = w.id
-        nodes_ready = max((f[0] for f in free), default=math.inf) if len(free) == w.n else math.inf
-        self.until[w.id] = max(self.until[w.id], nodes_ready)
+            if any(deficit):
+                ready = max(ready, self.ready_at(snap.nodes[name], w))
+        self.until[w.id] = max(self.until[w.id], ready)
         if not within:
             self.borrow_until = min(self.until[w.id], self.borrow_until or math.inf)
             need = quota.borrow_need(snap, w)
@@ -226,16 +227,29 @@ class _Cycle:
         """When ``w``'s team is expected to have room for it within its quota (or borrow limit): its running
         jobs end by their expected durations (inf if one that must end first has none)."""
         team = self.snap.teams[w.team]
+        key = ("quota_ready", w.id, team.version)
+        end = self.snap.memo.get(key)
+        if end is None:
+            end = self.snap.memo[key] = self._quota_ready(team, w)
+        return max(end, self.snap.now)
+
+    def _quota_ready(self, team: Team, w: Workload) -> float:
         cap = quota.borrow_cap(team, w.itype) if not _entitled(team, w) else list(team.q(w.itype))
         u = list(team.u(w.itype))
         t = w.total
         if all(u[d] + t[d] <= cap[d] for d in range(3)):
-            return self.snap.now
-        for end, v in sorted((v.ends_by(), v.id) for v in self.snap.running_by.get((w.itype, w.team), {}).values()):
-            vt = self.snap.running[v].total
+            return -math.inf
+        running = self.snap.running_by.get((w.itype, w.team), {})
+        ends = [(v.ends_by(), v.id) for v in running.values()]
+        heapq.heapify(ends)  # usually a few of the earliest ends make room: no need to sort them all
+        while ends:
+            end, v = heapq.heappop(ends)
+            if end == math.inf:
+                break
+            vt = running[v].total
             u = [u[0] - vt[0], u[1] - vt[1], u[2] - vt[2]]
-            if all(u[d] + t[d] <= cap[d] for d in range(3)):
-                return max(end, self.snap.now)
+            if u[0] + t[0] <= cap[0] and u[1] + t[1] <= cap[1] and u[2] + t[2] <= cap[2]:
+                return end
         return math.inf
 
     def never_fits(self, w: Workload) -> str | None:
@@ -268,6 +282,8 @@ class _Cycle:
 
     def run(self) -> list[Decision]:
         snap = self.snap
+        if len(snap.memo) > 4 * len(snap.teams) + 1024:
+            snap.memo.clear()  # entries of old versions
         for p in snap.pools.values():
             p.reserved_borrow = [0, 0, 0]
         guard = snap.starvation_guard

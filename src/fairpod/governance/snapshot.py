@@ -86,6 +86,7 @@ class Team:
     preempt_lower: bool = True
     quota: dict[str, Res] = field(default_factory=dict)
     used: dict[str, Vec] = field(default_factory=dict)
+    version: int = 0  # counts changes of its usage (derived views may be cached against it)
     queue: PendingQueue = field(default_factory=lambda: PendingQueue())
 
     def q(self, itype: str) -> Res:
@@ -197,6 +198,7 @@ class Snapshot:
         self.pending: dict[str, Workload] = {}
         self._seq = 0
         self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
+        self.memo: dict[tuple, float] = {}  # the engine's cache of derived values, keyed with their versions
 
     # -- building ------------------------------------------------------------------------------
     def pool(self, itype: str) -> Pool:
@@ -267,6 +269,7 @@ class Snapshot:
     def _use(self, w: Workload, sign: int) -> None:
         self.version += 1
         team = self.teams[w.team]
+        team.version += 1
         self._account(team, w.itype, -1)
         u = team.u(w.itype)
         t = w.total
