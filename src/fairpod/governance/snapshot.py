@@ -28,6 +28,7 @@ class Node:
     schedulable: bool = True
     health_passed: bool = False  # deep health check Passed
     jobs: set[str] = field(default_factory=set)
+    stamp: int = 0  # bumped when its free room changes: older entries of it in the fit index are stale
 
 
 @dataclass(slots=True, eq=False)
@@ -191,6 +192,10 @@ class Snapshot:
         self.nodes: dict[str, Node] = {}
         self.by_type: dict[str, list[Node]] = {}
         self.unschedulable: set[str] = set()  # names of nodes that take no new replicas
+        # per instance type and free accelerators: a heap of (not passed, free mcpu, free mib, name, stamp), so
+        # placement finds the best fit without looking at every node (stale entries are dropped lazily)
+        self.fit_index: dict[str, dict[int, list[tuple[bool, int, int, str, int]]]] = {}
+        self._index_size: dict[str, int] = {}
         self.teams: dict[str, Team] = {}
         self.pools: dict[str, Pool] = {}
         self.running: dict[str, Workload] = {}
@@ -213,6 +218,7 @@ class Snapshot:
         n = Node(name, itype, cap, list(cap), schedulable, passed)
         self.nodes[name] = n
         self.by_type.setdefault(itype, []).append(n)
+        self.index(n)
         if schedulable:
             _add(self.pool(itype).cap, cap, 1)
             _add(self.pool(itype).free, cap, 1)
@@ -251,6 +257,19 @@ class Snapshot:
                 _add(p.quota_lend, q, 1)
         for itype in team.quota:
             self._account(team, itype, 1)
+
+    def index(self, n: Node, *, compact: bool = True) -> None:
+        """(Re-)enter node ``n`` in the fit index with its current free room and health."""
+        n.stamp += 1
+        f = n.free
+        heapq.heappush(self.fit_index.setdefault(n.itype, {}).setdefault(f[0], []),
+                       (not n.health_passed, f[1], f[2], n.name, n.stamp))
+        size = self._index_size[n.itype] = self._index_size.get(n.itype, 0) + 1
+        if compact and size > 4 * len(self.by_type[n.itype]) + 64:
+            self.fit_index[n.itype] = {}
+            self._index_size[n.itype] = 0
+            for nd in self.by_type[n.itype]:
+                self.index(nd)
 
     # -- team usage and the pool aggregates ----------------------------------------------------
     def _account(self, team: Team, itype: str, sign: int) -> None:
@@ -316,6 +335,7 @@ class Snapshot:
             f[1] -= r.mcpu
             f[2] -= r.mib
             node.jobs.add(w.id)
+            self.index(node)
             if node.schedulable:
                 pf[0] -= r.acc
                 pf[1] -= r.mcpu
@@ -341,6 +361,7 @@ class Snapshot:
             f[1] += r.mcpu
             f[2] += r.mib
             node.jobs.discard(w.id)
+            self.index(node)
             if node.schedulable:
                 pf[0] += r.acc
                 pf[1] += r.mcpu
