@@ -6,7 +6,9 @@ share of the remaining 48 by GPU-hours, LendAndBorrow 100 %, FairShare (``fairpo
 Prints the wall time, the CPU time of the whole process and of the engine alone, makespan, utilization,
 lost work, the most preemptions of one job, Jain's index, and each team's wait. Target: <= 60 s wall.
 
-Run: ``.venv/bin/python benchmarks/itp_replay.py [--contended] [--until S] [--profile FILE] [-o report.json]``.
+Run: ``.venv/bin/python benchmarks/itp_replay.py [--contended] [--compare private|fcfs] [--until S]
+[--profile FILE] [-o report.json]``. ``--compare`` also replays on private quotas / one global FCFS queue
+and prints each team's mean wait and JCT under each and rho = JCT shared / JCT private.
 On a shared machine wall time depends on the load; the process CPU time is the steadier figure.
 """
 
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 from fairpod.model.spec import load_spec
+from fairpod.sim.compare import compare
 from fairpod.sim.contended import contended_spec
 from fairpod.sim.report import build_report
 from fairpod.sim.run import simulate
@@ -38,6 +41,8 @@ def main() -> None:
     ap.add_argument("--contended", action="store_true", help="128 x p4d, quotas from the traces (see above)")
     ap.add_argument("--until", type=float, help="only jobs submitted in the first S seconds (a quick slice)")
     ap.add_argument("--profile", type=Path, help="write cProfile statistics of the simulation here")
+    ap.add_argument("--compare", action="append", choices=["private", "fcfs"],
+                    help="also replay on private quotas / one global FCFS queue and print rho per team")
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON report here")
     args = ap.parse_args()
     w0, c0 = time.perf_counter(), time.process_time()
@@ -54,6 +59,8 @@ def main() -> None:
         prof.disable()
         prof.dump_stats(args.profile)
     r = build_report(res)
+    if args.compare:
+        r["compare"] = compare(spec, jobs, args.compare, shared=res)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     if args.output:
         args.output.write_text(json.dumps(r, indent=2) + "\n")
@@ -74,6 +81,21 @@ def main() -> None:
     for name, t in r["teams"].items():
         print(f"{name:10} {t['jobs']:6d} {t['quota_accelerators']:5d} {t['used_share']:6.1%} "
               f"{_h(t['wait_mean']):>9} {_h(t['wait_p50']):>9} {_h(t['wait_p95']):>9} {t['preemptions']:7d}")
+    if args.compare:
+        print_compare(r["compare"])
+
+
+def print_compare(cmp: dict) -> None:
+    modes = [m for m in ("shared", "private", "fcfs") if m in cmp]
+    print("useful util.      " + ", ".join(f"{m} {cmp[m]['utilization']:.1%} (makespan "
+                                             f"{cmp[m]['makespan'] / 86400:.1f} d)" for m in modes))
+    print(f"{'team':10} " + " ".join(f"{m + ' wait':>13} {m + ' JCT':>12}" for m in modes) + f" {'rho':>6}")
+    for name, t in cmp["teams"].items():
+        cells = " ".join(f"{_h(t[m]['wait_mean']):>13} {_h(t[m]['jct_mean']):>12}" for m in modes)
+        rho = t.get("rho")
+        print(f"{name:10} {cells} {'-' if rho is None else f'{rho:.2f}':>6}")
+    for line in cmp["verdict"]:
+        print(line)
 
 
 if __name__ == "__main__":

@@ -62,8 +62,8 @@ def compare(spec: ClusterSpec, jobs: list[TraceJob], modes: list[str],
             shared: SimResult | None = None) -> dict[str, Any]:
     """The comparison section of a report (see the module doc); ``shared`` is the run under ``spec`` if done.
 
-    Utilization is over one window for all runs (first submission to the last completion in any of them):
-    useful (not lost) accelerator-seconds / (capacity x window), so work a run could not do counts against it.
+    Utilization is useful (not lost) accelerator-seconds / (capacity x the run's makespan): work a run could not
+    do (jobs too large for a private quota) and work lost to preemption count against it.
     """
     for mode in modes:
         if mode not in MODES:
@@ -77,15 +77,13 @@ def compare(spec: ClusterSpec, jobs: list[TraceJob], modes: list[str],
         for sj in res.jobs:  # back to the teams they came from
             sj.job = replace(sj.job, team=team_of[sj.job.name])
         runs["fcfs"] = res
-    start = runs["shared"].start
-    window = max(r.end for r in runs.values()) - start
     cap = runs["shared"].capacity
-    out: dict[str, Any] = {"window_seconds": round(window, 3)}
+    out: dict[str, Any] = {}
     done = {m: _done(r) for m, r in runs.items()}
     for m, r in runs.items():
         useful = sum((sj.run_seconds - sj.lost_seconds) * sj.job.accelerators for sj in r.jobs)
         out[m] = {"makespan": round(r.makespan, 3), "completed": len(done[m]),
-                  "utilization": round(useful / (cap * window), 4) if cap and window else 0.0}
+                  "utilization": round(useful / (cap * r.makespan), 4) if cap and r.makespan else 0.0}
     teams: dict[str, dict[str, Any]] = {}
     for t in (t.name for t in spec.teams):
         row: dict[str, Any] = {}
