@@ -1,21 +1,31 @@
-"""Replay the ten ITP traces (69,351 real GPU jobs over ~60 days) on examples/itp/spec.yaml.
+"""Replay the ten ITP traces (69,351 real GPU jobs over ~60 days) on a shared cluster.
 
-Runs the code path of ``fairpod simulate examples/itp/spec.yaml ../shared/traces/itp`` and prints the
-wall time, the CPU time of the whole process and of the engine alone, makespan, utilization, Jain's index,
-and each team's wait p50/p95. Target: <= 60 s wall.
+Default: the code path of ``fairpod simulate examples/itp/spec.yaml ../shared/traces/itp`` (200 x p4d, where
+little waits). ``--contended``: the same traces on 128 x p4d (1,024 GPUs), each team's quota 8 nodes plus a
+share of the remaining 48 by GPU-hours, LendAndBorrow 100 %, FairShare (``fairpod.sim.contended``).
+Prints the wall time, the CPU time of the whole process and of the engine alone, makespan, utilization,
+lost work, the most preemptions of one job, Jain's index, and each team's wait. Target: <= 60 s wall.
 
-Run: ``.venv/bin/python benchmarks/itp_replay.py [--trace DIR] [--spec YAML] [-o report.json] [--plot usage.png]``.
+Run: ``.venv/bin/python benchmarks/itp_replay.py [--contended] [--compare private|fcfs] [--until S]
+[--profile FILE] [-o report.json]``. ``--compare`` also replays on private quotas / one global FCFS queue
+and prints each team's mean wait and JCT under each and rho = JCT shared / JCT private.
 On a shared machine wall time depends on the load; the process CPU time is the steadier figure.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
 import time
 from pathlib import Path
 
-from fairpod.sim import replay
+from fairpod.model.spec import load_spec
+from fairpod.sim.compare import compare
+from fairpod.sim.contended import contended_spec
+from fairpod.sim.report import build_report
+from fairpod.sim.run import simulate
+from fairpod.sim.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -28,28 +38,64 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "traces" / "itp")
     ap.add_argument("--spec", type=Path, default=ROOT / "examples" / "itp" / "spec.yaml")
+    ap.add_argument("--contended", action="store_true", help="128 x p4d, quotas from the traces (see above)")
+    ap.add_argument("--until", type=float, help="only jobs submitted in the first S seconds (a quick slice)")
+    ap.add_argument("--profile", type=Path, help="write cProfile statistics of the simulation here")
+    ap.add_argument("--compare", action="append", choices=["private", "fcfs"],
+                    help="also replay on private quotas / one global FCFS queue and print rho per team")
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON report here")
-    ap.add_argument("--plot", type=Path, help="also draw the usage plot here")
     args = ap.parse_args()
     w0, c0 = time.perf_counter(), time.process_time()
-    r = replay(args.spec, args.trace, plot=args.plot)
+    spec = contended_spec(args.trace) if args.contended else load_spec(args.spec)
+    jobs = load_trace(args.trace, spec)
+    if args.until is not None and jobs:
+        first = jobs[0].submit
+        jobs = [j for j in jobs if j.submit - first < args.until]
+    prof = cProfile.Profile() if args.profile else None
+    if prof:
+        prof.enable()
+    res = simulate(spec, jobs)
+    if prof:
+        prof.disable()
+        prof.dump_stats(args.profile)
+    r = build_report(res)
+    if args.compare:
+        r["compare"] = compare(spec, jobs, args.compare, shared=res)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     if args.output:
         args.output.write_text(json.dumps(r, indent=2) + "\n")
     c, e = r["cluster"], r["engine"]
+    print(f"cluster           {spec.cluster.name}: {c['capacity_accelerators']} GPUs")
     print(f"jobs              {c['jobs']} ({c['completed']} completed, {len(r['never_ran'])} never ran)")
     print(f"wall              {wall:.1f} s   (target <= 60 s)")
     print(f"process cpu       {cpu:.1f} s")
     print(f"engine cpu        {e['cpu_seconds']:.1f} s   ({e['decisions']} decisions in {e['cycles']} cycles, "
-          f"{e['decisions_per_cpu_second']:.0f} decisions/cpu-s)")
+          f"{e['decisions_per_cpu_second'] or 0:.0f} decisions/cpu-s)")
     print(f"makespan          {r['makespan']:.0f} s = {r['makespan'] / 86400:.1f} days")
-    print(f"utilization       {c['utilization']:.1%} of {c['capacity_accelerators']} GPUs")
-    print(f"preemptions       {c['preemptions']}")
+    print(f"utilization       {c['utilization']:.1%} allocated, {c['useful_utilization']:.1%} useful")
+    print(f"preemptions       {c['preemptions']} (most of one job: {c['max_preemptions_of_a_job']})")
+    print(f"lost work         {c['lost_share']:.2%} of allocated GPU-seconds")
     print(f"jain              {r['fairness']['jain']}")
-    print(f"{'team':10} {'jobs':>6} {'quota':>5} {'used':>6} {'wait p50':>9} {'wait p95':>9} {'preempt':>7}")
+    print(f"{'team':10} {'jobs':>6} {'quota':>5} {'used':>6} {'wait mean':>9} {'wait p50':>9} {'wait p95':>9} "
+          f"{'preempt':>7}")
     for name, t in r["teams"].items():
         print(f"{name:10} {t['jobs']:6d} {t['quota_accelerators']:5d} {t['used_share']:6.1%} "
-              f"{_h(t['wait_p50']):>9} {_h(t['wait_p95']):>9} {t['preemptions']:7d}")
+              f"{_h(t['wait_mean']):>9} {_h(t['wait_p50']):>9} {_h(t['wait_p95']):>9} {t['preemptions']:7d}")
+    if args.compare:
+        print_compare(r["compare"])
+
+
+def print_compare(cmp: dict) -> None:
+    modes = [m for m in ("shared", "private", "fcfs") if m in cmp]
+    print("useful util.      " + ", ".join(f"{m} {cmp[m]['utilization']:.1%} (makespan "
+                                             f"{cmp[m]['makespan'] / 86400:.1f} d)" for m in modes))
+    print(f"{'team':10} " + " ".join(f"{m + ' wait':>13} {m + ' JCT':>12}" for m in modes) + f" {'rho':>6}")
+    for name, t in cmp["teams"].items():
+        cells = " ".join(f"{_h(t[m]['wait_mean']):>13} {_h(t[m]['jct_mean']):>12}" for m in modes)
+        rho = t.get("rho")
+        print(f"{name:10} {cells} {'-' if rho is None else f'{rho:.2f}':>6}")
+    for line in cmp["verdict"]:
+        print(line)
 
 
 if __name__ == "__main__":

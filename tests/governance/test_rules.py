@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from fairpod.governance import Workload
+from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.decisions import Admit, Preempt
+from fairpod.model.resources import Res
+from fairpod.model.spec import parse_spec
 
 from .helpers import admitted, cycle, make, preempted, submit, usage, waits
 
@@ -220,11 +224,36 @@ def test_fair_share_preemption_and_no_ping_pong():
     submit(snap, "z2", "z", 4, t=0)
     assert sorted(admitted(cycle(snap, 0))) == ["a0", "z0", "z1", "z2"]  # z borrows l's idle 8
     submit(snap, "a1", "a", 4, t=10)
-    ds = cycle(snap, 10)
+    # fair share never destroys more work than it saves: z's jobs would lose 10 s x 4 accelerators, a1 has
+    # waited nothing yet
+    assert preempted(cycle(snap, 10)) == []
+    for z in ("z0", "z1", "z2"):
+        snap.running[z].checkpoint = 15  # now each loses 5 s x 4 if stopped at t=20; a1 has waited 10 s x 4
+    ds = cycle(snap, 20)
     assert admitted(ds) == ["a1"] and len(preempted(ds)) == 1
     assert [d.kind for d in ds if isinstance(d, Preempt)] == ["fair-share"]
-    for t in range(11, 20):  # the victim never preempts back
+    for t in range(21, 30):  # the victim never preempts back
         assert preempted(cycle(snap, t)) == []
+
+
+def test_fair_share_spares_a_job_preempted_twice_and_costly_victims():
+    snap = make(4, [{"name": "l", "quota": 8}, {"name": "a", "quota": 4, "weight": 100, "limit": 500},
+                    {"name": "z", "quota": 4, "weight": 0, "limit": 500}])
+    submit(snap, "a0", "a", 4, t=0)
+    for z in ("z0", "z1", "z2"):
+        submit(snap, z, "z", 4, t=0)
+    cycle(snap, 0)
+    snap.running["z1"].preemptions = snap.running["z2"].preemptions = 2
+    submit(snap, "a1", "a", 4, t=10)
+    assert preempted(cycle(snap, 100)) == []  # z1, z2: preempted twice; z0 would lose 100 s x 4 > 90 s x 4
+    snap.running["z1"].preemptions = 1
+    ds = cycle(snap, 101)  # z0, z1 have run 101 s x 4, a1 waited 91 s x 4: too costly
+    assert preempted(ds) == []
+    ds = cycle(snap, 230)  # by now a1 waited 220 s, z1 ran 230 s: still too costly ...
+    assert preempted(ds) == []
+    snap.running["z1"].checkpoint = 200  # ... unless z1 checkpointed: it loses 30 s
+    ds = cycle(snap, 230)
+    assert preempted(ds) == ["z1"] and admitted(ds) == ["a1"]
 
 
 # -- rule 6: no blocking, no starvation --------------------------------------------------------------
@@ -351,3 +380,39 @@ def test_a_job_that_can_never_run_does_not_hold_its_team_up(blocker):
     cycle(snap, 0)
     submit(snap, "small", "a", 4, t=700)
     assert admitted(cycle(snap, 700)) == ["small"]
+
+
+def test_weight_decides_who_borrows_idle_capacity_first():
+    # 12 one-accelerator nodes; l lends 4 (its job ends at t=50); b10 and b90 run 4 nodes each within quota and
+    # each wait with a 4-node job that must borrow, b10's since t=10, b90's since t=20. Both borrow nothing
+    # before admission (share 0); after admitting its job b90's share is 9x smaller, so b90 goes first.
+    spec = parse_spec({
+        "cluster": {"name": "t", "instance_groups": [{"name": "g", "instance_type": "unit1", "count": 12}]},
+        "instance_types": [{"name": "unit1", "accelerators": 1, "vcpu": 4, "memory_gib": 16}],
+        "policy": {"idle_compute_allocation": "FairShare"},
+        "teams": [
+            {"name": "l", "fair_share_weight": 50, "sharing": {"strategy": "Lend"},
+             "quota": [{"instance_type": "unit1", "count": 4}]},
+            {"name": "b10", "fair_share_weight": 10, "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 100},
+             "quota": [{"instance_type": "unit1", "count": 4}]},
+            {"name": "b90", "fair_share_weight": 90, "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 100},
+             "quota": [{"instance_type": "unit1", "count": 4}]},
+        ],
+    })
+    snap = snapshot_from_spec(spec)
+    one = Res(1, 4000, 16 * 1024)
+
+    def job(jid: str, team: str, t: float) -> None:
+        snap.add_pending(Workload(jid, team, "unit1", 4, one, submit=t))
+
+    for team in ("l", "b10", "b90"):
+        job(f"{team}-own", team, 0)
+    assert sorted(admitted(cycle(snap, 0))) == ["b10-own", "b90-own", "l-own"]
+    job("b10-borrow", "b10", 10)
+    assert admitted(cycle(snap, 10)) == []
+    job("b90-borrow", "b90", 20)
+    assert admitted(cycle(snap, 20)) == []
+    snap.finish("l-own")
+    ds = cycle(snap, 50)
+    assert admitted(ds) == ["b90-borrow"] and preempted(ds) == []
+    assert "b10-borrow" in snap.pending

@@ -27,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="PNG", help="also draw accelerators in use per team over time")
     p.add_argument("--timeline", action="store_true", help="add allocation per team at every change")
     p.add_argument("--jobs", action="store_true", help="add each job's submit, start, end, wait, preemptions")
+    p.add_argument("--compare", action="append", choices=["private", "fcfs"],
+                   help="also replay with every team on its private quota (private) or one global FCFS queue "
+                   "(fcfs), and report per team wait, completion time and rho = JCT shared / JCT private")
     p.set_defaults(func=run)
 
 
@@ -61,7 +64,8 @@ def run(args: argparse.Namespace) -> int:
     _check_out(args.output, "report")
     _check_out(args.plot, "plot")
     try:
-        report = replay(args.spec, args.trace, timeline=args.timeline, jobs=args.jobs, plot=args.plot)
+        report = replay(args.spec, args.trace, timeline=args.timeline, jobs=args.jobs, plot=args.plot,
+                        compare=args.compare)
     except SpecError as e:
         more = f" (and {len(e.problems) - 1} more problem(s); see fairpod validate)" if len(e.problems) > 1 else ""
         first = e.problems[0]
@@ -80,4 +84,6 @@ def run(args: argparse.Namespace) -> int:
     except OSError as e:
         raise CliError(f"{args.output}: cannot write the report: {e.strerror}") from None
     print(_summary(report))
+    for line in report.get("compare", {}).get("verdict", []):
+        print(line)
     return 0

@@ -9,8 +9,8 @@
 - ``scheduler``  — one cycle over a snapshot (rules 4, 6, 8)
 """
 
-from fairpod.governance.decisions import Admit, Decision, Preempt, Wait
+from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, net_changes
 from fairpod.governance.scheduler import schedule
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
 
-__all__ = ["Admit", "Decision", "Node", "Preempt", "Snapshot", "Team", "Wait", "Workload", "schedule"]
+__all__ = ["Admit", "Decision", "Node", "Preempt", "Snapshot", "Team", "Wait", "Workload", "net_changes", "schedule"]

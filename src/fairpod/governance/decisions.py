@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,3 +36,38 @@ class Wait:
 
 
 Decision = Admit | Preempt | Wait
+
+
+def displaced_reason(p: Preempt) -> str:
+    """Why a job admitted and taken back within one cycle still waits (it never ran)."""
+    return f"waiting: admitted and given up again in the same cycle to job {p.by} ({p.kind})"
+
+
+def net_changes(decisions: list[Decision]) -> list[Decision]:
+    """What one cycle changes, in decision order: the decisions a caller applies (simulator, control plane).
+
+    Within one cycle the engine may admit a job and take it back later as a victim of another (admit J,
+    preempt J, admit K). Such a job never ran: its Admit and Preempt are dropped, a Wait says why it still
+    waits, and it is left out of the ``after`` of the job it made room for. Otherwise a job's first Preempt
+    counts if it ran before the cycle (its first decision is that Preempt) and its last Admit if it runs
+    after the cycle; Waits are kept.
+    """
+    first: dict[str, Admit | Preempt] = {}
+    last: dict[str, Admit | Preempt] = {}
+    for d in decisions:
+        if not isinstance(d, Wait):
+            first.setdefault(d.job, d)
+            last[d.job] = d
+    never_ran = {j: p for j, p in last.items() if isinstance(p, Preempt) and isinstance(first[j], Admit)}
+    out: list[Decision] = []
+    for d in decisions:
+        if isinstance(d, Admit):
+            if last[d.job] is not d:
+                continue
+            if any(v in never_ran for v in d.after):
+                d = replace(d, after=tuple(v for v in d.after if v not in never_ran))
+        elif isinstance(d, Preempt) and (first[d.job] is not d or d.job in never_ran):
+            continue
+        out.append(d)
+    out.extend(Wait(j, displaced_reason(p)) for j, p in never_ran.items())
+    return out

@@ -3,7 +3,8 @@
 A team's share of an instance type is its weighted dominant share: for each resource, what it borrows
 divided by the lendable capacity; the largest of these, divided by the team's fair_share_weight. A team
 that borrows nothing has share 0; a team of weight 0 that borrows has an infinite share, so it comes last
-when teams compete and is the first to give back.
+when teams compete and is the first to give back. Teams competing for idle capacity are ranked by the share
+each would have after admitting its job, so weight decides from the first borrowed unit.
 """
 
 from __future__ import annotations

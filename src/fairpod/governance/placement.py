@@ -6,13 +6,17 @@ for large jobs. Among equal fits, nodes that passed their deep health check come
 
 from __future__ import annotations
 
+import heapq
+
 from fairpod.governance.snapshot import Snapshot, Workload
 
 
 def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -> list[str] | None:
     """Node names for the replicas of ``w`` (one each), or None if the gang does not fit now.
 
-    ``reserved`` maps node name to the job it is held for; other jobs may not use it.
+    ``reserved`` maps node name to the job it is held for; other jobs may not use it. Nodes are taken in
+    best-fit order, (free accelerators, not deep-check-passed, free mCPU, free MiB, name), from the
+    snapshot's fit index, so a placement looks at the fitting nodes only, not at every node.
     """
     r = w.req
     n = w.n
@@ -20,22 +24,31 @@ def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -
     if r.acc * n > pf[0] or r.mcpu * n > pf[1] or r.mib * n > pf[2]:
         return None
     a, c, m = r
-    fits = []
-    for nd in snap.by_type.get(w.itype, ()):
-        f = nd.free
-        if f[0] >= a and f[1] >= c and f[2] >= m and nd.schedulable:
-            if w.passed_only and not nd.health_passed:
-                continue
-            if reserved and reserved.get(nd.name, w.id) != w.id:
-                continue
-            fits.append(nd)
-    if len(fits) < n:
+    buckets = snap.fit_index.get(w.itype, {})
+    fits: list[str] = []
+    popped: list[tuple[list, tuple]] = []
+    try:
+        for b in sorted(k for k in buckets if k >= a):
+            h = buckets[b]
+            while h:
+                e = heapq.heappop(h)
+                nd = snap.nodes.get(e[3])
+                if nd is None or nd.stamp != e[4] or nd.free[0] != b:
+                    continue  # stale: the node changed since (its current entry is elsewhere)
+                if e[0] != (not nd.health_passed):
+                    snap.index(nd, compact=False)  # its health changed since it was entered: re-enter it in order
+                    continue
+                popped.append((h, e))
+                if (nd.free[1] >= c and nd.free[2] >= m and nd.schedulable
+                        and (nd.health_passed or not w.passed_only)
+                        and (not reserved or reserved.get(nd.name, w.id) == w.id)):
+                    fits.append(nd.name)
+                    if len(fits) == n:
+                        return fits
         return None
-    if n == 1:
-        best = min(fits, key=lambda nd: (nd.free[0], not nd.health_passed, nd.free[1], nd.free[2], nd.name))
-        return [best.name]
-    fits.sort(key=lambda nd: (nd.free[0], not nd.health_passed, nd.free[1], nd.free[2], nd.name))
-    return [nd.name for nd in fits[:n]]
+    finally:
+        for h, e in popped:
+            heapq.heappush(h, e)
 
 
 def never_fits(snap: Snapshot, w: Workload) -> str | None:

@@ -3,7 +3,8 @@
 Candidates, by the situation of the pending job J of team T on instance type I:
 - reclaim: J fits within T's quota, so T is entitled to it; jobs of other teams that are borrowing on I;
 - fair share: J must borrow and the policy is FairShare; jobs of other borrowing teams, each only if T's
-  share after admitting J stays at or below that team's share after losing the candidate;
+  share after admitting J stays at or below that team's share after losing the candidate, the candidate was
+  preempted fewer than twice, and it loses no more accelerator-seconds than J has waited;
 - priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority).
 Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
 ``ordering.victim_key`` until J fits; then every victim that is not needed is given back (no more than needed).
@@ -15,6 +16,20 @@ from fairpod.governance import fairshare, quota
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Snapshot, Workload
+
+# A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
+FAIR_SHARE_MAX_PREEMPTIONS = 2
+
+
+def _fair_share_victim(v: Workload, w: Workload, now: float) -> bool:
+    """May ``v`` be stopped for fair share so that ``w`` starts? Not if it was preempted twice already, nor if
+    it would lose more accelerator-seconds of work than ``w`` has waited (accelerators x seconds): fair share
+    evens out waiting, it must not destroy more than it saves. This is what keeps a requeued job, which has
+    lost the least work, from being picked again and again."""
+    if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS:
+        return False
+    waited = now - (w.enqueued if w.enqueued is not None else w.submit)
+    return v.lost_work(now) * v.total.acc <= waited * w.total.acc
 
 
 def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
@@ -86,15 +101,24 @@ def plan(
         borrowers = {b for b in borrowers if fairshare.share(snap, snap.teams[b], w.itype) >= mine}
     if not own and not borrowers:
         return None
+    # nodes that could take no replica of ``w`` even once emptied: a victim only there frees nothing useful
+    blocked = {name for name, holder in reserved.items() if holder != w.id} if reserved else set()
+    blocked |= snap.unschedulable
+    if w.passed_only:
+        blocked.update(nd.name for nd in snap.by_type.get(w.itype, ()) if not nd.health_passed)
     cands: list[Workload] = []
-    for v in snap.running.values():
-        if v.itype != w.itype or (v.min_runtime and v.started is not None and now - v.started < v.min_runtime):
-            continue
-        if v.team == w.team:
-            if own and v.priority < w.priority:
+    teams = ([w.team] if own else []) + sorted(borrowers)
+    for name in teams:
+        for v in snap.running_by.get((w.itype, name), {}).values():
+            if v.min_runtime and v.started is not None and now - v.started < v.min_runtime:
+                continue
+            if blocked and all(n in blocked for n in v.nodes or ()):
+                continue  # stopping it frees nothing ``w`` may use
+            if v.team == w.team:
+                if v.priority < w.priority:
+                    cands.append(v)
+            elif within or _fair_share_victim(v, w, now):
                 cands.append(v)
-        elif v.team in borrowers:
-            cands.append(v)
     if not cands or not _could_fit(snap, w, cands, reserved):
         return None
     shares: dict[str, float] = {}

@@ -65,7 +65,8 @@ def _contrib(team: Team, q: tuple, u0: int, u1: int, u2: int) -> tuple[int, int,
 def pool_ok(snap: Snapshot, w: Workload, holder: str | None = None) -> bool:
     """Would all borrowing still be covered by lendable idle capacity after ``w`` starts?
 
-    ``holder`` names the job for which capacity was held back (starvation guard); only it may use that.
+    ``holder`` names the job for which borrowable capacity was held back (starvation guard); no other job
+    may borrow that, but every team may still use its own quota.
     """
     team = snap.teams[w.team]
     p = snap.pool(w.itype)
@@ -78,7 +79,10 @@ def pool_ok(snap: Snapshot, w: Workload, holder: str | None = None) -> bool:
         ua = snap.unallocated(w.itype)
     else:
         ua = (0, 0, 0)
-    rb = p.reserved_borrow if holder != w.id else (0, 0, 0)
+    # capacity held for a starving borrower is held out of what is lendable: it stops other borrowing, never
+    # a team's use of its own quota
+    borrows = b[0] > a[0] or b[1] > a[1] or b[2] > a[2]
+    rb = p.reserved_borrow if holder != w.id and borrows else (0, 0, 0)
     for d in range(3):
         over = p.over[d] + b[d] - a[d]
         if over <= 0:

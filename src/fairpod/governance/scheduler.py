@@ -7,21 +7,30 @@ state after its decisions (admitted jobs running, victims back in their queues).
 A cycle:
 1. Starvation guard (rule 6): a team's first job that could run at all and has waited longer than the policy's
    ``starvation_guard_seconds`` goes first; if it still cannot start, nodes (and, if it must borrow,
-   borrowable capacity) are held for it and its team admits nothing past it until it starts.
+   borrowable capacity, out of what is lendable only) are held for it. Held capacity is backfilled with
+   what cannot delay it: jobs expected to end before the held nodes are expected to have room for it (by
+   the running jobs' expected durations), and jobs of its team that leave room for it within the team's
+   quota or borrow limit. Nodes held for a job that must borrow never refuse another team's job within
+   its own quota.
 2. Rounds, twice: first only jobs within their team's quota, then all. In each round every team with
-   pending work offers its first job whose shape has not failed this cycle (a job that cannot start never blocks other teams, nor other shapes of its own team). Teams
-   go in this order: jobs within their team's quota first; then, under FairShare, the team with the lowest
-   weighted share first (FirstComeFirstServe: the earliest job first); then priority; then submit time.
+   pending work offers its first job whose shape has not failed this cycle (a job that cannot start never
+   blocks other teams, nor other shapes of its own team). Teams go in this order: jobs within their team's quota first; then, under FairShare, the team whose weighted
+   share *after admitting its job* is lowest first (as Kueue's fair sharing; two teams that borrow nothing yet
+   are told apart by weight and job size, not by who came first; FirstComeFirstServe: the earliest job
+   first); then priority; then submit time.
    Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
    engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
+
 from fairpod.governance import fairshare, preemption, quota
-from fairpod.governance.decisions import Admit, Decision, Preempt, Wait
+from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.placement import never_fits, place, why_not
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
 
 
 def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], ...]:
@@ -46,12 +55,26 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
     return tuple(out)
 
 
+def _entitled(team: Team, w: Workload) -> bool:
+    """Does ``w`` fit within its team's quota on its own (once the team's other jobs have ended)?"""
+    q = team.q(w.itype)
+    t = w.total
+    return t[0] <= q[0] and t[1] <= q[1] and t[2] <= q[2]
+
+
 class _Cycle:
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
         self.out: list[Decision] = []
         self.reserved: dict[str, str] = {}
         self.holders: set[str] = set()
+        self.held_for_borrower: dict[str, str] = {}  # nodes held for a starving job that must borrow
+        self.victims: list[tuple[Workload, Preempt]] = []
+        self.never: dict[tuple, str | None] = {}
+        self.until: dict[str, float] = {}  # starving job -> when it is expected to start on its held nodes
+        self.borrow_until: float | None = None  # earliest such time of a starving job that must borrow
+        self.strict: dict[str, Workload] = {}  # team -> its starving job that could not start
+        self.started: dict[str, float | None] = {}  # jobs admitted in this cycle: when they were enqueued
 
     def wait(self, w: Workload, reason: str) -> None:
         if w.reason != reason:
@@ -70,11 +93,12 @@ class _Cycle:
                 why = f"preempted by higher-priority job {w.id} of team {w.team}"
             else:
                 why = f"preempted for fair share: team {w.team} (job {w.id}) has the lower share of idle capacity"
-            self.out.append(Preempt(v.id, w.id, kind, why))
-            snap.requeue(v, snap.now)
-            v.reason = why
+            p = Preempt(v.id, w.id, kind, why)
+            self.out.append(p)
+            self.victims.append((v, p))  # back in its queue at the end of the cycle, not offered again in it
             after.append(v.id)
         snap.start(w, nodes, snap.now)
+        self.started[w.id] = w.enqueued
         team = snap.teams[w.team]
         if within or need <= 0:
             reason = f"admitted within team {team.name}'s quota"
@@ -86,24 +110,63 @@ class _Cycle:
         w.borrowed_from = dict(lenders)
         self.out.append(Admit(w.id, tuple(nodes), reason, need, lenders, tuple(after)))
 
+    def ends_before(self, w: Workload, t: float) -> bool:
+        """Would ``w``, started now, end (by its expected duration) no later than ``t``?"""
+        return w.expected is not None and t != math.inf and self.snap.now + w.expected <= t
+
+    def reserved_for(self, w: Workload, within: bool) -> dict[str, str]:
+        """Nodes ``w`` may not use: those held for another starving job, except when ``w`` ends before that
+        job could start there (backfill); nodes held for a job that must borrow bind only jobs that borrow too
+        (the guard holds capacity only out of what is lendable)."""
+        held = self.reserved if within or not self.held_for_borrower else {**self.held_for_borrower, **self.reserved}
+        if held and w.expected is not None:
+            held = {n: h for n, h in held.items() if not self.ends_before(w, self.until[h])}
+        return held
+
+    def team_may_start(self, w: Workload) -> bool:
+        """A team with a starving job H admits another of its jobs only if it cannot delay H: it ends before H
+        could start, or H still fits the team's quota (or borrow limit) beside it, in the same way."""
+        h = self.strict.get(w.team)
+        if h is None or h is w:
+            return True
+        if self.ends_before(w, self.until[h.id]):
+            return True
+        team = self.snap.teams[w.team]
+        if w.itype != h.itype:
+            return True
+        both = tuple(a + b for a, b in zip(w.total, h.total, strict=True))
+        if _entitled(team, h):
+            return quota.within_quota(team, h.itype, both)
+        cap = quota.borrow_cap(team, h.itype)
+        u = team.u(h.itype)
+        return quota.within_quota(team, w.itype, w.total) and all(u[d] + both[d] <= cap[d] for d in range(3))
+
     def try_start(self, w: Workload) -> bool:
         snap = self.snap
+        if not self.team_may_start(w):
+            h = self.strict[w.team]
+            self.wait(w, f"waiting behind job {h.id} of team {w.team}, which has waited longest and has "
+                         "capacity held for it")
+            return False
         holder = w.id if w.id in self.holders else None
         ok, within, why = quota.team_check(snap, w)
+        reserved = self.reserved_for(w, within)
+        if holder is None and self.borrow_until is not None and self.ends_before(w, self.borrow_until):
+            holder = w.id  # ends before a held borrower could start: may use what is held for it
         if ok:
             pool_ok = quota.pool_ok(snap, w, holder)
-            nodes = place(snap, w, self.reserved) if pool_ok else None
+            nodes = place(snap, w, reserved) if pool_ok else None
             if nodes is not None:
                 self.admit(w, nodes, within, [])
                 return True
         else:
             pool_ok = True
-        plan = preemption.plan(snap, w, within, self.reserved, holder, cross_team=ok)
+        plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
         if plan is not None:
             victims, nodes = plan
             self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
             return True
-        never = never_fits(snap, w)
+        never = self.never_fits(w)
         if never:
             self.wait(w, never)
         elif not ok:
@@ -122,23 +185,78 @@ class _Cycle:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
         snap = self.snap
         self.holders.add(w.id)
+        self.until[w.id] = self.quota_ready_at(w)
         ok, within, _ = quota.team_check(snap, w)
         if not ok:
             return
-        r = w.req
-        free = [
-            nd for nd in snap.by_type.get(w.itype, ())
-            if nd.schedulable and nd.name not in self.reserved and (nd.health_passed or not w.passed_only)
-        ]
-        free.sort(key=lambda nd: (max(0, r.acc - nd.free[0]), max(0, r.mcpu - nd.free[1]),
-                                  max(0, r.mib - nd.free[2]), nd.name))
-        for nd in free[: w.n]:
-            self.reserved[nd.name] = w.id
+        a, c, m = w.req
+        taken = self.reserved.keys() | self.held_for_borrower.keys()
+        free = heapq.nsmallest(w.n, (  # the nodes closest to having room for a replica
+            (max(0, a - f[0]), max(0, c - f[1]), max(0, m - f[2]), nd.name)
+            for nd in snap.by_type.get(w.itype, ())
+            if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
+            for f in (nd.free,)
+        ))
+        held = self.reserved if within else self.held_for_borrower
+        ready = snap.now if len(free) == w.n else math.inf
+        for *deficit, name in free:
+            held[name] = w.id
+            if any(deficit):
+                ready = max(ready, self.ready_at(snap.nodes[name], w))
+        self.until[w.id] = max(self.until[w.id], ready)
         if not within:
+            self.borrow_until = min(self.until[w.id], self.borrow_until or math.inf)
             need = quota.borrow_need(snap, w)
             rb = snap.pool(w.itype).reserved_borrow
             for d in range(3):
                 rb[d] += need[d]
+
+    def ready_at(self, nd: Node, w: Workload) -> float:
+        """When node ``nd`` is expected to have room for one replica of ``w``: its jobs end by their expected
+        durations (inf if one that must end first has none)."""
+        free = list(nd.free)
+        r = w.req
+        for end, v in sorted((self.snap.running[j].ends_by(), j) for j in nd.jobs):
+            vr = self.snap.running[v].req
+            free = [free[0] + vr.acc, free[1] + vr.mcpu, free[2] + vr.mib]
+            if free[0] >= r.acc and free[1] >= r.mcpu and free[2] >= r.mib:
+                return max(end, self.snap.now)
+        return math.inf
+
+    def quota_ready_at(self, w: Workload) -> float:
+        """When ``w``'s team is expected to have room for it within its quota (or borrow limit): its running
+        jobs end by their expected durations (inf if one that must end first has none)."""
+        team = self.snap.teams[w.team]
+        key = ("quota_ready", w.id, team.version)
+        end = self.snap.memo.get(key)
+        if end is None:
+            end = self.snap.memo[key] = self._quota_ready(team, w)
+        return max(end, self.snap.now)
+
+    def _quota_ready(self, team: Team, w: Workload) -> float:
+        cap = quota.borrow_cap(team, w.itype) if not _entitled(team, w) else list(team.q(w.itype))
+        u = list(team.u(w.itype))
+        t = w.total
+        if all(u[d] + t[d] <= cap[d] for d in range(3)):
+            return -math.inf
+        running = self.snap.running_by.get((w.itype, w.team), {})
+        ends = [(v.ends_by(), v.id) for v in running.values()]
+        heapq.heapify(ends)  # usually a few of the earliest ends make room: no need to sort them all
+        while ends:
+            end, v = heapq.heappop(ends)
+            if end == math.inf:
+                break
+            vt = running[v].total
+            u = [u[0] - vt[0], u[1] - vt[1], u[2] - vt[2]]
+            if u[0] + t[0] <= cap[0] and u[1] + t[1] <= cap[1] and u[2] + t[2] <= cap[2]:
+                return end
+        return math.inf
+
+    def never_fits(self, w: Workload) -> str | None:
+        """``placement.never_fits``, once per job shape and cycle (the nodes do not change within one)."""
+        if w.shape not in self.never:
+            self.never[w.shape] = never_fits(self.snap, w)
+        return self.never[w.shape]
 
     def first_runnable(self, team: Team) -> Workload | None:
         """The team's first job that could run at all (on the healthy nodes, within its quota or borrow
@@ -146,7 +264,7 @@ class _Cycle:
         skip: set = set()
         while True:
             h = team.queue.head(skip)
-            if h is None or (never_fits(self.snap, h) is None and quota.ever_fits_quota(self.snap, h)):
+            if h is None or (self.never_fits(h) is None and quota.ever_fits_quota(self.snap, h)):
                 return h
             skip.add(h.shape)
 
@@ -156,7 +274,7 @@ class _Cycle:
         if within:
             second = 0.0
         elif snap.fair_share:
-            second = fairshare.share(snap, team, w.itype)
+            second = fairshare.share(snap, team, w.itype, w.total)  # after admission: weight decides at once
         else:
             second = 0.0
         prio = -w.priority if snap.task_ranking else 0
@@ -164,9 +282,10 @@ class _Cycle:
 
     def run(self) -> list[Decision]:
         snap = self.snap
+        if len(snap.memo) > 4 * len(snap.teams) + 1024:
+            snap.memo.clear()  # entries of old versions
         for p in snap.pools.values():
             p.reserved_borrow = [0, 0, 0]
-        strict: set[str] = set()
         guard = snap.starvation_guard
         starving = []
         for team in snap.teams.values():
@@ -175,14 +294,23 @@ class _Cycle:
                 if h is not None and snap.now - (h.enqueued if h.enqueued is not None else h.submit) >= guard:
                     starving.append(h)
         starving.sort(key=lambda w: (w.enqueued, w.seq))
+        failed: dict[str, set] = {}
         for w in starving:
             if not self.try_start(w):
-                strict.add(w.team)
+                self.strict[w.team] = w
+                failed[w.team] = {w.shape}
                 self.hold(w)
-        failed: dict[str, set] = {}
-        teams = [t for t in snap.teams.values() if t.queue and t.name not in strict]
+        teams = [t for t in snap.teams.values() if t.queue]
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
+        for v, p in self.victims:
+            snap.requeue(v, snap.now)
+            if v.id in self.started:  # admitted and taken back in this cycle: it never ran, its wait goes on
+                v.enqueued = self.started[v.id]
+                v.reason = displaced_reason(p)
+            else:
+                v.reason = p.reason
+                v.preemptions += 1
         return self.out
 
     def rounds(self, teams: list[Team], failed: dict[str, set], within_only: bool) -> None:

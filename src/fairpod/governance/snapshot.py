@@ -10,6 +10,7 @@ changes the snapshot it is given into the state after its decisions; callers bui
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
@@ -27,6 +28,7 @@ class Node:
     schedulable: bool = True
     health_passed: bool = False  # deep health check Passed
     jobs: set[str] = field(default_factory=set)
+    stamp: int = 0  # bumped when its free room changes: older entries of it in the fit index are stale
 
 
 @dataclass(slots=True, eq=False)
@@ -44,6 +46,8 @@ class Workload:
     enqueued: float | None = None  # when it last entered the queue (submit, or its last preemption)
     min_runtime: float = 0.0
     passed_only: bool = False
+    preemptions: int = 0  # how often it was preempted so far
+    expected: float | None = None  # seconds it is expected to run from its (next) start; None: unknown
     # while running
     nodes: list[str] | None = None
     started: float | None = None
@@ -58,6 +62,12 @@ class Workload:
         r = self.req
         self.total = Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
         self.shape = (self.itype, self.n, self.req, self.passed_only)
+
+    def ends_by(self) -> float:
+        """When a running job is expected to end (inf when unknown)."""
+        if self.expected is None or self.started is None:
+            return math.inf
+        return self.started + self.expected
 
     def lost_work(self, now: float) -> float:
         """Seconds of work lost if stopped now: since the last checkpoint, or since the start."""
@@ -77,6 +87,7 @@ class Team:
     preempt_lower: bool = True
     quota: dict[str, Res] = field(default_factory=dict)
     used: dict[str, Vec] = field(default_factory=dict)
+    version: int = 0  # counts changes of its usage (derived views may be cached against it)
     queue: PendingQueue = field(default_factory=lambda: PendingQueue())
 
     def q(self, itype: str) -> Res:
@@ -180,12 +191,19 @@ class Snapshot:
         self.now = now
         self.nodes: dict[str, Node] = {}
         self.by_type: dict[str, list[Node]] = {}
+        self.unschedulable: set[str] = set()  # names of nodes that take no new replicas
+        # per instance type and free accelerators: a heap of (not passed, free mcpu, free mib, name, stamp), so
+        # placement finds the best fit without looking at every node (stale entries are dropped lazily)
+        self.fit_index: dict[str, dict[int, list[tuple[bool, int, int, str, int]]]] = {}
+        self._index_size: dict[str, int] = {}
         self.teams: dict[str, Team] = {}
         self.pools: dict[str, Pool] = {}
         self.running: dict[str, Workload] = {}
+        self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
         self.pending: dict[str, Workload] = {}
         self._seq = 0
         self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
+        self.memo: dict[tuple, float] = {}  # the engine's cache of derived values, keyed with their versions
 
     # -- building ------------------------------------------------------------------------------
     def pool(self, itype: str) -> Pool:
@@ -200,15 +218,22 @@ class Snapshot:
         n = Node(name, itype, cap, list(cap), schedulable, passed)
         self.nodes[name] = n
         self.by_type.setdefault(itype, []).append(n)
+        self.index(n)
         if schedulable:
             _add(self.pool(itype).cap, cap, 1)
             _add(self.pool(itype).free, cap, 1)
+        else:
+            self.unschedulable.add(name)
         return n
 
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         n = self.nodes[name]
         if n.schedulable != schedulable:
             n.schedulable = schedulable
+            if schedulable:
+                self.unschedulable.discard(name)
+            else:
+                self.unschedulable.add(name)
             _add(self.pool(n.itype).cap, n.cap, 1 if schedulable else -1)
             _add(self.pool(n.itype).free, n.free, 1 if schedulable else -1)
 
@@ -218,6 +243,7 @@ class Snapshot:
             raise ValueError(f"node {name!r} still runs {sorted(n.jobs)}")
         self.set_schedulable(name, False)
         del self.nodes[name]
+        self.unschedulable.discard(name)
         self.by_type[n.itype].remove(n)
 
     def add_team(self, team: Team) -> None:
@@ -231,6 +257,19 @@ class Snapshot:
                 _add(p.quota_lend, q, 1)
         for itype in team.quota:
             self._account(team, itype, 1)
+
+    def index(self, n: Node, *, compact: bool = True) -> None:
+        """(Re-)enter node ``n`` in the fit index with its current free room and health."""
+        n.stamp += 1
+        f = n.free
+        heapq.heappush(self.fit_index.setdefault(n.itype, {}).setdefault(f[0], []),
+                       (not n.health_passed, f[1], f[2], n.name, n.stamp))
+        size = self._index_size[n.itype] = self._index_size.get(n.itype, 0) + 1
+        if compact and size > 4 * len(self.by_type[n.itype]) + 64:
+            self.fit_index[n.itype] = {}
+            self._index_size[n.itype] = 0
+            for nd in self.by_type[n.itype]:
+                self.index(nd)
 
     # -- team usage and the pool aggregates ----------------------------------------------------
     def _account(self, team: Team, itype: str, sign: int) -> None:
@@ -249,6 +288,7 @@ class Snapshot:
     def _use(self, w: Workload, sign: int) -> None:
         self.version += 1
         team = self.teams[w.team]
+        team.version += 1
         self._account(team, w.itype, -1)
         u = team.u(w.itype)
         t = w.total
@@ -295,12 +335,17 @@ class Snapshot:
             f[1] -= r.mcpu
             f[2] -= r.mib
             node.jobs.add(w.id)
+            self.index(node)
             if node.schedulable:
                 pf[0] -= r.acc
                 pf[1] -= r.mcpu
                 pf[2] -= r.mib
         w.nodes = list(nodes)
         self.running[w.id] = w
+        by = self.running_by.get((w.itype, w.team))
+        if by is None:
+            by = self.running_by[(w.itype, w.team)] = {}
+        by[w.id] = w
         self._use(w, 1)
 
     def unassign(self, w: Workload) -> None:
@@ -316,11 +361,13 @@ class Snapshot:
             f[1] += r.mcpu
             f[2] += r.mib
             node.jobs.discard(w.id)
+            self.index(node)
             if node.schedulable:
                 pf[0] += r.acc
                 pf[1] += r.mcpu
                 pf[2] += r.mib
         del self.running[w.id]
+        del self.running_by[(w.itype, w.team)][w.id]
         self._use(w, -1)
 
     def start(self, w: Workload, nodes: list[str], now: float) -> None:

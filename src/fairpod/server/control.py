@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
-from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, schedule
+from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
@@ -114,7 +114,7 @@ class ControlPlane:
             priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
             passed_only=job.spec.deep_health_check_passed_nodes_only,
-            checkpoint=job.checkpoint_at, reason=job.reason,
+            checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
         )  # fmt: skip
 
     def _rebuild(self) -> None:
@@ -321,29 +321,19 @@ class ControlPlane:
             self._take_exits(exits)
             t0 = time.perf_counter()
             self.snap.now = self.clock()
-            decisions = schedule(self.snap)
+            decisions = net_changes(schedule(self.snap))  # a job admitted and taken back in one cycle never ran
             self.cycle_seconds = time.perf_counter() - t0
             self.cycles += 1
             # replicas that ended while the engine decided: a job that finished is not preempted
             late = self.executor.poll(ack=False)
             self._take_exits(late)
             self.store.prefetch(d.job for d in decisions)
-            # A job may be admitted and preempted within one cycle: apply only the net change. A Preempt
-            # counts if it is the job's first decision (it ran before the cycle), an Admit if it is the
-            # job's last and the job was pending before the cycle.
-            first: dict[str, Admit | Preempt] = {}
-            last: dict[str, Admit | Preempt] = {}
             for d in decisions:
-                if isinstance(d, Admit | Preempt):
-                    first.setdefault(d.job, d)
-                    last[d.job] = d
-            for d in decisions:
-                if isinstance(d, Preempt) and first[d.job] is d:
+                if isinstance(d, Preempt):
                     self.preempt(d)
             for d in decisions:
                 if isinstance(d, Admit):
-                    if last[d.job] is d and isinstance(first[d.job], Admit):
-                        self.admit(d)
+                    self.admit(d)
                 elif isinstance(d, Wait):
                     self.store.update_job(int(d.job), {"reason": self._wait_reason(d)})
             ready = self._ready()  # slots of the attempts that can start now, stored before they start

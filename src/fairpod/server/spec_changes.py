@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from fairpod.governance import Admit, Preempt, schedule
+from fairpod.governance import Admit, Preempt, net_changes, schedule
 from fairpod.model.spec import ClusterSpec
 
 if TYPE_CHECKING:
@@ -32,7 +32,7 @@ def diff(old: ClusterSpec, new: ClusterSpec, old_name: str = "live", new_name: s
 
 
 def _decisions(cp: ControlPlane, spec: ClusterSpec) -> tuple[dict[str, Preempt], dict[str, Admit]]:
-    decided = schedule(cp.build_snapshot(spec))
+    decided = net_changes(schedule(cp.build_snapshot(spec)))
     return ({d.job: d for d in decided if isinstance(d, Preempt)},
             {d.job: d for d in decided if isinstance(d, Admit)})
 

@@ -18,8 +18,10 @@ def replay(
     timeline: bool = False,
     jobs: bool = False,
     plot: str | Path | None = None,
+    compare: list[str] | None = None,
 ) -> dict[str, Any]:
-    """Load the spec and the trace, simulate, optionally plot, and return the report.
+    """Load the spec and the trace, simulate, optionally plot, and return the report (with ``compare``: the
+    same trace also under the other rules named, see ``fairpod.sim.compare``).
 
     Raises ``SpecError`` or ``TraceError`` for bad input, ``OSError`` if the plot cannot be written.
     """
@@ -30,4 +32,9 @@ def replay(
         from fairpod.sim.plot import plot_usage
 
         plot_usage(res, plot)
-    return build_report(res, timeline=timeline, jobs=jobs)
+    report = build_report(res, timeline=timeline, jobs=jobs)
+    if compare:
+        from fairpod.sim.compare import compare as run_compare
+
+        report["compare"] = run_compare(spec, trace, compare, shared=res)
+    return report

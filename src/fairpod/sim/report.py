@@ -3,7 +3,8 @@
 Definitions:
 - ``makespan``: from the first submission to the last event (normally the last completion), in seconds.
 - ``cluster.utilization``: allocated accelerator-seconds / (capacity x makespan). Allocated time counts every
-  run, including work later lost to preemption.
+  run, including work later lost to preemption; ``useful_utilization`` leaves the lost work out, and
+  ``lost_share`` is lost / allocated accelerator-seconds.
 - ``teams.<t>.used_accelerator_seconds``: sum over the team's jobs of accelerators x run time.
 - ``borrowed``/``lent``: accelerators a team uses above its quota / others use of its idle quota, as
   ``governance.quota.lending`` attributes them, integrated over time.
@@ -88,6 +89,7 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
         if res.quota[n] > 0 and t["jobs"] and used_all:
             xs.append((t["used_accelerator_seconds"] / used_all) / (res.quota[n] / quota_all))
     span = res.makespan
+    lost_all = sum(t["lost_accelerator_seconds"] for t in teams.values())
     report: dict[str, Any] = {
         "makespan": _round(span),
         "start": res.start,
@@ -99,6 +101,11 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
             "jobs": len(res.jobs),
             "completed": sum(t["completed"] for t in teams.values()),
             "preemptions": res.preemptions,
+            "max_preemptions_of_a_job": max((sj.preemptions for sj in res.jobs), default=0),
+            "lost_accelerator_seconds": _round(lost_all),
+            "lost_share": _round(lost_all / used_all if used_all else 0.0, 5),
+            "useful_utilization": _round((used_all - lost_all) / (res.capacity * span)
+                                         if res.capacity and span else 0.0, 4),
         },
         "teams": teams,
         "fairness": {"jain": _round(jain(xs), 4), "definition": JAIN_DEFINITION},

@@ -11,6 +11,9 @@ the job back in its queue; when it starts again it needs what is left. A job tha
 an empty cluster (too many nodes, over its team's borrow limit, nothing to borrow) is never given to the
 engine and is reported as never runnable, with the engine's reason.
 
+The engine is told each job's duration from the trace as its expected duration (what is left of it after
+a preemption), as a user declares it; the starvation guard backfills held capacity with it.
+
 The run ends when nothing more can happen: no arrivals left and nothing running.
 """
 
@@ -21,7 +24,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, schedule
+from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
 from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.placement import place, why_not
 from fairpod.governance.quota import lending, pool_ok, team_check
@@ -108,7 +111,8 @@ class Simulation:
         self.by_id: dict[str, SimJob] = {}
         for j in jobs:
             w = Workload(j.name, j.team, j.itype, j.nodes, j.per_replica, priority=j.priority,
-                         submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds))
+                         submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds),
+                         expected=j.duration)  # the trace's duration: what a user declares
             key = (j.team, w.shape)
             if key not in verdicts:
                 verdicts[key] = never_runnable(empty, w)
@@ -160,6 +164,8 @@ class Simulation:
         iv = sj.job.checkpoint_interval
         saved = math.floor(run / iv + 1e-9) * iv if iv else 0.0
         sj.left = _r(sj.left - saved)
+        assert sj.w is not None
+        sj.w.expected = sj.left
         sj.lost_seconds += run - saved
         sj.preemptions += 1
 
@@ -210,7 +216,7 @@ class Simulation:
             self._checkpoints(t)
             snap.now = t
             c0 = time.process_time()
-            decisions = schedule(snap)
+            decisions = net_changes(schedule(snap))  # a job admitted and taken back in one cycle never ran
             res.cpu_seconds += time.process_time() - c0
             res.cycles += 1
             res.decisions += len(decisions)
