@@ -1,15 +1,19 @@
 """The ``fairpod`` command: one entry point for data scientists and admins.
 
 Each sub-command lives in its own module of ``fairpod.cli`` and registers itself in ``COMMAND_MODULES``.
-Errors print one clear line to stderr and exit non-zero; ``-o json`` prints machine-readable output.
+The CLI is a thin client of the API: a command module imports only the standard library and ``fairpod.cli``
+at the top; what a command needs beyond that (the server for ``up``, the spec model for ``validate``) it imports
+when it runs (tests/cli/test_imports.py checks this). Errors print one line to stderr and exit non-zero.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from fairpod import __version__
 from fairpod.cli.errors import CliError
@@ -18,6 +22,7 @@ from fairpod.cli.errors import CliError
 COMMAND_MODULES = [
     "fairpod.cli.server_cmds",
     "fairpod.cli.job_cmds",
+    "fairpod.cli.status_cmds",
     "fairpod.cli.admin_cmds",
     "fairpod.cli.spec_cmds",
     "fairpod.cli.simulate",
@@ -25,15 +30,40 @@ COMMAND_MODULES = [
     "fairpod.cli.slurm_cmds",
 ]
 
+# commands whose own argument list ends at '--': what follows is the job's command, never parsed as flags
+COMMAND_AFTER_DASHES = {"start-job"}
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that name the sub-command, suggest the flag meant, and point at --help."""
+
+    def error(self, message: str) -> NoReturn:
+        m = message
+        if m.startswith("unrecognized arguments: "):
+            words = m.split(": ", 1)[1].split()
+            flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            first = next((w for w in words if w.startswith("-")), words[0])
+            close = difflib.get_close_matches(first.split("=")[0], flags, n=1, cutoff=0.6)
+            if first.startswith("-"):
+                m = f"unknown option {first}" + (f" (did you mean {close[0]}?)" if close else "")
+            else:
+                m = f"unexpected argument {first!r}"
+                if self.prog.endswith("start-job"):
+                    m += " (put the job's command after --, e.g. -- python train.py)"
+        print(f"{self.prog}: error: {m}; see '{self.prog} --help'", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> Parser:
+    parser = Parser(
         prog="fairpod",
         description="Share one accelerator cluster fairly between teams: quotas, borrowing, priorities, "
         "preemption with checkpoint and resume.",
+        epilog="'fairpod COMMAND --help' describes a command; 'fairpod status' shows the server, the cluster, "
+        "your teams and your jobs.",
     )
     parser.add_argument("--version", action="version", version=f"fairpod {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     for mod in COMMAND_MODULES:
         try:
             m = importlib.import_module(mod)
@@ -42,12 +72,37 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         m.register(sub)
+    _remember_parsers(parser)
     return parser
 
 
+def _remember_parsers(p: argparse.ArgumentParser) -> None:
+    """Each (sub-)parser sets itself as ``_parser``: the deepest one used reports unknown arguments."""
+    p.set_defaults(_parser=p)
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _remember_parsers(child)
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """For start-job: the arguments before the first '--', and the job's command after it."""
+    cmd = next((a for a in argv if not a.startswith("-")), None)
+    if cmd in COMMAND_AFTER_DASHES and "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    head, job_command = _split_command(args_in)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(head)
+    if extra:
+        args._parser.error("unrecognized arguments: " + " ".join(extra))
+    if job_command is not None:
+        args.job_command = job_command
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -7,9 +7,6 @@ import json
 from pathlib import Path
 
 from fairpod.cli.errors import CliError
-from fairpod.model.spec import SpecError
-from fairpod.sim.replay import replay
-from fairpod.sim.trace import TraceError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -60,6 +57,10 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{args.plot}: the plot file must end in {', '.join(PLOT_FORMATS)}")
     _check_out(args.output, "report")
     _check_out(args.plot, "plot")
+    from fairpod.model.spec import SpecError
+    from fairpod.sim.replay import replay
+    from fairpod.sim.trace import TraceError
+
     try:
         report = replay(args.spec, args.trace, timeline=args.timeline, jobs=args.jobs, plot=args.plot)
     except SpecError as e:

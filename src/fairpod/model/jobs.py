@@ -112,6 +112,9 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
     if itype_name not in cat:
         raise ValueError(f"unknown instance type {itype_name!r}")
     itype: InstanceType = cat[itype_name]
+    if job.accelerators is not None and job.accelerators != int(job.accelerators):
+        raise ValueError(f"accelerators {job.accelerators:g}: a replica gets whole accelerators; give a whole "
+                         "number (or none for the whole node)")
     if job.accelerators is None and job.vcpu is None and job.memory_gib is None:
         per = node_res(itype)
     else:

@@ -21,7 +21,7 @@ from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import membership
+from fairpod.server import arrays, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.nodes import NodeOps
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run, Slots
@@ -106,7 +106,8 @@ class ControlPlane(NodeOps):
                           passed=nd.deep_health_check == DeepHealthCheck.PASSED)
         for t in self.spec.teams:
             snap.add_team(engine_team(self.spec, t.name))
-        for job in self.store.list_jobs(finished=False):
+        unfinished = self.store.list_jobs(finished=False)
+        for job in unfinished:
             if job.team not in snap.teams:
                 continue
             w = self._workload(job)
@@ -116,6 +117,7 @@ class ControlPlane(NodeOps):
             elif job.state == JobState.PENDING:
                 snap.add_pending(w)
         self.snap = snap
+        arrays.hold_back(self, unfinished)  # throttled job arrays: tasks beyond their limit wait outside
 
     def _recover(self) -> None:
         """Start-up: re-adopt live replicas, take in exits recorded while we were down, rebuild the snapshot."""
@@ -260,6 +262,7 @@ class ControlPlane(NodeOps):
     def reconcile_once(self) -> None:
         with self.lock, self.store.batch():  # a cycle's job updates and events: one transaction per flush
             membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
+            arrays.release(self)  # held tasks of job arrays whose running tasks went below the limit
             exits = self.executor.poll()
             self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
             for e in exits:
