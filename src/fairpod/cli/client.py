@@ -108,7 +108,7 @@ class Client:
         for attempt in (0, 1):  # a kept-alive connection the server closed: once more on a new one
             conn = self._connection(timeout)
             try:
-                conn.request(method, self.prefix + "/api/v1" + path, body=body, headers=hdrs)
+                conn.request(method, path, body=body, headers=hdrs)
                 return conn.getresponse()
             except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
                 self.close()
@@ -133,10 +133,12 @@ class Client:
         return CliError(in_flag_words(msg.replace("\n", " "), self.fields), status=status)
 
     def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
-                headers: Mapping[str, str] | None = None) -> Any:
+                headers: Mapping[str, str] | None = None, raw_path: str | None = None) -> Any:
+        """``path`` under /api/v1 (or ``raw_path`` from the server's root); the decoded JSON answer."""
         data = None if body is None else json.dumps(body).encode()
+        full = self.prefix + (raw_path if raw_path is not None else "/api/v1" + path) + _params(params)
         try:
-            r = self._send(method, path + _params(params), data, headers or {}, self.timeout)
+            r = self._send(method, full, data, headers or {}, self.timeout)
             raw = r.read()
         except (ConnectionRefusedError, socket.gaierror) as e:
             raise self.unreachable(e) from None
@@ -177,7 +179,7 @@ class Client:
 
     def stream(self, path: str, **params: Any) -> Iterator[bytes]:
         try:
-            r = self._send("GET", path + _params(params), None, {}, None)
+            r = self._send("GET", self.prefix + "/api/v1" + path + _params(params), None, {}, None)
         except (ConnectionRefusedError, socket.gaierror) as e:
             raise self.unreachable(e) from None
         except (OSError, http.client.HTTPException) as e:
