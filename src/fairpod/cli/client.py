@@ -56,7 +56,7 @@ def _params(params: Mapping[str, Any] | None) -> str:
     return "?" + urlencode(pairs) if pairs else ""
 
 
-_FIELD = re.compile(r"(?:(?<=^)|(?<=; ))([A-Za-z_][\w.\[\]]*): ")
+_FIELD = re.compile(r"(?:(?<=^)|(?<=; ))([A-Za-z_][\w.\[\]*]*): ")
 
 
 def in_flag_words(detail: str, fields: Mapping[str, str] | None) -> str:
@@ -66,8 +66,12 @@ def in_flag_words(detail: str, fields: Mapping[str, str] | None) -> str:
 
     def sub(m: re.Match[str]) -> str:
         key = m.group(1)
-        base = re.sub(r"\[\d+\]", "", key).split(".")[0]
-        return f"{fields.get(key) or fields.get(base) or key}: "
+        inner = re.sub(r"^\w+\[[^\]]*\]\.", "", key)  # teams[4].quota[0] -> quota[0]
+        plain = re.sub(r"\[[^\]]*\]", "", inner)
+        for k in (key, inner, plain, plain.split(".")[0]):
+            if k in fields:
+                return f"{fields[k]}: "
+        return f"{key}: "
 
     return _FIELD.sub(sub, detail)
 
