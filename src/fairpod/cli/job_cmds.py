@@ -19,7 +19,7 @@ from typing import Any
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.files import read_yaml
-from fairpod.cli.output import acc_nodes, add_output, ago, emit, table
+from fairpod.cli.output import acc_nodes, add_output, ago, emit, reason_in_units, table
 
 STATES = ["Pending", "Running", "Preempted", "Succeeded", "Failed", "Cancelled"]
 NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -321,9 +321,14 @@ def group_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def list_jobs(a: argparse.Namespace) -> int:
-    res = Client().get("/jobs", team=a.team, state=a.status, limit=a.limit)
+    c = Client()
+    res = c.get("/jobs", team=a.team, state=a.status, limit=a.limit)
     if emit(res["jobs"], a.output):
         return 0
+    if any("borrowing" in (j["reason"] or "") for j in res["jobs"]):
+        sizes = node_sizes(c)
+        res["jobs"] = [{**j, "reason": reason_in_units(j["reason"], sizes.get(j["instance_type"]))}
+                       for j in res["jobs"]]
     rows = ([{**j, "age": ago(j["submit_time"]), "nodes_acc": _nodes_acc(j)} for j in res["jobs"]]
             if a.array_tasks else group_arrays(res["jobs"]))
     table(rows, [("id", "ID"), ("name", "NAME"), ("team", "TEAM"), ("state", "STATE"), ("priority", "PRIORITY"),
@@ -337,28 +342,31 @@ def _ref(a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return a.job, ({"team": a.team} if a.team else {})
 
 
-def borrowed_text(j: dict[str, Any]) -> str:
-    """'john (4 acc, 1 node)' per lending team."""
-    per = j.get("accelerators_per_node") or None
-    parts = []
-    for team, n in j["borrowed_from"].items():
-        nodes = acc_nodes(n, per)
-        parts.append(f"{team} ({nodes.replace(' (', ', ').rstrip(')')})" if "(" in nodes else f"{team} ({nodes})")
-    return ", ".join(parts) or "-"
+def node_sizes(c: Client) -> dict[str, int | None]:
+    """Accelerators per node of each instance type (to say how many nodes a number of accelerators is)."""
+    cap = c.get("/cluster")["capacity"]
+    return {k: (v["accelerators"] // v["nodes"] if v["nodes"] else None) for k, v in cap.items()}
+
+
+def borrowed_text(j: dict[str, Any], per_node: int | None) -> str:
+    """'john: 4 acc (1 node)' per lending team."""
+    return ", ".join(f"{team}: {acc_nodes(n, per_node)}" for team, n in j["borrowed_from"].items()) or "-"
 
 
 def get_job(a: argparse.Namespace) -> int:
     ref, params = _ref(a)
-    j = Client().get(f"/jobs/{ref}", **params)
+    c = Client()
+    j = c.get(f"/jobs/{ref}", **params)
     if emit(j, a.output):
         return 0
+    per = node_sizes(c).get(j["instance_type"]) if j["borrowed_from"] or "borrowing" in j["reason"] else None
     arr = j.get("array")
     fields = [("Name", j["name"]), ("Id", j["id"]), ("Team", j["team"]), ("State", j["state"]),
-              ("Reason", j["reason"]), ("Priority", j["priority"] or "(none: lowest)"),
+              ("Reason", reason_in_units(j["reason"], per)), ("Priority", j["priority"] or "(none: lowest)"),
               ("Queue position", j["queue_position"]), ("Instance type", j["instance_type"]),
               ("Nodes", f"{j['nodes']} x {j['accelerators_per_node']} accelerators"),
               ("Placement", ", ".join(j["placement"]) or "-"),
-              ("Borrowed from", borrowed_text(j)),
+              ("Borrowed from", borrowed_text(j, per)),
               ("Restarts", f"{j['restarts']} of {j['max_retry']}" + (" (auto-resume)" if j["auto_resume"] else
                                                                      " (no auto-resume)")),
               ("Preemptions", j["preemptions"]), ("Checkpoint", _checkpoint(j["checkpoint"])),

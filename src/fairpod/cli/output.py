@@ -85,6 +85,26 @@ def acc_nodes(acc: int, per_node: int | None) -> str:
     return f"{acc} acc ({nodes})" if nodes and acc else f"{acc} acc"
 
 
+_BORROW = re.compile(r"borrowing (\d+) accelerators from (.+)$")
+_LENDER = re.compile(r"([a-z0-9-]+) \((\d+)\)")
+
+
+def reason_in_units(reason: str | None, per_node: int | None) -> str | None:
+    """'admitted, borrowing 4 accelerators from john (4)' -> '... borrowing 4 accelerators (1 node) from john'."""
+    m = _BORROW.search(reason or "") if per_node else None
+    if m is None or reason is None:
+        return reason
+    lenders = _LENDER.findall(m.group(2))
+    nodes = nodes_of(int(m.group(1)), per_node)
+    if len(lenders) == 1:
+        who = lenders[0][0]
+    elif lenders:
+        who = ", ".join(f"{name} ({n} acc, {nodes_of(int(n), per_node)})" for name, n in lenders)
+    else:
+        who = m.group(2)
+    return f"{reason[:m.start()]}borrowing {m.group(1)} accelerators ({nodes}) from {who}"
+
+
 def table(rows: Sequence[dict[str, Any]], cols: Sequence[tuple[str, str]]) -> None:
     """Print rows as aligned columns; ``cols`` is (key, header)."""
     cells = [[h for _, h in cols]] + [[fmt(r.get(k)) for k, _ in cols] for r in rows]
