@@ -1,0 +1,32 @@
+"""`fairpod dashboard`: a one-time sign-in link that a headless browser opens straight into a signed-in page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..server.conftest import Server
+
+
+def test_a_one_time_link_signs_in_once_and_holds_no_token(server: Server, browser_context: Any):
+    r = server.api("POST", "/users", json={"name": "alice", "role": "member", "teams": ["smith"]})
+    alice = r.json()["token"]
+    link = server.cli("dashboard", token=alice).stdout.strip()
+    assert link.startswith(server.url + "/#signin=") and alice not in link and server.token not in link
+    page = browser_context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(link)
+    page.wait_for_selector("#nav", state="visible")
+    assert "alice (member of smith)" in page.inner_text("#user")
+    assert "signin" not in page.url  # the spent code is off the address bar
+    page.goto(server.url + "/#/teams")
+    page.locator("#team-table tr[data-team=smith]").wait_for()
+    # the same link a second time (a bookmark, a shared screen): refused, with what to do
+    page2 = browser_context.new_page()  # a new tab: its own, empty sessionStorage
+    page2.goto(link)
+    page2.wait_for_function("document.querySelector('#login-error').textContent.includes('fairpod dashboard')")
+    assert page2.locator("#nav").is_hidden()
+    # an expired or made-up code: the same
+    r = server.api("POST", "/dashboard/links/redeem", json={"code": "not-a-code"})
+    assert r.status_code == 401 and "fairpod dashboard" in r.json()["detail"]
+    assert not errors, errors
