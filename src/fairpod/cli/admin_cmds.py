@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.files import read_yaml
 from fairpod.cli.output import acc_nodes, add_output, emit, emit_json, natural, table
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 # the API's team fields in the words of the team commands' flags
 TEAM_FLAGS = {"quota": "--quota", "fair_share_weight": "--weight", "sharing.strategy": "--strategy",

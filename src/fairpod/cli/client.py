@@ -1,5 +1,5 @@
-"""The CLI's HTTP client, on the standard library only (``http.client``: no third-party import on the path of
-a command, so every command starts as fast as the interpreter does).
+"""The CLI's HTTP client, on the standard library only (``fairpod.cli.transport``: no third-party import, not
+even ``http.client``, on the path of a command, so a command starts about as fast as the interpreter does).
 
 It reads the server URL and token from the config ``fairpod up`` wrote (``$FAIRPOD_CONFIG``, default
 ``~/.config/fairpod/config.json``), or from ``FAIRPOD_URL``/``FAIRPOD_TOKEN``. API errors come back as one
@@ -7,34 +7,35 @@ line; field names of the API are put in the words of the command's flags by the 
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
 import re
 import socket
 import time
-import uuid
 from collections.abc import Iterator, Mapping
-from pathlib import Path
-from typing import Any
-from urllib.parse import urlencode, urlsplit
 
 from fairpod.cli.errors import CliError
+from fairpod.cli.transport import Connection, HttpsConnection, split_url, urlencode
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 SUBMIT_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a submit (7.75 s in all)
 
 
-def config_path() -> Path:
-    return Path(os.environ.get("FAIRPOD_CONFIG") or Path.home() / ".config/fairpod/config.json")
+def config_path() -> str:
+    return os.environ.get("FAIRPOD_CONFIG") or os.path.expanduser("~/.config/fairpod/config.json")
 
 
 def load_config() -> tuple[str, str]:
     path = config_path()
     cfg: dict[str, Any] = {}
-    if path.exists():
+    if os.path.exists(path):
         try:
-            cfg = json.loads(path.read_text())
+            with open(path) as f:
+                cfg = json.load(f)
         except (OSError, ValueError) as e:
             raise CliError(f"cannot read the CLI config {path}: {e}") from None
         if not isinstance(cfg, dict):
@@ -56,7 +57,7 @@ def _params(params: Mapping[str, Any] | None) -> str:
     return "?" + urlencode(pairs) if pairs else ""
 
 
-_FIELD = re.compile(r"(?:(?<=^)|(?<=; ))([A-Za-z_][\w.\[\]*]*): ")
+_FIELD = r"(?:(?<=^)|(?<=; ))([A-Za-z_][\w.\[\]*]*): "  # compiled when an error needs it
 
 
 def in_flag_words(detail: str, fields: Mapping[str, str] | None) -> str:
@@ -73,7 +74,7 @@ def in_flag_words(detail: str, fields: Mapping[str, str] | None) -> str:
                 return f"{fields[k]}: "
         return f"{key}: "
 
-    return _FIELD.sub(sub, detail)
+    return re.sub(_FIELD, sub, detail)
 
 
 class Client:
@@ -81,22 +82,22 @@ class Client:
                  fields: Mapping[str, str] | None = None) -> None:
         cfg_url, cfg_token = load_config()
         self.url = (url or cfg_url).rstrip("/")
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise CliError(f"the server URL {self.url!r} is not an http:// URL (FAIRPOD_URL or {config_path()})")
-        self.host, self.port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
-        self.https = parts.scheme == "https"
-        self.prefix = parts.path.rstrip("/")
+        try:
+            scheme, self.host, self.port, self.prefix = split_url(self.url)
+        except ValueError:
+            raise CliError(f"the server URL {self.url!r} is not an http:// URL (FAIRPOD_URL or {config_path()})"
+                           ) from None
+        self.https = scheme == "https"
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {token or cfg_token}", "Accept": "application/json"}
         self.fields = fields
-        self._conn: http.client.HTTPConnection | None = None
+        self._conn: Connection | HttpsConnection | None = None
 
     # -- the connection -------------------------------------------------------------------------------
-    def _connection(self, timeout: float | None) -> http.client.HTTPConnection:
+    def _connection(self, timeout: float | None) -> Connection | HttpsConnection:
         if self._conn is None:
-            cls = http.client.HTTPSConnection if self.https else http.client.HTTPConnection
-            self._conn = cls(self.host, self.port, timeout=timeout)
+            cls = HttpsConnection if self.https else Connection
+            self._conn = cls(self.host, self.port, timeout)
         return self._conn
 
     def unreachable(self, e: BaseException | None = None) -> CliError:
@@ -105,20 +106,11 @@ class Client:
                         f"{self.port}', or point FAIRPOD_URL (or {config_path()}) at the one that runs")
 
     def _send(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str],
-              timeout: float | None) -> http.client.HTTPResponse:
+              timeout: float | None) -> Any:
         hdrs = {**self.headers, **headers}
         if body is not None:
             hdrs["Content-Type"] = "application/json"
-        for attempt in (0, 1):  # a kept-alive connection the server closed: once more on a new one
-            conn = self._connection(timeout)
-            try:
-                conn.request(method, path, body=body, headers=hdrs)
-                return conn.getresponse()
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
-                self.close()
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
+        return self._connection(timeout).request(method, path, body, hdrs)
 
     def close(self) -> None:
         if self._conn is not None:
@@ -131,7 +123,7 @@ class Client:
             msg = str(doc.get("detail") or doc.get("title") or "") if isinstance(doc, dict) else ""
         except ValueError:
             msg = ""
-        msg = msg or raw.decode(errors="replace").strip() or http.client.responses.get(status, "error")
+        msg = msg or raw.decode(errors="replace").strip() or f"HTTP status {status}"
         if status == 401:
             msg += f": the token (FAIRPOD_TOKEN or {config_path()}) is missing, wrong or revoked"
         return CliError(in_flag_words(msg.replace("\n", " "), self.fields), status=status)
@@ -145,13 +137,17 @@ class Client:
             r = self._send(method, full, data, headers or {}, self.timeout)
             raw = r.read()
         except (ConnectionRefusedError, socket.gaierror) as e:
+            self.close()
             raise self.unreachable(e) from None
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, ValueError) as e:  # TransportError, timeouts, resets; a bad chunk size
             self.close()
             raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None
         if r.status >= 400:
             raise self.error(r.status, raw)
-        return json.loads(raw) if raw else None
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise CliError(f"{self.url} answered with something that is not JSON: is it a fairpod server?") from None
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)
@@ -170,7 +166,7 @@ class Client:
         """POST a job with one Idempotency-Key for this invocation, retried (same key) while the server cannot
         be reached or the connection broke: a submit the server committed before it went away returns that
         job, never a second one."""
-        key = uuid.uuid4().hex
+        key = os.urandom(16).hex()
         for pause in (*retries, None):
             try:
                 return self.request("POST", path, body, headers={"Idempotency-Key": key})
@@ -184,11 +180,10 @@ class Client:
     def stream(self, path: str, **params: Any) -> Iterator[bytes]:
         try:
             r = self._send("GET", self.prefix + "/api/v1" + path + _params(params), None, {}, None)
+            if r.status >= 400:
+                raise self.error(r.status, r.read())
+            yield from r.iter_bytes()
         except (ConnectionRefusedError, socket.gaierror) as e:
             raise self.unreachable(e) from None
-        except (OSError, http.client.HTTPException) as e:
+        except (OSError, ValueError) as e:
             raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None
-        if r.status >= 400:
-            raise self.error(r.status, r.read())
-        while chunk := r.read1(65536):
-            yield chunk

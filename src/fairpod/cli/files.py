@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
-
 from fairpod.cli.errors import CliError
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def yaml_problem(path: str, e: Exception) -> str:
@@ -19,7 +20,8 @@ def yaml_problem(path: str, e: Exception) -> str:
 
 def read_text(path: str) -> str:
     try:
-        return Path(path).read_text()
+        with open(path) as f:
+            return f.read()
     except FileNotFoundError:
         raise CliError(f"{path}: no such file") from None
     except IsADirectoryError:

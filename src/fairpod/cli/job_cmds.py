@@ -7,25 +7,29 @@ Flags take the forms HyperPod users type: ``--auto-resume true``, ``--namespace 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import sys
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.files import read_yaml
 from fairpod.cli.output import acc_nodes, add_output, ago, emit, reason_in_units, table
 
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
+
 STATES = ["Pending", "Running", "Preempted", "Succeeded", "Failed", "Cancelled"]
-NAME_RE = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-NS_RE = re.compile(r"hyperpod-ns-(?P<team>.+)")
-QUEUE_RE = re.compile(r"hyperpod-ns-(?P<team>.+)-localqueue")
-ARRAY_RE = re.compile(r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?")
+# patterns (re compiles and caches them on first use: a command that checks no name pays nothing)
+NAME_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+NS_RE = r"hyperpod-ns-(?P<team>.+)"
+QUEUE_RE = r"hyperpod-ns-(?P<team>.+)-localqueue"
+ARRAY_RE = r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?"
 
 # the API's job fields in the words of start-job's flags (for the server's error messages)
 JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "instance_type": "--instance-type",
@@ -76,7 +80,7 @@ def seconds(hi: float) -> Callable[[str], float]:
 
 
 def job_name(v: str) -> str:
-    if not NAME_RE.fullmatch(v) or len(v) > 63:
+    if not re.fullmatch(NAME_RE, v) or len(v) > 63:
         raise argparse.ArgumentTypeError(
             f"{v!r} is not a job name: use lower-case letters, digits and '-', starting and ending with a letter "
             "or digit, at most 63 characters")
@@ -85,9 +89,9 @@ def job_name(v: str) -> str:
 
 def team_name(v: str) -> str:
     """A team, also as HyperPod's namespace (hyperpod-ns-<team>) or local queue (hyperpod-ns-<team>-localqueue)."""
-    m = QUEUE_RE.fullmatch(v) or NS_RE.fullmatch(v)
+    m = re.fullmatch(QUEUE_RE, v) or re.fullmatch(NS_RE, v)
     team = m.group("team") if m else v
-    if not NAME_RE.fullmatch(team) or len(team) > 40:
+    if not re.fullmatch(NAME_RE, team) or len(team) > 40:
         raise argparse.ArgumentTypeError(
             f"{v!r} is not a team: use lower-case letters, digits and '-', at most 40 characters "
             "(or hyperpod-ns-<team>)")
@@ -100,7 +104,7 @@ def priority_class(v: str) -> str:
 
 
 def array_spec(v: str) -> str:
-    if not ARRAY_RE.fullmatch(v):
+    if not re.fullmatch(ARRAY_RE, v):
         raise argparse.ArgumentTypeError(
             f"{v!r} is not an array: use FIRST-LAST[:STEP] or a comma list (0-9, 1,3,5, 0-99:2), and %%N to run at "
             "most N tasks at a time (0-199%%16)")
@@ -263,7 +267,7 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
         raise CliError(f"--max-retry {body['max_retry']} does nothing without --auto-resume true: add "
                        "--auto-resume true (restarts on failure) or leave --max-retry out")
     if body.get("workdir") is None:
-        body["workdir"] = str(Path.cwd())
+        body["workdir"] = os.getcwd()
     return body
 
 

@@ -9,14 +9,16 @@ when it runs (tests/cli/test_imports.py checks this). Errors print one line to s
 from __future__ import annotations
 
 import argparse
-import difflib
 import importlib
 import sys
 from collections.abc import Sequence
-from typing import NoReturn
 
 from fairpod import __version__
 from fairpod.cli.errors import CliError
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
 
 # modules that define register(subparsers); each adds its commands with set_defaults(func=...)
 COMMAND_MODULES = [
@@ -43,6 +45,8 @@ class Parser(argparse.ArgumentParser):
             words = m.split(": ", 1)[1].split()
             flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
             first = next((w for w in words if w.startswith("-")), words[0])
+            import difflib
+
             close = difflib.get_close_matches(first.split("=")[0], flags, n=1, cutoff=0.6)
             if first.startswith("-"):
                 m = f"unknown option {first}" + (f" (did you mean {close[0]}?)" if close else "")
@@ -54,7 +58,34 @@ class Parser(argparse.ArgumentParser):
         sys.exit(2)
 
 
-def build_parser() -> Parser:
+class _Skip:
+    """Stands in for the parser of a command that is not being run: takes every call and builds nothing, so a
+    command pays only for its own arguments, not for those of the forty others."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self._any
+
+    def _any(self, *args: Any, **kw: Any) -> _Skip:
+        return self
+
+
+class _OnlyWanted:
+    """The sub-parsers action as register() sees it: only the command named ``wanted`` is really built."""
+
+    def __init__(self, real: argparse._SubParsersAction, wanted: str) -> None:
+        self.real = real
+        self.wanted = wanted
+        self.found = False
+
+    def add_parser(self, name: str, **kw: Any) -> Any:
+        if self.wanted == name or self.wanted in kw.get("aliases", ()):
+            self.found = True
+            return self.real.add_parser(name, **kw)
+        return _Skip()
+
+
+def build_parser(command: str | None = None) -> Parser:
+    """The whole parser, or with ``command`` only that command's (the others are not built at all)."""
     parser = Parser(
         prog="fairpod",
         description="Share one accelerator cluster fairly between teams: quotas, borrowing, priorities, "
@@ -64,6 +95,7 @@ def build_parser() -> Parser:
     )
     parser.add_argument("--version", action="version", version=f"fairpod {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    only = _OnlyWanted(sub, command) if command else None
     for mod in COMMAND_MODULES:
         try:
             m = importlib.import_module(mod)
@@ -71,7 +103,11 @@ def build_parser() -> Parser:
             if e.name == mod:
                 continue
             raise
-        m.register(sub)
+        m.register(only or sub)
+        if only is not None and only.found:
+            break
+    if only is not None and not only.found:  # a typo: the whole parser, to list the commands there are
+        return build_parser()
     _remember_parsers(parser)
     return parser
 
@@ -96,8 +132,12 @@ def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in == ["--version"]:
+        print(f"fairpod {__version__}")
+        return 0
     head, job_command = _split_command(args_in)
-    parser = build_parser()
+    command = head[0] if head and not head[0].startswith("-") else None
+    parser = build_parser(command)
     args, extra = parser.parse_known_args(head)
     if extra:
         args._parser.error("unrecognized arguments: " + " ".join(extra))

@@ -8,7 +8,10 @@ import re
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 FORMATS = ["table", "json", "yaml"]
 
@@ -85,16 +88,16 @@ def acc_nodes(acc: int, per_node: int | None) -> str:
     return f"{acc} acc ({nodes})" if nodes and acc else f"{acc} acc"
 
 
-_BORROW = re.compile(r"borrowing (\d+) accelerators from (.+)$")
-_LENDER = re.compile(r"([a-z0-9-]+) \((\d+)\)")
+_BORROW = r"borrowing (\d+) accelerators from (.+)$"
+_LENDER = r"([a-z0-9-]+) \((\d+)\)"
 
 
 def reason_in_units(reason: str | None, per_node: int | None) -> str | None:
     """'admitted, borrowing 4 accelerators from john (4)' -> '... borrowing 4 accelerators (1 node) from john'."""
-    m = _BORROW.search(reason or "") if per_node else None
+    m = re.search(_BORROW, reason or "") if per_node else None
     if m is None or reason is None:
         return reason
-    lenders = _LENDER.findall(m.group(2))
+    lenders = re.findall(_LENDER, m.group(2))
     nodes = nodes_of(int(m.group(1)), per_node)
     if len(lenders) == 1:
         who = lenders[0][0]

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_PORT = 8470  # fairpod.server.daemon.DEFAULT_PORT (the server is imported only when it starts)
 

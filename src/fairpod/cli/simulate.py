@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from fairpod.cli.errors import CliError
 
@@ -44,6 +43,8 @@ def _check_out(path: str | None, what: str) -> None:
     """Fail before a long run, not after it, when an output cannot be written."""
     if path in (None, "-"):
         return
+    from pathlib import Path
+
     assert path is not None
     parent = Path(path).parent
     if not parent.is_dir():
@@ -53,6 +54,8 @@ def _check_out(path: str | None, what: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     if args.plot is not None and Path(args.plot).suffix.lower() not in PLOT_FORMATS:
         raise CliError(f"{args.plot}: the plot file must end in {', '.join(PLOT_FORMATS)}")
     _check_out(args.output, "report")

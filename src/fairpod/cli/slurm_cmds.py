@@ -7,13 +7,15 @@ import os
 import socket
 import sys
 import time
-from typing import Any
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import emit, emit_json, natural
 from fairpod.slurm.hostlist import compress
-from fairpod.slurm.sbatch import BatchError, Setting, read_script, to_job, unknown_patterns
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 STATE_CODES = {"Pending": "PD", "Running": "R", "Preempted": "PR", "Succeeded": "CD", "Failed": "F",
                "Cancelled": "CA"}
@@ -113,7 +115,9 @@ def _emit(a: argparse.Namespace, data: Any) -> bool:
 # -- sbatch ----------------------------------------------------------------------------------------------
 
 
-def _cli_settings(a: argparse.Namespace) -> list[Setting]:
+def _cli_settings(a: argparse.Namespace) -> list[Any]:
+    from fairpod.slurm.sbatch import Setting
+
     return [Setting(k[2:], v, "command line") for k, v in vars(a).items() if k.startswith("s_") and v is not None]
 
 
@@ -155,6 +159,8 @@ def _exit_code(job: dict[str, Any]) -> int:
 
 
 def sbatch(a: argparse.Namespace) -> int:
+    from fairpod.slurm.sbatch import BatchError, read_script, to_job, unknown_patterns
+
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     try:
         bs = read_script(a.script)

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import acc_nodes, add_output, ago, emit, table
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 ACTIVE = ["Running", "Preempted", "Pending"]
 
