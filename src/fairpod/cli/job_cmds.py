@@ -9,9 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import shlex
 import sys
-import threading
 import time
 from collections.abc import Callable
 
@@ -225,6 +223,8 @@ def _config(path: str) -> dict[str, Any]:
         raise CliError(f"{path}: unknown field(s) {', '.join(unknown)}; job fields are "
                        f"{', '.join(sorted(CONFIG_KEYS))}")
     if isinstance(data.get("command"), str):
+        import shlex
+
         data["command"] = shlex.split(data["command"])
     if "team" in data and isinstance(data["team"], str):
         try:
@@ -261,6 +261,8 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
         raise CliError("give the job's command after --, e.g. fairpod start-job --name x --team t -- python "
                        "train.py")
     if not isinstance(cmd, list) or not all(isinstance(w, str) for w in cmd) or not cmd[0].strip():
+        import shlex
+
         raise CliError(f"the command {shlex.join(map(str, cmd)) if isinstance(cmd, list) else cmd!r} has no "
                        "program to run: give one after --, e.g. -- python train.py")
     if body.get("max_retry") and not body.get("auto_resume"):
@@ -447,6 +449,8 @@ def get_logs(a: argparse.Namespace) -> int:
 
 def _all_replicas(c: Client, ref: str, n: int, follow: bool, params: dict[str, Any]) -> int:
     """Every replica's output, line by line with a '[i] ' prefix; one connection per replica."""
+    import threading
+
     out = sys.stdout.buffer
     lock = threading.Lock()
     errors: list[CliError] = []
