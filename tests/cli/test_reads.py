@@ -37,18 +37,22 @@ def test_the_tour_in_accelerators_and_nodes_with_logs_and_checkpoints(server: Se
     assert any(ln.startswith("[0] rank 0 of 2: starting at step 0") for ln in both), both
     assert any(ln.startswith("[1] rank 1 of 2: starting at step 0") for ln in both), both
     # john reclaims: smith's job checkpoints through the SDK and get-job shows it
-    server.cli("start-job", "--name", "john-eval", "--team", "john", "--", "sleep", "30")
+    server.cli("start-job", "--name", "john-eval", "--team", "john", "--", "sleep", "4")
     wait_for(lambda: server.job("smith-train")["checkpoint"]["path"], 30, "smith-train's checkpoint")
     got = server.cli("describe", "smith-train").stdout
     assert "Checkpoint:      " in got and "step-rank0 (step " in got, got
     server.wait_state("smith-train", "Pending", 30)
+    server.wait_state("smith-train", "Running", 60)  # john-eval done: smith resumes from its checkpoint
+    wait_for(lambda: "(resuming)" in server.cli("get-logs", "smith-train").stdout, 30, "the resumed run's output")
+    log = server.cli("get-logs", "smith-train").stdout
+    assert "attempt 0, resumed after 1 preemption(s) replica 0/2" in log, log
     # a job that never ran: get-logs says so and why
     server.cli("start-job", "--name", "smith-wait", "--team", "smith", "--node-count", "4", "--", "true")
     r = server.cli("get-logs", "smith-wait")
     assert r.stdout == "" and r.stderr.startswith("job smith-wait is Pending and has not run yet: "), r.stderr
     st = server.cli("status").stdout
     assert f"server:  {server.url} is up" in st and "you:     admin (admin)" in st, st
-    assert "john   ml.g5.12xlarge  12 acc (3 nodes)" in st and "john-eval" in st and "smith-wait" in st, st
+    assert "john   ml.g5.12xlarge  12 acc (3 nodes)" in st and "john-train" in st and "smith-wait" in st, st
     assert json.loads(server.cli("status", "-o", "json").stdout)["user"]["name"] == "admin"
     as_yaml = yaml.safe_load(server.cli("get-job", "john-train", "-o", "yaml").stdout)
     as_json = json.loads(server.cli("get-job", "john-train", "-o", "json").stdout)

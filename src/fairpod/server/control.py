@@ -366,7 +366,8 @@ class ControlPlane(NodeOps):
         ckpt = self.home / "checkpoints" / job.team / f"{job.name}-{job.id}"
         launch = JobLaunch(
             job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
-            checkpoint_dir=str(ckpt), env={**job.spec.env, **self.launch_env(job)},
+            checkpoint_dir=str(ckpt),
+            env={**job.spec.env, **self.launch_env(job), "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team),
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
