@@ -9,8 +9,13 @@ that fairpod's SIGTERM sets, and report_progress, so that `fairpod get-job demo`
 import os
 import sys
 import time
+from pathlib import Path
 
-from fairpod import sdk
+try:
+    from fairpod import sdk
+except ImportError:  # a Python without fairpod installed: the SDK of this checkout (standard library only)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from fairpod import sdk
 
 sdk.install_preemption_handler()  # SIGTERM sets a flag instead of killing us: we save and exit
 ckpt = sdk.checkpoint_dir() / f"step-rank{sdk.rank()}"

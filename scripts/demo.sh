@@ -18,7 +18,8 @@ step "installing fairpod and its dependencies into .venv (pip; a minute or two t
 step "compiling fairpod's modules to bytecode (faster commands) ..."
 .venv/bin/python -m compileall -q src/fairpod >/dev/null || true
 step "starting fairpod ..."
-.venv/bin/fairpod up "$@"
+# with .venv first on PATH, as after 'source .venv/bin/activate': the jobs' 'python' has fairpod's SDK
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/fairpod up "$@"
 echo
 echo "Try:  source .venv/bin/activate"
 echo "      fairpod cluster show"
