@@ -365,7 +365,8 @@ def get_job(a: argparse.Namespace) -> int:
     j = c.get(f"/jobs/{ref}", **params)
     if emit(j, a.output):
         return 0
-    per = node_sizes(c).get(j["instance_type"]) if j["borrowed_from"] or "borrowing" in j["reason"] else None
+    borrowing = j["borrowed_from"] or any("borrowing" in (t or "") for t in [j["reason"], *(e["message"] for e in j["events"])])
+    per = node_sizes(c).get(j["instance_type"]) if borrowing else None
     arr = j.get("array")
     fields = [("Name", j["name"]), ("Id", j["id"]), ("Team", j["team"]), ("State", j["state"]),
               ("Reason", reason_in_units(j["reason"], per)), ("Priority", j["priority"] or "(none: lowest)"),
@@ -383,7 +384,7 @@ def get_job(a: argparse.Namespace) -> int:
         print(f"{k + ':':16} {v if v is not None else '-'}")
     print("Events:")
     for e in j["events"][-20:]:
-        print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {e['message']}")
+        print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {reason_in_units(e['message'], per)}")
     return 0
 
 

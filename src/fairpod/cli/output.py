@@ -85,7 +85,9 @@ def nodes_of(acc: int, per_node: int | None) -> str:
 def acc_nodes(acc: int, per_node: int | None) -> str:
     """'12 acc (3 nodes)': accelerators, with the nodes they make where the node size is known."""
     nodes = nodes_of(acc, per_node)
-    return f"{acc} acc ({nodes})" if nodes and acc else f"{acc} acc"
+    if not acc:
+        return "0"
+    return f"{acc} acc ({nodes})" if nodes else f"{acc} acc"
 
 
 _BORROW = r"borrowing (\d+) accelerators from (.+)$"
