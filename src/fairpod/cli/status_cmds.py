@@ -8,7 +8,7 @@ import sys
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
-from fairpod.cli.output import acc_nodes, add_output, ago, emit, table
+from fairpod.cli.output import acc_nodes, add_output, ago, emit, reason_in_units, table
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -86,7 +86,8 @@ def status(a: argparse.Namespace) -> int:
     print()
     counts = {k: sum(1 for j in st["jobs"] if j["state"] == k) for k in ACTIVE}
     print("jobs:    " + ", ".join(f"{n} {k.lower()}" for k, n in counts.items()))
-    jobs = [{**j, "age": ago(j["submit_time"])} for j in st["jobs"][-20:]]
+    jobs = [{**j, "age": ago(j["submit_time"]), "reason": reason_in_units(j["reason"], per_node.get(j["instance_type"]))}
+            for j in st["jobs"][-20:]]
     if jobs:
         table(jobs, [("id", "ID"), ("name", "NAME"), ("team", "TEAM"), ("state", "STATE"), ("age", "AGE"),
                      ("reason", "REASON")])
