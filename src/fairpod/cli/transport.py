@@ -13,6 +13,7 @@ if TYPE_CHECKING:
 
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 MAX_HEAD = 64 * 1024
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux: no delayed ACK (else 40 ms per answer)
 
 
 class TransportError(OSError):
@@ -112,6 +113,8 @@ class Connection:
 
     def _fill(self) -> bool:
         assert self.sock is not None
+        if _QUICKACK is not None:  # ack at once: a server that writes head and body apart (Nagle) waits for it
+            self.sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
         data = self.sock.recv(65536)
         self.buf += data
         return bool(data)
