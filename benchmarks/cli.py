@@ -6,7 +6,7 @@
    interpreter. Goal: start-job, list-jobs and get-job each at most 4 x the bare interpreter.
 2. The loop: ``--loop`` (default 200) ``fairpod start-job ... -- true`` run one after another, as a shell loop
    does, each job asking for 1 of the 16 accelerator slots of the seed cluster, timed until the last job has
-   finished ("drained"). ``benchmarks/vs_slurm.py --cli --with-slurm`` runs the same loop against Slurm's
+   finished ("drained"); then the same jobs as one job array (``start-job --array 0-199``: one request). ``benchmarks/vs_slurm.py --cli --with-slurm`` runs the same loop against Slurm's
    ``sbatch``.
 
 Like ``pip install`` does, the benchmark first compiles fairpod's modules to bytecode (``compileall``), so a
@@ -102,6 +102,19 @@ def cli_loop(srv: LiveServer, n: int, clients: int = 1, prefix: str = "loop") ->
             "succeeded": sum(j["state"] == "Succeeded" for j in recs)}
 
 
+def array_once(srv: LiveServer, n: int) -> dict:
+    """The same n jobs as one job array: one start-job process, one request."""
+    env = {**srv.env, "FAIRPOD_TOKEN": srv.token}
+    t0 = time.time()
+    timed([*fairpod_argv(), "start-job", "--name", "arr", "--team", "john", "--accelerators", "1", "--array",
+           f"0-{n - 1}", "--grace-seconds", "1", "--", "true"], env)
+    t_sub = time.time()
+    t_end = wait_all_finished(srv, 600, interval=0.1)
+    recs = [j for j in fetch_jobs(srv) if (j.get("array") or {}).get("name") == "arr"]
+    return {"wall_s": t_end - t0, "submit_s": t_sub - t0, "jobs": len(recs),
+            "succeeded": sum(j["state"] == "Succeeded" for j in recs)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=15, help="runs per command for the medians (default 15)")
@@ -151,6 +164,12 @@ def main() -> int:
             out.update(loop=a.loop, loop_wall_s=lp["wall_s"], loop_submit_s=lp["submit_s"],
                        loop_succeeded=lp["succeeded"])
             ok &= lp["succeeded"] == lp["jobs"] == a.loop
+            ar = array_once(srv, a.loop)
+            rows.append((f"1 x fairpod start-job --array 0-{a.loop - 1}, drained",
+                         f"{ar['wall_s']:7.2f} s  ({ar['succeeded']}/{ar['jobs']} Succeeded; submitted in "
+                         f"{ar['submit_s']:.2f} s)"))
+            out.update(array_wall_s=ar["wall_s"], array_submit_s=ar["submit_s"], array_succeeded=ar["succeeded"])
+            ok &= ar["succeeded"] == ar["jobs"] == a.loop
     print(table(rows))
     print(json_line(out))
     return 0 if ok else 1
