@@ -115,6 +115,8 @@ def test_file_errors_name_the_file_line_and_column(server: Server, tmp_path: Pat
     one_line_error(server.cli("apply", "-f", str(spec), check=False), f"{spec}: a cluster spec is a mapping")
     spec.write_text("cluster: {name: x\n")
     one_line_error(server.cli("apply", "-f", str(spec), check=False), f"{spec} line 2")
+    line = one_line_error(server.cli("validate", str(spec), check=False), f"{spec} line 2, column 1")
+    assert "<unicode string>" not in line
 
 
 def test_cannot_reach_says_how_to_start_it_on_its_port(tmp_path: Path):

@@ -60,6 +60,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(f"{args.plot}: the plot file must end in {', '.join(PLOT_FORMATS)}")
     _check_out(args.output, "report")
     _check_out(args.plot, "plot")
+    from fairpod.cli.files import read_yaml
+
+    read_yaml(args.spec)  # unreadable or not YAML: one line naming the file, line and column
     from fairpod.model.spec import SpecError
     from fairpod.sim.replay import replay
     from fairpod.sim.trace import TraceError

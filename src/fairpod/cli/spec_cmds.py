@@ -19,8 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fairpod.cli.files import read_yaml
     from fairpod.model.spec import SpecError, load_spec
 
+    read_yaml(args.spec)  # unreadable or not YAML: one line naming the file, line and column
     try:
         spec = load_spec(args.spec)
     except SpecError as e:
