@@ -30,3 +30,34 @@ def test_a_one_time_link_signs_in_once_and_holds_no_token(server: Server, browse
     r = server.api("POST", "/dashboard/links/redeem", json={"code": "not-a-code"})
     assert r.status_code == 401 and "fairpod dashboard" in r.json()["detail"]
     assert not errors, errors
+
+
+def test_nodes_in_natural_order_whole_accelerators_and_priority_as_in_the_cli(tmp_path, browser_context: Any):
+    import signal
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("cluster:\n  name: big\n  instance_groups:\n    - {name: pool, instance_type: ml.g5.xlarge, "
+                    "count: 12}\nteams:\n  - name: john\n    quota:\n      - {instance_type: ml.g5.xlarge, count: 12}\n")
+    server = Server(tmp_path, spec)
+    server.start()
+    try:
+        server.submit(name="plain", team="john", command=["sleep", "60"])
+        server.wait_state("plain", "Running")
+        page = browser_context.new_page()
+        page.goto(server.cli("dashboard").stdout.strip())
+        page.wait_for_selector("#nav", state="visible")
+        page.goto(server.url + "/#/cluster")
+        page.locator("#node-table tbody tr").nth(11).wait_for()
+        names = page.locator("#node-table tbody td:first-child").all_inner_texts()
+        assert names == [f"pool-{i}" for i in range(12)], names  # pool-2 before pool-10
+        page.wait_for_function("document.getElementById('chart-acc').layout !== undefined")
+        assert page.evaluate("document.getElementById('chart-acc').layout.yaxis.tickformat") == "d"
+        levels = page.evaluate("document.getElementById('chart-acc').data[0].y.filter((y) => y !== null)")
+        assert levels and all(float(y).is_integer() for y in levels), levels
+        page.goto(server.url + "/#/tasks")
+        row = page.locator("#task-table tr[data-task=plain]")
+        row.wait_for()
+        assert "(none: lowest)" in row.inner_text()  # as get-job shows a job without a class
+    finally:
+        server.kill(signal.SIGTERM)
+        server.kill_replicas()
