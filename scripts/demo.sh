@@ -5,13 +5,25 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+step() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 if [ ! -x .venv/bin/python ]; then
+  step "creating .venv with $("$PY" --version 2>&1)"
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --disable-pip-version-check -e .
-.venv/bin/fairpod up "$@"
+step "installing fairpod and its dependencies into .venv (pip; a minute or two the first time) ..."
+# pip's own progress, one line per package, so a slow download never looks like a hang
+.venv/bin/python -m pip install --disable-pip-version-check --progress-bar off -e . 2>&1 \
+  | grep --line-buffered -E '^(Collecting|Successfully installed|ERROR)' | sed -u 's/^/    /' || true
+.venv/bin/python -c 'import fairpod.cli.main' || { step "the install failed; run: .venv/bin/python -m pip install -e ."; exit 1; }
+step "compiling fairpod's modules to bytecode (faster commands) ..."
+.venv/bin/python -m compileall -q src/fairpod >/dev/null || true
+step "starting fairpod ..."
+# with .venv first on PATH, as after 'source .venv/bin/activate': the jobs' 'python' has fairpod's SDK
+PATH="$PWD/.venv/bin:$PATH" .venv/bin/fairpod up "$@"
 echo
 echo "Try:  source .venv/bin/activate"
 echo "      fairpod cluster show"
 echo "      fairpod start-job --name train --team john --node-count 2 -- sleep 600"
 echo "      fairpod list-jobs"
+echo "      fairpod status; fairpod dashboard   # a one-time sign-in link to the dashboard"
+echo "      source <(fairpod completion bash)   # tab completion"

@@ -23,8 +23,8 @@ def test_runtime_limits_from_the_job_and_its_class(tmp_path: Path):
     s = Server(tmp_path, tmp_path / "spec.yaml")
     s.start()
     try:
-        s.submit(name="capped", team="john", max_runtime_seconds=2, termination_grace_seconds=1,
-                 command=["sleep", "120"])
+        s.cli("start-job", "--name", "capped", "--team", "john", "--max-runtime", "2", "--grace-seconds", "1",
+              "--", "sleep", "120")
         s.submit(name="batchy", team="smith", priority="batch", termination_grace_seconds=1,
                  command=["sleep", "120"])
         done = s.wait_state("capped", "Failed", 30)
@@ -38,6 +38,12 @@ def test_runtime_limits_from_the_job_and_its_class(tmp_path: Path):
         r = s.api("POST", "/jobs", json={"name": "greedy", "team": "john", "priority": "batch",
                                           "max_runtime_seconds": 601, "command": ["true"]})
         assert r.status_code == 400 and "above the 'batch' class's maximum of 600 s" in r.json()["detail"]
+        r2 = s.cli("start-job", "--name", "greedy", "--team", "john", "--priority", "batch", "--max-runtime", "601",
+                   "--", "true", check=False)
+        assert r2.returncode == 1 and "--max-runtime: 601 s is above the 'batch' class's maximum" in r2.stderr, r2.stderr
+        assert len(r2.stderr.strip().splitlines()) == 1
+        r3 = s.cli("start-job", "--name", "x", "--team", "john", "--hang-timeout", "5", "--", "true", check=False)
+        assert r3.returncode != 0 and "--hang-timeout" in r3.stderr and "Traceback" not in r3.stderr, r3.stderr
         s.api("POST", "/jobs/batchy/cancel")
     finally:
         s.kill()

@@ -65,7 +65,7 @@ echo hi
     assert "line 7: #SBATCH --frobnicate is not supported by fairpod and is ignored" in joined
     assert "nvme:1" in joined
     assert "line 11: #SBATCH after the first command is ignored" in joined
-    for bad, msg in [("#SBATCH --array=1-4", "job arrays are not supported"),
+    for bad, msg in [("#SBATCH --hold", "held jobs are not supported"),
                      ("#SBATCH --dependency=afterok:3", "dependencies are not supported"),
                      ("#FAIRPOD --prority high", "unknown option --prority"),
                      ("#SBATCH --nodes", "--nodes needs a value"),

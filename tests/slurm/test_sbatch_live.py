@@ -148,7 +148,7 @@ def test_scancel_and_bad_scripts(server: Server, tmp_path: Path):
     assert c.returncode == 1 and "job 999" in c.stderr and c.stdout == ""
     server.wait_state(jid, "Cancelled", 30)
     for text, msg in [("echo no shebang\n", "first line must start with #!"),
-                      ("#!/bin/sh\n#SBATCH --array=0-3\n", "job arrays are not supported"),
+                      ("#!/bin/sh\n#SBATCH --array=3-1\n#FAIRPOD --team smith\n", "'3-1' runs backwards"),
                       ("#!/bin/sh\n#SBATCH --nodes=9\n#FAIRPOD --team smith\n", "the cluster has 4")]:
         (tmp_path / "bad.sbatch").write_text(text)
         r = sbatch(server, tmp_path, "bad.sbatch")

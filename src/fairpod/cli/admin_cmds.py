@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
-from typing import Any
-
-import yaml
 
 from fairpod.cli import spec_history_cmds
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
-from fairpod.cli.output import add_output, emit_json, table
+from fairpod.cli.files import read_yaml
+from fairpod.cli.output import acc_nodes, add_output, emit, emit_json, natural, table
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
+
+# the API's team fields in the words of the team commands' flags
+TEAM_FLAGS = {"quota": "--quota", "fair_share_weight": "--weight", "sharing.strategy": "--strategy",
+              "sharing.borrow_limit": "--borrow-limit", "sharing": "--strategy/--borrow-limit",
+              "preempt_team_tasks": "--preempt-team-tasks", "name": "team name"}
+POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classes": "--priority-class",
+                "idle_compute_allocation": "--idle-compute-allocation",
+                "idle_resource_sharing": "--idle-resource-sharing",
+                "starvation_guard_seconds": "--starvation-guard-seconds"}
 
 
 def _quota(items: list[str]) -> list[dict[str, Any]]:
@@ -66,24 +76,29 @@ def _team_body(a: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    t = sub.add_parser("team", help="manage teams and their compute allocations (admin)").add_subparsers(
+    t = sub.add_parser("team", help="manage teams and their compute allocations (admin)",
+                       description="Teams and their compute allocations: quota per instance type (whole nodes "
+                       "or accelerators), fair-share weight, lending and borrowing.").add_subparsers(
         dest="team_cmd", metavar="ACTION", required=True)
     p = t.add_parser("create", help="create a team")
     _team_flags(p)
-    p.set_defaults(func=lambda a: _show(Client().post("/teams", _team_body(a, {})), a, "created"))
+    p.set_defaults(func=lambda a: _show(Client(fields=TEAM_FLAGS).post("/teams", _team_body(a, {})), a,
+                                        "created"))
     p = t.add_parser("update", help="change a team (only the given fields)")
     _team_flags(p)
     p.set_defaults(func=team_update)
     p = t.add_parser("delete", help="delete a team without unfinished jobs")
-    p.add_argument("name")
+    p.add_argument("name", help="the team")
     p.set_defaults(func=lambda a: print(f"team {Client().delete(f'/teams/{a.name}')['deleted']} deleted"))
-    p = t.add_parser("list", help="list teams")
+    p = t.add_parser("list", help="list teams with their weights, sharing and quotas")
     add_output(p)
     p.set_defaults(func=team_list)
 
-    pol = sub.add_parser("policy", help="show or set the cluster policy").add_subparsers(
-        dest="policy_cmd", metavar="ACTION", required=True)
-    p = pol.add_parser("show")
+    pol = sub.add_parser("policy", help="show or set the cluster policy",
+                         description="The cluster policy: task prioritization, priority classes, idle compute "
+                         "allocation and sharing.").add_subparsers(dest="policy_cmd", metavar="ACTION",
+                                                                   required=True)
+    p = pol.add_parser("show", help="show the policy and its priority classes")
     add_output(p)
     p.set_defaults(func=policy_show)
     p = pol.add_parser("set", help="change the given fields of the policy (admin)")
@@ -98,13 +113,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     c = sub.add_parser("cluster", help="cluster capacity and team usage").add_subparsers(
         dest="cluster_cmd", metavar="ACTION", required=True)
-    p = c.add_parser("show", help="capacity and, per team and instance type, quota / in use / borrowed / lent")
+    p = c.add_parser("show", help="capacity and, per team and instance type, quota / in use / borrowed / lent "
+                     "(accelerators, with the nodes they make)")
     add_output(p)
     p.set_defaults(func=cluster_show)
 
-    n = sub.add_parser("node", help="list, cordon and uncordon nodes").add_subparsers(
-        dest="node_cmd", metavar="ACTION", required=True)
-    p = n.add_parser("list")
+    n = sub.add_parser("node", help="list, cordon, reboot, replace and check nodes",
+                       description="Nodes: their health, deep health checks, accelerators and jobs; admins cordon, "
+                       "reboot, replace and check them.").add_subparsers(dest="node_cmd", metavar="ACTION",
+                                                                          required=True)
+    p = n.add_parser("list", help="list nodes: health, deep check, accelerators free, jobs")
     add_output(p)
     p.set_defaults(func=node_list)
     for action, hlp in [("cordon", "take a node out of scheduling (its jobs keep running)"),
@@ -113,34 +131,35 @@ def register(sub: argparse._SubParsersAction) -> None:
                         ("replace", "replace a node with a fresh one of the same type, then deep checks"),
                         ("check", "run the node's deep health checks now (it takes no work while they run)")]:
         p = n.add_parser(action, help=f"{hlp} (admin)", description=f"{hlp[0].upper()}{hlp[1:]}.")
-        p.add_argument("node", nargs="+")
+        p.add_argument("node", nargs="+", help="node name(s)")
         p.set_defaults(func=lambda a, act=action: node_do(a.node, act))
     p = n.add_parser("inject-fault", help="make the node's next check see a fault (admin; for tests and demos)",
                      description="Inject a fault into a node's readings: its next health check sees it through "
                      "the same code path as a real fault. A reboot clears xid, heartbeat-lost and disk-full; "
                      "only a replacement clears gpu-lost and stress-fail.")
-    p.add_argument("node")
+    p.add_argument("node", help="node name")
     p.add_argument("--kind", required=True, choices=["xid", "gpu-lost", "heartbeat-lost", "disk-full", "stress-fail"])
     p.set_defaults(func=lambda a: print(
         f"node {Client().post(f'/nodes/{a.node}/inject-fault', {'kind': a.kind})['name']}: {a.kind} injected"))
     p = n.add_parser("health", help="a node's health labels and its deep-health-check results (JSON events)")
-    p.add_argument("node")
+    p.add_argument("node", help="node name")
     add_output(p)
     p.set_defaults(func=node_health)
 
-    u = sub.add_parser("user", help="manage users and tokens (admin)").add_subparsers(
+    u = sub.add_parser("user", help="manage users and tokens (admin)",
+                       description="Users, their roles (admin, member, viewer), teams and tokens.").add_subparsers(
         dest="user_cmd", metavar="ACTION", required=True)
     p = u.add_parser("create", help="create a user and print its token (shown once)")
-    p.add_argument("name")
+    p.add_argument("name", help="user name")
     p.add_argument("--role", choices=["admin", "member", "viewer"], default="member")
     p.add_argument("--team", action="append", default=[], help="team the member belongs to (repeatable)")
     add_output(p)
     p.set_defaults(func=user_create)
-    p = u.add_parser("list")
+    p = u.add_parser("list", help="list users with their roles and teams")
     add_output(p)
     p.set_defaults(func=user_list)
     p = u.add_parser("revoke", help="revoke every token of a user")
-    p.add_argument("name")
+    p.add_argument("name", help="user name")
     p.set_defaults(func=lambda a: print(
         f"revoked {Client().post(f'/users/{a.name}/revoke')['revoked_tokens']} token(s) of {a.name}"))
 
@@ -148,7 +167,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Apply a cluster spec (YAML): instance groups, policy and teams. Applying the "
                        "same spec twice changes nothing. A Kubeflow PyTorchJob manifest (kind: PyTorchJob, as "
                        "written for HyperPod task governance) is submitted as a job instead: see docs/slurm.md.")
-    p.add_argument("-f", "--file", required=True)
+    p.add_argument("-f", "--file", required=True, help="the cluster spec or manifest (YAML)")
     p.add_argument("--dry-run", action="store_true", help="print the diff against the live spec and what the "
                    "engine would do to running and pending jobs (who would be preempted); change nothing")
     add_output(p)
@@ -168,13 +187,13 @@ def team_update(a: argparse.Namespace) -> int:
     teams = {t["name"]: t for t in c.get("/teams")["teams"]}
     if a.name not in teams:
         raise CliError(f"no team {a.name!r}")
+    c.fields = TEAM_FLAGS
     return _show(c.put(f"/teams/{a.name}", _team_body(a, teams[a.name])), a, "updated")
 
 
 def team_list(a: argparse.Namespace) -> int:
     teams = Client().get("/teams")["teams"]
-    if a.output == "json":
-        emit_json(teams)
+    if emit(teams, a.output):
         return 0
     rows = [{"name": t["name"], "weight": t["fair_share_weight"], "strategy": t["sharing"]["strategy"],
              "limit": f"{t['sharing']['borrow_limit']}%", "preempt": t["preempt_team_tasks"],
@@ -188,8 +207,7 @@ def team_list(a: argparse.Namespace) -> int:
 
 def policy_show(a: argparse.Namespace) -> int:
     pol = Client().get("/policy")
-    if a.output == "json":
-        emit_json(pol)
+    if emit(pol, a.output):
         return 0
     for k, v in pol.items():
         if k == "priority_classes":
@@ -199,7 +217,7 @@ def policy_show(a: argparse.Namespace) -> int:
 
 
 def policy_set(a: argparse.Namespace) -> int:
-    c = Client()
+    c = Client(fields=POLICY_FLAGS)
     pol = c.get("/policy")
     for key in ("task_prioritization", "idle_compute_allocation", "idle_resource_sharing", "starvation_guard_seconds"):
         if getattr(a, key) is not None:
@@ -222,18 +240,25 @@ def policy_set(a: argparse.Namespace) -> int:
 
 def cluster_show(a: argparse.Namespace) -> int:
     v = Client().get("/cluster")
-    if a.output == "json":
-        emit_json(v)
+    if emit(v, a.output):
         return 0
     print(f"cluster {v['name']}")
-    table([{"type": k, **c, "util": f"{c['utilization'] * 100:.0f}%", "gpu": c.get("accelerator_kind") or "-"}
-           for k, c in v["capacity"].items()],
-          [("type", "INSTANCE TYPE"), ("gpu", "GPU"), ("nodes", "NODES"), ("accelerators", "ACCELERATORS"),
-           ("schedulable_accelerators", "SCHEDULABLE"), ("in_use", "IN USE"), ("util", "UTILIZATION")])
+    per_node = {k: (c["accelerators"] // c["nodes"] if c["nodes"] else None) for k, c in v["capacity"].items()}
+    table([{"type": k, **c, "util": f"{c['utilization'] * 100:.0f}%", "gpu": c.get("accelerator_kind") or "-",
+            "per": per_node[k]} for k, c in v["capacity"].items()],
+          [("type", "INSTANCE TYPE"), ("gpu", "GPU"), ("nodes", "NODES"), ("per", "ACC/NODE"),
+           ("accelerators", "ACCELERATORS"), ("schedulable_accelerators", "SCHEDULABLE"), ("in_use", "IN USE"),
+           ("util", "UTILIZATION")])
     print()
-    table(v["teams"], [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"),
-                       ("in_use", "IN USE"), ("borrowed", "BORROWED"), ("borrowed_from", "FROM"), ("lent", "LENT"),
-                       ("available", "AVAILABLE"), ("fair_share_weight", "WEIGHT"), ("sharing", "SHARING")])
+    rows = []
+    for t in v["teams"]:
+        per = per_node.get(t["instance_type"])
+        row = {**t, **{k: acc_nodes(t[k], per) for k in ("quota", "in_use", "borrowed", "lent", "available")}}
+        row["borrowed_from"] = ", ".join(f"{k}: {acc_nodes(n, per)}" for k, n in t["borrowed_from"].items()) or "-"
+        rows.append(row)
+    table(rows, [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"), ("in_use", "IN USE"),
+                 ("borrowed", "BORROWED"), ("borrowed_from", "FROM"), ("lent", "LENT"), ("available", "AVAILABLE"),
+                 ("fair_share_weight", "WEIGHT"), ("sharing", "SHARING")])
     return 0
 
 
@@ -247,9 +272,8 @@ def gpu_text(nd: dict[str, Any]) -> str:
 
 
 def node_list(a: argparse.Namespace) -> int:
-    nodes = Client().get("/nodes")["nodes"]
-    if a.output == "json":
-        emit_json(nodes)
+    nodes = sorted(Client().get("/nodes")["nodes"], key=lambda nd: natural(nd["name"]))
+    if emit(nodes, a.output):
         return 0
     rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free", "gpus": gpu_text(nd)}
             for nd in nodes]
@@ -270,8 +294,7 @@ def node_do(nodes: list[str], action: str) -> int:
 
 def node_health(a: argparse.Namespace) -> int:
     res = Client().get(f"/nodes/{a.node}/health")
-    if a.output == "json":
-        emit_json(res)
+    if emit(res, a.output):
         return 0
     nd = res["node"]
     print(f"node {nd['name']}: {nd['health_status']}, deep-health-check {nd['deep_health_check'] or '-'}"
@@ -296,32 +319,29 @@ def user_create(a: argparse.Namespace) -> int:
 
 def user_list(a: argparse.Namespace) -> int:
     users = Client().get("/users")["users"]
-    if a.output == "json":
-        emit_json(users)
+    if emit(users, a.output):
         return 0
     table(users, [("name", "USER"), ("role", "ROLE"), ("teams", "TEAMS")])
     return 0
 
 
 def apply(a: argparse.Namespace) -> int:
-    try:
-        docs = [d for d in yaml.safe_load_all(Path(a.file).read_text()) if d is not None]
-    except (OSError, yaml.YAMLError) as e:
-        raise CliError(f"cannot read {a.file}: {e}") from None
+    docs = read_yaml(a.file, all_docs=True)
     if any(isinstance(d, dict) and "kind" in d for d in docs):  # Kubernetes manifests (fairpod.kube)
         if a.dry_run:
             raise CliError(f"{a.file}: --dry-run is for cluster specs; this file holds Kubernetes manifests")
         from fairpod.kube.apply import apply_manifests
 
-        return apply_manifests(a, docs)
+        return int(apply_manifests(a, docs))
     if len(docs) != 1:
         raise CliError(f"{a.file}: a cluster spec is one YAML document; found {len(docs)}")
     data = docs[0]
+    if not isinstance(data, dict):
+        raise CliError(f"{a.file}: a cluster spec is a mapping with cluster, policy and teams; found a "
+                       f"{type(data).__name__}")
     if a.dry_run:
         return spec_history_cmds.dry_run(a, data)
-    res = Client().put("/spec", data)
-    if a.output == "json":
-        emit_json(res)
-    else:
+    res = Client(fields={"request": a.file}).put("/spec", data)
+    if not emit(res, a.output):
         print(f"{a.file}: " + ("applied" if res["changed"] else "unchanged (already applied)"))
     return 0

@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
 
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import add_output, emit_json
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -44,8 +47,6 @@ def _info(info: Any) -> dict[str, Any]:
 
 
 def cmd_backup(a: argparse.Namespace) -> int:
-    import httpx
-
     from fairpod.cli.client import Client
     from fairpod.store import StoreError
     from fairpod.store.backup import backup, check
@@ -79,7 +80,7 @@ def cmd_backup(a: argparse.Namespace) -> int:
             info = backup(db, dest)
         except StoreError as e2:
             raise CliError(f"backup failed: {e2}") from None
-    except (StoreError, OSError, httpx.HTTPError) as e:
+    except (StoreError, OSError) as e:
         part.unlink(missing_ok=True)
         raise CliError(f"backup failed: {e}") from None
     if a.output == "json":

@@ -1,100 +1,189 @@
-"""The CLI's HTTP client: reads the server URL and token from the config ``fairpod up`` wrote
-(``$FAIRPOD_CONFIG``, default ``~/.config/fairpod/config.json``), or from ``FAIRPOD_URL``/``FAIRPOD_TOKEN``."""
+"""The CLI's HTTP client, on the standard library only (``fairpod.cli.transport``: no third-party import, not
+even ``http.client``, on the path of a command, so a command starts about as fast as the interpreter does).
+
+It reads the server URL and token from the config ``fairpod up`` wrote (``$FAIRPOD_CONFIG``, default
+``~/.config/fairpod/config.json``), or from ``FAIRPOD_URL``/``FAIRPOD_TOKEN``. API errors come back as one
+line; field names of the API are put in the words of the command's flags by the caller's ``fields`` map."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import time
-import uuid
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
-import httpx
+from collections.abc import Iterator, Mapping
 
 from fairpod.cli.errors import CliError
+from fairpod.cli.transport import Connection, HttpsConnection, split_url, urlencode
 
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
-def load_config() -> tuple[str, str]:
-    path = Path(os.environ.get("FAIRPOD_CONFIG") or Path.home() / ".config/fairpod/config.json")
-    cfg: dict[str, Any] = {}
-    if path.exists():
-        try:
-            cfg = json.loads(path.read_text())
-        except (OSError, ValueError) as e:
-            raise CliError(f"cannot read the CLI config {path}: {e}") from None
-    url = os.environ.get("FAIRPOD_URL") or cfg.get("url") or "http://127.0.0.1:8470"
-    token = os.environ.get("FAIRPOD_TOKEN") or cfg.get("token") or ""
-    return url.rstrip("/"), token
-
-
+DEFAULT_URL = "http://127.0.0.1:8470"
 SUBMIT_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a submit (7.75 s in all)
 
 
+def config_path() -> str:
+    return os.environ.get("FAIRPOD_CONFIG") or os.path.expanduser("~/.config/fairpod/config.json")
+
+
+def load_config() -> tuple[str, str]:
+    path = config_path()
+    cfg: dict[str, Any] = {}
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                cfg = json.load(f)
+        except (OSError, ValueError) as e:
+            raise CliError(f"cannot read the CLI config {path}: {e}") from None
+        if not isinstance(cfg, dict):
+            raise CliError(f"cannot read the CLI config {path}: expected a JSON object")
+    url = os.environ.get("FAIRPOD_URL") or cfg.get("url") or DEFAULT_URL
+    token = os.environ.get("FAIRPOD_TOKEN") or cfg.get("token") or ""
+    return str(url).rstrip("/"), str(token)
+
+
+def _params(params: Mapping[str, Any] | None) -> str:
+    if not params:
+        return ""
+    pairs: list[tuple[str, str]] = []
+    for k, v in params.items():
+        if v is None:
+            continue
+        for x in v if isinstance(v, list | tuple) else [v]:
+            pairs.append((k, str(x).lower() if isinstance(x, bool) else str(x)))
+    return "?" + urlencode(pairs) if pairs else ""
+
+
+_FIELD = r"(?:(?<=^)|(?<=; ))([A-Za-z_][\w.\[\]*]*): "  # compiled when an error needs it
+
+
+def in_flag_words(detail: str, fields: Mapping[str, str] | None) -> str:
+    """``nodes: Input should be …`` → ``--node-count: input should be …`` for the fields a command maps."""
+    if not fields:
+        return detail
+
+    def sub(m: re.Match[str]) -> str:
+        key = m.group(1)
+        inner = re.sub(r"^\w+\[[^\]]*\]\.", "", key)  # teams[4].quota[0] -> quota[0]
+        plain = re.sub(r"\[[^\]]*\]", "", inner)
+        for k in (key, inner, plain, plain.split(".")[0]):
+            if k in fields:
+                return f"{fields[k]}: "
+        return f"{key}: "
+
+    return re.sub(_FIELD, sub, detail)
+
+
 class Client:
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0) -> None:
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0,
+                 fields: Mapping[str, str] | None = None) -> None:
         cfg_url, cfg_token = load_config()
         self.url = (url or cfg_url).rstrip("/")
-        self.http = httpx.Client(base_url=self.url, timeout=timeout,
-                                 headers={"Authorization": f"Bearer {token or cfg_token}"})
-
-    def _error(self, r: httpx.Response) -> CliError:
         try:
-            body = r.json()
-            msg = body.get("detail") or body.get("title") or r.text
+            scheme, self.host, self.port, self.prefix = split_url(self.url)
         except ValueError:
-            msg = r.text or r.reason_phrase
-        return CliError(f"{msg} (HTTP {r.status_code})")
+            raise CliError(f"the server URL {self.url!r} is not an http:// URL (FAIRPOD_URL or {config_path()})"
+                           ) from None
+        self.https = scheme == "https"
+        self.timeout = timeout
+        self.headers = {"Authorization": f"Bearer {token or cfg_token}", "Accept": "application/json"}
+        self.fields = fields
+        self._conn: Connection | HttpsConnection | None = None
 
-    def request(self, method: str, path: str, **kw: Any) -> Any:
+    # -- the connection -------------------------------------------------------------------------------
+    def _connection(self, timeout: float | None) -> Connection | HttpsConnection:
+        if self._conn is None:
+            cls = HttpsConnection if self.https else Connection
+            self._conn = cls(self.host, self.port, timeout)
+        return self._conn
+
+    def unreachable(self, e: BaseException | None = None) -> CliError:
+        why = f" ({e.strerror or e})" if isinstance(e, OSError) and (e.strerror or str(e)) else ""
+        return CliError(f"cannot reach the fairpod server at {self.url}{why}: start it with 'fairpod up --port "
+                        f"{self.port}', or point FAIRPOD_URL (or {config_path()}) at the one that runs")
+
+    def _send(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str],
+              timeout: float | None) -> Any:
+        hdrs = {**self.headers, **headers}
+        if body is not None:
+            hdrs["Content-Type"] = "application/json"
+        return self._connection(timeout).request(method, path, body, hdrs)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def error(self, status: int, raw: bytes) -> CliError:
         try:
-            r = self.http.request(method, "/api/v1" + path, **kw)
-        except httpx.ConnectError:
-            raise CliError(f"cannot reach the fairpod server at {self.url}: is it running? (fairpod up)") from None
-        except httpx.HTTPError as e:
-            raise CliError(f"request to {self.url} failed: {e}") from None
-        if r.status_code >= 400:
-            raise self._error(r)
-        return r.json()
+            doc = json.loads(raw)
+            msg = str(doc.get("detail") or doc.get("title") or "") if isinstance(doc, dict) else ""
+        except ValueError:
+            msg = ""
+        msg = msg or raw.decode(errors="replace").strip() or f"HTTP status {status}"
+        if status == 401:
+            msg += f": the token (FAIRPOD_TOKEN or {config_path()}) is missing, wrong or revoked"
+        return CliError(in_flag_words(msg.replace("\n", " "), self.fields), status=status)
+
+    def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
+                headers: Mapping[str, str] | None = None, raw_path: str | None = None) -> Any:
+        """``path`` under /api/v1 (or ``raw_path`` from the server's root); the decoded JSON answer."""
+        data = None if body is None else json.dumps(body).encode()
+        full = self.prefix + (raw_path if raw_path is not None else "/api/v1" + path) + _params(params)
+        try:
+            r = self._send(method, full, data, headers or {}, self.timeout)
+            raw = r.read()
+        except (ConnectionRefusedError, socket.gaierror) as e:
+            self.close()
+            raise self.unreachable(e) from None
+        except (OSError, ValueError) as e:  # TransportError, timeouts, resets; a bad chunk size
+            self.close()
+            raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None
+        if r.status >= 400:
+            raise self.error(r.status, raw)
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            raise CliError(f"{self.url} answered with something that is not JSON: is it a fairpod server?") from None
 
     def get(self, path: str, **params: Any) -> Any:
-        return self.request("GET", path, params={k: v for k, v in params.items() if v is not None})
+        return self.request("GET", path, params=params)
 
     def post(self, path: str, body: Any = None, **params: Any) -> Any:
-        return self.request("POST", path, json=body, params={k: v for k, v in params.items() if v is not None})
-
-    def submit(self, body: dict[str, Any], retries: tuple[float, ...] = SUBMIT_RETRIES) -> Any:
-        """POST a job with one Idempotency-Key for this invocation, retried (same key) while the server cannot
-        be reached or the connection broke: a submit the server committed before it went away returns that
-        job, never a second one."""
-        key = uuid.uuid4().hex
-        for pause in (*retries, None):
-            try:
-                r = self.http.post("/api/v1/jobs", json=body, headers={"Idempotency-Key": key})
-            except (httpx.TransportError, httpx.TimeoutException) as e:
-                if pause is None:
-                    raise CliError(f"cannot reach the fairpod server at {self.url} to submit: {e or type(e).__name__}"
-                                   " (is it running? fairpod up)") from None
-                time.sleep(pause)
-                continue
-            if r.status_code >= 400:
-                raise self._error(r)
-            return r.json()
-        raise AssertionError("unreachable")
+        return self.request("POST", path, body, params)
 
     def put(self, path: str, body: Any) -> Any:
-        return self.request("PUT", path, json=body)
+        return self.request("PUT", path, body)
 
     def delete(self, path: str) -> Any:
         return self.request("DELETE", path)
 
+    def submit(self, body: dict[str, Any], retries: tuple[float, ...] = SUBMIT_RETRIES,
+               path: str = "/jobs") -> Any:
+        """POST a job with one Idempotency-Key for this invocation, retried (same key) while the server cannot
+        be reached or the connection broke: a submit the server committed before it went away returns that
+        job, never a second one."""
+        key = os.urandom(16).hex()
+        for pause in (*retries, None):
+            try:
+                return self.request("POST", path, body, headers={"Idempotency-Key": key})
+            except CliError as e:
+                if e.status is not None or pause is None:
+                    raise
+                self.close()
+                time.sleep(pause)
+        raise AssertionError("unreachable")
+
     def stream(self, path: str, **params: Any) -> Iterator[bytes]:
         try:
-            with self.http.stream("GET", "/api/v1" + path, params=params, timeout=None) as r:
-                if r.status_code >= 400:
-                    r.read()
-                    raise self._error(r)
-                yield from r.iter_bytes()
-        except httpx.ConnectError:
-            raise CliError(f"cannot reach the fairpod server at {self.url}: is it running? (fairpod up)") from None
+            r = self._send("GET", self.prefix + "/api/v1" + path + _params(params), None, {}, None)
+            if r.status >= 400:
+                raise self.error(r.status, r.read())
+            yield from r.iter_bytes()
+        except (ConnectionRefusedError, socket.gaierror) as e:
+            raise self.unreachable(e) from None
+        except (OSError, ValueError) as e:
+            raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None

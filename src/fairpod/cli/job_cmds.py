@@ -1,70 +1,216 @@
-"""Data scientists' commands: start-job, list-jobs, get-job, cancel-job, list-pods, get-logs."""
+"""Data scientists' commands: start-job, list-jobs, get-job (describe), cancel-job, list-pods, get-logs (logs).
+
+Flags take the forms HyperPod users type: ``--auto-resume true``, ``--namespace hyperpod-ns-<team>``,
+``--queue-name hyperpod-ns-<team>-localqueue``, ``--priority <class>-priority``, ``--all-namespaces``.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import sys
-from pathlib import Path
-from typing import Any
-
-import yaml
+import time
+from collections.abc import Callable
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
-from fairpod.cli.output import add_output, ago, emit_json, table
+from fairpod.cli.files import read_yaml
+from fairpod.cli.output import acc_nodes, add_output, ago, emit, reason_in_units, table
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 STATES = ["Pending", "Running", "Preempted", "Succeeded", "Failed", "Cancelled"]
+# patterns (re compiles and caches them on first use: a command that checks no name pays nothing)
+NAME_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+NS_RE = r"hyperpod-ns-(?P<team>.+)"
+QUEUE_RE = r"hyperpod-ns-(?P<team>.+)-localqueue"
+ARRAY_RE = r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?"
+
+# the API's job fields in the words of start-job's flags (for the server's error messages)
+JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "instance_type": "--instance-type",
+             "nodes": "--node-count", "accelerators": "--accelerators", "vcpu": "vcpu", "memory_gib": "memory_gib",
+             "command": "the command after --", "env": "--env", "workdir": "--workdir",
+             "auto_resume": "--auto-resume", "max_retry": "--max-retry",
+             "termination_grace_seconds": "--grace-seconds", "min_runtime_seconds": "--min-runtime",
+             "deep_health_check_passed_nodes_only": "--deep-health-check-passed-nodes-only",
+             "max_runtime_seconds": "--max-runtime", "hang_timeout_seconds": "--hang-timeout",
+             "hang_action": "--hang-action", "array": "--array", "job": "the job"}  # fmt: skip
+CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}
+TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def boolean(v: str) -> bool:
+    if v.lower() in TRUE:
+        return True
+    if v.lower() in FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"{v!r} is not true or false")
+
+
+def whole(lo: int, hi: int, what: str = "") -> Callable[[str], int]:
+    def parse(v: str) -> int:
+        try:
+            f = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+        if f != int(f):
+            raise argparse.ArgumentTypeError(f"{v} is not a whole number{what}")
+        if not lo <= f <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range: {lo}..{hi}")
+        return int(f)
+
+    return parse
+
+
+def seconds(hi: float) -> Callable[[str], float]:
+    def parse(v: str) -> float:
+        try:
+            f = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not a number of seconds") from None
+        if not 0 <= f <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range: 0..{hi:g} seconds")
+        return f
+
+    return parse
+
+
+def job_name(v: str) -> str:
+    if not re.fullmatch(NAME_RE, v) or len(v) > 63:
+        raise argparse.ArgumentTypeError(
+            f"{v!r} is not a job name: use lower-case letters, digits and '-', starting and ending with a letter "
+            "or digit, at most 63 characters")
+    return v
+
+
+def team_name(v: str) -> str:
+    """A team, also as HyperPod's namespace (hyperpod-ns-<team>) or local queue (hyperpod-ns-<team>-localqueue)."""
+    m = re.fullmatch(QUEUE_RE, v) or re.fullmatch(NS_RE, v)
+    team = m.group("team") if m else v
+    if not re.fullmatch(NAME_RE, team) or len(team) > 40:
+        raise argparse.ArgumentTypeError(
+            f"{v!r} is not a team: use lower-case letters, digits and '-', at most 40 characters "
+            "(or hyperpod-ns-<team>)")
+    return team
+
+
+def priority_class(v: str) -> str:
+    """HyperPod's priority class names end in -priority (training-priority is the class 'training')."""
+    return v[: -len("-priority")] if v.endswith("-priority") and len(v) > len("-priority") else v
+
+
+def array_spec(v: str) -> str:
+    if not re.fullmatch(ARRAY_RE, v):
+        raise argparse.ArgumentTypeError(
+            f"{v!r} is not an array: use FIRST-LAST[:STEP] or a comma list (0-9, 1,3,5, 0-99:2), and %%N to run at "
+            "most N tasks at a time (0-199%%16)")
+    return v
+
+
+def _team_flags(p: argparse.ArgumentParser, required_hint: bool = False) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--team", type=team_name, help="the team (also hyperpod-ns-<team>)")
+    g.add_argument("--namespace", "-n", dest="team", type=team_name, metavar="NAMESPACE",
+                   help="HyperPod's form of --team: hyperpod-ns-<team>")
+    if required_hint:
+        g.add_argument("--queue-name", dest="team", type=team_name, metavar="QUEUE",
+                       help="Kueue's form of --team: hyperpod-ns-<team>-localqueue")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "start-job", help="submit a job", description="Submit a job: NODE-COUNT replicas of COMMAND, each on its "
-        "own node of INSTANCE-TYPE with ACCELERATORS accelerators (default: the whole node). Flags override the "
-        "fields of --config-file.", epilog="example: fairpod start-job --name train --team john --node-count 2 "
-        "--auto-resume --max-retry 3 -- python train.py")
-    p.add_argument("--name", help="job name (lower-case letters, digits, '-')")
-    p.add_argument("--team", help="the team the job runs for")
-    p.add_argument("--priority", help="priority class (see 'fairpod policy show')")
+        "start-job", help="submit a job (or a job array with --array)",
+        description="Submit a job: NODE-COUNT replicas of COMMAND, each on its own node of INSTANCE-TYPE with "
+        "ACCELERATORS accelerators (default: the whole node). Flags override the fields of --config-file. "
+        "Everything after -- is the command, as it is.",
+        epilog="examples:\n  fairpod start-job --name train --team john --node-count 2 --auto-resume true "
+        "--max-retry 3 -- python train.py\n  fairpod start-job --config-file job.yaml --auto-resume true "
+        "--max-retry 2\n  fairpod start-job --name sweep --team john --array 0-199%16 -- python sweep.py",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--name", "--job-name", type=job_name, help="job name (lower-case letters, digits, '-')")
+    _team_flags(p, required_hint=True)
+    p.add_argument("--priority", type=priority_class,
+                   help="priority class (see 'fairpod policy show'); HyperPod's <class>-priority works too")
     p.add_argument("--instance-type", help="instance type (default: the cluster's only one)")
-    p.add_argument("--node-count", type=int, help="replicas, one per node (default 1)")
-    p.add_argument("--accelerators", type=float, help="accelerators per node (default the whole node)")
-    p.add_argument("--auto-resume", action="store_true", default=None, help="restart the job when a replica fails")
-    p.add_argument("--max-retry", type=int, help="restarts allowed with --auto-resume")
+    p.add_argument("--node-count", type=whole(1, 10_000), help="replicas, one per node (default 1)")
+    p.add_argument("--accelerators", type=whole(0, 1024, ": a replica gets whole accelerators"),
+                   help="whole accelerators per node (default: the whole node)")
+    p.add_argument("--auto-resume", nargs="?", const=True, type=boolean, metavar="true|false",
+                   help="restart the job (up to --max-retry times) when a replica fails or its node does; "
+                   "'--auto-resume' alone means true")
+    p.add_argument("--max-retry", type=whole(0, 1000), help="restarts allowed (needs --auto-resume true)")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
-    p.add_argument("--workdir", help="working directory of the replicas")
-    p.add_argument("--grace-seconds", type=float, help="SIGTERM to SIGKILL on preemption (default 30)")
-    p.add_argument("--min-runtime", type=float, help="seconds during which the job is never preempted")
-    p.add_argument("--deep-health-check-passed-nodes-only", action="store_true", default=None)
-    p.add_argument("--config-file", help="job spec as YAML (name, team, command, nodes, …)")
+    p.add_argument("--workdir", help="working directory of the replicas (default: this directory)")
+    p.add_argument("--grace-seconds", type=seconds(3600),
+                   help="seconds from SIGTERM to SIGKILL when the job is stopped (default 30)")
+    p.add_argument("--min-runtime", type=seconds(7 * 86400),
+                   help="seconds after each start during which the job is never preempted")
+    p.add_argument("--deep-health-check-passed-nodes-only", nargs="?", const=True, type=boolean,
+                   metavar="true|false",
+                   help="run only on nodes whose deep health checks passed (not on nodes never checked)")
+    p.add_argument("--max-runtime", type=seconds(365 * 86400), metavar="SECONDS",
+                   help="stop each attempt after this many seconds (then Failed or requeued, as the priority "
+                   "class says; default and maximum from the class)")
+    p.add_argument("--hang-timeout", type=seconds(30 * 86400), metavar="SECONDS",
+                   help="the job is hung after this long (10 or more) with no progress report and no output, "
+                   "or only idle GPUs")
+    p.add_argument("--hang-action", choices=["notify", "restart", "cancel"],
+                   help="what a hang does: an event (default), a restart (counts against --max-retry), a cancel")
+    p.add_argument("--array", type=array_spec, metavar="SPEC",
+                   help="submit a job array: one task per index (0-199, 1,3,5, 0-99:2), at most N at a time with "
+                   "%%N; each task gets FAIRPOD_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID")
+    p.add_argument("--config-file", metavar="FILE", help="job spec as YAML (name, team, command, nodes, …)")
     add_output(p)
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND [ARGS…]")
-    p.set_defaults(func=start_job)
+    p.set_defaults(func=start_job, job_command=None)
 
-    p = sub.add_parser("list-jobs", help="list jobs of your teams", description="List jobs, newest last.")
+    p = sub.add_parser("list-jobs", help="list jobs of your teams",
+                       description="List jobs, newest last; the tasks of a job array are one line unless "
+                       "--array-tasks.")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--team")
-    g.add_argument("--all-teams", action="store_true", help="every team you may see (the default)")
-    p.add_argument("--status", choices=STATES, action="append", help="filter by state (repeatable)")
-    p.add_argument("--limit", type=int, default=500, help="show the newest N jobs (default 500; 0: all)")
+    g.add_argument("--team", type=team_name, help="only this team's jobs (also hyperpod-ns-<team>)")
+    g.add_argument("--namespace", dest="team", type=team_name, metavar="NAMESPACE",
+                   help="HyperPod's form of --team: hyperpod-ns-<team>")
+    g.add_argument("--all-teams", "--all-namespaces", "-A", action="store_true",
+                   help="every team you may see (the default)")
+    p.add_argument("--status", type=_state, action="append", metavar="STATE",
+                   help=f"filter by state, repeatable: {', '.join(STATES)}")
+    p.add_argument("--limit", type=whole(0, 100_000), default=500,
+                   help="show the newest N jobs (default 500; 0: all)")
+    p.add_argument("--array-tasks", action="store_true", help="one line per task of a job array")
     add_output(p)
     p.set_defaults(func=list_jobs)
 
-    for name, func, hlp in [("get-job", get_job, "show a job: state, reason, queue position, borrowing, events"),
-                            ("cancel-job", cancel_job, "cancel a job (running replicas get SIGTERM)"),
-                            ("list-pods", list_pods, "list a job's replicas: node, accelerators, state")]:
-        p = sub.add_parser(name, help=hlp, description=hlp)
+    for name, aliases, func, hlp in [
+        ("get-job", ["describe"], get_job, "show a job: state, reason, queue position, borrowing, events"),
+        ("cancel-job", [], cancel_job, "cancel a job (running replicas get SIGTERM)"),
+        ("list-pods", [], list_pods, "list a job's replicas: node, accelerators, state"),
+    ]:
+        p = sub.add_parser(name, aliases=aliases, help=hlp, description=hlp[0].upper() + hlp[1:] + ".")
         p.add_argument("job", metavar="NAME", help="job name or id")
-        p.add_argument("--team", help="the job's team, when several of your teams have a job of that name")
+        _team_flags(p)
         add_output(p)
         p.set_defaults(func=func)
 
-    p = sub.add_parser("get-logs", help="print a replica's output", description="Print the output of one replica "
-                       "of a job's latest attempt; --follow keeps printing until the job ends.")
-    p.add_argument("job", metavar="NAME")
-    p.add_argument("--team")
-    p.add_argument("--replica", type=int, default=0)
-    p.add_argument("--follow", "-f", action="store_true")
+    p = sub.add_parser("get-logs", aliases=["logs"], help="print a job's output",
+                       description="Print the output of one replica of a job's latest attempt (or of all with "
+                       "--all-replicas, each line prefixed with its replica); --follow keeps printing until the "
+                       "job ends, and waits for a pending job to start.")
+    p.add_argument("job", metavar="NAME", help="job name or id")
+    _team_flags(p)
+    p.add_argument("--replica", type=whole(0, 10_000), default=0, help="which replica (default 0)")
+    p.add_argument("--all-replicas", action="store_true", help="every replica, lines prefixed with [replica]")
+    p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
     p.set_defaults(func=get_logs)
+
+
+def _state(v: str) -> str:
+    for s in STATES:
+        if s.lower() == v.lower():
+            return s
+    raise argparse.ArgumentTypeError(f"{v!r} is not a state: {', '.join(STATES)}")
 
 
 def _kv(items: list[str]) -> dict[str, str]:
@@ -72,54 +218,136 @@ def _kv(items: list[str]) -> dict[str, str]:
     for it in items:
         k, sep, v = it.partition("=")
         if not sep or not k:
-            raise CliError(f"--env wants K=V, got {it!r}")
+            raise CliError(f"--env {it!r}: use --env NAME=VALUE")
         out[k] = v
     return out
 
 
-def start_job(a: argparse.Namespace) -> int:
-    body: dict[str, Any] = {}
-    if a.config_file:
+def _config(path: str) -> dict[str, Any]:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise CliError(f"{path}: expected a mapping of job fields (name, team, command, nodes, …)")
+    unknown = sorted(set(data) - CONFIG_KEYS)
+    if unknown:
+        raise CliError(f"{path}: unknown field(s) {', '.join(unknown)}; job fields are "
+                       f"{', '.join(sorted(CONFIG_KEYS))}")
+    if isinstance(data.get("command"), str):
+        import shlex
+
+        data["command"] = shlex.split(data["command"])
+    if "team" in data and isinstance(data["team"], str):
         try:
-            data = yaml.safe_load(Path(a.config_file).read_text())
-        except (OSError, yaml.YAMLError) as e:
-            raise CliError(f"cannot read {a.config_file}: {e}") from None
-        if not isinstance(data, dict):
-            raise CliError(f"{a.config_file}: expected a mapping of job fields")
-        body.update(data)
+            data["team"] = team_name(data["team"])
+        except argparse.ArgumentTypeError as e:
+            raise CliError(f"{path}: team: {e}") from None
+    if isinstance(data.get("priority"), str):
+        data["priority"] = priority_class(data["priority"])
+    acc = data.get("accelerators")
+    if isinstance(acc, float) and acc != int(acc):
+        raise CliError(f"{path}: accelerators: {acc:g} is not a whole number: a replica gets whole accelerators")
+    return data
+
+
+def job_body(a: argparse.Namespace) -> dict[str, Any]:
+    """The job to submit, from --config-file and the flags; every mistake a user can make is reported here."""
+    body: dict[str, Any] = _config(a.config_file) if a.config_file else {}
     flags = {"name": a.name, "team": a.team, "priority": a.priority, "instance_type": a.instance_type,
              "nodes": a.node_count, "accelerators": a.accelerators, "auto_resume": a.auto_resume,
              "max_retry": a.max_retry, "workdir": a.workdir, "termination_grace_seconds": a.grace_seconds,
              "min_runtime_seconds": a.min_runtime,
-             "deep_health_check_passed_nodes_only": a.deep_health_check_passed_nodes_only}
+             "deep_health_check_passed_nodes_only": a.deep_health_check_passed_nodes_only,
+             "max_runtime_seconds": a.max_runtime, "hang_timeout_seconds": a.hang_timeout,
+             "hang_action": a.hang_action}
     body.update({k: v for k, v in flags.items() if v is not None})
     if a.env:
-        body["env"] = {**body.get("env", {}), **_kv(a.env)}
-    cmd = a.command[1:] if a.command[:1] == ["--"] else a.command
-    if cmd:
-        body["command"] = cmd
+        body["env"] = {**(body.get("env") or {}), **_kv(a.env)}
+    if a.job_command is not None:
+        body["command"] = a.job_command
+    src = f" (or set it in {a.config_file})" if a.config_file else " (or set it in --config-file)"
     for need in ("name", "team"):
         if not body.get(need):
-            raise CliError(f"--{need} is required (or set it in --config-file)")
-    if not body.get("command"):
-        raise CliError("give the command after --, e.g. fairpod start-job --name x --team t -- python train.py")
+            raise CliError(f"--{need} is required{src}")
+    cmd = body.get("command")
+    if not cmd:
+        raise CliError("give the job's command after --, e.g. fairpod start-job --name x --team t -- python "
+                       "train.py")
+    if not isinstance(cmd, list) or not all(isinstance(w, str) for w in cmd) or not cmd[0].strip():
+        import shlex
+
+        raise CliError(f"the command {shlex.join(map(str, cmd)) if isinstance(cmd, list) else cmd!r} has no "
+                       "program to run: give one after --, e.g. -- python train.py")
+    if body.get("max_retry") and not body.get("auto_resume"):
+        raise CliError(f"--max-retry {body['max_retry']} does nothing without --auto-resume true: add "
+                       "--auto-resume true (restarts on failure) or leave --max-retry out")
     if body.get("workdir") is None:
-        body["workdir"] = str(Path.cwd())
-    job = Client().submit(body)
-    if a.output == "json":
-        emit_json(job)
-    else:
+        body["workdir"] = os.getcwd()
+    return body
+
+
+def start_job(a: argparse.Namespace) -> int:
+    body = job_body(a)
+    c = Client(fields=JOB_FLAGS)
+    if a.array:
+        res = c.submit({"job": body, "array": a.array}, path="/jobs/array")
+        if not emit(res, a.output):
+            tasks = res["tasks"]
+            lim = f", at most {res['limit']} at a time" if res.get("limit") else ""
+            print(f"job array {res['name']} (id {res['array_job_id']}) submitted for team {res['team']}: "
+                  f"{len(tasks)} tasks {res['indices']}{lim}")
+        return 0
+    job = c.submit(body)
+    if not emit(job, a.output):
         print(f"job {job['name']} (id {job['id']}) submitted for team {job['team']}: {job['state']} — {job['reason']}")
     return 0
 
 
+# -- reading jobs ------------------------------------------------------------------------------------------
+
+
+def _nodes_acc(j: dict[str, Any]) -> str:
+    return f"{j['nodes']}x{j['accelerators_per_node']}"
+
+
+def group_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per job array (name[first-last], its states counted), the other jobs as they are."""
+    out: list[dict[str, Any]] = []
+    arrays: dict[tuple[str, int], dict[str, Any]] = {}
+    for j in jobs:
+        arr = j.get("array")
+        if not arr:
+            out.append({**j, "age": ago(j["submit_time"]), "nodes_acc": _nodes_acc(j)})
+            continue
+        key = (j["team"], arr["job_id"])
+        row = arrays.get(key)
+        if row is None:
+            row = arrays[key] = {"array_job_id": arr["job_id"], "name": arr["name"], "team": j["team"],
+                                 "priority": j["priority"], "nodes_acc": _nodes_acc(j), "restarts": 0,
+                                 "age": ago(j["submit_time"]), "_ids": [], "_states": {}}
+            out.append(row)
+        row["_ids"].append(arr["task_id"])
+        row["_states"][j["state"]] = row["_states"].get(j["state"], 0) + 1
+        row["restarts"] += j["restarts"]
+    for row in arrays.values():
+        ids = sorted(row.pop("_ids"))
+        states = row.pop("_states")
+        span = f"[{ids[0]}-{ids[-1]}]" if len(ids) > 1 else str(ids[0])
+        row["id"] = f"{row.pop('array_job_id')}_{span}"  # Slurm's JOBID_[first-last]
+        row["state"] = "Array" if len(states) > 1 else next(iter(states))
+        row["reason"] = f"{len(ids)} tasks: " + ", ".join(f"{n} {s}" for s, n in states.items())
+    return out
+
+
 def list_jobs(a: argparse.Namespace) -> int:
-    res = Client().get("/jobs", team=a.team, state=a.status, limit=a.limit)
-    if a.output == "json":
-        emit_json(res["jobs"])
+    c = Client()
+    res = c.get("/jobs", team=a.team, state=a.status, limit=a.limit)
+    if emit(res["jobs"], a.output):
         return 0
-    rows = [{**j, "age": ago(j["submit_time"]), "nodes_acc": f"{j['nodes']}x{j['accelerators_per_node']}"}
-            for j in res["jobs"]]
+    if any("borrowing" in (j["reason"] or "") for j in res["jobs"]):
+        sizes = node_sizes(c)
+        res["jobs"] = [{**j, "reason": reason_in_units(j["reason"], sizes.get(j["instance_type"]))}
+                       for j in res["jobs"]]
+    rows = ([{**j, "age": ago(j["submit_time"]), "nodes_acc": _nodes_acc(j)} for j in res["jobs"]]
+            if a.array_tasks else group_arrays(res["jobs"]))
     table(rows, [("id", "ID"), ("name", "NAME"), ("team", "TEAM"), ("state", "STATE"), ("priority", "PRIORITY"),
                  ("nodes_acc", "NODES"), ("restarts", "RESTARTS"), ("age", "AGE"), ("reason", "REASON")])
     if res.get("truncated"):
@@ -131,33 +359,50 @@ def _ref(a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     return a.job, ({"team": a.team} if a.team else {})
 
 
+def node_sizes(c: Client) -> dict[str, int | None]:
+    """Accelerators per node of each instance type (to say how many nodes a number of accelerators is)."""
+    cap = c.get("/cluster")["capacity"]
+    return {k: (v["accelerators"] // v["nodes"] if v["nodes"] else None) for k, v in cap.items()}
+
+
+def borrowed_text(j: dict[str, Any], per_node: int | None) -> str:
+    """'john: 4 acc (1 node)' per lending team."""
+    return ", ".join(f"{team}: {acc_nodes(n, per_node)}" for team, n in j["borrowed_from"].items()) or "-"
+
+
 def get_job(a: argparse.Namespace) -> int:
     ref, params = _ref(a)
-    j = Client().get(f"/jobs/{ref}", **params)
-    if a.output == "json":
-        emit_json(j)
+    c = Client()
+    j = c.get(f"/jobs/{ref}", **params)
+    if emit(j, a.output):
         return 0
+    borrowing = j["borrowed_from"] or any("borrowing" in (t or "") for t in [j["reason"], *(e["message"] for e in j["events"])])
+    per = node_sizes(c).get(j["instance_type"]) if borrowing else None
+    arr = j.get("array")
     fields = [("Name", j["name"]), ("Id", j["id"]), ("Team", j["team"]), ("State", j["state"]),
-              ("Reason", j["reason"]), ("Priority", j["priority"] or "(none: lowest)"),
+              ("Reason", reason_in_units(j["reason"], per)), ("Priority", j["priority"] or "(none: lowest)"),
               ("Queue position", j["queue_position"]), ("Instance type", j["instance_type"]),
               ("Nodes", f"{j['nodes']} x {j['accelerators_per_node']} accelerators"),
               ("Placement", ", ".join(j["placement"]) or "-"),
-              ("Borrowed from", ", ".join(f"{k} ({v})" for k, v in j["borrowed_from"].items()) or "-"),
-              ("Restarts", f"{j['restarts']} of {j['max_retry']}" + (" (auto-resume)" if j["auto_resume"] else "")),
+              ("Borrowed from", borrowed_text(j, per)),
+              ("Restarts", f"{j['restarts']} of {j['max_retry']}" + (" (auto-resume)" if j["auto_resume"] else
+                                                                     " (no auto-resume)")),
               ("Preemptions", j["preemptions"]), ("Checkpoint", _checkpoint(j["checkpoint"])),
               ("Command", " ".join(j["command"]))]
+    if arr:
+        fields.insert(2, ("Array", f"{arr['name']}, task {arr['task_id']} (array job {arr['job_id']})"))
     for k, v in fields:
         print(f"{k + ':':16} {v if v is not None else '-'}")
     print("Events:")
     for e in j["events"][-20:]:
-        print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {e['message']}")
+        print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {reason_in_units(e['message'], per)}")
     return 0
 
 
 def _checkpoint(c: dict[str, Any]) -> str:
     """The last reported checkpoint: path (step N, T ago), as fairpod.sdk.report_progress sent it."""
     if not c.get("path") and c.get("step") is None:
-        return "-"
+        return "- (the job reports none: fairpod.sdk.report_progress(step=…, checkpoint=…))"
     extra = [f"step {c['step']}"] if c.get("step") is not None else []
     if c.get("at"):
         extra.append(f"{ago(c['at'])} ago")
@@ -167,9 +412,7 @@ def _checkpoint(c: dict[str, Any]) -> str:
 def cancel_job(a: argparse.Namespace) -> int:
     ref, params = _ref(a)
     j = Client().post(f"/jobs/{ref}/cancel", **params)
-    if a.output == "json":
-        emit_json(j)
-    else:
+    if not emit(j, a.output):
         print(f"job {j['name']}: {j['state']} — {j['reason']}")
     return 0
 
@@ -177,20 +420,78 @@ def cancel_job(a: argparse.Namespace) -> int:
 def list_pods(a: argparse.Namespace) -> int:
     ref, params = _ref(a)
     res = Client().get(f"/jobs/{ref}/replicas", **params)
-    if a.output == "json":
-        emit_json(res)
+    if emit(res, a.output):
         return 0
     table(res["replicas"], [("replica", "REPLICA"), ("node", "NODE"), ("accelerators", "ACCELERATORS"),
                             ("state", "STATE"), ("exit", "EXIT")])
+    if not res["replicas"]:
+        print(f"(job {res['job']} is {res['state']}: it has no replicas now)", file=sys.stderr)
     return 0
 
 
+WAIT_POLL = 1.0  # seconds between looks at a pending job that --follow waits for
+
+
 def get_logs(a: argparse.Namespace) -> int:
-    params: dict[str, Any] = {"replica": a.replica, "follow": str(a.follow).lower()}
-    if a.team:
-        params["team"] = a.team
+    c = Client()
+    ref, params = _ref(a)
+    job = c.get(f"/jobs/{ref}", **params)
+    params["team"] = job["team"]
+    ref = str(job["id"])
+    never_ran = job["state"] == "Pending" and job.get("first_started_at") is None
+    if never_ran and not a.follow:
+        print(f"job {job['name']} is Pending and has not run yet: {job['reason']} (get-logs --follow waits for "
+              "it to start)", file=sys.stderr)
+        return 0
+    if never_ran:
+        print(f"job {job['name']} is Pending: {job['reason']}; waiting for it to start…", file=sys.stderr)
+        while job["state"] == "Pending":
+            time.sleep(WAIT_POLL)
+            job = c.get(f"/jobs/{ref}", **params)
     out = sys.stdout.buffer
-    for chunk in Client().stream(f"/jobs/{a.job}/logs", **params):
-        out.write(chunk)
-        out.flush()
+    if not a.all_replicas:
+        if a.replica >= job["nodes"]:
+            raise CliError(f"--replica {a.replica}: job {job['name']} has replicas 0..{job['nodes'] - 1}")
+        for chunk in c.stream(f"/jobs/{ref}/logs", replica=a.replica, follow=a.follow, **params):
+            out.write(chunk)
+            out.flush()
+        return 0
+    return _all_replicas(c, ref, job["nodes"], a.follow, params)
+
+
+def _all_replicas(c: Client, ref: str, n: int, follow: bool, params: dict[str, Any]) -> int:
+    """Every replica's output, line by line with a '[i] ' prefix; one connection per replica."""
+    import threading
+
+    out = sys.stdout.buffer
+    lock = threading.Lock()
+    errors: list[CliError] = []
+
+    def pump(i: int) -> None:
+        cl = Client(c.url, c.headers["Authorization"].removeprefix("Bearer "))
+        rest = b""
+        prefix = f"[{i}] ".encode()
+        try:
+            for chunk in cl.stream(f"/jobs/{ref}/logs", replica=i, follow=follow, **params):
+                lines = (rest + chunk).split(b"\n")
+                rest = lines.pop()
+                if lines:
+                    with lock:
+                        out.write(b"".join(prefix + ln + b"\n" for ln in lines))
+                        out.flush()
+            if rest:
+                with lock:
+                    out.write(prefix + rest + b"\n")
+                    out.flush()
+        except CliError as e:
+            errors.append(e)
+
+    threads = [threading.Thread(target=pump, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(0.5)
+    if errors:
+        raise errors[0]
     return 0

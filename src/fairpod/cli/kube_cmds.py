@@ -5,10 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -1,7 +1,9 @@
 """The ``fairpod`` command: one entry point for data scientists and admins.
 
 Each sub-command lives in its own module of ``fairpod.cli`` and registers itself in ``COMMAND_MODULES``.
-Errors print one clear line to stderr and exit non-zero; ``-o json`` prints machine-readable output.
+The CLI is a thin client of the API: a command module imports only the standard library and ``fairpod.cli``
+at the top; what a command needs beyond that (the server for ``up``, the spec model for ``validate``) it imports
+when it runs (tests/cli/test_imports.py checks this). Errors print one line to stderr and exit non-zero.
 """
 
 from __future__ import annotations
@@ -14,10 +16,15 @@ from collections.abc import Sequence
 from fairpod import __version__
 from fairpod.cli.errors import CliError
 
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
 # modules that define register(subparsers); each adds its commands with set_defaults(func=...)
 COMMAND_MODULES = [
     "fairpod.cli.server_cmds",
     "fairpod.cli.job_cmds",
+    "fairpod.cli.status_cmds",
     "fairpod.cli.admin_cmds",
     "fairpod.cli.spec_cmds",
     "fairpod.cli.simulate",
@@ -28,15 +35,70 @@ COMMAND_MODULES = [
     "fairpod.cli.hyp_cmds",
 ]
 
+# commands whose own argument list ends at '--': what follows is the job's command, never parsed as flags
+COMMAND_AFTER_DASHES = {"start-job"}
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors that name the sub-command, suggest the flag meant, and point at --help."""
+
+    def error(self, message: str) -> NoReturn:
+        m = message
+        if m.startswith("unrecognized arguments: "):
+            words = m.split(": ", 1)[1].split()
+            flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
+            first = next((w for w in words if w.startswith("-")), words[0])
+            import difflib
+
+            close = difflib.get_close_matches(first.split("=")[0], flags, n=1, cutoff=0.6)
+            if first.startswith("-"):
+                m = f"unknown option {first}" + (f" (did you mean {close[0]}?)" if close else "")
+            else:
+                m = f"unexpected argument {first!r}"
+                if self.prog.endswith("start-job"):
+                    m += " (put the job's command after --, e.g. -- python train.py)"
+        print(f"{self.prog}: error: {m}; see '{self.prog} --help'", file=sys.stderr)
+        sys.exit(2)
+
+
+class _Skip:
+    """Stands in for the parser of a command that is not being run: takes every call and builds nothing, so a
+    command pays only for its own arguments, not for those of the forty others."""
+
+    def __getattr__(self, name: str) -> Any:
+        return self._any
+
+    def _any(self, *args: Any, **kw: Any) -> _Skip:
+        return self
+
+
+class _OnlyWanted:
+    """The sub-parsers action as register() sees it: only the command named ``wanted`` is really built."""
+
+    def __init__(self, real: argparse._SubParsersAction, wanted: str) -> None:
+        self.real = real
+        self.wanted = wanted
+        self.found = False
+
+    def add_parser(self, name: str, **kw: Any) -> Any:
+        if self.wanted == name or self.wanted in kw.get("aliases", ()):
+            self.found = True
+            return self.real.add_parser(name, **kw)
+        return _Skip()
+
+
+def build_parser(command: str | None = None) -> Parser:
+    """The whole parser, or with ``command`` only that command's (the others are not built at all)."""
+    parser = Parser(
         prog="fairpod",
         description="Share one accelerator cluster fairly between teams: quotas, borrowing, priorities, "
         "preemption with checkpoint and resume.",
+        epilog="'fairpod COMMAND --help' describes a command; 'fairpod status' shows the server, the cluster, "
+        "your teams and your jobs.",
     )
     parser.add_argument("--version", action="version", version=f"fairpod {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    only = _OnlyWanted(sub, command) if command else None
     for mod in COMMAND_MODULES:
         try:
             m = importlib.import_module(mod)
@@ -44,13 +106,46 @@ def build_parser() -> argparse.ArgumentParser:
             if e.name == mod:
                 continue
             raise
-        m.register(sub)
+        m.register(only or sub)
+        if only is not None and only.found:
+            break
+    if only is not None and not only.found:  # a typo: the whole parser, to list the commands there are
+        return build_parser()
+    _remember_parsers(parser)
     return parser
 
 
+def _remember_parsers(p: argparse.ArgumentParser) -> None:
+    """Each (sub-)parser sets itself as ``_parser``: the deepest one used reports unknown arguments."""
+    p.set_defaults(_parser=p)
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in set(action.choices.values()):
+                _remember_parsers(child)
+
+
+def _split_command(argv: list[str]) -> tuple[list[str], list[str] | None]:
+    """For start-job: the arguments before the first '--', and the job's command after it."""
+    cmd = next((a for a in argv if not a.startswith("-")), None)
+    if cmd in COMMAND_AFTER_DASHES and "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1:]
+    return argv, None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in == ["--version"]:
+        print(f"fairpod {__version__}")
+        return 0
+    head, job_command = _split_command(args_in)
+    command = head[0] if head and not head[0].startswith("-") else None
+    parser = build_parser(command)
+    args, extra = parser.parse_known_args(head)
+    if extra:
+        args._parser.error("unrecognized arguments: " + " ".join(extra))
+    if job_command is not None:
+        args.job_command = job_command
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import csv
-import datetime as dt
 import sys
-from typing import Any
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
-from fairpod.cli.output import emit_json, table
+from fairpod.cli.output import emit, table
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 USAGE_COLS = [("date", "DATE"), ("team", "TEAM"), ("instance_type", "INSTANCE TYPE"),
               ("quota_hours", "QUOTA ACC-H"), ("accelerator_hours", "USED ACC-H"),
@@ -29,6 +30,8 @@ CSV_TASKS = ["id", "name", "team", "instance_type", "nodes", "accelerators", "pr
 
 def _date(v: str) -> str:
     """Accept YYYY-MM-DD or an ISO 8601 date and time; the server interprets it (UTC unless an offset is given)."""
+    import datetime as dt
+
     try:
         if len(v) == 10:
             dt.date.fromisoformat(v)
@@ -60,19 +63,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--team", action="append", help="only this team (repeatable)")
     p.add_argument("--tasks", action="store_true", help="with -o csv: write the per-task rows instead of the "
                    "per-day usage")
-    p.add_argument("-o", "--output", choices=["table", "csv", "json"], default="table",
-                   help="table (people), csv (spreadsheets), json (scripts; both parts)")
+    p.add_argument("-o", "--output", choices=["table", "csv", "json", "yaml"], default="table",
+                   help="table (people), csv (spreadsheets), json or yaml (scripts; both parts)")
     p.set_defaults(func=report_usage)
 
 
 def report_usage(a: argparse.Namespace) -> int:
     if a.tasks and a.output != "csv":
-        raise CliError("--tasks goes with -o csv (the table and JSON outputs hold both parts)")
+        raise CliError("--tasks goes with -o csv (the table, JSON and YAML outputs hold both parts)")
     rep = Client().get("/reports/usage", **{"from": a.since, "to": a.until, "team": a.team})
-    if a.output == "json":
-        emit_json(rep)
+    if emit(rep, a.output):
         return 0
     if a.output == "csv":
+        import csv
+
         cols = CSV_TASKS if a.tasks else CSV_USAGE
         w = csv.DictWriter(sys.stdout, fieldnames=cols, extrasaction="ignore", lineterminator="\n")
         w.writeheader()

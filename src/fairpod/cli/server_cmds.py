@@ -4,7 +4,24 @@ from __future__ import annotations
 
 import argparse
 
-from fairpod.server import daemon
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
+
+DEFAULT_PORT = 8470  # fairpod.server.daemon.DEFAULT_PORT (the server is imported only when it starts)
+
+
+def _up(a: argparse.Namespace) -> Any:
+    from fairpod.server import daemon
+
+    return daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, a.ray_address, a.ray_namespace,
+                     a.advertise_address)
+
+
+def _down(a: argparse.Namespace) -> Any:
+    from fairpod.server import daemon
+
+    return daemon.down(a.timeout)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -16,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "this machine (its NVIDIA GPUs) or, without GPUs, a demo cluster of 4 x ml.g5.12xlarge with teams john "
         "and smith. The first start creates an admin token and writes the CLI config (mode 0600).",
     )
-    p.add_argument("--port", type=int, default=daemon.DEFAULT_PORT, help="port on 127.0.0.1 (default %(default)s)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port on 127.0.0.1 (default %(default)s)")
     p.add_argument("--spec", help="cluster spec (YAML) to apply")
     p.add_argument("--executor", choices=["local", "ray", "timed"], default=None,
                    help="where jobs run: 'local' (this machine; the default), 'ray' (the nodes of a Ray cluster: "
@@ -35,10 +52,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--advertise-address", metavar="IP", default=None,
                    help="also listen on this address of this machine and give it to replicas as FAIRPOD_API_URL, so "
                    "replicas on other hosts (Ray nodes) reach the control plane; default: 127.0.0.1 only")
-    p.set_defaults(func=lambda a: daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, a.ray_address,
-                                            a.ray_namespace, a.advertise_address))
+    p.set_defaults(func=_up)
     d = sub.add_parser("down", help="stop the control plane (jobs keep running and are adopted on the next up)",
                        description="Stop the control plane started by 'fairpod up' (SIGTERM, then SIGKILL after "
                        "--timeout seconds). Running jobs keep running and are adopted by the next 'fairpod up'.")
-    d.add_argument("--timeout", type=float, default=30.0)
-    d.set_defaults(func=lambda a: daemon.down(a.timeout))
+    d.add_argument("--timeout", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL "
+                   "(default %(default)s)")
+    d.set_defaults(func=_down)

@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from fairpod.cli.errors import CliError
-from fairpod.model.spec import SpecError
-from fairpod.sim.replay import replay
-from fairpod.sim.trace import TraceError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,6 +46,8 @@ def _check_out(path: str | None, what: str) -> None:
     """Fail before a long run, not after it, when an output cannot be written."""
     if path in (None, "-"):
         return
+    from pathlib import Path
+
     assert path is not None
     parent = Path(path).parent
     if not parent.is_dir():
@@ -59,10 +57,19 @@ def _check_out(path: str | None, what: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
     if args.plot is not None and Path(args.plot).suffix.lower() not in PLOT_FORMATS:
         raise CliError(f"{args.plot}: the plot file must end in {', '.join(PLOT_FORMATS)}")
     _check_out(args.output, "report")
     _check_out(args.plot, "plot")
+    from fairpod.cli.files import read_yaml
+
+    read_yaml(args.spec)  # unreadable or not YAML: one line naming the file, line and column
+    from fairpod.model.spec import SpecError
+    from fairpod.sim.replay import replay
+    from fairpod.sim.trace import TraceError
+
     try:
         report = replay(args.spec, args.trace, timeline=args.timeline, jobs=args.jobs, plot=args.plot,
                         compare=args.compare)

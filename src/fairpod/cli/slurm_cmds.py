@@ -4,17 +4,18 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import socket
 import sys
 import time
-from typing import Any
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
-from fairpod.cli.output import emit_json
+from fairpod.cli.output import emit, emit_json, natural
 from fairpod.slurm.hostlist import compress
-from fairpod.slurm.sbatch import BatchError, Setting, read_script, to_job, unknown_patterns
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 STATE_CODES = {"Pending": "PD", "Running": "R", "Preempted": "PR", "Succeeded": "CD", "Failed": "F",
                "Cancelled": "CA"}
@@ -29,9 +30,10 @@ job's first node, with the SLURM_* variables and an srun that starts commands on
 SBATCH_EPILOG = """directives: -J/--job-name, -N/--nodes, --ntasks-per-node, -n/--ntasks, --gres=gpu:N, -G/--gpus,
 --gpus-per-node, -o/--output and -e/--error (%%x job name, %%j job id, %%N node, %%u user), --open-mode,
 --exclusive, --wait-all-nodes, --requeue/--no-requeue, -A/--account (team), -p/--partition (instance type),
--q/--qos (priority class), -D/--chdir, --export. #FAIRPOD: --team, --priority, --auto-resume,
---no-auto-resume, --max-retry, --instance-type, --accelerators, --grace-seconds, --min-runtime.
-Unknown #SBATCH options are reported and ignored; --array, --dependency and --hold are refused.
+-q/--qos (priority class), -D/--chdir, --export, -a/--array (a job array: 0-199%%16 runs at most 16 tasks at
+a time; each task gets SLURM_ARRAY_TASK_ID, %%a and %%A in file names). #FAIRPOD: --team, --priority,
+--auto-resume, --no-auto-resume, --max-retry, --instance-type, --accelerators, --grace-seconds, --min-runtime.
+Unknown #SBATCH options are reported and ignored; --dependency and --hold are refused.
 example: fairpod sbatch 1.conda-train.sbatch"""
 
 
@@ -45,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                        (("-o", "--output"), "output"), (("-e", "--error"), "error"),
                        (("--open-mode",), "open_mode"), (("--wait-all-nodes",), "wait_all_nodes"),
                        (("-A", "--account"), "account"), (("-p", "--partition"), "partition"),
-                       (("-q", "--qos"), "qos"), (("-D", "--chdir"), "chdir"), (("--export",), "export")):
+                       (("-q", "--qos"), "qos"), (("-D", "--chdir"), "chdir"), (("--export",), "export"),
+                       (("-a", "--array"), "array")):
         g.add_argument(*flags, dest=f"s_{key}", metavar=key.upper())
     for flag, key in (("--exclusive", "exclusive"), ("--requeue", "requeue"), ("--no-requeue", "no_requeue")):
         g.add_argument(flag, dest=f"s_{key}", action="store_true", default=None)
@@ -76,6 +79,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-t", "--states", help="PD,R,PR,CD,F,CA (or PENDING, RUNNING, …) or 'all'")
     p.add_argument("-h", "--noheader", action="store_true", help="no header line")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("-o", "--format", dest="fmt", type=_format, metavar="json|yaml", help="print JSON or YAML")
     p.set_defaults(func=squeue)
 
     p = sub.add_parser("sinfo", add_help=False, help="list partitions and node states in Slurm's columns",
@@ -86,6 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-N", "--Node", dest="node_oriented", action="store_true", help="one line per node")
     p.add_argument("-h", "--noheader", action="store_true", help="no header line")
     p.add_argument("--json", action="store_true", help="print JSON")
+    p.add_argument("-o", "--format", dest="fmt", type=_format, metavar="json|yaml", help="print JSON or YAML")
     p.set_defaults(func=sinfo)
 
     p = sub.add_parser("scancel", help="cancel jobs (Slurm's scancel)",
@@ -96,10 +101,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=scancel)
 
 
+def _format(v: str) -> str:
+    if v.lower() in ("json", "yaml"):
+        return v.lower()
+    raise argparse.ArgumentTypeError(f"{v!r}: Slurm's format strings are not supported; use -o json, -o yaml or "
+                                     "--json")
+
+
+def _emit(a: argparse.Namespace, data: Any) -> bool:
+    return emit(data, "json" if a.json else (a.fmt or "table"))
+
+
 # -- sbatch ----------------------------------------------------------------------------------------------
 
 
-def _cli_settings(a: argparse.Namespace) -> list[Setting]:
+def _cli_settings(a: argparse.Namespace) -> list[Any]:
+    from fairpod.slurm.sbatch import Setting
+
     return [Setting(k[2:], v, "command line") for k, v in vars(a).items() if k.startswith("s_") and v is not None]
 
 
@@ -111,16 +129,19 @@ def _team(c: Client) -> str:
                    f"--team (teams: {', '.join(teams) or 'none'})")
 
 
-def _submit(c: Client, body: dict[str, Any]) -> dict[str, Any]:
-    """POST /jobs; Slurm allows many jobs of one name, so a taken name gets a suffix (-2, -3, …)."""
+def _submit(c: Client, body: dict[str, Any], array: str | None = None) -> dict[str, Any]:
+    """POST /jobs (or /jobs/array); Slurm allows many jobs of one name, so a taken name gets a suffix (-2, …)."""
     base = body["name"]
     for n in range(1, 51):
         if n > 1:
             body["name"] = f"{base[: 63 - len(str(n)) - 1]}-{n}"
         try:
+            if array is not None:
+                res = c.submit({"job": body, "array": array}, path="/jobs/array")
+                return {**res, "id": res["array_job_id"]}
             return dict(c.submit(body))
         except CliError as e:
-            if not str(e).endswith("(HTTP 409)"):  # 409: the team has an unfinished job of that name
+            if e.status != 409 or "Idempotency" in str(e):  # 409: the team has an unfinished job of that name
                 raise
     raise CliError(f"job names {base}, {base}-2 … {base}-50 are all taken by unfinished jobs")
 
@@ -138,6 +159,8 @@ def _exit_code(job: dict[str, Any]) -> int:
 
 
 def sbatch(a: argparse.Namespace) -> int:
+    from fairpod.slurm.sbatch import BatchError, read_script, to_job, unknown_patterns
+
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     try:
         bs = read_script(a.script)
@@ -170,7 +193,7 @@ def sbatch(a: argparse.Namespace) -> int:
                   f", auto-resume {'on' if body['auto_resume'] else 'off'}; not submitted (--test-only)")
         return 0
     assert c is not None
-    job = _submit(c, body)
+    job = _submit(c, body, bs.get("array"))
     if a.json:
         emit_json(job)
     elif a.parsable:
@@ -233,7 +256,8 @@ def squeue_rows(jobs: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
             t = 0
         where = compress(j["placement"]) if j["state"] in ("Running", "Preempted") and j["placement"] else \
             f"({j.get('reason') or 'None'})"
-        rows.append({"job_id": j["id"], "partition": j["instance_type"], "name": j["name"], "account": j["team"],
+        arr = j.get("array")
+        rows.append({"job_id": f"{arr['job_id']}_{arr['task_id']}" if arr else j["id"], "partition": j["instance_type"], "name": j["name"], "account": j["team"],
                      "state": j["state"], "st": STATE_CODES.get(j["state"], "?"), "time": elapsed(t),
                      "nodes": j["nodes"], "nodelist": where, "priority": j.get("priority"),
                      "restarts": j.get("restarts"), "reason": j.get("reason")})
@@ -250,8 +274,7 @@ def squeue(a: argparse.Namespace) -> int:
     jobs = [j for j in jobs if (teams is None or j["team"] in teams) and (ids is None or str(j["id"]) in ids)
             and (names is None or j["name"] in names) and (parts is None or j["instance_type"] in parts)]
     rows = squeue_rows(jobs, time.time())
-    if a.json:
-        emit_json({"jobs": rows})
+    if _emit(a, {"jobs": rows}):
         return 0
     # Slurm's default format: %.18i %.9P %.8j %.8u %.2t %.10M %.6D %R (ACCOUNT in place of USER: the team)
     cols = [("job_id", "JOBID", 18), ("partition", "PARTITION", 9), ("name", "NAME", 8), ("account", "ACCOUNT", 8),
@@ -286,7 +309,7 @@ def sinfo(a: argparse.Namespace) -> int:
         if wanted is not None and it not in wanted:
             continue
         part = it + ("*" if it == default else "")
-        members = sorted((n for n in nodes if n["instance_type"] == it), key=lambda n: _natural(n["name"]))
+        members = sorted((n for n in nodes if n["instance_type"] == it), key=lambda n: natural(n["name"]))
         if a.node_oriented:
             rows += [{"nodelist": n["name"], "nodes": 1, "partition": part, "state": node_state(n)} for n in members]
             continue
@@ -296,8 +319,7 @@ def sinfo(a: argparse.Namespace) -> int:
         for st, names in by_state.items():
             rows.append({"partition": part, "avail": "up", "timelimit": "infinite", "nodes": len(names),
                          "state": st, "nodelist": compress(names)})
-    if a.json:
-        emit_json({"nodes" if a.node_oriented else "partitions": rows, "host": socket.gethostname()})
+    if _emit(a, {"nodes" if a.node_oriented else "partitions": rows, "host": socket.gethostname()}):
         return 0
     if a.node_oriented:
         w = max([8] + [len(r["nodelist"]) for r in rows])
@@ -316,8 +338,26 @@ def sinfo(a: argparse.Namespace) -> int:
     return 0
 
 
-def _natural(name: str) -> tuple[Any, ...]:
-    return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
+def _targets(c: Client, ref: str) -> list[str]:
+    """Job refs to cancel for ``ref``: a job; ``A_T``, task T of array A; ``A``, every unfinished task of A."""
+    arr, us, task = ref.partition("_")
+    if not (arr.isdigit() and (not us or task.isdigit())):
+        return [ref]
+    job = c.get(f"/jobs/{arr}")
+    if not job.get("array") or job["array"]["job_id"] != job["id"]:
+        if us:
+            raise CliError(f"job {arr} is not a job array")
+        return [ref]
+    tasks = [j for j in c.get("/jobs", team=job["team"], limit=0)["jobs"]
+             if (j.get("array") or {}).get("job_id") == job["id"]]
+    if us:
+        hit = [str(j["id"]) for j in tasks if j["array"]["task_id"] == int(task)]
+        if not hit:
+            raise CliError(f"array {arr} has no task {task}")
+        return hit
+    live = [j for j in tasks if j["state"] not in ("Succeeded", "Failed", "Cancelled")]
+    live.sort(key=lambda j: j["state"] != "Pending")  # held tasks first: none starts while the rest stop
+    return [str(j["id"]) for j in live]
 
 
 def scancel(a: argparse.Namespace) -> int:
@@ -325,7 +365,8 @@ def scancel(a: argparse.Namespace) -> int:
     done, failed = [], 0
     for ref in a.jobs:
         try:
-            done.append(c.post(f"/jobs/{ref}/cancel"))
+            for target in _targets(c, ref):
+                done.append(c.post(f"/jobs/{target}/cancel"))
         except CliError as e:
             print(f"scancel: error: job {ref}: {e}", file=sys.stderr)
             failed += 1

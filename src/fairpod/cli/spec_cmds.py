@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from fairpod.model.spec import SpecError, load_spec
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -16,11 +14,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Prints one line per problem, naming the field; exit code 1 if there is any.",
     )
     p.add_argument("spec", help="path to the cluster spec (YAML)")
-    p.add_argument("-o", "--output", choices=["table", "json"], default="table")
+    p.add_argument("-o", "--output", choices=["table", "json"], default="table", help="output format")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from fairpod.cli.files import read_yaml
+    from fairpod.model.spec import SpecError, load_spec
+
+    read_yaml(args.spec)  # unreadable or not YAML: one line naming the file, line and column
     try:
         spec = load_spec(args.spec)
     except SpecError as e:

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
-from fairpod.cli.output import add_output, emit_json, table
+from fairpod.cli.output import add_output, emit, table
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def register_policy(pol: argparse._SubParsersAction) -> None:
@@ -38,8 +41,7 @@ def history(a: argparse.Namespace) -> int:
         if a.version < 1:
             raise CliError("N is a spec version: 1 or more (see 'fairpod policy history')")
         v = c.get(f"/spec/history/{a.version}")
-        if a.output == "json":
-            emit_json(v)
+        if emit(v, a.output):
             return 0
         print(f"version {v['version']}: {v['action']} by {v['actor']} at {_when(v['applied_at'])}")
         print(v["diff_to_current"] or "(the same as the spec in force)", end="" if v["diff_to_current"] else "\n")
@@ -47,8 +49,7 @@ def history(a: argparse.Namespace) -> int:
     if a.limit < 1:
         raise CliError("--limit must be 1 or more")
     h = c.get("/spec/history", limit=a.limit)
-    if a.output == "json":
-        emit_json(h)
+    if emit(h, a.output):
         return 0
     rows = [{"version": f"{v['version']}{' *' if v['current'] else ''}", "at": _when(v["applied_at"]),
              "actor": v["actor"], "action": v["action"]} for v in h["versions"]]
@@ -61,8 +62,8 @@ def rollback(a: argparse.Namespace) -> int:
     if a.version < 1:
         raise CliError("N is a spec version: 1 or more (see 'fairpod policy history')")
     res = Client().post("/spec/rollback", {"version": a.version})
-    if a.output == "json":
-        emit_json(res)
+    if emit(res, a.output):
+        pass
     elif res["changed"]:
         print(f"rolled back to the spec of version {a.version}; it is now version {res['version']}")
     else:
@@ -73,8 +74,7 @@ def rollback(a: argparse.Namespace) -> int:
 def dry_run(a: argparse.Namespace, data: Any) -> int:
     """``fairpod apply --dry-run``: the diff and what the engine would do, changing nothing."""
     res = Client().post("/spec/dry-run", data)
-    if a.output == "json":
-        emit_json(res)
+    if emit(res, a.output):
         return 0
     if not res["changed"]:
         print(f"{a.file}: unchanged (already applied)")

@@ -111,8 +111,10 @@ class Supervisor:
         cmd: list[str] = list(self.spec["command"])
         cwd: str | None = self.spec.get("workdir")
         s = self.spec
+        resumed = str((s.get("env") or {}).get("FAIRPOD_PREEMPTION_COUNT", "0"))
+        resumed = f", resumed after {resumed} preemption(s)" if resumed not in ("", "0") else ""
         self.note(
-            f"job {s.get('job')} (team {s.get('team')}) attempt {s.get('attempt')} replica {s.get('rank')}"
+            f"job {s.get('job')} (team {s.get('team')}) attempt {s.get('attempt')}{resumed} replica {s.get('rank')}"
             f"/{s.get('world_size')} on node {s.get('node')} started {_now()}: {shlex.join(cmd)}"
         )
         if cwd and not os.path.isdir(cwd):

@@ -127,6 +127,9 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
     if itype_name not in cat:
         raise ValueError(f"unknown instance type {itype_name!r}")
     itype: InstanceType = cat[itype_name]
+    if job.accelerators is not None and job.accelerators != int(job.accelerators):
+        raise ValueError(f"accelerators {job.accelerators:g}: a replica gets whole accelerators; give a whole "
+                         "number (or none for the whole node)")
     if job.accelerators is None and job.vcpu is None and job.memory_gib is None:
         per = node_res(itype)
     else:
@@ -141,12 +144,12 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
         raise ValueError("the job asks for no resources at all")
     bound = spec.policy.max_min_runtime_seconds
     if job.min_runtime_seconds > bound:
-        raise ValueError(f"min_runtime_seconds {job.min_runtime_seconds:g} is above the cluster's maximum of "
+        raise ValueError(f"min_runtime_seconds: {job.min_runtime_seconds:g} s is above the cluster's maximum of "
                          f"{bound:g} s (policy.max_min_runtime_seconds)")
     pc = spec.priority_class(job.priority)
     if pc is not None and pc.max_runtime_seconds is not None and job.max_runtime_seconds is not None \
             and job.max_runtime_seconds > pc.max_runtime_seconds:
-        raise ValueError(f"max_runtime_seconds {job.max_runtime_seconds:g} is above the {pc.name!r} class's maximum "
+        raise ValueError(f"max_runtime_seconds: {job.max_runtime_seconds:g} s is above the {pc.name!r} class's maximum "
                          f"of {pc.max_runtime_seconds:g} s")
     if job.priority is not None:
         try:

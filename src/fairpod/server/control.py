@@ -43,7 +43,7 @@ from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import membership
+from fairpod.server import arrays, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
 from fairpod.server.nodes import ACTION_STATUS, sync_nodes
@@ -101,13 +101,14 @@ class ControlPlane:
         self.retention = Retention()  # deletes what policy.retention_days no longer keeps
         self.watchdog = Watchdog()  # runtime limits and hang detection
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
+        self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
         with self.lock:
             self._recover()
 
     # -- the memory: built from the store, thrown away when a store write fails ------------------------
-    def _workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload:
+    def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload:
         spec = spec or self.spec
         return Workload(
             str(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
@@ -121,6 +122,7 @@ class ControlPlane:
         """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
         and pending jobs."""
         self.snap = self.build_snapshot(self.spec)
+        arrays.hold_back(self, self.store.list_jobs(finished=False))  # throttled arrays: tasks beyond the limit
 
     def build_snapshot(self, spec: ClusterSpec) -> Snapshot:
         """The engine's view of the store's nodes and unfinished jobs under ``spec`` (the live one, or one a
@@ -137,7 +139,7 @@ class ControlPlane:
         for job in self.store.list_jobs(finished=False):
             if job.team not in snap.teams:
                 continue
-            w = self._workload(job, spec)
+            w = self.workload(job, spec)
             if job.state == JobState.RUNNING:
                 snap.assign(w, [n for n in job.placement if n in snap.nodes])
                 w.started = job.started_at
@@ -249,9 +251,40 @@ class ControlPlane:
                         t.remember_submit(actor, key, job.id)
             except AlreadyExists as e:
                 raise JobExists(str(e)) from None
-            self.snap.add_pending(self._workload(job))
+            self.snap.add_pending(self.workload(job))
         self.wake.set()
         return job
+
+    def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
+        """Queue every task of the job array ``text`` (``0-9%2``, ``1,3,5``) in one transaction; with a
+        throttle the tasks beyond it are held (:mod:`fairpod.server.arrays`). An idempotency ``key`` repeated
+        by the same ``actor`` returns the tasks the first request created."""
+        indices, limit = arrays.plan(spec, text)
+        with self._change():
+            if key is not None and (jid := self.store.submitted_with(actor, key)) is not None:
+                first = self.store.get_job(jid)
+                earlier = arrays.same_array(self.store, first) if first is not None else None
+                if earlier is not None:
+                    return earlier
+            try:
+                resolved = resolve_job(spec, self.spec)
+            except ValueError as e:
+                raise InvalidJob(str(e)) from None
+            if spec.command == []:
+                raise InvalidJob("the job has no command: give one after --")
+            never = self._never_fits(resolved.instance_type, spec.nodes)
+            if never:
+                raise NeverFits(never)
+            try:
+                with self.store.tx() as t:
+                    tasks = arrays.insert_tasks(t, spec, resolved, text, indices, limit, actor)
+                    if key is not None:
+                        t.remember_submit(actor, key, tasks[0].id)
+            except AlreadyExists as e:
+                raise JobExists(str(e)) from None
+            arrays.admit_tasks(self, tasks, limit)
+        self.wake.set()
+        return tasks
 
     def _never_fits(self, itype: str, n: int) -> str | None:
         nodes = self.snap.by_type.get(itype, [])
@@ -317,6 +350,7 @@ class ControlPlane:
     def reconcile_once(self) -> None:
         with self._change(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
             membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
+            arrays.release(self)  # held tasks of job arrays whose running tasks went below the limit
             exits = self.executor.poll(ack=False)
             self._take_exits(exits)
             t0 = time.perf_counter()
@@ -431,7 +465,8 @@ class ControlPlane:
         ckpt = self.home / "checkpoints" / job.team / job_key(job)
         launch = JobLaunch(
             job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
-            checkpoint_dir=str(ckpt), env={**job.spec.env, **self.launch_env(job)},
+            checkpoint_dir=str(ckpt),
+            env={**job.spec.env, **self.launch_env(job), "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team),
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
@@ -587,7 +622,7 @@ class ControlPlane:
                            f"{job.max_retry})", job, attempt=job.attempt)
             else:
                 self.event("JobRequeued", f"job {job.name} stopped and is back in its queue", job)
-            self.snap.add_pending(self._workload(job))
+            self.snap.add_pending(self.workload(job))
             self.wake.set()
 
     # -- the transitions of a node -----------------------------------------------------------------

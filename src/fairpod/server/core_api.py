@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from fairpod.executors.base import Executor
-from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.snapshot import Snapshot, Workload
 from fairpod.model.spec import ClusterSpec
 from fairpod.store.records import Job, Node
 
@@ -47,6 +47,11 @@ class Core(Protocol):
     def set_schedulable(self, node: str, schedulable: bool) -> None: ...
 
     def jobs_on(self, name: str) -> list[int]: ...
+
+    # job arrays (fairpod.server.arrays): throttled tasks kept out of the snapshot
+    array_holds: dict[int, Any]  # array job id -> fairpod.server.arrays.Hold
+
+    def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload: ...
 
     # the watchdog (runtime limits, hangs); called from the reconcile loop, which holds the lock
     runs: dict[int, Any]  # job id -> fairpod.server.runs.Run

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
+import secrets
+import threading
+import time
 from typing import Any
 
 from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field
 
 from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth
@@ -95,7 +100,59 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
     }
 
 
+LINK_SECONDS = 120  # how long a one-time sign-in link stays valid
+MAX_LINKS = 1000  # links waiting to be used, at most (the oldest go first)
+
+
+class SignInLinks:
+    """One-time dashboard sign-in codes, in memory: a code signs in once, within LINK_SECONDS, as the user who
+    asked for it (``fairpod dashboard``). Only the code's hash is kept; the URL never holds a token."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.codes: dict[str, tuple[str, float]] = {}  # sha256(code) -> (user, expiry)
+
+    def issue(self, user: str, now: float) -> str:
+        code = secrets.token_urlsafe(24)
+        with self.lock:
+            self.codes = {k: v for k, v in self.codes.items() if v[1] > now}
+            while len(self.codes) >= MAX_LINKS:
+                self.codes.pop(next(iter(self.codes)))
+            self.codes[hashlib.sha256(code.encode()).hexdigest()] = (user, now + LINK_SECONDS)
+        return code
+
+    def redeem(self, code: str, now: float) -> str | None:
+        with self.lock:
+            hit = self.codes.pop(hashlib.sha256(code.encode()).hexdigest(), None)
+        return hit[0] if hit is not None and hit[1] > now else None
+
+
+class Redeem(BaseModel):
+    code: str = Field(min_length=1, max_length=200)
+
+
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+    links = SignInLinks()
+
+    @api.post("/dashboard/links", status_code=201, tags=["dashboard"])
+    def new_signin_link(p: Auth) -> dict[str, Any]:
+        """A one-time code that signs the dashboard in as the caller (``/#signin=CODE``), once, within two
+        minutes."""
+        return {"code": links.issue(p.name, time.time()), "user": p.name, "expires_in": LINK_SECONDS}
+
+    @api.post("/dashboard/links/redeem", tags=["dashboard"])
+    def redeem_signin_link(body: Redeem) -> dict[str, Any]:
+        """Trade a one-time code for a dashboard session token of its user (kept in the tab's sessionStorage)."""
+        user = links.redeem(body.code, time.time())
+        if user is None:
+            raise Problem(401, "not authenticated", "the sign-in link is unknown, used or expired; run "
+                          "'fairpod dashboard' for a new one")
+        if cp.store.get_user(user) is None:
+            raise Problem(401, "not authenticated", f"user {user} no longer exists")
+        token = cp.store.issue_token(user, "dashboard sign-in link")
+        cp.store.append_audit(user, "dashboard.signin", user, {})
+        return {"token": token, "user": user}
+
     @api.get("/me", tags=["dashboard"])
     def me(p: Auth) -> dict[str, Any]:
         """The caller: name, role and teams (all teams for admins and viewers)."""

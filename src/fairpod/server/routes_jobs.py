@@ -8,7 +8,7 @@ from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.auth import Auth, Principal, current_principal, require_team
@@ -18,6 +18,14 @@ from fairpod.server.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.limits import MAX_ID, SinceId
 from fairpod.server.views import job_view, replicas_view
 from fairpod.store import Job
+
+
+class ArraySubmit(BaseModel):
+    """A job array: ``job`` once per index of ``array`` (Slurm's --array: 0-199%16, 1,3,5, 0-99:2)."""
+
+    model_config = ConfigDict(extra="forbid")
+    job: JobSpec
+    array: str = Field(min_length=1, max_length=1000, description="indices, and %N: at most N tasks at a time")
 
 
 class Progress(BaseModel):
@@ -59,6 +67,26 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             response.status_code = 200
             response.headers["Idempotent-Replayed"] = "true"
         return job_view(cp, job, detail=True, reader=p)
+
+    @api.post("/jobs/array", status_code=201, tags=["jobs"])
+    def submit_job_array(body: ArraySubmit, p: Auth, response: Response,
+                         idempotency_key: str | None = Header(default=None, max_length=255,
+                                                              pattern=r"^[\x21-\x7e]+$"),
+                         ) -> dict[str, Any]:
+        """Submit a job array in one request: one job ``NAME-INDEX`` per index, each with FAIRPOD_ARRAY_TASK_ID
+        and SLURM_ARRAY_TASK_ID (and the array's id, count, min and max) in its env."""
+        spec = body.job
+        require_team(p, spec.team)
+        replay = idempotency_key is not None and cp.store.submitted_with(p.name, idempotency_key) is not None
+        tasks = cp.submit_array(spec, body.array, p.name, idempotency_key)
+        if replay:
+            response.status_code = 200
+            response.headers["Idempotent-Replayed"] = "true"
+        first = job_view(cp, tasks[0])
+        arr = first["array"] or {}
+        return {"array_job_id": tasks[0].id, "name": spec.name, "team": spec.team, "indices": body.array.split("%")[0],
+                "limit": arr.get("limit"), "tasks": [{"id": t.id, "name": t.name, "task_id": i}
+                                                     for t, i in zip(tasks, _task_ids(tasks), strict=True)]}
 
     @api.get("/jobs", tags=["jobs"])
     def list_jobs(
@@ -129,6 +157,10 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
 
         key = job_key(job)
         return StreamingResponse(_stream(cp, job.id, key, replica, follow), media_type="text/plain")
+
+
+def _task_ids(tasks: list[Job]) -> list[int]:
+    return [int(t.spec.env.get("FAIRPOD_ARRAY_TASK_ID", -1)) for t in tasks]
 
 
 def _ev(e: Any) -> dict[str, Any]:

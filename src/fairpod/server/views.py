@@ -6,6 +6,7 @@ from typing import Any
 
 from fairpod.model.catalog import InstanceType
 from fairpod.model.jobs import JobState
+from fairpod.server.arrays import array_view
 from fairpod.server.auth import Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.figures import instance_types, team_figures
@@ -56,6 +57,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
         "placement": job.placement,
         "borrowed_from": job.borrowed_from,
         "queue_position": queue_position(cp, job) if detail else None,
+        "array": array_view(job),
     }
     if detail:
         out.update(

@@ -44,8 +44,9 @@ def expand_pattern(pattern: str, env: dict[str, str], node: str) -> str:
     """Slurm's file-name patterns: %j %J %A job id, %x job name, %N node, %n node id, %t task id, %u user,
     %s step ("batch"), %a array index, %% a percent sign."""
     jid = job_id(env)
-    subs = {"j": jid, "J": jid, "A": jid, "x": env.get("SLURM_JOB_NAME", ""), "N": node, "n": "0", "t": "0",
-            "u": getpass.getuser(), "s": "batch", "a": "4294967294", "%": "%"}
+    subs = {"j": jid, "J": jid, "A": env.get("SLURM_ARRAY_JOB_ID", jid), "x": env.get("SLURM_JOB_NAME", ""),
+            "N": node, "n": "0", "t": "0", "u": getpass.getuser(), "s": "batch",
+            "a": env.get("SLURM_ARRAY_TASK_ID", "4294967294"), "%": "%"}
     out, i = [], 0
     while i < len(pattern):
         ch = pattern[i]

@@ -24,7 +24,8 @@ does with each option:
 ``#FAIRPOD`` lines: ``--team``, ``--priority``, ``--auto-resume`` / ``--no-auto-resume``, ``--max-retry N``,
 ``--instance-type``, ``--accelerators N``, ``--grace-seconds S``, ``--min-runtime S``,
 ``--deep-health-check-passed-nodes-only``. Options about time limits, memory, CPU binding or mail have no
-effect and say so; unknown ``#SBATCH`` options get a warning; arrays and dependencies are refused.
+effect and say so; unknown ``#SBATCH`` options get a warning; ``--array`` submits a job array (one request);
+dependencies are refused.
 Without an explicit choice, auto-resume is on when the script runs ``srun --auto-resume=1`` (also through a
 variable, as the seed post's script does).
 """
@@ -48,7 +49,7 @@ VALUE_OPTS = {
     "-G": "gpus", "--gpus": "gpus", "--gpus-per-node": "gpus_per_node", "-o": "output", "--output": "output",
     "-e": "error", "--error": "error", "--open-mode": "open_mode", "--wait-all-nodes": "wait_all_nodes",
     "-A": "account", "--account": "account", "-p": "partition", "--partition": "partition", "-q": "qos",
-    "--qos": "qos", "-D": "chdir", "--chdir": "chdir", "--export": "export",
+    "--qos": "qos", "-D": "chdir", "--chdir": "chdir", "--export": "export", "-a": "array", "--array": "array",
 }  # fmt: skip
 FLAG_OPTS = {"--exclusive": "exclusive", "--requeue": "requeue", "--no-requeue": "no_requeue"}
 NO_EFFECT_VALUE = {
@@ -77,8 +78,6 @@ NO_EFFECT_FLAGS = {
     "-v": "", "--verbose": "",
 }  # fmt: skip
 REFUSED = {
-    "-a": "job arrays are not supported: submit one job per array task",
-    "--array": "job arrays are not supported: submit one job per array task",
     "-d": "job dependencies are not supported: submit the job once the one it depends on has finished",
     "--dependency": "job dependencies are not supported: submit the job once the one it depends on has finished",
     "-H": "held jobs are not supported: submit the job when it should run",

@@ -61,6 +61,10 @@ function rows(tbody, html, cols, empty) {
 
 class AuthError extends Error {}
 
+// pool-2 before pool-10
+const COLLATOR = new Intl.Collator(undefined, {numeric: true, sensitivity: "base"});
+function naturalCompare(a, b) { return COLLATOR.compare(a, b); }
+
 async function api(path) {
   const r = await fetch(API + path, {headers: {Authorization: `Bearer ${state.token}`}});
   if (r.status === 401) throw new AuthError("the token is unknown or revoked");
@@ -226,13 +230,18 @@ async function drawCluster() {
     const traces = [];
     hist.groups.forEach((h, i) => {
       const now = g.find((x) => x.name === h.name) || {};
-      const [xs, ys] = series(hist, h[key], now[key] ?? null);
+      const [xs, ys0] = series(hist, h[key], now[key] ?? null);
+      // accelerators are whole: a bucket's mean is drawn at the nearest whole level
+      const ys = key === "acc" ? ys0.map((y) => (y === null || y === undefined ? y : Math.round(y))) : ys0;
       traces.push(line(`${h.name} in use`, xs, ys, i));
       const [cx, cy] = series(hist, h[cap], now[cap] ?? null);
       traces.push(line(`${h.name} capacity`, cx, cy, i, {dash: DASHES[i % DASHES.length], width: 1.5, marker: 0}));
     });
-    plot($(`#${id}`), traces, baseLayout(title, unit));
+    const layout = baseLayout(title, unit);
+    if (key === "acc") layout.yaxis.tickformat = "d";
+    plot($(`#${id}`), traces, layout);
   }
+  nodes.nodes.sort((a, b) => naturalCompare(a.name, b.name));
   rows($("#node-table tbody"), nodes.nodes.map((n) => `<tr><td>${esc(n.name)}</td><td>${esc(n.instance_group)}</td>` +
     `<td>${esc(n.instance_type)}</td><td>${n.health_status === "Schedulable" ? esc(n.health_status) : `<span class="bad">${esc(n.health_status)}</span>`}</td>` +
     `<td>${esc(n.deep_health_check || "–")}</td><td>${n.cordoned ? '<span class="tag">cordoned</span>' : "no"}</td>` +
@@ -268,11 +277,13 @@ async function drawTeams() {
     hist.teams.filter((t) => t.instance_type === it).forEach((t, i) => {
       const now = hist.now.teams.find((x) => x.team === t.team && x.instance_type === it) || {};
       const [xs, ys] = series(hist, t.in_use, now.in_use ?? null);
-      traces.push(line(`${t.team} in use`, xs, ys, i));
+      traces.push(line(`${t.team} in use`, xs, ys.map((y) => (y === null || y === undefined ? y : Math.round(y))), i));
       const [qx, qy] = series(hist, t.quota, now.quota ?? null);
       traces.push(line(`${t.team} quota`, qx, qy, i, {dash: DASHES[i % DASHES.length], width: 1.5, marker: 0}));
     });
-    plot($(`#${ids[k]}`), traces, baseLayout(`${it}: accelerators in use per team (solid, with markers) and quota (broken lines)`, "accelerators"));
+    const layout = baseLayout(`${it}: accelerators in use per team (solid, with markers) and quota (broken lines)`, "accelerators");
+    layout.yaxis.tickformat = "d";
+    plot($(`#${ids[k]}`), traces, layout);
   });
 }
 
@@ -292,7 +303,7 @@ async function drawTasks() {
     kpi("Average run time", dur(d.avg_run_seconds), `first start to end, ${num(d.finished_in_window)} ended in ${winText}`) +
     kpi("Ended", `${num(c.Succeeded)} ✓ ${num(c.Failed)} ✗ ${num(c.Cancelled)} –`, `succeeded, failed, cancelled in ${winText}`);
   rows($("#task-table tbody"), d.tasks.map((t) => `<tr data-task="${esc(t.name)}"><td>${esc(t.name)}</td><td>${esc(t.team)}</td>` +
-    `<td>${esc(t.priority || "default")}</td><td class="state-cell">${stateTag(t.state)}</td><td class="num">${t.queue_position ?? "–"}</td>` +
+    `<td>${esc(t.priority || "(none: lowest)")}</td><td class="state-cell">${stateTag(t.state)}</td><td class="num">${t.queue_position ?? "–"}</td>` +
     `<td class="num">${num(t.nodes)} × ${num(t.accelerators / t.nodes)}</td><td class="num">${dur(t.wait_seconds)}</td>` +
     `<td class="num">${dur(t.run_seconds)}</td><td class="num preempted">${num(t.preemptions)} / ${num(t.restarts)}</td>` +
     `<td class="reason">${esc(t.reason)}</td></tr>`), 10, "no tasks match the filters");
@@ -332,6 +343,30 @@ document.addEventListener("DOMContentLoaded", () => {
   for (const id of ["#window-cluster", "#window-teams", "#window-tasks", "#f-team", "#f-group", "#f-state", "#f-kind"]) {
     $(id).addEventListener("change", refresh);
   }
-  if (state.token) signIn(state.token);
+  const link = location.hash.match(/^#signin=([A-Za-z0-9_-]+)$/);
+  if (link) {
+    history.replaceState(null, "", location.pathname + location.search);  // the code is spent: off the URL
+    redeemLink(link[1]);
+  } else if (state.token) signIn(state.token);
   else showLogin("");
 });
+
+// a one-time sign-in link from `fairpod dashboard`: trade its code for a session token of its user
+async function redeemLink(code) {
+  let r;
+  try {
+    r = await fetch(API + "/dashboard/links/redeem", {method: "POST", headers: {"Content-Type": "application/json"},
+                                                      body: JSON.stringify({code})});
+  } catch (e) {
+    showLogin(`Cannot sign in: ${e.message}`);
+    return;
+  }
+  if (!r.ok) {
+    let msg = r.statusText;
+    try { msg = (await r.json()).detail || msg; } catch (e) { /* not JSON */ }
+    showLogin(`That sign-in link did not work: ${msg}.`);
+    return;
+  }
+  await signIn((await r.json()).token);
+  route();
+}

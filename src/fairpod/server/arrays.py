@@ -1,0 +1,148 @@
+"""Job arrays in the control plane: one request submits every task; ``%N`` lets at most N run at a time.
+
+Each task is a job of its own (``NAME-INDEX``) whose env carries the array variables
+(``fairpod.model.arrays.task_env``). The throttle keeps the tasks beyond the first N out of the engine's
+snapshot ("held", still Pending in the store); each reconcile turn lets held tasks in as others finish. The
+holds are rebuilt from the store (the tasks' env) whenever the snapshot is, so they survive a restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from fairpod.model.arrays import ArrayError, parse_array, task_env
+from fairpod.model.jobs import JobSpec, JobState
+from fairpod.server.errors import InvalidJob
+from fairpod.store.records import Job
+
+if TYPE_CHECKING:
+    from fairpod.server.core_api import Core
+
+HELD_REASON = "held: the array runs at most {limit} tasks at a time"
+
+
+@dataclass
+class Hold:
+    limit: int
+    tasks: list[int] = field(default_factory=list)  # job ids of the array, in task order
+    held: list[int] = field(default_factory=list)  # job ids kept out of the snapshot, in task order
+
+
+def array_of(job: Job) -> tuple[int, int | None] | None:
+    """(array job id, limit) of an array task; None for other jobs."""
+    env = job.spec.env
+    if "FAIRPOD_ARRAY_JOB_ID" not in env:
+        return None
+    try:
+        limit = int(env["FAIRPOD_ARRAY_TASK_LIMIT"]) if "FAIRPOD_ARRAY_TASK_LIMIT" in env else None
+        return int(env["FAIRPOD_ARRAY_JOB_ID"]), limit
+    except ValueError:
+        return None
+
+
+def hold_back(cp: Core, jobs: list[Job]) -> None:
+    """After the snapshot was (re)built from ``jobs`` (the unfinished ones): take out of it the pending tasks
+    of throttled arrays beyond their limit."""
+    holds: dict[int, Hold] = {}
+    for job in sorted(jobs, key=lambda j: j.id):
+        arr = array_of(job)
+        if arr is None or arr[1] is None:
+            continue
+        h = holds.setdefault(arr[0], Hold(arr[1]))
+        h.tasks.append(job.id)
+    for h in holds.values():
+        active = sum(1 for jid in h.tasks if str(jid) in cp.snap.running)
+        for jid in h.tasks:
+            if str(jid) not in cp.snap.pending:
+                continue
+            if active < h.limit:
+                active += 1
+            else:
+                cp.snap.remove_pending(str(jid))
+                h.held.append(jid)
+    cp.array_holds = {k: h for k, h in holds.items() if h.held}
+
+
+def release(cp: Core) -> None:
+    """Let held tasks into the snapshot while their array runs fewer than its limit (under ``cp.lock``)."""
+    holds = cp.array_holds
+    for aid, h in list(holds.items()):
+        snap = cp.snap
+        active = sum(1 for jid in h.tasks if str(jid) in snap.running or str(jid) in snap.pending)
+        while h.held and active < h.limit:
+            jid = h.held.pop(0)
+            job = cp.store.get_job(jid)
+            if job is None or job.state != JobState.PENDING:  # cancelled while held
+                continue
+            snap.add_pending(cp.workload(job))
+            active += 1
+        if not h.held:
+            del holds[aid]
+
+
+def plan(spec: JobSpec, text: str) -> tuple[list[int], int | None]:
+    """The task indices and the throttle of the array ``text`` for a job named ``spec.name``."""
+    try:
+        indices, limit = parse_array(text)
+    except ArrayError as e:
+        raise InvalidJob(str(e), "invalid array") from None
+    longest = len(str(indices[-1])) + 1
+    if len(spec.name) + longest > 63:
+        raise InvalidJob(f"the job name {spec.name!r} is too long for an array of {indices[-1] + 1} tasks: "
+                         "tasks are named NAME-INDEX, at most 63 characters", "invalid array")
+    return indices, limit
+
+
+def insert_tasks(t: Any, spec: JobSpec, resolved: Any, text: str, indices: list[int], limit: int | None,
+                 actor: str) -> list[Job]:
+    """Insert every task of the array in the store transaction ``t`` (with its event and audit entry)."""
+    tasks: list[Job] = []
+    for i, index in enumerate(indices):
+        env = {**spec.env, **task_env(0, spec.name, index, indices, limit)}
+        task = spec.model_copy(update={"name": f"{spec.name}-{index}", "env": env})
+        reason = "queued" if limit is None or i < limit else HELD_REASON.format(limit=limit)
+        tasks.append(t.insert_job(task, resolved, reason=reason))
+    aid = tasks[0].id
+    for i, job in enumerate(tasks):  # the array's id is its first task's, as in Slurm
+        env = {**job.spec.env, "FAIRPOD_ARRAY_JOB_ID": str(aid), "SLURM_ARRAY_JOB_ID": str(aid)}
+        tasks[i] = t.update_job(job.id, {"spec": job.spec.model_copy(update={"env": env})})
+    t.append_events([{"kind": "JobSubmitted", "message": f"job array {spec.name} ({len(tasks)} tasks"
+                      f"{f', {limit} at a time' if limit else ''}) submitted by {actor}",
+                      "job_id": aid, "team": spec.team, "data": {"actor": actor, "array": text}}])
+    t.append_audit(actor, "job.submit", f"{spec.team}/{spec.name}", {"id": aid, "array": text, "tasks": len(tasks)})
+    return tasks
+
+
+def same_array(store: Any, first: Job) -> list[Job] | None:
+    """Every task of the array whose first task is ``first`` (None if ``first`` is no array task)."""
+    arr = array_of(first)
+    if arr is None:
+        return None
+    return [j for j in store.list_jobs(team=first.team, limit=None)
+            if (a := array_of(j)) is not None and a[0] == arr[0]]
+
+
+def admit_tasks(cp: Core, tasks: list[Job], limit: int | None) -> None:
+    """The first ``limit`` tasks go to the engine; the rest are held."""
+    hold = Hold(limit or len(tasks), [j.id for j in tasks])
+    for i, job in enumerate(tasks):
+        if limit is None or i < limit:
+            cp.snap.add_pending(cp.workload(job))
+        else:
+            hold.held.append(job.id)
+    if hold.held:
+        cp.array_holds[tasks[0].id] = hold
+
+
+def array_view(job: Job) -> dict[str, Any] | None:
+    """What the API shows of a task's array: its id, its base name, the task's index."""
+    env = job.spec.env
+    if "FAIRPOD_ARRAY_JOB_ID" not in env:
+        return None
+    try:
+        return {"job_id": int(env["FAIRPOD_ARRAY_JOB_ID"]), "task_id": int(env["FAIRPOD_ARRAY_TASK_ID"]),
+                "name": env.get("FAIRPOD_ARRAY_NAME", job.name), "count": int(env["FAIRPOD_ARRAY_TASK_COUNT"]),
+                "limit": int(env["FAIRPOD_ARRAY_TASK_LIMIT"]) if "FAIRPOD_ARRAY_TASK_LIMIT" in env else None}
+    except (KeyError, ValueError):
+        return None

@@ -1,0 +1,64 @@
+"""The CLI is a thin client: its read and submit commands import nothing of the server, the store,
+SQLAlchemy, pydantic, FastAPI or httpx (checked in the process that ran the command)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from ..server.conftest import SEED_SPEC, Server
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    s = Server(tmp_path_factory.mktemp("imports"), SEED_SPEC)
+    s.start()
+    yield s
+    s.kill(signal.SIGTERM)
+    s.kill_replicas()
+
+FORBIDDEN = ("fairpod.server", "fairpod.store", "fairpod.model.spec", "fairpod.model.jobs", "fairpod.governance",
+             "sqlalchemy", "pydantic", "fastapi", "starlette", "uvicorn", "httpx", "yaml")
+DRIVER = """
+import json, sys
+from fairpod.cli.main import main
+try:
+    rc = main(sys.argv[1:])
+except SystemExit as e:  # --version, --help
+    rc = e.code
+FORBIDDEN = @FORBIDDEN@
+heavy = sorted(m for m in sys.modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
+print("\\n@@" + json.dumps({"rc": rc, "heavy": heavy}), file=sys.stderr)
+""".replace("@FORBIDDEN@", repr(FORBIDDEN))
+
+
+def run(server: Server, *args: str) -> dict:
+    r = subprocess.run([sys.executable, "-c", DRIVER, *args], env={**server.env, "FAIRPOD_TOKEN": server.token},
+                       capture_output=True, text=True, timeout=60)
+    return json.loads(r.stderr.rsplit("@@", 1)[1])
+
+
+@pytest.mark.parametrize("args", [
+    ["--version"], ["--help"], ["start-job", "--help"],
+    ["start-job", "--name", "t", "--team", "john", "--", "true"],
+    ["start-job", "--name", "arr", "--team", "john", "--array", "0-2", "--", "true"],
+    ["list-jobs"], ["get-job", "t"], ["describe", "t"], ["list-pods", "t"], ["get-logs", "t"], ["cancel-job", "t"],
+    ["status"], ["cluster", "show"], ["node", "list"], ["team", "list"], ["policy", "show"], ["user", "list"],
+    ["squeue"], ["sinfo"], ["scancel", "999"], ["report", "usage"], ["dashboard"], ["completion", "bash"],
+    ["list-jobs", "-o", "json"],
+])
+def test_commands_import_nothing_of_the_server(shared: Server, args: list[str]):
+    res = run(shared, *args)
+    assert res["heavy"] == [], f"fairpod {' '.join(args)} imported {res['heavy']}"
+    assert res["rc"] in (0, 1), res  # 1: scancel 999 / cancel of a finished job, said in one line
+
+
+def test_the_check_sees_a_heavy_import(shared: Server):
+    """-o yaml (and validate, up) may import what they need: the check notices it."""
+    assert "yaml" in run(shared, "list-jobs", "-o", "yaml")["heavy"]
+    assert "pydantic" in run(shared, "validate", str(SEED_SPEC))["heavy"]
