@@ -17,9 +17,11 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+from fairpod.executors.base import NodeRunner
 from fairpod.health import checks
 from fairpod.health.agent import DEEP_CHECK_ACTION, agent_check
 from fairpod.health.probe import CLEARED_BY_REBOOT, FAULT_KINDS, Faulty, Probe
+from fairpod.health.remote import stress_on_node
 from fairpod.model.catalog import GENERIC_GPU, gpu_thresholds
 from fairpod.model.spec import NodeRecovery
 from fairpod.store import DeepHealthCheck, NodeHealth
@@ -178,6 +180,22 @@ class HealthManager:
                 node, why = self.checks.popleft()
             self.deep_check(node, why)
 
+    def _stress(self, node: str, probe: Probe) -> checks.CheckResult:
+        """InstanceStress on the node itself when the executor can run code there (Ray), else here; a node
+        whose executor cannot reach it fails the check."""
+        ex = self.cp.executor
+        if not isinstance(ex, NodeRunner):
+            return checks.instance_stress(probe, seconds=self.stress_seconds)
+        faults = sorted(probe.kinds) if isinstance(probe, Faulty) else []
+        try:
+            return ex.run_on_node(node, stress_on_node, node, probe.expected_gpus, probe.virtual_gpus, faults,
+                                  self.stress_seconds, timeout=60 + 5 * self.stress_seconds)
+        except Exception as e:  # noqa: BLE001 - the node did not answer: that is the check's result
+            why = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            r = checks.CheckResult("InstanceStress", node, True)
+            r.fail("StressTestFailed", f"the check could not run on the node: {why}")
+            return r
+
     def deep_check(self, node: str, why: str) -> bool:
         nd = self.cp.store.get_node(node)
         if nd is None:
@@ -192,7 +210,7 @@ class HealthManager:
         results: list[checks.CheckResult] = []
         probe = self.probe(node)
         if "InstanceStress" in names:
-            results.append(checks.instance_stress(probe, seconds=self.stress_seconds))
+            results.append(self._stress(node, probe))
         if "InstanceConnectivity" in names:
             peers = [n.name for n in self.cp.store.list_nodes(instance_group=nd.instance_group)
                      if n.name == node or n.schedulable]
