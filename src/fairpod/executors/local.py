@@ -245,10 +245,10 @@ class LocalExecutor:
 
     def launch(self, job: JobLaunch) -> None:
         self._validate(job)
-        live = self.running()
-        if job.job in live:
+        live = self._live_attempt(job.job)
+        if live is not None:
             raise ExecutorError(
-                f"job {job.job} attempt {live[job.job]} is still running; stop it and wait for its exits first"
+                f"job {job.job} attempt {live} is still running; stop it and wait for its exits first"
             )
         try:
             Path(job.checkpoint_dir).mkdir(parents=True, exist_ok=True)
@@ -296,9 +296,18 @@ class LocalExecutor:
     def running(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for run in list(self._open.values()):
-            if not (run.dir / state.STATUS).exists() and self._check(run) is None:
+            if self._alive(run):
                 out[run.job] = max(out.get(run.job, run.attempt), run.attempt)
         return out
+
+    def _alive(self, run: _Run) -> bool:
+        return not (run.dir / state.STATUS).exists() and self._check(run) is None
+
+    def _live_attempt(self, job: str) -> int | None:
+        """The newest live attempt of ``job`` (only that job's runs are looked at: a launch costs the same
+        however many other jobs run)."""
+        attempts = [run.attempt for run in list(self._open.values()) if run.job == job and self._alive(run)]
+        return max(attempts) if attempts else None
 
     def adopt(self, *, ack: bool = True) -> list[ReplicaExit]:
         self._scan()

@@ -102,6 +102,7 @@ class ControlPlane:
         self.watchdog = Watchdog()  # runtime limits and hang detection
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
+        self._real_gpus: dict[str, bool] = {}  # node -> its accelerators are real GPUs (cleared on node changes)
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
         with self.lock:
@@ -121,6 +122,7 @@ class ControlPlane:
     def _rebuild(self) -> None:
         """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
         and pending jobs."""
+        self._real_gpus.clear()
         self.snap = self.build_snapshot(self.spec)
         arrays.hold_back(self, self.store.list_jobs(finished=False))  # throttled arrays: tasks beyond the limit
 
@@ -456,9 +458,13 @@ class ControlPlane:
         return out
 
     def _gpus_are_real(self, node: str) -> bool:
-        """Whether a node's accelerators are real GPUs (its instance group says ``accelerators_are: gpus``)."""
-        nd = self.store.get_node(node)
-        return nd is not None and self.spec.gpus_are_real(nd.instance_group)
+        """Whether a node's accelerators are real GPUs (its instance group says ``accelerators_are: gpus``);
+        remembered per node name until the spec or the nodes change."""
+        real = self._real_gpus.get(node)
+        if real is None:
+            nd = self.store.get_node(node)
+            real = self._real_gpus[node] = nd is not None and self.spec.gpus_are_real(nd.instance_group)
+        return real
 
     def launch(self, job: Job, run: Run) -> None:
         """Start an admitted attempt on the slots :meth:`_ready` took for it."""
@@ -628,6 +634,7 @@ class ControlPlane:
     # -- the transitions of a node -----------------------------------------------------------------
     def add_node(self, name: str, group: str, itype: str, **fields: Any) -> None:
         """A node joined (e.g. a Ray node): store it and let the engine use it."""
+        self._real_gpus.clear()
         with self._change():
             cat = self.spec.catalog()
             if itype not in cat:
@@ -644,6 +651,7 @@ class ControlPlane:
     def update_node(self, name: str, changes: dict[str, Any]) -> Node:
         """Change a node's stored fields (cordon, health status, deep health check, labels) and the engine's
         view of it (schedulable, passed) together."""
+        self._real_gpus.clear()
         with self._change():
             node = self.store.update_node(name, changes)
             snode = self.snap.nodes.get(name)
@@ -664,6 +672,7 @@ class ControlPlane:
 
     def forget_node(self, name: str) -> None:
         """Delete a node that runs nothing from the store and the engine's view."""
+        self._real_gpus.clear()
         with self._change():
             self.store.delete_node(name)
             if name in self.snap.nodes:
@@ -671,6 +680,7 @@ class ControlPlane:
 
     def remove_node(self, name: str, reason: str) -> None:
         """A node left for good: its jobs are handled as after a fault, then it is forgotten."""
+        self._real_gpus.clear()
         with self._change():
             self.node_fault(name, "NodeLost", reason, "none")
             self.event("NodeLeft", f"node {name} left: {reason}", node=name)
