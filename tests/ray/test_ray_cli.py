@@ -55,7 +55,7 @@ def test_a_spec_with_a_bad_ray_address_is_refused(tmp_path: Path):
     spec.write_text("cluster:\n  executor: {kind: ray, ray_address: 'somewhere'}\n")
     r = fairpod(tmp_path, "validate", str(spec))
     assert r.returncode == 1
-    assert "cluster.executor.ray_address: Value error, must be auto or HOST:PORT" in r.stdout + r.stderr
+    assert "cluster.executor.ray_address: must be auto or HOST:PORT" in r.stdout + r.stderr
 
 
 def test_help_explains_the_ray_executor(tmp_path: Path):

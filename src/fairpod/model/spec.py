@@ -275,7 +275,13 @@ def _pydantic_problems(e: ValidationError) -> list[str]:
             msg = "must be lower-case letters, digits and '-', starting and ending with a letter or digit"
         elif err["type"] == "extra_forbidden":
             msg = "unknown field"
-        probs.append(f"{_loc(err['loc'])}: {msg}")
+        where = _loc(err["loc"])
+        if err["type"] == "value_error":  # our validators' own words: "Value error, FIELD: why" -> "LOC.FIELD: why"
+            msg = msg.removeprefix("Value error, ")
+            field, sep, why = msg.partition(": ")
+            if sep and field.isidentifier():
+                where, msg = (f"{where}.{field}" if err["loc"] else field), why
+        probs.append(f"{where}: {msg}")
     return probs
 
 
