@@ -77,3 +77,32 @@ def test_revoke_user_tokens_and_delete_user(store: Store, tmp_path: Path):
     assert store.delete_user("carol")
     assert store.verify_token(c) is None
     assert _raw(tmp_path, "SELECT count(*) FROM tokens") == [(0,)]
+
+
+def test_a_verified_token_is_remembered_briefly_and_forgotten_on_any_change(store: Store, db_url: str,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    import time
+
+    import fairpod.store.auth as auth
+
+    store.create_user("bob", Role.MEMBER, ["john"])
+    tok = store.issue_token("bob")
+    assert store.verify_token(tok) is not None
+    # a revoke through this store takes effect on the very next request
+    assert store.revoke_token(tok) is True
+    assert store.verify_token(tok) is None
+    # team changes are seen at once too
+    tok2 = store.issue_token("bob")
+    assert store.verify_token(tok2).teams == ["john"]
+    store.update_user("bob", {"teams": ["smith"]})
+    assert store.verify_token(tok2).teams == ["smith"]
+    # a change through another connection to the database (another process) is seen within VERIFIED_FOR_S
+    monkeypatch.setattr(auth, "VERIFIED_FOR_S", 0.3)
+    assert store.verify_token(tok2) is not None
+    other = Store(db_url)
+    try:
+        assert other.revoke_token(tok2) is True
+    finally:
+        other.close()
+    time.sleep(0.4)
+    assert store.verify_token(tok2) is None

@@ -2,7 +2,10 @@
 
 A token is ``fp_`` + ``secrets.token_urlsafe(32)``; only its SHA-256 hex digest is stored, so a copy of
 the database gives no usable token. ``verify_token`` records ``last_used_at`` at most once a minute per
-token, so authenticating a request is normally a read only.
+token, so authenticating a request is normally a read only; a token verified in the last
+``VERIFIED_FOR_S`` seconds is not read again (every change of users or tokens through this store forgets what was
+verified at once, so a revoke through the API takes effect on the next request; a change made to the database
+by another process takes effect within ``VERIFIED_FOR_S``).
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,6 +28,7 @@ from fairpod.store.tables import AuditRow, TokenRow, UserRow
 
 TOKEN_PREFIX = "fp_"
 TOUCH_INTERVAL_S = 60.0
+VERIFIED_FOR_S = 5.0
 AUDIT_LOCK_KEY = 0x66_70_61_75  # "fpau"
 _INSERT_AUDIT = insert(AuditRow.__table__)
 
@@ -53,6 +58,12 @@ def to_audit(r: AuditRow) -> AuditEntry:
 
 
 class AuthOps(Ops):
+    # token digest -> (monotonic time verified, user, token id, last_used_at): requests need no read while fresh
+    _verified: dict[str, tuple[float, User, int, float | None]]
+
+    def _forget_verified(self) -> None:
+        self._verified = {}
+
     # -- users ---------------------------------------------------------------------------------------
     def create_user(
         self,
@@ -85,6 +96,7 @@ class AuthOps(Ops):
     def update_user(self, name: str, changes: Mapping[str, Any]) -> User:
         """Change ``role`` and/or ``teams``; raises ``NotFound`` or ValueError (nothing changed)."""
         vals = f.check("user", USER_FIELDS, changes)
+        self._forget_verified()
         with self._session(True) as s:
             row = s.get(UserRow, name, with_for_update=True)
             if row is None:
@@ -96,6 +108,7 @@ class AuthOps(Ops):
 
     def delete_user(self, name: str) -> bool:
         """Delete a user and all their tokens; False if there was no such user."""
+        self._forget_verified()
         with self._session(True) as s:
             row = s.get(UserRow, name)
             if row is None:
@@ -130,24 +143,38 @@ class AuthOps(Ops):
         if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX) or len(token) > 256:
             return None
         digest = hash_token(token)
-        with self._session(False) as s:
-            row = s.scalars(select(TokenRow).where(TokenRow.token_hash == digest)).first()
-            if row is None or not hmac.compare_digest(row.token_hash, digest) or row.revoked_at is not None:
-                return None
-            urow = s.get(UserRow, row.user)
-            if urow is None:
-                return None
-            user, token_id, last = to_user(urow), row.id, row.last_used_at
+        seen = getattr(self, "_verified", None)
+        if seen is None:
+            seen = self._verified = {}
+        mono = time.monotonic()
+        hit = seen.get(digest)
+        if hit is not None and mono - hit[0] < VERIFIED_FOR_S:
+            _, user, token_id, last = hit
+        else:
+            with self._session(False) as s:
+                row = s.scalars(select(TokenRow).where(TokenRow.token_hash == digest)).first()
+                if row is None or not hmac.compare_digest(row.token_hash, digest) or row.revoked_at is not None:
+                    seen.pop(digest, None)
+                    return None
+                urow = s.get(UserRow, row.user)
+                if urow is None:
+                    return None
+                user, token_id, last = to_user(urow), row.id, row.last_used_at
+            if len(seen) >= 10_000:
+                seen.clear()
+            seen[digest] = (mono, user, token_id, last)
         ts = self._now(now)
         if last is None or ts - last >= TOUCH_INTERVAL_S:
             with self._session(True) as s:
                 s.execute(update(TokenRow).where(TokenRow.id == token_id).values(last_used_at=ts))
+            seen[digest] = (seen.get(digest, (mono,))[0], user, token_id, ts)
         return user
 
     def revoke_token(self, token: int | str, *, now: float | None = None) -> bool:
         """Revoke a token given by id or in plain text; False if unknown or already revoked."""
         if isinstance(token, bool) or not isinstance(token, int | str):
             raise TypeError("revoke_token wants a token id or the plain token")
+        self._forget_verified()
         cond = TokenRow.id == token if isinstance(token, int) else TokenRow.token_hash == hash_token(token)
         with self._session(True) as s:
             res = s.execute(
@@ -157,6 +184,7 @@ class AuthOps(Ops):
 
     def revoke_user_tokens(self, user: str, *, now: float | None = None) -> int:
         """Revoke every live token of ``user``; returns how many."""
+        self._forget_verified()
         with self._session(True) as s:
             res = s.execute(
                 update(TokenRow).where(TokenRow.user == user, TokenRow.revoked_at.is_(None))
