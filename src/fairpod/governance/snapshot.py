@@ -162,6 +162,17 @@ class PendingQueue:
         self.live.pop(w.id, None)
         self._top(w.shape)  # drop it from its heap if on top
 
+    def position(self, wid: str) -> int | None:
+        """The 1-based place of ``wid`` in :meth:`in_order` without sorting (O(n)); None if not queued. Safe to
+        call from another thread while the engine runs: it reads copies of the heaps."""
+        if wid not in self.live:
+            return None
+        entries = [e for h in list(self.heaps.values()) for e in list(h)]
+        mine = min((e for e in entries if e[1] == wid), default=None)
+        if mine is None:
+            return None
+        return 1 + len({e[1] for e in entries if e < mine and e[1] != wid and e[1] in self.live})
+
     def in_order(self) -> Iterator[Workload]:
         """All pending jobs in queue order (for reports; O(n log n))."""
         entries = sorted(e for h in self.heaps.values() for e in h if e[1] in self.live)

@@ -23,10 +23,7 @@ def queue_position(cp: ControlPlane, job: Job) -> int | None:
     team = cp.snap.teams.get(job.team)
     if team is None:
         return None
-    for i, w in enumerate(team.queue.in_order(), 1):
-        if w.id == str(job.id):
-            return i
-    return None
+    return team.queue.position(str(job.id))
 
 
 HIDDEN = "(hidden)"
