@@ -23,7 +23,8 @@ SPEC_KEYS = {"cluster", "teams", "policy", "instance_types"}
 
 
 def _is_spec(d: Any) -> bool:
-    return isinstance(d, dict) and "teams" in d and set(d) <= SPEC_KEYS
+    return (isinstance(d, dict) and "teams" in d and set(d) <= SPEC_KEYS and isinstance(d["teams"], list)
+            and all(isinstance(t, dict) for t in d["teams"]))
 
 
 def _yaml_specs() -> dict[str, Any]:
