@@ -73,7 +73,7 @@ def test_dashboard_shows_the_seed_scenario(server: Server, browser_context: Any,
     row.wait_for()
     cells = row.locator("td").all_inner_texts()
     assert cells[1] == "smith" and "Pending" in cells[3] and cells[4] == "1"
-    assert cells[9].startswith("borrow limit reached")
+    assert cells[10].startswith("borrow limit reached")
     assert page.locator("#task-table tr[data-task=smith-train] td").nth(2).inner_text() == "training"
     assert page.locator("#kpi-running .value").inner_text() == "2"
     # filters: by state

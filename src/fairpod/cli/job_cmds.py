@@ -37,7 +37,8 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "termination_grace_seconds": "--grace-seconds", "min_runtime_seconds": "--min-runtime",
              "deep_health_check_passed_nodes_only": "--deep-health-check-passed-nodes-only",
              "max_runtime_seconds": "--max-runtime", "hang_timeout_seconds": "--hang-timeout",
-             "hang_action": "--hang-action", "array": "--array", "job": "the job"}  # fmt: skip
+             "hang_action": "--hang-action", "array": "--array", "job": "the job",
+             "expected_duration_seconds": "--expected-duration"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
@@ -159,6 +160,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or only idle GPUs")
     p.add_argument("--hang-action", choices=["notify", "restart", "cancel"],
                    help="what a hang does: an event (default), a restart (counts against --max-retry), a cancel")
+    p.add_argument("--expected-duration", type=seconds(365 * 86400), metavar="SECONDS",
+                   help="how long the job runs once started: the estimated start of the jobs behind it counts on "
+                   "it, and capacity held for a starving job is lent to it if it ends in time")
     p.add_argument("--array", type=array_spec, metavar="SPEC",
                    help="submit a job array: one task per index (0-199, 1,3,5, 0-99:2), at most N at a time with "
                    "%%N; each task gets FAIRPOD_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID")
@@ -257,7 +261,7 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
              "min_runtime_seconds": a.min_runtime,
              "deep_health_check_passed_nodes_only": a.deep_health_check_passed_nodes_only,
              "max_runtime_seconds": a.max_runtime, "hang_timeout_seconds": a.hang_timeout,
-             "hang_action": a.hang_action}
+             "hang_action": a.hang_action, "expected_duration_seconds": a.expected_duration}
     body.update({k: v for k, v in flags.items() if v is not None})
     if a.env:
         body["env"] = {**(body.get("env") or {}), **_kv(a.env)}
@@ -348,8 +352,11 @@ def list_jobs(a: argparse.Namespace) -> int:
                        for j in res["jobs"]]
     rows = ([{**j, "age": ago(j["submit_time"]), "nodes_acc": _nodes_acc(j)} for j in res["jobs"]]
             if a.array_tasks else group_arrays(res["jobs"]))
+    for r in rows:
+        r["eta"] = estimate_text(r.get("estimated_start"), short=True)
     table(rows, [("id", "ID"), ("name", "NAME"), ("team", "TEAM"), ("state", "STATE"), ("priority", "PRIORITY"),
-                 ("nodes_acc", "NODES"), ("restarts", "RESTARTS"), ("age", "AGE"), ("reason", "REASON")])
+                 ("nodes_acc", "NODES"), ("restarts", "RESTARTS"), ("age", "AGE"), ("eta", "EST. START"),
+                 ("reason", "REASON")])
     if res.get("truncated"):
         print(f"(the newest {res['count']} of {res['total']} jobs; --limit 0 shows all)", file=sys.stderr)
     return 0
@@ -381,7 +388,9 @@ def get_job(a: argparse.Namespace) -> int:
     arr = j.get("array")
     fields = [("Name", j["name"]), ("Id", j["id"]), ("Team", j["team"]), ("State", j["state"]),
               ("Reason", reason_in_units(j["reason"], per)), ("Priority", j["priority"] or "(none: lowest)"),
-              ("Queue position", j["queue_position"]), ("Instance type", j["instance_type"]),
+              ("Queue position", j["queue_position"]),
+              ("Estimated start", estimate_text(j["estimated_start"]) if j["state"] == "Pending" else None),
+              ("Instance type", j["instance_type"]),
               ("Nodes", f"{j['nodes']} x {j['accelerators_per_node']} accelerators"),
               ("Placement", ", ".join(j["placement"]) or "-"),
               ("Borrowed from", borrowed_text(j, per)),
@@ -397,6 +406,19 @@ def get_job(a: argparse.Namespace) -> int:
     for e in j["events"][-20:]:
         print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {reason_in_units(e['message'], per)}")
     return 0
+
+
+def estimate_text(ts: float | None, *, short: bool = False) -> str:
+    """An estimated start, said to be one: 'in 12m (estimate)', 'now (estimate)'; '-' when unknown."""
+    if ts is None:
+        return "-"
+    s = int(ts - time.time())
+    when = "now" if s <= 0 else (f"in {s}s" if s < 120 else f"in {s // 60}m" if s < 7200 else f"in {s // 3600}h")
+    if short:
+        return f"~{when}"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(max(ts, time.time())))
+    return (f"{when}, {stamp} (an estimate: running jobs end at their expected durations, nothing new "
+            "arrives)")
 
 
 def _checkpoint(c: dict[str, Any]) -> str:

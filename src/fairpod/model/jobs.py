@@ -69,6 +69,10 @@ class JobSpec(BaseModel):
         description="hung when no progress report and no output (or only idle GPUs) for this long")
     hang_action: Literal["notify", "restart", "cancel"] = Field(
         default="notify", description="what a hang does: an event, a restart (counts against max_retry), a cancel")
+    expected_duration_seconds: float | None = Field(
+        default=None, gt=0, le=365 * 86400,
+        description="how long the job is expected to run once started: the engine backfills capacity held for a "
+        "starving job with it, and other jobs' estimated start times count on it")
 
     @model_validator(mode="before")
     @classmethod

@@ -46,6 +46,7 @@ from fairpod.model.spec import ClusterSpec
 from fairpod.server import arrays, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
+from fairpod.server.eta import Estimates
 from fairpod.server.nodes import ACTION_STATUS, sync_nodes
 from fairpod.server.retention import Retention
 from fairpod.server.runs import (
@@ -100,6 +101,7 @@ class ControlPlane:
         self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
         self.retention = Retention()  # deletes what policy.retention_days no longer keeps
         self.watchdog = Watchdog()  # runtime limits and hang detection
+        self.eta = Estimates()  # estimated start times of pending jobs (its own thread, started by start())
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
@@ -116,6 +118,7 @@ class ControlPlane:
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
             passed_only=job.spec.deep_health_check_passed_nodes_only,
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
+            expected=job.spec.expected_duration_seconds,
         )  # fmt: skip
 
     def _rebuild(self) -> None:
@@ -398,10 +401,12 @@ class ControlPlane:
 
         self._thread = threading.Thread(target=loop, name="fairpod-reconcile", daemon=True)
         self._thread.start()
+        self.eta.start(self)
 
     def stop(self) -> None:
         self._stop.set()
         self.wake.set()
+        self.eta.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.executor.close()
@@ -586,6 +591,8 @@ class ControlPlane:
 
     def finish(self, job: Job, run: Run, state: JobState, reason: str) -> None:
         self._release(job, run)
+        if state == JobState.SUCCEEDED:
+            self.eta.typical.observe(job, self.clock())
         job = self.store.update_job(job.id, {"state": state, "reason": reason, "finished_at": self.clock(),
                                              "run_state": run.to_json()})
         self.event(f"Job{state.value}", f"job {job.name} {state.value.lower()}: {reason}", job)
