@@ -75,3 +75,40 @@ def test_expected_duration_must_be_positive(server: Server):
     r = server.api("POST", "/jobs", json={"name": "z", "team": "john", "command": ["true"],
                                           "expected_duration_seconds": -5})
     assert r.status_code == 422 and "expected_duration_seconds" in r.text
+
+
+def test_estimates_in_process_refresh_only_on_change_and_remember_typical_durations(tmp_path):
+    """A control plane in process (real SQLite store, the timed executor, a FAKE clock)."""
+    from fairpod.server.control import ControlPlane
+
+    from .inproc import InProc
+
+    ip = InProc(tmp_path)
+    eta = ip.cp.eta
+    eta.every = 0.0
+    t0 = ip.clock.now
+    ip.submit("a", "john", 100, nodes=4)  # no declared duration, no history: unknown
+    ip.turn()
+    ip.submit("b", "john", 50, nodes=4, expected_duration_seconds=50)
+    assert eta.due(ip.cp)
+    eta.refresh(ip.cp)
+    b = ip.job("b")
+    assert eta.get(b) is None and eta.starts == {b.id: None} and eta.refreshes == 1
+    assert not eta.due(ip.cp)  # nothing changed
+    ip.clock.advance(100)
+    ip.turn(2)  # a ends (it ran 100 s), b starts
+    assert ip.job("a").state.value == "Succeeded" and ip.job("b").state.value == "Running"
+    ip.submit("c", "john", 10, nodes=4)
+    assert eta.due(ip.cp)
+    eta.refresh(ip.cp)
+    assert eta.get(ip.job("c")) == t0 + 100 + 50
+    ip.clock.advance(50)
+    ip.turn(2)  # b ends, c starts (no declared duration; john's jobs of this shape ran 100 and 50 s)
+    ip.cp.stop()
+    # a new control plane over the same store learns the typical durations from the succeeded jobs
+    ip.cp = ControlPlane(ip.store, ip.executor, tmp_path, clock=ip.clock)
+    ip.submit("d", "john", 10, nodes=4, expected_duration_seconds=10)
+    ip.cp.eta.refresh(ip.cp)
+    c = ip.job("c")
+    assert c.state.value == "Running" and ip.cp.eta.get(ip.job("d")) == c.started_at + 75  # median of 100, 50
+    ip.close()
