@@ -35,10 +35,10 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "command": "the command after --", "env": "--env", "workdir": "--workdir",
              "auto_resume": "--auto-resume", "max_retry": "--max-retry",
              "termination_grace_seconds": "--grace-seconds", "min_runtime_seconds": "--min-runtime",
+             "expected_duration_seconds": "--expected-duration",
              "deep_health_check_passed_nodes_only": "--deep-health-check-passed-nodes-only",
              "max_runtime_seconds": "--max-runtime", "hang_timeout_seconds": "--hang-timeout",
-             "hang_action": "--hang-action", "array": "--array", "job": "the job",
-             "expected_duration_seconds": "--expected-duration"}  # fmt: skip
+             "hang_action": "--hang-action", "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
@@ -149,6 +149,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds from SIGTERM to SIGKILL when the job is stopped (default 30)")
     p.add_argument("--min-runtime", type=seconds(7 * 86400),
                    help="seconds after each start during which the job is never preempted")
+    p.add_argument("--expected-duration", type=seconds(365 * 86400), metavar="SECONDS",
+                   help="how long the job runs once started: the estimated start of the jobs behind it counts on "
+                   "it, and capacity held for a starving job is lent to it if it ends in time")
     p.add_argument("--deep-health-check-passed-nodes-only", nargs="?", const=True, type=boolean,
                    metavar="true|false",
                    help="run only on nodes whose deep health checks passed (not on nodes never checked)")
@@ -160,9 +163,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or only idle GPUs")
     p.add_argument("--hang-action", choices=["notify", "restart", "cancel"],
                    help="what a hang does: an event (default), a restart (counts against --max-retry), a cancel")
-    p.add_argument("--expected-duration", type=seconds(365 * 86400), metavar="SECONDS",
-                   help="how long the job runs once started: the estimated start of the jobs behind it counts on "
-                   "it, and capacity held for a starving job is lent to it if it ends in time")
     p.add_argument("--array", type=array_spec, metavar="SPEC",
                    help="submit a job array: one task per index (0-199, 1,3,5, 0-99:2), at most N at a time with "
                    "%%N; each task gets FAIRPOD_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID")
@@ -258,10 +258,10 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     flags = {"name": a.name, "team": a.team, "priority": a.priority, "instance_type": a.instance_type,
              "nodes": a.node_count, "accelerators": a.accelerators, "auto_resume": a.auto_resume,
              "max_retry": a.max_retry, "workdir": a.workdir, "termination_grace_seconds": a.grace_seconds,
-             "min_runtime_seconds": a.min_runtime,
+             "min_runtime_seconds": a.min_runtime, "expected_duration_seconds": a.expected_duration,
              "deep_health_check_passed_nodes_only": a.deep_health_check_passed_nodes_only,
              "max_runtime_seconds": a.max_runtime, "hang_timeout_seconds": a.hang_timeout,
-             "hang_action": a.hang_action, "expected_duration_seconds": a.expected_duration}
+             "hang_action": a.hang_action}
     body.update({k: v for k, v in flags.items() if v is not None})
     if a.env:
         body["env"] = {**(body.get("env") or {}), **_kv(a.env)}

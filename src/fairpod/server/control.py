@@ -43,10 +43,9 @@ from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import arrays, membership
+from fairpod.server import arrays, eta, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
-from fairpod.server.eta import Estimates
 from fairpod.server.nodes import ACTION_STATUS, sync_nodes
 from fairpod.server.retention import Retention
 from fairpod.server.runs import (
@@ -92,6 +91,7 @@ class ControlPlane:
         self._thread: threading.Thread | None = None
         self.runs: dict[int, Run] = {}
         self.slots = Slots()
+        self.eta = eta.Estimates()  # estimated start times of pending jobs (its own thread, started by start())
         rec = store.get_spec()
         if rec is None:
             raise RuntimeError("the store holds no cluster spec; apply one first")
@@ -101,7 +101,6 @@ class ControlPlane:
         self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
         self.retention = Retention()  # deletes what policy.retention_days no longer keeps
         self.watchdog = Watchdog()  # runtime limits and hang detection
-        self.eta = Estimates()  # estimated start times of pending jobs (its own thread, started by start())
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
@@ -115,10 +114,10 @@ class ControlPlane:
         return Workload(
             str(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
             priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
+            expected=job.spec.expected_duration_seconds,
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
             passed_only=job.spec.deep_health_check_passed_nodes_only,
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
-            expected=job.spec.expected_duration_seconds,
         )  # fmt: skip
 
     def _rebuild(self) -> None:
