@@ -377,6 +377,19 @@ def borrowed_text(j: dict[str, Any], per_node: int | None) -> str:
     return ", ".join(f"{team}: {acc_nodes(n, per_node)}" for team, n in j["borrowed_from"].items()) or "-"
 
 
+def estimate_text(ts: float | None, *, short: bool = False) -> str:
+    """An estimated start, said to be one: 'in 12m (estimate)', 'now (estimate)'; '-' when unknown."""
+    if ts is None:
+        return "-"
+    s = int(ts - time.time())
+    when = "now" if s <= 0 else (f"in {s}s" if s < 120 else f"in {s // 60}m" if s < 7200 else f"in {s // 3600}h")
+    if short:
+        return f"~{when}"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(max(ts, time.time())))
+    return (f"{when}, {stamp} (an estimate: running jobs end at their expected durations, nothing new "
+            "arrives)")
+
+
 def get_job(a: argparse.Namespace) -> int:
     ref, params = _ref(a)
     c = Client()
@@ -406,19 +419,6 @@ def get_job(a: argparse.Namespace) -> int:
     for e in j["events"][-20:]:
         print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {reason_in_units(e['message'], per)}")
     return 0
-
-
-def estimate_text(ts: float | None, *, short: bool = False) -> str:
-    """An estimated start, said to be one: 'in 12m (estimate)', 'now (estimate)'; '-' when unknown."""
-    if ts is None:
-        return "-"
-    s = int(ts - time.time())
-    when = "now" if s <= 0 else (f"in {s}s" if s < 120 else f"in {s // 60}m" if s < 7200 else f"in {s // 3600}h")
-    if short:
-        return f"~{when}"
-    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(max(ts, time.time())))
-    return (f"{when}, {stamp} (an estimate: running jobs end at their expected durations, nothing new "
-            "arrives)")
 
 
 def _checkpoint(c: dict[str, Any]) -> str:
