@@ -32,10 +32,11 @@ def test_dashboard_shows_the_seed_scenario(server: Server, browser_context: Any,
     server.submit(name="john-train", team="john", nodes=2, command=["sleep", "120"])
     server.wait_state("john-train", "Running")
     server.submit(name="smith-train", team="smith", nodes=2, priority="training", termination_grace_seconds=2,
-                  command=["sleep", "120"])
+                  command=["sleep", "120"], expected_duration_seconds=120)
     server.wait_state("smith-train", "Running")
     server.submit(name="smith-extra", team="smith", nodes=1, command=["sleep", "5"])  # waits: borrow limit
     wait_for(lambda: "borrow limit" in server.job("smith-extra")["reason"], 10, "smith-extra's reason")
+    wait_for(lambda: server.job("smith-extra")["estimated_start"], 15, "smith-extra's estimated start")
 
     page = browser_context.new_page()
     errors: list[str] = []
@@ -73,7 +74,8 @@ def test_dashboard_shows_the_seed_scenario(server: Server, browser_context: Any,
     row.wait_for()
     cells = row.locator("td").all_inner_texts()
     assert cells[1] == "smith" and "Pending" in cells[3] and cells[4] == "1"
-    assert cells[9].startswith("borrow limit reached")
+    assert cells[10].startswith("borrow limit reached")
+    assert re.fullmatch(r"≈ in (1 min \d+ s|\d+ s)", cells[5]), cells[5]  # when smith-train is expected to end
     assert page.locator("#task-table tr[data-task=smith-train] td").nth(2).inner_text() == "training"
     assert page.locator("#kpi-running .value").inner_text() == "2"
     # filters: by state

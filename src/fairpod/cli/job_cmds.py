@@ -35,6 +35,7 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "command": "the command after --", "env": "--env", "workdir": "--workdir",
              "auto_resume": "--auto-resume", "max_retry": "--max-retry",
              "termination_grace_seconds": "--grace-seconds", "min_runtime_seconds": "--min-runtime",
+             "expected_duration_seconds": "--expected-duration",
              "deep_health_check_passed_nodes_only": "--deep-health-check-passed-nodes-only",
              "max_runtime_seconds": "--max-runtime", "hang_timeout_seconds": "--hang-timeout",
              "hang_action": "--hang-action", "array": "--array", "job": "the job"}  # fmt: skip
@@ -148,6 +149,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="seconds from SIGTERM to SIGKILL when the job is stopped (default 30)")
     p.add_argument("--min-runtime", type=seconds(7 * 86400),
                    help="seconds after each start during which the job is never preempted")
+    p.add_argument("--expected-duration", type=seconds(365 * 86400), metavar="SECONDS",
+                   help="how long the job runs once started: the estimated start of the jobs behind it counts on "
+                   "it, and capacity held for a starving job is lent to it if it ends in time")
     p.add_argument("--deep-health-check-passed-nodes-only", nargs="?", const=True, type=boolean,
                    metavar="true|false",
                    help="run only on nodes whose deep health checks passed (not on nodes never checked)")
@@ -254,7 +258,7 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     flags = {"name": a.name, "team": a.team, "priority": a.priority, "instance_type": a.instance_type,
              "nodes": a.node_count, "accelerators": a.accelerators, "auto_resume": a.auto_resume,
              "max_retry": a.max_retry, "workdir": a.workdir, "termination_grace_seconds": a.grace_seconds,
-             "min_runtime_seconds": a.min_runtime,
+             "min_runtime_seconds": a.min_runtime, "expected_duration_seconds": a.expected_duration,
              "deep_health_check_passed_nodes_only": a.deep_health_check_passed_nodes_only,
              "max_runtime_seconds": a.max_runtime, "hang_timeout_seconds": a.hang_timeout,
              "hang_action": a.hang_action}
@@ -348,8 +352,11 @@ def list_jobs(a: argparse.Namespace) -> int:
                        for j in res["jobs"]]
     rows = ([{**j, "age": ago(j["submit_time"]), "nodes_acc": _nodes_acc(j)} for j in res["jobs"]]
             if a.array_tasks else group_arrays(res["jobs"]))
+    for r in rows:
+        r["eta"] = estimate_text(r.get("estimated_start"), short=True)
     table(rows, [("id", "ID"), ("name", "NAME"), ("team", "TEAM"), ("state", "STATE"), ("priority", "PRIORITY"),
-                 ("nodes_acc", "NODES"), ("restarts", "RESTARTS"), ("age", "AGE"), ("reason", "REASON")])
+                 ("nodes_acc", "NODES"), ("restarts", "RESTARTS"), ("age", "AGE"), ("eta", "EST. START"),
+                 ("reason", "REASON")])
     if res.get("truncated"):
         print(f"(the newest {res['count']} of {res['total']} jobs; --limit 0 shows all)", file=sys.stderr)
     return 0
@@ -370,6 +377,19 @@ def borrowed_text(j: dict[str, Any], per_node: int | None) -> str:
     return ", ".join(f"{team}: {acc_nodes(n, per_node)}" for team, n in j["borrowed_from"].items()) or "-"
 
 
+def estimate_text(ts: float | None, *, short: bool = False) -> str:
+    """An estimated start, said to be one: 'in 12m (estimate)', 'now (estimate)'; '-' when unknown."""
+    if ts is None:
+        return "-"
+    s = int(ts - time.time())
+    when = "now" if s <= 0 else (f"in {s}s" if s < 120 else f"in {s // 60}m" if s < 7200 else f"in {s // 3600}h")
+    if short:
+        return f"~{when}"
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(max(ts, time.time())))
+    return (f"{when}, {stamp} (an estimate: running jobs end at their expected durations, nothing new "
+            "arrives)")
+
+
 def get_job(a: argparse.Namespace) -> int:
     ref, params = _ref(a)
     c = Client()
@@ -381,7 +401,9 @@ def get_job(a: argparse.Namespace) -> int:
     arr = j.get("array")
     fields = [("Name", j["name"]), ("Id", j["id"]), ("Team", j["team"]), ("State", j["state"]),
               ("Reason", reason_in_units(j["reason"], per)), ("Priority", j["priority"] or "(none: lowest)"),
-              ("Queue position", j["queue_position"]), ("Instance type", j["instance_type"]),
+              ("Queue position", j["queue_position"]),
+              ("Estimated start", estimate_text(j["estimated_start"]) if j["state"] == "Pending" else None),
+              ("Instance type", j["instance_type"]),
               ("Nodes", f"{j['nodes']} x {j['accelerators_per_node']} accelerators"),
               ("Placement", ", ".join(j["placement"]) or "-"),
               ("Borrowed from", borrowed_text(j, per)),

@@ -59,6 +59,10 @@ class JobSpec(BaseModel):
     termination_grace_seconds: float = Field(default=30.0, ge=0, le=3600)
     min_runtime_seconds: float = Field(default=0.0, ge=0, le=7 * 86400,
                                        description="protection from preemption; at most policy.max_min_runtime_seconds")
+    expected_duration_seconds: float | None = Field(
+        default=None, gt=0, le=365 * 86400,
+        description="how long the job is expected to run once started: the engine backfills capacity held for a "
+        "starving job with it, and other jobs' estimated start times count on it")
     deep_health_check_passed_nodes_only: bool = False
     max_runtime_seconds: float | None = Field(
         default=None, ge=1, le=365 * 86400,

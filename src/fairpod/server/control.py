@@ -43,7 +43,7 @@ from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import arrays, membership
+from fairpod.server import arrays, eta, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
 from fairpod.server.nodes import ACTION_STATUS, sync_nodes
@@ -91,6 +91,7 @@ class ControlPlane:
         self._thread: threading.Thread | None = None
         self.runs: dict[int, Run] = {}
         self.slots = Slots()
+        self.eta = eta.Estimates()  # estimated start times of pending jobs (its own thread, started by start())
         rec = store.get_spec()
         if rec is None:
             raise RuntimeError("the store holds no cluster spec; apply one first")
@@ -114,6 +115,7 @@ class ControlPlane:
         return Workload(
             str(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
             priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
+            expected=job.spec.expected_duration_seconds,
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
             passed_only=job.spec.deep_health_check_passed_nodes_only,
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
@@ -400,10 +402,12 @@ class ControlPlane:
 
         self._thread = threading.Thread(target=loop, name="fairpod-reconcile", daemon=True)
         self._thread.start()
+        self.eta.start(self)
 
     def stop(self) -> None:
         self._stop.set()
         self.wake.set()
+        self.eta.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
         self.executor.close()
@@ -592,6 +596,8 @@ class ControlPlane:
 
     def finish(self, job: Job, run: Run, state: JobState, reason: str) -> None:
         self._release(job, run)
+        if state == JobState.SUCCEEDED:
+            self.eta.typical.observe(job, self.clock())
         job = self.store.update_job(job.id, {"state": state, "reason": reason, "finished_at": self.clock(),
                                              "run_state": run.to_json()})
         self.event(f"Job{state.value}", f"job {job.name} {state.value.lower()}: {reason}", job)

@@ -85,6 +85,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         out.append({
             "id": j.id, "name": j.name, "team": j.team, "priority": j.spec.priority, "priority_weight": j.priority,
             "state": j.state.value, "queue_position": positions.get(j.id), "reason": j.reason,
+            "estimated_start": cp.eta.get(j),
             "instance_type": j.instance_type, "nodes": j.nodes, "accelerators": j.nodes * j.acc,
             "placement": j.placement, "borrowed_from": j.borrowed_from, "preemptions": j.preemptions,
             "restarts": j.attempt, "submit_time": j.submit_time, "first_started_at": j.first_started_at,

@@ -54,6 +54,8 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
         "placement": job.placement,
         "borrowed_from": job.borrowed_from,
         "queue_position": queue_position(cp, job) if detail else None,
+        "estimated_start": cp.eta.get(job),  # an estimate (fairpod.server.eta); None: unknown or not pending
+        "expected_duration_seconds": job.spec.expected_duration_seconds,
         "array": array_view(job),
     }
     if detail:

@@ -44,6 +44,10 @@ function dur(s) {
   if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
   return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 }
+function eta(ts, now) {  // an estimated start (fairpod.server.eta), said to be one
+  if (ts === null || ts === undefined) return "–";
+  return ts <= now ? "≈ now" : `≈ in ${dur(ts - now)}`;
+}
 function clock(ts) {
   const d = new Date(ts * 1000);
   return d.toLocaleString("en-GB", {month: "short", day: "2-digit", hour: "2-digit", minute: "2-digit", second: "2-digit"});
@@ -304,9 +308,10 @@ async function drawTasks() {
     kpi("Ended", `${num(c.Succeeded)} ✓ ${num(c.Failed)} ✗ ${num(c.Cancelled)} –`, `succeeded, failed, cancelled in ${winText}`);
   rows($("#task-table tbody"), d.tasks.map((t) => `<tr data-task="${esc(t.name)}"><td>${esc(t.name)}</td><td>${esc(t.team)}</td>` +
     `<td>${esc(t.priority || "(none: lowest)")}</td><td class="state-cell">${stateTag(t.state)}</td><td class="num">${t.queue_position ?? "–"}</td>` +
+    `<td class="num eta">${eta(t.estimated_start, d.now)}</td>` +
     `<td class="num">${num(t.nodes)} × ${num(t.accelerators / t.nodes)}</td><td class="num">${dur(t.wait_seconds)}</td>` +
     `<td class="num">${dur(t.run_seconds)}</td><td class="num preempted">${num(t.preemptions)} / ${num(t.restarts)}</td>` +
-    `<td class="reason">${esc(t.reason)}</td></tr>`), 10, "no tasks match the filters");
+    `<td class="reason">${esc(t.reason)}</td></tr>`), 11, "no tasks match the filters");
 }
 
 async function pollEvents() {
