@@ -69,6 +69,12 @@ class JobSpec(BaseModel):
         description="hung when no progress report and no output (or only idle GPUs) for this long")
     hang_action: Literal["notify", "restart", "cancel"] = Field(
         default="notify", description="what a hang does: an event, a restart (counts against max_retry), a cancel")
+    required_topology: str | None = Field(
+        default=None, pattern=NAME_PATTERN, max_length=40,
+        description="a topology level (e.g. rack): all replicas in one domain of it, else the job waits")
+    preferred_topology: str | None = Field(
+        default=None, pattern=NAME_PATTERN, max_length=40,
+        description="a topology level: replicas in as few domains of it as fit now")
 
     @model_validator(mode="before")
     @classmethod
@@ -151,6 +157,13 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
             and job.max_runtime_seconds > pc.max_runtime_seconds:
         raise ValueError(f"max_runtime_seconds: {job.max_runtime_seconds:g} s is above the {pc.name!r} class's maximum "
                          f"of {pc.max_runtime_seconds:g} s")
+    levels = spec.cluster.topology_levels
+    if job.required_topology is not None and job.preferred_topology is not None:
+        raise ValueError("give required_topology or preferred_topology, not both")
+    for what, level in (("required_topology", job.required_topology), ("preferred_topology", job.preferred_topology)):
+        if level is not None and level not in levels:
+            raise ValueError(f"{what}: the cluster has no topology level {level!r} (cluster.topology_levels: "
+                             f"{', '.join(levels) or 'none defined'})")
     if job.priority is not None:
         try:
             prio = spec.priority_weight(job.priority)
