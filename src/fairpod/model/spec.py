@@ -384,7 +384,7 @@ def _topology_problems(spec: ClusterSpec, i: int, g: InstanceGroup) -> list[str]
     where = f"cluster.instance_groups[{i}]"
     probs = []
     names = {f"{g.name}-{k}" for k in range(g.count)}
-    for node, labels in g.node_topology.items():
+    for node in g.node_topology:
         if node not in names:
             probs.append(f"{where}.node_topology: {node!r} is not a node of group {g.name!r} "
                          f"({g.name}-0 … {g.name}-{max(0, g.count - 1)})")
