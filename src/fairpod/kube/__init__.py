@@ -10,6 +10,8 @@ What is read (everything else is reported, never silently dropped):
   accelerators, ``cpu`` and ``memory`` vCPU and GiB; ``nodeSelector`` ``node.kubernetes.io/instance-type``
   is the instance type, ``sagemaker.amazonaws.com/deep-health-check-status: Passed`` keeps the job on
   nodes that passed the deep health check;
+* topology: Kueue's annotations ``kueue.x-k8s.io/podset-required-topology`` / ``…-preferred-topology`` (on the
+  job or its pod templates); the level is the label's last part (``…/topology-rack`` is the level ``rack``);
 * command: the container's ``command`` + ``args``, its ``env`` (``value`` entries) and ``workingDir``;
 * auto-resume: the annotations ``sagemaker.amazonaws.com/enable-job-auto-resume`` and
   ``sagemaker.amazonaws.com/job-max-retry-count``;
@@ -43,6 +45,8 @@ ACCEL_RESOURCES = ("nvidia.com/gpu", "aws.amazon.com/neurondevice", "aws.amazon.
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 DHC_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
 HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 ENV_CONFIG = "FAIRPOD_PYTORCHJOB"
 DEFAULT_MAX_RETRY = 3
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -308,7 +312,27 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
         body["termination_grace_seconds"] = float(grace)
     if dhc_only:
         body["deep_health_check_passed_nodes_only"] = True
+    body.update(_topology([ann] + [_map(m.get("annotations"), "template.metadata.annotations")
+                                   for m, _, _ in templates.values()]))
     return Converted({k: v for k, v in body.items() if v is not None}, warnings, notes)
+
+
+def _topology(annotations: list[dict[str, Any]]) -> dict[str, str]:
+    """Kueue's podset topology annotations (on the job or its pod templates): the level is the node label's
+    last part, ``cloud.provider.com/topology-rack`` -> ``rack`` (a level of the cluster spec's topology_levels)."""
+    out: dict[str, str] = {}
+    for ann in annotations:
+        for key, field_name in ((REQUIRED_TOPOLOGY, "required_topology"), (PREFERRED_TOPOLOGY, "preferred_topology")):
+            if ann.get(key):
+                level = str(ann[key]).rsplit("/", 1)[-1]
+                level = level.removeprefix("topology-") or level
+                if out.get(field_name, level) != level:
+                    raise ManifestError(f"annotation {key}: the templates name different levels "
+                                        f"({out[field_name]}, {level})")
+                out[field_name] = level
+    if len(out) > 1:
+        raise ManifestError(f"annotations {REQUIRED_TOPOLOGY} and {PREFERRED_TOPOLOGY}: give one, not both")
+    return out
 
 
 def convert_all(docs: list[Any], *, python: str, cwd: str) -> tuple[list[Converted], list[str]]:

@@ -39,6 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
 from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
+from fairpod.governance.snapshot import domain_ids
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
@@ -116,6 +117,8 @@ class ControlPlane:
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
             passed_only=job.spec.deep_health_check_passed_nodes_only,
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
+            topology=job.spec.required_topology or job.spec.preferred_topology,
+            topology_required=job.spec.required_topology is not None,
         )  # fmt: skip
 
     def _rebuild(self) -> None:
@@ -133,7 +136,8 @@ class ControlPlane:
             if nd.instance_type not in cat:
                 continue
             snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]), schedulable=nd.schedulable,
-                          passed=nd.deep_health_check == DeepHealthCheck.PASSED)
+                          passed=nd.deep_health_check == DeepHealthCheck.PASSED,
+                          topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
         for t in spec.teams:
             snap.add_team(engine_team(spec, t.name))
         for job in self.store.list_jobs(finished=False):
@@ -638,7 +642,8 @@ class ControlPlane:
                 self.event("NodeJoined", f"node {name} ({itype}) joined", node=name)
             if name not in self.snap.nodes:
                 self.snap.add_node(name, itype, node_res(cat[itype]), schedulable=node.schedulable,
-                                   passed=node.deep_health_check == DeepHealthCheck.PASSED)
+                                   passed=node.deep_health_check == DeepHealthCheck.PASSED,
+                                   topology=self.spec.node_topology(node.instance_group, name, node.labels))
         self.wake.set()
 
     def update_node(self, name: str, changes: dict[str, Any]) -> Node:
@@ -649,6 +654,9 @@ class ControlPlane:
             snode = self.snap.nodes.get(name)
             if snode is not None:
                 snode.health_passed = node.deep_health_check == DeepHealthCheck.PASSED
+                if "labels" in changes and self.snap.levels:  # a Ray node's topology labels may have changed
+                    snode.topo = domain_ids(name, self.spec.node_topology(node.instance_group, name, node.labels),
+                                            len(self.snap.levels))
                 if snode.schedulable != node.schedulable:
                     self.snap.set_schedulable(name, node.schedulable)
         self.wake.set()
