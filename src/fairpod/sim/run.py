@@ -52,6 +52,7 @@ class SimJob:
     version: int = 0  # bumped at each start and stop; stale completion events are skipped
     reason: str = ""  # the last Wait reason, or why it can never run
     domains: int | None = None  # domains of its topology level its last run spanned (None: no level asked)
+    nodes: tuple[str, ...] = ()  # where its last run ran
 
     @property
     def wait(self) -> float | None:
@@ -227,6 +228,7 @@ class Simulation:
                 if isinstance(d, Admit):
                     res.admits += 1
                     self._start(sj, t)
+                    sj.nodes = d.nodes
                     if sj.job.topology in snap.levels:
                         lv = snap.levels.index(sj.job.topology)
                         sj.domains = len({snap.nodes[n].topo[lv] for n in d.nodes})
