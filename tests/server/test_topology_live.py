@@ -89,3 +89,9 @@ def test_required_rack_best_fit_wait_reason_and_reclaim_in_one_rack(server: Serv
             assert server.job(j)["state"] == "Running"
     nodes = {n["name"]: n for n in server.api("GET", "/nodes").json()["nodes"]}
     assert nodes["r1-0"]["topology"] == {"rack": "r1"} and nodes["r0-1"]["topology"] == {"rack": "r0"}
+
+    # the other forms of the flags: a preferred level, a level given as Kueue's node label
+    start(server, tmp_path, "pref", "b", 1, "--preferred-topology", "rack")
+    start(server, tmp_path, "lbl", "b", 1, "--required-topology", "cloud.provider.com/topology-rack")
+    assert server.job("pref")["topology"]["preferred"] == "rack"
+    assert server.job("lbl")["topology"]["required"] == "rack"

@@ -233,3 +233,18 @@ def test_pod_env_like_the_training_operator(tmp_path: Path):
     assert resolve("/usr/local/bin/mytool", str(tool.parent)) == str(tool)
     assert resolve("/usr/local/bin/nothing-like-it", str(tool.parent)) is None
     assert resolve("mytool", None) == "mytool"
+
+
+def test_manifest_topology_annotations():
+    base = manifests("fsdp-smith.yaml")[-1]
+    assert "required_topology" not in convert(base, python="/py", cwd="/work").body
+    doc = json.loads(json.dumps(base))
+    tpl = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    tpl.setdefault("metadata", {})["annotations"] = {
+        "kueue.x-k8s.io/podset-required-topology": "cloud.provider.com/topology-rack"}
+    assert convert(doc, python="/py", cwd="/work").body["required_topology"] == "rack"
+    tpl["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-preferred-topology": "block"}
+    assert convert(doc, python="/py", cwd="/work").body["preferred_topology"] == "block"
+    doc["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/podset-required-topology"] = "rack"
+    with pytest.raises(ManifestError, match="give one, not both"):
+        convert(doc, python="/py", cwd="/work")
