@@ -123,10 +123,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", type=Path, default=SHARED / "generator.yaml")
     ap.add_argument("--teams", type=int, default=None, help="teams (default: the shape's 30)")
+    ap.add_argument("--node-cpu", type=int, default=None,
+                    help="CPU per node (default: the shape's 96); smaller nodes make the racks the bottleneck")
     ap.add_argument("--no-topology", action="store_true",
                     help="the same jobs on the same nodes without topology levels (plain node best fit), to compare")
     args = ap.parse_args()
     shape = load_shape(args.shape)
+    if args.node_cpu:
+        shape["node_gib"] = shape["node_gib"] * args.node_cpu // shape["node_cpu"] or 1
+        shape["node_cpu"] = args.node_cpu
     teams = args.teams or shape["teams"]
     spec, jobs = build(shape, teams, topology=not args.no_topology)
     w0, c0 = time.perf_counter(), time.process_time()
@@ -136,7 +141,8 @@ def main() -> None:
     work = sum(j.accelerators * j.duration for j in jobs) / (teams * shape["quota"])
     nodes = shape["blocks"] * shape["racks"] * shape["nodes"]
     e = r["engine"]
-    print(("without topology levels: " if args.no_topology else "") + f"TAS shape: {nodes} nodes ({shape['racks']} racks x {shape['nodes']}), {teams} teams x quota "
+    print(("without topology levels: " if args.no_topology else "") + f"TAS shape: {nodes} nodes ({shape['racks']} "
+          f"racks x {shape['nodes']}) of {shape['node_cpu']} CPU, {teams} teams x quota "
           f"{shape['quota'] * UNIT_M / 1000:g} CPU, {len(jobs)} jobs, work bound {work:.1f} s")
     print(f"  makespan          {r['makespan']:.1f} s   ({r['makespan'] / work:.2f} x the work bound; "
           f"Kueue CI mean wall {KUEUE_WALL:.0f} s)")

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from fairpod.governance import Workload
 from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.decisions import Admit, Preempt, net_changes
-from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.snapshot import Snapshot, Team
 from fairpod.model.jobs import JobSpec, resolve_job
 from fairpod.model.spec import SpecError, parse_spec
 
@@ -258,3 +258,16 @@ def test_topology_invariants_over_random_event_sequences(cluster, evs):
                 lv = snap.levels.index(w.topology)
                 assert len({snap.nodes[n].topo[lv] for n in w.nodes or ()}) == 1, (w.id, w.nodes)
     assert not [d for d in cycle(snap, now + 0.5) if isinstance(d, Preempt)]
+
+
+def test_a_node_without_a_rack_shares_its_rack_with_no_other_node():
+    snap = Snapshot(topology_levels=("block", "rack"))
+    for name in ("x", "y"):  # e.g. Ray nodes without a rack label
+        snap.add_node(name, T, per(4), topology=("b0", ""))
+    snap.add_team(Team("a", quota={T: per(8)}))
+    job(snap, "rack", 2, level="rack", required=True)
+    job(snap, "block", 2, level="block", required=True)
+    ds = cycle(snap)
+    assert admitted(ds) == ["block"]
+    assert waits(ds)["rack"] == "needs 2 healthy unit4 nodes in one rack; the largest rack has 1 (rack x)"
+    assert snap.nodes["x"].topo == ("b0", "b0/?x")

@@ -424,15 +424,17 @@ class Snapshot:
 
 def domain_ids(node: str, values: tuple[str, ...], levels: int) -> tuple[str, ...]:
     """A node's domain id at each level: the path of domain names down to it ("b1", "b1/r3"). A node with no
-    name at some level is a domain of its own from there down (it shares that domain with no other node)."""
+    name at some level is a domain of its own from there down ("b1/?node"; it shares that domain with no other
+    node)."""
     out: list[str] = []
     path = ""
+    own = False
     for i in range(levels):
         v = values[i] if i < len(values) else ""
-        if not v or path.startswith("?"):
-            path = f"?{node}"
-        else:
-            path = f"{path}/{v}" if path else v
+        if not own:
+            own = not v
+            step = f"?{node}" if own else v
+            path = f"{path}/{step}" if path else step
         out.append(path)
     return tuple(out)
 

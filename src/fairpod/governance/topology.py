@@ -26,7 +26,9 @@ Where Kueue counts pods per node, fairpod counts nodes: a gang's replicas always
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable
+from operator import itemgetter
 
 from fairpod.governance.snapshot import Node, Snapshot, Workload
 
@@ -75,32 +77,32 @@ def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -
 
 def choose(nodes: list[Node], n: int, level: int, required: bool, levels: int) -> list[Node] | None:
     """``n`` of ``nodes`` (each fits one replica) by the algorithm of the module doc."""
-    counts: list[dict[str, int]] = [{} for _ in range(levels)]
-    parent: list[dict[str, str]] = [{} for _ in range(levels)]
-    for nd in nodes:
-        t = nd.topo
-        for lv in range(levels):
-            d = t[lv]
-            counts[lv][d] = counts[lv].get(d, 0) + 1
-            if lv:
-                parent[lv][d] = t[lv - 1]
+    topos = [nd.topo for nd in nodes]
+    counts = [Counter(map(itemgetter(lv), topos)) for lv in range(levels)]
     found = _fit_level(counts, level, n, required)
     if found is None:
         return None
     lv, chosen = found
     for lower in range(lv + 1, levels):
         above = {d for d, _ in chosen}
-        children = _sorted((d, c) for d, c in counts[lower].items() if parent[lower][d] in above)
+        children = _sorted((d, c) for d, c in counts[lower].items() if parent(d) in above)
         chosen = _minimum(children, n)
     take = dict(chosen)
     by_domain: dict[str, list[Node]] = {}
+    last = levels - 1
     for nd in nodes:
-        if nd.topo[levels - 1] in take:
-            by_domain.setdefault(nd.topo[levels - 1], []).append(nd)
+        if nd.topo[last] in take:
+            by_domain.setdefault(nd.topo[last], []).append(nd)
     out: list[Node] = []
     for d, k in chosen:
-        out.extend(sorted(by_domain[d], key=node_key)[:k])
+        got = by_domain[d]
+        out.extend(sorted(got, key=node_key)[:k] if k < len(got) else got)
     return out
+
+
+def parent(domain_id: str) -> str:
+    """The domain one level up ("b1/r3" -> "b1"); a node's own domain at the top is its own parent."""
+    return domain_id.rsplit("/", 1)[0] if "/" in domain_id else domain_id
 
 
 def _sorted(domains: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
@@ -126,7 +128,7 @@ def _minimum(domains: list[tuple[str, int]], n: int) -> list[tuple[str, int]]:
     raise AssertionError("the domains hold fewer nodes than the gang")  # the caller counted them
 
 
-def _fit_level(counts: list[dict[str, int]], level: int, n: int,
+def _fit_level(counts: list[Counter[str]], level: int, n: int,
                required: bool) -> tuple[int, list[tuple[str, int]]] | None:
     """The level at which ``n`` is placed and its domains with their replica counts (Kueue's phase 2a)."""
     while True:
@@ -144,18 +146,15 @@ def _fit_level(counts: list[dict[str, int]], level: int, n: int,
 
 def domain_name(domain_id: str) -> str:
     """A domain as users name it: its own name (``r3`` of "b1/r3"); a node's own domain by the node's name."""
-    return domain_id.lstrip("?").rsplit("/", 1)[-1]
+    return domain_id.rsplit("/", 1)[-1].lstrip("?")
 
 
 def largest(nodes: Iterable[Node], level: int) -> tuple[str, int]:
     """(the domain at ``level`` holding the most of ``nodes``, how many) — ("", 0) for none."""
-    counts: dict[str, int] = {}
-    for nd in nodes:
-        counts[nd.topo[level]] = counts.get(nd.topo[level], 0) + 1
+    counts = Counter(nd.topo[level] for nd in nodes)
     if not counts:
         return "", 0
-    d, c = _sorted(counts.items())[0]
-    return d, c
+    return min(counts.items(), key=lambda e: (-e[1], e[0]))
 
 
 def never_fits(snap: Snapshot, w: Workload, ok: list[Node]) -> str | None:
