@@ -271,3 +271,17 @@ def test_a_node_without_a_rack_shares_its_rack_with_no_other_node():
     assert admitted(ds) == ["block"]
     assert waits(ds)["rack"] == "needs 2 healthy unit4 nodes in one rack; the largest rack has 1 (rack x)"
     assert snap.nodes["x"].topo == ("b0", "b0/?x")
+
+
+def test_a_required_level_the_spec_no_longer_has_keeps_the_job_waiting():
+    for levels in ((), ("block",)):
+        snap = Snapshot(topology_levels=levels)
+        for name in ("x", "y"):
+            snap.add_node(name, T, per(4), topology=("b0",) if levels else ())
+        snap.add_team(Team("a", quota={T: per(8)}))
+        job(snap, "req", 2, level="rack", required=True)
+        job(snap, "pref", 1, level="rack")  # a preferred level is only a wish: placed anyway
+        ds = cycle(snap)
+        assert admitted(ds) == ["pref"]
+        assert waits(ds)["req"] == ("requires topology level 'rack', which the cluster does not have "
+                                    f"(cluster.topology_levels: {', '.join(levels) or 'none'})")

@@ -25,7 +25,7 @@ def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -
     pf = snap.pool(w.itype).free
     if r.acc * n > pf[0] or r.mcpu * n > pf[1] or r.mib * n > pf[2]:
         return None
-    if snap.levels:
+    if snap.levels or w.topology_required:
         return topology.place(snap, w, reserved)
     a, c, m = r
     buckets = snap.fit_index.get(w.itype, {})

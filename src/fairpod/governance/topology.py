@@ -36,13 +36,12 @@ from fairpod.governance.snapshot import Node, Snapshot, Workload
 def level_of(snap: Snapshot, w: Workload) -> tuple[int, bool] | None:
     """(index of the level that applies to ``w``, required?) — None when the cluster has no topology, and
     (-1, True) when ``w`` requires a level the cluster does not have (it can never be placed)."""
+    if w.topology is not None and w.topology_required and w.topology not in snap.levels:
+        return -1, True  # e.g. the spec lost the level since the job was submitted
     if not snap.levels:
         return None
-    if w.topology is not None:
-        if w.topology in snap.levels:
-            return snap.levels.index(w.topology), w.topology_required
-        if w.topology_required:
-            return -1, True
+    if w.topology is not None and w.topology in snap.levels:
+        return snap.levels.index(w.topology), w.topology_required
     return len(snap.levels) - 1, False  # implied: pack into the fullest racks
 
 
@@ -165,7 +164,7 @@ def never_fits(snap: Snapshot, w: Workload, ok: list[Node]) -> str | None:
     level, _ = lv
     if level < 0:
         return (f"requires topology level {w.topology!r}, which the cluster does not have "
-                f"(levels: {', '.join(snap.levels)})")
+                f"(cluster.topology_levels: {', '.join(snap.levels) or 'none'})")
     d, c = largest(ok, level)
     if c < w.n:
         name = snap.levels[level]
