@@ -248,3 +248,11 @@ def test_manifest_topology_annotations():
     doc["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/podset-required-topology"] = "rack"
     with pytest.raises(ManifestError, match="give one, not both"):
         convert(doc, python="/py", cwd="/work")
+
+
+def test_sbatch_topology_lines():
+    body, _, warnings = job_of("#!/bin/bash\n#SBATCH -N4\n#FAIRPOD --required-topology rack\nsrun hostname\n")
+    assert body["required_topology"] == "rack" and "preferred_topology" not in body and not warnings
+    body, _, _ = job_of("#!/bin/bash\n#SBATCH -N4\nsrun hostname\n", Setting("preferred_topology", "block",
+                                                                                 "command line"))
+    assert body["preferred_topology"] == "block"
