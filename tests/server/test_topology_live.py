@@ -87,6 +87,8 @@ def test_required_rack_best_fit_wait_reason_and_reclaim_in_one_rack(server: Serv
     for j, node in where.items():
         if node.startswith("r1-"):
             assert server.job(j)["state"] == "Running"
+    listing = server.cli("node", "list").stdout
+    assert "TOPOLOGY" in listing and "rack=r1" in listing.splitlines()[-1], listing
     nodes = {n["name"]: n for n in server.api("GET", "/nodes").json()["nodes"]}
     assert nodes["r1-0"]["topology"] == {"rack": "r1"} and nodes["r0-1"]["topology"] == {"rack": "r0"}
 

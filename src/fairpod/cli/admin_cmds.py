@@ -275,11 +275,13 @@ def node_list(a: argparse.Namespace) -> int:
     nodes = sorted(Client().get("/nodes")["nodes"], key=lambda nd: natural(nd["name"]))
     if emit(nodes, a.output):
         return 0
-    rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free", "gpus": gpu_text(nd)}
-            for nd in nodes]
-    table(rows, [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("gpus", "GPU"), ("health_status", "HEALTH"),
-                 ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"),
-                 ("jobs", "JOBS")])
+    rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free", "gpus": gpu_text(nd),
+             "topo": " ".join(f"{lv}={d}" for lv, d in (nd.get("topology") or {}).items())} for nd in nodes]
+    cols = [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("gpus", "GPU"), ("health_status", "HEALTH"),
+            ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"), ("jobs", "JOBS")]
+    if any(nd.get("topology") for nd in nodes):
+        cols.append(("topo", "TOPOLOGY"))
+    table(rows, cols)
     return 0
 
 
