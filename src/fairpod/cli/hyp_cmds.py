@@ -158,6 +158,8 @@ def _create_flags(p: argparse.ArgumentParser) -> None:
                    "node label, e.g. topology.k8s.aws/network-node-layer-3)")
     p.add_argument("--preferred-topology", type=topology_level, metavar="LABEL",
                    help="replicas in as few domains of this topology level as fit")
+    p.add_argument("--accelerator-partition-type", metavar="PROFILE", help="a MIG profile, e.g. mig-1g.10gb")
+    p.add_argument("--accelerator-partition-count", type=int, metavar="N", help="MIG partitions per node")
     p.add_argument("--image", help="reported only: the command runs on the node, not in the image")
     p.add_argument("--pull-policy", help="reported only, like --image")
     p.add_argument("--command", type=_list, metavar="LIST", help="'[python, train.py]'")
@@ -220,8 +222,9 @@ def create(a: argparse.Namespace) -> int:
                            "and deep health check only")
     if dhc:
         body["deep_health_check_passed_nodes_only"] = True
-    for key in ("required_topology", "preferred_topology"):
-        if getattr(a, key):
+    for key in ("required_topology", "preferred_topology", "accelerator_partition_type",
+                "accelerator_partition_count"):
+        if getattr(a, key) is not None:
             body[key] = getattr(a, key)
     env = dict(a.environment or {})
     pet: dict[str, Any] = {"elastic": False}

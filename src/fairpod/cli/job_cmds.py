@@ -38,7 +38,10 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "deep_health_check_passed_nodes_only": "--deep-health-check-passed-nodes-only",
              "max_runtime_seconds": "--max-runtime", "hang_timeout_seconds": "--hang-timeout",
              "hang_action": "--hang-action", "required_topology": "--required-topology",
-             "preferred_topology": "--preferred-topology", "array": "--array", "job": "the job"}  # fmt: skip
+             "preferred_topology": "--preferred-topology",
+             "accelerator_partition_type": "--accelerator-partition-type",
+             "accelerator_partition_count": "--accelerator-partition-count",
+             "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
@@ -174,6 +177,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="all replicas in one domain of this topology level (e.g. rack), else the job waits")
     p.add_argument("--preferred-topology", type=topology_level, metavar="LEVEL",
                    help="replicas in as few domains of this topology level (e.g. rack) as fit now")
+    p.add_argument("--accelerator-partition-type", metavar="PROFILE",
+                   help="run on nodes whose GPUs are split into this MIG profile (e.g. mig-1g.10gb)")
+    p.add_argument("--accelerator-partition-count", type=whole(1, 1024), metavar="N",
+                   help="MIG partitions per node (default 1; needs --accelerator-partition-type)")
     p.add_argument("--array", type=array_spec, metavar="SPEC",
                    help="submit a job array: one task per index (0-199, 1,3,5, 0-99:2), at most N at a time with "
                    "%%N; each task gets FAIRPOD_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID")
@@ -273,7 +280,8 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
              "deep_health_check_passed_nodes_only": a.deep_health_check_passed_nodes_only,
              "max_runtime_seconds": a.max_runtime, "hang_timeout_seconds": a.hang_timeout,
              "hang_action": a.hang_action, "required_topology": a.required_topology,
-             "preferred_topology": a.preferred_topology}
+             "preferred_topology": a.preferred_topology, "accelerator_partition_type": a.accelerator_partition_type,
+             "accelerator_partition_count": a.accelerator_partition_count}
     body.update({k: v for k, v in flags.items() if v is not None})
     if a.env:
         body["env"] = {**(body.get("env") or {}), **_kv(a.env)}

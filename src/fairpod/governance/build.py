@@ -46,10 +46,10 @@ def snapshot_from_spec(spec: ClusterSpec, now: float = 0.0, *, passed: bool = Tr
     snap = empty_snapshot(spec, now)
     cat = spec.catalog()
     for g in spec.cluster.instance_groups:
-        cap = node_res(cat[g.instance_type])
+        cap = node_res(cat[g.node_type])
         for i in range(g.count):
             name = f"{g.name}-{i}"
-            snap.add_node(name, g.instance_type, cap, passed=passed, topology=spec.node_topology(g.name, name))
+            snap.add_node(name, g.node_type, cap, passed=passed, topology=spec.node_topology(g.name, name))
     for t in spec.teams:
         snap.add_team(engine_team(spec, t.name))
     return snap

@@ -205,6 +205,10 @@ def unexpressible(spec: ClusterSpec) -> list[str]:
 
 
 def export_kueue(spec: ClusterSpec) -> Export:
+    for i, g in enumerate(spec.cluster.instance_groups):
+        if g.accelerator_partition_type:
+            raise ExportError(f"cluster.instance_groups[{i}].accelerator_partition_type: MIG partitions "
+                              f"({g.accelerator_partition_type}) are not exported to Kueue yet")
     cat = spec.catalog()
     flavors = flavor_names(spec)
     covered = sorted({K.accel_resource(cat[it].accelerator_kind) for it in flavors}) + [K.CPU, K.MEMORY]

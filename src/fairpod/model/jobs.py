@@ -75,6 +75,11 @@ class JobSpec(BaseModel):
     preferred_topology: str | None = Field(
         default=None, pattern=NAME_PATTERN, max_length=40,
         description="a topology level: replicas in as few domains of it as fit now")
+    accelerator_partition_type: str | None = Field(
+        default=None, pattern=r"^mig-[0-9]+g\.[0-9]+gb$",
+        description="a MIG profile (e.g. mig-1g.10gb): the replicas run on nodes whose GPUs are split into it")
+    accelerator_partition_count: int | None = Field(default=None, ge=1, le=1024,
+                                                    description="MIG partitions per replica (default 1)")
 
     @model_validator(mode="before")
     @classmethod
@@ -117,6 +122,23 @@ class ResolvedJob(BaseModel):
         return Res(*self.per_replica)
 
 
+def _partitioned_type(job: JobSpec, spec: ClusterSpec) -> str:
+    """The MIG-partitioned instance type a job asking for ``accelerator_partition_type`` runs on."""
+    p = job.accelerator_partition_type
+    groups = [g for g in spec.cluster.instance_groups if g.accelerator_partition_type == p
+              and job.instance_type in (None, g.instance_type, g.node_type)]
+    types = sorted({g.node_type for g in groups})
+    if not types:
+        have = sorted({g.node_type for g in spec.cluster.instance_groups if g.accelerator_partition_type})
+        where = f" of {job.instance_type}" if job.instance_type else ""
+        raise ValueError(f"accelerator_partition_type: no instance group{where} splits its GPUs into {p} "
+                         f"(partitioned types: {', '.join(have) or 'none'})")
+    if len(types) > 1:
+        raise ValueError(f"accelerator_partition_type: {p} exists on several instance types; name one with "
+                         f"instance_type ({', '.join(t.rsplit('.', 2)[0] for t in types)})")
+    return types[0]
+
+
 def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
     """Check a job against the cluster spec. Raises ValueError with a message a user can act on."""
     team = spec.team(job.team)
@@ -125,14 +147,25 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
         raise ValueError(f"team {job.team!r} does not exist (teams: {names})")
     cat = spec.catalog()
     itype_name = job.instance_type
+    partitions = job.accelerator_partition_count
+    if job.accelerator_partition_type is not None:
+        itype_name = _partitioned_type(job, spec)
+        partitions = partitions or 1
+        if job.accelerators is not None:
+            raise ValueError("give accelerators or accelerator_partition_count, not both (a partitioned node's "
+                             "accelerators are its MIG partitions)")
+    elif partitions is not None:
+        raise ValueError("accelerator_partition_count needs accelerator_partition_type (e.g. mig-1g.10gb)")
     if itype_name is None:
-        types = sorted({g.instance_type for g in spec.cluster.instance_groups})
+        types = sorted({g.node_type for g in spec.cluster.instance_groups})
         if len(types) != 1:
             raise ValueError(f"the cluster has several instance types; name one with instance_type ({', '.join(types)})")
         itype_name = types[0]
     if itype_name not in cat:
         raise ValueError(f"unknown instance type {itype_name!r}")
     itype: InstanceType = cat[itype_name]
+    if partitions is not None:
+        job = job.model_copy(update={"accelerators": float(partitions)})
     if job.accelerators is not None and job.accelerators != int(job.accelerators):
         raise ValueError(f"accelerators {job.accelerators:g}: a replica gets whole accelerators; give a whole "
                          "number (or none for the whole node)")
@@ -140,6 +173,11 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
         per = node_res(itype)
     else:
         per = by_ratio(itype, job.accelerators, job.vcpu, job.memory_gib)
+        if partitions is not None and job.vcpu is None and job.memory_gib is None:
+            # a partition's share of the node's CPU and memory rounds down, so that the node's partitions all fit
+            # it whatever the counts the jobs ask for (rounding to nearest, 28 x 2 of 56 would ask 12 mCPU too many)
+            whole = node_res(itype)
+            per = Res(partitions, whole.mcpu * partitions // whole.acc, whole.mib * partitions // whole.acc)
     whole = node_res(itype)
     if not per.fits_in(whole):
         raise ValueError(

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, GpuThresholds, InstanceType
+from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, GpuThresholds, InstanceType, partitioned
 from fairpod.model.resources import ZERO, Res, by_ratio, node_res
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -97,6 +97,15 @@ class InstanceGroup(_Strict):
     # {block: b1, rack: r3}; node_topology overrides it per node (by node name, ``<group>-<i>``)
     topology: dict[str, str] = Field(default_factory=dict, max_length=16)
     node_topology: dict[str, dict[str, str]] = Field(default_factory=dict, max_length=10_000)
+    # MIG: every GPU of the group's nodes is split into this profile's partitions, which jobs and quotas count as
+    # the accelerators of the instance type <instance_type>.<profile> (docs/placement.md)
+    accelerator_partition_type: str | None = Field(default=None, pattern=r"^mig-[0-9]+g\.[0-9]+gb$")
+
+    @property
+    def node_type(self) -> str:
+        """The instance type of the group's nodes: its own, or its MIG-partitioned form."""
+        p = self.accelerator_partition_type
+        return f"{self.instance_type}.{p}" if p else self.instance_type
 
 
 class ExecutorInfo(_Strict):
@@ -203,6 +212,13 @@ class ClusterSpec(_Strict):
         cat = dict(BUILTIN_INSTANCE_TYPES)
         for t in self.instance_types:
             cat[t.name] = t
+        for g in self.cluster.instance_groups:  # MIG-partitioned types of the groups that split their GPUs
+            base = cat.get(g.instance_type)
+            if g.accelerator_partition_type and base is not None and g.node_type not in cat:
+                try:
+                    cat[g.node_type] = partitioned(base, g.accelerator_partition_type)
+                except ValueError:
+                    pass  # check_spec reports it
         return cat
 
     def capacity(self) -> dict[str, Res]:
@@ -210,8 +226,8 @@ class ClusterSpec(_Strict):
         cat = self.catalog()
         out: dict[str, Res] = {}
         for g in self.cluster.instance_groups:
-            one = node_res(cat[g.instance_type]).scale(g.count)
-            out[g.instance_type] = out.get(g.instance_type, ZERO) + one
+            one = node_res(cat[g.node_type]).scale(g.count)
+            out[g.node_type] = out.get(g.node_type, ZERO) + one
         return out
 
     def team_quota(self, team: Team) -> dict[str, Res]:
@@ -323,6 +339,15 @@ def check_spec(spec: ClusterSpec) -> list[str]:
                 f"(built-in: {known}; or define it under instance_types)"
             )
         probs.extend(_topology_problems(spec, i, g))
+        if g.accelerator_partition_type and g.instance_type in cat:
+            try:
+                partitioned(cat[g.instance_type], g.accelerator_partition_type)
+            except ValueError as e:
+                probs.append(f"cluster.instance_groups[{i}].accelerator_partition_type: {e}")
+            if g.accelerators_are == "gpus":
+                probs.append(f"cluster.instance_groups[{i}].accelerator_partition_type: MIG partitions are counted "
+                             "as slots only (accelerators_are: slots); giving replicas their MIG devices is not "
+                             "supported yet")
         for j, check in enumerate(g.deep_health_checks):
             if check not in ("InstanceStress", "InstanceConnectivity"):
                 probs.append(

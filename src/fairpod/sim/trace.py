@@ -71,7 +71,7 @@ class _Resolver:
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
         self.catalog = spec.catalog()
-        self.types = sorted({g.instance_type for g in spec.cluster.instance_groups})
+        self.types = sorted({g.node_type for g in spec.cluster.instance_groups})
         self.teams = {t.name for t in spec.teams}
         self.prios = {p.name: p.weight for p in spec.policy.priority_classes}
         self.shapes: dict[tuple[str, int, int | None], tuple[int, Res]] = {}

@@ -1,0 +1,60 @@
+"""MIG partitions end to end: a real server, replicas that report the partitions (slots) they were given, the CLI."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .conftest import Server, wait_for
+
+MIG = "ml.p4de.24xlarge.mig-1g.10gb"
+SPEC = f"""
+cluster:
+  name: mig
+  instance_groups:
+    - {{name: mig, instance_type: ml.p4de.24xlarge, count: 1, accelerator_partition_type: mig-1g.10gb}}
+teams:
+  - {{name: a, quota: [{{instance_type: {MIG}, accelerators: 14}}]}}
+  - {{name: b, quota: [{{instance_type: {MIG}, accelerators: 42}}]}}
+"""
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    s = Server(tmp_path, spec)
+    s.start()
+    yield s
+    s.kill(signal.SIGTERM)
+    s.kill_replicas()
+
+
+def test_jobs_get_mig_partitions_within_their_quota(server: Server, tmp_path: Path):
+    got: dict[str, list[int]] = {}
+    for name, count in (("p3", 3), ("p4", 4)):
+        out = tmp_path / f"{name}.acc"
+        server.cli("start-job", "--name", name, "--team", "a", "--accelerator-partition-type", "mig-1g.10gb",
+                   "--accelerator-partition-count", str(count), "--grace-seconds", "1", "--",
+                   "sh", "-c", f'echo "$FAIRPOD_ACCELERATORS" > {out}; exec sleep 120')
+        server.wait_state(name, "Running")
+        text = wait_for(lambda out=out: out.exists() and out.read_text().strip(), 20, f"{name}'s partitions")
+        got[name] = [int(x) for x in text.split(",")]
+        assert len(got[name]) == count and all(0 <= x < 56 for x in got[name])
+    assert not set(got["p3"]) & set(got["p4"])  # no partition given twice
+    job = server.job("p3")
+    assert job["instance_type"] == MIG and job["accelerators_per_node"] == 3
+    # a's quota is 14 partitions: 8 more would borrow b's idle ones
+    server.cli("start-job", "--name", "p8", "--team", "a", "--accelerator-partition-type", "mig-1g.10gb",
+               "--accelerator-partition-count", "8", "--", "sleep", "120")
+    wait_for(lambda: "borrowing 1 accelerators" in server.job("p8")["reason"], 20, "p8 to borrow")
+    show = server.cli("cluster", "show").stdout
+    row = next(line for line in show.splitlines() if line.startswith("a ") and MIG in line)
+    assert "14 acc" in row and "15 acc" in row, show  # quota 14, in use 3 + 4 + 8
+    bad = server.cli("start-job", "--name", "x", "--team", "a", "--accelerator-partition-type", "mig-3g.40gb",
+                     "--", "true", check=False)
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
+    assert "no instance group splits its GPUs into mig-3g.40gb" in bad.stderr
