@@ -55,7 +55,6 @@ def test_a_partitioned_group_counts_partitions():
     ({"instance_type": "ml.g5.12xlarge"}, "ml.g5.12xlarge (NVIDIA A10G) has no MIG partitions"),
     ({"instance_type": "ml.p4d.24xlarge", "accelerator_partition_type": "mig-1g.20gb"},
      "'mig-1g.20gb' is not a MIG profile of NVIDIA A100 40GB (mig-1g.5gb, mig-1g.10gb, mig-2g.10gb"),
-    ({"accelerators_are": "gpus"}, "MIG partitions are counted as slots only"),
 ])
 def test_partition_problems_are_named(group: dict[str, Any], problem: str):
     with pytest.raises(SpecError) as e:
@@ -130,3 +129,10 @@ def test_kueue_export_refuses_partitions_in_one_line():
     with pytest.raises(ExportError, match=r"instance_groups\[0\].accelerator_partition_type: MIG partitions "
                                           r"\(mig-1g.10gb\) are not exported to Kueue yet"):
         export_kueue(mig_spec(1))
+
+
+def test_partitions_of_real_gpus_are_refused_on_ray():
+    with pytest.raises(SpecError, match="MIG partitions of real GPUs are not supported on Ray yet"):
+        parse_spec({"cluster": {"executor": {"kind": "ray"}, "instance_groups": [
+            {"name": "m", "instance_type": "ml.p5.48xlarge", "count": 1, "accelerator_partition_type": "mig-1g.10gb",
+             "accelerators_are": "gpus"}]}})

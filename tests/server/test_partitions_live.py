@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,3 +59,35 @@ def test_jobs_get_mig_partitions_within_their_quota(server: Server, tmp_path: Pa
                      "--", "true", check=False)
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1
     assert "no instance group splits its GPUs into mig-3g.40gb" in bad.stderr
+
+
+def test_real_mig_partitions_get_their_device_uuids(tmp_path: Path):
+    """accelerators_are: gpus with a FAKE NVML (tests only) listing each GPU's MIG devices."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.replace("accelerator_partition_type: mig-1g.10gb}",
+                                 "accelerator_partition_type: mig-1g.10gb, accelerators_are: gpus}"))
+    nvml = tmp_path / "mig-nvml.json"
+    gpus = [{"name": "NVIDIA A100-SXM4-80GB", "uuid": f"GPU-{i}", "memory_mib": 81920,
+             "mig_devices": [f"MIG-{i}-{k}" for k in range(7)]} for i in range(8)]
+    nvml.write_text(json.dumps({"gpus": gpus}))
+    s = Server(tmp_path, spec)
+    s.env["FAIRPOD_FAKE_NVML"] = str(nvml)
+    s.start()
+    try:
+        out = tmp_path / "env.txt"
+        s.cli("start-job", "--name", "m", "--team", "b", "--accelerator-partition-type", "mig-1g.10gb",
+              "--accelerator-partition-count", "9", "--", "sh", "-c",
+              f'echo "$FAIRPOD_ACCELERATORS $CUDA_VISIBLE_DEVICES" > {out}; exec sleep 120')
+        s.wait_state("m", "Running")
+        slots, visible = wait_for(lambda: out.exists() and out.read_text().split(), 20, "the replica's env")
+        want = [f"MIG-{int(k) // 7}-{int(k) % 7}" for k in slots.split(",")]
+        assert visible.split(",") == want and len(want) == 9  # 9 partitions: over two GPUs
+        # GPUs whose MIG devices are not there (MIG not configured): the job fails with the reason
+        nvml.write_text(json.dumps({"gpus": [{k: v for k, v in g.items() if k != "mig_devices"} for g in gpus]}))
+        s.cli("start-job", "--name", "n", "--team", "b", "--accelerator-partition-type", "mig-1g.10gb", "--",
+              "true")
+        job = s.wait_state("n", "Failed")
+        assert "has no MIG device" in job["reason"] and "FAKE NVML" in job["reason"], job["reason"]
+    finally:
+        s.kill(signal.SIGTERM)
+        s.kill_replicas()

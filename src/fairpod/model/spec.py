@@ -344,10 +344,9 @@ def check_spec(spec: ClusterSpec) -> list[str]:
                 partitioned(cat[g.instance_type], g.accelerator_partition_type)
             except ValueError as e:
                 probs.append(f"cluster.instance_groups[{i}].accelerator_partition_type: {e}")
-            if g.accelerators_are == "gpus":
-                probs.append(f"cluster.instance_groups[{i}].accelerator_partition_type: MIG partitions are counted "
-                             "as slots only (accelerators_are: slots); giving replicas their MIG devices is not "
-                             "supported yet")
+            if g.accelerators_are == "gpus" and spec.cluster.executor.kind == "ray":
+                probs.append(f"cluster.instance_groups[{i}].accelerator_partition_type: MIG partitions of real GPUs "
+                             "are not supported on Ray yet")
         for j, check in enumerate(g.deep_health_checks):
             if check not in ("InstanceStress", "InstanceConnectivity"):
                 probs.append(

@@ -464,9 +464,48 @@ class ControlPlane:
         nd = self.store.get_node(node)
         return nd is not None and self.spec.gpus_are_real(nd.instance_group)
 
+    def _partitions_per_gpu(self, node: str) -> int:
+        """How many accelerator slots of a node are one GPU: its group's MIG partitions per GPU, else 1."""
+        from fairpod.model.catalog import MIG_PROFILES
+
+        nd = self.store.get_node(node)
+        g = next((g for g in self.spec.cluster.instance_groups if nd is not None and g.name == nd.instance_group),
+                 None)
+        if g is None or not g.accelerator_partition_type:
+            return 1
+        kind = self.spec.catalog()[g.instance_type].accelerator_kind or ""
+        return MIG_PROFILES[kind][g.accelerator_partition_type]
+
+    def _partition_devices(self, node: str, slots: list[int]) -> tuple[str, ...]:
+        """The MIG device UUIDs of a node's partition slots (slot k: GPU k // per GPU, its MIG device k % per GPU),
+        from this host's NVML; () when the node's GPUs are not real or not partitioned. Raises ExecutorError when
+        a GPU does not have the MIG devices its group's profile says (MIG not configured so)."""
+        nd = self.store.get_node(node)
+        g = next((g for g in self.spec.cluster.instance_groups if nd is not None and g.name == nd.instance_group),
+                 None)
+        if g is None or not g.accelerator_partition_type or g.accelerators_are != "gpus":
+            return ()
+        from fairpod.health.nvml import read_gpus
+
+        per = self._partitions_per_gpu(node)
+        gpus, source = read_gpus()
+        out = []
+        for s in slots:
+            gpu, k = divmod(s, per)
+            if gpu >= len(gpus) or k >= len(gpus[gpu].mig_devices):
+                raise ExecutorError(f"node {node}: GPU {gpu} has no MIG device {k} ({source}); split its GPUs into "
+                                    f"{per} x {g.accelerator_partition_type} (nvidia-smi mig -cgi)")
+            out.append(gpus[gpu].mig_devices[k])
+        return tuple(out)
+
     def launch(self, job: Job, run: Run) -> None:
         """Start an admitted attempt on the slots :meth:`_ready` took for it."""
         ckpt = self.home / "checkpoints" / job.team / job_key(job)
+        try:
+            devices = {n: self._partition_devices(n, list(run.slots.get(n, []))) for n in job.placement}
+        except ExecutorError as e:
+            self._launch_failed(job, run, e)
+            return
         launch = JobLaunch(
             job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
             checkpoint_dir=str(ckpt),
@@ -474,7 +513,8 @@ class ControlPlane:
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team),
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
-                                         real_gpus=self._gpus_are_real(n)) for i, n in enumerate(job.placement)),
+                                         real_gpus=self._gpus_are_real(n), devices=devices[n])
+                           for i, n in enumerate(job.placement)),
         )  # fmt: skip
         if any(len(r.accelerators) != job.acc for r in launch.replicas):  # never short: _ready took them all
             raise RuntimeError(f"job {job.name}: accelerator slots {run.slots} do not match {job.acc} per node")
@@ -482,14 +522,17 @@ class ControlPlane:
         try:
             self.executor.launch(launch)
         except ExecutorError as e:
-            run.launched = True
-            for rank in range(job.nodes):
-                run.exits[str(rank)] = str(e)
-                run.codes[str(rank)] = None
-            self.begin_stop(job, run, STOP_FAIL, f"could not start: {e}")
-            self.stopped(self.store.get_job(job.id) or job, run)
+            self._launch_failed(job, run, e)
             return
         self._started(job, run)
+
+    def _launch_failed(self, job: Job, run: Run, e: ExecutorError) -> None:
+        run.launched = True
+        for rank in range(job.nodes):
+            run.exits[str(rank)] = str(e)
+            run.codes[str(rank)] = None
+        self.begin_stop(job, run, STOP_FAIL, f"could not start: {e}")
+        self.stopped(self.store.get_job(job.id) or job, run)
 
     def _started(self, job: Job, run: Run) -> None:
         """Record that an attempt's replicas exist (also when found live after a crash)."""
@@ -577,7 +620,8 @@ class ControlPlane:
         from fairpod.health.nvml import read_gpus
 
         by_index = {g.index: g for g in read_gpus()[0]}
-        held = [by_index[i] for n in nodes for i in run.slots[n] if i in by_index]
+        held = list({id(g): g for n in nodes for i in run.slots[n]
+                     if (g := by_index.get(i // self._partitions_per_gpu(n))) is not None}.values())
         if not held or any(g.utilization_pct is None for g in held):
             return None
         return [float(g.utilization_pct or 0) for g in held]
