@@ -136,3 +136,16 @@ def test_partitions_of_real_gpus_are_refused_on_ray():
         parse_spec({"cluster": {"executor": {"kind": "ray"}, "instance_groups": [
             {"name": "m", "instance_type": "ml.p5.48xlarge", "count": 1, "accelerator_partition_type": "mig-1g.10gb",
              "accelerators_are": "gpus"}]}})
+
+
+def test_partition_slots_are_packed_onto_one_gpu_best_fit():
+    from fairpod.server.runs import Slots, SlotsBusy
+
+    slots = Slots()
+    assert slots.take("n", 3, 56, per_gpu=7) == [0, 1, 2]
+    assert slots.take("n", 5, 56, per_gpu=7) == [7, 8, 9, 10, 11]  # GPU 0 has 4 left: GPU 1
+    assert slots.take("n", 4, 56, per_gpu=7) == [3, 4, 5, 6]  # GPU 0's 4 fit exactly (best fit), not GPU 2
+    assert slots.take("n", 2, 56, per_gpu=7) == [12, 13]  # GPU 1 has 2 left
+    assert slots.take("n", 10, 56, per_gpu=7) == list(range(14, 24))  # more than a GPU: lowest first
+    with pytest.raises(SlotsBusy):
+        slots.take("n", 40, 56, per_gpu=7)

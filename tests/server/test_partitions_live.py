@@ -46,6 +46,7 @@ def test_jobs_get_mig_partitions_within_their_quota(server: Server, tmp_path: Pa
         got[name] = [int(x) for x in text.split(",")]
         assert len(got[name]) == count and all(0 <= x < 56 for x in got[name])
     assert not set(got["p3"]) & set(got["p4"])  # no partition given twice
+    assert got == {"p3": [0, 1, 2], "p4": [3, 4, 5, 6]}  # packed onto one GPU (slots 0-6), best fit
     job = server.job("p3")
     assert job["instance_type"] == MIG and job["accelerators_per_node"] == 3
     # a's quota is 14 partitions: 8 more would borrow b's idle ones

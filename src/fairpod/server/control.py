@@ -451,7 +451,8 @@ class ControlPlane:
                 continue
             if not run.slots:
                 try:
-                    run.slots = self.slots.take_all(job.placement, job.acc, cat[job.instance_type].accelerators)
+                    run.slots = self.slots.take_all(job.placement, job.acc, cat[job.instance_type].accelerators,
+                                                    self._partitions_per_gpu(job.placement[0] if job.placement else ""))
                 except SlotsBusy as e:
                     log.debug("job %s waits for accelerator slots: %s", job.name, e)
                     continue
