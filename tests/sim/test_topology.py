@@ -62,3 +62,17 @@ def test_trace_topology_columns_are_checked(tmp_path):
     both = write_trace(tmp_path, ["0,a,10,2,2,x,rack,rack"], header=HEADER)
     with pytest.raises(TraceError, match="give one, not both"):
         load_trace(both, spec)
+
+
+def test_mig_partitions_in_a_trace(tmp_path):
+    doc = {"cluster": {"name": "m", "instance_groups": [
+        {"name": "mig", "instance_type": "ml.p4de.24xlarge", "count": 1, "accelerator_partition_type": "mig-1g.10gb"}]},
+        "teams": [{"name": "a", "quota": [{"instance_type": "ml.p4de.24xlarge.mig-1g.10gb", "count": 1}]}]}
+    p = tmp_path / "mig.yaml"
+    p.write_text(yaml.safe_dump(doc))
+    spec = load_spec(p)
+    rows = [f"0,a,10,2,1,j{i},," for i in range(29)]  # 28 x 2 partitions fill the node's 56; one waits
+    res = simulate(spec, load_trace(write_trace(tmp_path, rows, header=HEADER), spec))
+    r = build_report(res)
+    assert r["makespan"] == 20 and r["cluster"]["capacity_accelerators"] == 56
+    assert sorted(sj.first_start for sj in res.jobs).count(0.0) == 28

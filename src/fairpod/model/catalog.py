@@ -77,6 +77,9 @@ MIG_PROFILES: dict[str, dict[str, int]] = {
 }
 
 
+PARTITIONED = re.compile(r"\.mig-[0-9]+g\.[0-9]+gb$")  # the name of a MIG-partitioned type ends so
+
+
 def partitioned(t: InstanceType, profile: str) -> InstanceType:
     """A node of ``t`` whose GPUs are each split into ``profile`` partitions: its accelerators are the partitions
     (``ml.p5.48xlarge.mig-1g.10gb``: 8 GPUs x 7 = 56). Raises ValueError naming the valid profiles."""

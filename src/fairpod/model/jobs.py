@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fairpod.model.catalog import InstanceType
-from fairpod.model.resources import Res, by_ratio, node_res
+from fairpod.model.resources import Res, by_ratio, node_res, partition_share
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, no_bool_numbers
 
 
@@ -174,10 +174,7 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
     else:
         per = by_ratio(itype, job.accelerators, job.vcpu, job.memory_gib)
         if partitions is not None and job.vcpu is None and job.memory_gib is None:
-            # a partition's share of the node's CPU and memory rounds down, so that the node's partitions all fit
-            # it whatever the counts the jobs ask for (rounding to nearest, 28 x 2 of 56 would ask 12 mCPU too many)
-            whole = node_res(itype)
-            per = Res(partitions, whole.mcpu * partitions // whole.acc, whole.mib * partitions // whole.acc)
+            per = partition_share(itype, partitions)
     whole = node_res(itype)
     if not per.fits_in(whole):
         raise ValueError(

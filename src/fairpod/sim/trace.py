@@ -19,8 +19,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairpod.model.catalog import InstanceType
-from fairpod.model.resources import Res, by_ratio
+from fairpod.model.catalog import PARTITIONED, InstanceType
+from fairpod.model.resources import Res, by_ratio, partition_share
 from fairpod.model.spec import ClusterSpec
 
 REQUIRED = ("submit_time", "team", "duration", "accelerators")
@@ -105,7 +105,8 @@ class _Resolver:
         if acc // nodes > k:
             raise TraceError(f"{where}: column accelerators: {acc} accelerators on {nodes} node(s) is "
                              f"{acc // nodes} per node, but a {t.name} node has {k}")
-        got = self.shapes[key] = (nodes, by_ratio(t, acc // nodes))
+        share = partition_share if PARTITIONED.search(t.name) else by_ratio  # MIG partitions: as resolve_job
+        got = self.shapes[key] = (nodes, share(t, acc // nodes))
         return got
 
     def job(self, cell: dict[str, str], where: str) -> TraceJob:
