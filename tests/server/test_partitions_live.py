@@ -55,7 +55,7 @@ def test_jobs_get_mig_partitions_within_their_quota(server: Server, tmp_path: Pa
     wait_for(lambda: "borrowing 1 accelerators" in server.job("p8")["reason"], 20, "p8 to borrow")
     show = server.cli("cluster", "show").stdout
     row = next(line for line in show.splitlines() if line.startswith("a ") and MIG in line)
-    assert "14 acc" in row and "15 acc" in row, show  # quota 14, in use 3 + 4 + 8
+    assert "14 partitions" in row and "15 partitions" in row, show  # quota 14, in use 3 + 4 + 8
     bad = server.cli("start-job", "--name", "x", "--team", "a", "--accelerator-partition-type", "mig-3g.40gb",
                      "--", "true", check=False)
     assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1

@@ -252,9 +252,10 @@ def cluster_show(a: argparse.Namespace) -> int:
     print()
     rows = []
     for t in v["teams"]:
-        per = per_node.get(t["instance_type"])
-        row = {**t, **{k: acc_nodes(t[k], per) for k in ("quota", "in_use", "borrowed", "lent", "available")}}
-        row["borrowed_from"] = ", ".join(f"{k}: {acc_nodes(n, per)}" for k, n in t["borrowed_from"].items()) or "-"
+        per, it = per_node.get(t["instance_type"]), t["instance_type"]
+        row = {**t, **{k: acc_nodes(t[k], per, it) for k in ("quota", "in_use", "borrowed", "lent", "available")}}
+        row["borrowed_from"] = ", ".join(f"{k}: {acc_nodes(n, per, it)}" for k, n in t["borrowed_from"].items()) \
+            or "-"
         rows.append(row)
     table(rows, [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"), ("in_use", "IN USE"),
                  ("borrowed", "BORROWED"), ("borrowed_from", "FROM"), ("lent", "LENT"), ("available", "AVAILABLE"),
