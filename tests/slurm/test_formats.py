@@ -256,3 +256,19 @@ def test_sbatch_topology_lines():
     body, _, _ = job_of("#!/bin/bash\n#SBATCH -N4\nsrun hostname\n", Setting("preferred_topology", "block",
                                                                                  "command line"))
     assert body["preferred_topology"] == "block"
+
+
+def test_manifest_mig_partitions():
+    doc = json.loads(json.dumps(manifests("fsdp-smith.yaml")[-1]))
+    c = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    c["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": 2}}
+    for rtype in doc["spec"]["pytorchReplicaSpecs"]:
+        doc["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]["resources"] = c["resources"]
+    b = convert(doc, python="/py", cwd="/work").body
+    assert b["accelerator_partition_type"] == "mig-1g.10gb" and b["accelerator_partition_count"] == 2
+    assert "accelerators" not in b
+    c["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/gpu": 1}}
+    for rtype in doc["spec"]["pytorchReplicaSpecs"]:
+        doc["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]["resources"] = c["resources"]
+    with pytest.raises(ManifestError, match="whole GPUs and MIG partitions at once"):
+        convert(doc, python="/py", cwd="/work")
