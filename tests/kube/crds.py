@@ -36,6 +36,13 @@ CEL: dict[str, Any] = {
                        and s["borrowWithinCohort"].get("policy", "Never") != "Never"),
     "!has(self.topologyName) || self.nodeLabels.size() >= 1":
         lambda s: not _has(s, "topologyName") or len(s.get("nodeLabels") or {}) >= 1,
+    # Topology.spec.levels: unique, and kubernetes.io/hostname only as the lowest level
+    "size(self.filter(i, size(self.filter(j, j == i)) > 1)) == 0":
+        lambda s: all(s.count(x) == 1 for x in s),
+    "size(self.filter(i, i.nodeLabel == 'kubernetes.io/hostname')) == 0 || self[size(self) - 1].nodeLabel == "
+    "'kubernetes.io/hostname'":
+        lambda s: all(x["nodeLabel"] != "kubernetes.io/hostname" for x in s)
+        or s[-1]["nodeLabel"] == "kubernetes.io/hostname",
 }
 
 

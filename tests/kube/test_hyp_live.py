@@ -90,12 +90,17 @@ def test_hyp_refuses_what_fairpod_cannot_do_in_one_line(server: Server, tmp_path
     for flag, value, why in [
         ("--volume", "name=data,type=hostPath,mount_path=/data,path=/data", "volumes are not mounted"),
         ("--service-account-name", "trainer", "no Kubernetes service accounts"),
-        ("--required-topology", "topology.k8s.aws/ultraserver-id", "network topology"),
         ("--accelerators-limit", "4", "exactly what it requests"),
     ]:
         line = one_error_line(hyp(server, *base, flag, value))
         assert line.startswith(f"fairpod: error: hyp create hyp-pytorch-job: {flag} is not supported by fairpod: ")
         assert why in line
+    # a topology level the cluster spec does not have: refused by the server, in one line
+    line = one_error_line(hyp(server, *base, "--required-topology", "topology.k8s.aws/ultraserver-id"))
+    assert "no topology level 'ultraserver-id'" in line
+    line = one_error_line(hyp(server, *base, "--accelerator-partition-type", "mig-1g.10gb",
+                              "--accelerator-partition-count", "2"))
+    assert "no instance group splits its GPUs into mig-1g.10gb" in line
     line = one_error_line(hyp(server, *base, "--label-selector", '{"topology.k8s.aws/zone": "a"}'))
     assert "--label-selector topology.k8s.aws/zone=a is not supported" in line
     assert "unrecognized arguments: --bogus" in one_error_line(hyp(server, *base, "--bogus"))

@@ -143,3 +143,11 @@ def test_the_seed_policy_as_kueue_objects(crds: Crds):
     assert docs[("WorkloadPriorityClass", "inference-priority")]["value"] == 100
     assert docs[("WorkloadPriorityClass", "training-priority")]["value"] == 50
     assert ("Namespace", "hyperpod-ns-smith") in docs
+
+
+def test_topology_levels_as_a_kueue_topology(crds: Crds):
+    docs = {(d["kind"], d["metadata"]["name"]): d for d in check(CORPUS["tests/sim/test_topology.py:21"], crds)}
+    assert docs[("Topology", "t")]["spec"] == {"levels": [
+        {"nodeLabel": "fairpod.dev/topology-block"}, {"nodeLabel": "fairpod.dev/topology-rack"},
+        {"nodeLabel": "kubernetes.io/hostname"}]}
+    assert docs[("ResourceFlavor", "unit1")]["spec"]["topologyName"] == "t"

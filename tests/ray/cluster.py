@@ -74,15 +74,20 @@ class RayTestCluster:
                  cpus: int = 2) -> RayNodeProc:
         return self.add_nodes([(name, itype, gpus, label, cpus)])[0]
 
-    def add_nodes(self, specs: list[tuple[str, str | None, int, bool, int]]) -> list[RayNodeProc]:
-        """Start worker nodes (name, instance type, GPUs, type as a label, CPUs) at once; wait until all joined."""
+    def add_nodes(self, specs: list[tuple[str, str | None, int, bool, int]],
+                  labels: dict[str, str] | None = None) -> list[RayNodeProc]:
+        """Start worker nodes (name, instance type, GPUs, type as a label, CPUs) at once, each with ``labels``
+        (Ray node labels) if given; wait until all joined."""
         started = []
         for name, itype, gpus, label, cpus in specs:
             args = ["--address", self.address, "--num-cpus", str(cpus), "--num-gpus", str(gpus)]
+            own = dict(labels or {})
             if itype and label:
-                args += ["--labels", f"fairpod/instance-type={itype}"]
+                own["fairpod/instance-type"] = itype
             elif itype:
                 args += ["--resources", json.dumps({f"fairpod/instance-type:{itype}": 1})]
+            if own:
+                args += ["--labels", ",".join(f"{k}={v}" for k, v in own.items())]
             started.append(self._spawn(name, args))
         for node in started:
             node.node_id = self._wait_alive(node)

@@ -233,3 +233,42 @@ def test_pod_env_like_the_training_operator(tmp_path: Path):
     assert resolve("/usr/local/bin/mytool", str(tool.parent)) == str(tool)
     assert resolve("/usr/local/bin/nothing-like-it", str(tool.parent)) is None
     assert resolve("mytool", None) == "mytool"
+
+
+def test_manifest_topology_annotations():
+    base = manifests("fsdp-smith.yaml")[-1]
+    assert "required_topology" not in convert(base, python="/py", cwd="/work").body
+    doc = json.loads(json.dumps(base))
+    tpl = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]
+    tpl.setdefault("metadata", {})["annotations"] = {
+        "kueue.x-k8s.io/podset-required-topology": "cloud.provider.com/topology-rack"}
+    assert convert(doc, python="/py", cwd="/work").body["required_topology"] == "rack"
+    tpl["metadata"]["annotations"] = {"kueue.x-k8s.io/podset-preferred-topology": "block"}
+    assert convert(doc, python="/py", cwd="/work").body["preferred_topology"] == "block"
+    doc["metadata"].setdefault("annotations", {})["kueue.x-k8s.io/podset-required-topology"] = "rack"
+    with pytest.raises(ManifestError, match="give one, not both"):
+        convert(doc, python="/py", cwd="/work")
+
+
+def test_sbatch_topology_lines():
+    body, _, warnings = job_of("#!/bin/bash\n#SBATCH -N4\n#FAIRPOD --required-topology rack\nsrun hostname\n")
+    assert body["required_topology"] == "rack" and "preferred_topology" not in body and not warnings
+    body, _, _ = job_of("#!/bin/bash\n#SBATCH -N4\nsrun hostname\n", Setting("preferred_topology", "block",
+                                                                                 "command line"))
+    assert body["preferred_topology"] == "block"
+
+
+def test_manifest_mig_partitions():
+    doc = json.loads(json.dumps(manifests("fsdp-smith.yaml")[-1]))
+    c = doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    c["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": 2}}
+    for rtype in doc["spec"]["pytorchReplicaSpecs"]:
+        doc["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]["resources"] = c["resources"]
+    b = convert(doc, python="/py", cwd="/work").body
+    assert b["accelerator_partition_type"] == "mig-1g.10gb" and b["accelerator_partition_count"] == 2
+    assert "accelerators" not in b
+    c["resources"] = {"limits": {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/gpu": 1}}
+    for rtype in doc["spec"]["pytorchReplicaSpecs"]:
+        doc["spec"]["pytorchReplicaSpecs"][rtype]["template"]["spec"]["containers"][0]["resources"] = c["resources"]
+    with pytest.raises(ManifestError, match="whole GPUs and MIG partitions at once"):
+        convert(doc, python="/py", cwd="/work")

@@ -252,9 +252,10 @@ def cluster_show(a: argparse.Namespace) -> int:
     print()
     rows = []
     for t in v["teams"]:
-        per = per_node.get(t["instance_type"])
-        row = {**t, **{k: acc_nodes(t[k], per) for k in ("quota", "in_use", "borrowed", "lent", "available")}}
-        row["borrowed_from"] = ", ".join(f"{k}: {acc_nodes(n, per)}" for k, n in t["borrowed_from"].items()) or "-"
+        per, it = per_node.get(t["instance_type"]), t["instance_type"]
+        row = {**t, **{k: acc_nodes(t[k], per, it) for k in ("quota", "in_use", "borrowed", "lent", "available")}}
+        row["borrowed_from"] = ", ".join(f"{k}: {acc_nodes(n, per, it)}" for k, n in t["borrowed_from"].items()) \
+            or "-"
         rows.append(row)
     table(rows, [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"), ("in_use", "IN USE"),
                  ("borrowed", "BORROWED"), ("borrowed_from", "FROM"), ("lent", "LENT"), ("available", "AVAILABLE"),
@@ -275,11 +276,13 @@ def node_list(a: argparse.Namespace) -> int:
     nodes = sorted(Client().get("/nodes")["nodes"], key=lambda nd: natural(nd["name"]))
     if emit(nodes, a.output):
         return 0
-    rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free", "gpus": gpu_text(nd)}
-            for nd in nodes]
-    table(rows, [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("gpus", "GPU"), ("health_status", "HEALTH"),
-                 ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"),
-                 ("jobs", "JOBS")])
+    rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free", "gpus": gpu_text(nd),
+             "topo": " ".join(f"{lv}={d}" for lv, d in (nd.get("topology") or {}).items())} for nd in nodes]
+    cols = [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("gpus", "GPU"), ("health_status", "HEALTH"),
+            ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"), ("jobs", "JOBS")]
+    if any(nd.get("topology") for nd in nodes):
+        cols.append(("topo", "TOPOLOGY"))
+    table(rows, cols)
     return 0
 
 

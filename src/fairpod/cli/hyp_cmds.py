@@ -5,7 +5,8 @@ same in fairpod.
         [--namespace hyperpod-ns-TEAM] [--priority CLASS-priority] [--max-retry N] [--instance-type T]
         [--node-count N] [--accelerators N] [--vcpu N] [--memory GIB] [--tasks-per-node N|auto]
         [--deep-health-check-passed-nodes-only [true|false]] [--environment JSON] [--label-selector JSON]
-        [--image IMAGE] [--pull-policy P] --command '[python, train.py]' [--args '[--epochs, 3]']
+        [--required-topology LABEL | --preferred-topology LABEL]
+        [--accelerator-partition-type mig-1g.10gb --accelerator-partition-count N] [--image IMAGE] [--pull-policy P] --command '[python, train.py]' [--args '[--epochs, 3]']
     fairpod hyp list hyp-pytorch-job [-n hyperpod-ns-TEAM]
     fairpod hyp describe|delete|list-pods hyp-pytorch-job --job-name NAME [-n hyperpod-ns-TEAM]
     fairpod hyp get-logs hyp-pytorch-job --job-name NAME --pod-name NAME-pod-I [-n hyperpod-ns-TEAM]
@@ -15,7 +16,7 @@ pods are its replicas, ``<job>-pod-<i>``. ``--max-retry N`` turns auto-resume on
 HyperPod's training operator does. The replicas run as a PyTorchJob's pods would (``fairpod.kube.pod``: the
 ``PET_*`` variables torchrun reads). The container image cannot be used here: the command runs on the
 node, and the image is only reported. Flags whose meaning fairpod cannot give (volumes, service accounts,
-topology, separate limits) are refused with one line, never silently dropped.
+separate limits) are refused with one line, never silently dropped.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any, NoReturn
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
+from fairpod.cli.job_cmds import topology_level
 from fairpod.cli.output import ago, emit_json, table
 
 KIND = "hyp-pytorch-job"
@@ -45,8 +47,6 @@ UNSUPPORTED = {
     "--service-account-name": "there are no Kubernetes service accounts: replicas run as the team's OS user "
                               "(run_as in the cluster spec)",
     "--scheduler-type": "fairpod's scheduler places every job",
-    "--preferred-topology": "fairpod does not place by network topology",
-    "--required-topology": "fairpod does not place by network topology",
     "--accelerators-limit": "a fairpod replica gets exactly what it requests (--accelerators)",
     "--vcpu-limit": "a fairpod replica gets exactly what it requests (--vcpu)",
     "--memory-limit": "a fairpod replica gets exactly what it requests (--memory)",
@@ -154,6 +154,13 @@ def _create_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--environment", type=_json_map, metavar="JSON", help='\'{"KEY": "value"}\'')
     p.add_argument("--label-selector", "--label_selector", type=_json_map, metavar="JSON",
                    help="node labels: the instance type and deep health check labels are understood")
+    p.add_argument("--required-topology", type=topology_level, metavar="LABEL",
+                   help="all replicas in one domain of this topology level (a level of the cluster spec, or its "
+                   "node label, e.g. topology.k8s.aws/network-node-layer-3)")
+    p.add_argument("--preferred-topology", type=topology_level, metavar="LABEL",
+                   help="replicas in as few domains of this topology level as fit")
+    p.add_argument("--accelerator-partition-type", metavar="PROFILE", help="a MIG profile, e.g. mig-1g.10gb")
+    p.add_argument("--accelerator-partition-count", type=int, metavar="N", help="MIG partitions per node")
     p.add_argument("--image", help="reported only: the command runs on the node, not in the image")
     p.add_argument("--pull-policy", help="reported only, like --image")
     p.add_argument("--command", type=_list, metavar="LIST", help="'[python, train.py]'")
@@ -216,6 +223,10 @@ def create(a: argparse.Namespace) -> int:
                            "and deep health check only")
     if dhc:
         body["deep_health_check_passed_nodes_only"] = True
+    for key in ("required_topology", "preferred_topology", "accelerator_partition_type",
+                "accelerator_partition_count"):
+        if getattr(a, key) is not None:
+            body[key] = getattr(a, key)
     env = dict(a.environment or {})
     pet: dict[str, Any] = {"elastic": False}
     if a.tasks_per_node is not None:

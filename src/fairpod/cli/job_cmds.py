@@ -38,7 +38,11 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "expected_duration_seconds": "--expected-duration",
              "deep_health_check_passed_nodes_only": "--deep-health-check-passed-nodes-only",
              "max_runtime_seconds": "--max-runtime", "hang_timeout_seconds": "--hang-timeout",
-             "hang_action": "--hang-action", "array": "--array", "job": "the job"}  # fmt: skip
+             "hang_action": "--hang-action", "required_topology": "--required-topology",
+             "preferred_topology": "--preferred-topology",
+             "accelerator_partition_type": "--accelerator-partition-type",
+             "accelerator_partition_count": "--accelerator-partition-count",
+             "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
@@ -96,6 +100,16 @@ def team_name(v: str) -> str:
             f"{v!r} is not a team: use lower-case letters, digits and '-', at most 40 characters "
             "(or hyperpod-ns-<team>)")
     return team
+
+
+def topology_level(v: str) -> str:
+    """A topology level of the cluster spec (e.g. rack); also as a Kueue node label (…/topology-rack)."""
+    level = v.rsplit("/", 1)[-1]
+    level = level[len("topology-"):] if level.startswith("topology-") and len(level) > 9 else level
+    if not re.fullmatch(NAME_RE, level) or len(level) > 40:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a topology level: give one of the cluster's "
+                                         "topology_levels, e.g. rack")
+    return level
 
 
 def priority_class(v: str) -> str:
@@ -163,6 +177,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or only idle GPUs")
     p.add_argument("--hang-action", choices=["notify", "restart", "cancel"],
                    help="what a hang does: an event (default), a restart (counts against --max-retry), a cancel")
+    p.add_argument("--required-topology", type=topology_level, metavar="LEVEL",
+                   help="all replicas in one domain of this topology level (e.g. rack), else the job waits")
+    p.add_argument("--preferred-topology", type=topology_level, metavar="LEVEL",
+                   help="replicas in as few domains of this topology level (e.g. rack) as fit now")
+    p.add_argument("--accelerator-partition-type", metavar="PROFILE",
+                   help="run on nodes whose GPUs are split into this MIG profile (e.g. mig-1g.10gb)")
+    p.add_argument("--accelerator-partition-count", type=whole(1, 1024), metavar="N",
+                   help="MIG partitions per node (default 1; needs --accelerator-partition-type)")
     p.add_argument("--array", type=array_spec, metavar="SPEC",
                    help="submit a job array: one task per index (0-199, 1,3,5, 0-99:2), at most N at a time with "
                    "%%N; each task gets FAIRPOD_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID")
@@ -261,7 +283,9 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
              "min_runtime_seconds": a.min_runtime, "expected_duration_seconds": a.expected_duration,
              "deep_health_check_passed_nodes_only": a.deep_health_check_passed_nodes_only,
              "max_runtime_seconds": a.max_runtime, "hang_timeout_seconds": a.hang_timeout,
-             "hang_action": a.hang_action}
+             "hang_action": a.hang_action, "required_topology": a.required_topology,
+             "preferred_topology": a.preferred_topology, "accelerator_partition_type": a.accelerator_partition_type,
+             "accelerator_partition_count": a.accelerator_partition_count}
     body.update({k: v for k, v in flags.items() if v is not None})
     if a.env:
         body["env"] = {**(body.get("env") or {}), **_kv(a.env)}
@@ -406,6 +430,7 @@ def get_job(a: argparse.Namespace) -> int:
               ("Instance type", j["instance_type"]),
               ("Nodes", f"{j['nodes']} x {j['accelerators_per_node']} accelerators"),
               ("Placement", ", ".join(j["placement"]) or "-"),
+              ("Topology", topology_text(j.get("topology"))),
               ("Borrowed from", borrowed_text(j, per)),
               ("Restarts", f"{j['restarts']} of {j['max_retry']}" + (" (auto-resume)" if j["auto_resume"] else
                                                                      " (no auto-resume)")),
@@ -419,6 +444,23 @@ def get_job(a: argparse.Namespace) -> int:
     for e in j["events"][-20:]:
         print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {reason_in_units(e['message'], per)}")
     return 0
+
+
+def topology_text(t: dict[str, Any] | None) -> str | None:
+    """'requires one rack; placed in rack r1 (block b0)' — None where the cluster has no topology levels."""
+    if not t:
+        return None
+    ask = (f"requires one {t['required']}" if t.get("required") else
+           f"prefers one {t['preferred']}" if t.get("preferred") else "no constraint")
+    placed = t.get("placed")
+    if not placed:
+        return ask
+    levels = list(placed)
+    inner = levels[-1]
+    where = f"{inner} {', '.join(placed[inner])}" if len(placed[inner]) == 1 else \
+        f"{len(placed[inner])} {inner}s ({', '.join(placed[inner])})"
+    outer = [f"{lv} {', '.join(placed[lv])}" for lv in reversed(levels[:-1])]
+    return f"{ask}; placed in {where}" + (f" ({'; '.join(outer)})" if outer else "")
 
 
 def _checkpoint(c: dict[str, Any]) -> str:

@@ -82,11 +82,14 @@ def nodes_of(acc: int, per_node: int | None) -> str:
     return f"{text} node{'' if n == 1 else 's'}"
 
 
-def acc_nodes(acc: int, per_node: int | None) -> str:
-    """'12 acc (3 nodes)': accelerators, with the nodes they make where the node size is known."""
-    nodes = nodes_of(acc, per_node)
+def acc_nodes(acc: int, per_node: int | None, itype: str = "") -> str:
+    """'12 acc (3 nodes)': accelerators, with the nodes they make where the node size is known; '14 partitions'
+    for a MIG-partitioned instance type (``ml.p5.48xlarge.mig-1g.10gb``)."""
     if not acc:
         return "0"
+    if re.search(r"\.mig-[0-9]+g\.[0-9]+gb$", itype):
+        return f"{acc} partition{'' if acc == 1 else 's'}"
+    nodes = nodes_of(acc, per_node)
     return f"{acc} acc ({nodes})" if nodes else f"{acc} acc"
 
 

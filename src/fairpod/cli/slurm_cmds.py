@@ -32,8 +32,8 @@ SBATCH_EPILOG = """directives: -J/--job-name, -N/--nodes, --ntasks-per-node, -n/
 --exclusive, --wait-all-nodes, --requeue/--no-requeue, -A/--account (team), -p/--partition (instance type),
 -q/--qos (priority class), -D/--chdir, --export, -a/--array (a job array: 0-199%%16 runs at most 16 tasks at
 a time; each task gets SLURM_ARRAY_TASK_ID, %%a and %%A in file names). #FAIRPOD: --team, --priority,
---auto-resume, --no-auto-resume, --max-retry, --instance-type, --accelerators, --grace-seconds, --min-runtime.
-Unknown #SBATCH options are reported and ignored; --dependency and --hold are refused.
+--auto-resume, --no-auto-resume, --max-retry, --instance-type, --accelerators, --grace-seconds, --min-runtime,
+--required-topology, --preferred-topology. Unknown #SBATCH options are reported and ignored; --dependency and --hold are refused.
 example: fairpod sbatch 1.conda-train.sbatch"""
 
 
@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     f = p.add_argument_group("fairpod options (override the script's #FAIRPOD lines)")
     for flag, key in (("--team", "team"), ("--priority", "priority"), ("--max-retry", "max_retry"),
                       ("--instance-type", "instance_type"), ("--accelerators", "accelerators"),
-                      ("--grace-seconds", "grace_seconds"), ("--min-runtime", "min_runtime")):
+                      ("--grace-seconds", "grace_seconds"), ("--min-runtime", "min_runtime"),
+                      ("--required-topology", "required_topology"), ("--preferred-topology", "preferred_topology")):
         f.add_argument(flag, dest=f"s_{key}", metavar=key.upper())
     for flag, key in (("--auto-resume", "auto_resume"), ("--no-auto-resume", "no_auto_resume")):
         f.add_argument(flag, dest=f"s_{key}", action="store_true", default=None)

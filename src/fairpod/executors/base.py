@@ -22,6 +22,7 @@ class ReplicaLaunch:
     node: str
     accelerators: tuple[int, ...] = ()
     real_gpus: bool = False  # True: accelerators are CUDA device indices; False: slots of a virtual node
+    devices: tuple[str, ...] = ()  # real GPUs: the CUDA devices when not the indices (MIG device UUIDs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,8 +81,9 @@ def replica_env(job: JobLaunch, replica: ReplicaLaunch, master_addr: str, master
         MASTER_PORT=str(master_port),
     )
     if replica.real_gpus:  # exactly the GPUs the engine placed the replica on, also for container runtimes
-        env["CUDA_VISIBLE_DEVICES"] = accel
-        env["NVIDIA_VISIBLE_DEVICES"] = accel
+        visible = ",".join(replica.devices) if replica.devices else accel
+        env["CUDA_VISIBLE_DEVICES"] = visible
+        env["NVIDIA_VISIBLE_DEVICES"] = visible
     return env
 
 

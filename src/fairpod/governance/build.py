@@ -22,6 +22,7 @@ def empty_snapshot(spec: ClusterSpec, now: float = 0.0) -> Snapshot:
         idle_sharing=p.idle_resource_sharing == Toggle.ENABLED,
         starvation_guard=p.starvation_guard_seconds,
         now=now,
+        topology_levels=tuple(spec.cluster.topology_levels),
     )
 
 
@@ -45,9 +46,10 @@ def snapshot_from_spec(spec: ClusterSpec, now: float = 0.0, *, passed: bool = Tr
     snap = empty_snapshot(spec, now)
     cat = spec.catalog()
     for g in spec.cluster.instance_groups:
-        cap = node_res(cat[g.instance_type])
+        cap = node_res(cat[g.node_type])
         for i in range(g.count):
-            snap.add_node(f"{g.name}-{i}", g.instance_type, cap, passed=passed)
+            name = f"{g.name}-{i}"
+            snap.add_node(name, g.node_type, cap, passed=passed, topology=spec.node_topology(g.name, name))
     for t in spec.teams:
         snap.add_team(engine_team(spec, t.name))
     return snap

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 
+from fairpod.governance import topology
 from fairpod.governance.snapshot import Snapshot, Workload
 
 
@@ -16,13 +17,16 @@ def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -
 
     ``reserved`` maps node name to the job it is held for; other jobs may not use it. Nodes are taken in
     best-fit order, (free accelerators, not deep-check-passed, free mCPU, free MiB, name), from the
-    snapshot's fit index, so a placement looks at the fitting nodes only, not at every node.
+    snapshot's fit index, so a placement looks at the fitting nodes only, not at every node. In a cluster
+    with topology levels, ``fairpod.governance.topology`` chooses instead (domains first, then nodes).
     """
     r = w.req
     n = w.n
     pf = snap.pool(w.itype).free
     if r.acc * n > pf[0] or r.mcpu * n > pf[1] or r.mib * n > pf[2]:
         return None
+    if snap.levels or w.topology_required:
+        return topology.place(snap, w, reserved)
     a, c, m = r
     buckets = snap.fit_index.get(w.itype, {})
     fits: list[str] = []
@@ -59,11 +63,11 @@ def never_fits(snap: Snapshot, w: Workload) -> str | None:
         return f"no {kind}{w.itype} node"
     if len(ok) < w.n:
         return f"needs {w.n} {kind}{w.itype} nodes, the cluster has {len(ok)}"
-    return None
+    return topology.never_fits(snap, w, ok)
 
 
 def why_not(snap: Snapshot, w: Workload) -> str:
     """A readable reason why ``w`` cannot be placed now."""
-    return never_fits(snap, w) or (
+    return never_fits(snap, w) or topology.why_not(snap, w) or (
         f"waiting for capacity: fewer than {w.n} {w.itype} nodes have {w.req.acc} free accelerators each"
     )

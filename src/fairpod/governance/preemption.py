@@ -12,10 +12,10 @@ Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in 
 
 from __future__ import annotations
 
-from fairpod.governance import fairshare, quota
+from fairpod.governance import fairshare, quota, topology
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Node, Snapshot, Workload
 
 # A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
 FAIR_SHARE_MAX_PREEMPTIONS = 2
@@ -47,7 +47,8 @@ def _fits(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | N
 
 
 def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dict[str, str]) -> bool:
-    """Could ``w`` be placed if every candidate were stopped? (A cheap bound before trying victims.)"""
+    """Could ``w`` be placed if every candidate were stopped? (A cheap bound before trying victims; with a required
+    topology level, only if one domain of it would have enough nodes.)"""
     freed: dict[str, list[int]] = {}
     for v in cands:
         r = v.req
@@ -57,7 +58,11 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
             f[1] += r.mcpu
             f[2] += r.mib
     a, c, m = w.req
-    fit = 0
+    lv = topology.level_of(snap, w)
+    one = lv is not None and lv[1]  # a required level: the nodes must be in one domain of it
+    if one and lv[0] < 0:
+        return False
+    fit: list[Node] = []
     for nd in snap.by_type.get(w.itype, ()):
         if not nd.schedulable or (w.passed_only and not nd.health_passed):
             continue
@@ -65,10 +70,10 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
             continue
         f = freed.get(nd.name, (0, 0, 0))
         if nd.free[0] + f[0] >= a and nd.free[1] + f[1] >= c and nd.free[2] + f[2] >= m:
-            fit += 1
-            if fit >= w.n:
+            fit.append(nd)
+            if not one and len(fit) >= w.n:
                 return True
-    return False
+    return one and lv is not None and topology.largest(fit, lv[0])[1] >= w.n
 
 
 def plan(

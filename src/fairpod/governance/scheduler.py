@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from fairpod.governance import fairshare, preemption, quota
+from fairpod.governance import fairshare, preemption, quota, topology
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.placement import never_fits, place, why_not
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
@@ -191,12 +191,16 @@ class _Cycle:
             return
         a, c, m = w.req
         taken = self.reserved.keys() | self.held_for_borrower.keys()
-        free = heapq.nsmallest(w.n, (  # the nodes closest to having room for a replica
+        near = (  # the nodes closest to having room for a replica
             (max(0, a - f[0]), max(0, c - f[1]), max(0, m - f[2]), nd.name)
             for nd in snap.by_type.get(w.itype, ())
             if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
             for f in (nd.free,)
-        ))
+        )
+        if w.topology_required and snap.levels:
+            free = topology.hold(snap, w, sorted(near))  # all in one domain of its required level
+        else:
+            free = heapq.nsmallest(w.n, near)
         held = self.reserved if within else self.held_for_borrower
         ready = snap.now if len(free) == w.n else math.inf
         for *deficit, name in free:

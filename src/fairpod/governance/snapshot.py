@@ -29,6 +29,7 @@ class Node:
     health_passed: bool = False  # deep health check Passed
     jobs: set[str] = field(default_factory=set)
     stamp: int = 0  # bumped when its free room changes: older entries of it in the fit index are stale
+    topo: tuple[str, ...] = ()  # its domain at each topology level, outermost first ("b1", "b1/r3"; see topology)
 
 
 @dataclass(slots=True, eq=False)
@@ -46,6 +47,8 @@ class Workload:
     enqueued: float | None = None  # when it last entered the queue (submit, or its last preemption)
     min_runtime: float = 0.0
     passed_only: bool = False
+    topology: str | None = None  # a topology level: all replicas in one domain of it (required) or few (preferred)
+    topology_required: bool = False
     preemptions: int = 0  # how often it was preempted so far
     expected: float | None = None  # seconds it is expected to run from its (next) start; None: unknown
     # while running
@@ -56,12 +59,14 @@ class Workload:
     reason: str = ""
     borrowed_from: dict[str, int] = field(default_factory=dict)
     total: Res = field(init=False)  # n x req, the whole gang
-    shape: tuple[str, int, Res, bool] = field(init=False)  # jobs of one shape fit or fail alike
+    shape: tuple = field(init=False)  # jobs of one shape fit or fail alike
 
     def __post_init__(self) -> None:
         r = self.req
         self.total = Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
         self.shape = (self.itype, self.n, self.req, self.passed_only)
+        if self.topology is not None:
+            self.shape += (self.topology, self.topology_required)
 
     def ends_by(self) -> float:
         """When a running job is expected to end (inf when unknown)."""
@@ -194,7 +199,9 @@ class Snapshot:
         idle_sharing: bool = False,
         starvation_guard: float = 600.0,
         now: float = 0.0,
+        topology_levels: tuple[str, ...] = (),
     ) -> None:
+        self.levels = tuple(topology_levels)  # the topology's levels, outermost first (e.g. block, rack)
         self.task_ranking = task_ranking
         self.fair_share = fair_share
         self.idle_sharing = idle_sharing
@@ -223,10 +230,12 @@ class Snapshot:
             p = self.pools[itype] = Pool()
         return p
 
-    def add_node(self, name: str, itype: str, cap: Res, *, schedulable: bool = True, passed: bool = False) -> Node:
+    def add_node(self, name: str, itype: str, cap: Res, *, schedulable: bool = True, passed: bool = False,
+                 topology: tuple[str, ...] = ()) -> Node:
+        """Add a node; ``topology`` is its domain name at each of ``levels`` ("" where unknown)."""
         if name in self.nodes:
             raise ValueError(f"node {name!r} already exists")
-        n = Node(name, itype, cap, list(cap), schedulable, passed)
+        n = Node(name, itype, cap, list(cap), schedulable, passed, topo=domain_ids(name, topology, len(self.levels)))
         self.nodes[name] = n
         self.by_type.setdefault(itype, []).append(n)
         self.index(n)
@@ -422,6 +431,23 @@ class Snapshot:
             return list(p.quota_lend)
         ua = self.unallocated(itype)
         return [p.quota_lend[d] + ua[d] for d in range(3)]
+
+
+def domain_ids(node: str, values: tuple[str, ...], levels: int) -> tuple[str, ...]:
+    """A node's domain id at each level: the path of domain names down to it ("b1", "b1/r3"). A node with no
+    name at some level is a domain of its own from there down ("b1/?node"; it shares that domain with no other
+    node)."""
+    out: list[str] = []
+    path = ""
+    own = False
+    for i in range(levels):
+        v = values[i] if i < len(values) else ""
+        if not own:
+            own = not v
+            step = f"?{node}" if own else v
+            path = f"{path}/{step}" if path else step
+        out.append(path)
+    return tuple(out)
 
 
 def _add(v: Vec, r: Res | Vec, k: int) -> None:

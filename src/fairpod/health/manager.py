@@ -110,6 +110,9 @@ class HealthManager:
         acc = itype.accelerators if itype else 0
         group = next((g for g in self.cp.spec.cluster.instance_groups if nd and g.name == nd.instance_group), None)
         real = group is not None and group.accelerators_are == "gpus"
+        if group is not None and group.accelerator_partition_type and group.instance_type in cat:
+            itype = cat[group.instance_type]  # MIG partitions: the node still has its GPUs
+            acc = itype.accelerators
         th = (group.gpu_thresholds if group and group.gpu_thresholds
               else gpu_thresholds(itype.accelerator_kind or "") if itype else GENERIC_GPU)
         base = Probe(node, self.scratch, acc, virtual_gpus=not real, thresholds=th)

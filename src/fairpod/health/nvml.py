@@ -4,7 +4,7 @@ Three sources, tried in order, and every caller is told which one answered:
 
 1. ``FAIRPOD_FAKE_NVML=<file.json>``: a **FAKE** NVML for tests on machines without GPUs, labelled as such in
    every reading and event (``source: "FAKE NVML (tests only)"``). The file holds ``{"gpus": [{"name": …,
-   "uuid": …, "memory_mib": …, optional readings …}]}``; it is read on every call, so a test can change a
+   "uuid": …, "memory_mib": …, optional readings, "mig_devices": [MIG device UUIDs] …}]}``; it is read on every call, so a test can change a
    reading (an XID, a GPU gone) while fairpod runs.
 2. NVML through ``pynvml`` (package ``nvidia-ml-py``).
 3. ``nvidia-smi --query-gpu`` (fewer readings: no XIDs, no retired pages).
@@ -48,6 +48,7 @@ class GpuReading:
     pcie_gen_max: int | None = None
     pcie_width: int | None = None
     pcie_width_max: int | None = None
+    mig_devices: list[str] = field(default_factory=list)  # UUIDs of its MIG devices, in index order (MIG mode on)
     source: str = "nvml"
 
     def as_event(self) -> dict[str, Any]:
@@ -121,12 +122,25 @@ def _nvml() -> list[GpuReading] | None:
             g.pcie_width = _try(lambda h=h: int(pynvml.nvmlDeviceGetCurrPcieLinkWidth(h)), None)
             g.pcie_width_max = _try(lambda h=h: int(pynvml.nvmlDeviceGetMaxPcieLinkWidth(h)), None)
             g.xid_errors = XID_WATCH.take(g.uuid)
+            g.mig_devices = _mig_devices(pynvml, h)
             out.append(g)
     except Exception:  # a device that stops answering mid-read: report what was read (a GPU fewer)
         pass
     finally:
         _try(pynvml.nvmlShutdown, None)
     return out
+
+
+def _mig_devices(pynvml: Any, h: Any) -> list[str]:
+    """The UUIDs of a GPU's MIG devices (none when MIG mode is off)."""
+    if _try(lambda: pynvml.nvmlDeviceGetMigMode(h)[0], 0) != 1:
+        return []
+    out = []
+    for k in range(_try(lambda: int(pynvml.nvmlDeviceGetMaxMigDeviceCount(h)), 0)):
+        mh = _try(lambda k=k: pynvml.nvmlDeviceGetMigDeviceHandleByIndex(h, k), None)
+        if mh is not None:
+            out.append(_try(lambda mh=mh: _text(pynvml.nvmlDeviceGetUUID(mh)), ""))
+    return [u for u in out if u]
 
 
 class XidWatch:

@@ -10,6 +10,10 @@ What is read (everything else is reported, never silently dropped):
   accelerators, ``cpu`` and ``memory`` vCPU and GiB; ``nodeSelector`` ``node.kubernetes.io/instance-type``
   is the instance type, ``sagemaker.amazonaws.com/deep-health-check-status: Passed`` keeps the job on
   nodes that passed the deep health check;
+* MIG partitions: a container limit ``nvidia.com/mig-1g.10gb: N`` asks for N partitions of that profile per
+  replica (``accelerator_partition_type`` / ``accelerator_partition_count``);
+* topology: Kueue's annotations ``kueue.x-k8s.io/podset-required-topology`` / ``…-preferred-topology`` (on the
+  job or its pod templates); the level is the label's last part (``…/topology-rack`` is the level ``rack``);
 * command: the container's ``command`` + ``args``, its ``env`` (``value`` entries) and ``workingDir``;
 * auto-resume: the annotations ``sagemaker.amazonaws.com/enable-job-auto-resume`` and
   ``sagemaker.amazonaws.com/job-max-retry-count``;
@@ -43,6 +47,8 @@ ACCEL_RESOURCES = ("nvidia.com/gpu", "aws.amazon.com/neurondevice", "aws.amazon.
 INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 DHC_LABEL = "sagemaker.amazonaws.com/deep-health-check-status"
 HEALTH_LABEL = "sagemaker.amazonaws.com/node-health-status"
+REQUIRED_TOPOLOGY = "kueue.x-k8s.io/podset-required-topology"
+PREFERRED_TOPOLOGY = "kueue.x-k8s.io/podset-preferred-topology"
 ENV_CONFIG = "FAIRPOD_PYTORCHJOB"
 DEFAULT_MAX_RETRY = 3
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -120,15 +126,21 @@ def _container(spec: dict[str, Any], where: str, warnings: list[str]) -> dict[st
     return _map(chosen, f"{where}.spec.containers[{chosen.get('name')}]")
 
 
-def _resources(c: dict[str, Any], where: str, warnings: list[str]) -> dict[str, float]:
+def _resources(c: dict[str, Any], where: str, warnings: list[str]) -> dict[str, Any]:
     res = _map(c.get("resources"), f"{where}.resources")
     limits, requests = _map(res.get("limits"), f"{where}.resources.limits"), _map(res.get("requests"),
                                                                                f"{where}.resources.requests")
-    out: dict[str, float] = {}
+    out: dict[str, Any] = {}
     ignored = []
     for key in sorted(set(limits) | set(requests)):
         v = limits.get(key, requests.get(key))
-        if key in ACCEL_RESOURCES:
+        mig = re.fullmatch(r"nvidia\.com/(mig-[0-9]+g\.[0-9]+gb)", key)
+        if mig:  # MIG partitions, as the GPU operator's mixed strategy names them
+            n = quantity(v, f"{where}.resources {key}")
+            if "accelerator_partition_type" in out or n != int(n) or n < 1:
+                raise ManifestError(f"{where}.resources {key}: one MIG profile, a whole number of partitions")
+            out.update(accelerator_partition_type=mig.group(1), accelerator_partition_count=int(n))
+        elif key in ACCEL_RESOURCES:
             out["accelerators"] = out.get("accelerators", 0.0) + quantity(v, f"{where}.resources {key}")
         elif key == "cpu":
             out["vcpu"] = quantity(v, f"{where}.resources cpu")
@@ -138,6 +150,8 @@ def _resources(c: dict[str, Any], where: str, warnings: list[str]) -> dict[str, 
             ignored.append(key)
     if ignored:
         warnings.append(f"{where}.resources: {', '.join(ignored)} not known to fairpod; ignored")
+    if "accelerator_partition_type" in out and out.get("accelerators"):
+        raise ManifestError(f"{where}.resources: whole GPUs and MIG partitions at once; ask for one of them")
     return out
 
 
@@ -308,7 +322,27 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
         body["termination_grace_seconds"] = float(grace)
     if dhc_only:
         body["deep_health_check_passed_nodes_only"] = True
+    body.update(_topology([ann] + [_map(m.get("annotations"), "template.metadata.annotations")
+                                   for m, _, _ in templates.values()]))
     return Converted({k: v for k, v in body.items() if v is not None}, warnings, notes)
+
+
+def _topology(annotations: list[dict[str, Any]]) -> dict[str, str]:
+    """Kueue's podset topology annotations (on the job or its pod templates): the level is the node label's
+    last part, ``cloud.provider.com/topology-rack`` -> ``rack`` (a level of the cluster spec's topology_levels)."""
+    out: dict[str, str] = {}
+    for ann in annotations:
+        for key, field_name in ((REQUIRED_TOPOLOGY, "required_topology"), (PREFERRED_TOPOLOGY, "preferred_topology")):
+            if ann.get(key):
+                level = str(ann[key]).rsplit("/", 1)[-1]
+                level = level.removeprefix("topology-") or level
+                if out.get(field_name, level) != level:
+                    raise ManifestError(f"annotation {key}: the templates name different levels "
+                                        f"({out[field_name]}, {level})")
+                out[field_name] = level
+    if len(out) > 1:
+        raise ManifestError(f"annotations {REQUIRED_TOPOLOGY} and {PREFERRED_TOPOLOGY}: give one, not both")
+    return out
 
 
 def convert_all(docs: list[Any], *, python: str, cwd: str) -> tuple[list[Converted], list[str]]:

@@ -1,6 +1,9 @@
 """``fairpod export kueue``: a cluster spec as the Kueue objects that enforce the same policy on Kubernetes.
 
-* a ResourceFlavor per instance type (node label ``node.kubernetes.io/instance-type``);
+* a ResourceFlavor per instance type (node label ``node.kubernetes.io/instance-type``); with topology levels, a
+  Topology (``fairpod.dev/topology-<level>`` node labels, then ``kubernetes.io/hostname``) that every flavor
+  names, so that Kueue's topology-aware scheduling reads the podset topology annotations as fairpod reads
+  ``required_topology`` / ``preferred_topology``;
 * one Cohort, named after the cluster: every team's ClusterQueue is in it, so idle quota can be lent;
 * a ClusterQueue per team: ``nominalQuota`` per flavor for the accelerators (``nvidia.com/gpu``, Neuron devices
   for Trainium), ``cpu`` and ``memory``, exactly the quota fairpod resolves (millicores, MiB);
@@ -43,7 +46,7 @@ from fairpod.model.spec import (
 
 FILES = {  # file name -> kinds, in the order kubectl apply -f DIR reads them
     "00-namespaces.yaml": ("Namespace",),
-    "10-resourceflavors.yaml": ("ResourceFlavor",),
+    "10-resourceflavors.yaml": ("Topology", "ResourceFlavor"),
     "20-cohort.yaml": ("Cohort",),
     "30-clusterqueues.yaml": ("ClusterQueue",),
     "40-localqueues.yaml": ("LocalQueue",),
@@ -202,6 +205,10 @@ def unexpressible(spec: ClusterSpec) -> list[str]:
 
 
 def export_kueue(spec: ClusterSpec) -> Export:
+    for i, g in enumerate(spec.cluster.instance_groups):
+        if g.accelerator_partition_type:
+            raise ExportError(f"cluster.instance_groups[{i}].accelerator_partition_type: MIG partitions "
+                              f"({g.accelerator_partition_type}) are not exported to Kueue yet")
     cat = spec.catalog()
     flavors = flavor_names(spec)
     covered = sorted({K.accel_resource(cat[it].accelerator_kind) for it in flavors}) + [K.CPU, K.MEMORY]
@@ -211,6 +218,11 @@ def export_kueue(spec: ClusterSpec) -> Export:
     for t in spec.teams:
         objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": K.namespace(t.name)}})
     custom = {t.name for t in spec.instance_types}
+    levels = spec.cluster.topology_levels
+    if levels:
+        objs.append({"apiVersion": K.API, "kind": "Topology", "metadata": {"name": spec.cluster.name},
+                     "spec": {"levels": [{"nodeLabel": K.TOPOLOGY_LABEL + lv} for lv in levels]
+                              + [{"nodeLabel": K.HOSTNAME_LABEL}]}})
     for it, fname in flavors.items():
         meta: dict[str, Any] = {"name": fname}
         if it in custom:
@@ -218,7 +230,8 @@ def export_kueue(spec: ClusterSpec) -> Export:
         elif it not in BUILTIN_INSTANCE_TYPES:  # unreachable for a valid spec
             raise ExportError(f"unknown instance type {it!r}")
         objs.append({"apiVersion": K.API, "kind": "ResourceFlavor", "metadata": meta,
-                     "spec": {"nodeLabels": {K.INSTANCE_LABEL: it}}})
+                     "spec": {"nodeLabels": {K.INSTANCE_LABEL: it},
+                              **({"topologyName": spec.cluster.name} if levels else {})}})
     policy = spec.policy.model_dump(mode="json", exclude={"priority_classes"})
     objs.append({"apiVersion": K.API, "kind": "Cohort",
                  "metadata": {"name": spec.cluster.name,
@@ -245,7 +258,9 @@ def export_kueue(spec: ClusterSpec) -> Export:
     notes = unexpressible(spec)
     comments = {
         "00-namespaces.yaml": ["One namespace per team, as HyperPod task governance names them."],
-        "10-resourceflavors.yaml": ["One ResourceFlavor per instance type; nodes carry the instance-type label."],
+        "10-resourceflavors.yaml": ["One ResourceFlavor per instance type; nodes carry the instance-type label."]
+        + ([f"Topology {spec.cluster.name}: label each node {K.TOPOLOGY_LABEL}<level>=<its domain> for "
+            f"{', '.join(levels)}."] if levels else []),
         "20-cohort.yaml": [f"Cluster {spec.cluster.name}: every team's ClusterQueue lends and borrows in this "
                            "cohort.", "Node counts and policy knobs Kueue has no field for are kept in the "
                            "fairpod.dev/ annotations (read back by 'fairpod import kueue')."],

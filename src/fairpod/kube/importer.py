@@ -449,6 +449,12 @@ def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
                          "count nodes); set your cluster's node count")
     notes.append("idle compute allocation read as FairShare (Kueue's Configuration, not its objects, decides fair "
                  "sharing)")
+    for topo in objs.by_kind["Topology"]:
+        levels = [str(lv.get("nodeLabel")) for lv in (_map(topo.get("spec"), "Topology.spec").get("levels") or [])
+                  if isinstance(lv, dict)]
+        notes.append(f"Topology {_name(topo)} ({', '.join(levels)}): where each node sits is in the nodes' labels, "
+                     "not in Kueue objects; to place by topology, add cluster.topology_levels and each instance "
+                     "group's topology to the spec (docs/placement.md)")
     return {
         "cluster": {"name": cluster, "instance_groups": groups},
         "instance_types": custom,

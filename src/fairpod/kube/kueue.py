@@ -19,7 +19,7 @@ from fairpod.kube import quantity
 GROUP = "kueue.x-k8s.io"
 API = f"{GROUP}/v1beta2"
 READ_APIS = (f"{GROUP}/v1beta1", f"{GROUP}/v1beta2")
-KINDS = ("ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
+KINDS = ("Topology", "ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
 
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
 INSTANCE_LABELS = (INSTANCE_LABEL, "beta.kubernetes.io/instance-type")
@@ -38,6 +38,8 @@ ANN_TEAM = ANN + "team"
 ANN_INSTANCE_TYPE = ANN + "instance-type"
 ANN_PRIORITY_CLASS = ANN + "priority-class"
 ROLE_LABEL = ANN + "role"
+TOPOLOGY_LABEL = ANN + "topology-"  # + level: a node's domain at that level (cluster.topology_levels)
+HOSTNAME_LABEL = "kubernetes.io/hostname"
 UNALLOCATED = "fairpod-unallocated"  # the ClusterQueue lending unallocated capacity (idle resource sharing)
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

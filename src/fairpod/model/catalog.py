@@ -63,6 +63,36 @@ _ROWS: list[InstanceType] = [
 
 BUILTIN_INSTANCE_TYPES: dict[str, InstanceType] = {t.name: t for t in _ROWS}
 
+# MIG profiles per GPU model (NVIDIA's MIG user guide), named as HyperPod names accelerator partitions: profile ->
+# how many instances of it one GPU holds when the GPU is split into that profile only (its legal layout: e.g.
+# mig-3g.40gb at memory slices 0 and 4 of 8, mig-2g.20gb at 0, 2 and 4)
+_MIG_80GB = {"mig-1g.10gb": 7, "mig-1g.20gb": 4, "mig-2g.20gb": 3, "mig-3g.40gb": 2, "mig-4g.40gb": 1, "mig-7g.80gb": 1}
+MIG_PROFILES: dict[str, dict[str, int]] = {
+    "NVIDIA A100 40GB": {"mig-1g.5gb": 7, "mig-1g.10gb": 4, "mig-2g.10gb": 3, "mig-3g.20gb": 2, "mig-4g.20gb": 1,
+                         "mig-7g.40gb": 1},
+    "NVIDIA A100 80GB": _MIG_80GB,
+    "NVIDIA H100": _MIG_80GB,
+    "NVIDIA H200": {"mig-1g.18gb": 7, "mig-1g.35gb": 4, "mig-2g.35gb": 3, "mig-3g.71gb": 2, "mig-4g.71gb": 1,
+                    "mig-7g.141gb": 1},
+}
+
+
+PARTITIONED = re.compile(r"\.mig-[0-9]+g\.[0-9]+gb$")  # the name of a MIG-partitioned type ends so
+
+
+def partitioned(t: InstanceType, profile: str) -> InstanceType:
+    """A node of ``t`` whose GPUs are each split into ``profile`` partitions: its accelerators are the partitions
+    (``ml.p5.48xlarge.mig-1g.10gb``: 8 GPUs x 7 = 56). Raises ValueError naming the valid profiles."""
+    profiles = MIG_PROFILES.get(t.accelerator_kind or "")
+    if profiles is None:
+        models = ", ".join(MIG_PROFILES)
+        raise ValueError(f"{t.name} ({t.accelerator_kind or 'no accelerators'}) has no MIG partitions "
+                         f"(GPU models with MIG: {models})")
+    if profile not in profiles:
+        raise ValueError(f"{profile!r} is not a MIG profile of {t.accelerator_kind} ({', '.join(profiles)})")
+    return InstanceType(name=f"{t.name}.{profile}", accelerators=t.accelerators * profiles[profile], vcpu=t.vcpu,
+                        memory_gib=t.memory_gib, accelerator_kind=f"{t.accelerator_kind} {profile}")
+
 
 class GpuThresholds(BaseModel):
     """What a healthy GPU of one model must measure in the deep health check (floors are about half of

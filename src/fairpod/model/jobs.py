@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fairpod.model.catalog import InstanceType
-from fairpod.model.resources import Res, by_ratio, node_res
+from fairpod.model.resources import Res, by_ratio, node_res, partition_share
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, no_bool_numbers
 
 
@@ -73,6 +73,17 @@ class JobSpec(BaseModel):
         description="hung when no progress report and no output (or only idle GPUs) for this long")
     hang_action: Literal["notify", "restart", "cancel"] = Field(
         default="notify", description="what a hang does: an event, a restart (counts against max_retry), a cancel")
+    required_topology: str | None = Field(
+        default=None, pattern=NAME_PATTERN, max_length=40,
+        description="a topology level (e.g. rack): all replicas in one domain of it, else the job waits")
+    preferred_topology: str | None = Field(
+        default=None, pattern=NAME_PATTERN, max_length=40,
+        description="a topology level: replicas in as few domains of it as fit now")
+    accelerator_partition_type: str | None = Field(
+        default=None, pattern=r"^mig-[0-9]+g\.[0-9]+gb$",
+        description="a MIG profile (e.g. mig-1g.10gb): the replicas run on nodes whose GPUs are split into it")
+    accelerator_partition_count: int | None = Field(default=None, ge=1, le=1024,
+                                                    description="MIG partitions per replica (default 1)")
 
     @model_validator(mode="before")
     @classmethod
@@ -115,6 +126,23 @@ class ResolvedJob(BaseModel):
         return Res(*self.per_replica)
 
 
+def _partitioned_type(job: JobSpec, spec: ClusterSpec) -> str:
+    """The MIG-partitioned instance type a job asking for ``accelerator_partition_type`` runs on."""
+    p = job.accelerator_partition_type
+    groups = [g for g in spec.cluster.instance_groups if g.accelerator_partition_type == p
+              and job.instance_type in (None, g.instance_type, g.node_type)]
+    types = sorted({g.node_type for g in groups})
+    if not types:
+        have = sorted({g.node_type for g in spec.cluster.instance_groups if g.accelerator_partition_type})
+        where = f" of {job.instance_type}" if job.instance_type else ""
+        raise ValueError(f"accelerator_partition_type: no instance group{where} splits its GPUs into {p} "
+                         f"(partitioned types: {', '.join(have) or 'none'})")
+    if len(types) > 1:
+        raise ValueError(f"accelerator_partition_type: {p} exists on several instance types; name one with "
+                         f"instance_type ({', '.join(t.rsplit('.', 2)[0] for t in types)})")
+    return types[0]
+
+
 def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
     """Check a job against the cluster spec. Raises ValueError with a message a user can act on."""
     team = spec.team(job.team)
@@ -123,14 +151,25 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
         raise ValueError(f"team {job.team!r} does not exist (teams: {names})")
     cat = spec.catalog()
     itype_name = job.instance_type
+    partitions = job.accelerator_partition_count
+    if job.accelerator_partition_type is not None:
+        itype_name = _partitioned_type(job, spec)
+        partitions = partitions or 1
+        if job.accelerators is not None:
+            raise ValueError("give accelerators or accelerator_partition_count, not both (a partitioned node's "
+                             "accelerators are its MIG partitions)")
+    elif partitions is not None:
+        raise ValueError("accelerator_partition_count needs accelerator_partition_type (e.g. mig-1g.10gb)")
     if itype_name is None:
-        types = sorted({g.instance_type for g in spec.cluster.instance_groups})
+        types = sorted({g.node_type for g in spec.cluster.instance_groups})
         if len(types) != 1:
             raise ValueError(f"the cluster has several instance types; name one with instance_type ({', '.join(types)})")
         itype_name = types[0]
     if itype_name not in cat:
         raise ValueError(f"unknown instance type {itype_name!r}")
     itype: InstanceType = cat[itype_name]
+    if partitions is not None:
+        job = job.model_copy(update={"accelerators": float(partitions)})
     if job.accelerators is not None and job.accelerators != int(job.accelerators):
         raise ValueError(f"accelerators {job.accelerators:g}: a replica gets whole accelerators; give a whole "
                          "number (or none for the whole node)")
@@ -138,6 +177,8 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
         per = node_res(itype)
     else:
         per = by_ratio(itype, job.accelerators, job.vcpu, job.memory_gib)
+        if partitions is not None and job.vcpu is None and job.memory_gib is None:
+            per = partition_share(itype, partitions)
     whole = node_res(itype)
     if not per.fits_in(whole):
         raise ValueError(
@@ -155,6 +196,13 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
             and job.max_runtime_seconds > pc.max_runtime_seconds:
         raise ValueError(f"max_runtime_seconds: {job.max_runtime_seconds:g} s is above the {pc.name!r} class's maximum "
                          f"of {pc.max_runtime_seconds:g} s")
+    levels = spec.cluster.topology_levels
+    if job.required_topology is not None and job.preferred_topology is not None:
+        raise ValueError("give required_topology or preferred_topology, not both")
+    for what, level in (("required_topology", job.required_topology), ("preferred_topology", job.preferred_topology)):
+        if level is not None and level not in levels:
+            raise ValueError(f"{what}: the cluster has no topology level {level!r} (cluster.topology_levels: "
+                             f"{', '.join(levels) or 'none defined'})")
     if job.priority is not None:
         try:
             prio = spec.priority_weight(job.priority)

@@ -80,3 +80,11 @@ def by_ratio(
     mcpu = round(vcpu * 1000) if vcpu is not None else round(whole.mcpu * frac)
     mib = round(memory_gib * 1024) if memory_gib is not None else round(whole.mib * frac)
     return Res(acc, mcpu, mib)
+
+
+def partition_share(t: InstanceType, partitions: int) -> Res:
+    """``partitions`` MIG partitions of a node of the partitioned type ``t`` with their share of its CPU and memory,
+    rounded down, so that the node's partitions all fit it whatever counts the jobs ask for (rounding to nearest,
+    28 x 2 of 56 would ask 12 mCPU too many)."""
+    whole = node_res(t)
+    return Res(partitions, whole.mcpu * partitions // whole.acc, whole.mib * partitions // whole.acc)

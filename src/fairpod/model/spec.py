@@ -16,10 +16,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, GpuThresholds, InstanceType
+from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, GpuThresholds, InstanceType, partitioned
 from fairpod.model.resources import ZERO, Res, by_ratio, node_res
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+TOPOLOGY_VALUE = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"  # a rack's or block's name (a label value)
 USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"  # a POSIX login name
 
 
@@ -92,6 +93,19 @@ class InstanceGroup(_Strict):
     # health check tests the devices); slots: they are counted only (a demo, or a laptop's GPU left alone)
     accelerators_are: Literal["gpus", "slots"] = "slots"
     gpu_thresholds: GpuThresholds | None = None  # overrides the catalog's thresholds for this group's GPUs
+    # where its nodes sit in the cluster's topology (cluster.topology_levels): level -> domain, e.g.
+    # {block: b1, rack: r3}; node_topology overrides it per node (by node name, ``<group>-<i>``)
+    topology: dict[str, str] = Field(default_factory=dict, max_length=16)
+    node_topology: dict[str, dict[str, str]] = Field(default_factory=dict, max_length=10_000)
+    # MIG: every GPU of the group's nodes is split into this profile's partitions, which jobs and quotas count as
+    # the accelerators of the instance type <instance_type>.<profile> (docs/placement.md)
+    accelerator_partition_type: str | None = Field(default=None, pattern=r"^mig-[0-9]+g\.[0-9]+gb$")
+
+    @property
+    def node_type(self) -> str:
+        """The instance type of the group's nodes: its own, or its MIG-partitioned form."""
+        p = self.accelerator_partition_type
+        return f"{self.instance_type}.{p}" if p else self.instance_type
 
 
 class ExecutorInfo(_Strict):
@@ -117,6 +131,9 @@ class ClusterInfo(_Strict):
     executor: ExecutorInfo = Field(default_factory=ExecutorInfo)
     # OS user every replica runs as (fairpod must run as root to switch); a team's own run_as wins
     run_as: str | None = Field(default=None, pattern=USER_PATTERN, max_length=32)
+    # the network topology's levels, outermost first (e.g. [block, rack]; the host is implied below the last):
+    # jobs may ask for all their replicas in one domain of a level (docs/placement.md)
+    topology_levels: list[str] = Field(default_factory=list, max_length=8)
 
 
 class PriorityClass(_Strict):
@@ -195,6 +212,13 @@ class ClusterSpec(_Strict):
         cat = dict(BUILTIN_INSTANCE_TYPES)
         for t in self.instance_types:
             cat[t.name] = t
+        for g in self.cluster.instance_groups:  # MIG-partitioned types of the groups that split their GPUs
+            base = cat.get(g.instance_type)
+            if g.accelerator_partition_type and base is not None and g.node_type not in cat:
+                try:
+                    cat[g.node_type] = partitioned(base, g.accelerator_partition_type)
+                except ValueError:
+                    pass  # check_spec reports it
         return cat
 
     def capacity(self) -> dict[str, Res]:
@@ -202,8 +226,8 @@ class ClusterSpec(_Strict):
         cat = self.catalog()
         out: dict[str, Res] = {}
         for g in self.cluster.instance_groups:
-            one = node_res(cat[g.instance_type]).scale(g.count)
-            out[g.instance_type] = out.get(g.instance_type, ZERO) + one
+            one = node_res(cat[g.node_type]).scale(g.count)
+            out[g.node_type] = out.get(g.node_type, ZERO) + one
         return out
 
     def team_quota(self, team: Team) -> dict[str, Res]:
@@ -212,6 +236,20 @@ class ClusterSpec(_Strict):
         for q in team.quota:
             out[q.instance_type] = out.get(q.instance_type, ZERO) + q.resolve(cat[q.instance_type])
         return out
+
+    def node_topology(self, group: str, name: str, labels: dict[str, Any] | None = None) -> tuple[str, ...]:
+        """The domain of node ``name`` (of instance group ``group``) at each topology level, outermost first:
+        the spec's ``node_topology``, else its group's ``topology``, else the node's label of that name (a Ray
+        node's labels); "" where none says."""
+        g = next((g for g in self.cluster.instance_groups if g.name == group), None)
+        own = g.node_topology.get(name, {}) if g is not None else {}
+        grp = g.topology if g is not None else {}
+        labels = labels or {}
+        out = []
+        for level in self.cluster.topology_levels:
+            v = own.get(level) or grp.get(level) or labels.get(level)
+            out.append(v if isinstance(v, str) and re.fullmatch(TOPOLOGY_VALUE, v) else "")
+        return tuple(out)
 
     def gpus_are_real(self, group: str) -> bool:
         """Whether the accelerators of an instance group's nodes are real GPUs (``accelerators_are: gpus``)."""
@@ -306,12 +344,27 @@ def check_spec(spec: ClusterSpec) -> list[str]:
                 f"cluster.instance_groups[{i}].instance_type: unknown instance type {g.instance_type!r} "
                 f"(built-in: {known}; or define it under instance_types)"
             )
+        probs.extend(_topology_problems(spec, i, g))
+        if g.accelerator_partition_type and g.instance_type in cat:
+            try:
+                partitioned(cat[g.instance_type], g.accelerator_partition_type)
+            except ValueError as e:
+                probs.append(f"cluster.instance_groups[{i}].accelerator_partition_type: {e}")
+            if g.accelerators_are == "gpus" and spec.cluster.executor.kind == "ray":
+                probs.append(f"cluster.instance_groups[{i}].accelerator_partition_type: MIG partitions of real GPUs "
+                             "are not supported on Ray yet")
         for j, check in enumerate(g.deep_health_checks):
             if check not in ("InstanceStress", "InstanceConnectivity"):
                 probs.append(
                     f"cluster.instance_groups[{i}].deep_health_checks[{j}]: unknown check {check!r} "
                     "(InstanceStress, InstanceConnectivity)"
                 )
+    for name, n in Counter(spec.cluster.topology_levels).items():
+        if n > 1:
+            probs.append(f"cluster.topology_levels: {name!r} is listed {n} times")
+    for j, name in enumerate(spec.cluster.topology_levels):
+        if not re.fullmatch(NAME_PATTERN, name) or len(name) > 40:
+            probs.append(f"cluster.topology_levels[{j}]: {name!r} must be lower-case letters, digits and '-'")
     for name, n in Counter(p.name for p in spec.policy.priority_classes).items():
         if n > 1:
             probs.append(f"policy.priority_classes: {name!r} is defined {n} times")
@@ -351,6 +404,35 @@ def check_spec(spec: ClusterSpec) -> list[str]:
                     f"teams[*].quota: the quotas for {it} add up to {total.acc} accelerators / {total.vcpu:g} vCPU / "
                     f"{total.memory_gib:g} GiB, more than the cluster's {c.acc} / {c.vcpu:g} / {c.memory_gib:g}"
                 )
+    return probs
+
+
+def _topology_problems(spec: ClusterSpec, i: int, g: InstanceGroup) -> list[str]:
+    """An instance group's topology names known levels and valid domains, for its own nodes, and leaves no
+    level open when the cluster has levels (every node is in one domain of each level)."""
+    levels = spec.cluster.topology_levels
+    where = f"cluster.instance_groups[{i}]"
+    probs = []
+    names = {f"{g.name}-{k}" for k in range(g.count)}
+    for node in g.node_topology:
+        if node not in names:
+            probs.append(f"{where}.node_topology: {node!r} is not a node of group {g.name!r} "
+                         f"({g.name}-0 … {g.name}-{max(0, g.count - 1)})")
+    for field_name, labels in [("topology", g.topology)] + [(f"node_topology.{n}", t) for n, t in
+                                                            g.node_topology.items()]:
+        for level, value in labels.items():
+            if level not in levels:
+                probs.append(f"{where}.{field_name}.{level}: unknown topology level (cluster.topology_levels: "
+                             f"{', '.join(levels) or 'none'})")
+            elif not re.fullmatch(TOPOLOGY_VALUE, str(value)):
+                probs.append(f"{where}.{field_name}.{level}: {value!r} must be letters, digits, '-', '_' or '.' "
+                             "(at most 63)")
+    if levels and not probs and spec.cluster.executor.kind != "ray":
+        open_nodes = [n for n in sorted(names) if not all(
+            (g.node_topology.get(n, {}) | g.topology).get(lv) for lv in levels)]
+        if open_nodes:
+            probs.append(f"{where}: node {open_nodes[0]} has no domain for every topology level ({', '.join(levels)});"
+                         " give the group's topology or node_topology")
     return probs
 
 

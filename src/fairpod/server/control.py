@@ -39,6 +39,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
 from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
+from fairpod.governance.snapshot import domain_ids
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
@@ -119,6 +120,8 @@ class ControlPlane:
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
             passed_only=job.spec.deep_health_check_passed_nodes_only,
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
+            topology=job.spec.required_topology or job.spec.preferred_topology,
+            topology_required=job.spec.required_topology is not None,
         )  # fmt: skip
 
     def _rebuild(self) -> None:
@@ -137,7 +140,8 @@ class ControlPlane:
             if nd.instance_type not in cat:
                 continue
             snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]), schedulable=nd.schedulable,
-                          passed=nd.deep_health_check == DeepHealthCheck.PASSED)
+                          passed=nd.deep_health_check == DeepHealthCheck.PASSED,
+                          topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
         for t in spec.teams:
             snap.add_team(engine_team(spec, t.name))
         for job in self.store.list_jobs(finished=False):
@@ -453,7 +457,8 @@ class ControlPlane:
                 continue
             if not run.slots:
                 try:
-                    run.slots = self.slots.take_all(job.placement, job.acc, cat[job.instance_type].accelerators)
+                    run.slots = self.slots.take_all(job.placement, job.acc, cat[job.instance_type].accelerators,
+                                                    self._partitions_per_gpu(job.placement[0] if job.placement else ""))
                 except SlotsBusy as e:
                     log.debug("job %s waits for accelerator slots: %s", job.name, e)
                     continue
@@ -470,9 +475,48 @@ class ControlPlane:
             real = self._real_gpus[node] = nd is not None and self.spec.gpus_are_real(nd.instance_group)
         return real
 
+    def _partitions_per_gpu(self, node: str) -> int:
+        """How many accelerator slots of a node are one GPU: its group's MIG partitions per GPU, else 1."""
+        from fairpod.model.catalog import MIG_PROFILES
+
+        nd = self.store.get_node(node)
+        g = next((g for g in self.spec.cluster.instance_groups if nd is not None and g.name == nd.instance_group),
+                 None)
+        if g is None or not g.accelerator_partition_type:
+            return 1
+        kind = self.spec.catalog()[g.instance_type].accelerator_kind or ""
+        return MIG_PROFILES[kind][g.accelerator_partition_type]
+
+    def _partition_devices(self, node: str, slots: list[int]) -> tuple[str, ...]:
+        """The MIG device UUIDs of a node's partition slots (slot k: GPU k // per GPU, its MIG device k % per GPU),
+        from this host's NVML; () when the node's GPUs are not real or not partitioned. Raises ExecutorError when
+        a GPU does not have the MIG devices its group's profile says (MIG not configured so)."""
+        nd = self.store.get_node(node)
+        g = next((g for g in self.spec.cluster.instance_groups if nd is not None and g.name == nd.instance_group),
+                 None)
+        if g is None or not g.accelerator_partition_type or g.accelerators_are != "gpus":
+            return ()
+        from fairpod.health.nvml import read_gpus
+
+        per = self._partitions_per_gpu(node)
+        gpus, source = read_gpus()
+        out = []
+        for s in slots:
+            gpu, k = divmod(s, per)
+            if gpu >= len(gpus) or k >= len(gpus[gpu].mig_devices):
+                raise ExecutorError(f"node {node}: GPU {gpu} has no MIG device {k} ({source}); split its GPUs into "
+                                    f"{per} x {g.accelerator_partition_type} (nvidia-smi mig -cgi)")
+            out.append(gpus[gpu].mig_devices[k])
+        return tuple(out)
+
     def launch(self, job: Job, run: Run) -> None:
         """Start an admitted attempt on the slots :meth:`_ready` took for it."""
         ckpt = self.home / "checkpoints" / job.team / job_key(job)
+        try:
+            devices = {n: self._partition_devices(n, list(run.slots.get(n, []))) for n in job.placement}
+        except ExecutorError as e:
+            self._launch_failed(job, run, e)
+            return
         launch = JobLaunch(
             job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
             checkpoint_dir=str(ckpt),
@@ -480,7 +524,8 @@ class ControlPlane:
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team),
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
-                                         real_gpus=self._gpus_are_real(n)) for i, n in enumerate(job.placement)),
+                                         real_gpus=self._gpus_are_real(n), devices=devices[n])
+                           for i, n in enumerate(job.placement)),
         )  # fmt: skip
         if any(len(r.accelerators) != job.acc for r in launch.replicas):  # never short: _ready took them all
             raise RuntimeError(f"job {job.name}: accelerator slots {run.slots} do not match {job.acc} per node")
@@ -488,14 +533,17 @@ class ControlPlane:
         try:
             self.executor.launch(launch)
         except ExecutorError as e:
-            run.launched = True
-            for rank in range(job.nodes):
-                run.exits[str(rank)] = str(e)
-                run.codes[str(rank)] = None
-            self.begin_stop(job, run, STOP_FAIL, f"could not start: {e}")
-            self.stopped(self.store.get_job(job.id) or job, run)
+            self._launch_failed(job, run, e)
             return
         self._started(job, run)
+
+    def _launch_failed(self, job: Job, run: Run, e: ExecutorError) -> None:
+        run.launched = True
+        for rank in range(job.nodes):
+            run.exits[str(rank)] = str(e)
+            run.codes[str(rank)] = None
+        self.begin_stop(job, run, STOP_FAIL, f"could not start: {e}")
+        self.stopped(self.store.get_job(job.id) or job, run)
 
     def _started(self, job: Job, run: Run) -> None:
         """Record that an attempt's replicas exist (also when found live after a crash)."""
@@ -583,7 +631,8 @@ class ControlPlane:
         from fairpod.health.nvml import read_gpus
 
         by_index = {g.index: g for g in read_gpus()[0]}
-        held = [by_index[i] for n in nodes for i in run.slots[n] if i in by_index]
+        held = list({id(g): g for n in nodes for i in run.slots[n]
+                     if (g := by_index.get(i // self._partitions_per_gpu(n))) is not None}.values())
         if not held or any(g.utilization_pct is None for g in held):
             return None
         return [float(g.utilization_pct or 0) for g in held]
@@ -651,7 +700,8 @@ class ControlPlane:
                 self.event("NodeJoined", f"node {name} ({itype}) joined", node=name)
             if name not in self.snap.nodes:
                 self.snap.add_node(name, itype, node_res(cat[itype]), schedulable=node.schedulable,
-                                   passed=node.deep_health_check == DeepHealthCheck.PASSED)
+                                   passed=node.deep_health_check == DeepHealthCheck.PASSED,
+                                   topology=self.spec.node_topology(node.instance_group, name, node.labels))
         self.wake.set()
 
     def update_node(self, name: str, changes: dict[str, Any]) -> Node:
@@ -663,6 +713,9 @@ class ControlPlane:
             snode = self.snap.nodes.get(name)
             if snode is not None:
                 snode.health_passed = node.deep_health_check == DeepHealthCheck.PASSED
+                if "labels" in changes and self.snap.levels:  # a Ray node's topology labels may have changed
+                    snode.topo = domain_ids(name, self.spec.node_topology(node.instance_group, name, node.labels),
+                                            len(self.snap.levels))
                 if snode.schedulable != node.schedulable:
                     self.snap.set_schedulable(name, node.schedulable)
         self.wake.set()

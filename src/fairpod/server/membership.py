@@ -5,7 +5,8 @@ has a node table (``cluster_nodes()``, see :class:`fairpod.executors.ray.RayExec
 store and the engine's view follow that table:
 
 - a live Ray node that names an instance type of the cluster spec's catalog, with at least that type's
-  accelerators as GPUs, is a fairpod node (instance group ``ray``, labels ``ray_node_id``, ``ray_address``);
+  accelerators as GPUs, is a fairpod node (instance group ``ray``, labels ``ray_node_id``, ``ray_address``, and
+  its Ray labels named like the spec's ``topology_levels``, e.g. ``ray start --labels '{"rack": "r1"}'``);
   one that does not fit is left out, with a ``NodeIgnored`` event saying why;
 - a node that dies is a node fault (``NodeLost``, or ``HeartbeatLost`` when Ray's health checks missed it): it
   becomes Unschedulable and its jobs stop, auto-resume jobs restarting elsewhere as after any fault
@@ -100,6 +101,8 @@ def _sync(cp: Core, nodes: list[Any], mem: _Memory) -> None:
     for name, rn in live.items():
         node = stored.get(name)
         labels = {NODE_ID: rn.node_id, ADDRESS: rn.address}
+        own = dict(getattr(rn, "labels", ()))
+        labels.update({lv: own[lv] for lv in cp.spec.cluster.topology_levels if lv in own})  # its topology
         if node is not None and node.instance_type != rn.instance_type:
             if _busy(cp, name):
                 continue  # the old node's jobs are still stopping

@@ -28,7 +28,7 @@ def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) ->
     want: dict[str, tuple[str, str]] = {}
     for g in spec.cluster.instance_groups if spec.cluster.executor.kind != "ray" else []:
         for i in range(g.count):
-            want[f"{g.name}-{i}"] = (g.name, g.instance_type)
+            want[f"{g.name}-{i}"] = (g.name, g.node_type)
     have = {n.name: n for n in store.list_nodes()}
     for name, (group, itype) in want.items():
         if name not in have:

@@ -44,7 +44,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         if g is None:
             names = ", ".join(g.name for g in cp.spec.cluster.instance_groups)
             raise Problem(404, "no such instance group", f"no instance group {group!r} (there are: {names})")
-        group_type = g.instance_type
+        group_type = g.node_type
         group_nodes = {n.name for n in cp.store.list_nodes(instance_group=group)}
 
     def in_group(j: Job) -> bool:

@@ -77,20 +77,30 @@ class Slots:
         used = self.used.get(node, set())
         return [i for i in range(size) if i not in used]
 
-    def take(self, node: str, count: int, size: int) -> list[int]:
-        """``count`` free slots of ``node`` (of ``size``); SlotsBusy (taking none) if fewer are free."""
+    def take(self, node: str, count: int, size: int, per_gpu: int = 1) -> list[int]:
+        """``count`` free slots of ``node`` (of ``size``); SlotsBusy (taking none) if fewer are free. With MIG
+        partitions (``per_gpu`` slots make one GPU), all on one GPU when one has room: the GPU with the fewest
+        free partitions that still holds them (best fit, so that whole GPUs stay free); else lowest first."""
         free = self.free(node, size)
         if len(free) < count:
             raise SlotsBusy(f"node {node}: {len(free)} of {size} accelerator slots free, {count} asked")
-        self.used.setdefault(node, set()).update(free[:count])
-        return free[:count]
+        pick = free[:count]
+        if per_gpu > 1 and count <= per_gpu:
+            by_gpu: dict[int, list[int]] = {}
+            for i in free:
+                by_gpu.setdefault(i // per_gpu, []).append(i)
+            fits = [(len(v), gpu) for gpu, v in by_gpu.items() if len(v) >= count]
+            if fits:
+                pick = by_gpu[min(fits)[1]][:count]
+        self.used.setdefault(node, set()).update(pick)
+        return pick
 
-    def take_all(self, nodes: list[str], count: int, size: int) -> dict[str, list[int]]:
+    def take_all(self, nodes: list[str], count: int, size: int, per_gpu: int = 1) -> dict[str, list[int]]:
         """``count`` slots on every node of ``nodes``, all or none (SlotsBusy)."""
         taken: dict[str, list[int]] = {}
         try:
             for node in nodes:
-                taken[node] = self.take(node, count, size)
+                taken[node] = self.take(node, count, size, per_gpu)
         except SlotsBusy:
             for node, slots in taken.items():
                 self.give_back(node, slots)

@@ -62,7 +62,7 @@ def current_samples(cp: Core, groups_of: dict[str, str]) -> list[UsageSample]:
         cap = [sum(n.cap[d] for n in nodes) for d in range(3)]
         used = [sum(n.cap[d] - n.free[d] for n in nodes) for d in range(3)]
         out.append(UsageSample(
-            GROUP, g.name, g.instance_type, acc=used[0], vcpu=used[1] / 1000, memory_gib=used[2] / 1024,
+            GROUP, g.name, g.node_type, acc=used[0], vcpu=used[1] / 1000, memory_gib=used[2] / 1024,
             cap_acc=cap[0], cap_vcpu=cap[1] / 1000, cap_memory_gib=cap[2] / 1024, nodes=len(nodes),
             healthy_nodes=sum(1 for n in nodes if n.schedulable),
         ))  # fmt: skip

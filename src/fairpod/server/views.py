@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fairpod.governance.topology import domain_name
 from fairpod.model.catalog import InstanceType
 from fairpod.model.jobs import JobState
 from fairpod.server.arrays import array_view
@@ -53,6 +54,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
         "preemptions": job.preemptions,
         "placement": job.placement,
         "borrowed_from": job.borrowed_from,
+        "topology": topology_view(cp, job),
         "queue_position": queue_position(cp, job) if detail else None,
         "estimated_start": cp.eta.get(job),  # an estimate (fairpod.server.eta); None: unknown or not pending
         "expected_duration_seconds": job.spec.expected_duration_seconds,
@@ -70,6 +72,23 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             limits=limits_view(cp, job),
         )
     return out
+
+
+def topology_view(cp: ControlPlane, job: Job) -> dict[str, Any] | None:
+    """What the job asks of the topology and where it runs: per level (outermost first), the domains its
+    replicas are in. None in a cluster without topology levels."""
+    levels = cp.spec.cluster.topology_levels
+    if not levels:
+        return None
+    placed: dict[str, list[str]] = {lv: [] for lv in levels}
+    for name in job.placement or ():
+        nd = cp.snap.nodes.get(name)
+        for i, lv in enumerate(levels):
+            d = domain_name(nd.topo[i]) if nd is not None and i < len(nd.topo) else "?"
+            if d not in placed[lv]:
+                placed[lv].append(d)
+    return {"required": job.spec.required_topology, "preferred": job.spec.preferred_topology,
+            "placed": placed if job.placement else None}
 
 
 def limits_view(cp: ControlPlane, job: Job) -> dict[str, Any]:
@@ -130,6 +149,8 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
         "accelerators_are": "gpus" if cp.spec.gpus_are_real(node.instance_group) else "slots",
         "accelerator_kind": (cp.spec.catalog().get(node.instance_type) or _NO_TYPE).accelerator_kind,
         "gpu": node.labels.get("gpu"),  # model and memory as the last deep health check read them
+        "topology": ({lv: domain_name(snode.topo[i]) for i, lv in enumerate(cp.spec.cluster.topology_levels)}
+                     if snode is not None and len(snode.topo) == len(cp.spec.cluster.topology_levels) else None),
     }
 
 

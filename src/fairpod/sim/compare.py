@@ -38,7 +38,7 @@ def fcfs_spec(spec: ClusterSpec) -> ClusterSpec:
     doc = spec.model_dump(mode="json")
     counts: dict[str, int] = {}
     for g in spec.cluster.instance_groups:
-        counts[g.instance_type] = counts.get(g.instance_type, 0) + g.count
+        counts[g.node_type] = counts.get(g.node_type, 0) + g.count
     doc["policy"]["task_prioritization"] = "FirstComeFirstServe"
     doc["teams"] = [{"name": FCFS_TEAM, "fair_share_weight": 1, "sharing": {"strategy": "DontLend"},
                      "quota": [{"instance_type": it, "count": n} for it, n in sorted(counts.items())]}]

@@ -13,6 +13,9 @@ Definitions:
   used share is its used accelerator-seconds over all teams' and its entitled share is its quota (accelerators,
   all instance types) over the sum of all quotas. Teams with no quota or no jobs are left out. 1 means every
   team got exactly its quota's share of what was used.
+- ``topology`` (a cluster with topology levels): per kind of request (required, preferred), the jobs that
+  asked for a level, how many started, and the share of those whose last run was in one domain of the level
+  (always 1 for required), with the mean number of domains.
 - ``never_ran``: jobs that never started, each with its reason (why it can never run on this cluster, or its
   last Wait reason); ``unfinished``: jobs that started but never completed (empty unless the engine leaves
   a job pending on an empty cluster).
@@ -75,6 +78,18 @@ def _team(res: SimResult, name: str, jobs: list[SimJob]) -> dict[str, Any]:
     }
 
 
+def _topology(jobs: list[SimJob]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for kind, required in (("required", True), ("preferred", False)):
+        asked = [sj for sj in jobs if sj.job.topology is not None and sj.job.topology_required == required]
+        placed = [sj.domains for sj in asked if sj.domains is not None]
+        out[kind] = {"jobs": len(asked), "started": len(placed),
+                     "in_one_domain_share": _round(sum(1 for d in placed if d == 1) / len(placed), 4) if placed
+                     else None,
+                     "mean_domains": _round(sum(placed) / len(placed), 3) if placed else None}
+    return out
+
+
 def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) -> dict[str, Any]:
     by_team: dict[str, list[SimJob]] = {n: [] for n in res.teams}
     for sj in res.jobs:
@@ -123,6 +138,8 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
         "unfinished": [{"name": sj.job.name, "team": sj.job.team, "reason": _reason(sj)}
                        for sj in res.jobs if sj.first_start is not None and sj.end is None],
     }
+    if res.spec.cluster.topology_levels:
+        report["topology"] = _topology(res.jobs)
     if timeline:
         report["timeline"] = [
             {"t": t, "allocated": dict(zip(res.teams, alloc, strict=True)),

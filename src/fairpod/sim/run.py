@@ -51,6 +51,8 @@ class SimJob:
     lost_seconds: float = 0.0  # work lost to preemptions
     version: int = 0  # bumped at each start and stop; stale completion events are skipped
     reason: str = ""  # the last Wait reason, or why it can never run
+    domains: int | None = None  # domains of its topology level its last run spanned (None: no level asked)
+    nodes: tuple[str, ...] = ()  # where its last run ran
 
     @property
     def wait(self) -> float | None:
@@ -112,7 +114,8 @@ class Simulation:
         for j in jobs:
             w = Workload(j.name, j.team, j.itype, j.nodes, j.per_replica, priority=j.priority,
                          submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds),
-                         expected=j.duration)  # the trace's duration: what a user declares
+                         expected=j.duration,  # the trace's duration: what a user declares
+                         topology=j.topology, topology_required=j.topology_required)
             key = (j.team, w.shape)
             if key not in verdicts:
                 verdicts[key] = never_runnable(empty, w)
@@ -225,6 +228,10 @@ class Simulation:
                 if isinstance(d, Admit):
                     res.admits += 1
                     self._start(sj, t)
+                    sj.nodes = d.nodes
+                    if sj.job.topology in snap.levels:
+                        lv = snap.levels.index(sj.job.topology)
+                        sj.domains = len({snap.nodes[n].topo[lv] for n in d.nodes})
                 elif isinstance(d, Preempt):
                     res.preemptions += 1
                     self._stop(sj, t, preempted=True)

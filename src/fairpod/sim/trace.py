@@ -4,7 +4,8 @@ Two formats, told apart by the header:
 
 - fairpod traces: ``submit_time`` (s), ``team``, ``duration`` (s of work), ``accelerators`` (total), and the
   optional ``nodes``, ``instance_type``, ``priority`` (a priority class of the spec), ``name``,
-  ``checkpoint_interval`` (s) and ``min_runtime`` (s). An empty cell means the column's default.
+  ``checkpoint_interval`` (s), ``min_runtime`` (s) and ``required_topology`` or ``preferred_topology`` (a level
+  of the spec's ``topology_levels``). An empty cell means the column's default.
 - ITP traces (``job_id,submission_time,duration,num_gpu``): one team per file, named after the file stem.
 
 A trace path may be one file or a directory of ``*.csv`` files (each in either format). Problems raise
@@ -18,12 +19,13 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from fairpod.model.catalog import InstanceType
-from fairpod.model.resources import Res, by_ratio
+from fairpod.model.catalog import PARTITIONED, InstanceType
+from fairpod.model.resources import Res, by_ratio, partition_share
 from fairpod.model.spec import ClusterSpec
 
 REQUIRED = ("submit_time", "team", "duration", "accelerators")
-OPTIONAL = ("nodes", "instance_type", "priority", "name", "checkpoint_interval", "min_runtime")
+OPTIONAL = ("nodes", "instance_type", "priority", "name", "checkpoint_interval", "min_runtime", "required_topology",
+            "preferred_topology")
 ITP = ("job_id", "submission_time", "duration", "num_gpu")
 
 
@@ -46,6 +48,8 @@ class TraceJob:
     duration: float  # seconds of work
     checkpoint_interval: float | None = None
     min_runtime: float = 0.0
+    topology: str | None = None  # a topology level of the spec: replicas in one domain of it (or few)
+    topology_required: bool = False
     where: str = ""  # "file:line"
 
 
@@ -67,7 +71,7 @@ class _Resolver:
     def __init__(self, spec: ClusterSpec) -> None:
         self.spec = spec
         self.catalog = spec.catalog()
-        self.types = sorted({g.instance_type for g in spec.cluster.instance_groups})
+        self.types = sorted({g.node_type for g in spec.cluster.instance_groups})
         self.teams = {t.name for t in spec.teams}
         self.prios = {p.name: p.weight for p in spec.policy.priority_classes}
         self.shapes: dict[tuple[str, int, int | None], tuple[int, Res]] = {}
@@ -101,7 +105,8 @@ class _Resolver:
         if acc // nodes > k:
             raise TraceError(f"{where}: column accelerators: {acc} accelerators on {nodes} node(s) is "
                              f"{acc // nodes} per node, but a {t.name} node has {k}")
-        got = self.shapes[key] = (nodes, by_ratio(t, acc // nodes))
+        share = partition_share if PARTITIONED.search(t.name) else by_ratio  # MIG partitions: as resolve_job
+        got = self.shapes[key] = (nodes, share(t, acc // nodes))
         return got
 
     def job(self, cell: dict[str, str], where: str) -> TraceJob:
@@ -122,6 +127,14 @@ class _Resolver:
         nodes, per = self.shape(t, acc, nodes, where)
         ck = cell.get("checkpoint_interval", "")
         mr = cell.get("min_runtime", "")
+        req, pref = cell.get("required_topology", ""), cell.get("preferred_topology", "")
+        if req and pref:
+            raise TraceError(f"{where}: columns required_topology and preferred_topology: give one, not both")
+        levels = self.spec.cluster.topology_levels
+        if (req or pref) and (req or pref) not in levels:
+            col = "required_topology" if req else "preferred_topology"
+            raise TraceError(f"{where}: column {col}: the cluster has no topology level {req or pref!r} "
+                             f"(cluster.topology_levels: {', '.join(levels) or 'none defined'})")
         return TraceJob(
             name=cell.get("name") or f"{team}-{n}",
             team=team,
@@ -134,6 +147,8 @@ class _Resolver:
             duration=_number(cell["duration"], where, "duration"),
             checkpoint_interval=_number(ck, where, "checkpoint_interval", positive=True) if ck else None,
             min_runtime=_number(mr, where, "min_runtime") if mr else 0.0,
+            topology=req or pref or None,
+            topology_required=bool(req),
             where=where,
         )
 

@@ -23,7 +23,8 @@ does with each option:
 
 ``#FAIRPOD`` lines: ``--team``, ``--priority``, ``--auto-resume`` / ``--no-auto-resume``, ``--max-retry N``,
 ``--instance-type``, ``--accelerators N``, ``--grace-seconds S``, ``--min-runtime S``,
-``--deep-health-check-passed-nodes-only``. Options about time limits, memory, CPU binding or mail have no
+``--deep-health-check-passed-nodes-only``, ``--required-topology LEVEL`` / ``--preferred-topology LEVEL`` (a
+topology level of the cluster spec, e.g. rack). Options about time limits, memory, CPU binding or mail have no
 effect and say so; unknown ``#SBATCH`` options get a warning; ``--array`` submits a job array (one request);
 dependencies are refused.
 Without an explicit choice, auto-resume is on when the script runs ``srun --auto-resume=1`` (also through a
@@ -85,7 +86,8 @@ REFUSED = {
 }
 FAIRPOD_VALUE = {"--team": "team", "--priority": "priority", "--max-retry": "max_retry",
                  "--instance-type": "instance_type", "--accelerators": "accelerators",
-                 "--grace-seconds": "grace_seconds", "--min-runtime": "min_runtime"}
+                 "--grace-seconds": "grace_seconds", "--min-runtime": "min_runtime",
+                 "--required-topology": "required_topology", "--preferred-topology": "preferred_topology"}
 FAIRPOD_FLAGS = {"--auto-resume": "auto_resume", "--no-auto-resume": "no_auto_resume",
                  "--deep-health-check-passed-nodes-only": "deep_health_check_passed_nodes_only"}
 AUTO_RESUME_RE = re.compile(r"--auto-resume(?:=|\s+)[\"']?(1|true|yes)\b", re.IGNORECASE)
@@ -370,6 +372,9 @@ def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str
                 raise BatchError(f"{bs.origin(key)}: --{key.replace('_', '-')} wants seconds") from None
     if g("deep_health_check_passed_nodes_only"):
         body["deep_health_check_passed_nodes_only"] = True
+    for key in ("required_topology", "preferred_topology"):
+        if g(key) is not None:
+            body[key] = g(key)
     return {k: v for k, v in body.items() if v is not None}, notes
 
 

@@ -250,7 +250,9 @@ async function drawCluster() {
     `<td>${esc(n.instance_type)}</td><td>${n.health_status === "Schedulable" ? esc(n.health_status) : `<span class="bad">${esc(n.health_status)}</span>`}</td>` +
     `<td>${esc(n.deep_health_check || "–")}</td><td>${n.cordoned ? '<span class="tag">cordoned</span>' : "no"}</td>` +
     `<td class="num">${num(n.accelerators_free)} / ${num(n.accelerators)}</td><td>${esc(n.jobs.join(", ") || "–")}</td>` +
-    `<td>${esc([n.fault_type, n.fault_reason].filter(Boolean).join(": ") || "–")}</td></tr>`), 9, "no nodes");
+    `<td>${esc([n.fault_type, n.fault_reason].filter(Boolean).join(": ") || "–")}</td>` +
+    `<td class="topology">${esc(Object.entries(n.topology || {}).map(([lv, d]) => `${lv} ${d}`).join(", ") || "–")}</td></tr>`),
+    10, "no nodes");
 }
 
 async function drawTeams() {

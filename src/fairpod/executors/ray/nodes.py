@@ -29,6 +29,7 @@ class RayNode:
     problem: str | None = None  # why it cannot be a fairpod node although it asks to be one
     death: str | None = None  # Ray's reason, for a dead node
     expected_death: bool = False  # stopped on purpose (ray stop, scaled down) rather than lost
+    labels: tuple[tuple[str, str], ...] = ()  # the node's own Ray labels (e.g. rack, block), not Ray's ray.io/ ones
 
 
 def _instance_type(raw: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -99,6 +100,8 @@ class NodeTable:
                     name=name, node_id=nid, address=str(n.get("NodeManagerAddress", "")), alive=bool(n.get("Alive")),
                     instance_type=itype, gpus=float((n.get("Resources") or {}).get("GPU", 0)), problem=problem,
                     death=death, expected_death=n.get("DeathReason") in (1, 4),
+                    labels=tuple(sorted((str(k), str(v)) for k, v in (n.get("Labels") or {}).items()
+                                        if not str(k).startswith("ray.io/") and k != ITYPE_LABEL)),
                 )  # fmt: skip
             known = {n["NodeID"] for n in raw}
             for nid in [nid for nid in self._names if nid not in known]:
