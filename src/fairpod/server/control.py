@@ -40,7 +40,7 @@ from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaEx
 from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.governance.snapshot import domain_ids
-from fairpod.model.jobs import JobSpec, JobState, resolve_job
+from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
@@ -240,15 +240,7 @@ class ControlPlane:
                 earlier = self.store.get_job(jid)
                 if earlier is not None:
                     return earlier
-            try:
-                resolved = resolve_job(spec, self.spec)
-            except ValueError as e:
-                raise InvalidJob(str(e)) from None
-            if spec.command == []:
-                raise InvalidJob("the job has no command: give one after --")
-            never = self._never_fits(resolved.instance_type, spec.nodes)
-            if never:
-                raise NeverFits(never)
+            resolved = self._admissible(spec)
             try:
                 with self.store.tx() as t:  # the job, its event and the audit entry: one transaction
                     job = t.insert_job(spec, resolved, reason="queued")
@@ -263,6 +255,19 @@ class ControlPlane:
         self.wake.set()
         return job
 
+    def _admissible(self, spec: JobSpec) -> ResolvedJob:
+        """The job checked against the cluster: InvalidJob or NeverFits with the reason, else its resolution."""
+        try:
+            resolved = resolve_job(spec, self.spec)
+        except ValueError as e:
+            raise InvalidJob(str(e)) from None
+        if spec.command == []:
+            raise InvalidJob("the job has no command: give one after --")
+        never = self._never_fits(resolved.instance_type, spec.nodes)
+        if never:
+            raise NeverFits(never)
+        return resolved
+
     def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
         """Queue every task of the job array ``text`` (``0-9%2``, ``1,3,5``) in one transaction; with a
         throttle the tasks beyond it are held (:mod:`fairpod.server.arrays`). An idempotency ``key`` repeated
@@ -274,15 +279,7 @@ class ControlPlane:
                 earlier = arrays.same_array(self.store, first) if first is not None else None
                 if earlier is not None:
                     return earlier
-            try:
-                resolved = resolve_job(spec, self.spec)
-            except ValueError as e:
-                raise InvalidJob(str(e)) from None
-            if spec.command == []:
-                raise InvalidJob("the job has no command: give one after --")
-            never = self._never_fits(resolved.instance_type, spec.nodes)
-            if never:
-                raise NeverFits(never)
+            resolved = self._admissible(spec)
             try:
                 with self.store.tx() as t:
                     tasks = arrays.insert_tasks(t, spec, resolved, text, indices, limit, actor)
