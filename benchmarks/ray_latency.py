@@ -9,8 +9,8 @@ between them: each submits one job of 2 replicas whose command writes the time i
 HTTP request. A round waits for the job to succeed, so every job finds the cluster idle.
 
 Printed per executor: first replica running, both replicas running (p50, p90, min, max over the rounds), and
-submit-to-succeeded. The Ray figures include what Ray adds per attempt: a placement group, one actor
-(a Python worker process) per replica, and the agent's supervisor.
+submit-to-succeeded. The Ray figures include what Ray adds per replica: one call to the node's fairpod agent
+(started once per node, before the rounds), which forks the replica's supervisor from its fork server.
 
     .venv/bin/python benchmarks/ray_latency.py [--rounds 10] [--ray-address HOST:PORT]
 """
