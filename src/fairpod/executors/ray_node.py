@@ -138,8 +138,13 @@ class NodeAgent:
         self.lock = threading.Lock()
         self.runs: dict[str, _Run] = {}
         self.forkserver: Any = None
+        self._remove_leftovers()
 
     # -- calls from the control plane ------------------------------------------------------------
+    def run(self, fn: Any, args: tuple[Any, ...]) -> Any:
+        """``fn(*args)`` in this process (on this node, with all of its GPUs): e.g. a deep health check."""
+        return fn(*args)
+
     def free_port(self, host: str) -> int:
         """A free TCP port on this node (the job's MASTER_PORT, when this is its rank-0 replica)."""
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -247,6 +252,16 @@ class NodeAgent:
                 self.runs.pop(key, None)
 
     # -- helpers -----------------------------------------------------------------------------------
+    def _remove_leftovers(self) -> None:
+        """Run directories of an agent that is gone (its replicas ended when it did): removed once their
+        supervisor has finished."""
+        for launch in self.root.glob(f"*/*/*/{state.LAUNCH}"):
+            rdir = launch.parent
+            owner = (state.read_launch(rdir) or {}).get(OWNER)
+            gone = not (isinstance(owner, list) and len(owner) == 2 and procs.alive(int(owner[0]), owner[1]))
+            if gone and (rdir / state.STATUS).exists():
+                shutil.rmtree(rdir, ignore_errors=True)
+
     def _run(self, key: str, create: bool = True) -> _Run | None:
         parts = key.split("/")
         if len(parts) != 3 or any(p in ("", ".", "..") for p in parts):

@@ -77,7 +77,10 @@ class Agents:
                 if agent.lost is not None:
                     out[nid] = dataclasses.replace(rn, alive=False, death=agent.lost)
                 elif not agent.ready:
-                    out[nid] = dataclasses.replace(rn, alive=False, death=STARTING)
+                    why = STARTING if now - agent.created < self.startup_timeout else (
+                        f"its fairpod agent could not start within {self.startup_timeout:g} s (are the node's GPUs "
+                        "held by Ray work fairpod does not manage?)")
+                    out[nid] = dataclasses.replace(rn, alive=False, death=why)
                 else:
                     out[nid] = rn
         return out

@@ -78,7 +78,6 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump):
         self._agents: dict[str, _Agent] = {}  # by node id
         self._names: dict[str, str] = self._load_names()  # node id -> name
         self.nodes_version = 0
-        self._remote_fns: dict[Callable[..., Any], Any] = {}
         self._closed = threading.Event()
         self._wake = threading.Event()
         self._pump_lock = threading.Lock()
@@ -227,41 +226,37 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump):
         self._notify = fn
 
     def run_on_node(self, node: str, fn: Callable[..., T], *args: Any, timeout: float) -> T:
-        """Run ``fn(*args)`` (picklable) as a Ray task on fairpod node ``node``; its result or its exception.
+        """Run ``fn(*args)`` (picklable) in the agent of fairpod node ``node``; its result or its exception.
 
-        Raises :class:`ExecutorError` if the node is not a live Ray node or is lost during the call, and
-        :class:`TimeoutError` (after cancelling the task) if it takes longer than ``timeout`` seconds.
+        The agent holds the node's GPUs, so ``fn`` sees them all (a deep health check, say). Raises
+        :class:`ExecutorError` if the node or its agent is not live or is lost during the call, and
+        :class:`TimeoutError` if it takes longer than ``timeout`` seconds (the call is left to finish).
         """
         ray = self._ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         rn = self._by_name.get(node)
         if rn is None or not rn.alive:
             self._refresh_nodes()
             rn = self._by_name.get(node)
         if rn is None:
             raise ExecutorError(f"node {node} is not in the Ray cluster")
-        if not rn.alive:
-            raise ExecutorError(f"node {node} is not alive in the Ray cluster ({rn.death or 'dead'})")
         with self._lock:
-            remote = self._remote_fns.get(fn)
-            if remote is None:
-                remote = self._remote_fns[fn] = ray.remote(fn)
-        ref = remote.options(
-            num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(rn.node_id, soft=False)
-        ).remote(*args)
+            agent = self._agents.get(rn.node_id)
+        if not rn.alive or agent is None or not agent.ready or agent.lost is not None:
+            raise ExecutorError(f"node {node} is not alive in the Ray cluster ({rn.death or 'dead'})")
+        ref = agent.handle.run.remote(fn, args)
         what = getattr(fn, "__name__", "the function")
         try:
-            return ray.get(ref, timeout=timeout)
+            return ray.get(ref, timeout=timeout)  # type: ignore[no-any-return]
         except ray.exceptions.GetTimeoutError:
-            ray.cancel(ref, force=True)
+            try:
+                ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - a running call of a threaded actor cannot be cancelled
+                pass
             raise TimeoutError(f"{what} did not finish within {timeout:g} s on node {node}") from None
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
             if isinstance(cause, BaseException):
                 raise cause from None
             raise
-        except (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
-                ray.exceptions.TaskUnschedulableError) as e:
+        except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError) as e:
             raise ExecutorError(f"{what} could not run on node {node}: {str(e).splitlines()[0]}") from None
-
