@@ -48,6 +48,7 @@ from fairpod.executors.supervisor import Supervisor
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
 OWNER = "owner"  # launch.json: [pid, start_time] of the agent's process; the supervisor watches it
 RAY_NODE_ID_ENV = "FAIRPOD_RAY_NODE_ID"
+NODE_ADDRESS_ENV = "FAIRPOD_NODE_ADDRESS"
 # variables Ray sets for its worker processes, not for the programs they start
 _RAY_WORKER_ENV = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_CLIENT_MODE", "RAY_LD_PRELOAD_ON_WORKERS",
                    "PYTHONBREAKPOINT", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES")
@@ -155,7 +156,7 @@ class NodeAgent:
             return int(s.getsockname()[1])
 
     def start(self, key: str, job: JobLaunch, rep: ReplicaLaunch, master_addr: str, master_port: int,
-              default_workdir: str | None) -> None:
+              default_workdir: str | None, node_address: str = "") -> None:
         """Start the replica's supervisor (returns at once); the exit comes through ``sync``."""
         run = self._run(key)
         with run.lock:
@@ -182,6 +183,7 @@ class NodeAgent:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)  # Ray's ids, also when they are not numbers
             env["FAIRPOD_ACCELERATORS"] = ",".join(gpus)
             env[RAY_NODE_ID_ENV] = self.node_id
+            env[NODE_ADDRESS_ENV] = node_address  # this node's own address (to bind gloo/NCCL sockets to)
             workdir = job.workdir
             if workdir is None:
                 workdir = default_workdir if default_workdir and os.path.isdir(default_workdir) else str(Path.home())

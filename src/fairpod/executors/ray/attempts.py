@@ -81,10 +81,10 @@ class Attempts:
         port_ref = agents[0].handle.free_port.remote(master_addr)
         workdir = os.getcwd()
         now = time.monotonic()
-        for rep, r, agent in zip(att.reps, reps, agents, strict=True):
+        for rep, r, agent, n in zip(att.reps, reps, agents, nodes, strict=True):
             rep.agent = agent
             rep.started = now
-            rep.start_ref = agent.handle.start.remote(rep.key, job, r, master_addr, port_ref, workdir)
+            rep.start_ref = agent.handle.start.remote(rep.key, job, r, master_addr, port_ref, workdir, n.address)
 
     # -- start-up ------------------------------------------------------------------------------------------
     def _scan(self) -> None:
