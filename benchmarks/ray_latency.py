@@ -151,7 +151,7 @@ def main() -> int:
             cluster.start_head()
             cluster.add_nodes([(w, ITYPE, 4, False, 2) for w in ("w1", "w2")])
             address = cluster.address
-            print(f"Ray cluster (head + 2 nodes of {ITYPE}, 127.0.0.1) up in {time.monotonic() - t0:.1f} s")
+            print(f"Ray cluster (head + 2 nodes of {ITYPE}, each on its own loopback address) up in {time.monotonic() - t0:.1f} s")
         base = seed_spec().model_dump(mode="json", exclude_defaults=True)
         ray_spec = json.loads(json.dumps(base))
         ray_spec["cluster"]["executor"] = {"kind": "ray", "ray_address": address,
