@@ -9,8 +9,8 @@ between them: each submits one job of 2 replicas whose command writes the time i
 HTTP request. A round waits for the job to succeed, so every job finds the cluster idle.
 
 Printed per executor: first replica running, both replicas running (p50, p90, min, max over the rounds), and
-submit-to-succeeded. The Ray figures include what Ray adds per attempt: a placement group, one actor
-(a Python worker process) per replica, and the agent's supervisor.
+submit-to-succeeded. The Ray figures include what Ray adds per replica: one call to the node's fairpod agent
+(started once per node, before the rounds), which forks the replica's supervisor from its fork server.
 
     .venv/bin/python benchmarks/ray_latency.py [--rounds 10] [--ray-address HOST:PORT]
 """
@@ -151,7 +151,7 @@ def main() -> int:
             cluster.start_head()
             cluster.add_nodes([(w, ITYPE, 4, False, 2) for w in ("w1", "w2")])
             address = cluster.address
-            print(f"Ray cluster (head + 2 nodes of {ITYPE}, 127.0.0.1) up in {time.monotonic() - t0:.1f} s")
+            print(f"Ray cluster (head + 2 nodes of {ITYPE}, each on its own loopback address) up in {time.monotonic() - t0:.1f} s")
         base = seed_spec().model_dump(mode="json", exclude_defaults=True)
         ray_spec = json.loads(json.dumps(base))
         ray_spec["cluster"]["executor"] = {"kind": "ray", "ray_address": address,

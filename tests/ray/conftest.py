@@ -2,8 +2,9 @@
 ml.g5.12xlarge with 4 fake GPUs each, all on 127.0.0.1), this test process as a Ray driver, and fairpod
 servers that run their jobs on that cluster (``cluster.executor.kind: ray``), each in its own Ray namespace.
 
-Between tests everything a test started in Ray must be gone: its server cancels what still runs, and the
-fixture checks that the namespace holds no actor or placement group any more and that all 16 GPUs are free.
+Between tests everything a test started in Ray must be gone: its server cancels what still runs, the fixture
+checks that the namespace holds no actor but its node agents and no placement group, then (the server stopped)
+kills the node agents and waits until all 16 GPUs are free (each agent holds its node's GPUs).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from fairpod.executors import procs, state
+from fairpod.executors.ray.agents import AGENT_PREFIX
 
 from ..server.conftest import Server, wait_for
 from .cluster import ITYPE, RayTestCluster
@@ -54,11 +56,24 @@ def ray_driver(ray_cluster: RayTestCluster) -> Any:
     ray.shutdown()
 
 
+def agents(ray: Any, namespace: str) -> dict[str, Any]:
+    """The live node agents of a fairpod namespace, by Ray node id."""
+    names = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+             if a["namespace"] == namespace and a["name"].startswith(AGENT_PREFIX)]
+    return {n[len(AGENT_PREFIX):]: ray.get_actor(n, namespace=namespace) for n in names}
+
+
+def agent_pid(ray: Any, namespace: str, node_id: str) -> int:
+    return int(ray.get(agents(ray, namespace)[node_id].sync.remote([]), timeout=30)["pid"])
+
+
 def ray_state(ray: Any, namespace: str) -> tuple[list[str], list[str]]:
-    """(named actors, live placement groups) of a fairpod namespace."""
+    """(named actors other than node agents, live placement groups) of a fairpod namespace: what replicas
+    would leave behind (the executor creates neither)."""
     from ray.util.placement_group import placement_group_table
 
-    actors = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["namespace"] == namespace]
+    actors = [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+              if a["namespace"] == namespace and not a["name"].startswith(AGENT_PREFIX)]
     pgs = [v["name"] for v in placement_group_table().values()
            if str(v.get("name", "")).startswith(f"fairpod:{namespace}:") and v.get("state") != "REMOVED"]
     return actors, pgs
@@ -69,8 +84,22 @@ def free_gpus(ray: Any) -> float:
 
 
 def assert_clean(ray: Any, namespace: str, timeout: float = 30.0) -> None:
-    """Nothing of ``namespace`` is left in Ray, and every GPU of the cluster is free again."""
+    """Nothing of ``namespace`` but its node agents is left in Ray."""
     wait_for(lambda: ray_state(ray, namespace) == ([], []), timeout, f"namespace {namespace} to be empty in Ray")
+
+
+def remove_agents(ray: Any, namespace: str, timeout: float = 30.0) -> None:
+    """Kill the node agents of ``namespace`` (once its control plane is gone) and wait until every GPU of the
+    cluster is free again (each agent holds its node's GPUs)."""
+    for handle in agents(ray, namespace).values():
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:  # noqa: BLE001 - gone meanwhile
+            pass
+    all_gpus_free(ray, timeout)
+
+
+def all_gpus_free(ray: Any, timeout: float = 30.0) -> None:
     wait_for(lambda: free_gpus(ray) == TOTAL_GPUS, timeout, f"all {TOTAL_GPUS} GPUs to be free")
 
 
@@ -128,7 +157,7 @@ def seed_spec_data() -> dict[str, Any]:
 
 @pytest.fixture
 def ray_server(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path) -> Iterator[RayServer]:
-    assert_clean(ray_driver, "none")  # the previous test gave every GPU back
+    all_gpus_free(ray_driver)  # the previous test gave every GPU back
     s = RayServer(tmp_path, ray_cluster)
     s.start()
     try:
@@ -138,4 +167,5 @@ def ray_server(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path) -> 
         assert_clean(ray_driver, s.namespace)
     finally:
         s.kill(signal.SIGTERM)
+        remove_agents(ray_driver, s.namespace)
         kill_recorded(s.node_dir)

@@ -16,7 +16,7 @@ import pytest
 
 from ..server.conftest import free_port, wait_for
 from .cluster import RayTestCluster
-from .conftest import WORKERS, assert_clean
+from .conftest import WORKERS, assert_clean, remove_agents
 
 
 def fairpod(tmp: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -83,3 +83,4 @@ def test_up_in_the_background_with_the_ray_flags(ray_cluster: RayTestCluster, ra
         d = fairpod(tmp_path, "down")
         assert d.returncode == 0 and "fairpod stopped" in d.stdout, d.stdout + d.stderr
     assert_clean(ray_driver, ns)
+    remove_agents(ray_driver, ns)

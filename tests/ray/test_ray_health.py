@@ -1,12 +1,16 @@
-"""Deep health checks on Ray run on the node they judge (a Ray task pinned to it), not on the control plane's
-host: each check's events name the Ray node it ran on, and a fault injected on one node is found there."""
+"""Health checks on Ray run on the node they judge (in its fairpod agent), not on the control plane's host: deep
+checks and the monitoring agent's periodic checks name the Ray node they ran on, and a fault injected on one
+node (a failing stress test, an XID) is found there."""
 
 from __future__ import annotations
 
+import signal
+from pathlib import Path
 from typing import Any
 
 from ..server.conftest import wait_for
-from .conftest import WORKERS, RayServer
+from .cluster import RayTestCluster
+from .conftest import WORKERS, RayServer, all_gpus_free, kill_recorded, remove_agents
 
 
 def _events(s: RayServer, node: str) -> list[str]:
@@ -35,3 +39,29 @@ def test_deep_checks_run_on_their_own_node_and_find_its_fault(ray_server: RaySer
     failed = [m for m in _events(ray_server, bad) if "stress" in m.lower() and f"ran on {ids[bad]}" in m]
     assert failed, _events(ray_server, bad)
     assert not _node(ray_server, bad)["schedulable"]
+
+
+def test_the_monitoring_checks_run_on_their_own_node_and_find_an_injected_xid(
+    ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path
+) -> None:
+    all_gpus_free(ray_driver)
+    s = RayServer(tmp_path, ray_cluster)
+    s.env["FAIRPOD_AGENT_INTERVAL"] = "1"
+    good, bad = WORKERS[2], WORKERS[3]
+    ids = {w: ray_cluster.nodes[w].node_id for w in (good, bad)}
+    s.start()
+    try:
+        wait_for(lambda: {good, bad} <= set(s.nodes()), 30, "the Ray nodes to join fairpod")
+        assert s.cli("node", "inject-fault", bad, "--kind", "xid").returncode == 0
+
+        def faults() -> list[dict[str, Any]]:
+            items = s.api("GET", "/events", params={"limit": 1000}).json()["events"]
+            return [e for e in items if e["kind"] == "NodeFault"]
+
+        found = wait_for(lambda: [e for e in faults() if e["node"] == bad], 30, f"the XID on {bad} to be found")
+        assert "NvidiaErrorReboot" in found[0]["message"] and f"(ran on {ids[bad]})" in found[0]["message"], found
+        assert not [e for e in faults() if e["node"] == good]
+    finally:
+        s.kill(signal.SIGTERM)
+        remove_agents(ray_driver, s.namespace)
+        kill_recorded(s.node_dir)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .cluster import HEAD_IP, RayTestCluster
-from .conftest import WORKERS, RayServer, assert_clean, kill_recorded
+from .conftest import WORKERS, RayServer, all_gpus_free, assert_clean, kill_recorded, remove_agents
 
 CONTROL_PLANE = "127.0.0.30"  # the control plane's own "host", neither the head's nor a worker's
 
@@ -25,7 +25,7 @@ print("reported", flush=True)
 def test_sdk_progress_from_a_worker_node_reaches_the_advertised_control_plane(
     ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path
 ) -> None:
-    assert_clean(ray_driver, "none")
+    all_gpus_free(ray_driver)
     s = RayServer(tmp_path, ray_cluster)
     s.extra = ["--advertise-address", CONTROL_PLANE]
     script = tmp_path / "report.py"
@@ -43,4 +43,5 @@ def test_sdk_progress_from_a_worker_node_reaches_the_advertised_control_plane(
         assert_clean(ray_driver, s.namespace)
     finally:
         s.kill(signal.SIGTERM)
+        remove_agents(ray_driver, s.namespace)
         kill_recorded(s.node_dir)

@@ -15,7 +15,7 @@ import yaml
 from fairpod.executors import procs
 
 from ..server.conftest import wait_for
-from .conftest import WORKERS, RayServer, ray_state
+from .conftest import WORKERS, RayServer, agent_pid, agents, ray_state
 from .programs import RENDEZVOUS, TICKER, TRAINER
 
 
@@ -103,14 +103,19 @@ def test_the_control_plane_restarts_without_stopping_ray_jobs(ray_server: RaySer
     ray_server.wait_state("steady", "Running")
     wait_for(lambda: len(list(out.glob("pid*"))) == 2, 30, "both replicas to start")
     pids = [int((out / f"pid{r}").read_text()) for r in (0, 1)]
+    ids = {w: ray_server.cluster.nodes[w].node_id for w in WORKERS}
+    before = {w: agent_pid(ray_driver, ray_server.namespace, ids[w]) for w in WORKERS}
     ray_server.kill()  # SIGKILL: the control plane (a Ray driver) is gone at once
     time.sleep(1.0)
     assert all(procs.alive(p, None) for p in pids)  # the replicas do not depend on the control plane
-    actors, pgs = ray_state(ray_driver, ray_server.namespace)
-    assert len(actors) == 2 and len(pgs) == 1
+    assert ray_state(ray_driver, ray_server.namespace) == ([], [])  # no actor, no placement group per replica
+    assert set(agents(ray_driver, ray_server.namespace)) == set(ids.values())  # one agent per node, still there
     ray_server.start()  # a new control plane re-attaches to the agents
     job = ray_server.job("steady")
     assert job["state"] == "Running" and job["restarts"] == 0
+    assert all(procs.alive(p, None) for p in pids)
+    # the same agent processes: found by name, not started again
+    assert {w: agent_pid(ray_driver, ray_server.namespace, ids[w]) for w in WORKERS} == before
     done = ray_server.wait_state("steady", "Succeeded", 120)
     assert done["restarts"] == 0
     for r in (0, 1):

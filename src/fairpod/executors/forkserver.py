@@ -20,11 +20,12 @@ import os
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 
 from fairpod.executors import supervisor
 
 
-def _child(req: dict) -> None:
+def _child(req: dict, target: Callable[[list[str]], int]) -> None:
     """In the forked child: become the supervisor of ``req['dir']``; never returns."""
     code = 1
     try:
@@ -38,7 +39,7 @@ def _child(req: dict) -> None:
         os.dup2(log, 1)
         os.dup2(log, 2)
         os.close(log)
-        code = supervisor.main([req["dir"]])
+        code = target([req["dir"]])
     except BaseException:  # noqa: BLE001 - report anything, then leave without running the parent's code
         try:
             traceback.print_exc()
@@ -52,7 +53,8 @@ def _child(req: dict) -> None:
             os._exit(code)
 
 
-def main() -> int:
+def main(target: Callable[[list[str]], int] = supervisor.main) -> int:
+    """Serve requests; each child runs ``target([dir])`` (the supervisor's ``main``, or another one's)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # exited supervisors are reaped by the kernel
     rfile, wfile = sys.stdin.buffer, sys.stdout.buffer
     wfile.write(b"ready\n")
@@ -68,7 +70,7 @@ def main() -> int:
             wfile.flush()
             continue
         if pid == 0:
-            _child(req)
+            _child(req, target)
         wfile.write(f"{pid}\n".encode())
         wfile.flush()
     return 0

@@ -59,9 +59,12 @@ class _ForkServer:
     """The executor's fork server of supervisors (:mod:`fairpod.executors.forkserver`), started on first use.
     ``spawn`` returns None when it cannot be used; the caller then starts the supervisor itself."""
 
-    def __init__(self, python: str, root: Path) -> None:
+    def __init__(self, python: str, root: Path, args: Sequence[str] = ("-m", "fairpod.executors.forkserver"),
+                 env: dict[str, str] | None = None) -> None:
         self.python = python
         self.root = root
+        self.args = list(args)
+        self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
         self.broken = os.environ.get(FORKSERVER_ENV, "1") == "0"
 
@@ -69,7 +72,7 @@ class _ForkServer:
         try:
             with open(self.root / "forkserver.log", "ab") as log:
                 self.proc = subprocess.Popen(
-                    [self.python, "-m", "fairpod.executors.forkserver"], stdin=subprocess.PIPE,
+                    [self.python, *self.args], stdin=subprocess.PIPE, env=self.env,
                     stdout=subprocess.PIPE, stderr=log, cwd=self.root, start_new_session=True,
                 )  # fmt: skip
         except OSError:

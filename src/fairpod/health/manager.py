@@ -19,9 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from fairpod.executors.base import NodeRunner
 from fairpod.health import checks
-from fairpod.health.agent import DEEP_CHECK_ACTION, agent_check
+from fairpod.health.agent import DEEP_CHECK_ACTION, Finding, agent_check
 from fairpod.health.probe import CLEARED_BY_REBOOT, FAULT_KINDS, Faulty, Probe
-from fairpod.health.remote import stress_on_node
+from fairpod.health.remote import monitor_on_node, stress_on_node
 from fairpod.model.catalog import GENERIC_GPU, gpu_thresholds
 from fairpod.model.spec import NodeRecovery
 from fairpod.store import DeepHealthCheck, NodeHealth
@@ -121,18 +121,38 @@ class HealthManager:
 
     def agent_round(self) -> None:
         now = time.time()
+        runner = self.cp.executor if isinstance(self.cp.executor, NodeRunner) else None
         for nd in self.cp.store.list_nodes():
             if nd.health_status != NodeHealth.SCHEDULABLE:
                 continue
             probe = self.probe(nd.name)
-            if not probe.heartbeat_stopped:  # the node's agent reports in
-                self.heartbeats[nd.name] = now
-            for f in agent_check(probe, self.heartbeats.get(nd.name), now, self.heartbeat_timeout):
+            if runner is not None:
+                findings = self._monitor_on_node(runner, nd.name, probe, now)
+            else:
+                if not probe.heartbeat_stopped:  # the node's agent reports in
+                    self.heartbeats[nd.name] = now
+                findings = agent_check(probe, self.heartbeats.get(nd.name), now, self.heartbeat_timeout)
+            for f in findings:
                 if f.action == "none":
                     self.cp.event(f.condition, f"node {nd.name}: {f.msg}", node=nd.name, **f.values)
                     continue
                 self.cp.node_fault(nd.name, f.condition, f.msg, f.action)
                 break
+
+    def _monitor_on_node(self, runner: NodeRunner, node: str, probe: Probe, now: float) -> list[Finding]:
+        """The monitoring agent's checks on the node itself (Ray: in its agent). A node that cannot be reached
+        reports nothing here: its executor makes that a node fault."""
+        faults = sorted(probe.kinds) if isinstance(probe, Faulty) else []
+        try:
+            beat, findings = runner.run_on_node(node, monitor_on_node, node, probe.expected_gpus, probe.virtual_gpus,
+                                                probe.thresholds, faults, self.heartbeats.get(node), now,
+                                                self.heartbeat_timeout, timeout=10.0)
+        except Exception as e:  # noqa: BLE001 - unreachable: the executor's own fault
+            log.warning("node %s: the monitoring checks could not run there: %s", node, e)
+            return []
+        if beat:
+            self.heartbeats[node] = now
+        return findings
 
     def recovery_round(self) -> None:
         automatic = self.cp.spec.cluster.node_recovery == NodeRecovery.AUTOMATIC

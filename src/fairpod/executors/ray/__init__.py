@@ -1,16 +1,19 @@
 """The Ray executor (a package: :mod:`.connection` connects and checks Ray, :mod:`.nodes` keeps the
-node table, :mod:`.attempts` launches and adopts attempts, :mod:`.pump` pulls logs and exits, :mod:`.executor`
-ties them together): the replicas of fairpod's jobs run on the nodes of an existing Ray cluster.
+node table, :mod:`.agents` keeps one node agent per node, :mod:`.attempts` launches and adopts attempts,
+:mod:`.pump` pulls logs and exits, :mod:`.executor` ties them together): the replicas of fairpod's jobs run on
+the nodes of an existing Ray cluster.
 
-fairpod's engine decides which job runs on which nodes; this executor only carries the decision out. Each
-attempt of a job gets one detached placement group, one bundle per replica (its GPUs), ``STRICT_SPREAD``,
-each bundle bound to the Ray node the engine chose (``bundle_label_selector`` on Ray's ``ray.io/node-id``
-label). In each bundle runs a detached, named *replica agent* actor (:mod:`fairpod.executors.ray_node`) that
-starts the replica's command under the local executor's supervisor, so replicas get the same environment and
-the same stop and clean-up rules as with :class:`~fairpod.executors.local.LocalExecutor` (see
-:mod:`fairpod.executors`); ``MASTER_ADDR`` is the rank-0 node's address, ``MASTER_PORT`` a free port there,
-``CUDA_VISIBLE_DEVICES``/``FAIRPOD_ACCELERATORS`` the GPUs Ray gave the actor, ``FAIRPOD_RAY_NODE_ID`` the
-Ray node.
+fairpod's engine decides which job runs on which nodes and which accelerator slots of each node; this executor
+only carries the decision out. Every fairpod node has one long-lived *node agent* (:class:`~fairpod.executors.
+ray_node.NodeAgent`): a detached Ray actor named ``fairpod-agent:<Ray node id>`` in the fairpod namespace,
+pinned to its node (``NodeAffinitySchedulingStrategy``, ``soft=False``), holding all of the node's Ray GPUs
+(so no other Ray work is placed on them), started when the node joins and found again by name after a restart
+of the control plane. A replica is one call to its node's agent, which forks the replica's supervisor (the
+local executor's, guarding on the agent's process) from its fork server: no Ray worker and no placement group
+per replica. Replicas get the same environment and the same stop and clean-up rules as with
+:class:`~fairpod.executors.local.LocalExecutor` (see :mod:`fairpod.executors`); ``MASTER_ADDR`` is the rank-0
+node's address, ``MASTER_PORT`` a free port there, ``CUDA_VISIBLE_DEVICES``/``FAIRPOD_ACCELERATORS`` the
+node's GPU ids at fairpod's slots, ``FAIRPOD_RAY_NODE_ID`` the Ray node.
 
 Nodes. A Ray node is a fairpod node when it carries the custom resource ``fairpod/instance-type:<type>``
 (``ray start --resources '{"fairpod/instance-type:ml.g5.12xlarge": 1}' --num-gpus 4``) or the label
@@ -20,23 +23,29 @@ id>``. :meth:`RayExecutor.cluster_nodes` is the table :mod:`fairpod.server.membe
 faults and departures.
 
 State. Everything needed to pick up after a restart of the control plane is under ``root``:
-``<root>/<job>/<attempt>/ray.json`` (placement group, actors, nodes of the attempt) and, per replica,
+``<root>/<job>/<attempt>/ray.json`` (the nodes and run keys of the attempt's replicas) and, per replica,
 ``<root>/<job>/<attempt>/<rank>/`` with ``output.log`` (a copy of the replica's output, pulled from its agent
 every ``poll_interval``: the control plane needs no file system shared with the nodes for logs),
 ``status.json`` and the ``reported`` marker, as the local executor keeps them; ``<root>/ray-nodes.json`` keeps
 the names given to Ray nodes. A background thread talks to Ray; the protocol methods only read and write
 memory and disk, and submit Ray calls without waiting for them.
 
-Exits besides those of the command: ``"node lost: ..."`` when the replica's Ray node died, and ``"the
-replica's Ray actor died: ..."`` when its actor did (killed, or its worker crashed): in both cases the exit is
-reported at once, and the supervisor, which watches the actor's process, stops what is left of the replica
-(SIGTERM, SIGKILL after the grace period) if the machine still runs; ``"not started: ..."`` when the placement
-group could not be placed within ``startup_timeout``; ``"lost while the control plane was down: ..."`` when a
-replica's actor had disappeared at start-up; ``"killed: ..."`` when a stopped replica has not ended
-``STOP_MARGIN`` seconds after its grace period (its actor is killed).
+Agents. A node is live for fairpod while Ray has it alive *and* its agent answers (every call it gets is a
+heartbeat; one a second when it runs nothing). An agent that dies (killed, its worker crashed) or has not
+answered for ``AGENT_TIMEOUT`` seconds is a node fault: the node is reported dead (``its fairpod agent
+died``/``stopped answering``), a frozen agent is killed, and its replicas' supervisors, which watch the agent's
+process, stop what is left of them; after ``AGENT_HOLD`` seconds a new agent is started on the node, which is
+live again once it answers.
 
-Only one fairpod control plane may use a Ray namespace: at start-up, actors and placement groups of the
-namespace that none of its records names are removed.
+Exits besides those of the command: ``"node lost: ..."`` when the replica's Ray node died or its agent was
+lost (reported at once; the supervisor stops what is left of the replica if the machine still runs);
+``"not started: ..."`` when the agent did not start it within ``startup_timeout``; ``"lost while the control
+plane was down: ..."`` when the node's agent had disappeared at start-up; ``"killed: ..."`` when a stopped
+replica has not ended ``STOP_MARGIN`` seconds after its grace period (its agent SIGKILLs its supervisor and
+process group).
+
+Only one fairpod control plane may use a Ray namespace: at start-up, actors other than its agents and
+placement groups of the namespace (left by older versions) are removed.
 """
 
 from fairpod.executors.ray.connection import (

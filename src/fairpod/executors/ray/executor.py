@@ -15,11 +15,12 @@ from typing import Any, TypeVar
 
 from fairpod.executors import state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
+from fairpod.executors.ray.agents import Agents, _Agent
 from fairpod.executors.ray.attempts import Attempts, _Attempt, _Rep
 from fairpod.executors.ray.connection import _import_ray, connect
 from fairpod.executors.ray.nodes import NodeTable, RayNode
 from fairpod.executors.ray.pump import Pump, _first_line
-from fairpod.executors.ray_node import ReplicaAgent
+from fairpod.executors.ray_node import NodeAgent
 
 log = logging.getLogger("fairpod.executors.ray")
 
@@ -28,7 +29,7 @@ DEFAULT_NODE_DIR = "/tmp/fairpod-ray"  # on each node: replicas' run dirs (or $F
 T = TypeVar("T")
 
 
-class RayExecutor(NodeTable, Attempts, Pump):
+class RayExecutor(Agents, NodeTable, Attempts, Pump):
     """Executor on a Ray cluster (see the module doc). Thread-safe; one per ``root`` and Ray namespace."""
 
     name = "ray"
@@ -74,15 +75,17 @@ class RayExecutor(NodeTable, Attempts, Pump):
         self._notify: Callable[[], None] | None = None
         self._nodes: dict[str, RayNode] = {}  # by node id
         self._by_name: dict[str, RayNode] = {}
+        self._agents: dict[str, _Agent] = {}  # by node id
         self._names: dict[str, str] = self._load_names()  # node id -> name
         self.nodes_version = 0
-        self._remote_fns: dict[Callable[..., Any], Any] = {}
         self._closed = threading.Event()
         self._wake = threading.Event()
         self._pump_lock = threading.Lock()
         self._thread = threading.Thread(target=self._loop, name="fairpod-ray-executor", daemon=True)
         try:
-            self._agent_cls = ray.remote(ReplicaAgent)
+            self._agent_cls = ray.remote(NodeAgent)
+            self._refresh_nodes()  # finds the agents already running (a restart), starts the missing ones
+            self._wait_agents(min(30.0, self.startup_timeout))
             self._refresh_nodes()
             self._scan()
         except BaseException as e:
@@ -104,10 +107,9 @@ class RayExecutor(NodeTable, Attempts, Pump):
             if old is not None and not old.cleaned:
                 self._cleanup(old, force=True)
             run = uuid.uuid4().hex[:8]
-            pg_name = f"fairpod:{self.namespace}:{job.job}:{job.attempt}:{run}"
             adir = self.root / job.job / str(job.attempt)
             nodes = [self._by_name.get(r.node) for r in sorted(job.replicas, key=lambda r: r.rank)]
-            att = _Attempt(job.job, job.attempt, pg_name, None, time.monotonic())
+            att = _Attempt(job.job, job.attempt, time.monotonic())
             for rep, rn in zip(sorted(job.replicas, key=lambda r: r.rank), nodes, strict=True):
                 rdir = adir / str(rep.rank)
                 rdir.mkdir(parents=True, exist_ok=True)
@@ -115,19 +117,27 @@ class RayExecutor(NodeTable, Attempts, Pump):
                     (rdir / name).unlink(missing_ok=True)  # a relaunch of the same attempt: same log, fresh run
                 (rdir / state.OUTPUT).touch()
                 att.reps.append(_Rep(job.job, job.attempt, rep.rank, rep.node, rn.node_id if rn else "",
-                                     f"{job.job}:{job.attempt}:{rep.rank}:{run}", rdir,
+                                     f"{job.job}/{job.attempt}/{rep.rank}-{run}", rdir,
                                      log_base=(rdir / state.OUTPUT).stat().st_size))
             self._attempts[(job.job, job.attempt)] = att
-            missing = [r.node for r, rn in zip(att.reps, nodes, strict=True) if rn is None or not rn.alive]
+            missing = {r.node: rn for r, rn in zip(att.reps, nodes, strict=True)
+                       if rn is None or not rn.alive or rn.node_id not in self._agents}
             if missing:
+                first = next(iter(missing))
+                where = "is not in the Ray cluster" if missing[first] is None else "is not usable"
                 for rep in att.reps:
-                    why = (f"node lost: node {rep.node} is not in the Ray cluster" if rep.node in missing else
-                           f"not started: node {missing[0]} of this job is not in the Ray cluster")
+                    rn = missing.get(rep.node)
+                    if rep.node not in missing:
+                        why = f"not started: node {first} of this job {where}"
+                    elif rn is None:
+                        why = f"node lost: node {rep.node} is not in the Ray cluster"
+                    else:
+                        why = f"node lost: {rep.node}: {rn.death or 'not alive'}"
                     self._finalize(rep, {"returncode": None, "signal": None, "reason": why})
                 att.cleaned = True
                 return
             try:
-                self._start(job, att, nodes, run)  # type: ignore[arg-type]
+                self._start(job, att, nodes)  # type: ignore[arg-type]
             except Exception as e:  # noqa: BLE001 - Ray errors: the replicas end with the reason
                 log.exception("launch of %s attempt %s failed", job.job, job.attempt)
                 for rep in att.reps:
@@ -146,8 +156,8 @@ class RayExecutor(NodeTable, Attempts, Pump):
                 grace = max(0.0, grace_seconds)
                 rep.stop_grace = grace if rep.stop_at is None else min(rep.stop_grace, grace)
                 rep.stop_at = rep.stop_at or now
-                if rep.handle is not None:
-                    rep.stop_ref = rep.handle.stop.remote(rep.stop_grace)
+                if rep.agent is not None and rep.start_ref is None:
+                    rep.stop_ref = rep.agent.handle.stop.remote(rep.key, rep.stop_grace)
         self._wake.set()
 
     def poll(self, *, ack: bool = True) -> list[ReplicaExit]:
@@ -216,41 +226,37 @@ class RayExecutor(NodeTable, Attempts, Pump):
         self._notify = fn
 
     def run_on_node(self, node: str, fn: Callable[..., T], *args: Any, timeout: float) -> T:
-        """Run ``fn(*args)`` (picklable) as a Ray task on fairpod node ``node``; its result or its exception.
+        """Run ``fn(*args)`` (picklable) in the agent of fairpod node ``node``; its result or its exception.
 
-        Raises :class:`ExecutorError` if the node is not a live Ray node or is lost during the call, and
-        :class:`TimeoutError` (after cancelling the task) if it takes longer than ``timeout`` seconds.
+        The agent holds the node's GPUs, so ``fn`` sees them all (a deep health check, say). Raises
+        :class:`ExecutorError` if the node or its agent is not live or is lost during the call, and
+        :class:`TimeoutError` if it takes longer than ``timeout`` seconds (the call is left to finish).
         """
         ray = self._ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         rn = self._by_name.get(node)
         if rn is None or not rn.alive:
             self._refresh_nodes()
             rn = self._by_name.get(node)
         if rn is None:
             raise ExecutorError(f"node {node} is not in the Ray cluster")
-        if not rn.alive:
-            raise ExecutorError(f"node {node} is not alive in the Ray cluster ({rn.death or 'dead'})")
         with self._lock:
-            remote = self._remote_fns.get(fn)
-            if remote is None:
-                remote = self._remote_fns[fn] = ray.remote(fn)
-        ref = remote.options(
-            num_cpus=0, max_retries=0, scheduling_strategy=NodeAffinitySchedulingStrategy(rn.node_id, soft=False)
-        ).remote(*args)
+            agent = self._agents.get(rn.node_id)
+        if not rn.alive or agent is None or not agent.ready or agent.lost is not None:
+            raise ExecutorError(f"node {node} is not alive in the Ray cluster ({rn.death or 'dead'})")
+        ref = agent.handle.run.remote(fn, args)
         what = getattr(fn, "__name__", "the function")
         try:
-            return ray.get(ref, timeout=timeout)
+            return ray.get(ref, timeout=timeout)  # type: ignore[no-any-return]
         except ray.exceptions.GetTimeoutError:
-            ray.cancel(ref, force=True)
+            try:
+                ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - a running call of a threaded actor cannot be cancelled
+                pass
             raise TimeoutError(f"{what} did not finish within {timeout:g} s on node {node}") from None
         except ray.exceptions.RayTaskError as e:
             cause = getattr(e, "cause", None)
             if isinstance(cause, BaseException):
                 raise cause from None
             raise
-        except (ray.exceptions.NodeDiedError, ray.exceptions.WorkerCrashedError,
-                ray.exceptions.TaskUnschedulableError) as e:
+        except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError) as e:
             raise ExecutorError(f"{what} could not run on node {node}: {str(e).splitlines()[0]}") from None
-

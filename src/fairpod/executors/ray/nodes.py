@@ -49,10 +49,6 @@ def _sanitize(name: str) -> str:
     return out[:200]
 
 
-# -- executor state ----------------------------------------------------------------------------------------
-
-
-
 class NodeTable:
     """The part of :class:`~fairpod.executors.ray.executor.RayExecutor` that keeps the node table."""
 
@@ -107,12 +103,16 @@ class NodeTable:
             for nid in [nid for nid in self._names if nid not in known]:
                 del self._names[nid]  # Ray forgot the node: membership sees its name as gone
                 changed = True
+            table = self._with_agents(table)
             by_name = {r.name: r for r in table.values()}
             if by_name != self._by_name or table != self._nodes:
                 self.nodes_version += 1
             self._nodes, self._by_name = table, by_name
             if changed:
                 self._save_names()
+
+    def _with_agents(self, table: dict[str, RayNode]) -> dict[str, RayNode]:
+        return table  # see :class:`fairpod.executors.ray.agents.Agents`
 
     def _load_names(self) -> dict[str, str]:
         data = state.read_json(self.root / NODES_FILE) or {}

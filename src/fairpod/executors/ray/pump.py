@@ -12,13 +12,14 @@ from typing import Any
 
 from fairpod.executors import state
 from fairpod.executors.base import ReplicaExit
+from fairpod.executors.ray.agents import AGENT_TIMEOUT, PING_EVERY, _Agent, _first_line
 from fairpod.executors.ray.attempts import _Attempt, _Rep
+from fairpod.executors.ray.nodes import RayNode
 
 log = logging.getLogger("fairpod.executors.ray")
 
-CHUNK = 1 << 20  # log bytes per pull
-STOP_MARGIN = 15.0  # after grace + this, a replica that has not ended gets its actor killed
-UNAVAILABLE_LIMIT = 30.0  # an agent unreachable this long (its node alive) counts as lost
+CHUNK = 1 << 20  # log bytes per replica and pull
+STOP_MARGIN = 15.0  # after grace + this, a replica that has not ended is killed by its agent
 
 
 class Pump:
@@ -27,6 +28,8 @@ class Pump:
     _ray: Any
     _lock: threading.RLock
     _attempts: dict[tuple[str, int], _Attempt]
+    _agents: dict[str, _Agent]
+    _nodes: dict[str, RayNode]
     _exits: list[ReplicaExit]
     _notify: Callable[[], None] | None
     _closed: threading.Event
@@ -35,6 +38,9 @@ class Pump:
     poll_interval: float
     startup_timeout: float
     root: Path
+    _refresh_nodes: Callable[[], None]
+    _agent_answer: Callable[[_Agent, Any], dict[str, Any] | None]
+    _agent_lost: Callable[[_Agent, str], None]
 
     # -- the background thread -----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -53,6 +59,7 @@ class Pump:
             self._pump(wait)
 
     def _pump(self, wait: float) -> None:
+        """One pass: node table (and agents), then one sync per agent for all its replicas, then clean-ups."""
         ray = self._ray
         self._refresh_nodes()
         now = time.monotonic()
@@ -61,113 +68,124 @@ class Pump:
             for att in atts:
                 for rep in att.reps:
                     if rep.final is None:
-                        self._check_rep(att, rep, now)
-            inflight = {}
+                        self._check_rep(rep, now)
+            live: dict[int, list[_Rep]] = {}
+            inflight: dict[Any, tuple[str, Any]] = {}
             for att in atts:
                 for rep in att.reps:
-                    if rep.final is not None or rep.handle is None:
+                    if rep.final is not None or rep.agent is None:
                         continue
                     if rep.start_ref is not None:
-                        inflight[rep.start_ref] = (rep, "start")
+                        inflight[rep.start_ref] = ("start", rep)
                     else:
-                        if rep.sync_ref is None:
-                            rep.sync_ref = rep.handle.sync.remote(rep.offset, CHUNK)
-                        inflight[rep.sync_ref] = (rep, "sync")
+                        live.setdefault(id(rep.agent), []).append(rep)
+            for agent in list(self._agents.values()):
+                if agent.lost is not None:
+                    continue
+                if agent.sync_ref is not None and agent.ready and now - agent.sync_sent > AGENT_TIMEOUT:
+                    self._agent_lost(agent, f"stopped answering (no answer for {AGENT_TIMEOUT:g} s)")
+                    continue
+                reps = live.get(id(agent), [])
+                if agent.sync_ref is None and (reps or now - agent.last_ok >= PING_EVERY):
+                    agent.sync_reps = reps
+                    agent.sync_ref = agent.handle.sync.remote([(r.key, r.offset, CHUNK) for r in reps])
+                    agent.sync_sent = now
+                if agent.sync_ref is not None:
+                    inflight[agent.sync_ref] = ("sync", agent)
         if inflight:
             ready, _ = ray.wait(list(inflight), num_returns=len(inflight), timeout=wait)
             for ref in ready:
-                rep, kind = inflight[ref]
-                self._collect(rep, kind, ref)
+                kind, what = inflight[ref]
+                if kind == "start":
+                    self._collect_start(what, ref)
+                else:
+                    self._collect_sync(what, ref)
         with self._lock:
             for att in list(self._attempts.values()):
                 if not att.cleaned and all(r.final is not None for r in att.reps):
                     self._cleanup(att, force=False)
 
-    def _check_rep(self, att: _Attempt, rep: _Rep, now: float) -> None:
-        """Exits that need no answer from the agent: node lost, never placed, stop overdue."""
+    def _check_rep(self, rep: _Rep, now: float) -> None:
+        """Exits that need no answer from the agent: node lost, never started, stop overdue."""
         rn = self._nodes.get(rep.node_id)
         if rn is None or not rn.alive:
             why = rn.death if rn is not None and rn.death else "it left the Ray cluster"
             self._finalize(rep, {"returncode": None, "signal": None, "reason": f"node lost: {rep.node}: {why}"})
             return
-        placed = rep.start_ref is None or self._pg_created(att)
-        if not placed and now - att.created > self.startup_timeout:
+        if rep.start_ref is not None and now - rep.started > self.startup_timeout:
             self._finalize(rep, {"returncode": None, "signal": None, "reason": (
-                f"not started: Ray could not place it on node {rep.node} within {self.startup_timeout:g} s "
-                "(are that node's GPUs used by work fairpod does not manage?)")})
+                f"not started: the fairpod agent on node {rep.node} did not start it within "
+                f"{self.startup_timeout:g} s")})
             return
-        if rep.stop_at is not None:
-            if not placed:
-                self._finalize(rep, {"returncode": None, "signal": None, "reason": "stopped before start"})
-            elif now > rep.stop_at + rep.stop_grace + STOP_MARGIN:
-                if rep.handle is not None:
-                    self._ray.kill(rep.handle, no_restart=True)
-                self._finalize(rep, {"returncode": None, "signal": int(signal.SIGKILL), "reason": (
-                    f"killed: it did not stop within {rep.stop_grace:g} s + {STOP_MARGIN:g} s; its Ray actor was "
-                    "killed and its supervisor stops what is left")})
-        if rep.unavailable_since is not None and now - rep.unavailable_since > UNAVAILABLE_LIMIT:
-            self._finalize(rep, {"returncode": None, "signal": None, "reason": (
-                f"node lost: the replica's agent on {rep.node} has been unreachable for {UNAVAILABLE_LIMIT:g} s")})
+        if rep.stop_at is not None and now > rep.stop_at + rep.stop_grace + STOP_MARGIN:
+            if rep.agent is not None:
+                rep.agent.handle.kill.remote(rep.key)
+            self._finalize(rep, {"returncode": None, "signal": int(signal.SIGKILL), "reason": (
+                f"killed: it did not stop within {rep.stop_grace:g} s + {STOP_MARGIN:g} s; its agent killed "
+                "its supervisor and its process group")})
 
-    def _pg_created(self, att: _Attempt) -> bool:
-        if att.pg is None:
-            return False
-        from ray.util.placement_group import placement_group_table
-
-        try:
-            return placement_group_table(att.pg).get("state") == "CREATED"
-        except Exception:  # noqa: BLE001
-            return False
-
-    def _collect(self, rep: _Rep, kind: str, ref: Any) -> None:
+    def _collect_start(self, rep: _Rep, ref: Any) -> None:
         ray = self._ray
         try:
-            result = ray.get(ref, timeout=0)
+            ray.get(ref, timeout=0)
         except ray.exceptions.GetTimeoutError:
             return
-        except ray.exceptions.ActorUnavailableError:
+        except ray.exceptions.RayTaskError as e:
             with self._lock:
-                rep.unavailable_since = rep.unavailable_since or time.monotonic()
-                if kind == "sync":
-                    rep.sync_ref = None
+                rep.start_ref = None
+                self._finalize(rep, {"returncode": None, "signal": None,
+                                     "reason": f"could not start on node {rep.node}: {_first_line(e)}"})
             return
-        except ray.exceptions.RayError as e:
+        except ray.exceptions.RayActorError:
             with self._lock:
-                if kind == "sync":
-                    rep.sync_ref = None
-                if rep.final is not None:
-                    return
-                rn = self._nodes.get(rep.node_id)
-                if rn is None or not rn.alive:
-                    why = rn.death if rn is not None and rn.death else "it left the Ray cluster"
-                    reason = f"node lost: {rep.node}: {why}"
-                elif isinstance(e, ray.exceptions.ActorDiedError | ray.exceptions.RayActorError):
-                    reason = f"the replica's Ray actor died: {_first_line(e)}; its supervisor stops the replica"
-                else:
-                    reason = f"could not start on Ray: {_first_line(e)}"
-                self._finalize(rep, {"returncode": None, "signal": None, "reason": reason})
+                rep.start_ref = None
+            if rep.agent is not None:
+                self._agent_answer(rep.agent, ref)  # marks the agent lost, and with it this replica
             return
         with self._lock:
-            rep.unavailable_since = None
-            if kind == "start":
-                rep.start_ref = None
-                if rep.stop_at is not None and rep.stop_ref is None and rep.handle is not None:
-                    rep.stop_ref = rep.handle.stop.remote(rep.stop_grace)
-                return
-            rep.sync_ref = None
-            if rep.final is not None:
-                return
-            data: bytes = result.get("data", b"")
-            if data:
-                with open(rep.dir / state.OUTPUT, "ab") as f:
-                    f.write(data)
-                rep.offset += len(data)
-            st = result.get("status")
-            if st is not None and rep.offset >= int(result.get("size", 0)):
-                rep.agent_final = True
-                self._finalize(rep, st)
-            elif data:
-                self._wake.set()  # more to pull
+            rep.start_ref = None
+            if rep.stop_at is not None and rep.stop_ref is None and rep.agent is not None:
+                rep.stop_ref = rep.agent.handle.stop.remote(rep.key, rep.stop_grace)
+        self._wake.set()  # sync it at once
+
+    def _collect_sync(self, agent: _Agent, ref: Any) -> None:
+        reps = agent.sync_reps
+        result = self._agent_answer(agent, ref)
+        if result is None:
+            return
+        more = False
+        with self._lock:
+            agent.sync_reps = []
+            answers: dict[str, Any] = result.get("replicas") or {}
+            for rep in reps:
+                if rep.final is not None or rep.key not in answers:
+                    continue
+                ans = answers[rep.key]
+                if ans is None:
+                    self._finalize(rep, {"returncode": None, "signal": None, "reason": (
+                        f"lost: the fairpod agent on node {rep.node} has no record of it")})
+                    continue
+                data: bytes = ans.get("data", b"")
+                if data:
+                    with open(rep.dir / state.OUTPUT, "ab") as f:
+                        f.write(data)
+                    rep.offset += len(data)
+                st = ans.get("status")
+                if st is not None and rep.offset >= int(ans.get("size", 0)):
+                    rep.agent_final = True
+                    self._finalize(rep, st)
+                elif data:
+                    more = True
+        if more:
+            self._wake.set()  # more to pull
+
+    def _agent_replicas_lost(self, agent: _Agent) -> None:
+        """Called with the lock held when ``agent`` is lost: each of its replicas ends ``node lost``."""
+        for att in self._attempts.values():
+            for rep in att.reps:
+                if rep.agent is agent and rep.final is None:
+                    self._finalize(rep, {"returncode": None, "signal": None,
+                                         "reason": f"node lost: {rep.node}: {agent.lost}"})
 
     def _finalize(self, rep: _Rep, st: dict[str, Any]) -> None:
         """Record a replica's exit (once): ``status.json`` on the control plane's disk, then queue it."""
@@ -184,39 +202,18 @@ class Pump:
             fn()
 
     def _cleanup(self, att: _Attempt, force: bool) -> None:
-        """Once every replica of an attempt has ended: agents that reported an exit delete their run dirs
-        (waited for up to 10 s, unless ``force``), then actors and the placement group go (capacity back to
-        Ray)."""
+        """Once every replica of an attempt has ended: agents that reported an exit delete its run dirs (waited
+        for up to 10 s, unless ``force``)."""
         ray = self._ray
         if att.cleanup_refs is None:
-            att.cleanup_refs = [] if force else [r.handle.finish.remote() for r in att.reps
-                                                 if r.handle is not None and r.agent_final]
+            keys: dict[int, tuple[_Agent, list[str]]] = {}
+            for r in att.reps:
+                if r.agent is not None and r.agent_final and r.agent.lost is None:
+                    keys.setdefault(id(r.agent), (r.agent, []))[1].append(r.key)
+            att.cleanup_refs = [] if force else [a.handle.finish.remote(k) for a, k in keys.values()]
             att.cleanup_at = time.monotonic()
         if att.cleanup_refs and not force:
             done, _ = ray.wait(att.cleanup_refs, num_returns=len(att.cleanup_refs), timeout=0)
             if len(done) < len(att.cleanup_refs) and time.monotonic() - (att.cleanup_at or 0) < 10:
                 return
-        for r in att.reps:
-            if r.handle is not None:
-                try:
-                    ray.kill(r.handle, no_restart=True)
-                except Exception:  # noqa: BLE001 - already dead
-                    pass
-        self._remove_pg(att.pg)
         att.cleaned = True
-
-    def _remove_pg(self, pg: Any) -> None:
-        if pg is None:
-            return
-        from ray.util.placement_group import remove_placement_group
-
-        try:
-            remove_placement_group(pg)
-        except Exception:  # noqa: BLE001 - already removed
-            pass
-
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
