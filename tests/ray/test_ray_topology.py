@@ -11,9 +11,9 @@ from .conftest import RayServer, seed_spec_data
 
 
 def test_ray_node_labels_place_a_required_rack_job(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path):
-    from .conftest import assert_clean
+    from .conftest import all_gpus_free, assert_clean, kill_recorded, remove_agents
 
-    assert_clean(ray_driver, "none")
+    all_gpus_free(ray_driver)
     data = seed_spec_data()
     data["cluster"]["topology_levels"] = ["rack"]
     server = RayServer(tmp_path, ray_cluster, data)
@@ -38,3 +38,5 @@ def test_ray_node_labels_place_a_required_rack_job(ray_cluster: RayTestCluster, 
         assert_clean(ray_driver, server.namespace)
     finally:
         server.kill()
+        kill_recorded(server.node_dir)
+        remove_agents(ray_driver, server.namespace)
