@@ -55,6 +55,8 @@ BAD = [
     ("policy.priority_classes", [{"name": "a", "weight": 1}, {"name": "a", "weight": 2}],
      "policy.priority_classes: 'a' is defined 2 times"),
     ("policy.max_min_runtime_seconds", -5, "policy.max_min_runtime_seconds"),
+    ("cluster.checkpoint_dir", "ckpt", "cluster.checkpoint_dir: must be an absolute path"),
+    ("cluster.checkpoint_dir", "/a/../b", "cluster.checkpoint_dir: must be an absolute path"),
 ]
 
 

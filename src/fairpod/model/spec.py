@@ -134,6 +134,17 @@ class ClusterInfo(_Strict):
     # the network topology's levels, outermost first (e.g. [block, rack]; the host is implied below the last):
     # jobs may ask for all their replicas in one domain of a level (docs/placement.md)
     topology_levels: list[str] = Field(default_factory=list, max_length=8)
+    # where jobs' checkpoint directories live (<dir>/<team>/<job>); default $FAIRPOD_HOME/checkpoints. On a
+    # cluster of several hosts: a shared file system mounted at this path on every node (docs/ray.md)
+    checkpoint_dir: str | None = Field(default=None, max_length=1024)
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _checkpoint_dir(cls, v: str | None) -> str | None:
+        if v is not None and (not v.startswith("/") or "\x00" in v or any(p == ".." for p in v.split("/"))):
+            raise ValueError("must be an absolute path without '..' (shared storage mounted at the "
+                             "same path on every node, e.g. /mnt/shared/fairpod-checkpoints)")
+        return v
 
 
 class PriorityClass(_Strict):
@@ -318,7 +329,8 @@ def _pydantic_problems(e: ValidationError) -> list[str]:
             msg = msg.removeprefix("Value error, ")
             field, sep, why = msg.partition(": ")
             if sep and field.isidentifier():
-                where, msg = (f"{where}.{field}" if err["loc"] else field), why
+                at_field = bool(err["loc"]) and err["loc"][-1] == field
+                where, msg = (where if at_field else f"{where}.{field}" if err["loc"] else field), why
         probs.append(f"{where}: {msg}")
     return probs
 

@@ -506,9 +506,14 @@ class ControlPlane:
             out.append(gpus[gpu].mig_devices[k])
         return tuple(out)
 
+    def checkpoint_root(self) -> Path:
+        """Where jobs' checkpoint directories live: ``cluster.checkpoint_dir``, else ``$FAIRPOD_HOME/checkpoints``."""
+        custom = self.spec.cluster.checkpoint_dir
+        return Path(custom) if custom else self.home / "checkpoints"
+
     def launch(self, job: Job, run: Run) -> None:
         """Start an admitted attempt on the slots :meth:`_ready` took for it."""
-        ckpt = self.home / "checkpoints" / job.team / job_key(job)
+        ckpt = self.checkpoint_root() / job.team / job_key(job)
         try:
             devices = {n: self._partition_devices(n, list(run.slots.get(n, []))) for n in job.placement}
         except ExecutorError as e:
