@@ -127,7 +127,7 @@ def plan(
         if within or not snap.fair_share:
             return 0.0
         if name not in shares:
-            shares[name] = fairshare.share(snap, snap.teams[name], w.itype)
+            shares[name] = fairshare.share(snap, snap.teams[name], w.itype, with_history=True)
         return shares[name]
 
     cands.sort(key=victim_key(w.team, now, team_share))

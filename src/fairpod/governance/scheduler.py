@@ -27,7 +27,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from fairpod.governance import fairshare, preemption, quota
+from fairpod.governance import fairshare, history, preemption, quota, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.placement import never_fits, place, why_not
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
@@ -40,8 +40,8 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
         if ua > 0:
             idle.append((-(10**12), "(unallocated)", ua))
     for t in snap.teams.values():
-        if t.lends and t.name != w.team:
-            left = t.q(w.itype)[0] - t.u(w.itype)[0]
+        if t.name != w.team:
+            left = t.lendable_now(w.itype)[0]
             if left > 0:
                 idle.append((-left, t.name, left))
     idle.sort()
@@ -143,6 +143,10 @@ class _Cycle:
 
     def try_start(self, w: Workload) -> bool:
         snap = self.snap
+        capped = users.over_cap(snap.teams[w.team], w)
+        if capped:
+            self.wait(w, capped)
+            return False
         if not self.team_may_start(w):
             h = self.strict[w.team]
             self.wait(w, f"waiting behind job {h.id} of team {w.team}, which has waited longest and has "
@@ -263,8 +267,9 @@ class _Cycle:
         limit); a job that never can must not hold the team up."""
         skip: set = set()
         while True:
-            h = team.queue.head(skip)
-            if h is None or (self.never_fits(h) is None and quota.ever_fits_quota(self.snap, h)):
+            h = team.queue.head(skip, users.order(team))
+            if h is None or (self.never_fits(h) is None and quota.ever_fits_quota(self.snap, h)
+                             and not users.over_cap(team, h)):
                 return h
             skip.add(h.shape)
 
@@ -274,7 +279,8 @@ class _Cycle:
         if within:
             second = 0.0
         elif snap.fair_share:
-            second = fairshare.share(snap, team, w.itype, w.total)  # after admission: weight decides at once
+            # after admission (weight decides at once); under FairShareHistory with the team's past borrowing
+            second = fairshare.share(snap, team, w.itype, w.total, with_history=True)
         else:
             second = 0.0
         prio = -w.priority if snap.task_ranking else 0
@@ -286,6 +292,7 @@ class _Cycle:
             snap.memo.clear()  # entries of old versions
         for p in snap.pools.values():
             p.reserved_borrow = [0, 0, 0]
+        history.advance(snap)
         guard = snap.starvation_guard
         starving = []
         for team in snap.teams.values():
@@ -311,6 +318,7 @@ class _Cycle:
             else:
                 v.reason = p.reason
                 v.preemptions += 1
+        history.record(snap)
         return self.out
 
     def rounds(self, teams: list[Team], failed: dict[str, set], within_only: bool) -> None:
@@ -326,7 +334,7 @@ class _Cycle:
                 if within_only:
                     skip = skip | borrowing.setdefault(t.name, set())
                 while True:
-                    h = t.queue.head(skip)
+                    h = t.queue.head(skip, users.order(t))
                     if h is None or not within_only or quota.within_quota(t, h.itype, h.total):
                         break
                     borrowing[t.name].add(h.shape)  # a shape that borrows now borrows all this phase
