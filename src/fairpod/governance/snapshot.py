@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from fairpod.governance.lending import idle_lendable, lend_quota
@@ -95,6 +95,7 @@ class Team:
     round_robin: bool = False  # the queue goes round-robin across users (fewest running accelerators first)
     used: dict[str, Vec] = field(default_factory=dict)
     user_acc: dict[str, int] = field(default_factory=dict)  # running accelerators per user
+    user_turn: dict[str, int] = field(default_factory=dict)  # per user: the count of starts at its last start
     history: dict[str, float] = field(default_factory=dict)  # decayed mean dominant borrowed share per type
     version: int = 0  # counts changes of its usage (derived views may be cached against it)
     queue: PendingQueue = field(default_factory=lambda: PendingQueue())
@@ -170,9 +171,9 @@ class PendingQueue:
             return None
         return h[0]
 
-    def head(self, skip: set | None = None, user_rank: dict[str, int] | None = None) -> Workload | None:
+    def head(self, skip: set | None = None, user_rank: Callable[[str], tuple] | None = None) -> Workload | None:
         """The first job in queue order whose shape is not in ``skip``; with ``user_rank`` (round-robin across
-        users), the job of the user with the lowest rank first (the user's running accelerators), then by order."""
+        users, ``governance.users``), the job of the user with the lowest rank first, then by queue order."""
         best: tuple | None = None
         for shape in list(self.heaps):
             if skip and shape in skip:
@@ -181,7 +182,7 @@ class PendingQueue:
             if top is None:
                 continue
             if user_rank is not None:
-                top = (user_rank.get(self.live[top[1]].user, 0), *top)
+                top = (user_rank(self.live[top[1]].user), *top)
             if best is None or top < best:
                 best = top
         return self.live[best[-1]] if best else None
@@ -236,6 +237,7 @@ class Snapshot:
         self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
         self.pending: dict[str, Workload] = {}
         self._seq = 0
+        self._starts = 0  # jobs started, for the round-robin turns of users
         self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
         self.memo: dict[tuple, float] = {}  # the engine's cache of derived values, keyed with their versions
 
@@ -410,9 +412,13 @@ class Snapshot:
     def start(self, w: Workload, nodes: list[str], now: float) -> None:
         """A pending job starts on ``nodes``."""
         self.pending.pop(w.id, None)
-        self.teams[w.team].queue.pop(w)
+        team = self.teams[w.team]
+        team.queue.pop(w)
         self.assign(w, nodes)
         w.started = now
+        if team.round_robin:
+            self._starts += 1
+            team.user_turn[w.user] = self._starts
 
     def finish(self, wid: str) -> Workload:
         """A running job ended (any way): free its nodes."""

@@ -5,20 +5,28 @@
   jobs of its shape wait with it: the queue keeps each user's jobs apart in a team with per-user rules.
   A job larger than the cap on its own can never start.
 - **Round-robin**: the team's next job comes from the user who runs the fewest accelerators in the team now;
-  between users running as many, the job first in the team's queue order. Jobs of equal size thus
-  alternate between users instead of one user's burst going first.
+  between users running as many, from the user whose last job started longest ago (a user not served yet
+  first), then the job first in the team's queue order. Jobs of equal size thus take turns between users
+  instead of one user's burst going first. (The turns are the engine's memory: after a control-plane
+  restart, ties start again from queue order.)
 
 A job without a user (submitted before users were recorded) counts as the user "".
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from fairpod.governance.snapshot import Team, Workload
 
 
-def order(team: Team) -> dict[str, int] | None:
-    """The rank of each user for round-robin (running accelerators), or None: the team's plain queue order."""
-    return team.user_acc if team.round_robin else None
+def order(team: Team) -> Callable[[str], tuple[int, int]] | None:
+    """The rank of a user for round-robin: (running accelerators, when the user's last job started: never
+    first), or None: the team's plain queue order."""
+    if not team.round_robin:
+        return None
+    acc, turn = team.user_acc, team.user_turn
+    return lambda user: (acc.get(user, 0), turn.get(user, 0))
 
 
 def never(team: Team, w: Workload) -> str | None:
