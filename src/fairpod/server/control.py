@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
-from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
+from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, history, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
@@ -46,6 +46,7 @@ from fairpod.model.spec import ClusterSpec
 from fairpod.server import arrays, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
+from fairpod.server.fairshare_history import HistoryKeeper
 from fairpod.server.nodes import ACTION_STATUS, sync_nodes
 from fairpod.server.retention import Retention
 from fairpod.server.runs import (
@@ -100,6 +101,7 @@ class ControlPlane:
         self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
         self.retention = Retention()  # deletes what policy.retention_days no longer keeps
         self.watchdog = Watchdog()  # runtime limits and hang detection
+        self.history = HistoryKeeper()  # FairShareHistory kept across restarts
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
@@ -114,7 +116,7 @@ class ControlPlane:
             str(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
             priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
-            passed_only=job.spec.deep_health_check_passed_nodes_only,
+            passed_only=job.spec.deep_health_check_passed_nodes_only, user=job.spec.user or "",
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
         )  # fmt: skip
 
@@ -136,6 +138,7 @@ class ControlPlane:
                           passed=nd.deep_health_check == DeepHealthCheck.PASSED)
         for t in spec.teams:
             snap.add_team(engine_team(spec, t.name))
+        history.load(snap, self.history.saved(self))  # FairShareHistory: the past borrowing goes on
         for job in self.store.list_jobs(finished=False):
             if job.team not in snap.teams:
                 continue
@@ -232,6 +235,7 @@ class ControlPlane:
                 earlier = self.store.get_job(jid)
                 if earlier is not None:
                     return earlier
+            spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
             try:
                 resolved = resolve_job(spec, self.spec)
             except ValueError as e:
@@ -266,6 +270,7 @@ class ControlPlane:
                 earlier = arrays.same_array(self.store, first) if first is not None else None
                 if earlier is not None:
                     return earlier
+            spec = spec.model_copy(update={"user": actor})
             try:
                 resolved = resolve_job(spec, self.spec)
             except ValueError as e:
@@ -379,6 +384,7 @@ class ControlPlane:
             self.usage.tick(self)
             self.retention.tick(self)
             self.watchdog.tick(self)
+            self.history.tick(self)
 
     def _take_exits(self, exits: list[ReplicaExit]) -> None:
         self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
@@ -404,6 +410,8 @@ class ControlPlane:
         self.wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        with self.lock:
+            self.history.tick(self, force=True)
         self.executor.close()
 
     # -- the transitions of a job ----------------------------------------------------------------

@@ -40,6 +40,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
         "id": job.id,
         "name": job.name,
         "team": job.team,
+        "user": job.spec.user,
         "state": job.state.value,
         "reason": job.reason,
         "priority": job.spec.priority,
