@@ -2,7 +2,8 @@
 
 The history is plain data in the store's meta table (key ``fairshare_history``, JSON), written every
 ``EVERY`` seconds by the reconcile loop and when the control plane stops; a new control plane (or a snapshot
-rebuilt after a spec change or a failed write) starts from it. A kill -9 loses at most the last ``EVERY``
+rebuilt after a spec change or a failed write) starts from it. A kill (-9, or a signal that ends the process
+before the control plane is stopped) loses at most the last ``EVERY``
 seconds of history: the next control plane folds the time since the save in with the shares saved then.
 """
 
