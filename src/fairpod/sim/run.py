@@ -24,7 +24,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
+from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule, users
 from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.placement import place, why_not
 from fairpod.governance.quota import lending, pool_ok, team_check
@@ -89,6 +89,9 @@ def never_runnable(snap: Snapshot, w: Workload) -> str | None:
     ok, _, why = team_check(snap, w)
     if not ok:
         return why
+    capped = users.never(snap.teams[w.team], w)
+    if capped:
+        return capped
     if not pool_ok(snap, w):
         return f"no idle {w.itype} capacity to borrow: the job needs more than its team's quota and what " \
                "the lending teams could ever lend"
@@ -112,7 +115,7 @@ class Simulation:
         for j in jobs:
             w = Workload(j.name, j.team, j.itype, j.nodes, j.per_replica, priority=j.priority,
                          submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds),
-                         expected=j.duration)  # the trace's duration: what a user declares
+                         expected=j.duration, user=j.user)  # the trace's duration: what a user declares
             key = (j.team, w.shape)
             if key not in verdicts:
                 verdicts[key] = never_runnable(empty, w)

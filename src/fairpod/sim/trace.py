@@ -4,7 +4,8 @@ Two formats, told apart by the header:
 
 - fairpod traces: ``submit_time`` (s), ``team``, ``duration`` (s of work), ``accelerators`` (total), and the
   optional ``nodes``, ``instance_type``, ``priority`` (a priority class of the spec), ``name``,
-  ``checkpoint_interval`` (s) and ``min_runtime`` (s). An empty cell means the column's default.
+  ``checkpoint_interval`` (s), ``min_runtime`` (s) and ``user`` (who submitted it, for a team's per-user
+  limits). An empty cell means the column's default.
 - ITP traces (``job_id,submission_time,duration,num_gpu``): one team per file, named after the file stem.
 
 A trace path may be one file or a directory of ``*.csv`` files (each in either format). Problems raise
@@ -23,7 +24,7 @@ from fairpod.model.resources import Res, by_ratio
 from fairpod.model.spec import ClusterSpec
 
 REQUIRED = ("submit_time", "team", "duration", "accelerators")
-OPTIONAL = ("nodes", "instance_type", "priority", "name", "checkpoint_interval", "min_runtime")
+OPTIONAL = ("nodes", "instance_type", "priority", "name", "checkpoint_interval", "min_runtime", "user")
 ITP = ("job_id", "submission_time", "duration", "num_gpu")
 
 
@@ -47,6 +48,7 @@ class TraceJob:
     checkpoint_interval: float | None = None
     min_runtime: float = 0.0
     where: str = ""  # "file:line"
+    user: str = ""  # who submitted it (a team's per-user limits)
 
 
 def _number(text: str, where: str, col: str, *, integer: bool = False, positive: bool = False) -> float:
@@ -135,6 +137,7 @@ class _Resolver:
             checkpoint_interval=_number(ck, where, "checkpoint_interval", positive=True) if ck else None,
             min_runtime=_number(mr, where, "min_runtime") if mr else 0.0,
             where=where,
+            user=cell.get("user", ""),
         )
 
 
