@@ -20,6 +20,10 @@ A cycle:
    first); then priority; then submit time.
    Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
    engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
+   In a team with per-user rules (rule 9, ``users``) a job over its user's cap waits without trying, and a
+   RoundRobin team offers the job of the user who runs the fewest accelerators first.
+Under FairShareHistory (rule 5b, ``history``) the cycle first folds the time since the last cycle into each
+team's decayed borrowed share, and records the shares after its decisions.
 """
 
 from __future__ import annotations
