@@ -31,6 +31,8 @@ def clusters(draw: st.DrawFn):
             "borrow_abs": draw(st.sampled_from([None, None, 0, 2, 4, 8])),
             "user_cap": draw(st.sampled_from([None, None, 4, 8, 12])),
             "round_robin": draw(st.booleans()),
+            # rule 10: (share of the budget used, hard cap) or no budget
+            "budget": draw(st.sampled_from([None, None, (0.5, False), (0.9, False), (1.0, False), (1.2, True)])),
         })
         if teams[-1]["strategy"] == "DontLend":
             teams[-1]["lend"] = None
@@ -106,6 +108,9 @@ def check_invariants(snap, whole_nodes: bool) -> None:
         # a job within its team's unused quota on a healthy cluster is admitted in this cycle (after reclaim)
         for team in snap.teams.values():
             unused = team.q(T)[0] - team.u(T)[0]
+            held = team.budget.get(T, (0.0, 1.0, False))
+            if held[2] and held[0] >= held[1]:
+                continue  # a hard cap holds the team's jobs
             for w in team.queue.live.values():
                 if team.user_cap is not None and team.user_acc.get(w.user, 0) + w.total.acc > team.user_cap:
                     continue  # held by its user's cap, not by quota
@@ -118,6 +123,9 @@ def check_invariants(snap, whole_nodes: bool) -> None:
 def test_invariants_hold_over_random_event_sequences(cluster, evs, whole_nodes):
     nodes, teams, policy = cluster
     snap = make(nodes, teams, **policy)
+    for t in teams:
+        if t["budget"] is not None:
+            snap.teams[t["name"]].budget[T] = (100.0 * t["budget"][0], 100.0, t["budget"][1])
     preempted_by: set[tuple[str, str]] = set()
     now = 0.0
     for i, ev in enumerate(evs):
@@ -145,6 +153,11 @@ def test_invariants_hold_over_random_event_sequences(cluster, evs, whole_nodes):
                 preempted_by.add((d.job, d.by))
             if isinstance(d, Admit):
                 assert d.job in snap.running
+                team = snap.teams[snap.running[d.job].team]
+                used, hours, hard = team.budget.get(T, (0.0, 1.0, False))
+                if used >= hours:  # rule 10: a spent budget borrows nothing; a hard cap starts nothing
+                    assert not hard, f"{d.job} started past its team's hard cap"
+                    assert d.borrowed == 0, f"{d.job} borrows past its team's budget"
         check_invariants(snap, whole_nodes)
     # at the end the cluster is stable: a further cycle admits and preempts nothing new of itself
     # (only capacity that was not there before could change anything)

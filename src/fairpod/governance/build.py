@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fairpod.governance.budget import Meter
 from fairpod.governance.snapshot import Snapshot, Team
 from fairpod.model.resources import node_res
 from fairpod.model.spec import (
@@ -43,7 +44,14 @@ def engine_team(spec: ClusterSpec, name: str) -> Team:
         borrow_abs=spec.team_limits(t.sharing.absolute_borrow_limits),
         user_cap=t.user_limits.max_running_accelerators,
         round_robin=t.user_limits.queue_order == "RoundRobin",
+        budget={b.instance_type: (0.0, b.accelerator_hours, b.hard_cap) for b in t.budgets},
     )
+
+
+def budget_meter(spec: ClusterSpec) -> Meter:
+    """A meter for the spec's team budgets (``governance.budget``)."""
+    return Meter({(t.name, b.instance_type): (b.period, b.accelerator_hours, b.hard_cap)
+                  for t in spec.teams for b in t.budgets})
 
 
 def snapshot_from_spec(spec: ClusterSpec, now: float = 0.0, *, passed: bool = True) -> Snapshot:

@@ -12,6 +12,7 @@ Rules (engine rule 2 and 3):
 
 from __future__ import annotations
 
+from fairpod.governance import budget
 from fairpod.governance.lending import cap_with_absolute, idle_lendable, lend_quota
 from fairpod.governance.snapshot import Snapshot, Team, Vec, Workload
 
@@ -36,6 +37,10 @@ def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
     """(may hold, within quota, reason if not) for job ``w`` of its team, ignoring everyone else."""
     team = snap.teams[w.team]
     t = w.total
+    if team.budget:
+        held = budget.blocks(team, w, not within_quota(team, w.itype, t))
+        if held:
+            return False, False, held
     if within_quota(team, w.itype, t):
         return True, True, ""
     u = team.u(w.itype)

@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from fairpod.governance import fairshare, history, preemption, quota, users
+from fairpod.governance import budget, fairshare, history, preemption, quota, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.placement import never_fits, place, why_not
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
@@ -273,7 +273,9 @@ class _Cycle:
         while True:
             h = team.queue.head(skip, users.order(team))
             if h is None or (self.never_fits(h) is None and quota.ever_fits_quota(self.snap, h)
-                             and not users.over_cap(team, h)):
+                             and not users.over_cap(team, h)
+                             and not (team.budget and budget.blocks(
+                                 team, h, not quota.within_quota(team, h.itype, h.total)))):
                 return h
             skip.add(h.shape)
 
@@ -287,7 +289,7 @@ class _Cycle:
             second = fairshare.share(snap, team, w.itype, w.total, with_history=True)
         else:
             second = 0.0
-        prio = -w.priority if snap.task_ranking else 0
+        prio = -budget.priority(team, w) if snap.task_ranking else 0  # past 80 % of a budget: the lowest
         return (not within, second, prio, w.submit, w.seq)
 
     def run(self) -> list[Decision]:

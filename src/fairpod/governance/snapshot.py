@@ -97,6 +97,8 @@ class Team:
     user_acc: dict[str, int] = field(default_factory=dict)  # running accelerators per user
     user_turn: dict[str, int] = field(default_factory=dict)  # per user: the count of starts at its last start
     history: dict[str, float] = field(default_factory=dict)  # decayed mean dominant borrowed share per type
+    # per instance type: (accelerator-hours used this period, budget, hard cap), set by the caller (``budget``)
+    budget: dict[str, tuple[float, float, bool]] = field(default_factory=dict)
     version: int = 0  # counts changes of its usage (derived views may be cached against it)
     queue: PendingQueue = field(default_factory=lambda: PendingQueue())
 

@@ -201,6 +201,16 @@ class UserLimits(_Strict):
     queue_order: Literal["FirstComeFirstServe", "RoundRobin"] = "FirstComeFirstServe"
 
 
+class Budget(_Strict):
+    """A team's accelerator-hours per period on one instance type: past 80 % its jobs count as the lowest
+    priority, past 100 % it may not borrow, and with ``hard_cap`` its jobs of that type wait for the next period."""
+
+    instance_type: str
+    period: Literal["day", "week", "month"]
+    accelerator_hours: float = Field(gt=0, le=1e9)
+    hard_cap: bool = False
+
+
 class Team(_Strict):
     name: str = Field(pattern=NAME_PATTERN, max_length=40)
     fair_share_weight: int = Field(default=0, ge=0, le=100)
@@ -209,6 +219,7 @@ class Team(_Strict):
     quota: list[QuotaEntry] = Field(default_factory=list)
     run_as: str | None = Field(default=None, pattern=USER_PATTERN, max_length=32)  # OS user of its replicas
     user_limits: UserLimits = Field(default_factory=UserLimits)
+    budgets: list[Budget] = Field(default_factory=list, max_length=64)
 
 
 class ClusterSpec(_Strict):
@@ -369,6 +380,17 @@ def check_spec(spec: ClusterSpec) -> list[str]:
                 continue
             quota_sum[q.instance_type] = quota_sum.get(q.instance_type, ZERO) + r
         probs += _limit_problems(i, team, cat, known)
+        seen_b: set[str] = set()
+        for j, b in enumerate(team.budgets):
+            where = f"teams[{i}].budgets[{j}]"
+            if b.instance_type not in cat:
+                probs.append(f"{where}.instance_type: unknown instance type {b.instance_type!r} (built-in: {known})")
+            elif cat[b.instance_type].accelerators == 0:
+                probs.append(f"{where}.instance_type: {b.instance_type} has no accelerators to count hours of")
+            if b.instance_type in seen_b:
+                probs.append(f"{where}.instance_type: team {team.name!r} has a budget for {b.instance_type} "
+                             "already (one per instance type)")
+            seen_b.add(b.instance_type)
     if not probs:
         cap = spec.capacity()
         for it, total in sorted(quota_sum.items()):
