@@ -95,14 +95,17 @@ def test_10_5_meter_counts_and_rolls_over():
     snap = make(2, [{"name": "a", "quota": 8}])
     day0 = datetime(2026, 11, 23, tzinfo=UTC).timestamp()
     m = Meter({("a", T): ("day", 10.0, False)})
+    assert m.unseen(day0 + 60) == [(("a", T), day0)]
     m.accrue(snap.teams, day0 + 3600)
+    assert m.unseen(day0 + 60) == []
     submit(snap, "j", "a", 4, n=2, t=day0 + 3600)
     cycle(snap, day0 + 3600)  # 8 accelerators from 01:00
     m.accrue(snap.teams, day0 + 2 * 3600)
     assert snap.teams["a"].budget[T] == (8.0, 10.0, False)
     m.accrue(snap.teams, day0 + 86400 + 1800)  # past midnight: the new day counts from 00:00 only
     assert snap.teams["a"].budget[T] == (4.0, 10.0, False)
-    m.seed(("a", T), period_start("day", day0 + 86400), 9 * 3600.0)
-    m.accrue(snap.teams, day0 + 86400 + 3600)
+    # after a restart: the period's hours up to now from elsewhere, then counting from now on
+    m2 = Meter({("a", T): ("day", 10.0, False)})
+    m2.seed(("a", T), day0 + 86400, 9 * 3600.0, at=day0 + 86400 + 1800)
+    m2.accrue(snap.teams, day0 + 86400 + 3600)
     assert snap.teams["a"].budget[T] == (13.0, 10.0, False)
-    assert m.needs_seed(day0 + 2 * 86400) == [(("a", T), day0 + 2 * 86400)]

@@ -20,7 +20,8 @@ TEAM_FLAGS = {"quota": "--quota", "fair_share_weight": "--weight", "sharing.stra
               "preempt_team_tasks": "--preempt-team-tasks", "name": "team name",
               "sharing.lending_limits": "--lending-limit", "sharing.absolute_borrow_limits": "--absolute-borrow-limit",
               "user_limits.max_running_accelerators": "--max-accelerators-per-user",
-              "user_limits.queue_order": "--user-queue-order", "user_limits": "--max-accelerators-per-user"}
+              "user_limits.queue_order": "--user-queue-order", "user_limits": "--max-accelerators-per-user",
+              "budgets": "--budget"}
 POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classes": "--priority-class",
                 "idle_compute_allocation": "--idle-compute-allocation",
                 "idle_resource_sharing": "--idle-resource-sharing",
@@ -50,6 +51,20 @@ def _quota(items: list[str], flag: str = "--quota") -> list[dict[str, Any]]:
     return out
 
 
+def _budget(text: str) -> dict[str, Any]:
+    """``TYPE:PERIOD=HOURS`` or ``TYPE:PERIOD=HOURS:hard``."""
+    itype, _, rest = text.partition(":")
+    period, sep, val = rest.partition("=")
+    hours, _, hard = val.partition(":")
+    if not itype or not sep or period not in ("day", "week", "month") or hard not in ("", "hard"):
+        raise CliError(f"--budget {text!r}: use TYPE:day|week|month=HOURS, with ':hard' for a hard cap")
+    try:
+        num = float(hours)
+    except ValueError:
+        raise CliError(f"--budget {text!r}: {hours!r} is not a number of hours") from None
+    return {"instance_type": itype, "period": period, "accelerator_hours": num, "hard_cap": hard == "hard"}
+
+
 def _team_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("name")
     p.add_argument("--weight", type=int, help="fair-share weight 0..100 (higher gets idle capacity first)")
@@ -66,6 +81,9 @@ def _team_flags(p: argparse.ArgumentParser) -> None:
                         "TYPE:accelerators=N; repeatable; replaces all; 'none' clears")
     p.add_argument("--max-accelerators-per-user", metavar="N|none",
                    help="the most accelerators one user's running jobs in the team may hold ('none': no cap)")
+    p.add_argument("--budget", action="append", default=None, metavar="TYPE:PERIOD=HOURS[:hard]",
+                   help="accelerator-hours per day|week|month on a type (past 80 %%: lowest priority, past 100 %%: "
+                        "no borrowing; ':hard' holds the team's jobs); repeatable; replaces all; 'none' clears")
     p.add_argument("--user-queue-order", choices=["FirstComeFirstServe", "RoundRobin"],
                    help="RoundRobin: users take turns (the user running the fewest accelerators goes first)")
 
@@ -90,6 +108,8 @@ def _team_body(a: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
         body["sharing"] = sharing
     if a.quota is not None:
         body["quota"] = _quota(a.quota)
+    if a.budget is not None:
+        body["budgets"] = [] if a.budget == ["none"] else [_budget(b) for b in a.budget]
     users = dict(body.get("user_limits") or {})
     if a.max_accelerators_per_user is not None:
         v = a.max_accelerators_per_user

@@ -72,43 +72,37 @@ class Meter:
     """Counts each budgeted team's accelerator-seconds per instance type in the current period, from the
     snapshot's usage between calls, and writes (hours used, budget, hard cap) into the snapshot's teams.
 
-    ``budgets``: {(team, instance type): (period, accelerator-hours, hard cap)}. ``seed`` sets what a period
-    used before this meter counted (the control plane reads it from its usage samples after a restart).
-    Pure: it reads the time it is given only.
+    ``budgets``: {(team, instance type): (period, accelerator-hours, hard cap)}. A budget is counted from the
+    first call that sees it; ``seed`` sets what its period used before (the control plane reads that from its
+    usage samples after a restart). Pure: it reads the time it is given only.
     """
 
     def __init__(self, budgets: dict[tuple[str, str], tuple[str, float, bool]]) -> None:
         self.budgets = budgets
-        self.used: dict[tuple[str, str], tuple[float, float]] = {}  # key -> (period start, accelerator-seconds)
-        self.last: float | None = None
+        # key -> (period start, accelerator-seconds in it, counted up to)
+        self.used: dict[tuple[str, str], tuple[float, float, float]] = {}
 
-    def seed(self, key: tuple[str, str], start: float, acc_seconds: float) -> None:
-        self.used[key] = (start, acc_seconds)
+    def unseen(self, now: float) -> list[tuple[tuple[str, str], float]]:
+        """The budgets this meter has not counted yet: (key, start of the current period)."""
+        return [(key, period_start(period, now)) for key, (period, _, _) in self.budgets.items()
+                if key not in self.used]
 
-    def needs_seed(self, now: float) -> list[tuple[tuple[str, str], float]]:
-        """The budgets whose current period this meter has not counted from its start: (key, period start)."""
-        out = []
-        for key, (period, _, _) in self.budgets.items():
-            start = period_start(period, now)
-            got = self.used.get(key)
-            if got is None or got[0] != start:
-                out.append((key, start))
-        return out
+    def seed(self, key: tuple[str, str], start: float, acc_seconds: float, at: float) -> None:
+        """The period from ``start`` used ``acc_seconds`` up to ``at``; counting goes on from there."""
+        self.used[key] = (start, acc_seconds, at)
 
     def accrue(self, snap_teams: dict[str, Team], now: float) -> None:
-        """Add the usage held since the last call (the teams' usage now, unchanged since then) and write
-        every budgeted team's (hours used, budget, hard cap)."""
-        last = self.last
+        """Add each budget's usage held since it was last counted (the teams' usage now, unchanged since then;
+        a new period counts from its start) and write every budgeted team's (hours used, budget, hard cap)."""
         for key, (period, hours, hard) in self.budgets.items():
             team = snap_teams.get(key[0])
             if team is None:
                 continue
             start = period_start(period, now)
-            p0, secs = self.used.get(key, (start, 0.0))
-            if p0 != start:  # a new period began since the last call: only the time since its start counts
-                p0, secs = start, 0.0
-            if last is not None and now > last:
+            p0, secs, last = self.used.get(key, (start, 0.0, now))
+            if p0 != start:  # a new period began since: only the time since its start counts
+                secs = 0.0
+            if now > last:
                 secs += team.u(key[1])[0] * (now - max(last, start))
-            self.used[key] = (p0, secs)
+            self.used[key] = (start, secs, max(last, now))
             team.budget[key[1]] = (secs / 3600.0, hours, hard)
-        self.last = now if last is None else max(last, now)

@@ -45,6 +45,7 @@ from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import arrays, membership
 from fairpod.server.batch import BatchingStore
+from fairpod.server.budgets import BudgetKeeper
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
 from fairpod.server.fairshare_history import HistoryKeeper
 from fairpod.server.nodes import ACTION_STATUS, sync_nodes
@@ -102,6 +103,7 @@ class ControlPlane:
         self.retention = Retention()  # deletes what policy.retention_days no longer keeps
         self.watchdog = Watchdog()  # runtime limits and hang detection
         self.history = HistoryKeeper()  # FairShareHistory kept across restarts
+        self.budgets = BudgetKeeper()  # teams' accelerator-hours in the current budget periods
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
@@ -358,6 +360,7 @@ class ControlPlane:
             arrays.release(self)  # held tasks of job arrays whose running tasks went below the limit
             exits = self.executor.poll(ack=False)
             self._take_exits(exits)
+            self.budgets.apply(self)  # hours used in each budget period, for the engine's rule 10
             t0 = time.perf_counter()
             self.snap.now = self.clock()
             decisions = net_changes(schedule(self.snap))  # a job admitted and taken back in one cycle never ran
