@@ -13,6 +13,7 @@ import yaml
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.control import ControlPlane
 from fairpod.server.fairshare_history import KEY
+from fairpod.server.routes_reports import usage_report
 
 from .inproc import SEED_SPEC, InProc
 
@@ -113,5 +114,47 @@ def test_lending_limit_keeps_quota_for_the_lender(tmp_path: Path) -> None:
         h.turn()
         assert h.job("j0").state == h.job("j1").state == JobState.RUNNING
         assert not h.events(kind="JobPreempted")
+    finally:
+        h.close()
+
+
+def _minutes(h: InProc, n: int) -> None:
+    for _ in range(n):  # a turn a minute, as the live loop samples usage at least every minute
+        h.clock.advance(60)
+        h.turn()
+
+
+def test_budget_counts_hours_holds_borrowing_and_survives_a_restart(tmp_path: Path) -> None:
+    h = InProc(tmp_path, _spec(tmp_path, john={"budgets": [{"instance_type": T, "period": "day",
+                                                            "accelerator_hours": 24}]}))
+    try:
+        for i in range(3):
+            h.submit(f"j{i}", "john", 100_000)
+        h.turn()
+        _minutes(h, 60)
+        assert h.cp.snap.teams["john"].budget[T] == pytest.approx((12.0, 24.0, False))
+        h.submit("borrow-early", "john", 100_000)  # 50 %: may borrow
+        h.turn()
+        assert h.job("borrow-early").state == JobState.RUNNING
+        _minutes(h, 36)  # 12 + 16 x 0.6 = 21.6 h: past 80 %
+        (row,) = h.cp.budgets.rows(h.cp)
+        assert row["state"] == "lowest priority" and row["used_hours"] == pytest.approx(21.6)
+        h.cp.cancel(h.job("borrow-early"), "tester")
+        _minutes(h, 3)
+        used = h.cp.snap.teams["john"].budget[T][0]
+        _minutes(h, 15)  # 12 more h: past 100 %
+        h.submit("borrow-late", "john", 100_000)
+        h.turn()
+        assert h.job("borrow-late").state == JobState.PENDING
+        assert h.job("borrow-late").reason.startswith("budget spent: team john used")
+        # a new control plane counts the day again from the usage samples
+        before = h.cp.snap.teams["john"].budget[T][0]
+        h.cp = ControlPlane(h.store, h.executor, h.tmp, clock=h.clock)
+        h.turn()
+        assert h.cp.snap.teams["john"].budget[T][0] == pytest.approx(before, rel=0.02)
+        assert before > used
+        assert h.job("borrow-late").state == JobState.PENDING
+        rep = usage_report(h.cp, h.clock() - 86400, h.clock(), None)
+        assert [(b["team"], b["period"], b["state"]) for b in rep["budgets"]] == [("john", "day", "no borrowing")]
     finally:
         h.close()

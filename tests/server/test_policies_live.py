@@ -8,6 +8,8 @@ import json
 import signal
 import time
 
+import httpx
+
 from fairpod.server.fairshare_history import EVERY as FAIRSHARE_SAVE_EVERY
 
 from .conftest import Server, wait_for
@@ -84,6 +86,18 @@ def test_limits_and_users_live(server: Server) -> None:
     wait_for(lambda: _running(s, smith) == ["ann-0", "ann-1", "bob-0"], 30, "ann-1 to start")
     wait_for(lambda: s.job("ann-2")["reason"] == "per-user cap: user ann runs 8 accelerators in team smith, the "
                                                  "job needs 4 more and the cap is 8", 20, "ann-2 to wait for her cap")
+
+    # budgets: john's week in accelerator-hours, in the usage report and /metrics; a bad one is one line
+    s.cli("team", "update", "john", "--budget", f"{T}:week=1000")
+    report = s.cli("report", "usage").stdout
+    assert "Budgets (current period)" in report and "of 1000 h" in report
+    rows = json.loads(s.cli("report", "usage", "-o", "json").stdout)["budgets"]
+    assert [(b["team"], b["period"], b["state"]) for b in rows] == [("john", "week", "ok")]
+    metrics = httpx.get(s.url + "/metrics", headers={"Authorization": f"Bearer {s.token}"}, timeout=30).text
+    assert 'fairpod_team_budget_hours{instance_type="ml.g5.12xlarge",period="week",team="john"} 1000.0' in metrics
+    assert "fairpod_team_budget_used_ratio{" in metrics
+    r = s.cli("team", "update", "john", "--budget", f"{T}:fortnight=10", check=False)
+    assert r.returncode != 0 and "--budget" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
     # FairShareHistory: smith's past borrowing is shown and kept across a restart of the server
     hist = wait_for(lambda: next(t["fair_share_history"] for t in s.api("GET", "/cluster").json()["teams"]

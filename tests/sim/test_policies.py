@@ -91,3 +91,24 @@ def test_compare_history_shows_the_past_borrower_yielding(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "under FairShareHistory, team x waits" in p.stdout
     assert json.loads(out.read_text())["compare"]["history"]["half_life_seconds"] == 3600
+
+
+def test_budget_in_a_replay(tmp_path):
+    # a: 1 node of quota, may borrow c's; budget 16 accelerator-hours a day (1970-01-01 is day 0 of the trace).
+    # Two hours of 8 own + 8 borrowed spend it by 01:00; after that a may not borrow until the next day, and
+    # with a hard cap none of its jobs starts until then.
+    spec_path = _spec(tmp_path, 2, [{"name": "a", "nodes": 1}, {"name": "c", "nodes": 1, "strategy": "Lend"}])
+    rows = ["0,a,3600,8,1,a-own,u", "0,a,3600,8,1,a-borrow,u", "3600,a,3600,8,1,a-own2,u",
+            "3600,a,3600,8,1,a-borrow2,u"]
+    trace = write_trace(tmp_path, rows, header=USER_HEADER)
+    spec = load_spec(spec_path)
+    assert _starts(simulate(spec, load_trace(trace, spec)))["a-borrow2"] == 3600.0  # no budget
+    _with(spec_path, "a", budgets=[{"instance_type": P4D, "period": "day", "accelerator_hours": 16}])
+    spec = load_spec(spec_path)
+    starts = _starts(simulate(spec, load_trace(trace, spec)))
+    assert starts["a-own2"] == 3600.0 and starts["a-borrow2"] == 7200.0  # after a-own2: within quota again
+    _with(spec_path, "a", budgets=[{"instance_type": P4D, "period": "day", "accelerator_hours": 16,
+                                    "hard_cap": True}])
+    spec = load_spec(spec_path)
+    starts = _starts(simulate(spec, load_trace(trace, spec)))
+    assert starts["a-own2"] == 86400.0 and starts["a-borrow2"] == 86400.0  # held until the next day

@@ -35,6 +35,12 @@ def period_start(period: str, t: float) -> float:
     raise ValueError(f"unknown budget period {period!r} (day, week, month)")
 
 
+def next_period(period: str, t: float) -> float:
+    """Unix time at which the period after the one holding ``t`` begins."""
+    start = period_start(period, t)
+    return period_start(period, start + {"day": 1.5, "week": 7.5, "month": 32.0}[period] * 86400)
+
+
 def ratio(team: Team, itype: str) -> float | None:
     """Used / budget of the team's budget on ``itype`` (None: no budget)."""
     b = team.budget.get(itype)

@@ -356,11 +356,11 @@ class ControlPlane:
     # -- the loop ------------------------------------------------------------------------------
     def reconcile_once(self) -> None:
         with self._change(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
+            self.budgets.apply(self)  # hours used in each budget period (rule 10), before this turn's exits
             membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
             arrays.release(self)  # held tasks of job arrays whose running tasks went below the limit
             exits = self.executor.poll(ack=False)
             self._take_exits(exits)
-            self.budgets.apply(self)  # hours used in each budget period, for the engine's rule 10
             t0 = time.perf_counter()
             self.snap.now = self.clock()
             decisions = net_changes(schedule(self.snap))  # a job admitted and taken back in one cycle never ran

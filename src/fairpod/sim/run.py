@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass, field
 
 from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule, users
-from fairpod.governance.build import snapshot_from_spec
+from fairpod.governance.budget import next_period
+from fairpod.governance.build import budget_meter, snapshot_from_spec
 from fairpod.governance.placement import place, why_not
 from fairpod.governance.quota import lending, pool_ok, team_check
 from fairpod.model.spec import ClusterSpec
@@ -134,6 +135,11 @@ class Simulation:
             borrowed=dict.fromkeys(self.team_names, 0.0), lent=dict.fromkeys(self.team_names, 0.0),
         )
         self.ckpt: dict[str, SimJob] = {}  # running jobs that take checkpoints
+        # budgets (rule 10): hours counted on the virtual clock (trace seconds as unix time), a wake-up at each
+        # new period so that held jobs are looked at again
+        self.meter = budget_meter(spec) if any(t.budgets for t in spec.teams) else None
+        self.periods = sorted({b.period for t in spec.teams for b in t.budgets})
+        self.woken: set[float] = set()
 
     # -- events ------------------------------------------------------------------------------------
     def _push(self, t: float, jid: str, version: int) -> None:
@@ -188,7 +194,7 @@ class Simulation:
         last_t = res.start
         rates: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
         while True:
-            while self.events and self.events[0][3] >= 0 and \
+            while self.events and self.events[0][3] >= 0 and self.events[0][2] and \
                     self.by_id[self.events[0][2]].version != self.events[0][3]:
                 heapq.heappop(self.events)  # a completion of a run that was preempted
             t_ev = self.events[0][0] if self.events else math.inf
@@ -198,10 +204,15 @@ class Simulation:
                 break
             if rates is not None:
                 self._integrate(rates, t - last_t)
+            if self.meter is not None:  # budget hours of the usage held until now, before anything ends
+                self.meter.accrue(snap.teams, t)
             last_t = t
             changed = False
             while self.events and self.events[0][0] == t:
                 _, _, jid, version = heapq.heappop(self.events)
+                if not jid:  # a new budget period
+                    changed |= bool(snap.pending)
+                    continue
                 sj = self.by_id[jid]
                 if version < 0:
                     changed |= bool(snap.pending)  # a min_runtime ended: victims may now be taken
@@ -235,6 +246,12 @@ class Simulation:
                     res.waits += 1
                     sj.reason = d.reason
             rates = self._sample(t)
+            if self.meter is not None and snap.pending:  # held jobs are looked at again when a period begins
+                for period in self.periods:
+                    nxt = _r(next_period(period, t))
+                    if nxt not in self.woken:
+                        self.woken.add(nxt)
+                        self._push(nxt, "", -1)
         res.end = max(res.end, last_t)
         return res
 
