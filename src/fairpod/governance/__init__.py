@@ -6,6 +6,7 @@
 - ``fairshare``  — weighted dominant share of idle capacity (rule 5)
 - ``history``    — FairShareHistory: each team's decayed past borrowing (rule 5b)
 - ``users``      — per-user cap and round-robin order inside a team (rule 9)
+- ``budget``     — budgets over time: accelerator-hours per period (rule 10)
 - ``placement``  — gang placement, best fit (rule 1)
 - ``ordering``   — the order of preemption victims (rules 3, 7)
 - ``preemption`` — picking victims: reclaim, priority, fair share (rules 3, 4, 5, 7)
