@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from fairpod.model.jobs import JobSpec, JobState
+from fairpod.model.spec import parse_spec
 from fairpod.server.control import ControlPlane
 from fairpod.server.fairshare_history import KEY
 from fairpod.server.routes_reports import usage_report
@@ -153,6 +154,13 @@ def test_budget_counts_hours_holds_borrowing_and_survives_a_restart(tmp_path: Pa
         h.turn()
         assert h.cp.snap.teams["john"].budget[T][0] == pytest.approx(before, rel=0.02)
         assert before > used
+        assert h.job("borrow-late").state == JobState.PENDING
+        # a spec change (a new engine snapshot) keeps the count, so the budget still holds
+        doc = h.cp.spec.model_dump(mode="json")
+        doc["teams"][1]["fair_share_weight"] = 50
+        h.cp.replace_spec(parse_spec(doc))
+        assert h.cp.snap.teams["john"].budget[T][0] == pytest.approx(before, rel=0.02)
+        h.turn()
         assert h.job("borrow-late").state == JobState.PENDING
         rep = usage_report(h.cp, h.clock() - 86400, h.clock(), None)
         assert [(b["team"], b["period"], b["state"]) for b in rep["budgets"]] == [("john", "day", "no borrowing")]

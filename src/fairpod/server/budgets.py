@@ -37,13 +37,29 @@ class BudgetKeeper:
             self.meter, self.spec = None, spec
             return
         if self.meter is None or self.spec is not spec:  # the spec changed: keep what is counted of kept budgets
-            old = self.meter.used if self.meter is not None else {}
+            old = self.meter
             self.meter, self.spec = budget_meter(spec), spec
-            self.meter.used = {k: v for k, v in old.items() if k in self.meter.budgets}
+            if old is not None:  # a budget whose period changed is counted again from the samples
+                self.meter.used = {k: v for k, v in old.used.items()
+                                   if k in self.meter.budgets and old.budgets[k][0] == self.meter.budgets[k][0]}
         now = cp.clock()
         for key, start in self.meter.unseen(now):
             self.meter.seed(key, start, self._from_samples(cp, key, start, now), now)
         self.meter.accrue(cp.snap.teams, now)
+
+    def fill(self, snap_teams: dict[str, Any], spec: ClusterSpec, now: float) -> None:
+        """Write the hours counted so far into freshly built engine teams (a rebuild, or a dry run of another
+        spec): a budget of the same team, type and period keeps its count; another starts at what is known."""
+        if self.meter is None:
+            return
+        for t in spec.teams:
+            team = snap_teams.get(t.name)
+            for b in t.budgets:
+                got = self.meter.used.get((t.name, b.instance_type))
+                same = got is not None and got[0] == period_start(b.period, now)
+                if team is not None:
+                    team.budget[b.instance_type] = ((got[1] if same and got else 0.0) / 3600.0,
+                                                    b.accelerator_hours, b.hard_cap)
 
     @staticmethod
     def _from_samples(cp: Core, key: tuple[str, str], start: float, now: float) -> float:

@@ -141,6 +141,7 @@ class ControlPlane:
         for t in spec.teams:
             snap.add_team(engine_team(spec, t.name))
         history.load(snap, self.history.saved(self))  # FairShareHistory: the past borrowing goes on
+        self.budgets.fill(snap.teams, spec, snap.now)  # budgets: the hours counted so far
         for job in self.store.list_jobs(finished=False):
             if job.team not in snap.teams:
                 continue
