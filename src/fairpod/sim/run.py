@@ -194,9 +194,11 @@ class Simulation:
         last_t = res.start
         rates: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
         while True:
-            while self.events and self.events[0][3] >= 0 and self.events[0][2] and \
-                    self.by_id[self.events[0][2]].version != self.events[0][3]:
-                heapq.heappop(self.events)  # a completion of a run that was preempted
+            while self.events and ((not self.events[0][2] and not snap.pending) or (
+                    self.events[0][3] >= 0 and self.events[0][2]
+                    and self.by_id[self.events[0][2]].version != self.events[0][3])):
+                heapq.heappop(self.events)  # a completion of a run that was preempted; a new budget period
+                # with no job waiting for it
             t_ev = self.events[0][0] if self.events else math.inf
             t_arr = arrivals[ai].w.submit if ai < len(arrivals) else math.inf  # type: ignore[union-attr]
             t = min(t_ev, t_arr)
