@@ -6,9 +6,10 @@ share of the remaining 48 by GPU-hours, LendAndBorrow 100 %, FairShare (``fairpo
 Prints the wall time, the CPU time of the whole process and of the engine alone, makespan, utilization,
 lost work, the most preemptions of one job, Jain's index, and each team's wait. Target: <= 60 s wall.
 
-Run: ``.venv/bin/python benchmarks/itp_replay.py [--contended] [--compare private|fcfs] [--until S]
-[--profile FILE] [-o report.json]``. ``--compare`` also replays on private quotas / one global FCFS queue
-and prints each team's mean wait and JCT under each and rho = JCT shared / JCT private.
+Run: ``.venv/bin/python benchmarks/itp_replay.py [--contended] [--compare private|fcfs|history] [--until S]
+[--fair-share-history HALF_LIFE_S] [--profile FILE] [-o report.json]``. ``--compare`` also replays on private
+quotas / one global FCFS queue / under the other fair share (FairShare <-> FairShareHistory) and prints each
+team's mean wait and JCT under each and rho = JCT shared / JCT private.
 On a shared machine wall time depends on the load; the process CPU time is the steadier figure.
 """
 
@@ -20,7 +21,7 @@ import json
 import time
 from pathlib import Path
 
-from fairpod.model.spec import load_spec
+from fairpod.model.spec import load_spec, parse_spec
 from fairpod.sim.compare import compare
 from fairpod.sim.contended import contended_spec
 from fairpod.sim.report import build_report
@@ -41,12 +42,20 @@ def main() -> None:
     ap.add_argument("--contended", action="store_true", help="128 x p4d, quotas from the traces (see above)")
     ap.add_argument("--until", type=float, help="only jobs submitted in the first S seconds (a quick slice)")
     ap.add_argument("--profile", type=Path, help="write cProfile statistics of the simulation here")
-    ap.add_argument("--compare", action="append", choices=["private", "fcfs"],
-                    help="also replay on private quotas / one global FCFS queue and print rho per team")
+    ap.add_argument("--compare", action="append", choices=["private", "fcfs", "history"],
+                    help="also replay on private quotas / one global FCFS queue / under the other fair share "
+                         "(FairShare <-> FairShareHistory) and print rho per team")
+    ap.add_argument("--fair-share-history", type=float, metavar="HALF_LIFE_S",
+                    help="replay under FairShareHistory with this half-life (seconds)")
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON report here")
     args = ap.parse_args()
     w0, c0 = time.perf_counter(), time.process_time()
     spec = contended_spec(args.trace) if args.contended else load_spec(args.spec)
+    if args.fair_share_history is not None:
+        doc = spec.model_dump(mode="json")
+        doc["policy"].update(idle_compute_allocation="FairShareHistory",
+                             fair_share_half_life_seconds=args.fair_share_history)
+        spec = parse_spec(doc)
     jobs = load_trace(args.trace, spec)
     if args.until is not None and jobs:
         first = jobs[0].submit
@@ -86,7 +95,7 @@ def main() -> None:
 
 
 def print_compare(cmp: dict) -> None:
-    modes = [m for m in ("shared", "private", "fcfs") if m in cmp]
+    modes = [m for m in ("shared", "private", "fcfs", "history") if m in cmp]
     print("useful util.      " + ", ".join(f"{m} {cmp[m]['utilization']:.1%} (makespan "
                                              f"{cmp[m]['makespan'] / 86400:.1f} d)" for m in modes))
     print(f"{'team':10} " + " ".join(f"{m + ' wait':>13} {m + ' JCT':>12}" for m in modes) + f" {'rho':>6}")

@@ -30,7 +30,13 @@ def make(nodes: int, teams: list[dict[str, Any]], **policy: Any) -> Snapshot:
         "teams": [
             {"name": t["name"], "fair_share_weight": t.get("weight", 0),
              "preempt_team_tasks": t.get("preempt", "LowerPriority"),
-             "sharing": {"strategy": t.get("strategy", "LendAndBorrow"), "borrow_limit": t.get("limit", 100)},
+             "sharing": {"strategy": t.get("strategy", "LendAndBorrow"), "borrow_limit": t.get("limit", 100),
+                         **({"lending_limits": [{"instance_type": T, "accelerators": t["lend"]}]}
+                            if t.get("lend") is not None else {}),
+                         **({"absolute_borrow_limits": [{"instance_type": T, "accelerators": t["borrow_abs"]}]}
+                            if t.get("borrow_abs") is not None else {})},
+             "user_limits": {"max_running_accelerators": t.get("user_cap"),
+                             "queue_order": "RoundRobin" if t.get("round_robin") else "FirstComeFirstServe"},
              "quota": [{"instance_type": T, "accelerators": t["quota"]}] if t.get("quota") else []}
             for t in teams
         ],
@@ -39,9 +45,9 @@ def make(nodes: int, teams: list[dict[str, Any]], **policy: Any) -> Snapshot:
 
 
 def submit(snap: Snapshot, jid: str, team: str, acc: int, *, n: int = 1, t: float | None = None,
-           prio: int = -1, min_runtime: float = 0.0) -> Workload:
+           prio: int = -1, min_runtime: float = 0.0, user: str = "") -> Workload:
     w = Workload(jid, team, T, n, per(acc), priority=prio, submit=snap.now if t is None else t,
-                 min_runtime=min_runtime)
+                 min_runtime=min_runtime, user=user)
     snap.add_pending(w)
     return w
 

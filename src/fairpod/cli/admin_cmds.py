@@ -17,14 +17,19 @@ if TYPE_CHECKING:
 # the API's team fields in the words of the team commands' flags
 TEAM_FLAGS = {"quota": "--quota", "fair_share_weight": "--weight", "sharing.strategy": "--strategy",
               "sharing.borrow_limit": "--borrow-limit", "sharing": "--strategy/--borrow-limit",
-              "preempt_team_tasks": "--preempt-team-tasks", "name": "team name"}
+              "preempt_team_tasks": "--preempt-team-tasks", "name": "team name",
+              "sharing.lending_limits": "--lending-limit", "sharing.absolute_borrow_limits": "--absolute-borrow-limit",
+              "user_limits.max_running_accelerators": "--max-accelerators-per-user",
+              "user_limits.queue_order": "--user-queue-order", "user_limits": "--max-accelerators-per-user",
+              "budgets": "--budget"}
 POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classes": "--priority-class",
                 "idle_compute_allocation": "--idle-compute-allocation",
                 "idle_resource_sharing": "--idle-resource-sharing",
-                "starvation_guard_seconds": "--starvation-guard-seconds"}
+                "starvation_guard_seconds": "--starvation-guard-seconds",
+                "fair_share_half_life_seconds": "--fair-share-half-life-seconds"}
 
 
-def _quota(items: list[str]) -> list[dict[str, Any]]:
+def _quota(items: list[str], flag: str = "--quota") -> list[dict[str, Any]]:
     """``TYPE=COUNT`` (whole nodes) or ``TYPE:accelerators=N`` (also vcpu=, memory_gib=)."""
     out = []
     for it in items:
@@ -32,18 +37,32 @@ def _quota(items: list[str]) -> list[dict[str, Any]]:
             itype, _, rest = it.partition(":")
             key, sep, val = rest.partition("=")
             if not sep or key not in ("count", "accelerators", "vcpu", "memory_gib"):
-                raise CliError(f"--quota {it!r}: use TYPE=COUNT or TYPE:accelerators=N (vcpu=, memory_gib=)")
+                raise CliError(f"{flag} {it!r}: use TYPE=COUNT or TYPE:accelerators=N (vcpu=, memory_gib=)")
         else:
             itype, sep, val = it.partition("=")
             key = "count"
             if not sep:
-                raise CliError(f"--quota {it!r}: use TYPE=COUNT or TYPE:accelerators=N")
+                raise CliError(f"{flag} {it!r}: use TYPE=COUNT or TYPE:accelerators=N")
         try:
             num = float(val)
         except ValueError:
-            raise CliError(f"--quota {it!r}: {val!r} is not a number") from None
+            raise CliError(f"{flag} {it!r}: {val!r} is not a number") from None
         out.append({"instance_type": itype, key: int(num) if key == "count" or num.is_integer() else num})
     return out
+
+
+def _budget(text: str) -> dict[str, Any]:
+    """``TYPE:PERIOD=HOURS`` or ``TYPE:PERIOD=HOURS:hard``."""
+    itype, _, rest = text.partition(":")
+    period, sep, val = rest.partition("=")
+    hours, _, hard = val.partition(":")
+    if not itype or not sep or period not in ("day", "week", "month") or hard not in ("", "hard"):
+        raise CliError(f"--budget {text!r}: use TYPE:day|week|month=HOURS, with ':hard' for a hard cap")
+    try:
+        num = float(hours)
+    except ValueError:
+        raise CliError(f"--budget {text!r}: {hours!r} is not a number of hours") from None
+    return {"instance_type": itype, "period": period, "accelerator_hours": num, "hard_cap": hard == "hard"}
 
 
 def _team_flags(p: argparse.ArgumentParser) -> None:
@@ -54,6 +73,19 @@ def _team_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preempt-team-tasks", choices=["LowerPriority", "Never"])
     p.add_argument("--quota", action="append", default=None, metavar="TYPE=COUNT",
                    help="quota per instance type, whole nodes (or TYPE:accelerators=N); repeatable; replaces all")
+    p.add_argument("--lending-limit", action="append", default=None, metavar="TYPE=COUNT",
+                   help="lend at most this much of the team's idle quota of a type (keeps the rest for itself); "
+                        "whole nodes or TYPE:accelerators=N; repeatable; replaces all; 'none' clears")
+    p.add_argument("--absolute-borrow-limit", action="append", default=None, metavar="TYPE=COUNT",
+                   help="borrow at most this much of a type besides --borrow-limit %%; whole nodes or "
+                        "TYPE:accelerators=N; repeatable; replaces all; 'none' clears")
+    p.add_argument("--max-accelerators-per-user", metavar="N|none",
+                   help="the most accelerators one user's running jobs in the team may hold ('none': no cap)")
+    p.add_argument("--budget", action="append", default=None, metavar="TYPE:PERIOD=HOURS[:hard]",
+                   help="accelerator-hours per day|week|month on a type (past 80 %%: lowest priority, past 100 %%: "
+                        "no borrowing; ':hard' holds the team's jobs); repeatable; replaces all; 'none' clears")
+    p.add_argument("--user-queue-order", choices=["FirstComeFirstServe", "RoundRobin"],
+                   help="RoundRobin: users take turns (the user running the fewest accelerators goes first)")
 
 
 def _team_body(a: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
@@ -68,10 +100,26 @@ def _team_body(a: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
         sharing["strategy"] = a.strategy
     if a.borrow_limit is not None:
         sharing["borrow_limit"] = a.borrow_limit
+    for flag, key in (("lending_limit", "lending_limits"), ("absolute_borrow_limit", "absolute_borrow_limits")):
+        items = getattr(a, flag)
+        if items is not None:
+            sharing[key] = [] if items == ["none"] else _quota(items, "--" + flag.replace("_", "-"))
     if sharing:
         body["sharing"] = sharing
     if a.quota is not None:
         body["quota"] = _quota(a.quota)
+    if a.budget is not None:
+        body["budgets"] = [] if a.budget == ["none"] else [_budget(b) for b in a.budget]
+    users = dict(body.get("user_limits") or {})
+    if a.max_accelerators_per_user is not None:
+        v = a.max_accelerators_per_user
+        if v != "none" and not v.isdigit():
+            raise CliError(f"--max-accelerators-per-user wants a whole number or none, got {v!r}")
+        users["max_running_accelerators"] = None if v == "none" else int(v)
+    if a.user_queue_order:
+        users["queue_order"] = a.user_queue_order
+    if users:
+        body["user_limits"] = users
     return body
 
 
@@ -104,7 +152,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = pol.add_parser("set", help="change the given fields of the policy (admin)")
     p.add_argument("--task-prioritization", choices=["FirstComeFirstServe", "TaskRanking"])
     p.add_argument("--priority-class", action="append", metavar="NAME=WEIGHT", help="replaces all classes")
-    p.add_argument("--idle-compute-allocation", choices=["FairShare", "FirstComeFirstServe"])
+    p.add_argument("--idle-compute-allocation", choices=["FairShare", "FairShareHistory", "FirstComeFirstServe"],
+                   help="FairShareHistory: FairShare that also ranks borrowers by their decayed past borrowing")
+    p.add_argument("--fair-share-half-life-seconds", type=float,
+                   help="FairShareHistory: borrowing this long ago counts half (60 .. 90 days; default 1 day)")
     p.add_argument("--idle-resource-sharing", choices=["Enabled", "Disabled"])
     p.add_argument("--starvation-guard-seconds", type=float)
     add_output(p)
@@ -195,12 +246,26 @@ def team_list(a: argparse.Namespace) -> int:
     teams = Client().get("/teams")["teams"]
     if emit(teams, a.output):
         return 0
+    def limits(entries: list[dict[str, Any]]) -> str:
+        return ", ".join(f"{q['instance_type']}:" + ",".join(f"{k}={v}" for k, v in q.items()
+                                                            if k != "instance_type" and v is not None)
+                         for q in entries) or "-"
+
+    def per_user(t: dict[str, Any]) -> str:
+        ul = t.get("user_limits") or {}
+        cap = ul.get("max_running_accelerators")
+        return ((f"{cap} acc" if cap is not None else "-")
+                + (" round-robin" if ul.get("queue_order") == "RoundRobin" else ""))
+
     rows = [{"name": t["name"], "weight": t["fair_share_weight"], "strategy": t["sharing"]["strategy"],
              "limit": f"{t['sharing']['borrow_limit']}%", "preempt": t["preempt_team_tasks"],
+             "lend": limits(t["sharing"].get("lending_limits", [])),
+             "abs": limits(t["sharing"].get("absolute_borrow_limits", [])), "user": per_user(t),
              "quota": ", ".join(f"{q['instance_type']}:" + ",".join(f"{k}={v}" for k, v in q.items()
                                                                     if k != "instance_type" and v is not None)
                                 for q in t["quota"])} for t in teams]
     table(rows, [("name", "TEAM"), ("weight", "WEIGHT"), ("strategy", "SHARING"), ("limit", "BORROW LIMIT"),
+                 ("abs", "ABSOLUTE BORROW LIMIT"), ("lend", "LENDING LIMIT"), ("user", "PER USER"),
                  ("preempt", "PREEMPT TEAM TASKS"), ("quota", "QUOTA")])
     return 0
 
@@ -219,7 +284,8 @@ def policy_show(a: argparse.Namespace) -> int:
 def policy_set(a: argparse.Namespace) -> int:
     c = Client(fields=POLICY_FLAGS)
     pol = c.get("/policy")
-    for key in ("task_prioritization", "idle_compute_allocation", "idle_resource_sharing", "starvation_guard_seconds"):
+    for key in ("task_prioritization", "idle_compute_allocation", "idle_resource_sharing", "starvation_guard_seconds",
+                "fair_share_half_life_seconds"):
         if getattr(a, key) is not None:
             pol[key] = getattr(a, key)
     if a.priority_class is not None:
@@ -256,10 +322,14 @@ def cluster_show(a: argparse.Namespace) -> int:
         row = {**t, **{k: acc_nodes(t[k], per, it) for k in ("quota", "in_use", "borrowed", "lent", "available")}}
         row["borrowed_from"] = ", ".join(f"{k}: {acc_nodes(n, per, it)}" for k, n in t["borrowed_from"].items()) \
             or "-"
+        hist = t.get("fair_share_history")
+        row["history"] = f"{hist * 100:.1f}%" if hist is not None else "-"
         rows.append(row)
+    history = any(t.get("fair_share_history") is not None for t in v["teams"])
     table(rows, [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"), ("in_use", "IN USE"),
                  ("borrowed", "BORROWED"), ("borrowed_from", "FROM"), ("lent", "LENT"), ("available", "AVAILABLE"),
-                 ("fair_share_weight", "WEIGHT"), ("sharing", "SHARING")])
+                 ("fair_share_weight", "WEIGHT"), ("sharing", "SHARING")]
+          + ([("history", "BORROWED (DECAYED)")] if history else []))
     return 0
 
 

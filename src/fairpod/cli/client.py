@@ -69,7 +69,8 @@ def in_flag_words(detail: str, fields: Mapping[str, str] | None) -> str:
         key = m.group(1)
         inner = re.sub(r"^\w+\[[^\]]*\]\.", "", key)  # teams[4].quota[0] -> quota[0]
         plain = re.sub(r"\[[^\]]*\]", "", inner)
-        for k in (key, inner, plain, plain.split(".")[0]):
+        parts = plain.split(".")
+        for k in (key, inner, *(".".join(parts[:n]) for n in range(len(parts), 0, -1))):  # the longest mapped
             if k in fields:
                 return f"{fields[k]}: "
         return f"{key}: "

@@ -438,6 +438,8 @@ def get_job(a: argparse.Namespace) -> int:
               ("Command", " ".join(j["command"]))]
     if arr:
         fields.insert(2, ("Array", f"{arr['name']}, task {arr['task_id']} (array job {arr['job_id']})"))
+    if j.get("user"):
+        fields.insert(3, ("User", j["user"]))
     for k, v in fields:
         print(f"{k + ':':16} {v if v is not None else '-'}")
     print("Events:")

@@ -98,6 +98,14 @@ def report_usage(a: argparse.Namespace) -> int:
         tot = [{**r, "date": "all", "utilization": None if r["utilization"] is None else
                 f"{round(r['utilization'] * 100)} %"} for r in rep["totals"]]
         table(tot, USAGE_COLS)
+    if rep.get("budgets"):
+        print()
+        print("Budgets (current period)")
+        table([{**b, "used": f"{b['used_hours']:.1f} of {b['accelerator_hours']:g} h",
+                "pct": f"{round(b['used_ratio'] * 100)} %", "cap": "hard" if b["hard_cap"] else "-"}
+               for b in rep["budgets"]],
+              [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("period", "PERIOD"), ("used", "USED"),
+               ("pct", "%"), ("cap", "CAP"), ("state", "STATE")])
     print()
     print("Tasks")
     table(rep["tasks"], TASK_COLS)

@@ -24,9 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="PNG", help="also draw accelerators in use per team over time")
     p.add_argument("--timeline", action="store_true", help="add allocation per team at every change")
     p.add_argument("--jobs", action="store_true", help="add each job's submit, start, end, wait, preemptions")
-    p.add_argument("--compare", action="append", choices=["private", "fcfs"],
-                   help="also replay with every team on its private quota (private) or one global FCFS queue "
-                   "(fcfs), and report per team wait, completion time and rho = JCT shared / JCT private")
+    p.add_argument("--compare", action="append", choices=["private", "fcfs", "history"],
+                   help="also replay with every team on its private quota (private), one global FCFS queue "
+                   "(fcfs) or the other fair share, FairShare <-> FairShareHistory (history), and report per team "
+                   "wait, completion time and rho = JCT shared / JCT private")
     p.set_defaults(func=run)
 
 

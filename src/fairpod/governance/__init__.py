@@ -2,7 +2,11 @@
 
 - ``snapshot``   — the engine's state (nodes, teams, queues, running jobs) and its bookkeeping
 - ``quota``      — quota, borrow limit and lending arithmetic (rules 2, 3)
+- ``lending``    — lending limits and absolute borrow limits per instance type (rule 2a)
 - ``fairshare``  — weighted dominant share of idle capacity (rule 5)
+- ``history``    — FairShareHistory: each team's decayed past borrowing (rule 5b)
+- ``users``      — per-user cap and round-robin order inside a team (rule 9)
+- ``budget``     — budgets over time: accelerator-hours per period (rule 10)
 - ``placement``  — gang placement, best fit (rule 1)
 - ``ordering``   — the order of preemption victims (rules 3, 7)
 - ``preemption`` — picking victims: reclaim, priority, fair share (rules 3, 4, 5, 7)

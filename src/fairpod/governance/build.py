@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fairpod.governance.budget import Meter
 from fairpod.governance.snapshot import Snapshot, Team
 from fairpod.model.resources import node_res
 from fairpod.model.spec import (
@@ -18,7 +19,9 @@ def empty_snapshot(spec: ClusterSpec, now: float = 0.0) -> Snapshot:
     p = spec.policy
     return Snapshot(
         task_ranking=p.task_prioritization == TaskPrioritization.TASK_RANKING,
-        fair_share=p.idle_compute_allocation == IdleComputeAllocation.FAIR_SHARE,
+        fair_share=IdleComputeAllocation(p.idle_compute_allocation).fair_share,
+        history_half_life=p.fair_share_half_life_seconds
+        if p.idle_compute_allocation == IdleComputeAllocation.FAIR_SHARE_HISTORY else None,
         idle_sharing=p.idle_resource_sharing == Toggle.ENABLED,
         starvation_guard=p.starvation_guard_seconds,
         now=now,
@@ -38,7 +41,18 @@ def engine_team(spec: ClusterSpec, name: str) -> Team:
         borrow_limit=t.sharing.borrow_limit,
         preempt_lower=t.preempt_team_tasks == PreemptTeamTasks.LOWER_PRIORITY,
         quota=spec.team_quota(t),
+        lend_limit=spec.team_limits(t.sharing.lending_limits),
+        borrow_abs=spec.team_limits(t.sharing.absolute_borrow_limits),
+        user_cap=t.user_limits.max_running_accelerators,
+        round_robin=t.user_limits.queue_order == "RoundRobin",
+        budget={b.instance_type: (0.0, b.accelerator_hours, b.hard_cap) for b in t.budgets},
     )
+
+
+def budget_meter(spec: ClusterSpec) -> Meter:
+    """A meter for the spec's team budgets (``governance.budget``)."""
+    return Meter({(t.name, b.instance_type): (b.period, b.accelerator_hours, b.hard_cap)
+                  for t in spec.teams for b in t.budgets})
 
 
 def snapshot_from_spec(spec: ClusterSpec, now: float = 0.0, *, passed: bool = True) -> Snapshot:

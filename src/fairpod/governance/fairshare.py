@@ -4,7 +4,9 @@ A team's share of an instance type is its weighted dominant share: for each reso
 divided by the lendable capacity; the largest of these, divided by the team's fair_share_weight. A team
 that borrows nothing has share 0; a team of weight 0 that borrows has an infinite share, so it comes last
 when teams compete and is the first to give back. Teams competing for idle capacity are ranked by the share
-each would have after admitting its job, so weight decides from the first borrowed unit.
+each would have after admitting its job, so weight decides from the first borrowed unit. Under FairShareHistory the ranking and the victim order add
+each team's decayed past borrowing (``governance.history``); whether a fair-share preemption is allowed stays
+on the shares now.
 """
 
 from __future__ import annotations
@@ -14,8 +16,10 @@ import math
 from fairpod.governance.snapshot import Snapshot, Team
 
 
-def share(snap: Snapshot, team: Team, itype: str, delta: tuple[int, int, int] = (0, 0, 0)) -> float:
-    """The team's weighted dominant share of ``itype`` if its usage changed by ``delta``."""
+def share(snap: Snapshot, team: Team, itype: str, delta: tuple[int, int, int] = (0, 0, 0),
+          with_history: bool = False) -> float:
+    """The team's weighted dominant share of ``itype`` if its usage changed by ``delta``; ``with_history``
+    (FairShareHistory, ``governance.history``): plus its decayed past borrowed share, before the weight."""
     q = team.q(itype)
     u = team.u(itype)
     lend = snap.lendable(itype)
@@ -31,6 +35,8 @@ def share(snap: Snapshot, team: Team, itype: str, delta: tuple[int, int, int] = 
                 dom = math.inf
     if not borrowing:
         return 0.0
+    if with_history and snap.history_half_life is not None:
+        dom += team.history.get(itype, 0.0)
     if team.weight == 0:
         return math.inf
     return dom / team.weight

@@ -12,7 +12,7 @@ Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in 
 
 from __future__ import annotations
 
-from fairpod.governance import fairshare, quota, topology
+from fairpod.governance import budget, fairshare, quota, topology
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Node, Snapshot, Workload
@@ -132,10 +132,11 @@ def plan(
         if within or not snap.fair_share:
             return 0.0
         if name not in shares:
-            shares[name] = fairshare.share(snap, snap.teams[name], w.itype)
+            shares[name] = fairshare.share(snap, snap.teams[name], w.itype, with_history=True)
         return shares[name]
 
-    cands.sort(key=victim_key(w.team, now, team_share))
+    cands.sort(key=victim_key(w.team, now, team_share,
+                              lambda v: budget.priority(snap.teams[v.team], v)))
     removed: list[tuple[Workload, str]] = []
     nodes: list[str] | None = None
     a, c, m = w.req

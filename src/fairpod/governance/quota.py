@@ -2,14 +2,18 @@
 
 Rules (engine rule 2 and 3):
 - A job whose team's usage stays within its quota is *within quota*; the team is entitled to it.
-- Otherwise only a LendAndBorrow team may take it, *borrowing*: usage may reach quota x (1 + borrow_limit/100).
+- Otherwise only a LendAndBorrow team may take it, *borrowing*: usage may reach quota x (1 + borrow_limit/100),
+  and at most quota + its absolute borrow limit on that instance type if it has one (``lending``, rule 2a).
 - All borrowing together (sum over teams of usage above quota) must stay within what lending teams
-  (LendAndBorrow, Lend) leave idle, plus unallocated capacity when idle resource sharing is Enabled.
+  (LendAndBorrow, Lend) leave idle, each at most its lending limit (rule 2a), plus unallocated capacity when
+  idle resource sharing is Enabled.
   A within-quota job that would break this needs borrowed work reclaimed first.
 """
 
 from __future__ import annotations
 
+from fairpod.governance import budget
+from fairpod.governance.lending import cap_with_absolute, idle_lendable, lend_quota
 from fairpod.governance.snapshot import Snapshot, Team, Vec, Workload
 
 
@@ -20,18 +24,23 @@ def within_quota(team: Team, itype: str, add: Vec | tuple) -> bool:
 
 
 def borrow_cap(team: Team, itype: str) -> Vec:
-    """The most a team may use of an instance type: quota x (1 + borrow_limit/100), or quota if it cannot borrow."""
+    """The most a team may use of an instance type: quota x (1 + borrow_limit/100), at most quota + its absolute
+    borrow limit, or quota if it cannot borrow."""
     q = team.q(itype)
     if not team.borrows:
         return list(q)
     k = 100 + team.borrow_limit
-    return [q[0] * k // 100, q[1] * k // 100, q[2] * k // 100]
+    return cap_with_absolute([q[0] * k // 100, q[1] * k // 100, q[2] * k // 100], q, team.borrow_abs.get(itype))
 
 
 def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
     """(may hold, within quota, reason if not) for job ``w`` of its team, ignoring everyone else."""
     team = snap.teams[w.team]
     t = w.total
+    if team.budget:
+        held = budget.blocks(team, w, not within_quota(team, w.itype, t))
+        if held:
+            return False, False, held
     if within_quota(team, w.itype, t):
         return True, True, ""
     u = team.u(w.itype)
@@ -46,6 +55,12 @@ def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
     if u[0] + t[0] > cap[0] or u[1] + t[1] > cap[1] or u[2] + t[2] > cap[2]:
         if q[0] == 0 and q[1] == 0:
             return False, False, f"over quota: team {team.name} has no quota on {w.itype}, so it cannot borrow any"
+        ab = team.borrow_abs.get(w.itype)
+        if ab is not None and cap[0] == q[0] + ab[0] and q[0] * (100 + team.borrow_limit) // 100 > cap[0]:
+            return False, False, (
+                f"borrow limit reached: team {team.name} uses {u[0]} {w.itype} accelerators, the job needs {t.acc}, "
+                f"and quota {q[0]} + its absolute borrow limit {ab[0]} allows {cap[0]}"
+            )
         return False, False, (
             f"borrow limit reached: team {team.name} uses {u[0]} {w.itype} accelerators, the job needs {t.acc}, "
             f"and quota {q[0]} + {team.borrow_limit}% allows {cap[0]}"
@@ -53,10 +68,10 @@ def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
     return True, False, ""
 
 
-def _contrib(team: Team, q: tuple, u0: int, u1: int, u2: int) -> tuple[int, int, int, int, int, int]:
+def _contrib(team: Team, itype: str, q: tuple, u0: int, u1: int, u2: int) -> tuple[int, int, int, int, int, int]:
     o0, o1, o2 = max(0, u0 - q[0]), max(0, u1 - q[1]), max(0, u2 - q[2])
     if team.lends:
-        i0, i1, i2 = max(0, q[0] - u0), max(0, q[1] - u1), max(0, q[2] - u2)
+        i0, i1, i2 = idle_lendable(q, (u0, u1, u2), team.lend_limit.get(itype))
     else:
         i0 = i1 = i2 = 0
     return o0, o1, o2, i0, i1, i2
@@ -73,8 +88,8 @@ def pool_ok(snap: Snapshot, w: Workload, holder: str | None = None) -> bool:
     q = team.q(w.itype)
     u = team.u(w.itype)
     t = w.total
-    a = _contrib(team, q, u[0], u[1], u[2])
-    b = _contrib(team, q, u[0] + t[0], u[1] + t[1], u[2] + t[2])
+    a = _contrib(team, w.itype, q, u[0], u[1], u[2])
+    b = _contrib(team, w.itype, q, u[0] + t[0], u[1] + t[1], u[2] + t[2])
     if snap.idle_sharing:
         ua = snap.unallocated(w.itype)
     else:
@@ -115,10 +130,9 @@ def lending(snap: Snapshot, itype: str) -> dict[str, dict[str, int]]:
         if ua > 0:
             idle["(unallocated)"] = ua
     for t in snap.teams.values():
-        if t.lends:
-            left = t.q(itype)[0] - t.u(itype)[0]
-            if left > 0:
-                idle[t.name] = left
+        left = t.lendable_now(itype)[0]
+        if left > 0:
+            idle[t.name] = left
     out: dict[str, dict[str, int]] = {}
     for name in sorted(snap.teams):
         t = snap.teams[name]
@@ -146,5 +160,5 @@ def ever_fits_quota(snap: Snapshot, w: Workload) -> bool:
         return False
     cap = borrow_cap(team, w.itype)
     lend = snap.lendable(w.itype)
-    own = q if team.lends else (0, 0, 0)
+    own = lend_quota(q, team.lend_limit.get(w.itype)) if team.lends else (0, 0, 0)
     return all(t[d] <= cap[d] and t[d] - q[d] <= lend[d] - own[d] for d in range(3))

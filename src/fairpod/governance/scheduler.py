@@ -20,6 +20,10 @@ A cycle:
    first); then priority; then submit time.
    Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
    engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
+   In a team with per-user rules (rule 9, ``users``) a job over its user's cap waits without trying, and a
+   RoundRobin team offers the job of the user who runs the fewest accelerators first.
+Under FairShareHistory (rule 5b, ``history``) the cycle first folds the time since the last cycle into each
+team's decayed borrowed share, and records the shares after its decisions.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from fairpod.governance import fairshare, preemption, quota, topology
+from fairpod.governance import budget, fairshare, history, preemption, quota, topology, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.placement import never_fits, place, why_not
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
@@ -40,8 +44,8 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
         if ua > 0:
             idle.append((-(10**12), "(unallocated)", ua))
     for t in snap.teams.values():
-        if t.lends and t.name != w.team:
-            left = t.q(w.itype)[0] - t.u(w.itype)[0]
+        if t.name != w.team:
+            left = t.lendable_now(w.itype)[0]
             if left > 0:
                 idle.append((-left, t.name, left))
     idle.sort()
@@ -143,6 +147,10 @@ class _Cycle:
 
     def try_start(self, w: Workload) -> bool:
         snap = self.snap
+        capped = users.over_cap(snap.teams[w.team], w)
+        if capped:
+            self.wait(w, capped)
+            return False
         if not self.team_may_start(w):
             h = self.strict[w.team]
             self.wait(w, f"waiting behind job {h.id} of team {w.team}, which has waited longest and has "
@@ -267,8 +275,11 @@ class _Cycle:
         limit); a job that never can must not hold the team up."""
         skip: set = set()
         while True:
-            h = team.queue.head(skip)
-            if h is None or (self.never_fits(h) is None and quota.ever_fits_quota(self.snap, h)):
+            h = team.queue.head(skip, users.order(team))
+            if h is None or (self.never_fits(h) is None and quota.ever_fits_quota(self.snap, h)
+                             and not users.over_cap(team, h)
+                             and not (team.budget and budget.blocks(
+                                 team, h, not quota.within_quota(team, h.itype, h.total)))):
                 return h
             skip.add(h.shape)
 
@@ -278,10 +289,11 @@ class _Cycle:
         if within:
             second = 0.0
         elif snap.fair_share:
-            second = fairshare.share(snap, team, w.itype, w.total)  # after admission: weight decides at once
+            # after admission (weight decides at once); under FairShareHistory with the team's past borrowing
+            second = fairshare.share(snap, team, w.itype, w.total, with_history=True)
         else:
             second = 0.0
-        prio = -w.priority if snap.task_ranking else 0
+        prio = -budget.priority(team, w) if snap.task_ranking else 0  # past 80 % of a budget: the lowest
         return (not within, second, prio, w.submit, w.seq)
 
     def run(self) -> list[Decision]:
@@ -290,6 +302,7 @@ class _Cycle:
             snap.memo.clear()  # entries of old versions
         for p in snap.pools.values():
             p.reserved_borrow = [0, 0, 0]
+        history.advance(snap)
         guard = snap.starvation_guard
         starving = []
         for team in snap.teams.values():
@@ -315,6 +328,7 @@ class _Cycle:
             else:
                 v.reason = p.reason
                 v.preemptions += 1
+        history.record(snap)
         return self.out
 
     def rounds(self, teams: list[Team], failed: dict[str, set], within_only: bool) -> None:
@@ -330,7 +344,7 @@ class _Cycle:
                 if within_only:
                     skip = skip | borrowing.setdefault(t.name, set())
                 while True:
-                    h = t.queue.head(skip)
+                    h = t.queue.head(skip, users.order(t))
                     if h is None or not within_only or quota.within_quota(t, h.itype, h.total):
                         break
                     borrowing[t.name].add(h.shape)  # a shape that borrows now borrows all this phase

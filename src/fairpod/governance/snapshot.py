@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from fairpod.governance.lending import idle_lendable, lend_quota
 from fairpod.model.resources import Res
 
 Vec = list[int]  # a mutable resource vector [acc, mcpu, mib]
@@ -51,6 +52,7 @@ class Workload:
     topology_required: bool = False
     preemptions: int = 0  # how often it was preempted so far
     expected: float | None = None  # seconds it is expected to run from its (next) start; None: unknown
+    user: str = ""  # who submitted it (per-user limits of its team)
     # while running
     nodes: list[str] | None = None
     started: float | None = None
@@ -59,7 +61,9 @@ class Workload:
     reason: str = ""
     borrowed_from: dict[str, int] = field(default_factory=dict)
     total: Res = field(init=False)  # n x req, the whole gang
-    shape: tuple = field(init=False)  # jobs of one shape fit or fail alike
+    # jobs of one shape fit or fail alike: (itype, n, req, passed_only), the topology asked for, and the user
+    # in a team with per-user rules
+    shape: tuple = field(init=False)
 
     def __post_init__(self) -> None:
         r = self.req
@@ -91,7 +95,16 @@ class Team:
     borrow_limit: int = 50  # percent of quota
     preempt_lower: bool = True
     quota: dict[str, Res] = field(default_factory=dict)
+    lend_limit: dict[str, Res] = field(default_factory=dict)  # per instance type; none: all idle quota is lent
+    borrow_abs: dict[str, Res] = field(default_factory=dict)  # absolute borrow limit per instance type
+    user_cap: int | None = None  # accelerators one user's jobs may run at once in this team
+    round_robin: bool = False  # the queue goes round-robin across users (fewest running accelerators first)
     used: dict[str, Vec] = field(default_factory=dict)
+    user_acc: dict[str, int] = field(default_factory=dict)  # running accelerators per user
+    user_turn: dict[str, int] = field(default_factory=dict)  # per user: the count of starts at its last start
+    history: dict[str, float] = field(default_factory=dict)  # decayed mean dominant borrowed share per type
+    # per instance type: (accelerator-hours used this period, budget, hard cap), set by the caller (``budget``)
+    budget: dict[str, tuple[float, float, bool]] = field(default_factory=dict)
     version: int = 0  # counts changes of its usage (derived views may be cached against it)
     queue: PendingQueue = field(default_factory=lambda: PendingQueue())
 
@@ -104,6 +117,17 @@ class Team:
             v = self.used[itype] = [0, 0, 0]
         return v
 
+    def lendable_now(self, itype: str) -> tuple[int, int, int]:
+        """What this team lends of ``itype`` now (0 if it does not lend): idle quota up to its lending limit."""
+        if not self.lends:
+            return 0, 0, 0
+        return idle_lendable(self.q(itype), self.u(itype), self.lend_limit.get(itype))
+
+    @property
+    def per_user(self) -> bool:
+        """Whether the team has per-user rules (its queue then keeps each user's jobs apart)."""
+        return self.user_cap is not None or self.round_robin
+
 
 _ZERO = Res(0, 0, 0)
 
@@ -115,8 +139,8 @@ class Pool:
     cap: Vec = field(default_factory=lambda: [0, 0, 0])  # schedulable nodes
     free: Vec = field(default_factory=lambda: [0, 0, 0])  # free on schedulable nodes
     quota_all: Vec = field(default_factory=lambda: [0, 0, 0])
-    quota_lend: Vec = field(default_factory=lambda: [0, 0, 0])  # quota of teams that lend
-    idle_lend: Vec = field(default_factory=lambda: [0, 0, 0])  # sum of max(0, quota - used) over lenders
+    quota_lend: Vec = field(default_factory=lambda: [0, 0, 0])  # quota of lenders, each up to its lending limit
+    idle_lend: Vec = field(default_factory=lambda: [0, 0, 0])  # sum over lenders of what each lends now
     over: Vec = field(default_factory=lambda: [0, 0, 0])  # sum of max(0, used - quota) over all teams
     reserved_borrow: Vec = field(default_factory=lambda: [0, 0, 0])  # held back for a starving borrower
 
@@ -136,6 +160,9 @@ class PendingQueue:
     def __len__(self) -> int:
         return len(self.live)
 
+    def users(self) -> set[str]:
+        return {w.user for w in self.live.values()}
+
     def push(self, w: Workload, key: tuple) -> None:
         self.live[w.id] = w
         heapq.heappush(self.heaps.setdefault(w.shape, []), (key, w.id))
@@ -152,16 +179,21 @@ class PendingQueue:
             return None
         return h[0]
 
-    def head(self, skip: set | None = None) -> Workload | None:
-        """The first job in queue order whose shape is not in ``skip``."""
-        best: tuple[tuple, str] | None = None
+    def head(self, skip: set | None = None, user_rank: Callable[[str], tuple] | None = None) -> Workload | None:
+        """The first job in queue order whose shape is not in ``skip``; with ``user_rank`` (round-robin across
+        users, ``governance.users``), the job of the user with the lowest rank first, then by queue order."""
+        best: tuple | None = None
         for shape in list(self.heaps):
             if skip and shape in skip:
                 continue
             top = self._top(shape)
-            if top is not None and (best is None or top < best):
+            if top is None:
+                continue
+            if user_rank is not None:
+                top = (user_rank(self.live[top[1]].user), *top)
+            if best is None or top < best:
                 best = top
-        return self.live[best[1]] if best else None
+        return self.live[best[-1]] if best else None
 
     def pop(self, w: Workload) -> None:
         self.live.pop(w.id, None)
@@ -200,10 +232,16 @@ class Snapshot:
         starvation_guard: float = 600.0,
         now: float = 0.0,
         topology_levels: tuple[str, ...] = (),
+        history_half_life: float | None = None,
     ) -> None:
         self.levels = tuple(topology_levels)  # the topology's levels, outermost first (e.g. block, rack)
         self.task_ranking = task_ranking
         self.fair_share = fair_share
+        # FairShareHistory (``governance.history``): the half-life of past borrowing, when it was last folded in,
+        # and each team's borrowed share per instance type since then
+        self.history_half_life = history_half_life
+        self.history_at: float | None = None
+        self.history_rate: dict[str, dict[str, float]] = {}
         self.idle_sharing = idle_sharing
         self.starvation_guard = starvation_guard
         self.now = now
@@ -220,6 +258,7 @@ class Snapshot:
         self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
         self.pending: dict[str, Workload] = {}
         self._seq = 0
+        self._starts = 0  # jobs started, for the round-robin turns of users
         self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
         self.memo: dict[tuple, float] = {}  # the engine's cache of derived values, keyed with their versions
 
@@ -274,7 +313,7 @@ class Snapshot:
             p = self.pool(itype)
             _add(p.quota_all, q, 1)
             if team.lends:
-                _add(p.quota_lend, q, 1)
+                _add(p.quota_lend, lend_quota(q, team.lend_limit.get(itype)), 1)
         for itype in team.quota:
             self._account(team, itype, 1)
 
@@ -297,12 +336,11 @@ class Snapshot:
         p = self.pool(itype)
         q = team.q(itype)
         u = team.u(itype)
+        idle = team.lendable_now(itype)
         for d in range(3):
+            p.idle_lend[d] += sign * idle[d]
             diff = q[d] - u[d]
-            if diff > 0:
-                if team.lends:
-                    p.idle_lend[d] += sign * diff
-            elif diff < 0:
+            if diff < 0:
                 p.over[d] -= sign * diff
 
     def _use(self, w: Workload, sign: int) -> None:
@@ -316,6 +354,8 @@ class Snapshot:
         u[1] += sign * t[1]
         u[2] += sign * t[2]
         self._account(team, w.itype, 1)
+        if w.user:
+            team.user_acc[w.user] = team.user_acc.get(w.user, 0) + sign * t[0]
 
     # -- jobs ----------------------------------------------------------------------------------
     def queue_key(self, w: Workload) -> tuple:
@@ -335,6 +375,8 @@ class Snapshot:
             self._seq = max(self._seq, w.seq)
         if w.enqueued is None:
             w.enqueued = w.submit
+        if self.teams[w.team].per_user and w.shape[-1] != ("user", w.user):
+            w.shape = (*w.shape, ("user", w.user))  # one user's jobs fail or fit apart from another's (per-user cap)
         self.pending[w.id] = w
         self.teams[w.team].queue.push(w, self.queue_key(w))
 
@@ -393,9 +435,13 @@ class Snapshot:
     def start(self, w: Workload, nodes: list[str], now: float) -> None:
         """A pending job starts on ``nodes``."""
         self.pending.pop(w.id, None)
-        self.teams[w.team].queue.pop(w)
+        team = self.teams[w.team]
+        team.queue.pop(w)
         self.assign(w, nodes)
         w.started = now
+        if team.round_robin:
+            self._starts += 1
+            team.user_turn[w.user] = self._starts
 
     def finish(self, wid: str) -> Workload:
         """A running job ended (any way): free its nodes."""

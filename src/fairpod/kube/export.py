@@ -7,8 +7,8 @@
 * one Cohort, named after the cluster: every team's ClusterQueue is in it, so idle quota can be lent;
 * a ClusterQueue per team: ``nominalQuota`` per flavor for the accelerators (``nvidia.com/gpu``, Neuron devices
   for Trainium), ``cpu`` and ``memory``, exactly the quota fairpod resolves (millicores, MiB);
-  ``borrowingLimit`` = quota x borrow limit % as fairpod rounds it (none for Lend and DontLend);
-  ``lendingLimit: 0`` for DontLend; ``preemption``: ``reclaimWithinCohort: Any`` (a team always gets its quota
+  ``borrowingLimit`` = quota x borrow limit % as fairpod rounds it, at most the team's absolute borrow limit
+  (none for Lend and DontLend); ``lendingLimit`` = the team's lending limit (``0`` for DontLend); ``preemption``: ``reclaimWithinCohort: Any`` (a team always gets its quota
   back from borrowers), ``borrowWithinCohort: Never`` (borrowing never preempts: fair sharing does, see below),
   ``withinClusterQueue: LowerPriority`` when the team preempts its own lower-priority tasks under TaskRanking;
   ``fairSharing.weight`` = the fair-share weight (0 = borrows last, gives back first, as in fairpod);
@@ -126,12 +126,17 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
     cat = spec.catalog()
     strat = team.sharing.strategy
     groups = []
+    lend_limits = spec.team_limits(team.sharing.lending_limits)
+    abs_limits = spec.team_limits(team.sharing.absolute_borrow_limits)
     for q in team.quota:
         itype = cat[q.instance_type]
         nominal = q.resolve(itype)
         borrow = borrowing_limit(nominal, team.sharing.borrow_limit) if strat == SharingStrategy.LEND_AND_BORROW \
             else ZERO
-        lend = ZERO if strat == SharingStrategy.DONT_LEND else None
+        if q.instance_type in abs_limits and strat == SharingStrategy.LEND_AND_BORROW:
+            a = abs_limits[q.instance_type]
+            borrow = Res(min(borrow.acc, a.acc), min(borrow.mcpu, a.mcpu), min(borrow.mib, a.mib))
+        lend = ZERO if strat == SharingStrategy.DONT_LEND else lend_limits.get(q.instance_type)
         groups.append(_flavor(flavors[q.instance_type], itype, covered, nominal, borrow, lend))
     ranking = spec.policy.task_prioritization == TaskPrioritization.TASK_RANKING
     own = ranking and team.preempt_team_tasks == PreemptTeamTasks.LOWER_PRIORITY

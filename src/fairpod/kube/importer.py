@@ -283,6 +283,7 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
     nominal: dict[str, Res] = {}
     lend_zero: list[bool] = []
     borrow: list[tuple[Res, Res | None]] = []
+    lend_limits: list[dict[str, Any]] = []
     for gi, g in enumerate(_list(spec.get("resourceGroups"), f"ClusterQueue {name}.spec.resourceGroups")):
         where = f"ClusterQueue {name}.spec.resourceGroups[{gi}]"
         for fl in _list(_map(g, where).get("flavors"), f"{where}.flavors"):
@@ -305,8 +306,11 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
             ll = [v for v in r["lendingLimit"].values() if v is not None]
             lend_zero.append(bool(ll) and all(v == 0 for v in ll))
             if ll and not all(v == 0 for v in ll) and _res(r["lendingLimit"]) != q:
-                notes.append(f"{fwhere}: lendingLimit lends part of the quota; fairpod lends a team's whole idle "
-                             "quota or none (read as lending all)")
+                entry = _quota_entry(cat[it], r["lendingLimit"])  # a lending limit (docs/policies.md)
+                if "count" not in entry:  # a limit has one unit; the others follow the type's ratio
+                    unit = next(k for k in ("accelerators", "vcpu", "memory_gib") if k in entry)
+                    entry = {"instance_type": it, unit: entry[unit]}
+                lend_limits.append(entry)
             bl = r["borrowingLimit"]
             borrow.append((q, None if all(v is None for v in bl.values()) else _res(bl)))
     sharing: dict[str, Any]
@@ -331,6 +335,8 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
         if bl is None or not all(borrowing_limit(q, bl) == b for q, b in pairs):
             notes.append(f"ClusterQueue {name}: its borrowingLimits are no single borrow limit %; read as {bl} %")
         sharing = {"strategy": "LendAndBorrow", "borrow_limit": bl or 50}
+    if lend_limits and sharing["strategy"] != "DontLend":
+        sharing["lending_limits"] = lend_limits
     pre = _map(spec.get("preemption"), f"ClusterQueue {name}.spec.preemption")
     within = str(pre.get("withinClusterQueue") or "Never")
     if within != "Never":

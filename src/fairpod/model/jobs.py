@@ -71,6 +71,8 @@ class JobSpec(BaseModel):
     hang_timeout_seconds: float | None = Field(
         default=None, ge=10, le=30 * 86400,
         description="hung when no progress report and no output (or only idle GPUs) for this long")
+    user: str | None = Field(default=None, max_length=64,
+                             description="who submitted it; the server sets it to the caller (per-user limits)")
     hang_action: Literal["notify", "restart", "cancel"] = Field(
         default="notify", description="what a hang does: an event, a restart (counts against max_retry), a cancel")
     required_topology: str | None = Field(

@@ -32,6 +32,11 @@ class TaskPrioritization(StrEnum):
 class IdleComputeAllocation(StrEnum):
     FAIR_SHARE = "FairShare"
     FIRST_COME_FIRST_SERVE = "FirstComeFirstServe"
+    FAIR_SHARE_HISTORY = "FairShareHistory"  # FairShare, ranking borrowers by their decayed past borrowing too
+
+    @property
+    def fair_share(self) -> bool:
+        return self in (IdleComputeAllocation.FAIR_SHARE, IdleComputeAllocation.FAIR_SHARE_HISTORY)
 
 
 class Toggle(StrEnum):
@@ -182,11 +187,8 @@ class Policy(_Strict):
     # Finished jobs (with their events and logs), events and usage samples older than this many days are
     # deleted (hourly); null keeps everything. Usage reports reach back as far as this keeps.
     retention_days: float | None = Field(default=400.0, ge=1, le=36_500)
-
-
-class Sharing(_Strict):
-    strategy: SharingStrategy = SharingStrategy.LEND_AND_BORROW
-    borrow_limit: int = Field(default=50, ge=1, le=500)
+    # FairShareHistory: how fast a team's past borrowing is forgotten; borrowing this long ago counts half.
+    fair_share_half_life_seconds: float = Field(default=86400.0, ge=60, le=90 * 86400)
 
 
 class QuotaEntry(_Strict):
@@ -203,6 +205,40 @@ class QuotaEntry(_Strict):
         return by_ratio(itype, self.accelerators, self.vcpu, self.memory_gib)
 
 
+class LimitEntry(QuotaEntry):
+    """A limit per instance type, in the same units as a quota: count (whole nodes) or accelerators/vcpu/memory."""
+
+
+class Sharing(_Strict):
+    strategy: SharingStrategy = SharingStrategy.LEND_AND_BORROW
+    borrow_limit: int = Field(default=50, ge=1, le=500)
+    # per instance type: the most of its idle quota the team lends (it keeps quota - limit for itself; Kueue's
+    # lendingLimit), and the most it borrows in absolute terms, besides borrow_limit % (HyperPod's
+    # AbsoluteBorrowLimits)
+    lending_limits: list[LimitEntry] = Field(default_factory=list)
+    absolute_borrow_limits: list[LimitEntry] = Field(default_factory=list)
+
+
+class UserLimits(_Strict):
+    """Per-user rules inside a team (Slurm's MaxTRESPerUser, KAI's per-user fairness)."""
+
+    # the most accelerators one user's running jobs may hold at once; None: no cap
+    max_running_accelerators: int | None = Field(default=None, ge=1, le=1_000_000)
+    # FirstComeFirstServe: the team's queue order; RoundRobin: the next job comes from the user who runs the
+    # fewest accelerators in the team now (ties: the earlier job), so users take turns
+    queue_order: Literal["FirstComeFirstServe", "RoundRobin"] = "FirstComeFirstServe"
+
+
+class Budget(_Strict):
+    """A team's accelerator-hours per period on one instance type: past 80 % its jobs count as the lowest
+    priority, past 100 % it may not borrow, and with ``hard_cap`` its jobs of that type wait for the next period."""
+
+    instance_type: str
+    period: Literal["day", "week", "month"]
+    accelerator_hours: float = Field(gt=0, le=1e9)
+    hard_cap: bool = False
+
+
 class Team(_Strict):
     name: str = Field(pattern=NAME_PATTERN, max_length=40)
     fair_share_weight: int = Field(default=0, ge=0, le=100)
@@ -210,6 +246,8 @@ class Team(_Strict):
     sharing: Sharing = Field(default_factory=Sharing)
     quota: list[QuotaEntry] = Field(default_factory=list)
     run_as: str | None = Field(default=None, pattern=USER_PATTERN, max_length=32)  # OS user of its replicas
+    user_limits: UserLimits = Field(default_factory=UserLimits)
+    budgets: list[Budget] = Field(default_factory=list, max_length=64)
 
 
 class ClusterSpec(_Strict):
@@ -261,6 +299,11 @@ class ClusterSpec(_Strict):
             v = own.get(level) or grp.get(level) or labels.get(level)
             out.append(v if isinstance(v, str) and re.fullmatch(TOPOLOGY_VALUE, v) else "")
         return tuple(out)
+
+    def team_limits(self, entries: list[LimitEntry]) -> dict[str, Res]:
+        """Limits per instance type (lending_limits, absolute_borrow_limits) as resource vectors."""
+        cat = self.catalog()
+        return {e.instance_type: e.resolve(cat[e.instance_type]) for e in entries}
 
     def gpus_are_real(self, group: str) -> bool:
         """Whether the accelerators of an instance group's nodes are real GPUs (``accelerators_are: gpus``)."""
@@ -407,6 +450,18 @@ def check_spec(spec: ClusterSpec) -> list[str]:
                 probs.append(f"{where}: {e}")
                 continue
             quota_sum[q.instance_type] = quota_sum.get(q.instance_type, ZERO) + r
+        probs += _limit_problems(i, team, cat, known)
+        seen_b: set[str] = set()
+        for j, b in enumerate(team.budgets):
+            where = f"teams[{i}].budgets[{j}]"
+            if b.instance_type not in cat:
+                probs.append(f"{where}.instance_type: unknown instance type {b.instance_type!r} (built-in: {known})")
+            elif cat[b.instance_type].accelerators == 0:
+                probs.append(f"{where}.instance_type: {b.instance_type} has no accelerators to count hours of")
+            if b.instance_type in seen_b:
+                probs.append(f"{where}.instance_type: team {team.name!r} has a budget for {b.instance_type} "
+                             "already (one per instance type)")
+            seen_b.add(b.instance_type)
     if not probs:
         cap = spec.capacity()
         for it, total in sorted(quota_sum.items()):
@@ -445,6 +500,37 @@ def _topology_problems(spec: ClusterSpec, i: int, g: InstanceGroup) -> list[str]
         if open_nodes:
             probs.append(f"{where}: node {open_nodes[0]} has no domain for every topology level ({', '.join(levels)});"
                          " give the group's topology or node_topology")
+    return probs
+
+
+def _limit_problems(i: int, team: Team, cat: dict[str, InstanceType], known: str) -> list[str]:
+    """Lending and absolute borrow limits: known instance types, once each, one unit, a strategy that uses them."""
+    probs: list[str] = []
+    strat = team.sharing.strategy
+    for field, entries, needs in (("lending_limits", team.sharing.lending_limits, strat != SharingStrategy.DONT_LEND),
+                                  ("absolute_borrow_limits", team.sharing.absolute_borrow_limits,
+                                   strat == SharingStrategy.LEND_AND_BORROW)):
+        if entries and not needs:
+            probs.append(f"teams[{i}].sharing.{field}: team {team.name!r} has strategy {strat.value}, which "
+                         f"{'does not lend' if field == 'lending_limits' else 'does not borrow'}")
+            continue
+        seen: set[str] = set()
+        for j, e in enumerate(entries):
+            where = f"teams[{i}].sharing.{field}[{j}]"
+            if e.instance_type not in cat:
+                probs.append(f"{where}.instance_type: unknown instance type {e.instance_type!r} (built-in: {known})")
+                continue
+            if e.instance_type in seen:
+                probs.append(f"{where}.instance_type: {e.instance_type!r} appears twice")
+            seen.add(e.instance_type)
+            given = [k for k in ("accelerators", "vcpu", "memory_gib") if getattr(e, k) is not None]
+            if (e.count is not None) == bool(given) or len(given) > 1:
+                probs.append(f"{where}: give exactly one of count, accelerators, vcpu or memory_gib")
+                continue
+            try:
+                e.resolve(cat[e.instance_type])
+            except ValueError as err:
+                probs.append(f"{where}: {err}")
     return probs
 
 

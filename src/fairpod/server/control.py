@@ -37,7 +37,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
-from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
+from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, history, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.governance.snapshot import domain_ids
 from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, resolve_job
@@ -46,7 +46,9 @@ from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import arrays, eta, membership
 from fairpod.server.batch import BatchingStore
+from fairpod.server.budgets import BudgetKeeper
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
+from fairpod.server.fairshare_history import HistoryKeeper
 from fairpod.server.nodes import ACTION_STATUS, sync_nodes
 from fairpod.server.retention import Retention
 from fairpod.server.runs import (
@@ -102,6 +104,8 @@ class ControlPlane:
         self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
         self.retention = Retention()  # deletes what policy.retention_days no longer keeps
         self.watchdog = Watchdog()  # runtime limits and hang detection
+        self.history = HistoryKeeper()  # FairShareHistory kept across restarts
+        self.budgets = BudgetKeeper()  # teams' accelerator-hours in the current budget periods
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         self._real_gpus: dict[str, bool] = {}  # node -> its accelerators are real GPUs (cleared on node changes)
@@ -118,7 +122,7 @@ class ControlPlane:
             priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
             expected=job.spec.expected_duration_seconds,
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
-            passed_only=job.spec.deep_health_check_passed_nodes_only,
+            passed_only=job.spec.deep_health_check_passed_nodes_only, user=job.spec.user or "",
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
             topology=job.spec.required_topology or job.spec.preferred_topology,
             topology_required=job.spec.required_topology is not None,
@@ -144,6 +148,8 @@ class ControlPlane:
                           topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
         for t in spec.teams:
             snap.add_team(engine_team(spec, t.name))
+        history.load(snap, self.history.saved(self))  # FairShareHistory: the past borrowing goes on
+        self.budgets.fill(snap.teams, spec, snap.now)  # budgets: the hours counted so far
         for job in self.store.list_jobs(finished=False):
             if job.team not in snap.teams:
                 continue
@@ -240,6 +246,7 @@ class ControlPlane:
                 earlier = self.store.get_job(jid)
                 if earlier is not None:
                     return earlier
+            spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
             resolved = self._admissible(spec)
             try:
                 with self.store.tx() as t:  # the job, its event and the audit entry: one transaction
@@ -279,6 +286,7 @@ class ControlPlane:
                 earlier = arrays.same_array(self.store, first) if first is not None else None
                 if earlier is not None:
                     return earlier
+            spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
             resolved = self._admissible(spec)
             try:
                 with self.store.tx() as t:
@@ -354,6 +362,7 @@ class ControlPlane:
     # -- the loop ------------------------------------------------------------------------------
     def reconcile_once(self) -> None:
         with self._change(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
+            self.budgets.apply(self)  # hours used in each budget period (rule 10), before this turn's exits
             membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
             arrays.release(self)  # held tasks of job arrays whose running tasks went below the limit
             exits = self.executor.poll(ack=False)
@@ -384,6 +393,7 @@ class ControlPlane:
             self.usage.tick(self)
             self.retention.tick(self)
             self.watchdog.tick(self)
+            self.history.tick(self)
 
     def _take_exits(self, exits: list[ReplicaExit]) -> None:
         self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
@@ -411,6 +421,8 @@ class ControlPlane:
         self.eta.stop()
         if self._thread is not None:
             self._thread.join(timeout=10)
+        with self.lock:
+            self.history.tick(self, force=True)
         self.executor.close()
 
     # -- the transitions of a job ----------------------------------------------------------------

@@ -167,6 +167,7 @@ class FairpodCollector(Collector):
                 if shown(name):
                     weight.add_metric([name], t.weight)
                     limit.add_metric([name], t.borrow_limit if t.borrows else 0)
+            budget_rows = [b for b in cp.budgets.rows(cp) if shown(b["team"])]
             cycle_hist = cp.usage.cycles
             hist_snapshot = (list(cycle_hist.counts), cycle_hist.total, cycle_hist.sum)
             last_cycle, cycles = cp.cycle_seconds, cp.cycles
@@ -179,6 +180,18 @@ class FairpodCollector(Collector):
             running.add_metric([name], run)
             stopping.add_metric([name], stop)
         yield from (cap, sched, used, quota, usage, borrowed, lent, weight, limit, pending, running, stopping)
+        b_used = GaugeMetricFamily("fairpod_team_budget_used_hours", "Accelerator-hours a team used in the current "
+                                   "period of its budget", labels=["team", "instance_type", "period"])
+        b_hours = GaugeMetricFamily("fairpod_team_budget_hours", "A team's budget: accelerator-hours per period",
+                                    labels=["team", "instance_type", "period"])
+        b_ratio = GaugeMetricFamily("fairpod_team_budget_used_ratio", "Used / budget (0.8: lowest priority, 1: no "
+                                    "borrowing, or held with a hard cap)", labels=["team", "instance_type", "period"])
+        for b in budget_rows:
+            lab = [b["team"], b["instance_type"], b["period"]]
+            b_used.add_metric(lab, b["used_hours"])
+            b_hours.add_metric(lab, b["accelerator_hours"])
+            b_ratio.add_metric(lab, b["used_ratio"])
+        yield from (b_used, b_hours, b_ratio)
 
         self.events.update(cp)
         ev = self.events

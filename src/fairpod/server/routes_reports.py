@@ -135,6 +135,7 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
                     "utilization": round(tot["accelerator_hours"] / tot["quota_hours"], 4)
                     if tot["quota_hours"] else None} for (t, it), tot in sorted(totals.items())],
         "tasks": tasks,
+        "budgets": cp.budgets.rows(cp, teams),  # the current period of every budget (docs/policies.md)
     }  # fmt: skip
 
 

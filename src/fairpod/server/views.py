@@ -38,6 +38,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
         "id": job.id,
         "name": job.name,
         "team": job.team,
+        "user": job.spec.user,
         "state": job.state.value,
         "reason": job.reason,
         "priority": job.spec.priority,
@@ -180,6 +181,10 @@ def cluster_view(cp: ControlPlane) -> dict[str, Any]:
                 "fair_share_weight": t.weight,
                 "sharing": spec_team.sharing.strategy.value if spec_team else None,
                 "borrow_limit": t.borrow_limit,
+                "lending_limit": lim[0] if (lim := t.lend_limit.get(it)) is not None else None,
+                "absolute_borrow_limit": ab[0] if (ab := t.borrow_abs.get(it)) is not None else None,
+                # FairShareHistory: the decayed mean share of lendable capacity it borrowed (None: not kept)
+                "fair_share_history": round(t.history.get(it, 0.0), 6) if snap.history_half_life else None,
             })  # fmt: skip
     return {"name": cp.spec.cluster.name, "capacity": capacity, "teams": teams,
             "policy": cp.spec.policy.model_dump(mode="json")}

@@ -3,6 +3,9 @@
 - ``private``: every team on its own quota slice (DontLend everywhere: nobody lends, nobody borrows).
 - ``fcfs``: one global first-come-first-served queue over the whole cluster (one team owning everything):
   the work-conserving bound for utilization.
+- ``history``: the same cluster with the other fair share for idle capacity: FairShareHistory (decayed past
+  borrowing, ``policy.fair_share_half_life_seconds``) when the spec has FairShare or FirstComeFirstServe,
+  FairShare when it has FairShareHistory; per team the change of mean wait and JCT.
 
 Per team: mean wait and mean job completion time (JCT = end - submit) under each, and
 rho = mean JCT (shared) / mean JCT (private), Themis' finish-time fairness: rho > 1 means the team loses by
@@ -20,7 +23,7 @@ from fairpod.model.spec import ClusterSpec, parse_spec
 from fairpod.sim.run import SimResult, simulate
 from fairpod.sim.trace import TraceJob
 
-MODES = ("private", "fcfs")
+MODES = ("private", "fcfs", "history")
 ANOMALY = 1.05  # rho above this: the team loses by sharing
 
 
@@ -42,6 +45,14 @@ def fcfs_spec(spec: ClusterSpec) -> ClusterSpec:
     doc["policy"]["task_prioritization"] = "FirstComeFirstServe"
     doc["teams"] = [{"name": FCFS_TEAM, "fair_share_weight": 1, "sharing": {"strategy": "DontLend"},
                      "quota": [{"instance_type": it, "count": n} for it, n in sorted(counts.items())]}]
+    return parse_spec(doc)
+
+
+def history_spec(spec: ClusterSpec) -> ClusterSpec:
+    """The spec with the other fair share: FairShareHistory, or FairShare if it has FairShareHistory already."""
+    doc = spec.model_dump(mode="json")
+    alloc = doc["policy"]["idle_compute_allocation"]
+    doc["policy"]["idle_compute_allocation"] = "FairShare" if alloc == "FairShareHistory" else "FairShareHistory"
     return parse_spec(doc)
 
 
@@ -71,6 +82,8 @@ def compare(spec: ClusterSpec, jobs: list[TraceJob], modes: list[str],
     runs: dict[str, SimResult] = {"shared": shared or simulate(spec, jobs)}
     if "private" in modes:
         runs["private"] = simulate(private_spec(spec), jobs)
+    if "history" in modes:
+        runs["history"] = simulate(history_spec(spec), jobs)
     if "fcfs" in modes:
         team_of = {j.name: j.team for j in jobs}
         res = simulate(fcfs_spec(spec), [replace(j, team=FCFS_TEAM) for j in jobs])
@@ -98,6 +111,9 @@ def compare(spec: ClusterSpec, jobs: list[TraceJob], modes: list[str],
             row["rho_jobs"] = len(both)
         teams[t] = row
     out["teams"] = teams
+    if "history" in runs:
+        out["history"]["idle_compute_allocation"] = history_spec(spec).policy.idle_compute_allocation.value
+        out["history"]["half_life_seconds"] = spec.policy.fair_share_half_life_seconds
     out["verdict"] = verdict(out)
     return out
 
@@ -120,6 +136,15 @@ def verdict(cmp: dict[str, Any]) -> list[str]:
                              "private quota at all")
         lines.append(f"utilization {cmp['shared']['utilization']:.1%} shared vs {cmp['private']['utilization']:.1%} "
                      "on private quotas")
+    if "history" in cmp:
+        other = cmp["history"]["idle_compute_allocation"]
+        for t, r in cmp["teams"].items():
+            a, b = r["shared"].get("wait_mean"), r["history"].get("wait_mean")
+            if a is not None and b is not None and abs(b - a) >= 60:
+                lines.append(f"under {other}, team {t} waits {abs(b - a) / 3600:.2f} h "
+                             f"{'longer' if b > a else 'less'} on average ({a / 3600:.2f} h -> {b / 3600:.2f} h)")
+        if not any(line.startswith(f"under {other}") for line in lines):
+            lines.append(f"under {other} no team's mean wait changes by a minute or more")
     if "fcfs" in cmp:
         bound = cmp["fcfs"]["utilization"]
         mine = cmp["shared"]["utilization"]

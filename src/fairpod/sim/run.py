@@ -24,8 +24,9 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule
-from fairpod.governance.build import snapshot_from_spec
+from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule, users
+from fairpod.governance.budget import next_period
+from fairpod.governance.build import budget_meter, snapshot_from_spec
 from fairpod.governance.placement import place, why_not
 from fairpod.governance.quota import lending, pool_ok, team_check
 from fairpod.model.spec import ClusterSpec
@@ -91,6 +92,9 @@ def never_runnable(snap: Snapshot, w: Workload) -> str | None:
     ok, _, why = team_check(snap, w)
     if not ok:
         return why
+    capped = users.never(snap.teams[w.team], w)
+    if capped:
+        return capped
     if not pool_ok(snap, w):
         return f"no idle {w.itype} capacity to borrow: the job needs more than its team's quota and what " \
                "the lending teams could ever lend"
@@ -114,7 +118,7 @@ class Simulation:
         for j in jobs:
             w = Workload(j.name, j.team, j.itype, j.nodes, j.per_replica, priority=j.priority,
                          submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds),
-                         expected=j.duration,  # the trace's duration: what a user declares
+                         expected=j.duration, user=j.user,  # the trace's duration: what a user declares
                          topology=j.topology, topology_required=j.topology_required)
             key = (j.team, w.shape)
             if key not in verdicts:
@@ -134,6 +138,11 @@ class Simulation:
             borrowed=dict.fromkeys(self.team_names, 0.0), lent=dict.fromkeys(self.team_names, 0.0),
         )
         self.ckpt: dict[str, SimJob] = {}  # running jobs that take checkpoints
+        # budgets (rule 10): hours counted on the virtual clock (trace seconds as unix time), a wake-up at each
+        # new period so that held jobs are looked at again
+        self.meter = budget_meter(spec) if any(t.budgets for t in spec.teams) else None
+        self.periods = sorted({b.period for t in spec.teams for b in t.budgets})
+        self.woken: set[float] = set()
 
     # -- events ------------------------------------------------------------------------------------
     def _push(self, t: float, jid: str, version: int) -> None:
@@ -188,9 +197,11 @@ class Simulation:
         last_t = res.start
         rates: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
         while True:
-            while self.events and self.events[0][3] >= 0 and \
-                    self.by_id[self.events[0][2]].version != self.events[0][3]:
-                heapq.heappop(self.events)  # a completion of a run that was preempted
+            while self.events and ((not self.events[0][2] and not snap.pending) or (
+                    self.events[0][3] >= 0 and self.events[0][2]
+                    and self.by_id[self.events[0][2]].version != self.events[0][3])):
+                heapq.heappop(self.events)  # a completion of a run that was preempted; a new budget period
+                # with no job waiting for it
             t_ev = self.events[0][0] if self.events else math.inf
             t_arr = arrivals[ai].w.submit if ai < len(arrivals) else math.inf  # type: ignore[union-attr]
             t = min(t_ev, t_arr)
@@ -198,10 +209,15 @@ class Simulation:
                 break
             if rates is not None:
                 self._integrate(rates, t - last_t)
+            if self.meter is not None:  # budget hours of the usage held until now, before anything ends
+                self.meter.accrue(snap.teams, t)
             last_t = t
             changed = False
             while self.events and self.events[0][0] == t:
                 _, _, jid, version = heapq.heappop(self.events)
+                if not jid:  # a new budget period
+                    changed |= bool(snap.pending)
+                    continue
                 sj = self.by_id[jid]
                 if version < 0:
                     changed |= bool(snap.pending)  # a min_runtime ended: victims may now be taken
@@ -239,6 +255,12 @@ class Simulation:
                     res.waits += 1
                     sj.reason = d.reason
             rates = self._sample(t)
+            if self.meter is not None and snap.pending:  # held jobs are looked at again when a period begins
+                for period in self.periods:
+                    nxt = _r(next_period(period, t))
+                    if nxt not in self.woken:
+                        self.woken.add(nxt)
+                        self._push(nxt, "", -1)
         res.end = max(res.end, last_t)
         return res
 

@@ -4,8 +4,9 @@ Two formats, told apart by the header:
 
 - fairpod traces: ``submit_time`` (s), ``team``, ``duration`` (s of work), ``accelerators`` (total), and the
   optional ``nodes``, ``instance_type``, ``priority`` (a priority class of the spec), ``name``,
-  ``checkpoint_interval`` (s), ``min_runtime`` (s) and ``required_topology`` or ``preferred_topology`` (a level
-  of the spec's ``topology_levels``). An empty cell means the column's default.
+  ``checkpoint_interval`` (s), ``min_runtime`` (s), ``required_topology`` or ``preferred_topology`` (a level
+  of the spec's ``topology_levels``) and ``user`` (who submitted it, for a team's per-user limits). An empty cell
+  means the column's default.
 - ITP traces (``job_id,submission_time,duration,num_gpu``): one team per file, named after the file stem.
 
 A trace path may be one file or a directory of ``*.csv`` files (each in either format). Problems raise
@@ -25,7 +26,7 @@ from fairpod.model.spec import ClusterSpec
 
 REQUIRED = ("submit_time", "team", "duration", "accelerators")
 OPTIONAL = ("nodes", "instance_type", "priority", "name", "checkpoint_interval", "min_runtime", "required_topology",
-            "preferred_topology")
+            "preferred_topology", "user")
 ITP = ("job_id", "submission_time", "duration", "num_gpu")
 
 
@@ -51,6 +52,7 @@ class TraceJob:
     topology: str | None = None  # a topology level of the spec: replicas in one domain of it (or few)
     topology_required: bool = False
     where: str = ""  # "file:line"
+    user: str = ""  # who submitted it (a team's per-user limits)
 
 
 def _number(text: str, where: str, col: str, *, integer: bool = False, positive: bool = False) -> float:
@@ -150,6 +152,7 @@ class _Resolver:
             topology=req or pref or None,
             topology_required=bool(req),
             where=where,
+            user=cell.get("user", ""),
         )
 
 

@@ -1,0 +1,116 @@
+"""The simulator under the policies of rules 2a, 5b and 9: lending and absolute borrow limits, FairShareHistory
+(and ``--compare history``), per-user caps and round-robin from a trace's ``user`` column."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+
+from fairpod.model.spec import load_spec
+from fairpod.sim import load_trace
+from fairpod.sim.compare import compare
+from fairpod.sim.run import simulate
+
+from .helpers import write_trace
+from .test_cli import _run
+from .test_small_cases import P4D, _spec
+
+USER_HEADER = "submit_time,team,duration,accelerators,nodes,name,user"
+
+
+def _with(path, team: str, **patch) -> None:
+    doc = yaml.safe_load(path.read_text())
+    t = next(t for t in doc["teams"] if t["name"] == team)
+    for k, v in patch.items():
+        if isinstance(v, dict):
+            t.setdefault(k, {}).update(v)
+        else:
+            t[k] = v
+    path.write_text(yaml.safe_dump(doc))
+
+
+def _starts(res) -> dict[str, float | None]:
+    return {sj.job.name: sj.first_start for sj in res.jobs}
+
+
+def test_lending_and_absolute_borrow_limits_in_a_replay(tmp_path):
+    # a lends at most 1 of its 2 nodes; b (1 node, 300 %) may borrow at most 16 accelerators (2 nodes) anyway
+    spec_path = _spec(tmp_path, 4, [{"name": "a", "nodes": 2}, {"name": "b", "nodes": 1, "limit": 300},
+                                    {"name": "c", "nodes": 1, "strategy": "Lend"}])
+    trace = write_trace(tmp_path, [f"0,b,100,8,1,b{i},ann" for i in range(4)], header=USER_HEADER)
+    spec = load_spec(spec_path)
+    assert max(v for v in _starts(simulate(spec, load_trace(trace, spec))).values()) == 0.0  # all 4 at once
+    _with(spec_path, "a", sharing={"lending_limits": [{"instance_type": P4D, "count": 1}]})
+    _with(spec_path, "b", sharing={"absolute_borrow_limits": [{"instance_type": P4D, "accelerators": 16}]})
+    spec = load_spec(spec_path)
+    starts = _starts(simulate(spec, load_trace(trace, spec)))
+    assert sorted(starts.values()) == [0.0, 0.0, 0.0, 100.0]  # 1 own + 2 borrowed (a's 1, c's 1), then 1
+
+
+def test_per_user_cap_and_round_robin_from_the_user_column(tmp_path):
+    spec_path = _spec(tmp_path, 2, [{"name": "a", "nodes": 2}])
+    rows = [f"0,a,100,8,1,ann{i},ann" for i in range(3)] + ["1,a,100,8,1,bob0,bob"]
+    trace = write_trace(tmp_path, rows, header=USER_HEADER)
+    spec = load_spec(spec_path)
+    plain = _starts(simulate(spec, load_trace(trace, spec)))
+    assert plain == {"ann0": 0.0, "ann1": 0.0, "ann2": 100.0, "bob0": 100.0}
+    _with(spec_path, "a", user_limits={"max_running_accelerators": 8})
+    spec = load_spec(spec_path)
+    capped = _starts(simulate(spec, load_trace(trace, spec)))
+    assert capped == {"ann0": 0.0, "ann1": 100.0, "ann2": 200.0, "bob0": 1.0}
+    _with(spec_path, "a", user_limits={"max_running_accelerators": None, "queue_order": "RoundRobin"})
+    spec = load_spec(spec_path)
+    # bob's job comes a second later, both nodes are taken by then; when they free, bob goes before ann2
+    rr = _starts(simulate(spec, load_trace(trace, spec)))
+    assert rr == {"ann0": 0.0, "ann1": 0.0, "ann2": 100.0, "bob0": 100.0}
+    rows = [f"0,a,100,8,1,ann{i},ann" for i in range(4)] + ["0,a,100,8,1,bob0,bob"]
+    trace = write_trace(tmp_path, rows, header=USER_HEADER, name="t2.csv")
+    rr = _starts(simulate(spec, load_trace(trace, spec)))
+    assert rr["bob0"] == 0.0 and rr["ann1"] == 100.0  # submitted at once: ann and bob take turns
+
+
+def test_compare_history_shows_the_past_borrower_yielding(tmp_path):
+    # x borrowed c's node for two hours; then x and y both want it, x a second earlier: under FairShare x gets
+    # it (the earlier job in the trace), under FairShareHistory y does (x's past borrowing): x waits an hour
+    spec_path = _spec(tmp_path, 3, [{"name": "x", "nodes": 1}, {"name": "y", "nodes": 1},
+                                    {"name": "c", "nodes": 1, "strategy": "Lend"}],
+                      fair_share_half_life_seconds=3600, starvation_guard_seconds=30 * 86400)
+    rows = ["0,x,7200,8,1,x-own,u", "0,x,7200,8,1,x-old,u", "7200,x,3600,8,1,x-own2,u", "7200,y,3600,8,1,y-own,u",
+            "7201,x,3600,8,1,x-new,u", "7201,y,3600,8,1,y-new,u"]
+    trace = write_trace(tmp_path, rows, header=USER_HEADER)
+    spec = load_spec(spec_path)
+    c = compare(spec, load_trace(trace, spec), ["history"])
+    assert c["history"]["idle_compute_allocation"] == "FairShareHistory"
+    assert c["teams"]["x"]["shared"]["wait_mean"] == 0.0  # FairShare: x-new at once
+    assert c["teams"]["x"]["history"]["wait_mean"] == 899.8  # x-new waits 3,599 s, the mean of x's 4 jobs
+    assert (c["teams"]["y"]["shared"]["wait_mean"], c["teams"]["y"]["history"]["wait_mean"]) == (1799.5, 0.0)
+    assert any(line.startswith("under FairShareHistory, team x waits") for line in c["verdict"]), c["verdict"]
+    out = tmp_path / "r.json"
+    p = _run(spec_path, trace, "-o", out, "--compare", "history")
+    assert p.returncode == 0, p.stderr
+    assert "under FairShareHistory, team x waits" in p.stdout
+    assert json.loads(out.read_text())["compare"]["history"]["half_life_seconds"] == 3600
+
+
+def test_budget_in_a_replay(tmp_path):
+    # a: 1 node of quota, may borrow c's; budget 16 accelerator-hours a day (1970-01-01 is day 0 of the trace).
+    # Two hours of 8 own + 8 borrowed spend it by 01:00; after that a may not borrow until the next day, and
+    # with a hard cap none of its jobs starts until then.
+    spec_path = _spec(tmp_path, 2, [{"name": "a", "nodes": 1}, {"name": "c", "nodes": 1, "strategy": "Lend"}])
+    rows = ["0,a,3600,8,1,a-own,u", "0,a,3600,8,1,a-borrow,u", "3600,a,3600,8,1,a-own2,u",
+            "3600,a,3600,8,1,a-borrow2,u"]
+    trace = write_trace(tmp_path, rows, header=USER_HEADER)
+    spec = load_spec(spec_path)
+    assert _starts(simulate(spec, load_trace(trace, spec)))["a-borrow2"] == 3600.0  # no budget
+    _with(spec_path, "a", budgets=[{"instance_type": P4D, "period": "day", "accelerator_hours": 16}])
+    spec = load_spec(spec_path)
+    res = simulate(spec, load_trace(trace, spec))
+    assert res.makespan == 10800.0  # the wake-up at the next day, with nothing waiting, does not count
+    starts = _starts(res)
+    assert starts["a-own2"] == 3600.0 and starts["a-borrow2"] == 7200.0  # after a-own2: within quota again
+    _with(spec_path, "a", budgets=[{"instance_type": P4D, "period": "day", "accelerator_hours": 16,
+                                    "hard_cap": True}])
+    spec = load_spec(spec_path)
+    starts = _starts(simulate(spec, load_trace(trace, spec)))
+    assert starts["a-own2"] == 86400.0 and starts["a-borrow2"] == 86400.0  # held until the next day
