@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from ..server.conftest import SEED_SPEC, Server
+from ..server.conftest import Server, running
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    s = Server(tmp_path, SEED_SPEC)
-    s.start()
-    yield s
-    s.kill(signal.SIGTERM)
-    s.kill_replicas()
+    yield from running(tmp_path)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ..server.conftest import SEED_SPEC, Server
+from ..server.conftest import Server, running
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -20,11 +19,7 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    s = Server(tmp_path, SEED_SPEC)
-    s.start()
-    yield s
-    s.kill(signal.SIGTERM)
-    s.kill_replicas()
+    yield from running(tmp_path)
 
 
 @pytest.fixture

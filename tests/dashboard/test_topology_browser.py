@@ -2,27 +2,20 @@
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..server.conftest import Server
+from ..server.conftest import Server, running
 from ..server.test_topology_live import SPEC
 from .test_browser import sign_in
 
 
 @pytest.fixture
 def racks(tmp_path: Path) -> Iterator[Server]:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC)
-    s = Server(tmp_path, spec)
-    s.start()
-    yield s
-    s.kill(signal.SIGTERM)
-    s.kill_replicas()
+    yield from running(tmp_path, SPEC)
 
 
 def test_node_table_shows_topology(racks: Server, browser_context: Any):

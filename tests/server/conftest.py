@@ -126,10 +126,22 @@ class Server:
                 pass
 
 
+def running(tmp_path: Path, spec: Path | str = SEED_SPEC) -> Iterator[Server]:
+    """A started server on ``spec`` (a file, or a spec's YAML text), stopped with its replicas afterwards; a
+    fixture yields from it."""
+    if isinstance(spec, str):
+        path = tmp_path / "spec.yaml"
+        path.write_text(spec)
+        spec = path
+    s = Server(tmp_path, spec)
+    s.start()
+    try:
+        yield s
+    finally:
+        s.kill(signal.SIGTERM)
+        s.kill_replicas()
+
+
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    s = Server(tmp_path, SEED_SPEC)
-    s.start()
-    yield s
-    s.kill(signal.SIGTERM)
-    s.kill_replicas()
+    yield from running(tmp_path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Server, wait_for
+from .conftest import Server, running, wait_for
 
 MIG = "ml.p4de.24xlarge.mig-1g.10gb"
 SPEC = f"""
@@ -25,13 +25,7 @@ teams:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC)
-    s = Server(tmp_path, spec)
-    s.start()
-    yield s
-    s.kill(signal.SIGTERM)
-    s.kill_replicas()
+    yield from running(tmp_path, SPEC)
 
 
 def test_jobs_get_mig_partitions_within_their_quota(server: Server, tmp_path: Path):

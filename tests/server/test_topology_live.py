@@ -7,13 +7,12 @@ leaving r0 whole; by node name alone it would take r0-0 and r0-1); a 4-node one 
 
 from __future__ import annotations
 
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .conftest import Server, wait_for
+from .conftest import Server, running, wait_for
 
 SPEC = """
 cluster:
@@ -34,13 +33,7 @@ teams:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(SPEC)
-    s = Server(tmp_path, spec)
-    s.start()
-    yield s
-    s.kill(signal.SIGTERM)
-    s.kill_replicas()
+    yield from running(tmp_path, SPEC)
 
 
 def start(server: Server, tmp: Path, name: str, team: str, nodes: int, *flags: str) -> None:
