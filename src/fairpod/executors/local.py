@@ -135,12 +135,16 @@ class _ForkServer:
 
 
 class _ExitWatch:
-    """A daemon thread that waits on pidfds of supervisors and calls ``notify()`` when one exits."""
+    """A daemon thread that waits on pidfds of supervisors and calls ``notify()`` when one exits. While a
+    supervisor is watched and its pidfd has not fired, it is known to run (``watching``): ``poll`` need not
+    read its files."""
 
     def __init__(self) -> None:
         self._notify: Callable[[], None] | None = None
         self._epoll: select.epoll | None = None
         self._fds: set[int] = set()
+        self._pids: dict[int, int] = {}  # fd -> the supervisor's pid, until it exits
+        self._live: set[int] = set()  # pids of watched supervisors that have not exited
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._stopped = False
@@ -157,18 +161,26 @@ class _ExitWatch:
         self._thread.start()
         return True
 
-    def add(self, pid: int) -> None:
+    def add(self, pid: int) -> bool:
+        """Watch ``pid``; False when it is not watched (no watcher, or it is gone already)."""
         if self._epoll is None or self._stopped:
-            return
+            return False
         try:
             fd = os.pidfd_open(pid)
         except OSError:  # already gone (and reaped): there is an exit to collect
             if self._notify is not None:
                 self._notify()
-            return
+            return False
         with self._lock:
             self._fds.add(fd)
+            self._pids[fd] = pid
+            self._live.add(pid)
             self._epoll.register(fd, select.EPOLLIN)
+        return True
+
+    def watching(self, pid: int) -> bool:
+        """Whether ``pid`` is watched and has not exited (its pidfd has not fired)."""
+        return pid in self._live
 
     def _run(self) -> None:
         ep = self._epoll
@@ -184,6 +196,7 @@ class _ExitWatch:
                 for fd, _ in ready:
                     if fd in self._fds:
                         self._fds.discard(fd)
+                        self._live.discard(self._pids.pop(fd, -1))
                         ep.unregister(fd)
                         os.close(fd)
             if self._notify is not None:
@@ -197,15 +210,19 @@ class _ExitWatch:
             for fd in self._fds:
                 os.close(fd)
             self._fds.clear()
+            self._pids.clear()
+            self._live.clear()
             if self._epoll is not None:
                 self._epoll.close()
                 self._epoll = None
 
 
 def _reap() -> None:
-    """Collect the supervisors of this process that have exited (no zombies)."""
+    """Collect the supervisors of this process that have exited (no zombies). Those the fork server forked
+    are its children, not ours: nothing to collect."""
     for p in _SPAWNED.values():
-        p.poll()
+        if not isinstance(p, _Forked):
+            p.poll()
 
 
 @dataclass(slots=True)
@@ -240,6 +257,7 @@ class LocalExecutor:
             raise ExecutorError(f"another executor is using {self.root}") from None
         self._open: dict[Path, _Run] = {}
         self._mine: set[Path] = set()  # replica dirs this executor launched (the others it adopted)
+        self._watched: dict[Path, int] = {}  # replica dir -> its supervisor's pid, watched by a pidfd
         self._watch = _ExitWatch()
         self._forkserver = _ForkServer(self.python, self.root)
         self._scan()
@@ -294,6 +312,7 @@ class LocalExecutor:
                 continue  # acknowledged before (or never ours)
             state.write_atomic(rdir / state.REPORTED, f"{time.time()}\n")
             self._open.pop(rdir, None)
+            self._watched.pop(rdir, None)
             _SPAWNED.pop(rdir, None)
 
     def running(self) -> dict[str, int]:
@@ -356,6 +375,7 @@ class LocalExecutor:
             for name in (state.LAUNCH, state.SECRET, state.STATUS, state.SUPERVISOR_PID, state.CHILD_PID):
                 (r.dir / name).unlink(missing_ok=True)
             self._open.pop(r.dir, None)
+            self._watched.pop(r.dir, None)
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
         return state.log_path(self.root, job, replica, attempt)
@@ -378,8 +398,8 @@ class LocalExecutor:
         if fn is not None and self._watch.start(fn):
             for run in list(self._open.values()):  # adopted supervisors
                 sup = state.read_pid(run.dir / state.SUPERVISOR_PID)
-                if sup is not None and procs.alive(*sup):
-                    self._watch.add(sup[0])
+                if sup is not None and procs.alive(*sup) and self._watch.add(sup[0]):
+                    self._watched[run.dir] = sup[0]
 
     def close(self) -> None:
         self._watch.stop()
@@ -389,6 +409,7 @@ class LocalExecutor:
             if (p := _SPAWNED.get(rdir)) is not None and p.returncode is not None:
                 del _SPAWNED[rdir]
         self._open.clear()
+        self._watched.clear()
         if not self._lock.closed:
             self._lock.close()  # releases the flock
 
@@ -437,7 +458,9 @@ class LocalExecutor:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # not killed with the control plane's session or process group
                 )
-        self._watch.add(_SPAWNED[rdir].pid)
+        self._watched.pop(rdir, None)
+        if self._watch.add(_SPAWNED[rdir].pid):
+            self._watched[rdir] = _SPAWNED[rdir].pid
 
     @staticmethod
     def _clear(rdir: Path) -> None:
@@ -465,7 +488,12 @@ class LocalExecutor:
                         )
 
     def _check(self, run: _Run) -> ReplicaExit | None:
-        """The exit of a run, or None while it is alive (or its supervisor is still starting)."""
+        """The exit of a run, or None while it is alive (or its supervisor is still starting). A supervisor
+        whose pidfd has not fired is alive: its run is not read (its exit is collected once it has exited;
+        the watcher wakes the control plane then)."""
+        pid = self._watched.get(run.dir)
+        if pid is not None and self._watch.watching(pid):
+            return None
         if (st := state.read_json(run.dir / state.STATUS)) is not None:
             return self._exit(run, st)
         sup = state.read_pid(run.dir / state.SUPERVISOR_PID)

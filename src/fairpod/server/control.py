@@ -109,6 +109,7 @@ class ControlPlane:
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         self._real_gpus: dict[str, bool] = {}  # node -> its accelerators are real GPUs (cleared on node changes)
+        self._groups: dict[str, Any] = {}  # node -> its instance group, valid while the node is in _real_gpus
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
         with self.lock:
@@ -480,17 +481,25 @@ class ControlPlane:
         remembered per node name until the spec or the nodes change."""
         real = self._real_gpus.get(node)
         if real is None:
-            nd = self.store.get_node(node)
-            real = self._real_gpus[node] = nd is not None and self.spec.gpus_are_real(nd.instance_group)
+            self._group_of(node)
+            real = self._real_gpus[node]
         return real
+
+    def _group_of(self, node: str) -> Any:
+        """A node's instance group (None: no such node), remembered as ``_gpus_are_real`` is (one query per
+        node until the spec or the nodes change, not one per launch)."""
+        if node not in self._real_gpus:
+            nd = self.store.get_node(node)
+            self._groups[node] = next((g for g in self.spec.cluster.instance_groups
+                                       if nd is not None and g.name == nd.instance_group), None)
+            self._real_gpus[node] = nd is not None and self.spec.gpus_are_real(nd.instance_group)
+        return self._groups.get(node)
 
     def _partitions_per_gpu(self, node: str) -> int:
         """How many accelerator slots of a node are one GPU: its group's MIG partitions per GPU, else 1."""
         from fairpod.model.catalog import MIG_PROFILES
 
-        nd = self.store.get_node(node)
-        g = next((g for g in self.spec.cluster.instance_groups if nd is not None and g.name == nd.instance_group),
-                 None)
+        g = self._group_of(node)
         if g is None or not g.accelerator_partition_type:
             return 1
         kind = self.spec.catalog()[g.instance_type].accelerator_kind or ""
@@ -500,9 +509,7 @@ class ControlPlane:
         """The MIG device UUIDs of a node's partition slots (slot k: GPU k // per GPU, its MIG device k % per GPU),
         from this host's NVML; () when the node's GPUs are not real or not partitioned. Raises ExecutorError when
         a GPU does not have the MIG devices its group's profile says (MIG not configured so)."""
-        nd = self.store.get_node(node)
-        g = next((g for g in self.spec.cluster.instance_groups if nd is not None and g.name == nd.instance_group),
-                 None)
+        g = self._group_of(node)
         if g is None or not g.accelerator_partition_type or g.accelerators_are != "gpus":
             return ()
         from fairpod.health.nvml import read_gpus
