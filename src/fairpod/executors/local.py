@@ -3,8 +3,9 @@
 A replica run lives in ``<root>/<job>/<attempt>/<rank>/`` (layout in :mod:`fairpod.executors.state`). The
 supervisor (:mod:`fairpod.executors.supervisor`) is started in a new session, so it survives the control
 plane; everything the executor knows is on disk, so a new ``LocalExecutor`` on the same root picks up where
-the last one stopped. One executor at a time uses a root (an ``flock`` on ``<root>/.lock``); use it from one
-thread.
+the last one stopped. One executor at a time uses a root (an ``flock`` on ``<root>/.lock``). Its methods may
+be called from several threads: those that change its runs take turns (``_serialized``), so the control plane
+can start processes without holding its own lock while another thread stops a job.
 
 Supervisors are forked from a fork server (:mod:`fairpod.executors.forkserver`, started on first launch), a
 few milliseconds each instead of a new interpreter's tens; ``FAIRPOD_FORKSERVER=0`` (or a fork server that
@@ -28,8 +29,9 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import wraps
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from fairpod.executors import procs, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
@@ -225,6 +227,21 @@ def _reap() -> None:
             p.poll()
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _serialized(fn: Callable[Concatenate[LocalExecutor, _P], _R]) -> Callable[Concatenate[LocalExecutor, _P], _R]:
+    """One call at a time per executor (its ``_mutex``) for the methods that change or read its runs."""
+
+    @wraps(fn)
+    def call(self: LocalExecutor, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with self._mutex:
+            return fn(self, *args, **kwargs)
+
+    return call
+
+
 @dataclass(slots=True)
 class _Run:
     """A replica run whose exit has not been reported yet."""
@@ -255,6 +272,7 @@ class LocalExecutor:
         except BlockingIOError:
             self._lock.close()
             raise ExecutorError(f"another executor is using {self.root}") from None
+        self._mutex = threading.RLock()  # see _serialized
         self._open: dict[Path, _Run] = {}
         self._mine: set[Path] = set()  # replica dirs this executor launched (the others it adopted)
         self._watched: dict[Path, int] = {}  # replica dir -> its supervisor's pid, watched by a pidfd
@@ -264,6 +282,7 @@ class LocalExecutor:
 
     # -- the Executor protocol -------------------------------------------------------------------------
 
+    @_serialized
     def launch(self, job: JobLaunch) -> None:
         self._validate(job)
         live = self._live_attempt(job.job)
@@ -287,6 +306,7 @@ class LocalExecutor:
             self.stop(job.job, job.attempt, 0.0)
             raise ExecutorError(f"cannot start job {job.job}: {e}") from None
 
+    @_serialized
     def stop(self, job: str, attempt: int, grace_seconds: float) -> None:
         for run in list(self._open.values()):
             if run.job != job or run.attempt != attempt or (run.dir / state.STATUS).exists():
@@ -298,6 +318,7 @@ class LocalExecutor:
             if sup is not None and procs.alive(*sup):
                 procs.signal_all([sup[0]], signal.SIGTERM)
 
+    @_serialized
     def poll(self, *, ack: bool = True) -> list[ReplicaExit]:
         _reap()
         exits = [ex for run in list(self._open.values()) if (ex := self._check(run)) is not None]
@@ -305,6 +326,7 @@ class LocalExecutor:
             self.ack(exits)
         return sorted(exits, key=lambda e: (e.ended_at, e.job, e.rank))
 
+    @_serialized
     def ack(self, exits: Sequence[ReplicaExit]) -> None:
         for ex in exits:
             rdir = self.root / ex.job / str(ex.attempt) / str(ex.rank)
@@ -315,6 +337,7 @@ class LocalExecutor:
             self._watched.pop(rdir, None)
             _SPAWNED.pop(rdir, None)
 
+    @_serialized
     def running(self) -> dict[str, int]:
         out: dict[str, int] = {}
         for run in list(self._open.values()):
@@ -331,6 +354,7 @@ class LocalExecutor:
         attempts = [run.attempt for run in list(self._open.values()) if run.job == job and self._alive(run)]
         return max(attempts) if attempts else None
 
+    @_serialized
     def adopt(self, *, ack: bool = True) -> list[ReplicaExit]:
         self._scan()
         self._drop_unstarted()
@@ -386,6 +410,7 @@ class LocalExecutor:
         """Text of a replica's log as it is written, until that replica has ended (``get-logs --follow``)."""
         return state.follow(self.root, job, replica, attempt, poll_interval)
 
+    @_serialized
     def discard(self, job: str) -> None:
         """Delete the run files (logs, status) of a finished job that retention deleted; never of a live one."""
         if not state.NAME_RE.fullmatch(job) or any(run.job == job for run in self._open.values()):

@@ -63,6 +63,7 @@ from fairpod.server.runs import (
     job_id_of,
     job_key,
 )
+from fairpod.server.turn_gate import TurnGate
 from fairpod.server.usage import UsageSampler
 from fairpod.server.watchdog import Watchdog
 from fairpod.store import AlreadyExists, Store, StoreError
@@ -89,6 +90,7 @@ class ControlPlane:
         self.home = Path(home)
         self.clock = clock
         self.lock = threading.RLock()
+        self.gate = TurnGate()  # the reconcile turn takes the lock ahead of waiting submits
         self.wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -194,6 +196,17 @@ class ControlPlane:
                 self.reload()
                 raise
 
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        """``_change()`` for the reconcile turn: the lock is taken ahead of submits waiting for it."""
+        with self.gate.turn():
+            self.lock.acquire()
+        try:
+            with self._change():
+                yield
+        finally:
+            self.lock.release()
+
     def _recover(self) -> None:
         """Start-up: re-adopt live replicas, take in exits not acknowledged, rebuild the snapshot."""
         exits = self.executor.adopt(ack=False)
@@ -242,13 +255,19 @@ class ControlPlane:
     def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
         """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
         first one created (whatever its state now) instead of a second job."""
+        spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
+        cluster, checked = self.spec, self._checked(spec)  # validated before the lock: it only reads
+        self.gate.yield_to_turn()
         with self._change():
             if key is not None and (jid := self.store.submitted_with(actor, key)) is not None:
                 earlier = self.store.get_job(jid)
                 if earlier is not None:
                     return earlier
-            spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
-            resolved = self._admissible(spec)
+            if self.spec is not cluster:  # the cluster spec changed meanwhile: check again
+                checked = self._checked(spec)
+            if isinstance(checked, (InvalidJob, NeverFits)):
+                raise checked
+            resolved = checked
             try:
                 with self.store.tx() as t:  # the job, its event and the audit entry: one transaction
                     job = t.insert_job(spec, resolved, reason="queued")
@@ -262,6 +281,13 @@ class ControlPlane:
             self.snap.add_pending(self.workload(job))
         self.wake.set()
         return job
+
+    def _checked(self, spec: JobSpec) -> ResolvedJob | InvalidJob | NeverFits:
+        """:meth:`_admissible`, its error returned rather than raised."""
+        try:
+            return self._admissible(spec)
+        except (InvalidJob, NeverFits) as e:
+            return e
 
     def _admissible(self, spec: JobSpec) -> ResolvedJob:
         """The job checked against the cluster: InvalidJob or NeverFits with the reason, else its resolution."""
@@ -362,7 +388,7 @@ class ControlPlane:
 
     # -- the loop ------------------------------------------------------------------------------
     def reconcile_once(self) -> None:
-        with self._change(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
+        with self._turn(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
             self.budgets.apply(self)  # hours used in each budget period (rule 10), before this turn's exits
             membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
             arrays.release(self)  # held tasks of job arrays whose running tasks went below the limit
@@ -389,12 +415,12 @@ class ControlPlane:
             self.store.flush()  # one commit: the exits' effects, the decisions, the slots
             taken = {(e.job, e.attempt, e.rank): e for e in [*exits, *late]}  # late repeats what exits had
             self.executor.ack(list(taken.values()))  # only now: a crash before the commit re-delivers them
-            for job, run in ready:
-                self.launch(job, run)
             self.usage.tick(self)
             self.retention.tick(self)
             self.watchdog.tick(self)
             self.history.tick(self)
+            starts = self._reserve_launches(ready)
+        self._launch_unlocked(starts)  # forking takes milliseconds per replica: not under the lock
 
     def _take_exits(self, exits: list[ReplicaExit]) -> None:
         self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
@@ -532,6 +558,63 @@ class ControlPlane:
 
     def launch(self, job: Job, run: Run) -> None:
         """Start an admitted attempt on the slots :meth:`_ready` took for it."""
+        launch = self._launch_of(job, run)
+        if launch is None:
+            return
+        try:
+            self.executor.launch(launch)
+        except ExecutorError as e:
+            self._launch_failed(job, run, e)
+            return
+        self._started(job, run)
+
+    def _reserve_launches(self, ready: list[tuple[Job, Run]]) -> list[tuple[Job, Run, JobLaunch]]:
+        """Under the lock, after the commit that stored their slots: what the executor needs for each attempt
+        ``_ready`` chose. Each is marked launched in memory from now on, so a stop that comes while its
+        processes start (cancel, preemption, node fault) goes to the executor and waits for the replicas'
+        exits instead of freeing the slots at once; :meth:`_launch_unlocked` records the start."""
+        starts = []
+        for job, run in ready:
+            launch = self._launch_of(job, run)
+            if launch is not None:
+                run.launched = True
+                starts.append((job, run, launch))
+        return starts
+
+    def _launch_unlocked(self, starts: list[tuple[Job, Run, JobLaunch]]) -> None:
+        """Start the reserved attempts without holding the lock (submits and lists go on meanwhile), then,
+        under it and in one commit, record each start (``JobStarted``) or failure. A stop asked while they
+        started is sent again now that the replicas exist."""
+        if not starts:
+            return
+        done: list[tuple[Job, Run, ExecutorError | None]] = []
+        for job, run, launch in starts:
+            try:
+                self.executor.launch(launch)
+                done.append((job, run, None))
+            except ExecutorError as e:
+                done.append((job, run, e))
+            except Exception as e:  # a bug: this attempt fails, the others are still recorded
+                log.exception("launch of job %s failed", job.name)
+                done.append((job, run, ExecutorError(f"launch failed: {e}")))
+        with self._turn(), self.store.batch():
+            for job, run, err in done:
+                cur = self.runs.get(job.id)
+                if cur is None or cur.attempt != run.attempt:  # no longer in memory (rebuilt from the store)
+                    if err is None:
+                        self.executor.stop(job_key(job), run.attempt, 0.0)
+                    continue
+                job = self.store.get_job(job.id) or job
+                if err is not None:
+                    self._launch_failed(job, cur, err)
+                    continue
+                self._started(job, cur)
+                if cur.stopping is not None:
+                    self.executor.stop(job_key(job), cur.attempt, job.spec.termination_grace_seconds)
+
+    def _launch_of(self, job: Job, run: Run) -> JobLaunch | None:
+        """The executor's launch of an admitted attempt on its slots; None (and the job failed) when its
+        devices cannot be had."""
         ckpt = self.checkpoint_root() / job.team / job_key(job)
         try:
             devices = {n: self._partition_devices(n, list(run.slots.get(n, []))) for n in job.placement}
@@ -551,12 +634,7 @@ class ControlPlane:
         if any(len(r.accelerators) != job.acc for r in launch.replicas):  # never short: _ready took them all
             raise RuntimeError(f"job {job.name}: accelerator slots {run.slots} do not match {job.acc} per node")
         run.after = []
-        try:
-            self.executor.launch(launch)
-        except ExecutorError as e:
-            self._launch_failed(job, run, e)
-            return
-        self._started(job, run)
+        return launch
 
     def _launch_failed(self, job: Job, run: Run, e: ExecutorError) -> None:
         run.launched = True
