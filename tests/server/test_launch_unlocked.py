@@ -1,0 +1,109 @@
+"""The reconcile turn starts processes without holding the control plane's lock, and takes the lock ahead of
+waiting submits. In-process (``inproc``): real SQLite, the timed executor, a FAKE clock; the executor's
+``launch`` is wrapped so that other threads act while an attempt's processes are being started."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fairpod.executors.base import JobLaunch
+from fairpod.model.jobs import JobState
+from fairpod.server.runs import STOP_CANCEL, job_key
+from fairpod.server.turn_gate import TurnGate
+
+from .inproc import InProc
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[InProc]:
+    h = InProc(tmp_path)
+    yield h
+    h.close()
+
+
+def during_launch(h: InProc, action: Any) -> list[Any]:
+    """While the executor starts an attempt, run ``action()`` in another thread and wait for it (5 s at most);
+    what it returned is collected (nothing when it could not run meanwhile)."""
+    real = h.executor.launch
+    out: list[Any] = []
+
+    def launch(job: JobLaunch) -> None:
+        t = threading.Thread(target=lambda: out.append(action()), daemon=True)
+        t.start()
+        t.join(timeout=5)
+        real(job)
+
+    h.executor.launch = launch  # type: ignore[method-assign]
+    return out
+
+
+def kinds(h: InProc, name: str) -> list[str]:
+    return [e.kind for e in h.events(h.job(name))]
+
+
+def test_submits_go_on_while_processes_start(h: InProc) -> None:
+    h.submit("a", "john", 60)
+    done = during_launch(h, lambda: h.submit("b", "john", 60))
+    h.turn()
+    assert [j.name for j in done] == ["b"]  # submitted while "a" was being started: the lock was free
+    assert h.job("a").state == JobState.RUNNING and kinds(h, "a").count("JobStarted") == 1
+    assert h.job("b").state == JobState.PENDING and str(h.job("b").id) in h.cp.snap.pending
+
+
+def test_a_cancel_while_its_processes_start_waits_for_their_exit(h: InProc) -> None:
+    job = h.submit("j", "john", 60)
+    done = during_launch(h, lambda: h.cp.cancel(h.job("j"), "tester"))
+    h.turn()
+    assert len(done) == 1, "the cancel could not run while the processes started"
+    run = h.cp.runs[job.id]
+    # the replicas exist: the job is stopping, its accelerator slots stay taken until they have exited
+    assert run.launched and run.stopping == STOP_CANCEL and h.job("j").state == JobState.RUNNING
+    assert any(h.cp.slots.used.get(n) for n in run.slots)
+    assert "JobStarted" in kinds(h, "j")
+    assert job_key(h.job("j")) not in h.executor.running()  # the stop was sent again once they existed
+    h.turn()
+    j = h.job("j")
+    assert (j.state, j.reason) == (JobState.CANCELLED, "cancelled by tester")
+    assert job.id not in h.cp.runs and not any(h.cp.slots.used.values())
+
+
+def test_a_failed_launch_fails_the_job_and_frees_its_slots(h: InProc) -> None:
+    from fairpod.executors.base import ExecutorError
+
+    def launch(job: JobLaunch) -> None:
+        raise ExecutorError("no such command")
+
+    h.executor.launch = launch  # type: ignore[method-assign]
+    job = h.submit("j", "john", 60)
+    h.turn()
+    j = h.job("j")
+    assert (j.state, j.reason) == (JobState.FAILED, "could not start: no such command")
+    assert job.id not in h.cp.runs and not any(h.cp.slots.used.values())
+
+
+def test_the_turn_goes_first_at_the_gate() -> None:
+    gate, order = TurnGate(), []
+    with gate.turn():
+        t = threading.Thread(target=lambda: (gate.yield_to_turn(5.0), order.append("submit")), daemon=True)
+        t.start()
+        time.sleep(0.2)
+        order.append("turn")
+    t.join(timeout=5)
+    assert order == ["turn", "submit"]
+
+
+def test_the_gate_never_holds_a_submit_longer_than_its_bound() -> None:
+    gate = TurnGate()
+    with gate.turn():
+        t0 = time.monotonic()
+        gate.yield_to_turn(0.1)
+        assert 0.05 < time.monotonic() - t0 < 2.0
+    t0 = time.monotonic()
+    gate.yield_to_turn(5.0)  # no turn waiting: no wait
+    assert time.monotonic() - t0 < 0.5
