@@ -21,7 +21,8 @@ node fault and recovery   :meth:`ControlPlane.node_fault`, :meth:`ControlPlane.n
 The store is written first, then the memory. When a store write fails, the memory is thrown away and
 rebuilt from the store (:meth:`ControlPlane.reload`), so the two never disagree for longer than one call.
 ``reconcile_once`` is one turn of the loop: collect replica exits, run one engine cycle, apply its decisions,
-commit, acknowledge the exits to the executor, launch what is ready.
+commit, acknowledge the exits to the executor, launch what is ready: the processes start with the lock let
+go, and their start is recorded under it after (:meth:`ControlPlane._launch_unlocked`).
 """
 
 from __future__ import annotations
@@ -598,6 +599,7 @@ class ControlPlane:
                 log.exception("launch of job %s failed", job.name)
                 done.append((job, run, ExecutorError(f"launch failed: {e}")))
         with self._turn(), self.store.batch():
+            self.store.prefetch(job.id for job, _, _ in done)  # one query for all of them
             for job, run, err in done:
                 cur = self.runs.get(job.id)
                 if cur is None or cur.attempt != run.attempt:  # no longer in memory (rebuilt from the store)
