@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from http import HTTPStatus
 from typing import Any
 
+import anyio.to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -38,8 +41,28 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return ".".join(parts) or "request"
 
 
+API_THREADS = 8  # threads serving the API's (synchronous) routes; FAIRPOD_API_THREADS overrides
+
+
+def api_threads() -> int:
+    """How many requests run at once (``FAIRPOD_API_THREADS``, default 8; anyio's own default is 40). Route
+    code is Python under one GIL on a few cores: more threads add no throughput, only more threads taking
+    the GIL from the reconcile turn, which then collects exits and starts jobs later."""
+    raw = os.environ.get("FAIRPOD_API_THREADS", "").strip() or str(API_THREADS)
+    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
+        raise SystemExit(f"fairpod: error: FAIRPOD_API_THREADS must be a whole number from 1 to 1000, not {raw!r}")
+    return int(raw)
+
+
 def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
-    app = FastAPI(title="fairpod", version=__version__,
+    threads = api_threads()
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = threads
+        yield
+
+    app = FastAPI(title="fairpod", version=__version__, lifespan=lifespan,
                   description="Share one accelerator cluster fairly between teams.")
     app.state.cp = cp
     app.state.job_secret = job_secret  # verifies job tokens (server.jobtoken)
