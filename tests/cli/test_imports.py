@@ -33,7 +33,7 @@ except SystemExit as e:  # --version, --help
     rc = e.code
 FORBIDDEN = @FORBIDDEN@
 heavy = sorted(m for m in sys.modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
-print("\\n@@" + json.dumps({"rc": rc, "heavy": heavy}), file=sys.stderr)
+print("\\n@@" + json.dumps({"rc": rc, "heavy": heavy, "shutil": "shutil" in sys.modules}), file=sys.stderr)
 """.replace("@FORBIDDEN@", repr(FORBIDDEN))
 
 
@@ -62,3 +62,12 @@ def test_the_check_sees_a_heavy_import(shared: Server):
     """-o yaml (and validate, up) may import what they need: the check notices it."""
     assert "yaml" in run(shared, "list-jobs", "-o", "yaml")["heavy"]
     assert "pydantic" in run(shared, "validate", str(SEED_SPEC))["heavy"]
+
+
+@pytest.mark.parametrize("args", [
+    ["start-job", "--name", "s", "--team", "john", "--", "true"], ["list-jobs"], ["get-job", "s"],
+])
+def test_commands_that_print_no_help_do_not_ask_for_the_terminal_width(shared: Server, args: list[str]):
+    # argparse's formatters import shutil (bz2, lzma, fnmatch) for the width unless the parser gives one
+    res = run(shared, *args)
+    assert res["rc"] == 0 and res["shutil"] is False, res
