@@ -33,7 +33,7 @@ except SystemExit as e:  # --version, --help
     rc = e.code
 FORBIDDEN = @FORBIDDEN@
 heavy = sorted(m for m in sys.modules if any(m == f or m.startswith(f + ".") for f in FORBIDDEN))
-print("\\n@@" + json.dumps({"rc": rc, "heavy": heavy, "startup": sorted({"shutil", "socket", "selectors"} & set(sys.modules))}), file=sys.stderr)
+print("\\n@@" + json.dumps({"rc": rc, "heavy": heavy, "startup": sorted({"shutil", "socket", "selectors", "encodings.idna"} & set(sys.modules))}), file=sys.stderr)
 """.replace("@FORBIDDEN@", repr(FORBIDDEN))
 
 

@@ -94,7 +94,8 @@ class Response:
 def connect(host: str, port: int, timeout: float | None) -> _socket.socket:
     """What ``socket.create_connection`` does: each address of ``host`` in turn, the first that answers."""
     error: OSError | None = None
-    for family, kind, proto, _name, addr in _socket.getaddrinfo(host, port, 0, _socket.SOCK_STREAM):
+    name = host.encode() if host.isascii() else host  # a str host costs an import of the idna codec
+    for family, kind, proto, _name, addr in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
         sock = _socket.socket(family, kind, proto)
         try:
             sock.settimeout(timeout)
