@@ -5,14 +5,16 @@ Candidates, by the situation of the pending job J of team T on instance type I:
 - fair share: J must borrow and the policy is FairShare; jobs of other borrowing teams, each only if T's
   share after admitting J stays at or below that team's share after losing the candidate, the candidate was
   preempted fewer than twice, and it loses no more accelerator-seconds than J has waited;
-- priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority).
+- priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority);
+  with a per-user cap (rule 9) J fits only once its user is within the cap, so a job over its user's cap
+  starts only in place of enough of that user's own lower-priority jobs.
 Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
 ``ordering.victim_key`` until J fits; then every victim that is not needed is given back (no more than needed).
 """
 
 from __future__ import annotations
 
-from fairpod.governance import budget, fairshare, quota, topology
+from fairpod.governance import budget, fairshare, quota, topology, users
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Node, Snapshot, Workload
@@ -41,7 +43,7 @@ def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
 
 def _fits(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | None) -> list[str] | None:
     ok, _, _ = quota.team_check(snap, w)
-    if not ok or not quota.pool_ok(snap, w, holder):
+    if not ok or not quota.pool_ok(snap, w, holder) or users.over_cap(snap.teams[w.team], w):
         return None
     return place(snap, w, reserved)
 

@@ -149,8 +149,7 @@ class _Cycle:
         snap = self.snap
         capped = users.over_cap(snap.teams[w.team], w)
         if capped:
-            self.wait(w, capped)
-            return False
+            return self.start_in_place_of_own(w, capped)
         if not self.team_may_start(w):
             h = self.strict[w.team]
             self.wait(w, f"waiting behind job {h.id} of team {w.team}, which has waited longest and has "
@@ -187,6 +186,21 @@ class _Cycle:
                 self.wait(w, f"no idle {w.itype} capacity to borrow")
         else:
             self.wait(w, why_not(snap, w))
+        return False
+
+    def start_in_place_of_own(self, w: Workload, capped: str) -> bool:
+        """Rule 9.6: a job over its user's cap starts only in place of lower-priority jobs of its team (as rule 7
+        allows) that free enough of its user's accelerators; else it waits with the cap as its reason."""
+        team = self.snap.teams[w.team]
+        if users.may_displace_own(self.snap, team, w) and self.team_may_start(w):
+            ok, within, _ = quota.team_check(self.snap, w)
+            holder = w.id if w.id in self.holders else None
+            plan = preemption.plan(self.snap, w, within, self.reserved_for(w, within), holder, cross_team=False)
+            if plan is not None:
+                victims, nodes = plan
+                self.admit(w, nodes, quota.within_quota(team, w.itype, w.total), victims)
+                return True
+        self.wait(w, capped)
         return False
 
     def hold(self, w: Workload) -> None:
@@ -277,7 +291,7 @@ class _Cycle:
         while True:
             h = team.queue.head(skip, users.order(team))
             if h is None or (self.never_fits(h) is None and quota.ever_fits_quota(self.snap, h)
-                             and not users.over_cap(team, h)
+                             and (not users.over_cap(team, h) or users.may_displace_own(self.snap, team, h))
                              and not (team.budget and budget.blocks(
                                  team, h, not quota.within_quota(team, h.itype, h.total)))):
                 return h
