@@ -28,7 +28,7 @@ teams:
 
 # each replica notes its start (rank, node, the FAIRPOD_* sizes) and a SIGTERM in the shared file
 REPLICA = ('echo "start $NODE_RANK $FAIRPOD_NODE $FAIRPOD_NODES $FAIRPOD_MIN_NODES $FAIRPOD_MAX_NODES $MASTER_PORT" '
-           '>> {out}; trap \'echo "term $NODE_RANK" >> {out}; exit 0\' TERM; while :; do sleep 0.1; done')
+           '>> {out}; trap \'echo "term $NODE_RANK" >> {out}; exit 1\' TERM; while :; do sleep 0.1; done')
 
 
 @pytest.fixture

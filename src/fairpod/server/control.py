@@ -591,7 +591,7 @@ class ControlPlane:
         run = self.runs.get(jid) if jid is not None else None
         if run is None or jid is None or run.attempt != e.attempt or str(e.rank) in run.exits:
             return
-        if str(e.rank) in run.removing:  # an elastic job shrank: that replica's end ends nothing else
+        if elastic.removed(run, e):  # an elastic job shrank: that replica's end ends nothing else
             elastic.replica_gone(self, jid, run, e)
             return
         job = self.store.get_job(jid)

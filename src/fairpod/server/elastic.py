@@ -129,6 +129,8 @@ def ready(cp: ControlPlane) -> list[tuple[Job, Run, list[int]]]:
             log.debug("job %s waits to grow: %s", job.name, e)
             continue
         run.slots.update(taken)
+        for r in ranks:
+            run.gone.pop(str(r), None)
         run.adding = []
         cp._save_run(job, run)
         out.append((job, run, ranks))
@@ -175,9 +177,17 @@ def _grow_failed(cp: ControlPlane, job: Job, run: Run, ranks: list[int], why: st
                  nodes=len(keep))
 
 
+def removed(run: Run, e: ReplicaExit) -> bool:
+    """Is ``e`` the exit of a replica a shrink removed (also when delivered again)?"""
+    return str(e.rank) in run.removing or run.gone.get(str(e.rank)) == e.ended_at
+
+
 def replica_gone(cp: ControlPlane, jid: int, run: Run, e: ReplicaExit) -> None:
     """A replica removed by a shrink has exited: its slots are free again; the job goes on."""
+    if str(e.rank) not in run.removing:
+        return  # taken already
     node = run.removing.pop(str(e.rank))
+    run.gone[str(e.rank)] = e.ended_at  # the same exit again (until acknowledged) is known
     cp.slots.give_back(node, run.slots.pop(node, []))
     job = cp.store.get_job(jid)
     if job is not None:

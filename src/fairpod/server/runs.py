@@ -53,6 +53,7 @@ class Run:
     # elastic jobs (fairpod.server.elastic): ranks a shrink is stopping (rank -> node), ranks a growth will start
     removing: dict[str, str] = field(default_factory=dict)
     adding: list[int] = field(default_factory=list)
+    gone: dict[str, float] = field(default_factory=dict)  # removed ranks -> when their replica ended
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
