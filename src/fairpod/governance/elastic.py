@@ -25,16 +25,26 @@ Replica ranks are the order of ``Workload.nodes``: growth appends, a shrink remo
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from fairpod.governance import budget, fairshare, quota, topology, users
-from fairpod.governance.decisions import Grow, Shrink
+from fairpod.governance.decisions import Decision, Grow, Shrink
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Snapshot, Workload
 
-if TYPE_CHECKING:
-    from fairpod.governance.scheduler import _Cycle
+
+class _Cycle(Protocol):
+    """What these rules use of a scheduling cycle (``scheduler._Cycle``)."""
+
+    snap: Snapshot
+    out: list[Decision]
+    reserved: dict[str, str]
+    held_for_borrower: dict[str, str]
+
+    def team_may_start(self, w: Workload) -> bool: ...
+
+    def admit(self, w: Workload, nodes: list[str], within: bool, victims: list[tuple[Workload, str]]) -> None: ...
 
 
 def resize(snap: Snapshot, w: Workload, nodes: list[str]) -> None:

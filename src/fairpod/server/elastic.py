@@ -19,18 +19,47 @@ Only executors with the ``Resizing`` capability run elastic jobs (the local exec
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any, Protocol
 
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch, Resizing, capability
 from fairpod.governance import Grow, Shrink
 from fairpod.governance import elastic as rules
+from fairpod.governance.snapshot import Snapshot
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.errors import InvalidJob
-from fairpod.server.runs import Run, SlotsBusy, job_key
+from fairpod.server.runs import Run, Slots, SlotsBusy, job_key
 from fairpod.store.records import Job
 
-if TYPE_CHECKING:
-    from fairpod.server.control import ControlPlane
+
+class ControlPlane(Protocol):
+    """What this module uses of ``fairpod.server.control.ControlPlane`` (no import of it: no cycle)."""
+
+    store: Any
+    executor: Any
+    spec: Any
+    snap: Snapshot
+    runs: dict[int, Run]
+    slots: Slots
+    wake: threading.Event
+    launch_env: Callable[[Job], dict[str, str]]
+
+    def event(self, kind: str, msg: str, job: Job | None = None, /, **data: Any) -> None: ...
+
+    def _save_run(self, job: Job, run: Run, **changes: Any) -> Job: ...
+
+    def _change(self) -> AbstractContextManager[None]: ...
+
+    def checkpoint_root(self) -> Path: ...
+
+    def _partition_devices(self, node: str, slots: list[int]) -> tuple[str, ...]: ...
+
+    def _gpus_are_real(self, node: str) -> bool: ...
+
+    def _partitions_per_gpu(self, node: str) -> int: ...
 
 log = logging.getLogger("fairpod.control")
 
