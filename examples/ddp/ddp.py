@@ -18,6 +18,12 @@ Checkpointing, with fairpod.sdk:
 
 Resuming is exact: the data order depends only on the epoch, and a run that starts mid-epoch skips the
 batches done already, so an interrupted run ends with the same model as an undisturbed one.
+
+Elastic (a fairpod job with --min-nodes/--max-nodes under ``torchrun --nnodes MIN:MAX --rdzv_backend c10d``):
+when a node leaves, every rank stops at the same step and rank 0 snapshots it (as on a preemption), and the
+workers whose own node stays exit 75 (REGROUP) so that their torchrun agent restarts them with the nodes that
+stay; when a node joins, the agents stop the workers with SIGTERM and the new group resumes from the snapshot.
+With a different world size the data is split differently, so such a run is not bit-identical.
 """
 
 from __future__ import annotations
