@@ -250,3 +250,29 @@ def test_elastic_invariants_over_random_event_sequences(cluster, evs, whole_node
     # stable: a further cycle at the same time shrinks or preempts nothing of itself
     ds = net_changes(cycle(snap, now))
     assert not [d for d in ds if isinstance(d, Preempt | Shrink)]
+
+
+# -- topology ------------------------------------------------------------------------------------------
+
+
+def test_growth_stays_in_the_required_rack_and_prefers_the_preferred_one():
+    from .test_topology import topo
+
+    snap = topo([("b0", "r0", 2), ("b0", "r1", 3)])
+    req = Workload("req", "a", T, 1, per(4), min_n=1, max_n=4, topology="rack", topology_required=True)
+    snap.add_pending(req)
+    ds = net_changes(cycle(snap))
+    # the smaller rack fits its minimum best; it grows to that rack's 2 nodes, never into r1 (3 idle nodes)
+    assert [d.nodes for d in ds if isinstance(d, Admit)] == [("r0-0", "r0-1")] and req.n == 2
+    assert all(not nd.jobs for nd in snap.nodes.values() if nd.name.startswith("r1"))
+    snap = topo([("b0", "r0", 3), ("b0", "r1", 2)])  # by name alone, growth would go to r0 first
+    pref = Workload("pref", "a", T, 1, per(4), min_n=1, max_n=4, topology="rack", submit=1)
+    snap.add_pending(pref)
+    ds = net_changes(cycle(snap, 1))
+    (adm,) = [d for d in ds if isinstance(d, Admit)]
+    # 4 replicas need both racks: the first rack it used is filled before the other one is entered
+    assert len(adm.nodes) == 4
+    first = snap.nodes[adm.nodes[0]].topo[1]
+    k = sum(1 for n in adm.nodes if snap.nodes[n].topo[1] == first)
+    assert all(snap.nodes[n].topo[1] == first for n in adm.nodes[:k])
+    assert first == "b0/r1" and k == 2  # its minimum went to the best-fitting rack r1, which it filled first
