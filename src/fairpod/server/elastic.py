@@ -46,6 +46,7 @@ class ControlPlane(Protocol):
     slots: Slots
     wake: threading.Event
     launch_env: Callable[[Job], dict[str, str]]
+    clock: Callable[[], float]
 
     def event(self, kind: str, msg: str, job: Job | None = None, /, **data: Any) -> None: ...
 
@@ -75,7 +76,8 @@ def workload_fields(job: Job) -> dict[str, Any]:
     """The engine's elastic fields of a job (none for a job of a fixed size)."""
     if not job.spec.elastic:
         return {}
-    return {"min_n": job.spec.nodes, "max_n": job.spec.max_nodes}
+    shrunk = (job.run_state or {}).get("shrunk_at") if job.state == JobState.RUNNING else None
+    return {"min_n": job.spec.nodes, "max_n": job.spec.max_nodes, "resized": shrunk}
 
 
 def env(job: Job, count: int | None = None) -> dict[str, str]:
@@ -112,6 +114,7 @@ def shrink(cp: ControlPlane, d: Shrink) -> None:
         if r in run.adding:
             run.adding.remove(r)
     run.nodes = list(d.nodes)
+    run.shrunk_at = cp.clock()
     cp._save_run(job, run, placement=list(d.nodes), nodes=len(d.nodes))
     cp.event("JobShrunk", f"job {job.name}: {d.reason}", job, by=d.by, preemption=d.kind,
              removed=list(d.removed), nodes=len(d.nodes))

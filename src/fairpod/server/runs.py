@@ -54,6 +54,7 @@ class Run:
     removing: dict[str, str] = field(default_factory=dict)
     adding: list[int] = field(default_factory=list)
     gone: dict[str, float] = field(default_factory=dict)  # removed ranks -> when their replica ended
+    shrunk_at: float | None = None  # the last shrink (the engine's hold-off before growing again)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
