@@ -5,8 +5,9 @@ node and john's job two nodes, so smith's elastic DDP job (1..2 nodes) starts on
 from john. When smith's other job ends it grows to 2 nodes: a second torchrun joins the rendezvous and the
 agents re-form the group (the workers snapshot the step they are at and resume from it at world size 2). When
 john reclaims his node, the job shrinks back to 1 node: that replica's torchrun gets SIGTERM, every worker
-snapshots the same step, and the remaining one goes on alone. fairpod never restarts or preempts the job;
-no step is redone beyond one snapshot interval, and it ends at its last epoch.
+snapshots the same step, and the remaining one goes on alone (when john's short job has ended, it grows again,
+once the engine's hold-off after a shrink has passed). fairpod never restarts or preempts the job; no step is
+redone beyond one snapshot interval, and it ends at its last epoch.
 """
 
 from __future__ import annotations

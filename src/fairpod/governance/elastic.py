@@ -229,7 +229,7 @@ def shrink_to_fit(cyc: _Cycle, w: Workload, within: bool, reserved: dict[str, st
         gone.setdefault(v.id, (v, [], kind))[1].append(node)
     for v, out, kind in gone.values():
         v.resized = snap.now
-        why = f"shrunk to {v.n} of {v.max_n} replicas " + _WHY[kind].format(team=w.team, job=w.id)
+        why = f"shrunk to {v.n} of {v.max_n} replicas: " + _WHY[kind].format(team=w.team, job=w.id)
         cyc.out.append(Shrink(v.id, tuple(v.nodes or ()), tuple(out), w.id, kind, why))
     cyc.admit(w, final, quota.within_quota(snap.teams[w.team], w.itype, w.total), [])
     return True
