@@ -31,7 +31,7 @@ from __future__ import annotations
 import heapq
 import math
 
-from fairpod.governance import budget, fairshare, history, preemption, quota, topology, users
+from fairpod.governance import budget, elastic, fairshare, history, preemption, quota, topology, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.placement import never_fits, place, why_not
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
@@ -102,6 +102,9 @@ class _Cycle:
             self.victims.append((v, p))  # back in its queue at the end of the cycle, not offered again in it
             after.append(v.id)
         snap.start(w, nodes, snap.now)
+        if w.max_n:
+            elastic.add_replicas(self, w, borrow=False)  # the largest size that fits within quota now
+            nodes = list(w.nodes or nodes)
         self.started[w.id] = w.enqueued
         team = snap.teams[w.team]
         if within or need <= 0:
@@ -168,6 +171,8 @@ class _Cycle:
                 return True
         else:
             pool_ok = True
+        if snap.elastic and elastic.shrink_to_fit(self, w, within, reserved, holder, ok):
+            return True  # replicas above elastic jobs' minimum go before any job is stopped whole
         plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
         if plan is not None:
             victims, nodes = plan
@@ -334,6 +339,7 @@ class _Cycle:
         teams = [t for t in snap.teams.values() if t.queue]
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
+        elastic.grow(self)
         for v, p in self.victims:
             snap.requeue(v, snap.now)
             if v.id in self.started:  # admitted and taken back in this cycle: it never ran, its wait goes on
