@@ -4,7 +4,8 @@ Candidates, by the situation of the pending job J of team T on instance type I:
 - reclaim: J fits within T's quota, so T is entitled to it; jobs of other teams that are borrowing on I;
 - fair share: J must borrow and the policy is FairShare; jobs of other borrowing teams, each only if T's
   share after admitting J stays at or below that team's share after losing the candidate, the candidate was
-  preempted fewer than twice, and it loses no more accelerator-seconds than J has waited;
+  preempted fewer than twice, and it loses at most 1/``FAIR_SHARE_WORK_RATIO`` of the accelerator-seconds J has
+  waited;
 - priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority).
 Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
 ``ordering.victim_key`` until J fits; then every victim that is not needed is given back (no more than needed).
@@ -19,17 +20,21 @@ from fairpod.governance.snapshot import Node, Snapshot, Workload
 
 # A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
 FAIR_SHARE_MAX_PREEMPTIONS = 2
+# Fair share stops a job only if the work it loses (accelerator-seconds) is at most this fraction of what the
+# preemptor has waited: only jobs that have just started (or just checkpointed) are taken.
+FAIR_SHARE_WORK_RATIO = 100
 
 
 def _fair_share_victim(v: Workload, w: Workload, now: float) -> bool:
     """May ``v`` be stopped for fair share so that ``w`` starts? Not if it was preempted twice already, nor if
-    it would lose more accelerator-seconds of work than ``w`` has waited (accelerators x seconds): fair share
-    evens out waiting, it must not destroy more than it saves. This is what keeps a requeued job, which has
+    it would lose more than 1/``FAIR_SHARE_WORK_RATIO`` of the accelerator-seconds ``w`` has waited: fair share
+    evens out waiting among borrowers, it must not destroy work to do so (a victim without checkpoints loses
+    its whole run, and that lost work is what the cluster pays). This also keeps a requeued job, which has
     lost the least work, from being picked again and again."""
     if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS:
         return False
     waited = now - (w.enqueued if w.enqueued is not None else w.submit)
-    return v.lost_work(now) * v.total.acc <= waited * w.total.acc
+    return v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited * w.total.acc
 
 
 def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:

@@ -33,6 +33,7 @@ import math
 
 from fairpod.governance import budget, fairshare, history, preemption, quota, topology, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
+from fairpod.governance.ordering import PROTECTED_AFTER
 from fairpod.governance.placement import never_fits, place, why_not
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
 
@@ -64,6 +65,23 @@ def _entitled(team: Team, w: Workload) -> bool:
     q = team.q(w.itype)
     t = w.total
     return t[0] <= q[0] and t[1] <= q[1] and t[2] <= q[2]
+
+
+def _protected(team: Team, w: Workload) -> bool:
+    """Rule 7: a job preempted ``PROTECTED_AFTER`` times that fits its team's quota runs only within it (so
+    reclaim, which takes only borrowed work, does not take it again); one that needs more than the quota may
+    still borrow, and goes last among the victims (``ordering``)."""
+    return w.preemptions >= PROTECTED_AFTER and _entitled(team, w)
+
+
+def _within_or_undo(snap: Snapshot, w: Workload, plan: tuple[list[tuple[Workload, str]], list[str]],
+                    ) -> tuple[list[tuple[Workload, str]], list[str]] | None:
+    """Keep a preemption plan for a protected job only if the job then runs within its team's quota."""
+    if quota.within_quota(snap.teams[w.team], w.itype, w.total):
+        return plan
+    for v, _ in plan[0]:
+        snap.assign(v, v.nodes or [])
+    return None
 
 
 class _Cycle:
@@ -157,7 +175,7 @@ class _Cycle:
                          "capacity held for it")
             return False
         holder = w.id if w.id in self.holders else None
-        ok, within, why = quota.team_check(snap, w)
+        ok, within, why = self.team_check(w)
         reserved = self.reserved_for(w, within)
         if holder is None and self.borrow_until is not None and self.ends_before(w, self.borrow_until):
             holder = w.id  # ends before a held borrower could start: may use what is held for it
@@ -170,6 +188,8 @@ class _Cycle:
         else:
             pool_ok = True
         plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
+        if plan is not None and not ok and _protected(snap.teams[w.team], w):
+            plan = _within_or_undo(snap, w, plan)  # its own lower-priority jobs, only to run within quota
         if plan is not None:
             victims, nodes = plan
             self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
@@ -189,12 +209,21 @@ class _Cycle:
             self.wait(w, why_not(snap, w))
         return False
 
+    def team_check(self, w: Workload) -> tuple[bool, bool, str]:
+        """``quota.team_check``, except that a protected job (rule 7) does not borrow."""
+        ok, within, why = quota.team_check(self.snap, w)
+        if ok and not within and _protected(self.snap.teams[w.team], w):
+            return False, False, (
+                f"waiting for room within team {w.team}'s quota: preempted {w.preemptions} times, the job no "
+                "longer runs on borrowed capacity (so it is not reclaimed again)")
+        return ok, within, why
+
     def hold(self, w: Workload) -> None:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
         snap = self.snap
         self.holders.add(w.id)
         self.until[w.id] = self.quota_ready_at(w)
-        ok, within, _ = quota.team_check(snap, w)
+        ok, within, _ = self.team_check(w)
         if not ok:
             return
         a, c, m = w.req

@@ -195,6 +195,13 @@ class PendingQueue:
                 best = top
         return self.live[best[-1]] if best else None
 
+    def heads(self) -> Iterator[Workload]:
+        """The first job of each shape."""
+        for shape in list(self.heaps):
+            top = self._top(shape)
+            if top is not None:
+                yield self.live[top[1]]
+
     def pop(self, w: Workload) -> None:
         self.live.pop(w.id, None)
         self._top(w.shape)  # drop it from its heap if on top
@@ -233,6 +240,7 @@ class Snapshot:
         now: float = 0.0,
         topology_levels: tuple[str, ...] = (),
         history_half_life: float | None = None,
+        borrow_limit_while_others_wait: bool = False,
     ) -> None:
         self.levels = tuple(topology_levels)  # the topology's levels, outermost first (e.g. block, rack)
         self.task_ranking = task_ranking
@@ -244,6 +252,7 @@ class Snapshot:
         self.history_rate: dict[str, dict[str, float]] = {}
         self.idle_sharing = idle_sharing
         self.starvation_guard = starvation_guard
+        self.borrow_limit_while_others_wait = borrow_limit_while_others_wait  # rule 3: limits bind only then
         self.now = now
         self.nodes: dict[str, Node] = {}
         self.by_type: dict[str, list[Node]] = {}
