@@ -81,6 +81,51 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
     return one and lv is not None and topology.largest(fit, lv[0])[1] >= w.n
 
 
+def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, fitting: set[str],
+             reserved: dict[str, str]) -> bool:
+    """A dry run of ``plan``'s victim loop on the side (usage and freed capacity tracked here, ``snap`` not
+    touched): taking the candidates in order and skipping those the loop skips, would enough nodes ever have
+    room for a replica of ``w``? If not, the loop would stop no victim for good, so the plan fails at once."""
+    it = w.itype
+    team = snap.teams[w.team]
+    wt = w.total
+    a, c, m = w.req
+    gone: dict[str, tuple[int, int, int]] = {}  # usage taken from each team so far
+    freed: dict[str, list[int]] = {}
+    room = set(fitting)
+    for v in cands:
+        vt = v.total
+        g = gone.get(v.team, (0, 0, 0))
+        if v.team != w.team:
+            t = snap.teams[v.team]
+            q, u = t.q(it), t.u(it)
+            if u[0] - g[0] <= q[0] and u[1] - g[1] <= q[1] and u[2] - g[2] <= q[2]:
+                continue  # that team gave back all it borrowed already
+            if not within:
+                own = gone.get(w.team, (0, 0, 0))
+                mine = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2]))
+                theirs = fairshare.share(snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]))
+                if not fairshare.may_preempt(mine, theirs):
+                    continue
+        gone[v.team] = (g[0] + vt[0], g[1] + vt[1], g[2] + vt[2])
+        r = v.req
+        for name in v.nodes or ():
+            if name in room:
+                continue
+            f = freed.setdefault(name, [0, 0, 0])
+            f[0] += r.acc
+            f[1] += r.mcpu
+            f[2] += r.mib
+            nd = snap.nodes.get(name)
+            if (nd is not None and nd.schedulable and (nd.health_passed or not w.passed_only)
+                    and (not reserved or reserved.get(name, w.id) == w.id)
+                    and nd.free[0] + f[0] >= a and nd.free[1] + f[1] >= c and nd.free[2] + f[2] >= m):
+                room.add(name)
+        if len(room) >= w.n:
+            return True
+    return False
+
+
 def plan(
     snap: Snapshot,
     w: Workload,
@@ -153,6 +198,8 @@ def plan(
                 and nd.free[0] >= a and nd.free[1] >= c and nd.free[2] >= m)
 
     fitting = {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)}
+    if not _reaches(snap, w, cands, within, fitting, reserved):
+        return None  # the loop below would never have enough nodes to ask placement
     for v in cands:
         if v.team == w.team:
             kind = "priority"
