@@ -25,16 +25,16 @@ FAIR_SHARE_MAX_PREEMPTIONS = 2
 FAIR_SHARE_WORK_RATIO = 100
 
 
-def _fair_share_victim(v: Workload, w: Workload, now: float) -> bool:
+def _fair_share_victim(v: Workload, waited_acc: float, now: float) -> bool:
     """May ``v`` be stopped for fair share so that ``w`` starts? Not if it was preempted twice already, nor if
-    it would lose more than 1/``FAIR_SHARE_WORK_RATIO`` of the accelerator-seconds ``w`` has waited: fair share
+    it would lose more than 1/``FAIR_SHARE_WORK_RATIO`` of the accelerator-seconds ``w`` has waited
+    (``waited_acc``: seconds waited x accelerators): fair share
     evens out waiting among borrowers, it must not destroy work to do so (a victim without checkpoints loses
     its whole run, and that lost work is what the cluster pays). This also keeps a requeued job, which has
     lost the least work, from being picked again and again."""
     if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS:
         return False
-    waited = now - (w.enqueued if w.enqueued is not None else w.submit)
-    return v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited * w.total.acc
+    return v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc
 
 
 def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
@@ -163,8 +163,12 @@ def plan(
         blocked.update(nd.name for nd in snap.by_type.get(w.itype, ()) if not nd.health_passed)
     cands: list[Workload] = []
     teams = ([w.team] if own else []) + sorted(borrowers)
+    waited_acc = (now - (w.enqueued if w.enqueued is not None else w.submit)) * w.total.acc
     for name in teams:
+        fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
         for v in snap.running_by.get((w.itype, name), {}).values():
+            if fair and not _fair_share_victim(v, waited_acc, now):
+                continue
             if v.min_runtime and v.started is not None and now - v.started < v.min_runtime:
                 continue
             if blocked and all(n in blocked for n in v.nodes or ()):
@@ -172,7 +176,7 @@ def plan(
             if v.team == w.team:
                 if v.priority < w.priority:
                     cands.append(v)
-            elif within or _fair_share_victim(v, w, now):
+            else:
                 cands.append(v)
     if not cands or not _could_fit(snap, w, cands, reserved):
         return None
