@@ -37,6 +37,23 @@ def _fair_share_victim(v: Workload, waited_acc: float, now: float) -> bool:
     return v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc
 
 
+def _since(v: Workload) -> float:
+    """Since when a running job's work would be lost: its last checkpoint, or its start."""
+    s = v.started or 0.0
+    return s if v.checkpoint is None or v.checkpoint < s else v.checkpoint
+
+
+def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]) -> list[Workload]:
+    """A team's running jobs on ``itype``: those without accelerators first, then the one that would lose least
+    work first; computed once per cycle and usage of the team (checkpoints change only between cycles)."""
+    key = ("recent", itype, team, snap.teams[team].version, snap.cycle)
+    got = snap.memo.get(key)
+    if got is None:
+        got = snap.memo[key] = sorted(  # type: ignore[assignment]
+            running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
+    return got  # type: ignore[return-value]
+
+
 def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
     t = snap.teams[team_name]
     q = t.q(itype)
@@ -93,6 +110,7 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
     gone: dict[str, tuple[int, int, int]] = {}  # usage taken from each team so far
     freed: dict[str, list[int]] = {}
     room = set(fitting)
+    mine, mine_at = 0.0, None  # our share after admission, for the own jobs taken so far
     for v in cands:
         vt = v.total
         g = gone.get(v.team, (0, 0, 0))
@@ -103,7 +121,8 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
                 continue  # that team gave back all it borrowed already
             if not within:
                 own = gone.get(w.team, (0, 0, 0))
-                mine = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2]))
+                if own != mine_at:
+                    mine, mine_at = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2])), own
                 theirs = fairshare.share(snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]))
                 if not fairshare.may_preempt(mine, theirs):
                     continue
@@ -166,8 +185,11 @@ def plan(
     waited_acc = (now - (w.enqueued if w.enqueued is not None else w.submit)) * w.total.acc
     for name in teams:
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
-        for v in snap.running_by.get((w.itype, name), {}).values():
+        running = snap.running_by.get((w.itype, name), {})
+        for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
             if fair and not _fair_share_victim(v, waited_acc, now):
+                if v.total.acc > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
+                    break  # it would lose too much, and so would every job after it
                 continue
             if v.min_runtime and v.started is not None and now - v.started < v.min_runtime:
                 continue

@@ -228,12 +228,12 @@ class _Cycle:
             return
         a, c, m = w.req
         taken = self.reserved.keys() | self.held_for_borrower.keys()
-        near = (  # the nodes closest to having room for a replica
-            (max(0, a - f[0]), max(0, c - f[1]), max(0, m - f[2]), nd.name)
+        near = [  # the nodes closest to having room for a replica
+            (a - f[0] if f[0] < a else 0, c - f[1] if f[1] < c else 0, m - f[2] if f[2] < m else 0, nd.name)
             for nd in snap.by_type.get(w.itype, ())
             if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
             for f in (nd.free,)
-        )
+        ]
         if w.topology_required and snap.levels:
             free = topology.hold(snap, w, sorted(near))  # all in one domain of its required level
         else:
@@ -329,6 +329,7 @@ class _Cycle:
         snap = self.snap
         if len(snap.memo) > 4 * len(snap.teams) + 1024:
             snap.memo.clear()  # entries of old versions
+        snap.cycle += 1
         for p in snap.pools.values():
             p.reserved_borrow = [0, 0, 0]
         history.advance(snap)

@@ -270,6 +270,7 @@ class Snapshot:
         self._starts = 0  # jobs started, for the round-robin turns of users
         self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
         self.memo: dict[tuple, float] = {}  # the engine's cache of derived values, keyed with their versions
+        self.cycle = 0  # scheduling cycles run on it (caches valid for one cycle are keyed with it)
 
     # -- building ------------------------------------------------------------------------------
     def pool(self, itype: str) -> Pool:
