@@ -44,3 +44,10 @@ def test_capacity_borrowed_past_the_limit_is_reclaimed_by_its_lender():
     submit(snap, "c1", "c", 4, n=2, t=5)
     ds = cycle(snap, 5)
     assert admitted(ds) == ["c1"] and len(preempted(ds)) == 1 and usage(snap, "b") == 8
+
+
+def test_a_job_larger_than_the_limit_on_its_own_still_never_runs():
+    snap = make(4, TEAMS, borrow_limit_applies="WhileOthersWait")
+    submit(snap, "b-big", "b", 4, n=3, t=0)  # 12 accelerators: more than b's quota 4 + 100 %
+    ds = cycle(snap, 0)
+    assert admitted(ds) == [] and "borrow limit reached" in waits(ds)["b-big"]

@@ -26,12 +26,11 @@ FAIR_SHARE_WORK_RATIO = 100
 
 
 def _fair_share_victim(v: Workload, waited_acc: float, now: float) -> bool:
-    """May ``v`` be stopped for fair share so that ``w`` starts? Not if it was preempted twice already, nor if
-    it would lose more than 1/``FAIR_SHARE_WORK_RATIO`` of the accelerator-seconds ``w`` has waited
-    (``waited_acc``: seconds waited x accelerators): fair share
-    evens out waiting among borrowers, it must not destroy work to do so (a victim without checkpoints loses
-    its whole run, and that lost work is what the cluster pays). This also keeps a requeued job, which has
-    lost the least work, from being picked again and again."""
+    """May ``v`` be stopped for fair share so that a job that has waited ``waited_acc`` (seconds x its
+    accelerators) starts? Not if it was preempted twice already, nor if it would lose more than
+    1/``FAIR_SHARE_WORK_RATIO`` of that: fair share evens out waiting among borrowers, it must not destroy work
+    to do so (a victim without checkpoints loses its whole run, and that lost work is what the cluster pays).
+    This also keeps a requeued job, which has lost the least work, from being picked again and again."""
     if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS:
         return False
     return v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc

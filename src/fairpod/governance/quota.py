@@ -71,12 +71,16 @@ def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
 def _limit_lifted(snap: Snapshot, w: Workload) -> bool:
     """``borrow_limit_applies: WhileOthersWait``: does no other team wait with a job on ``w``'s instance type that
     it may run now (within its quota or its own borrow limit) and could ever run? Then ``w``'s team may borrow
-    past its limit. A team without quota there borrows nothing either way."""
+    past its limit. A team without quota there borrows nothing either way, and a job larger than the limit on
+    its own never runs (as with ``Always``)."""
     if not snap.borrow_limit_while_others_wait:
         return False
     team = snap.teams[w.team]
     q = team.q(w.itype)
     if q[0] == 0 and q[1] == 0:
+        return False
+    cap, t = borrow_cap(team, w.itype), w.total
+    if t[0] > cap[0] or t[1] > cap[1] or t[2] > cap[2]:
         return False
     for other in snap.teams.values():
         if other is team or not other.queue:
