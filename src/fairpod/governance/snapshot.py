@@ -213,6 +213,13 @@ class PendingQueue:
                 best = top
         return self.live[best[-1]] if best else None
 
+    def heads(self) -> Iterator[Workload]:
+        """The first job of each shape."""
+        for shape in list(self.heaps):
+            top = self._top(shape)
+            if top is not None:
+                yield self.live[top[1]]
+
     def pop(self, w: Workload) -> None:
         self.live.pop(w.id, None)
         self._top(w.shape)  # drop it from its heap if on top
@@ -251,6 +258,7 @@ class Snapshot:
         now: float = 0.0,
         topology_levels: tuple[str, ...] = (),
         history_half_life: float | None = None,
+        borrow_limit_while_others_wait: bool = False,
     ) -> None:
         self.levels = tuple(topology_levels)  # the topology's levels, outermost first (e.g. block, rack)
         self.task_ranking = task_ranking
@@ -262,6 +270,7 @@ class Snapshot:
         self.history_rate: dict[str, dict[str, float]] = {}
         self.idle_sharing = idle_sharing
         self.starvation_guard = starvation_guard
+        self.borrow_limit_while_others_wait = borrow_limit_while_others_wait  # rule 3: limits bind only then
         self.now = now
         self.nodes: dict[str, Node] = {}
         self.by_type: dict[str, list[Node]] = {}
@@ -281,6 +290,7 @@ class Snapshot:
         self._starts = 0  # jobs started, for the round-robin turns of users
         self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
         self.memo: dict[tuple, float] = {}  # the engine's cache of derived values, keyed with their versions
+        self.cycle = 0  # scheduling cycles run on it (caches valid for one cycle are keyed with it)
 
     # -- building ------------------------------------------------------------------------------
     def pool(self, itype: str) -> Pool:
