@@ -257,6 +257,31 @@ def submit_all(server: LiveServer, bodies: Sequence[dict[str, Any]], threads: in
     return [o for o in out if o is not None]
 
 
+def run_each(n: int, clients: int, one: Callable[[int], str | None]) -> str | None:
+    """``one(0)`` .. ``one(n - 1)`` from ``clients`` threads at a time (1: one after another, as a shell loop);
+    each returns an error message or None. Stops handing out work at the first error and returns it."""
+    nxt = iter(range(n))
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def work() -> None:
+        while not errors:
+            with lock:
+                i = next(nxt, None)
+            if i is None:
+                return
+            error = one(i)
+            if error is not None:
+                errors.append(error)
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors[0] if errors else None
+
+
 def self_cpu_seconds() -> float:
     """CPU time of this (the benchmark's client) process so far."""
     r = resource.getrusage(resource.RUSAGE_SELF)

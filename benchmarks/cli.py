@@ -29,7 +29,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _live import LiveServer, exit_on_sigterm, fetch_jobs, json_line, table, wait_all_finished  # noqa: E402
+from _live import (  # noqa: E402
+    LiveServer,
+    exit_on_sigterm,
+    fetch_jobs,
+    json_line,
+    run_each,
+    table,
+    wait_all_finished,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SEED = (ROOT / "examples" / "seed" / "spec.yaml").read_text()
@@ -67,35 +75,20 @@ def median_ms(argv: Sequence[str], env: dict[str, str], runs: int) -> float:
 
 def cli_loop(srv: LiveServer, n: int, clients: int = 1, prefix: str = "loop") -> dict:
     """``n`` start-job processes (``clients`` at a time; 1: a shell loop), then wait until every job ended."""
-    import threading
-
     env = {**srv.env, "FAIRPOD_TOKEN": srv.token}
     fp = fairpod_argv()
-    nxt = iter(range(n))
-    lock = threading.Lock()
-    errors: list[str] = []
 
-    def work() -> None:
-        while not errors:
-            with lock:
-                i = next(nxt, None)
-            if i is None:
-                return
-            r = subprocess.run([*fp, "start-job", "--name", f"{prefix}-{i}", "--team", "john" if i % 2 else "smith",
-                                "--accelerators", "1", "--grace-seconds", "1", "--", "true"], env=env,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
-            if r.returncode != 0:
-                errors.append(r.stderr.decode(errors="replace").strip())
+    def one(i: int) -> str | None:
+        r = subprocess.run([*fp, "start-job", "--name", f"{prefix}-{i}", "--team", "john" if i % 2 else "smith",
+                            "--accelerators", "1", "--grace-seconds", "1", "--", "true"], env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, timeout=120)
+        return r.stderr.decode(errors="replace").strip() if r.returncode != 0 else None
 
     t0 = time.time()
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    error = run_each(n, clients, one)
     t_sub = time.time()
-    if errors:
-        raise RuntimeError(f"fairpod start-job failed: {errors[0]}")
+    if error is not None:
+        raise RuntimeError(f"fairpod start-job failed: {error}")
     t_end = wait_all_finished(srv, 600, interval=0.1)
     recs = [j for j in fetch_jobs(srv) if j["name"].startswith(prefix + "-")]
     return {"wall_s": t_end - t0, "submit_s": t_sub - t0, "jobs": len(recs),

@@ -40,6 +40,8 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "traces" / "itp")
     ap.add_argument("--spec", type=Path, default=ROOT / "examples" / "itp" / "spec.yaml")
     ap.add_argument("--contended", action="store_true", help="128 x p4d, quotas from the traces (see above)")
+    ap.add_argument("--borrow-limit-applies", choices=["Always", "WhileOthersWait"], default="WhileOthersWait",
+                    help="with --contended: when the teams' 100 %% borrow limit binds (default: while others wait)")
     ap.add_argument("--until", type=float, help="only jobs submitted in the first S seconds (a quick slice)")
     ap.add_argument("--profile", type=Path, help="write cProfile statistics of the simulation here")
     ap.add_argument("--compare", action="append", choices=["private", "fcfs", "history"],
@@ -50,7 +52,8 @@ def main() -> None:
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON report here")
     args = ap.parse_args()
     w0, c0 = time.perf_counter(), time.process_time()
-    spec = contended_spec(args.trace) if args.contended else load_spec(args.spec)
+    spec = (contended_spec(args.trace, borrow_limit_applies=args.borrow_limit_applies) if args.contended
+            else load_spec(args.spec))
     if args.fair_share_history is not None:
         doc = spec.model_dump(mode="json")
         doc["policy"].update(idle_compute_allocation="FairShareHistory",

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from _kueue_shape import queues  # benchmarks/, this script's own folder
 from fairpod.model.resources import Res
 from fairpod.model.spec import parse_spec
 from fairpod.sim.report import build_report
@@ -38,14 +39,7 @@ NODE_ACC = 20
 
 def load_shape(path: Path) -> tuple[int, int, int, list[dict[str, Any]]]:
     """(teams, quota, borrowing limit, workload sets) of the generator file."""
-    doc = yaml.safe_load(path.read_text())
-    teams = 0
-    qs = None
-    for c in doc["cohorts"]:
-        for q in c["queuesSets"]:
-            teams += c["count"] * q["count"]
-            qs = q
-    assert qs is not None
+    teams, qs = queues(yaml.safe_load(path.read_text()))
     return teams, qs["nominalQuota"], qs["borrowingLimit"], qs["workloadsSets"]
 
 

@@ -35,6 +35,7 @@ from typing import Any
 
 import yaml
 
+from _kueue_shape import queues  # benchmarks/, this script's own folder
 from fairpod.model.resources import by_ratio
 from fairpod.model.spec import parse_spec
 from fairpod.sim.report import build_report
@@ -59,13 +60,7 @@ def load_shape(path: Path) -> dict[str, Any]:
     doc = yaml.safe_load(path.read_text())
     levels = {lv["name"]: lv for lv in doc["topology"]["levels"]}
     node = levels["node"]
-    teams = 0
-    qs = None
-    for c in doc["cohorts"]:
-        for q in c["queuesSets"]:
-            teams += c["count"] * q["count"]
-            qs = q
-    assert qs is not None
+    teams, qs = queues(doc)
     return {"blocks": levels["block"]["count"], "racks": levels["rack"]["count"], "nodes": node["count"],
             "node_cpu": int(node["capacity"]["cpu"]), "node_gib": int(str(node["capacity"]["memory"]).rstrip("Gi")),
             "teams": teams, "quota": cpu_units(qs["nominalQuota"]), "borrow": cpu_units(qs["borrowingLimit"]),

@@ -29,7 +29,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from _live import (  # noqa: E402
     fetch_jobs,
     json_line,
     machine_cpu_seconds,
+    run_each,
     submit_all,
     table,
     wait_all_finished,
@@ -206,31 +206,17 @@ PartitionName=bench Nodes=n[1-4] Default=YES MaxTime=INFINITE State=UP
         return "\n".join(out)
 
     def run_jobs(self, jobs: int, clients: int) -> dict:
-        nxt = iter(range(jobs))
-        lock = threading.Lock()
-        errors: list[str] = []
-
-        def work() -> None:
-            while not errors:
-                with lock:
-                    i = next(nxt, None)
-                if i is None:
-                    return
-                r = self._run(["sbatch", "--parsable", "-J", f"true-{i}", "-n", "1", "-c", "1", "--gres=gpu:1",
-                               "-o", "/dev/null", "-D", str(self.dir), "--wrap", "true"])
-                if r.returncode != 0:
-                    errors.append(r.stderr.strip())
+        def one(i: int) -> str | None:
+            r = self._run(["sbatch", "--parsable", "-J", f"true-{i}", "-n", "1", "-c", "1", "--gres=gpu:1",
+                           "-o", "/dev/null", "-D", str(self.dir), "--wrap", "true"])
+            return r.stderr.strip() if r.returncode != 0 else None
 
         m0 = machine_cpu_seconds()
         t0 = time.time()
-        ts = [threading.Thread(target=work, daemon=True) for _ in range(clients)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        error = run_each(jobs, clients, one)
         t_sub = time.time()
-        if errors:
-            raise RuntimeError(f"sbatch failed: {errors[0]}\n{self.logs()}")
+        if error is not None:
+            raise RuntimeError(f"sbatch failed: {error}\n{self.logs()}")
         for _ in range(6000):  # bounded: 600 s at 0.1 s
             r = self._run(["squeue", "-h", "-o", "%i"])
             if r.returncode == 0 and not r.stdout.strip():

@@ -18,6 +18,12 @@ Checkpointing, with fairpod.sdk:
 
 Resuming is exact: the data order depends only on the epoch, and a run that starts mid-epoch skips the
 batches done already, so an interrupted run ends with the same model as an undisturbed one.
+
+Elastic (a fairpod job with --min-nodes/--max-nodes under ``torchrun --nnodes MIN:MAX --rdzv_backend c10d``):
+when a node leaves, every rank stops at the same step and rank 0 snapshots it (as on a preemption), and the
+workers whose own node stays exit 75 (REGROUP) so that their torchrun agent restarts them with the nodes that
+stay; when a node joins, the agents stop the workers with SIGTERM and the new group resumes from the snapshot.
+With a different world size the data is split differently, so such a run is not bit-identical.
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from fairpod import sdk
+
+REGROUP = 75  # exit code of a worker whose elastic group changes size (torchrun restarts the group)
 
 
 class GeneratedDataset(Dataset):
@@ -73,6 +81,8 @@ class Trainer:
         model = make_model(args.hidden, args.seed).to(device)
         self.optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
         self.epoch, self.batch, self.step = 0, 0, 0
+        # an elastic fairpod job (--min-nodes/--max-nodes) under torchrun's elastic agent
+        self.elastic = os.environ.get("FAIRPOD_MIN_NODES", "") != os.environ.get("FAIRPOD_MAX_NODES", "")
         self.snapshot = Path(args.checkpoint_path)
         if self.snapshot.exists():
             self._load(model)
@@ -110,6 +120,7 @@ class Trainer:
     def train(self, total_epochs: int) -> str:
         steps_per_epoch = len(self.loader)
         sdk.install_preemption_handler()
+        t_step = time.monotonic()
         while self.epoch < total_epochs:
             self.sampler.set_epoch(self.epoch)
             self.log(f"Epoch {self.epoch} | Batchsize: {self.args.batch_size} | Steps: {steps_per_epoch}")
@@ -121,10 +132,15 @@ class Trainer:
                 loss.backward()
                 self.optimizer.step()
                 self.batch, self.step = i + 1, self.step + 1
+                if self.args.min_step_seconds:  # a heavier model, at human speed (demos, tests)
+                    time.sleep(max(0.0, self.args.min_step_seconds - (time.monotonic() - t_step)))
+                t_step = time.monotonic()
                 if self.args.log_every and self.step % self.args.log_every == 0 and self.rank == 0:
                     self.log(f"step {self.step} loss {loss.item():.6f}")
                 if sdk.preemption_requested(sync=True):
                     self.save("preemption requested")
+                    if self.elastic and not sdk.preemption_requested():
+                        return "regroup"  # another node leaves (an elastic job shrinks); this one stays
                     return "preempted"
             self.epoch, self.batch = self.epoch + 1, 0
             if self.epoch % self.args.save_every == 0 or self.epoch == total_epochs:
@@ -147,6 +163,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="auto: nccl when this node has a GPU for each of its processes, else gloo")
     p.add_argument("--log_every", type=int, default=0, help="rank 0 logs every N steps (0: per epoch only)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds a collective may wait for a peer")
+    p.add_argument("--min_step_seconds", type=float, default=0.0,
+                   help="each step lasts at least this long (a stand-in for a heavier model; default 0)")
     args = p.parse_args(argv)
     if args.total_epochs < 1 or args.save_every < 1:
         p.error("total_epochs and save_every must be at least 1")
@@ -173,7 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     trainer.log(f"{outcome} at step {trainer.step} (epoch {trainer.epoch}); this run trained {ran} steps "
                 f"from step {trainer.started_at_step} in {time.monotonic() - t0:.1f}s on {backend} x {trainer.world}")
     dist.destroy_process_group()
-    return 0
+    # a node of an elastic job left: this node's workers exit non-zero, so that its torchrun agent restarts them
+    # and they rendezvous again with the nodes that stay (torchrun --max-restarts counts these)
+    return REGROUP if outcome == "regroup" else 0
 
 
 if __name__ == "__main__":

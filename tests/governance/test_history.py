@@ -82,7 +82,7 @@ def _fair_share_preemption(alloc: str) -> list[str]:
                 submit(snap, name, team, acc, t=HALF)
     cycle(snap, HALF)
     for w in snap.running.values():
-        w.checkpoint = HALF + 10
+        w.checkpoint = HALF + 20
     submit(snap, "d-borrow", "d", 2, t=HALF + 10)
     ds = cycle(snap, HALF + 20)
     assert admitted(ds) == ["d-borrow"]

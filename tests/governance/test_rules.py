@@ -228,7 +228,7 @@ def test_fair_share_preemption_and_no_ping_pong():
     # waited nothing yet
     assert preempted(cycle(snap, 10)) == []
     for z in ("z0", "z1", "z2"):
-        snap.running[z].checkpoint = 15  # now each loses 5 s x 4 if stopped at t=20; a1 has waited 10 s x 4
+        snap.running[z].checkpoint = 19.95  # now each loses 0.05 s x 4 if stopped at t=20: < 1/100 of a1's 10 s x 4
     ds = cycle(snap, 20)
     assert admitted(ds) == ["a1"] and len(preempted(ds)) == 1
     assert [d.kind for d in ds if isinstance(d, Preempt)] == ["fair-share"]
@@ -251,7 +251,9 @@ def test_fair_share_spares_a_job_preempted_twice_and_costly_victims():
     assert preempted(ds) == []
     ds = cycle(snap, 230)  # by now a1 waited 220 s, z1 ran 230 s: still too costly ...
     assert preempted(ds) == []
-    snap.running["z1"].checkpoint = 200  # ... unless z1 checkpointed: it loses 30 s
+    snap.running["z1"].checkpoint = 200  # ... also when z1 checkpointed 30 s ago: more than 1/100 of a1's wait
+    assert preempted(cycle(snap, 230)) == []
+    snap.running["z1"].checkpoint = 228  # ... unless it loses at most 1/100 of it: 2 s x 4 <= 220 s x 4 / 100
     ds = cycle(snap, 230)
     assert preempted(ds) == ["z1"] and admitted(ds) == ["a1"]
 

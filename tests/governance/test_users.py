@@ -6,14 +6,16 @@
   9.3 RoundRobin: the next job comes from the user who runs the fewest accelerators (ties: the user served
       longest ago, then queue order);
   9.4 FirstComeFirstServe (default): the team's queue order, whoever submitted;
-  9.5 a capped job is no starving job: the starvation guard holds nothing for it.
+  9.5 a capped job is no starving job: the starvation guard holds nothing for it;
+  9.6 a job over its user's cap starts in place of that user's own lower-priority jobs (rule 7), never of
+      another user's, and in the same cycle as the cap is reached (nothing left for a later cycle to undo).
 """
 
 from __future__ import annotations
 
 import pytest
 
-from .helpers import admitted, cycle, make, submit, usage, waits
+from .helpers import admitted, cycle, make, preempted, submit, usage, waits
 
 
 @pytest.mark.parametrize("cap, ann_runs", [(None, 8), (4, 4), (6, 6), (8, 8)])
@@ -82,3 +84,38 @@ def test_9_5_capped_job_holds_no_capacity():
     assert admitted(ds) == ["bob0"]
     assert usage(snap, "a") == 8
     assert "per-user cap" in snap.pending["ann1"].reason
+
+
+@pytest.mark.parametrize("preempt, stops", [("LowerPriority", 1), ("Never", 0)])
+def test_9_6_capped_job_starts_in_place_of_its_users_lower_priority_job(preempt, stops):
+    snap = make(2, [{"name": "a", "quota": 8, "user_cap": 4, "preempt": preempt}], task_prioritization="TaskRanking")
+    for i in range(4):
+        submit(snap, f"ann{i}", "a", 1, t=1.0 + i, user="ann")
+        submit(snap, f"bob{i}", "a", 1, t=1.5 + i, user="bob")
+    assert len(admitted(cycle(snap, 10.0))) == 8
+    submit(snap, "ann-urgent", "a", 1, t=11.0, prio=90, user="ann")
+    ds = cycle(snap, 12.0)
+    victims = preempted(ds)
+    assert len(victims) == stops and all(v.startswith("ann") for v in victims)  # never one of bob's jobs
+    if stops:
+        assert admitted(ds) == ["ann-urgent"]
+        assert snap.teams["a"].user_acc == {"ann": 4, "bob": 4}
+    else:
+        assert waits(ds)["ann-urgent"].startswith("per-user cap: user ann runs 4 accelerators")
+    assert not preempted(cycle(snap, 12.5))  # stable: nothing left for the next cycle
+
+
+def test_9_6_a_freed_cap_is_used_in_the_cycle_that_frees_it():
+    # found by the property test: bob's urgent job stopped one of ann's, after which ann's urgent job, capped
+    # until then, preempted another of hers in the next cycle; now it does so at once
+    snap = make(1, [{"name": "a", "quota": 4, "user_cap": 4}], task_prioritization="TaskRanking")
+    for i in range(4):
+        submit(snap, f"ann{i}", "a", 1, t=1.0 + i, user="ann")
+    cycle(snap, 5.0)
+    submit(snap, "ann-urgent", "a", 1, t=6.0, prio=10, user="ann")
+    ds = cycle(snap, 6.0)
+    assert admitted(ds) == ["ann-urgent"] and len(preempted(ds)) == 1
+    submit(snap, "bob-urgent", "a", 1, t=7.0, prio=10, user="bob")
+    ds = cycle(snap, 7.0)
+    assert admitted(ds) == ["bob-urgent"] and len(preempted(ds)) == 1
+    assert not preempted(cycle(snap, 7.5))

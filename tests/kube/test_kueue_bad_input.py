@@ -83,3 +83,17 @@ def test_every_single_field_replaced_or_removed_is_read_or_refused_in_one_line(o
             except Exception as e:  # noqa: BLE001 - the point of the test
                 raise AssertionError(f"{path} = {value!r}: {type(e).__name__}: {e}") from e
     assert tried > 500 and refused > 100, (tried, refused)
+
+
+@pytest.mark.parametrize("path", [(2, "spec", "nodeLabels", "node.kubernetes.io/instance-type"),
+                                  (5, "spec", "cohortName")])
+def test_a_newline_in_a_quoted_string_is_shown_escaped(path: tuple):
+    # found by the property test above: a label value or a cohort name with a line break split the message
+    docs = copy.deepcopy(SEED)
+    parent: Any = docs
+    for p in path[:-1]:
+        parent = parent[p]
+    parent[path[-1]] = "bad\nname"
+    with pytest.raises(ImportError_) as e:
+        import_kueue(docs)
+    assert "\n" not in str(e.value) and "bad\\nname" in str(e.value)

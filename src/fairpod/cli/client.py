@@ -7,10 +7,10 @@ line; field names of the API are put in the words of the command's flags by the 
 
 from __future__ import annotations
 
+import _socket
 import json
 import os
 import re
-import socket
 import time
 from collections.abc import Iterator, Mapping
 
@@ -137,7 +137,7 @@ class Client:
         try:
             r = self._send(method, full, data, headers or {}, self.timeout)
             raw = r.read()
-        except (ConnectionRefusedError, socket.gaierror) as e:
+        except (ConnectionRefusedError, _socket.gaierror) as e:
             self.close()
             raise self.unreachable(e) from None
         except (OSError, ValueError) as e:  # TransportError, timeouts, resets; a bad chunk size
@@ -184,7 +184,7 @@ class Client:
             if r.status >= 400:
                 raise self.error(r.status, r.read())
             yield from r.iter_bytes()
-        except (ConnectionRefusedError, socket.gaierror) as e:
+        except (ConnectionRefusedError, _socket.gaierror) as e:
             raise self.unreachable(e) from None
         except (OSError, ValueError) as e:
             raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None

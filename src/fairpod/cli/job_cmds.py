@@ -42,6 +42,7 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "preferred_topology": "--preferred-topology",
              "accelerator_partition_type": "--accelerator-partition-type",
              "accelerator_partition_count": "--accelerator-partition-count",
+             "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
              "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
@@ -151,6 +152,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="priority class (see 'fairpod policy show'); HyperPod's <class>-priority works too")
     p.add_argument("--instance-type", help="instance type (default: the cluster's only one)")
     p.add_argument("--node-count", type=whole(1, 10_000), help="replicas, one per node (default 1)")
+    p.add_argument("--min-nodes", type=whole(1, 10_000), metavar="N",
+                   help="elastic: start with N replicas when only N fit (default --node-count; needs --max-nodes)")
+    p.add_argument("--max-nodes", type=whole(1, 10_000), metavar="M",
+                   help="elastic: grow into idle capacity up to M replicas; when capacity is reclaimed the replicas "
+                   "above N get SIGTERM and go instead of the whole job (FAIRPOD_MIN_NODES, FAIRPOD_MAX_NODES, "
+                   "FAIRPOD_NODES; e.g. torchrun --nnodes $FAIRPOD_MIN_NODES:$FAIRPOD_MAX_NODES --rdzv-backend c10d)")
     p.add_argument("--accelerators", type=whole(0, 1024, ": a replica gets whole accelerators"),
                    help="whole accelerators per node (default: the whole node)")
     p.add_argument("--auto-resume", nargs="?", const=True, type=boolean, metavar="true|false",
@@ -285,7 +292,8 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
              "max_runtime_seconds": a.max_runtime, "hang_timeout_seconds": a.hang_timeout,
              "hang_action": a.hang_action, "required_topology": a.required_topology,
              "preferred_topology": a.preferred_topology, "accelerator_partition_type": a.accelerator_partition_type,
-             "accelerator_partition_count": a.accelerator_partition_count}
+             "accelerator_partition_count": a.accelerator_partition_count, "min_nodes": a.min_nodes,
+             "max_nodes": a.max_nodes}
     body.update({k: v for k, v in flags.items() if v is not None})
     if a.env:
         body["env"] = {**(body.get("env") or {}), **_kv(a.env)}
@@ -333,7 +341,8 @@ def start_job(a: argparse.Namespace) -> int:
 
 
 def _nodes_acc(j: dict[str, Any]) -> str:
-    return f"{j['nodes']}x{j['accelerators_per_node']}"
+    elastic = f" ({j['min_nodes']}-{j['max_nodes']})" if j.get("max_nodes") else ""
+    return f"{j['nodes']}x{j['accelerators_per_node']}{elastic}"
 
 
 def group_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -428,7 +437,8 @@ def get_job(a: argparse.Namespace) -> int:
               ("Queue position", j["queue_position"]),
               ("Estimated start", estimate_text(j["estimated_start"]) if j["state"] == "Pending" else None),
               ("Instance type", j["instance_type"]),
-              ("Nodes", f"{j['nodes']} x {j['accelerators_per_node']} accelerators"),
+              ("Nodes", f"{j['nodes']} x {j['accelerators_per_node']} accelerators" + (
+                  f" (elastic: {j['min_nodes']} to {j['max_nodes']})" if j.get("max_nodes") else "")),
               ("Placement", ", ".join(j["placement"]) or "-"),
               ("Topology", topology_text(j.get("topology"))),
               ("Borrowed from", borrowed_text(j, per)),

@@ -60,6 +60,33 @@ class Parser(argparse.ArgumentParser):
         print(f"{self.prog}: error: {m}; see '{self.prog} --help'", file=sys.stderr)
         sys.exit(2)
 
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        # argparse makes a formatter for every add_argument; without a width each one imports shutil (with bz2,
+        # lzma, fnmatch) to ask the terminal's: a few milliseconds of every command, for help that is not shown.
+        return self.formatter_class(prog=self.prog, width=_help_width())
+
+
+_WIDTH: list[int] = []
+
+
+def _help_width() -> int:
+    """What argparse would use: shutil.get_terminal_size()'s columns (COLUMNS, else the terminal of stdout, else
+    80) less 2; worked out once per process."""
+    if not _WIDTH:
+        import os
+
+        try:
+            columns = int(os.environ.get("COLUMNS", "0"))
+        except ValueError:
+            columns = 0
+        if columns <= 0:
+            try:
+                columns = os.get_terminal_size(sys.__stdout__.fileno()).columns if sys.__stdout__ else 0
+            except (AttributeError, ValueError, OSError):
+                columns = 0
+        _WIDTH.append((columns or 80) - 2)
+    return _WIDTH[0]
+
 
 class _Skip:
     """Stands in for the parser of a command that is not being run: takes every call and builds nothing, so a

@@ -13,7 +13,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "simulate",
         help="replay a job trace on a cluster spec and report utilization, waits and fairness",
         description="Replay a job trace (CSV: submit_time, team, duration, accelerators, and optionally nodes, "
-        "instance_type, priority, name, checkpoint_interval, min_runtime, required_topology, preferred_topology; "
+        "instance_type, priority, name, checkpoint_interval, min_runtime, required_topology, preferred_topology, user, "
+        "min_nodes (an elastic job: min_nodes..nodes replicas; the report counts its shrinks and grows); "
         "or a directory of ITP files "
         "job_id,submission_time,duration,num_gpu, one team per file) through the governance engine on a "
         "virtual clock, and write a JSON report.",

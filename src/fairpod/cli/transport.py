@@ -1,10 +1,11 @@
 """HTTP/1.1 over a plain socket, for the CLI: the few requests a command makes, keep-alive, Content-Length and
 chunked bodies, streamed when asked. ``http.client`` would cost more to import (it pulls in ``email`` and
-``ssl``) than a command takes to run; https URLs still go through it (imported only then)."""
+``ssl``) than a command takes to run; https URLs still go through it (imported only then). The socket is the
+``_socket`` module's own: ``socket`` would add ``selectors`` and ``array`` to every command's start."""
 
 from __future__ import annotations
 
-import socket
+import _socket
 from collections.abc import Iterator, Mapping
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
@@ -13,7 +14,7 @@ if TYPE_CHECKING:
 
 _UNRESERVED = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 MAX_HEAD = 64 * 1024
-_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux: no delayed ACK (else 40 ms per answer)
+_QUICKACK = getattr(_socket, "TCP_QUICKACK", None)  # Linux: no delayed ACK (else 40 ms per answer)
 
 
 class TransportError(OSError):
@@ -90,19 +91,35 @@ class Response:
         return b"".join(self.iter_bytes())
 
 
+def connect(host: str, port: int, timeout: float | None) -> _socket.socket:
+    """What ``socket.create_connection`` does: each address of ``host`` in turn, the first that answers."""
+    error: OSError | None = None
+    name = host.encode() if host.isascii() else host  # a str host costs an import of the idna codec
+    for family, kind, proto, _name, addr in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(addr)
+            return sock
+        except OSError as e:
+            sock.close()
+            error = e
+    raise error if error is not None else OSError(f"no address for {host}")
+
+
 class Connection:
     """One keep-alive connection to host:port."""
 
     def __init__(self, host: str, port: int, timeout: float | None) -> None:
         self.host, self.port, self.timeout = host, port, timeout
-        self.sock: socket.socket | None = None
+        self.sock: _socket.socket | None = None
         self.buf = b""
         self.reusable = True
 
-    def _open(self) -> socket.socket:
+    def _open(self) -> _socket.socket:
         if self.sock is None:
-            self.sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
-            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sock = connect(self.host, self.port, self.timeout)
+            self.sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             self.buf, self.reusable = b"", True
         return self.sock
 
@@ -114,7 +131,7 @@ class Connection:
     def _fill(self) -> bool:
         assert self.sock is not None
         if _QUICKACK is not None:  # ack at once: a server that writes head and body apart (Nagle) waits for it
-            self.sock.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
+            self.sock.setsockopt(_socket.IPPROTO_TCP, _QUICKACK, 1)
         data = self.sock.recv(65536)
         self.buf += data
         return bool(data)

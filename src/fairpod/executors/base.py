@@ -39,10 +39,11 @@ class JobLaunch:
     workdir: str | None = None  # None: the control plane's working directory
     grace_seconds: float = 30.0  # SIGTERM to SIGKILL on stop
     run_as: str | None = None  # OS user the replicas run as (None: fairpod's own; see executors.isolation)
+    world: int = 0  # replicas of the attempt in all, when ``replicas`` are only some of them (an elastic job grows)
 
     @property
     def world_size(self) -> int:
-        return len(self.replicas)
+        return self.world or len(self.replicas)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,8 +98,8 @@ class Executor(Protocol):
     plane's store has committed them, marks them as reported for good. ``poll()`` (``ack=True``) does both.
 
     What some executors can do beyond this is declared by the capability protocols below (:class:`Notifying`,
-    :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Discarding`); :func:`capability` finds
-    one.
+    :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Resizing`, :class:`Discarding`);
+    :func:`capability` finds one.
     """
 
     name: str
@@ -170,6 +171,20 @@ class NodeRunner(Protocol):
     """Runs a function on one of its nodes (health checks on the node itself)."""
 
     def run_on_node(self, node: str, fn: Callable[..., T], *args: Any, timeout: float) -> T: ...
+
+
+@runtime_checkable
+class Resizing(Protocol):
+    """Grows and shrinks a live attempt (elastic jobs): starts more replicas of it, stops some of its replicas."""
+
+    def add_replicas(self, job: JobLaunch) -> None:
+        """Start ``job.replicas`` (new ranks) beside the live replicas of attempt ``job.attempt``, with the same
+        rendezvous address (MASTER_ADDR/MASTER_PORT); raises :class:`ExecutorError`."""
+        ...
+
+    def stop_replicas(self, job: str, attempt: int, ranks: Sequence[int], grace_seconds: float) -> None:
+        """Begin a graceful stop of those ranks only (SIGTERM, SIGKILL after the grace); the others keep running."""
+        ...
 
 
 @runtime_checkable

@@ -307,9 +307,11 @@ class LocalExecutor:
             raise ExecutorError(f"cannot start job {job.job}: {e}") from None
 
     @_serialized
-    def stop(self, job: str, attempt: int, grace_seconds: float) -> None:
+    def stop(self, job: str, attempt: int, grace_seconds: float, ranks: set[int] | None = None) -> None:
         for run in list(self._open.values()):
             if run.job != job or run.attempt != attempt or (run.dir / state.STATUS).exists():
+                continue
+            if ranks is not None and run.rank not in ranks:
                 continue
             # stop.json first, then the PID file: either we see the supervisor or it sees the request
             request = {"grace_seconds": max(0.0, grace_seconds), "requested_at": time.time()}
@@ -317,6 +319,29 @@ class LocalExecutor:
             sup = state.read_pid(run.dir / state.SUPERVISOR_PID)
             if sup is not None and procs.alive(*sup):
                 procs.signal_all([sup[0]], signal.SIGTERM)
+
+    @_serialized
+    def add_replicas(self, job: JobLaunch) -> None:
+        """An elastic job grows: start the new ranks ``job.replicas`` of its live attempt on the attempt's port."""
+        if not state.NAME_RE.fullmatch(job.job) or not job.command or not job.replicas:
+            raise ExecutorError(f"job {job.job}: nothing to add")
+        live = [r for r in list(self._open.values()) if r.job == job.job and r.attempt == job.attempt
+                and self._alive(r)]
+        if not live:
+            raise ExecutorError(f"job {job.job} attempt {job.attempt} has no live replica to grow beside")
+        if {r.rank for r in live} & {r.rank for r in job.replicas}:
+            raise ExecutorError(f"job {job.job}: ranks {sorted(r.rank for r in job.replicas)} overlap live ones")
+        port = min(r.port for r in live)
+        try:
+            for rep in job.replicas:
+                self._spawn(job, rep.rank, self._spec(job, rep.rank, port))
+        except OSError as e:
+            self.stop(job.job, job.attempt, 0.0, {r.rank for r in job.replicas})
+            raise ExecutorError(f"cannot grow job {job.job}: {e}") from None
+
+    def stop_replicas(self, job: str, attempt: int, ranks: Sequence[int], grace_seconds: float) -> None:
+        """An elastic job shrinks: SIGTERM (SIGKILL after the grace) to those ranks of the attempt only."""
+        self.stop(job, attempt, grace_seconds, set(ranks))
 
     @_serialized
     def poll(self, *, ack: bool = True) -> list[ReplicaExit]:

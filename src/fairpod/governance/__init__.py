@@ -10,11 +10,13 @@
 - ``placement``  — gang placement, best fit (rule 1)
 - ``ordering``   — the order of preemption victims (rules 3, 7)
 - ``preemption`` — picking victims: reclaim, priority, fair share (rules 3, 4, 5, 7)
+- ``elastic``    — elastic jobs: admission at N..M replicas, growth, shrink before preemption (rule 11)
 - ``scheduler``  — one cycle over a snapshot (rules 4, 6, 8)
 """
 
-from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, net_changes
+from fairpod.governance.decisions import Admit, Decision, Grow, Preempt, Shrink, Wait, net_changes
 from fairpod.governance.scheduler import schedule
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
 
-__all__ = ["Admit", "Decision", "Node", "Preempt", "Snapshot", "Team", "Wait", "Workload", "net_changes", "schedule"]
+__all__ = ["Admit", "Decision", "Grow", "Node", "Preempt", "Shrink", "Snapshot", "Team", "Wait", "Workload", "net_changes",
+           "schedule"]

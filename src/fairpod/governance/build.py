@@ -24,6 +24,7 @@ def empty_snapshot(spec: ClusterSpec, now: float = 0.0) -> Snapshot:
         if p.idle_compute_allocation == IdleComputeAllocation.FAIR_SHARE_HISTORY else None,
         idle_sharing=p.idle_resource_sharing == Toggle.ENABLED,
         starvation_guard=p.starvation_guard_seconds,
+        borrow_limit_while_others_wait=p.borrow_limit_applies == "WhileOthersWait",
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),
     )

@@ -2,12 +2,14 @@
 
 Among the candidates of one preemption, a job is picked before another when, in this order:
   1. it belongs to another team that is borrowing (borrowed work goes before the team's own jobs);
-  2. its team's fair share is higher (only when competing for idle capacity under FairShare);
-  3. its priority is lower (a team past 80 % of its budget counts as the lowest, rule 10);
-  4. it loses less work: less time since its last reported checkpoint (or since its start);
-  5. it started more recently;
-  6. it was submitted later;
-  7. its id sorts first (so the choice is deterministic).
+  2. it was preempted fewer than ``PROTECTED_AFTER`` times (a job preempted that often goes after every other
+     candidate: its team's other borrowed jobs go first);
+  3. its team's fair share is higher (only when competing for idle capacity under FairShare);
+  4. its priority is lower (a team past 80 % of its budget counts as the lowest, rule 10);
+  5. it loses less work: less time since its last reported checkpoint (or since its start);
+  6. it started more recently;
+  7. it was submitted later;
+  8. its id sorts first (so the choice is deterministic).
 Each rule is one element of the sort key below, in the same order.
 """
 
@@ -16,6 +18,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fairpod.governance.snapshot import Workload
+
+# A job preempted this often is protected (rule 2 above; the scheduler no longer lets it borrow when it fits its
+# team's quota, so it is not reclaimed again).
+PROTECTED_AFTER = 3
 
 
 def victim_key(
@@ -27,12 +33,13 @@ def victim_key(
     def key(v: Workload) -> tuple:
         return (
             v.team == preemptor_team,  # 1
-            -team_share(v.team),  # 2
-            priority(v) if priority is not None else v.priority,  # 3
-            v.lost_work(now),  # 4
-            -(v.started or 0.0),  # 5
-            -v.seq,  # 6
-            v.id,  # 7
+            v.preemptions >= PROTECTED_AFTER,  # 2
+            -team_share(v.team),  # 3
+            priority(v) if priority is not None else v.priority,  # 4
+            v.lost_work(now),  # 5
+            -(v.started or 0.0),  # 6
+            -v.seq,  # 7
+            v.id,  # 8
         )
 
     return key

@@ -4,32 +4,55 @@ Candidates, by the situation of the pending job J of team T on instance type I:
 - reclaim: J fits within T's quota, so T is entitled to it; jobs of other teams that are borrowing on I;
 - fair share: J must borrow and the policy is FairShare; jobs of other borrowing teams, each only if T's
   share after admitting J stays at or below that team's share after losing the candidate, the candidate was
-  preempted fewer than twice, and it loses no more accelerator-seconds than J has waited;
-- priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority).
+  preempted fewer than twice, and it loses at most 1/``FAIR_SHARE_WORK_RATIO`` of the accelerator-seconds J has
+  waited;
+- priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority);
+  with a per-user cap (rule 9) J fits only once its user is within the cap, so a job over its user's cap
+  starts only in place of enough of that user's own lower-priority jobs.
 Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
 ``ordering.victim_key`` until J fits; then every victim that is not needed is given back (no more than needed).
 """
 
 from __future__ import annotations
 
-from fairpod.governance import budget, fairshare, quota, topology
+from fairpod.governance import budget, fairshare, quota, topology, users
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Node, Snapshot, Workload
 
 # A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
 FAIR_SHARE_MAX_PREEMPTIONS = 2
+# Fair share stops a job only if the work it loses (accelerator-seconds) is at most this fraction of what the
+# preemptor has waited: only jobs that have just started (or just checkpointed) are taken.
+FAIR_SHARE_WORK_RATIO = 100
 
 
-def _fair_share_victim(v: Workload, w: Workload, now: float) -> bool:
-    """May ``v`` be stopped for fair share so that ``w`` starts? Not if it was preempted twice already, nor if
-    it would lose more accelerator-seconds of work than ``w`` has waited (accelerators x seconds): fair share
-    evens out waiting, it must not destroy more than it saves. This is what keeps a requeued job, which has
-    lost the least work, from being picked again and again."""
+def _fair_share_victim(v: Workload, waited_acc: float, now: float) -> bool:
+    """May ``v`` be stopped for fair share so that a job that has waited ``waited_acc`` (seconds x its
+    accelerators) starts? Not if it was preempted twice already, nor if it would lose more than
+    1/``FAIR_SHARE_WORK_RATIO`` of that: fair share evens out waiting among borrowers, it must not destroy work
+    to do so (a victim without checkpoints loses its whole run, and that lost work is what the cluster pays).
+    This also keeps a requeued job, which has lost the least work, from being picked again and again."""
     if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS:
         return False
-    waited = now - (w.enqueued if w.enqueued is not None else w.submit)
-    return v.lost_work(now) * v.total.acc <= waited * w.total.acc
+    return v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc
+
+
+def _since(v: Workload) -> float:
+    """Since when a running job's work would be lost: its last checkpoint, or its start."""
+    s = v.started or 0.0
+    return s if v.checkpoint is None or v.checkpoint < s else v.checkpoint
+
+
+def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]) -> list[Workload]:
+    """A team's running jobs on ``itype``: those without accelerators first, then the one that would lose least
+    work first; computed once per cycle and usage of the team (checkpoints change only between cycles)."""
+    key = ("recent", itype, team, snap.teams[team].version, snap.cycle)
+    got = snap.memo.get(key)
+    if got is None:
+        got = snap.memo[key] = sorted(  # type: ignore[assignment]
+            running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
+    return got  # type: ignore[return-value]
 
 
 def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
@@ -41,7 +64,7 @@ def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
 
 def _fits(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | None) -> list[str] | None:
     ok, _, _ = quota.team_check(snap, w)
-    if not ok or not quota.pool_ok(snap, w, holder):
+    if not ok or not quota.pool_ok(snap, w, holder) or users.over_cap(snap.teams[w.team], w):
         return None
     return place(snap, w, reserved)
 
@@ -74,6 +97,53 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
             if not one and len(fit) >= w.n:
                 return True
     return one and lv is not None and topology.largest(fit, lv[0])[1] >= w.n
+
+
+def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, fitting: set[str],
+             reserved: dict[str, str]) -> bool:
+    """A dry run of ``plan``'s victim loop on the side (usage and freed capacity tracked here, ``snap`` not
+    touched): taking the candidates in order and skipping those the loop skips, would enough nodes ever have
+    room for a replica of ``w``? If not, the loop would stop no victim for good, so the plan fails at once."""
+    it = w.itype
+    team = snap.teams[w.team]
+    wt = w.total
+    a, c, m = w.req
+    gone: dict[str, tuple[int, int, int]] = {}  # usage taken from each team so far
+    freed: dict[str, list[int]] = {}
+    room = set(fitting)
+    mine, mine_at = 0.0, None  # our share after admission, for the own jobs taken so far
+    for v in cands:
+        vt = v.total
+        g = gone.get(v.team, (0, 0, 0))
+        if v.team != w.team:
+            t = snap.teams[v.team]
+            q, u = t.q(it), t.u(it)
+            if u[0] - g[0] <= q[0] and u[1] - g[1] <= q[1] and u[2] - g[2] <= q[2]:
+                continue  # that team gave back all it borrowed already
+            if not within:
+                own = gone.get(w.team, (0, 0, 0))
+                if own != mine_at:
+                    mine, mine_at = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2])), own
+                theirs = fairshare.share(snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]))
+                if not fairshare.may_preempt(mine, theirs):
+                    continue
+        gone[v.team] = (g[0] + vt[0], g[1] + vt[1], g[2] + vt[2])
+        r = v.req
+        for name in v.nodes or ():
+            if name in room:
+                continue
+            f = freed.setdefault(name, [0, 0, 0])
+            f[0] += r.acc
+            f[1] += r.mcpu
+            f[2] += r.mib
+            nd = snap.nodes.get(name)
+            if (nd is not None and nd.schedulable and (nd.health_passed or not w.passed_only)
+                    and (not reserved or reserved.get(name, w.id) == w.id)
+                    and nd.free[0] + f[0] >= a and nd.free[1] + f[1] >= c and nd.free[2] + f[2] >= m):
+                room.add(name)
+        if len(room) >= w.n:
+            return True
+    return False
 
 
 def plan(
@@ -113,8 +183,15 @@ def plan(
         blocked.update(nd.name for nd in snap.by_type.get(w.itype, ()) if not nd.health_passed)
     cands: list[Workload] = []
     teams = ([w.team] if own else []) + sorted(borrowers)
+    waited_acc = (now - (w.enqueued if w.enqueued is not None else w.submit)) * w.total.acc
     for name in teams:
-        for v in snap.running_by.get((w.itype, name), {}).values():
+        fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
+        running = snap.running_by.get((w.itype, name), {})
+        for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
+            if fair and not _fair_share_victim(v, waited_acc, now):
+                if v.total.acc > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
+                    break  # it would lose too much, and so would every job after it
+                continue
             if v.min_runtime and v.started is not None and now - v.started < v.min_runtime:
                 continue
             if blocked and all(n in blocked for n in v.nodes or ()):
@@ -122,7 +199,7 @@ def plan(
             if v.team == w.team:
                 if v.priority < w.priority:
                     cands.append(v)
-            elif within or _fair_share_victim(v, w, now):
+            else:
                 cands.append(v)
     if not cands or not _could_fit(snap, w, cands, reserved):
         return None
@@ -148,6 +225,8 @@ def plan(
                 and nd.free[0] >= a and nd.free[1] >= c and nd.free[2] >= m)
 
     fitting = {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)}
+    if not _reaches(snap, w, cands, within, fitting, reserved):
+        return None  # the loop below would never have enough nodes to ask placement
     for v in cands:
         if v.team == w.team:
             kind = "priority"

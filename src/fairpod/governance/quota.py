@@ -52,7 +52,7 @@ def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
             f"{t.acc} more and the team's sharing strategy ({why}) does not borrow"
         )
     cap = borrow_cap(team, w.itype)
-    if u[0] + t[0] > cap[0] or u[1] + t[1] > cap[1] or u[2] + t[2] > cap[2]:
+    if (u[0] + t[0] > cap[0] or u[1] + t[1] > cap[1] or u[2] + t[2] > cap[2]) and not _limit_lifted(snap, w):
         if q[0] == 0 and q[1] == 0:
             return False, False, f"over quota: team {team.name} has no quota on {w.itype}, so it cannot borrow any"
         ab = team.borrow_abs.get(w.itype)
@@ -66,6 +66,34 @@ def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
             f"and quota {q[0]} + {team.borrow_limit}% allows {cap[0]}"
         )
     return True, False, ""
+
+
+def _limit_lifted(snap: Snapshot, w: Workload) -> bool:
+    """``borrow_limit_applies: WhileOthersWait``: does no other team wait with a job on ``w``'s instance type that
+    it may run now (within its quota or its own borrow limit) and could ever run? Then ``w``'s team may borrow
+    past its limit. A team without quota there borrows nothing either way, and a job larger than the limit on
+    its own never runs (as with ``Always``)."""
+    if not snap.borrow_limit_while_others_wait:
+        return False
+    team = snap.teams[w.team]
+    q = team.q(w.itype)
+    if q[0] == 0 and q[1] == 0:
+        return False
+    cap, t = borrow_cap(team, w.itype), w.total
+    if t[0] > cap[0] or t[1] > cap[1] or t[2] > cap[2]:
+        return False
+    for other in snap.teams.values():
+        if other is team or not other.queue:
+            continue
+        for j in other.queue.heads():
+            if j.itype != w.itype:
+                continue
+            t = j.total
+            if (within_quota(other, j.itype, t) or other.borrows and all(
+                    a + b <= c for a, b, c in zip(other.u(j.itype), t, borrow_cap(other, j.itype), strict=True))
+                    ) and ever_fits_quota(snap, j):
+                return False
+    return True
 
 
 def _contrib(team: Team, itype: str, q: tuple, u0: int, u1: int, u2: int) -> tuple[int, int, int, int, int, int]:

@@ -31,8 +31,9 @@ from __future__ import annotations
 import heapq
 import math
 
-from fairpod.governance import budget, fairshare, history, preemption, quota, topology, users
+from fairpod.governance import budget, elastic, fairshare, history, preemption, quota, topology, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
+from fairpod.governance.ordering import PROTECTED_AFTER
 from fairpod.governance.placement import never_fits, place, why_not
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
 
@@ -64,6 +65,23 @@ def _entitled(team: Team, w: Workload) -> bool:
     q = team.q(w.itype)
     t = w.total
     return t[0] <= q[0] and t[1] <= q[1] and t[2] <= q[2]
+
+
+def _protected(team: Team, w: Workload) -> bool:
+    """Rule 7: a job preempted ``PROTECTED_AFTER`` times that fits its team's quota runs only within it (so
+    reclaim, which takes only borrowed work, does not take it again); one that needs more than the quota may
+    still borrow, and goes last among the victims (``ordering``)."""
+    return w.preemptions >= PROTECTED_AFTER and _entitled(team, w)
+
+
+def _within_or_undo(snap: Snapshot, w: Workload, plan: tuple[list[tuple[Workload, str]], list[str]],
+                    ) -> tuple[list[tuple[Workload, str]], list[str]] | None:
+    """Keep a preemption plan for a protected job only if the job then runs within its team's quota."""
+    if quota.within_quota(snap.teams[w.team], w.itype, w.total):
+        return plan
+    for v, _ in plan[0]:
+        snap.assign(v, v.nodes or [])
+    return None
 
 
 class _Cycle:
@@ -102,6 +120,9 @@ class _Cycle:
             self.victims.append((v, p))  # back in its queue at the end of the cycle, not offered again in it
             after.append(v.id)
         snap.start(w, nodes, snap.now)
+        if w.max_n:
+            elastic.add_replicas(self, w, borrow=False)  # the largest size that fits within quota now
+            nodes = list(w.nodes or nodes)
         self.started[w.id] = w.enqueued
         team = snap.teams[w.team]
         if within or need <= 0:
@@ -149,15 +170,14 @@ class _Cycle:
         snap = self.snap
         capped = users.over_cap(snap.teams[w.team], w)
         if capped:
-            self.wait(w, capped)
-            return False
+            return self.start_in_place_of_own(w, capped)
         if not self.team_may_start(w):
             h = self.strict[w.team]
             self.wait(w, f"waiting behind job {h.id} of team {w.team}, which has waited longest and has "
                          "capacity held for it")
             return False
         holder = w.id if w.id in self.holders else None
-        ok, within, why = quota.team_check(snap, w)
+        ok, within, why = self.team_check(w)
         reserved = self.reserved_for(w, within)
         if holder is None and self.borrow_until is not None and self.ends_before(w, self.borrow_until):
             holder = w.id  # ends before a held borrower could start: may use what is held for it
@@ -169,7 +189,11 @@ class _Cycle:
                 return True
         else:
             pool_ok = True
+        if snap.elastic and elastic.shrink_to_fit(self, w, within, reserved, holder, ok):
+            return True  # replicas above elastic jobs' minimum go before any job is stopped whole
         plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
+        if plan is not None and not ok and _protected(snap.teams[w.team], w):
+            plan = _within_or_undo(snap, w, plan)  # its own lower-priority jobs, only to run within quota
         if plan is not None:
             victims, nodes = plan
             self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
@@ -189,22 +213,48 @@ class _Cycle:
             self.wait(w, why_not(snap, w))
         return False
 
+    def start_in_place_of_own(self, w: Workload, capped: str) -> bool:
+        """Rule 9.6: a job over its user's cap starts only in place of lower-priority jobs of its team (as rule 7
+        allows) that free enough of its user's accelerators; else it waits with the cap as its reason."""
+        team = self.snap.teams[w.team]
+        if users.may_displace_own(self.snap, team, w) and self.team_may_start(w):
+            ok, within, _ = self.team_check(w)
+            holder = w.id if w.id in self.holders else None
+            plan = preemption.plan(self.snap, w, within, self.reserved_for(w, within), holder, cross_team=False)
+            if plan is not None and not ok and _protected(team, w):
+                plan = _within_or_undo(self.snap, w, plan)
+            if plan is not None:
+                victims, nodes = plan
+                self.admit(w, nodes, quota.within_quota(team, w.itype, w.total), victims)
+                return True
+        self.wait(w, capped)
+        return False
+
+    def team_check(self, w: Workload) -> tuple[bool, bool, str]:
+        """``quota.team_check``, except that a protected job (rule 7) does not borrow."""
+        ok, within, why = quota.team_check(self.snap, w)
+        if ok and not within and _protected(self.snap.teams[w.team], w):
+            return False, False, (
+                f"waiting for room within team {w.team}'s quota: preempted {w.preemptions} times, the job no "
+                "longer runs on borrowed capacity (so it is not reclaimed again)")
+        return ok, within, why
+
     def hold(self, w: Workload) -> None:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
         snap = self.snap
         self.holders.add(w.id)
         self.until[w.id] = self.quota_ready_at(w)
-        ok, within, _ = quota.team_check(snap, w)
+        ok, within, _ = self.team_check(w)
         if not ok:
             return
         a, c, m = w.req
         taken = self.reserved.keys() | self.held_for_borrower.keys()
-        near = (  # the nodes closest to having room for a replica
-            (max(0, a - f[0]), max(0, c - f[1]), max(0, m - f[2]), nd.name)
+        near = [  # the nodes closest to having room for a replica
+            (a - f[0] if f[0] < a else 0, c - f[1] if f[1] < c else 0, m - f[2] if f[2] < m else 0, nd.name)
             for nd in snap.by_type.get(w.itype, ())
             if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
             for f in (nd.free,)
-        )
+        ]
         if w.topology_required and snap.levels:
             free = topology.hold(snap, w, sorted(near))  # all in one domain of its required level
         else:
@@ -277,7 +327,7 @@ class _Cycle:
         while True:
             h = team.queue.head(skip, users.order(team))
             if h is None or (self.never_fits(h) is None and quota.ever_fits_quota(self.snap, h)
-                             and not users.over_cap(team, h)
+                             and (not users.over_cap(team, h) or users.may_displace_own(self.snap, team, h))
                              and not (team.budget and budget.blocks(
                                  team, h, not quota.within_quota(team, h.itype, h.total)))):
                 return h
@@ -300,6 +350,7 @@ class _Cycle:
         snap = self.snap
         if len(snap.memo) > 4 * len(snap.teams) + 1024:
             snap.memo.clear()  # entries of old versions
+        snap.cycle += 1
         for p in snap.pools.values():
             p.reserved_borrow = [0, 0, 0]
         history.advance(snap)
@@ -320,6 +371,7 @@ class _Cycle:
         teams = [t for t in snap.teams.values() if t.queue]
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
+        elastic.grow(self)
         for v, p in self.victims:
             snap.requeue(v, snap.now)
             if v.id in self.started:  # admitted and taken back in this cycle: it never ran, its wait goes on

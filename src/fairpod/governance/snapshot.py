@@ -53,6 +53,11 @@ class Workload:
     preemptions: int = 0  # how often it was preempted so far
     expected: float | None = None  # seconds it is expected to run from its (next) start; None: unknown
     user: str = ""  # who submitted it (per-user limits of its team)
+    # elastic (``governance.elastic``): between min_n and max_n replicas; n is the current count (min_n while
+    # pending); max_n 0: not elastic
+    min_n: int = 0
+    max_n: int = 0
+    resized: float | None = None  # when it last shrank (no growth again for a while: no grow/shrink cycles)
     # while running
     nodes: list[str] | None = None
     started: float | None = None
@@ -68,9 +73,22 @@ class Workload:
     def __post_init__(self) -> None:
         r = self.req
         self.total = Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
-        self.shape = (self.itype, self.n, self.req, self.passed_only)
+        if self.max_n:
+            self.min_n = self.min_n or self.n
+            if not 1 <= self.min_n <= self.n <= self.max_n:
+                raise ValueError(f"job {self.id!r}: elastic replicas must be 1 <= min {self.min_n} <= "
+                                 f"{self.n} <= max {self.max_n}")
+        self.shape = (self.itype, self.min_n if self.max_n else self.n, self.req, self.passed_only)
+        if self.max_n:
+            self.shape += (("elastic", self.max_n),)
         if self.topology is not None:
             self.shape += (self.topology, self.topology_required)
+
+    def set_n(self, n: int) -> None:
+        """Change the replica count of an elastic job (its shape, the key of its queue, stays)."""
+        r = self.req
+        self.n = n
+        self.total = Res(r.acc * n, r.mcpu * n, r.mib * n)
 
     def ends_by(self) -> float:
         """When a running job is expected to end (inf when unknown)."""
@@ -195,6 +213,13 @@ class PendingQueue:
                 best = top
         return self.live[best[-1]] if best else None
 
+    def heads(self) -> Iterator[Workload]:
+        """The first job of each shape."""
+        for shape in list(self.heaps):
+            top = self._top(shape)
+            if top is not None:
+                yield self.live[top[1]]
+
     def pop(self, w: Workload) -> None:
         self.live.pop(w.id, None)
         self._top(w.shape)  # drop it from its heap if on top
@@ -233,6 +258,7 @@ class Snapshot:
         now: float = 0.0,
         topology_levels: tuple[str, ...] = (),
         history_half_life: float | None = None,
+        borrow_limit_while_others_wait: bool = False,
     ) -> None:
         self.levels = tuple(topology_levels)  # the topology's levels, outermost first (e.g. block, rack)
         self.task_ranking = task_ranking
@@ -244,6 +270,7 @@ class Snapshot:
         self.history_rate: dict[str, dict[str, float]] = {}
         self.idle_sharing = idle_sharing
         self.starvation_guard = starvation_guard
+        self.borrow_limit_while_others_wait = borrow_limit_while_others_wait  # rule 3: limits bind only then
         self.now = now
         self.nodes: dict[str, Node] = {}
         self.by_type: dict[str, list[Node]] = {}
@@ -257,10 +284,13 @@ class Snapshot:
         self.running: dict[str, Workload] = {}
         self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
         self.pending: dict[str, Workload] = {}
+        self.elastic: dict[str, Workload] = {}  # running elastic jobs (``governance.elastic``)
+        self.elastic_holdoff = 60.0  # seconds after a shrink in which an elastic job does not grow again
         self._seq = 0
         self._starts = 0  # jobs started, for the round-robin turns of users
         self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
         self.memo: dict[tuple, float] = {}  # the engine's cache of derived values, keyed with their versions
+        self.cycle = 0  # scheduling cycles run on it (caches valid for one cycle are keyed with it)
 
     # -- building ------------------------------------------------------------------------------
     def pool(self, itype: str) -> Pool:
@@ -375,6 +405,8 @@ class Snapshot:
             self._seq = max(self._seq, w.seq)
         if w.enqueued is None:
             w.enqueued = w.submit
+        if w.max_n and w.n != w.min_n:
+            w.set_n(w.min_n)
         if self.teams[w.team].per_user and w.shape[-1] != ("user", w.user):
             w.shape = (*w.shape, ("user", w.user))  # one user's jobs fail or fit apart from another's (per-user cap)
         self.pending[w.id] = w
@@ -408,6 +440,8 @@ class Snapshot:
         if by is None:
             by = self.running_by[(w.itype, w.team)] = {}
         by[w.id] = w
+        if w.max_n:
+            self.elastic[w.id] = w
         self._use(w, 1)
 
     def unassign(self, w: Workload) -> None:
@@ -430,6 +464,8 @@ class Snapshot:
                 pf[2] += r.mib
         del self.running[w.id]
         del self.running_by[(w.itype, w.team)][w.id]
+        if w.max_n:
+            self.elastic.pop(w.id, None)
         self._use(w, -1)
 
     def start(self, w: Workload, nodes: list[str], now: float) -> None:
@@ -457,6 +493,8 @@ class Snapshot:
         w.nodes = None
         w.started = None
         w.enqueued = now
+        if w.max_n and w.n != w.min_n:
+            w.set_n(w.min_n)  # an elastic job waits for (and starts with) its minimum
         self.pending[w.id] = w
         self.teams[w.team].queue.push(w, self.queue_key(w))
 

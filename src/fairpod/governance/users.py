@@ -3,7 +3,9 @@
 - **Cap**: the jobs of one user of a team hold at most ``max_running_accelerators`` accelerators at once
   (all instance types together). A job that would take its user over the cap waits, and only that user's
   jobs of its shape wait with it: the queue keeps each user's jobs apart in a team with per-user rules.
-  A job larger than the cap on its own can never start.
+  A job larger than the cap on its own can never start. A job over its user's cap may still start in place of
+  lower-priority jobs of its team (rule 7) when stopping them brings its user within the cap: in effect, in
+  place of that user's own jobs (``preemption.plan`` counts the cap in whether the job fits).
 - **Round-robin**: the team's next job comes from the user who runs the fewest accelerators in the team now;
   between users running as many, from the user whose last job started longest ago (a user not served yet
   first), then the job first in the team's queue order. Jobs of equal size thus take turns between users
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fairpod.governance.snapshot import Team, Workload
+from fairpod.governance.snapshot import Snapshot, Team, Workload
 
 
 def order(team: Team) -> Callable[[str], tuple[int, int]] | None:
@@ -52,3 +54,21 @@ def over_cap(team: Team, w: Workload) -> str | None:
         return (f"per-user cap: user {who} runs {running} accelerators in team {team.name}, the job needs "
                 f"{w.total.acc} more and the cap is {cap}")
     return None
+
+
+def may_displace_own(snap: Snapshot, team: Team, w: Workload) -> bool:
+    """Could ``w``, over its user's cap, start in place of its user's own lower-priority jobs (rule 9.6)? Only
+    if the team preempts its lower-priority jobs and those of the user, past their minimum runtime, hold at least
+    the accelerators ``w`` is over the cap by."""
+    cap = team.user_cap
+    if cap is None or never(team, w) is not None or not (team.preempt_lower and snap.task_ranking):
+        return False
+    over = team.user_acc.get(w.user, 0) + w.total.acc - cap
+    freeable = 0
+    for v in snap.running.values():
+        if (v.team == team.name and v.user == w.user and v.priority < w.priority
+                and not (v.min_runtime and v.started is not None and snap.now - v.started < v.min_runtime)):
+            freeable += v.total.acc
+            if freeable >= over:
+                return True
+    return False

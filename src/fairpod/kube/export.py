@@ -193,6 +193,10 @@ def unexpressible(spec: ClusterSpec) -> list[str]:
         notes.append(f"starvation guard: fairpod holds nodes for a job that fits its quota but has waited "
                      f"{p.starvation_guard_seconds:g} s; Kueue's BestEffortFIFO lets smaller workloads pass it "
                      "for as long as they fit")
+    if p.borrow_limit_applies == "WhileOthersWait":
+        notes.append("borrow limits: fairpod lifts a team's borrow limits while no other team waits with a job it "
+                     "may run (policy.borrow_limit_applies: WhileOthersWait); Kueue's borrowingLimit always "
+                     "binds (leave it unset for borrowing bounded only by the others' demand)")
     if p.idle_compute_allocation == IdleComputeAllocation.FAIR_SHARE:
         notes.append("fair share: enable fair sharing in Kueue's Configuration (fairSharing: {enable: true, "
                      "preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]}), which no "

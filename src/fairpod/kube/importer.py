@@ -32,7 +32,11 @@ from fairpod.model.spec import NAME_PATTERN, ClusterSpec, SpecError, parse_spec
 
 
 class ImportError_(ValueError):  # noqa: N801 - ImportError is a builtin
-    """Objects that cannot be read as a fairpod spec; the message names the object and field."""
+    """Objects that cannot be read as a fairpod spec; the message names the object and field. It is one line:
+    control characters of the objects' own strings (a name, a label) it quotes are shown escaped."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("".join(c if c.isprintable() else repr(c)[1:-1] for c in message))
 
 
 @dataclass

@@ -48,6 +48,11 @@ class JobSpec(BaseModel):
     priority: str | None = None
     instance_type: str | None = None
     nodes: int = Field(default=1, ge=1, le=10_000)
+    min_nodes: int | None = Field(default=None, ge=1, le=10_000,
+                                  description="elastic: the fewest replicas it runs with (default nodes)")
+    max_nodes: int | None = Field(default=None, ge=1, le=10_000,
+                                  description="elastic: it grows into idle capacity up to this many replicas and "
+                                  "shrinks back (never below min_nodes) instead of being preempted whole")
     accelerators: float | None = Field(default=None, ge=0, le=1024, description="per node; default the whole node")
     vcpu: float | None = Field(default=None, gt=0, le=100_000, description="per node; default by ratio")
     memory_gib: float | None = Field(default=None, gt=0, le=10_000_000, description="per node; default by ratio")
@@ -112,6 +117,29 @@ class JobSpec(BaseModel):
             if not ENV_KEY.fullmatch(key):
                 raise ValueError(f"env name {key[:60]!r} is not a valid variable name (letters, digits, _)")
         return self
+
+    @model_validator(mode="after")
+    def _elastic(self) -> JobSpec:
+        """``min_nodes``/``max_nodes``: 1 <= min <= max; ``nodes`` is the minimum (the gang it starts with)."""
+        if self.min_nodes is None and self.max_nodes is None:
+            return self
+        if self.max_nodes is None:
+            raise ValueError("min_nodes needs max_nodes (an elastic job runs with min_nodes..max_nodes replicas)")
+        lo = self.min_nodes
+        if lo is None:
+            lo = self.nodes if "nodes" in self.model_fields_set else 1
+        elif "nodes" in self.model_fields_set and self.nodes != lo:
+            raise ValueError(f"nodes {self.nodes} and min_nodes {lo} differ: an elastic job starts with "
+                             "min_nodes; give one of them")
+        if lo > self.max_nodes:
+            raise ValueError(f"min_nodes {lo} is more than max_nodes {self.max_nodes}")
+        object.__setattr__(self, "nodes", lo)
+        object.__setattr__(self, "min_nodes", lo)
+        return self
+
+    @property
+    def elastic(self) -> bool:
+        return self.max_nodes is not None and self.max_nodes > self.nodes
 
 
 class ResolvedJob(BaseModel):
@@ -189,6 +217,11 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
         )
     if per.acc == 0 and per.mcpu == 0 and per.mib == 0:
         raise ValueError("the job asks for no resources at all")
+    if job.max_nodes is not None:
+        have = sum(g.count for g in spec.cluster.instance_groups if g.node_type == itype_name)
+        if job.max_nodes > have:
+            raise ValueError(f"max_nodes {job.max_nodes} is more than the {have} {itype_name} nodes of the cluster "
+                             "(one replica per node)")
     bound = spec.policy.max_min_runtime_seconds
     if job.min_runtime_seconds > bound:
         raise ValueError(f"min_runtime_seconds: {job.min_runtime_seconds:g} s is above the cluster's maximum of "

@@ -189,6 +189,11 @@ class Policy(_Strict):
     retention_days: float | None = Field(default=400.0, ge=1, le=36_500)
     # FairShareHistory: how fast a team's past borrowing is forgotten; borrowing this long ago counts half.
     fair_share_half_life_seconds: float = Field(default=86400.0, ge=60, le=90 * 86400)
+    # Always: a team never uses more than its borrow limits allow. WhileOthersWait: the borrow limits (percent and
+    # absolute) bind only while another team has a pending job on that instance type that it may run now (within
+    # its quota or its own borrow limit); otherwise a team may borrow all idle lendable capacity (work-conserving,
+    # as Kueue's fair sharing bounds borrowing by the others' demand). Lenders reclaim as always.
+    borrow_limit_applies: Literal["Always", "WhileOthersWait"] = "Always"
 
 
 class QuotaEntry(_Strict):

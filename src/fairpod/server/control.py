@@ -40,12 +40,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaExit, ReplicaLaunch
 from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, history, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
+from fairpod.governance.decisions import Grow, Shrink
 from fairpod.governance.snapshot import domain_ids
 from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import arrays, eta, membership
+from fairpod.server import arrays, elastic, eta, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.budgets import BudgetKeeper
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
@@ -129,7 +130,7 @@ class ControlPlane:
             passed_only=job.spec.deep_health_check_passed_nodes_only, user=job.spec.user or "",
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
             topology=job.spec.required_topology or job.spec.preferred_topology,
-            topology_required=job.spec.required_topology is not None,
+            topology_required=job.spec.required_topology is not None, **elastic.workload_fields(job),
         )  # fmt: skip
 
     def _rebuild(self) -> None:
@@ -298,6 +299,7 @@ class ControlPlane:
             raise InvalidJob(str(e)) from None
         if spec.command == []:
             raise InvalidJob("the job has no command: give one after --")
+        elastic.check(self, spec)
         never = self._never_fits(resolved.instance_type, spec.nodes)
         if never:
             raise NeverFits(never)
@@ -407,15 +409,21 @@ class ControlPlane:
             for d in decisions:
                 if isinstance(d, Preempt):
                     self.preempt(d)
+                elif isinstance(d, Shrink):
+                    elastic.shrink(self, d)
             for d in decisions:
                 if isinstance(d, Admit):
                     self.admit(d)
+                elif isinstance(d, Grow):
+                    elastic.grow(self, d)
                 elif isinstance(d, Wait):
                     self.store.update_job(int(d.job), {"reason": self._wait_reason(d)})
             ready = self._ready()  # slots of the attempts that can start now, stored before they start
+            grown = elastic.ready(self)  # and of the new replicas of elastic jobs that grew
             self.store.flush()  # one commit: the exits' effects, the decisions, the slots
             taken = {(e.job, e.attempt, e.rank): e for e in [*exits, *late]}  # late repeats what exits had
             self.executor.ack(list(taken.values()))  # only now: a crash before the commit re-delivers them
+            elastic.launch(self, grown)  # new replicas of running attempts: under the lock, as before
             self.usage.tick(self)
             self.retention.tick(self)
             self.watchdog.tick(self)
@@ -463,6 +471,7 @@ class ControlPlane:
         self.runs[job.id] = run
         now = self.clock()
         job = self._save_run(job, run, state=JobState.RUNNING, placement=list(d.nodes), reason=d.reason,
+                             nodes=len(d.nodes),  # an elastic job's size now
                              borrowed_from=dict(d.lenders), started_at=now,
                              **({} if job.first_started_at else {"first_started_at": now}))
         self.event("JobAdmitted", f"job {job.name}: {d.reason}", job, nodes=list(d.nodes), after=list(d.after))
@@ -626,7 +635,8 @@ class ControlPlane:
         launch = JobLaunch(
             job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
             checkpoint_dir=str(ckpt),
-            env={**job.spec.env, **self.launch_env(job), "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
+            env={**job.spec.env, **self.launch_env(job), **elastic.env(job),
+                 "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team),
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
@@ -667,6 +677,9 @@ class ControlPlane:
         jid = job_id_of(e.job)
         run = self.runs.get(jid) if jid is not None else None
         if run is None or jid is None or run.attempt != e.attempt or str(e.rank) in run.exits:
+            return
+        if elastic.removed(run, e):  # an elastic job shrank: that replica's end ends nothing else
+            elastic.replica_gone(self, jid, run, e)
             return
         job = self.store.get_job(jid)
         if job is None:
@@ -774,7 +787,7 @@ class ControlPlane:
             self._release(job, run)
             now = self.clock()
             changes: dict[str, Any] = {"state": JobState.PENDING, "enqueued_at": now, "run_state": run.to_json(),
-                                       "placement": [], "borrowed_from": {}}
+                                       "placement": [], "borrowed_from": {}, "nodes": job.spec.nodes}
             if kind == STOP_RESTART:
                 changes["attempt"] = job.attempt + 1
                 changes["reason"] = f"restarting: {run.stop_reason}"

@@ -87,6 +87,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
             "state": j.state.value, "queue_position": positions.get(j.id), "reason": j.reason,
             "estimated_start": cp.eta.get(j),
             "instance_type": j.instance_type, "nodes": j.nodes, "accelerators": j.nodes * j.acc,
+            "min_nodes": j.spec.nodes if j.spec.max_nodes else None, "max_nodes": j.spec.max_nodes,
             "placement": j.placement, "borrowed_from": j.borrowed_from, "preemptions": j.preemptions,
             "restarts": j.attempt, "submit_time": j.submit_time, "first_started_at": j.first_started_at,
             "finished_at": j.finished_at,

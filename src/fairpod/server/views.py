@@ -44,6 +44,8 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
         "priority": job.spec.priority,
         "instance_type": job.instance_type,
         "nodes": job.nodes,
+        "min_nodes": job.spec.nodes if job.spec.max_nodes else None,  # elastic: nodes is its size now
+        "max_nodes": job.spec.max_nodes,
         "accelerators_per_node": job.acc,
         "submit_time": job.submit_time,
         "started_at": job.started_at,

@@ -2,8 +2,9 @@
 
 ``contended_spec(trace_dir)``: ``nodes`` x ml.p4d.24xlarge (128 by default, 1,024 GPUs); every team (one per
 ``*.csv`` file) gets ``base`` nodes (8) of quota plus a share of the remaining nodes in proportion to its
-GPU-hours (largest remainder, ties by name), LendAndBorrow with a 100 % borrow limit, equal fair-share
-weights, FairShare for idle capacity. The spec is derived from the files, so the benchmark and the docs
+GPU-hours (largest remainder, ties by name), LendAndBorrow with a 100 % borrow limit that binds only while
+another team waits (``borrow_limit_applies: WhileOthersWait``; ``Always`` on request), equal fair-share weights,
+FairShare for idle capacity. The spec is derived from the files, so the benchmark and the docs
 replay the same cluster without a second copy of the traces' figures.
 """
 
@@ -27,7 +28,8 @@ def gpu_hours(path: Path) -> float:
     return total / 3600
 
 
-def contended_doc(trace_dir: Path, *, nodes: int = 128, base: int = 8, borrow_limit: int = 100) -> dict[str, Any]:
+def contended_doc(trace_dir: Path, *, nodes: int = 128, base: int = 8, borrow_limit: int = 100,
+                  borrow_limit_applies: str = "WhileOthersWait") -> dict[str, Any]:
     """The spec as a plain document (for ``yaml.safe_dump``)."""
     files = sorted(Path(trace_dir).glob("*.csv"))
     if not files:
@@ -45,7 +47,7 @@ def contended_doc(trace_dir: Path, *, nodes: int = 128, base: int = 8, borrow_li
         "cluster": {"name": "itp-contended",
                     "instance_groups": [{"name": "p4d", "instance_type": P4D, "count": nodes}]},
         "policy": {"task_prioritization": "FirstComeFirstServe", "idle_compute_allocation": "FairShare",
-                   "idle_resource_sharing": "Disabled"},
+                   "idle_resource_sharing": "Disabled", "borrow_limit_applies": borrow_limit_applies},
         "teams": [
             {"name": t, "fair_share_weight": 50,
              "sharing": {"strategy": "LendAndBorrow", "borrow_limit": borrow_limit},

@@ -16,6 +16,8 @@ Definitions:
 - ``topology`` (a cluster with topology levels): per kind of request (required, preferred), the jobs that
   asked for a level, how many started, and the share of those whose last run was in one domain of the level
   (always 1 for required), with the mean number of domains.
+- ``shrinks``/``grows`` (cluster, teams, engine): elastic jobs' Shrink and Grow decisions, counted apart from
+  ``preemptions`` (a shrunk job keeps running); work lost to their restarts from a checkpoint is in ``lost``.
 - ``never_ran``: jobs that never started, each with its reason (why it can never run on this cluster, or its
   last Wait reason); ``unfinished``: jobs that started but never completed (empty unless the engine leaves
   a job pending on an empty cluster).
@@ -74,6 +76,8 @@ def _team(res: SimResult, name: str, jobs: list[SimJob]) -> dict[str, Any]:
         "borrowed_accelerator_seconds": _round(res.borrowed[name]),
         "lent_accelerator_seconds": _round(res.lent[name]),
         "preemptions": sum(sj.preemptions for sj in jobs),
+        "shrinks": sum(sj.shrinks for sj in jobs),
+        "grows": sum(sj.grows for sj in jobs),
         "lost_accelerator_seconds": _round(sum(sj.lost_seconds * sj.job.accelerators for sj in jobs)),
     }
 
@@ -116,6 +120,8 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
             "jobs": len(res.jobs),
             "completed": sum(t["completed"] for t in teams.values()),
             "preemptions": res.preemptions,
+            "shrinks": res.shrinks,
+            "grows": res.grows,
             "max_preemptions_of_a_job": max((sj.preemptions for sj in res.jobs), default=0),
             "lost_accelerator_seconds": _round(lost_all),
             "lost_share": _round(lost_all / used_all if used_all else 0.0, 5),
@@ -130,6 +136,8 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
             "cycles": res.cycles,
             "admits": res.admits,
             "preemptions": res.preemptions,
+            "shrinks": res.shrinks,
+            "grows": res.grows,
             "waits": res.waits,
             "decisions_per_cpu_second": _round(res.decisions / res.cpu_seconds if res.cpu_seconds else None, 1),
         },
@@ -150,7 +158,7 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
         report["jobs"] = [
             {"name": sj.job.name, "team": sj.job.team, "accelerators": sj.job.accelerators,
              "nodes": sj.job.nodes, "submit": sj.job.submit, "start": sj.first_start, "end": sj.end,
-             "wait": _round(sj.wait), "preemptions": sj.preemptions,
+             "wait": _round(sj.wait), "preemptions": sj.preemptions, "shrinks": sj.shrinks, "grows": sj.grows,
              "run_seconds": _round(sj.run_seconds), "lost_seconds": _round(sj.lost_seconds)}
             for sj in res.jobs
         ]

@@ -14,6 +14,12 @@ engine and is reported as never runnable, with the engine's reason.
 The engine is told each job's duration from the trace as its expected duration (what is left of it after
 a preemption), as a user declares it; the starvation guard backfills held capacity with it.
 
+An elastic job (``min_nodes`` in the trace) runs with ``min_nodes``..``nodes`` replicas; its ``duration`` is its
+run time at ``nodes`` replicas, and with k replicas it progresses at k/nodes of that rate. When it grows or
+shrinks, torchrun's elastic agents restart its workers from the last checkpoint (``torch.distributed.elastic``
+restarts all workers on a membership change): the work since the last checkpoint is lost, as in a preemption,
+but the job keeps running. Shrinks and grows are counted apart from preemptions.
+
 The run ends when nothing more can happen: no arrivals left and nothing running.
 """
 
@@ -24,7 +30,18 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, net_changes, schedule, users
+from fairpod.governance import (
+    Admit,
+    Grow,
+    Preempt,
+    Shrink,
+    Snapshot,
+    Wait,
+    Workload,
+    net_changes,
+    schedule,
+    users,
+)
 from fairpod.governance.budget import next_period
 from fairpod.governance.build import budget_meter, snapshot_from_spec
 from fairpod.governance.placement import place, why_not
@@ -54,6 +71,14 @@ class SimJob:
     reason: str = ""  # the last Wait reason, or why it can never run
     domains: int | None = None  # domains of its topology level its last run spanned (None: no level asked)
     nodes: tuple[str, ...] = ()  # where its last run ran
+    shrinks: int = 0  # elastic: replicas taken away while it ran (not preemptions)
+    grows: int = 0
+    lost_resize_seconds: float = 0.0  # work lost to restarts from a checkpoint at grows and shrinks
+
+    @property
+    def rate(self) -> float:
+        """Work per second of its current run: k/nodes for an elastic job on k replicas, else 1."""
+        return len(self.nodes) / self.job.nodes if self.job.min_nodes and self.nodes else 1.0
 
     @property
     def wait(self) -> float | None:
@@ -77,6 +102,8 @@ class SimResult:
     admits: int = 0
     waits: int = 0
     preemptions: int = 0
+    shrinks: int = 0  # elastic jobs: Shrink decisions (not preemptions; the job keeps running)
+    grows: int = 0
     # (t, allocated per team, borrowed per team) at every change, teams in ``teams`` order
     timeline: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
 
@@ -101,6 +128,11 @@ def never_runnable(snap: Snapshot, w: Workload) -> str | None:
     return None
 
 
+def _expected(j: TraceJob, left: float) -> float:
+    """What the engine is told a job runs for: an elastic job's time at its minimum size (at most that)."""
+    return left * j.nodes / j.min_nodes if j.min_nodes else left
+
+
 class Simulation:
     """One replay of ``jobs`` on a fresh cluster built from ``spec``; call ``run()`` once."""
 
@@ -116,10 +148,11 @@ class Simulation:
         self.jobs: list[SimJob] = []
         self.by_id: dict[str, SimJob] = {}
         for j in jobs:
-            w = Workload(j.name, j.team, j.itype, j.nodes, j.per_replica, priority=j.priority,
+            w = Workload(j.name, j.team, j.itype, j.min_nodes or j.nodes, j.per_replica, priority=j.priority,
                          submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds),
-                         expected=j.duration, user=j.user,  # the trace's duration: what a user declares
-                         topology=j.topology, topology_required=j.topology_required)
+                         expected=_expected(j, j.duration), user=j.user,  # the trace's duration: as declared
+                         topology=j.topology, topology_required=j.topology_required,
+                         **({"min_n": j.min_nodes, "max_n": j.nodes} if j.min_nodes else {}))
             key = (j.team, w.shape)
             if key not in verdicts:
                 verdicts[key] = never_runnable(empty, w)
@@ -154,7 +187,7 @@ class Simulation:
         if sj.first_start is None:
             sj.first_start = t
         sj.version += 1
-        self._push(_r(t + sj.left), sj.job.name, sj.version)
+        self._push(_r(t + sj.left / sj.rate), sj.job.name, sj.version)
         if sj.job.min_runtime > 0:
             self._push(_r(t + sj.job.min_runtime), sj.job.name, -1)
         if sj.job.checkpoint_interval:
@@ -165,7 +198,8 @@ class Simulation:
     def _stop(self, sj: SimJob, t: float, *, preempted: bool) -> None:
         assert sj.run_start is not None
         run = t - sj.run_start
-        sj.run_seconds += run
+        rate = sj.rate
+        sj.run_seconds += run * rate
         sj.run_start = None
         sj.version += 1
         self.ckpt.pop(sj.job.name, None)
@@ -175,11 +209,26 @@ class Simulation:
             return
         iv = sj.job.checkpoint_interval
         saved = math.floor(run / iv + 1e-9) * iv if iv else 0.0
-        sj.left = _r(sj.left - saved)
+        sj.left = _r(sj.left - saved * rate)
         assert sj.w is not None
-        sj.w.expected = sj.left
-        sj.lost_seconds += run - saved
+        sj.w.expected = _expected(sj.job, sj.left)
+        sj.lost_seconds += (run - saved) * rate
         sj.preemptions += 1
+
+    def _resize(self, sj: SimJob, t: float, nodes: tuple[str, ...], grew: bool) -> None:
+        """An elastic job grows or shrinks: its workers restart from the last checkpoint on ``nodes``."""
+        lost0, pre0 = sj.lost_seconds, sj.preemptions
+        self._stop(sj, t, preempted=True)
+        sj.preemptions = pre0
+        sj.lost_resize_seconds += sj.lost_seconds - lost0
+        if grew:
+            sj.grows += 1
+            self.result.grows += 1
+        else:
+            sj.shrinks += 1
+            self.result.shrinks += 1
+        sj.nodes = nodes
+        self._start(sj, t)
 
     def _checkpoints(self, t: float) -> None:
         """Tell the engine when each running job last checkpointed (it picks victims that lose least)."""
@@ -243,14 +292,16 @@ class Simulation:
                 sj = self.by_id[d.job]
                 if isinstance(d, Admit):
                     res.admits += 1
-                    self._start(sj, t)
                     sj.nodes = d.nodes
+                    self._start(sj, t)
                     if sj.job.topology in snap.levels:
                         lv = snap.levels.index(sj.job.topology)
                         sj.domains = len({snap.nodes[n].topo[lv] for n in d.nodes})
                 elif isinstance(d, Preempt):
                     res.preemptions += 1
                     self._stop(sj, t, preempted=True)
+                elif isinstance(d, Grow | Shrink):
+                    self._resize(sj, t, d.nodes, isinstance(d, Grow))
                 elif isinstance(d, Wait):
                     res.waits += 1
                     sj.reason = d.reason

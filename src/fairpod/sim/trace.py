@@ -5,8 +5,9 @@ Two formats, told apart by the header:
 - fairpod traces: ``submit_time`` (s), ``team``, ``duration`` (s of work), ``accelerators`` (total), and the
   optional ``nodes``, ``instance_type``, ``priority`` (a priority class of the spec), ``name``,
   ``checkpoint_interval`` (s), ``min_runtime`` (s), ``required_topology`` or ``preferred_topology`` (a level
-  of the spec's ``topology_levels``) and ``user`` (who submitted it, for a team's per-user limits). An empty cell
-  means the column's default.
+  of the spec's ``topology_levels``), ``user`` (who submitted it, for a team's per-user limits) and ``min_nodes``
+  (an elastic job: it runs with min_nodes..nodes replicas; ``duration`` is its run time at ``nodes``). An
+  empty cell means the column's default.
 - ITP traces (``job_id,submission_time,duration,num_gpu``): one team per file, named after the file stem.
 
 A trace path may be one file or a directory of ``*.csv`` files (each in either format). Problems raise
@@ -26,7 +27,7 @@ from fairpod.model.spec import ClusterSpec
 
 REQUIRED = ("submit_time", "team", "duration", "accelerators")
 OPTIONAL = ("nodes", "instance_type", "priority", "name", "checkpoint_interval", "min_runtime", "required_topology",
-            "preferred_topology", "user")
+            "preferred_topology", "user", "min_nodes")
 ITP = ("job_id", "submission_time", "duration", "num_gpu")
 
 
@@ -53,6 +54,7 @@ class TraceJob:
     topology_required: bool = False
     where: str = ""  # "file:line"
     user: str = ""  # who submitted it (a team's per-user limits)
+    min_nodes: int | None = None  # elastic: runs with min_nodes..nodes replicas (None: always ``nodes``)
 
 
 def _number(text: str, where: str, col: str, *, integer: bool = False, positive: bool = False) -> float:
@@ -127,6 +129,11 @@ class _Resolver:
         n_text = cell.get("nodes", "")
         nodes = int(_number(n_text, where, "nodes", integer=True, positive=True)) if n_text else None
         nodes, per = self.shape(t, acc, nodes, where)
+        mn_text = cell.get("min_nodes", "")
+        min_nodes = int(_number(mn_text, where, "min_nodes", integer=True, positive=True)) if mn_text else None
+        if min_nodes is not None and min_nodes > nodes:
+            raise TraceError(f"{where}: column min_nodes: {min_nodes} is more than the job's {nodes} nodes (an "
+                             "elastic job runs with min_nodes..nodes replicas)")
         ck = cell.get("checkpoint_interval", "")
         mr = cell.get("min_runtime", "")
         req, pref = cell.get("required_topology", ""), cell.get("preferred_topology", "")
@@ -153,6 +160,7 @@ class _Resolver:
             topology_required=bool(req),
             where=where,
             user=cell.get("user", ""),
+            min_nodes=min_nodes if min_nodes is not None and min_nodes < nodes else None,
         )
 
 

@@ -311,7 +311,8 @@ async function drawTasks() {
   rows($("#task-table tbody"), d.tasks.map((t) => `<tr data-task="${esc(t.name)}"><td>${esc(t.name)}</td><td>${esc(t.team)}</td>` +
     `<td>${esc(t.priority || "(none: lowest)")}</td><td class="state-cell">${stateTag(t.state)}</td><td class="num">${t.queue_position ?? "–"}</td>` +
     `<td class="num eta">${eta(t.estimated_start, d.now)}</td>` +
-    `<td class="num">${num(t.nodes)} × ${num(t.accelerators / t.nodes)}</td><td class="num">${dur(t.wait_seconds)}</td>` +
+    `<td class="num">${num(t.nodes)} × ${num(t.accelerators / t.nodes)}` +
+    `${t.max_nodes ? ` <span class="elastic" title="elastic: ${num(t.min_nodes)} to ${num(t.max_nodes)} nodes">(${num(t.min_nodes)}–${num(t.max_nodes)})</span>` : ""}</td><td class="num">${dur(t.wait_seconds)}</td>` +
     `<td class="num">${dur(t.run_seconds)}</td><td class="num preempted">${num(t.preemptions)} / ${num(t.restarts)}</td>` +
     `<td class="reason">${esc(t.reason)}</td></tr>`), 11, "no tasks match the filters");
 }

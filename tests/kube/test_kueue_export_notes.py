@@ -1,0 +1,27 @@
+"""The export's notes on fairpod rules Kueue cannot hold: borrow limits lifted while no other team waits."""
+
+from __future__ import annotations
+
+import pytest
+
+from fairpod.kube.export import unexpressible
+from fairpod.model.spec import parse_spec
+
+
+def _spec(applies: str):
+    return parse_spec({
+        "cluster": {"name": "c", "instance_groups": [{"name": "g", "instance_type": "ml.p4d.24xlarge", "count": 2}]},
+        "policy": {"borrow_limit_applies": applies},
+        "teams": [{"name": "a", "quota": [{"instance_type": "ml.p4d.24xlarge", "count": 1}]},
+                  {"name": "b", "quota": [{"instance_type": "ml.p4d.24xlarge", "count": 1}]}],
+    })
+
+
+@pytest.mark.parametrize("applies, noted", [("WhileOthersWait", True), ("Always", False)])
+def test_lifted_borrow_limits_are_noted_as_not_expressible(applies, noted):
+    assert any(n.startswith("borrow limits:") for n in unexpressible(_spec(applies))) is noted
+
+
+def test_an_unknown_borrow_limit_mode_is_refused():
+    with pytest.raises(ValueError, match="borrow_limit_applies"):
+        _spec("Sometimes")
