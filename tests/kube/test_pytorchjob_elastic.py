@@ -85,6 +85,16 @@ def test_bad_elastic_values_are_refused_in_one_line(elastic: dict, message: str)
     assert str(e.value).startswith(message) and "\n" not in str(e.value)
 
 
+def test_a_fixed_nnodes_in_the_command_is_warned_about():
+    doc = manifest({"minReplicas": 1, "maxReplicas": 4})
+    doc["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["command"] = \
+        ["torchrun", "--nnodes=4", "train.py"]
+    j = convert(doc, python="/py", cwd="/work")
+    assert any("the command's --nnodes=4 overrides PET_NNODES=1:4" in w for w in j.warnings)
+    doc["spec"]["elasticPolicy"] = {"minReplicas": 4}
+    assert not any("overrides PET_NNODES" in w for w in convert(doc, python="/py", cwd="/work").warnings)
+
+
 def test_torchrun_sees_the_range_and_replica_0_hosts_the_rendezvous():
     base = {"WORLD_SIZE": "1", "RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "4000",
             "FAIRPOD_RUN_ID": "7-0-1", "FAIRPOD_MIN_NODES": "1", "FAIRPOD_MAX_NODES": "4",

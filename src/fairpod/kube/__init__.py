@@ -303,6 +303,10 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
             warnings.append(f"elasticPolicy: rendezvous {backend} at {ep.get('rdzvHost', '-')}:{ep.get('rdzvPort', '-')} "
                             "is replaced by torchrun's c10d store on 127.0.0.1 and the job's port")
         size = _elastic_size(ep, backend, nodes, notes)
+        fixed = [a for a in argv if a.startswith(("--nnodes", "--nnodes_", "--nnodes-"))]
+        if "max_nodes" in size and fixed:
+            warnings.append(f"the command's {fixed[0]} overrides PET_NNODES={size['nodes']}:{size['max_nodes']}: "
+                            "give torchrun no --nnodes so that it takes the elastic range")
         if ep.get("metrics"):
             warnings.append("elasticPolicy.metrics (autoscaling) is not used")
         for key, pk in (("maxRestarts", "max_restarts"), ("nProcPerNode", "nproc_per_node")):
