@@ -177,6 +177,10 @@ def test_the_seed_manifest_converts():
     assert "container image 123456789012.dkr.ecr" in text and "vpc.amazonaws.com/efa" in text
     assert "volumes are not mounted" in text and "rendezvous etcd at etcd:2379" in text
     assert any("team john (namespace hyperpod-ns-john)" in n for n in j.notes)
+    # rdzvBackend etcd, minReplicas 1, maxReplicas 64: not fairpod's rendezvous, so 2 replicas exactly (preempted
+    # and resumed whole, never shrunk)
+    assert "min_nodes" not in b and "max_nodes" not in b
+    assert any("the etcd rendezvous it names is not fairpod's; fairpod runs exactly 2 replicas" in n for n in j.notes)
 
 
 def test_manifest_fields_and_errors():

@@ -20,7 +20,11 @@ What is read (everything else is reported, never silently dropped):
 * torchrun: as the training operator does, replicas get ``PET_*`` variables: with an ``elasticPolicy`` a c10d
   rendezvous (fairpod runs no etcd: the rendezvous is torchrun's own store on 127.0.0.1 and the job's port),
   ``PET_NNODES`` the replica count, ``PET_MAX_RESTARTS``, ``PET_NPROC_PER_NODE``; without one a static
-  rendezvous (``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``).
+  rendezvous (``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT``);
+* elastic: an ``elasticPolicy`` with the c10d rendezvous (``rdzvBackend: c10d`` or none) and ``minReplicas``
+  below the replica count makes an elastic fairpod job: ``min_nodes`` = max(1, minReplicas), ``max_nodes`` =
+  the replica count (or ``maxReplicas`` when smaller), ``PET_NNODES=MIN:MAX``. Another backend (etcd,
+  etcd-v2, static) runs the replica count exactly, with a note: the rendezvous it names is not fairpod's.
 
 The container image cannot be used on the local executor: the command runs on this machine (a warning says
 so; an absolute command path that does not exist here, like ``/usr/local/bin/torchrun``, is looked up by
@@ -291,20 +295,23 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
     env = _env(c, where, warnings)
     elastic = spec.get("elasticPolicy")
     pet: dict[str, Any] = {"elastic": elastic is not None}
+    size: dict[str, int] = {"nodes": nodes}
     if elastic is not None:
         ep = _map(elastic, "spec.elasticPolicy")
         backend = str(ep.get("rdzvBackend", "c10d"))
         if backend != "c10d" or ep.get("rdzvHost") or ep.get("rdzvPort"):
             warnings.append(f"elasticPolicy: rendezvous {backend} at {ep.get('rdzvHost', '-')}:{ep.get('rdzvPort', '-')} "
                             "is replaced by torchrun's c10d store on 127.0.0.1 and the job's port")
-        if ep.get("minReplicas") is not None or ep.get("maxReplicas") is not None:
-            notes.append(f"elasticPolicy min/max replicas {ep.get('minReplicas')}/{ep.get('maxReplicas')}: fairpod "
-                         f"runs exactly {nodes} replicas at once (PET_NNODES={nodes})")
+        size = _elastic_size(ep, backend, nodes, notes)
+        fixed = [a for a in argv if a.startswith(("--nnodes", "--nnodes_", "--nnodes-"))]
+        if "max_nodes" in size and fixed:
+            warnings.append(f"the command's {fixed[0]} overrides PET_NNODES={size['nodes']}:{size['max_nodes']}: "
+                            "give torchrun no --nnodes so that it takes the elastic range")
         if ep.get("metrics"):
             warnings.append("elasticPolicy.metrics (autoscaling) is not used")
         for key, pk in (("maxRestarts", "max_restarts"), ("nProcPerNode", "nproc_per_node")):
             if ep.get(key) is not None:
-                pet[pk] = int(ep[key])
+                pet[pk] = _whole(ep[key], f"spec.elasticPolicy.{key}", 0)
         if ep.get("rdzvConf"):
             pet["rdzv_conf"] = ",".join(f"{x.get('key')}={x.get('value')}" for x in ep["rdzvConf"] if isinstance(x, dict))
     if spec.get("nprocPerNode") is not None:
@@ -313,8 +320,7 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
         warnings.append("runPolicy is not used; restarts come from the auto-resume annotations")
     env[ENV_CONFIG] = json.dumps(pet)
     body: dict[str, Any] = {
-        "name": name, "team": team, "priority": priority, "instance_type": instance_type, "nodes": nodes,
-        **res, "command": [python, "-m", "fairpod.kube.pod", "--", *argv], "env": env, "workdir": workdir,
+        "name": name, "team": team, "priority": priority, "instance_type": instance_type, **size, **res, "command": [python, "-m", "fairpod.kube.pod", "--", *argv], "env": env, "workdir": workdir,
         "auto_resume": auto, "max_retry": max_retry,
     }  # fmt: skip
     grace = tspec.get("terminationGracePeriodSeconds")
@@ -325,6 +331,47 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
     body.update(_topology([ann] + [_map(m.get("annotations"), "template.metadata.annotations")
                                    for m, _, _ in templates.values()]))
     return Converted({k: v for k, v in body.items() if v is not None}, warnings, notes)
+
+
+def _whole(value: Any, where: str, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str) or not str(value).strip().isdigit() \
+            or int(value) < least:
+        raise ManifestError(f"{where}: {value!r} is not a whole number of at least {least}")
+    return int(value)
+
+
+def _elastic_size(ep: dict[str, Any], backend: str, replicas: int, notes: list[str]) -> dict[str, int]:
+    """The fairpod size of a job with an elasticPolicy of ``replicas`` (Master + Worker) replicas.
+
+    With torchrun's c10d rendezvous (the default) and ``minReplicas`` below the replica count, the job is
+    elastic: ``min_nodes`` = max(1, minReplicas), ``max_nodes`` = the replica count (lowered to maxReplicas when
+    that is smaller; fairpod never runs more replicas than the manifest asks). Any other rendezvous backend
+    (etcd, etcd-v2, static) names a rendezvous that is not fairpod's, so the job runs its replicas exactly."""
+    lo = None if ep.get("minReplicas") is None else _whole(ep["minReplicas"], "spec.elasticPolicy.minReplicas", 0)
+    hi = None if ep.get("maxReplicas") is None else _whole(ep["maxReplicas"], "spec.elasticPolicy.maxReplicas", 1)
+    if lo is not None and hi is not None and lo > hi:
+        raise ManifestError(f"spec.elasticPolicy: minReplicas {lo} is more than maxReplicas {hi}")
+    if lo is None and hi is None:
+        return {"nodes": replicas}
+    asked = f"elasticPolicy min/max replicas {'-' if lo is None else lo}/{'-' if hi is None else hi}"
+    if backend != "c10d":
+        notes.append(f"{asked}: not elastic here, the {backend} rendezvous it names is not fairpod's; fairpod runs "
+                     f"exactly {replicas} replicas at once (PET_NNODES={replicas})")
+        return {"nodes": replicas}
+    if lo is None or lo >= replicas:
+        why = "no minReplicas" if lo is None else f"minReplicas is not below the {replicas} replicas"
+        notes.append(f"{asked}: {why}, so fairpod runs exactly {replicas} replicas at once (PET_NNODES={replicas})")
+        return {"nodes": replicas}
+    lo, top = max(1, lo), replicas
+    if hi is not None and hi < replicas:
+        top = max(hi, lo)
+        notes.append(f"elasticPolicy maxReplicas {hi} is below the {replicas} replicas: fairpod runs at most {top}")
+    if top == lo:
+        notes.append(f"{asked}: fairpod runs exactly {lo} replicas at once (PET_NNODES={lo})")
+        return {"nodes": lo}
+    notes.append(f"{asked}: elastic, fairpod starts it with {lo} replicas when only {lo} fit and grows it up to "
+                 f"{top} (PET_NNODES={lo}:{top})")
+    return {"nodes": lo, "min_nodes": lo, "max_nodes": top}
 
 
 def _topology(annotations: list[dict[str, Any]]) -> dict[str, str]:

@@ -2,7 +2,8 @@
 
 Sets what Kubeflow's training operator gives a PyTorch container, from the replica's fairpod variables:
 ``PET_*`` for torchrun (a c10d rendezvous on 127.0.0.1 and the job's port for jobs with an elasticPolicy, a
-static one otherwise), ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``; then replaces itself with
+static one otherwise; an elastic fairpod job's replicas get ``PET_NNODES=MIN:MAX`` and the rendezvous store on
+replica 0, ``is_host=1`` there only), ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``; then replaces itself with
 the command. A command given by an absolute path that does not exist on this machine (the image's
 ``/usr/local/bin/torchrun``) is looked up by name on PATH, then next to the Python running this.
 """
@@ -24,12 +25,23 @@ def pod_env(env: dict[str, str]) -> dict[str, str]:
     nnodes = env.get("WORLD_SIZE", "1")
     addr, port = env.get("MASTER_ADDR", "127.0.0.1"), env.get("MASTER_PORT", "29500")
     if cfg.get("elastic"):
+        lo, hi = env.get("FAIRPOD_MIN_NODES"), env.get("FAIRPOD_MAX_NODES")
+        resizable = bool(lo and hi and lo != hi)
+        if resizable:
+            nnodes = f"{lo}:{hi}"
         out.update(PET_RDZV_BACKEND="c10d", PET_RDZV_ENDPOINT=f"{addr}:{port}", PET_NNODES=nnodes,
                    PET_RDZV_ID=env.get("FAIRPOD_RUN_ID") or env.get("FAIRPOD_JOB", "fairpod"))
         if cfg.get("max_restarts") is not None:
             out["PET_MAX_RESTARTS"] = str(cfg["max_restarts"])
-        if cfg.get("rdzv_conf"):
-            out["PET_RDZV_CONF"] = str(cfg["rdzv_conf"])
+        conf = [str(cfg["rdzv_conf"])] if cfg.get("rdzv_conf") else []
+        if resizable:
+            # the rendezvous store stays on replica 0, which a shrink never removes; torch's shared bootstrap
+            # store would hang a re-rendezvous that a new node joins
+            if not any(c.split("=", 1)[0].strip() == "is_host" for c in ",".join(conf).split(",")):
+                conf.append(f"is_host={1 if env.get('RANK', '0') == '0' else 0}")
+            out.setdefault("TORCH_DISABLE_SHARE_RDZV_TCP_STORE", "1")
+        if conf:
+            out["PET_RDZV_CONF"] = ",".join(conf)
     else:
         out.update(PET_NNODES=nnodes, PET_NODE_RANK=env.get("RANK", "0"), PET_MASTER_ADDR=addr,
                    PET_MASTER_PORT=port)
