@@ -16,6 +16,7 @@ import fairpod
 from fairpod.kube import ManifestError, convert
 from fairpod.kube.pod import pod_env
 from tests.server.conftest import Server, running, wait_for
+from tests.server.test_elastic_live import SPEC as ELASTIC_SPEC
 
 
 def manifest(elastic: dict[str, Any] | None, workers: int = 4, master: int = 0) -> dict[str, Any]:
@@ -113,17 +114,7 @@ def test_torchrun_sees_the_range_and_replica_0_hosts_the_rendezvous():
 
 # -- live ----------------------------------------------------------------------------------------------------
 
-SPEC = """
-cluster:
-  name: four
-  instance_groups:
-    - {name: g, instance_type: unit1, count: 4}
-instance_types:
-  - {name: unit1, accelerators: 1, vcpu: 2, memory_gib: 4}
-teams:
-  - {name: john, sharing: {strategy: LendAndBorrow, borrow_limit: 100}, quota: [{instance_type: unit1, count: 2}]}
-  - {name: smith, sharing: {strategy: LendAndBorrow, borrow_limit: 100}, quota: [{instance_type: unit1, count: 2}]}
-"""
+SPEC = ELASTIC_SPEC  # four one-accelerator nodes; john and smith with two each
 
 # each replica (a plain process, as its pod would start it) notes its rank and what torchrun would read
 REPLICA = 'echo "start $RANK $PET_NNODES $PET_RDZV_ENDPOINT $PET_RDZV_CONF" >> {out}; exec sleep 300'

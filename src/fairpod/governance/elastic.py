@@ -30,7 +30,7 @@ from typing import Protocol
 from fairpod.governance import budget, fairshare, quota, topology, users
 from fairpod.governance.decisions import Decision, Grow, Shrink
 from fairpod.governance.ordering import victim_key
-from fairpod.governance.placement import place
+from fairpod.governance.preemption import borrowing, fits_now
 from fairpod.governance.snapshot import Snapshot, Workload
 
 
@@ -131,25 +131,11 @@ def grow(cyc: _Cycle) -> None:
                             f"grown to {w.n} of at most {w.max_n} replicas into idle capacity{how}"))
 
 
-def _borrowing(snap: Snapshot, team: str, itype: str) -> bool:
-    t = snap.teams[team]
-    q = t.q(itype)
-    u = t.u(itype)
-    return u[0] > q[0] or u[1] > q[1] or u[2] > q[2]
-
-
-def _fits(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | None) -> list[str] | None:
-    ok, _, _ = quota.team_check(snap, w)
-    if not ok or not quota.pool_ok(snap, w, holder):
-        return None
-    return place(snap, w, reserved)
-
-
 def _kind(snap: Snapshot, v: Workload, w: Workload, within: bool) -> str | None:
     """Why a replica of ``v`` may go so that ``w`` fits, or None if it may not (now)."""
     if v.team == w.team:
         return "priority" if v.priority < w.priority else "team"
-    if not _borrowing(snap, v.team, w.itype):
+    if not borrowing(snap, v.team, w.itype):
         return None  # that team gave back all it borrowed already
     if within:
         return "reclaim"
@@ -178,7 +164,7 @@ def shrink_to_fit(cyc: _Cycle, w: Workload, within: bool, reserved: dict[str, st
     cands = [v for v in snap.elastic.values()
              if v.itype == w.itype and v.n > v.min_n and v.id != w.id
              and ((v.team == w.team and v.priority <= w.priority)
-                  or (v.team != w.team and cross and _borrowing(snap, v.team, w.itype)))]
+                  or (v.team != w.team and cross and borrowing(snap, v.team, w.itype)))]
     if not cands:
         return False
     if not within and snap.fair_share:
@@ -202,7 +188,7 @@ def shrink_to_fit(cyc: _Cycle, w: Workload, within: bool, reserved: dict[str, st
             assert v.nodes
             removed.append((v, v.nodes[-1], kind))
             resize(snap, v, v.nodes[:-1])
-            nodes = _fits(snap, w, reserved, holder)
+            nodes = fits_now(snap, w, reserved, holder)
         if nodes is not None:
             break
     if nodes is None:
@@ -216,13 +202,13 @@ def shrink_to_fit(cyc: _Cycle, w: Workload, within: bool, reserved: dict[str, st
         if any(u is v for u, _, _ in removed[i + 1:]):
             continue
         resize(snap, v, [*(v.nodes or ()), node])
-        again = _fits(snap, w, reserved, holder)
+        again = fits_now(snap, w, reserved, holder)
         if again is None:
             resize(snap, v, (v.nodes or [])[:-1])
         else:
             nodes = again
             removed.pop(i)
-    final = _fits(snap, w, reserved, holder)
+    final = fits_now(snap, w, reserved, holder)
     assert final is not None
     gone: dict[str, tuple[Workload, list[str], str]] = {}
     for v, node, kind in removed:

@@ -55,14 +55,16 @@ def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Work
     return got  # type: ignore[return-value]
 
 
-def _borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
+def borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
+    """Does the team use more than its quota of ``itype`` (in any dimension)?"""
     t = snap.teams[team_name]
     q = t.q(itype)
     u = t.u(itype)
     return u[0] > q[0] or u[1] > q[1] or u[2] > q[2]
 
 
-def _fits(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | None) -> list[str] | None:
+def fits_now(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | None) -> list[str] | None:
+    """The nodes for ``w`` as the cluster is now (team quota, pool, per-user cap, placement), or None."""
     ok, _, _ = quota.team_check(snap, w)
     if not ok or not quota.pool_ok(snap, w, holder) or users.over_cap(snap.teams[w.team], w):
         return None
@@ -167,7 +169,7 @@ def plan(
     cross = cross_team and others_borrow and (within or snap.fair_share)
     if not own and not cross:
         return None
-    borrowers = {name for name in snap.teams if name != w.team and _borrowing(snap, name, w.itype)} if cross else set()
+    borrowers = {name for name in snap.teams if name != w.team and borrowing(snap, name, w.itype)} if cross else set()
     mine = 0.0
     if cross and not within:
         # fair share: a victim's team must keep a share >= ours after admission; removing a job only lowers
@@ -231,7 +233,7 @@ def plan(
         if v.team == w.team:
             kind = "priority"
         else:
-            if not _borrowing(snap, v.team, w.itype):
+            if not borrowing(snap, v.team, w.itype):
                 continue  # that team gave back all it borrowed already
             if within:
                 kind = "reclaim"
@@ -247,7 +249,7 @@ def plan(
         fitting.update(name for name in v.nodes or () if fits(name))
         if len(fitting) < w.n:
             continue  # not enough nodes yet: no need to ask placement
-        nodes = _fits(snap, w, reserved, holder)
+        nodes = fits_now(snap, w, reserved, holder)
         if nodes is not None:
             break
     if nodes is None:
@@ -258,12 +260,12 @@ def plan(
     for i in range(len(removed) - 2, -1, -1):
         v, _ = removed[i]
         snap.assign(v, v.nodes or [])
-        again = _fits(snap, w, reserved, holder)
+        again = fits_now(snap, w, reserved, holder)
         if again is None:
             snap.unassign(v)
         else:
             nodes = again
             removed.pop(i)
-    final = _fits(snap, w, reserved, holder)
+    final = fits_now(snap, w, reserved, holder)
     assert final is not None
     return removed, final
