@@ -334,8 +334,10 @@ class ControlPlane:
         if not nodes and itype not in {q for t in self.spec.teams for q in self.spec.team_quota(t)}:
             have = ", ".join(sorted(self.snap.by_type)) or "none"
             return f"the cluster has no {itype} nodes (it has: {have})"
-        if nodes and len(nodes) < n:
-            return f"the job asks for {n} {itype} nodes; the cluster has {len(nodes)}"
+        # nodes may still be joining (a Ray node starting): the spec's instance groups count as well
+        declared = sum(g.count for g in self.spec.cluster.instance_groups if g.node_type == itype)
+        if nodes and max(len(nodes), declared) < n:
+            return f"the job asks for {n} {itype} nodes; the cluster has {max(len(nodes), declared)}"
         return None
 
     def cancel(self, job: Job, actor: str) -> Job:
