@@ -9,7 +9,7 @@ transition                owner
 ========================  ==================================================================================
 queue a job               :meth:`ControlPlane.submit`
 admit (engine decision)   :meth:`ControlPlane.admit`: Running, placement; the attempt waits for its victims
-launch                    :meth:`ControlPlane.launch`: accelerator slots, the executor starts the replicas
+launch                    :meth:`ControlPlane._launch_unlocked`: accelerator slots, the executor starts the replicas
 a replica's exit          :meth:`ControlPlane.exit`
 begin a stop              :meth:`ControlPlane.begin_stop` (preempt, cancel, restart, fail)
 every replica stopped     :meth:`ControlPlane.stopped`: Pending again (preempt, restart) or finished
@@ -112,8 +112,7 @@ class ControlPlane:
         self.budgets = BudgetKeeper()  # teams' accelerator-hours in the current budget periods
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
-        self._real_gpus: dict[str, bool] = {}  # node -> its accelerators are real GPUs (cleared on node changes)
-        self._groups: dict[str, Any] = {}  # node -> its instance group, valid while the node is in _real_gpus
+        self._groups: dict[str, Any] = {}  # node -> its instance group or None (cleared when rebuilt)
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
         with self.lock:
@@ -136,7 +135,7 @@ class ControlPlane:
     def _rebuild(self) -> None:
         """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
         and pending jobs."""
-        self._real_gpus.clear()
+        self._groups.clear()
         self.snap = self.build_snapshot(self.spec)
         arrays.hold_back(self, self.store.list_jobs(finished=False))  # throttled arrays: tasks beyond the limit
 
@@ -515,23 +514,18 @@ class ControlPlane:
         return out
 
     def _gpus_are_real(self, node: str) -> bool:
-        """Whether a node's accelerators are real GPUs (its instance group says ``accelerators_are: gpus``);
-        remembered per node name until the spec or the nodes change."""
-        real = self._real_gpus.get(node)
-        if real is None:
-            self._group_of(node)
-            real = self._real_gpus[node]
-        return real
+        """Whether a node's accelerators are real GPUs (its instance group says ``accelerators_are: gpus``)."""
+        g = self._group_of(node)
+        return g is not None and g.accelerators_are == "gpus"
 
     def _group_of(self, node: str) -> Any:
-        """A node's instance group (None: no such node), remembered as ``_gpus_are_real`` is (one query per
-        node until the spec or the nodes change, not one per launch)."""
-        if node not in self._real_gpus:
+        """A node's instance group (None: no such node or group), remembered per node name until the snapshot
+        is rebuilt (the spec or the nodes changed): one query per node, not one per launch."""
+        if node not in self._groups:
             nd = self.store.get_node(node)
             self._groups[node] = next((g for g in self.spec.cluster.instance_groups
                                        if nd is not None and g.name == nd.instance_group), None)
-            self._real_gpus[node] = nd is not None and self.spec.gpus_are_real(nd.instance_group)
-        return self._groups.get(node)
+        return self._groups[node]
 
     def _partitions_per_gpu(self, node: str) -> int:
         """How many accelerator slots of a node are one GPU: its group's MIG partitions per GPU, else 1."""
@@ -567,18 +561,6 @@ class ControlPlane:
         """Where jobs' checkpoint directories live: ``cluster.checkpoint_dir``, else ``$FAIRPOD_HOME/checkpoints``."""
         custom = self.spec.cluster.checkpoint_dir
         return Path(custom) if custom else self.home / "checkpoints"
-
-    def launch(self, job: Job, run: Run) -> None:
-        """Start an admitted attempt on the slots :meth:`_ready` took for it."""
-        launch = self._launch_of(job, run)
-        if launch is None:
-            return
-        try:
-            self.executor.launch(launch)
-        except ExecutorError as e:
-            self._launch_failed(job, run, e)
-            return
-        self._started(job, run)
 
     def _reserve_launches(self, ready: list[tuple[Job, Run]]) -> list[tuple[Job, Run, JobLaunch]]:
         """Under the lock, after the commit that stored their slots: what the executor needs for each attempt
@@ -805,7 +787,7 @@ class ControlPlane:
     # -- the transitions of a node -----------------------------------------------------------------
     def add_node(self, name: str, group: str, itype: str, **fields: Any) -> None:
         """A node joined (e.g. a Ray node): store it and let the engine use it."""
-        self._real_gpus.clear()
+        self._groups.clear()
         with self._change():
             cat = self.spec.catalog()
             if itype not in cat:
@@ -823,7 +805,7 @@ class ControlPlane:
     def update_node(self, name: str, changes: dict[str, Any]) -> Node:
         """Change a node's stored fields (cordon, health status, deep health check, labels) and the engine's
         view of it (schedulable, passed) together."""
-        self._real_gpus.clear()
+        self._groups.clear()
         with self._change():
             node = self.store.update_node(name, changes)
             snode = self.snap.nodes.get(name)
@@ -847,7 +829,7 @@ class ControlPlane:
 
     def forget_node(self, name: str) -> None:
         """Delete a node that runs nothing from the store and the engine's view."""
-        self._real_gpus.clear()
+        self._groups.clear()
         with self._change():
             self.store.delete_node(name)
             if name in self.snap.nodes:
@@ -855,7 +837,7 @@ class ControlPlane:
 
     def remove_node(self, name: str, reason: str) -> None:
         """A node left for good: its jobs are handled as after a fault, then it is forgotten."""
-        self._real_gpus.clear()
+        self._groups.clear()
         with self._change():
             self.node_fault(name, "NodeLost", reason, "none")
             self.event("NodeLeft", f"node {name} left: {reason}", node=name)
