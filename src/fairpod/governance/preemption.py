@@ -15,6 +15,8 @@ Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in 
 
 from __future__ import annotations
 
+import math
+
 from fairpod.governance import budget, fairshare, quota, topology, users
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
@@ -52,6 +54,39 @@ def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Work
     if got is None:
         got = snap.memo[key] = sorted(  # type: ignore[assignment]
             running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
+    return got  # type: ignore[return-value]
+
+
+def _cheapest(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]) -> float:
+    """The least work (seconds x accelerators x ``FAIR_SHARE_WORK_RATIO``) that stopping one of a team's running
+    jobs on ``itype`` for fair share would lose, over the jobs ``_fair_share_victim`` and the min-runtime rule
+    could allow (inf if none): a plan whose preemptor has waited less can take no job of that team. Once per
+    cycle and usage of the team."""
+    key = ("cheapest", itype, team, snap.teams[team].version, snap.cycle)
+    got = snap.memo.get(key)
+    if got is None:
+        now = snap.now
+        got = math.inf
+        for v in running.values():
+            if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS or (
+                    v.min_runtime and v.started is not None and now - v.started < v.min_runtime):
+                continue
+            lost = v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO
+            if lost < got:
+                got = lost
+        snap.memo[key] = got
+    return got
+
+
+def _borrowers(snap: Snapshot, itype: str) -> list[tuple[str, float]]:
+    """The teams that borrow ``itype`` now, in name order, with their share (``fairshare.share``, no history);
+    computed once per cycle and usage (plans of one cycle read the same)."""
+    key = ("borrowers", itype, snap.version, snap.cycle)
+    got = snap.memo.get(key)
+    if got is None:
+        got = snap.memo[key] = [  # type: ignore[assignment]
+            (name, fairshare.share(snap, snap.teams[name], itype)) for name in sorted(snap.teams)
+            if borrowing(snap, name, itype)]
     return got  # type: ignore[return-value]
 
 
@@ -169,13 +204,17 @@ def plan(
     cross = cross_team and others_borrow and (within or snap.fair_share)
     if not own and not cross:
         return None
-    borrowers = {name for name in snap.teams if name != w.team and borrowing(snap, name, w.itype)} if cross else set()
-    mine = 0.0
-    if cross and not within:
-        # fair share: a victim's team must keep a share >= ours after admission; removing a job only lowers
-        # a share, so teams whose share is already below ours can give no victim
-        mine = fairshare.share(snap, team, w.itype, w.total)
-        borrowers = {b for b in borrowers if fairshare.share(snap, snap.teams[b], w.itype) >= mine}
+    if cross:
+        others = [b for b in _borrowers(snap, w.itype) if b[0] != w.team]
+        if not within:
+            # fair share: a victim's team must keep a share >= ours after admission; removing a job only lowers
+            # a share, so teams whose share is already below ours can give no victim
+            mine = fairshare.share(snap, team, w.itype, w.total)
+            borrowers = [name for name, share in others if share >= mine]
+        else:
+            borrowers = [name for name, _ in others]
+    else:
+        borrowers = []
     if not own and not borrowers:
         return None
     # nodes that could take no replica of ``w`` even once emptied: a victim only there frees nothing useful
@@ -184,14 +223,16 @@ def plan(
     if w.passed_only:
         blocked.update(nd.name for nd in snap.by_type.get(w.itype, ()) if not nd.health_passed)
     cands: list[Workload] = []
-    teams = ([w.team] if own else []) + sorted(borrowers)
+    teams = ([w.team] if own else []) + borrowers  # borrowers are in name order
     waited_acc = (now - (w.enqueued if w.enqueued is not None else w.submit)) * w.total.acc
     for name in teams:
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
         running = snap.running_by.get((w.itype, name), {})
+        if fair and _cheapest(snap, w.itype, name, running) > waited_acc:
+            continue  # every job of that team would lose too much (or is protected): no candidate
         for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
             if fair and not _fair_share_victim(v, waited_acc, now):
-                if v.total.acc > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
+                if v.total[0] > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
                     break  # it would lose too much, and so would every job after it
                 continue
             if v.min_runtime and v.started is not None and now - v.started < v.min_runtime:

@@ -28,10 +28,12 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fairpod.governance import (
     Admit,
+    Decision,
     Grow,
     Preempt,
     Shrink,
@@ -136,8 +138,10 @@ def _expected(j: TraceJob, left: float) -> float:
 class Simulation:
     """One replay of ``jobs`` on a fresh cluster built from ``spec``; call ``run()`` once."""
 
-    def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False) -> None:
+    def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
+                 on_cycle: Callable[[float, list[Decision]], None] | None = None) -> None:
         self.spec = spec
+        self.on_cycle = on_cycle  # told each cycle's time and decisions (as applied), e.g. to log them
         self.snap = snapshot_from_spec(spec)
         self._sampled: tuple[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] | None = None
         self.team_names = [t.name for t in spec.teams]
@@ -288,6 +292,8 @@ class Simulation:
             res.cpu_seconds += time.process_time() - c0
             res.cycles += 1
             res.decisions += len(decisions)
+            if self.on_cycle is not None:
+                self.on_cycle(t, decisions)
             for d in decisions:
                 sj = self.by_id[d.job]
                 if isinstance(d, Admit):
@@ -360,6 +366,8 @@ class Simulation:
                 self.result.lent[name] += lent[i] * dt
 
 
-def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False) -> SimResult:
-    """Replay ``jobs`` on the cluster of ``spec``; see the module doc."""
-    return Simulation(spec, jobs, record_timeline=record_timeline).run()
+def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
+             on_cycle: Callable[[float, list[Decision]], None] | None = None) -> SimResult:
+    """Replay ``jobs`` on the cluster of ``spec``; see the module doc. ``on_cycle(t, decisions)`` is called after
+    each scheduling cycle with the decisions the simulation applies."""
+    return Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle).run()
