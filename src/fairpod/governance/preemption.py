@@ -15,8 +15,6 @@ Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in 
 
 from __future__ import annotations
 
-import math
-
 from fairpod.governance import budget, fairshare, quota, topology, users
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.placement import place
@@ -55,27 +53,6 @@ def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Work
         got = snap.memo[key] = sorted(  # type: ignore[assignment]
             running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
     return got  # type: ignore[return-value]
-
-
-def _cheapest(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]) -> float:
-    """The least work (seconds x accelerators x ``FAIR_SHARE_WORK_RATIO``) that stopping one of a team's running
-    jobs on ``itype`` for fair share would lose, over the jobs ``_fair_share_victim`` and the min-runtime rule
-    could allow (inf if none): a plan whose preemptor has waited less can take no job of that team. Once per
-    cycle and usage of the team."""
-    key = ("cheapest", itype, team, snap.teams[team].version, snap.cycle)
-    got = snap.memo.get(key)
-    if got is None:
-        now = snap.now
-        got = math.inf
-        for v in running.values():
-            if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS or (
-                    v.min_runtime and v.started is not None and now - v.started < v.min_runtime):
-                continue
-            lost = v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO
-            if lost < got:
-                got = lost
-        snap.memo[key] = got
-    return got
 
 
 def _borrowers(snap: Snapshot, itype: str) -> list[tuple[str, float]]:
@@ -228,8 +205,6 @@ def plan(
     for name in teams:
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
         running = snap.running_by.get((w.itype, name), {})
-        if fair and _cheapest(snap, w.itype, name, running) > waited_acc:
-            continue  # every job of that team would lose too much (or is protected): no candidate
         for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
             if fair and not _fair_share_victim(v, waited_acc, now):
                 if v.total[0] > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
