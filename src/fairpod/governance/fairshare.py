@@ -17,15 +17,17 @@ from fairpod.governance.snapshot import Snapshot, Team
 
 
 def share(snap: Snapshot, team: Team, itype: str, delta: tuple[int, int, int] = (0, 0, 0),
-          with_history: bool = False) -> float:
+          with_history: bool = False, lend: list[int] | None = None) -> float:
     """The team's weighted dominant share of ``itype`` if its usage changed by ``delta``; ``with_history``
-    (FairShareHistory, ``governance.history``): plus its decayed past borrowed share, before the weight."""
+    (FairShareHistory, ``governance.history``): plus its decayed past borrowed share, before the weight.
+    ``lend``: ``snap.lendable(itype)`` when the caller has it already."""
     q = team.q(itype)
     u = team.u(itype)
     o0, o1, o2 = u[0] + delta[0] - q[0], u[1] + delta[1] - q[1], u[2] + delta[2] - q[2]
     if o0 <= 0 and o1 <= 0 and o2 <= 0:
         return 0.0  # borrows nothing
-    lend = snap.lendable(itype)
+    if lend is None:
+        lend = snap.lendable(itype)
     dom = 0.0
     for over, ld in ((o0, lend[0]), (o1, lend[1]), (o2, lend[2])):
         if over > 0:

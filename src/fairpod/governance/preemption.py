@@ -126,6 +126,7 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
     freed: dict[str, list[int]] = {}
     room = set(fitting)
     mine, mine_at = 0.0, None  # our share after admission, for the own jobs taken so far
+    lend = snap.lendable(it)
     for v in cands:
         vt = v.total
         g = gone.get(v.team, (0, 0, 0))
@@ -137,8 +138,9 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
             if not within:
                 own = gone.get(w.team, (0, 0, 0))
                 if own != mine_at:
-                    mine, mine_at = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2])), own
-                theirs = fairshare.share(snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]))
+                    mine, mine_at = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2]),
+                                                    lend=lend), own
+                theirs = fairshare.share(snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]), lend=lend)
                 if not fairshare.may_preempt(mine, theirs):
                     continue
         gone[v.team] = (g[0] + vt[0], g[1] + vt[1], g[2] + vt[2])

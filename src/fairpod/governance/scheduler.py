@@ -101,6 +101,7 @@ class _Cycle:
         # whether a team's borrow limit is lifted (``quota.team_check``)
         self.checked: dict[tuple, tuple[bool, bool, str]] = {}
         self.lifted: dict[tuple, bool] = {}
+        self.ranks: dict[tuple, tuple] = {}  # rank of an offer, by job and its team's usage version
 
     def wait(self, w: Workload, reason: str) -> None:
         if w.reason != reason:
@@ -346,6 +347,15 @@ class _Cycle:
             skip.add(h.shape)
 
     def rank(self, team: Team, w: Workload) -> tuple:
+        """The order key of ``w`` among the teams' offers; once per job and usage of its team in the cycle (the
+        rounds offer the same heads again and again)."""
+        key = (w.id, team.version)
+        got = self.ranks.get(key)
+        if got is None:
+            got = self.ranks[key] = self._rank(team, w)
+        return got
+
+    def _rank(self, team: Team, w: Workload) -> tuple:
         snap = self.snap
         within = quota.within_quota(team, w.itype, w.total)
         if within:
