@@ -46,13 +46,16 @@ def _since(v: Workload) -> float:
 
 def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]) -> list[Workload]:
     """A team's running jobs on ``itype``: those without accelerators first, then the one that would lose least
-    work first; computed once per cycle and usage of the team (checkpoints change only between cycles)."""
-    key = ("recent", itype, team, snap.teams[team].version, snap.cycle)
+    work first; sorted again only when the team's usage or a job's reported checkpoint changed."""
+    key = ("recent", itype, team, snap.teams[team].version)
     got = snap.memo.get(key)
-    if got is None:
-        got = snap.memo[key] = sorted(  # type: ignore[assignment]
-            running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
-    return got  # type: ignore[return-value]
+    if got is not None:
+        order, ckpts = got  # type: ignore[misc]
+        if all(v.checkpoint == c for v, c in zip(order, ckpts, strict=True)):
+            return order  # type: ignore[no-any-return]
+    order = sorted(running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
+    snap.memo[key] = (order, [v.checkpoint for v in order])  # type: ignore[assignment]
+    return order
 
 
 def _borrowers(snap: Snapshot, itype: str) -> list[tuple[str, float]]:
