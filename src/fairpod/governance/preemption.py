@@ -51,7 +51,7 @@ def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Work
     got = snap.memo.get(key)
     if got is not None:
         order, ckpts = got  # type: ignore[misc]
-        if all(v.checkpoint == c for v, c in zip(order, ckpts, strict=True)):
+        if [v.checkpoint for v in order] == ckpts:
             return order  # type: ignore[no-any-return]
     order = sorted(running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
     snap.memo[key] = (order, [v.checkpoint for v in order])  # type: ignore[assignment]
@@ -211,7 +211,8 @@ def plan(
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
         running = snap.running_by.get((w.itype, name), {})
         for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
-            if fair and not _fair_share_victim(v, waited_acc, now):
+            if fair and (v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS  # not ``_fair_share_victim``, inlined
+                         or not v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc):
                 if v.total[0] > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
                     break  # it would lose too much, and so would every job after it
                 continue
