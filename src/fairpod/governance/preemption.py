@@ -23,19 +23,11 @@ from fairpod.governance.snapshot import Node, Snapshot, Workload
 # A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
 FAIR_SHARE_MAX_PREEMPTIONS = 2
 # Fair share stops a job only if the work it loses (accelerator-seconds) is at most this fraction of what the
-# preemptor has waited: only jobs that have just started (or just checkpointed) are taken.
+# preemptor has waited (seconds x its accelerators): only jobs that have just started (or just checkpointed) are
+# taken. Fair share evens out waiting among borrowers, it must not destroy work to do so (a victim without
+# checkpoints loses its whole run, and that lost work is what the cluster pays). This also keeps a requeued job,
+# which has lost the least work, from being picked again and again.
 FAIR_SHARE_WORK_RATIO = 100
-
-
-def _fair_share_victim(v: Workload, waited_acc: float, now: float) -> bool:
-    """May ``v`` be stopped for fair share so that a job that has waited ``waited_acc`` (seconds x its
-    accelerators) starts? Not if it was preempted twice already, nor if it would lose more than
-    1/``FAIR_SHARE_WORK_RATIO`` of that: fair share evens out waiting among borrowers, it must not destroy work
-    to do so (a victim without checkpoints loses its whole run, and that lost work is what the cluster pays).
-    This also keeps a requeued job, which has lost the least work, from being picked again and again."""
-    if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS:
-        return False
-    return v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc
 
 
 def _since(v: Workload) -> float:
@@ -211,7 +203,7 @@ def plan(
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
         running = snap.running_by.get((w.itype, name), {})
         for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
-            if fair and (v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS  # not ``_fair_share_victim``, inlined
+            if fair and (v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS  # may not be stopped for fair share
                          or not v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc):
                 if v.total[0] > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
                     break  # it would lose too much, and so would every job after it
