@@ -38,15 +38,16 @@ def _since(v: Workload) -> float:
 
 def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]) -> list[Workload]:
     """A team's running jobs on ``itype``: those without accelerators first, then the one that would lose least
-    work first; sorted again only when the team's usage or a job's reported checkpoint changed."""
+    work first; sorted again only when the team's usage, a job's reported checkpoint or a start time changed
+    (a forecast on a copy may set the start of a job that had none)."""
     key = ("recent", itype, team, snap.teams[team].version)
     got = snap.memo.get(key)
     if got is not None:
-        order, ckpts = got  # type: ignore[misc]
-        if [v.checkpoint for v in order] == ckpts:
+        order, ckpts, starts = got  # type: ignore[misc]
+        if [v.checkpoint for v in order] == ckpts and [v.started for v in order] == starts:
             return order  # type: ignore[no-any-return]
     order = sorted(running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
-    snap.memo[key] = (order, [v.checkpoint for v in order])  # type: ignore[assignment]
+    snap.memo[key] = (order, [v.checkpoint for v in order], [v.started for v in order])  # type: ignore[assignment]
     return order
 
 
