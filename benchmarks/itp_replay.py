@@ -7,9 +7,11 @@ Prints the wall time, the CPU time of the whole process and of the engine alone,
 lost work, the most preemptions of one job, Jain's index, and each team's wait. Target: <= 60 s wall.
 
 Run: ``.venv/bin/python benchmarks/itp_replay.py [--contended] [--compare private|fcfs|history] [--until S]
-[--fair-share-history HALF_LIFE_S] [--profile FILE] [-o report.json]``. ``--compare`` also replays on private
+[--fair-share-history HALF_LIFE_S] [--profile FILE] [--decisions-out FILE] [-o report.json]``. ``--compare`` also replays on private
 quotas / one global FCFS queue / under the other fair share (FairShare <-> FairShareHistory) and prints each
 team's mean wait and JCT under each and rho = JCT shared / JCT private.
+``--decisions-out FILE`` writes every decision the replay applies, one a line (cycle time, kind, job, nodes or
+preemptor, reason), so that two versions of the engine can be compared with ``diff`` (use ``--until`` for a slice).
 On a shared machine wall time depends on the load; the process CPU time is the steadier figure.
 """
 
@@ -20,7 +22,9 @@ import cProfile
 import json
 import time
 from pathlib import Path
+from typing import TextIO
 
+from fairpod.governance import Admit, Decision, Grow, Preempt, Shrink
 from fairpod.model.spec import load_spec, parse_spec
 from fairpod.sim.compare import compare
 from fairpod.sim.contended import contended_spec
@@ -33,6 +37,20 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _h(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds / 3600:.2f} h"
+
+
+def _log(f: TextIO, t: float, decisions: list[Decision]) -> None:
+    """One line per decision: time, kind, job, then what the decision names (nodes, preemptor, reason)."""
+    for d in decisions:
+        if isinstance(d, Admit):
+            rest = f"{','.join(d.nodes)} after={','.join(d.after)} borrowed={d.borrowed} {d.lenders} {d.reason}"
+        elif isinstance(d, Preempt):
+            rest = f"by={d.by} {d.kind} {d.reason}"
+        elif isinstance(d, Grow | Shrink):
+            rest = f"{','.join(d.nodes)} {d.reason}"
+        else:
+            rest = d.reason
+        f.write(f"{t:.6f} {type(d).__name__} {d.job} {rest}\n")
 
 
 def main() -> None:
@@ -49,6 +67,8 @@ def main() -> None:
                          "(FairShare <-> FairShareHistory) and print rho per team")
     ap.add_argument("--fair-share-history", type=float, metavar="HALF_LIFE_S",
                     help="replay under FairShareHistory with this half-life (seconds)")
+    ap.add_argument("--decisions-out", type=Path,
+                    help="write every applied decision here, one a line (to diff two engine versions)")
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON report here")
     args = ap.parse_args()
     w0, c0 = time.perf_counter(), time.process_time()
@@ -66,7 +86,10 @@ def main() -> None:
     prof = cProfile.Profile() if args.profile else None
     if prof:
         prof.enable()
-    res = simulate(spec, jobs)
+    log = args.decisions_out.open("w", encoding="utf-8") if args.decisions_out else None
+    res = simulate(spec, jobs, on_cycle=(lambda t, ds: _log(log, t, ds)) if log else None)
+    if log:
+        log.close()
     if prof:
         prof.disable()
         prof.dump_stats(args.profile)

@@ -17,24 +17,24 @@ from fairpod.governance.snapshot import Snapshot, Team
 
 
 def share(snap: Snapshot, team: Team, itype: str, delta: tuple[int, int, int] = (0, 0, 0),
-          with_history: bool = False) -> float:
+          with_history: bool = False, lend: list[int] | None = None) -> float:
     """The team's weighted dominant share of ``itype`` if its usage changed by ``delta``; ``with_history``
-    (FairShareHistory, ``governance.history``): plus its decayed past borrowed share, before the weight."""
+    (FairShareHistory, ``governance.history``): plus its decayed past borrowed share, before the weight.
+    ``lend``: ``snap.lendable(itype)`` when the caller has it already."""
     q = team.q(itype)
     u = team.u(itype)
-    lend = snap.lendable(itype)
+    o0, o1, o2 = u[0] + delta[0] - q[0], u[1] + delta[1] - q[1], u[2] + delta[2] - q[2]
+    if o0 <= 0 and o1 <= 0 and o2 <= 0:
+        return 0.0  # borrows nothing
+    if lend is None:
+        lend = snap.lendable(itype)
     dom = 0.0
-    borrowing = False
-    for d in range(3):
-        over = u[d] + delta[d] - q[d]
+    for over, ld in ((o0, lend[0]), (o1, lend[1]), (o2, lend[2])):
         if over > 0:
-            borrowing = True
-            if lend[d] > 0:
-                dom = max(dom, over / lend[d])
+            if ld > 0:
+                dom = max(dom, over / ld)
             else:
                 dom = math.inf
-    if not borrowing:
-        return 0.0
     if with_history and snap.history_half_life is not None:
         dom += team.history.get(itype, 0.0)
     if team.weight == 0:

@@ -57,7 +57,19 @@ def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -
 
 def never_fits(snap: Snapshot, w: Workload) -> str | None:
     """Why ``w`` cannot run on the healthy nodes even when they are all idle, or None if it could."""
-    ok = [nd for nd in snap.by_type.get(w.itype, ()) if nd.schedulable and (nd.health_passed or not w.passed_only)]
+    lv = topology.level_of(snap, w)
+    if lv is None or not lv[1]:  # no required level: only the count matters, so stop at ``w.n`` nodes
+        count = 0
+        passed_only = w.passed_only
+        for nd in snap.by_type.get(w.itype, ()):
+            if nd.schedulable and (nd.health_passed or not passed_only):
+                count += 1
+                if count >= w.n:
+                    return None
+        ok: list = [None] * count
+    else:
+        ok = [nd for nd in snap.by_type.get(w.itype, ())
+              if nd.schedulable and (nd.health_passed or not w.passed_only)]
     kind = "healthy " + ("deep-check-passed " if w.passed_only else "")
     if not ok:
         return f"no {kind}{w.itype} node"

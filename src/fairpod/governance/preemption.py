@@ -23,19 +23,11 @@ from fairpod.governance.snapshot import Node, Snapshot, Workload
 # A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
 FAIR_SHARE_MAX_PREEMPTIONS = 2
 # Fair share stops a job only if the work it loses (accelerator-seconds) is at most this fraction of what the
-# preemptor has waited: only jobs that have just started (or just checkpointed) are taken.
+# preemptor has waited (seconds x its accelerators): only jobs that have just started (or just checkpointed) are
+# taken. Fair share evens out waiting among borrowers, it must not destroy work to do so (a victim without
+# checkpoints loses its whole run, and that lost work is what the cluster pays). This also keeps a requeued job,
+# which has lost the least work, from being picked again and again.
 FAIR_SHARE_WORK_RATIO = 100
-
-
-def _fair_share_victim(v: Workload, waited_acc: float, now: float) -> bool:
-    """May ``v`` be stopped for fair share so that a job that has waited ``waited_acc`` (seconds x its
-    accelerators) starts? Not if it was preempted twice already, nor if it would lose more than
-    1/``FAIR_SHARE_WORK_RATIO`` of that: fair share evens out waiting among borrowers, it must not destroy work
-    to do so (a victim without checkpoints loses its whole run, and that lost work is what the cluster pays).
-    This also keeps a requeued job, which has lost the least work, from being picked again and again."""
-    if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS:
-        return False
-    return v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc
 
 
 def _since(v: Workload) -> float:
@@ -46,12 +38,28 @@ def _since(v: Workload) -> float:
 
 def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]) -> list[Workload]:
     """A team's running jobs on ``itype``: those without accelerators first, then the one that would lose least
-    work first; computed once per cycle and usage of the team (checkpoints change only between cycles)."""
-    key = ("recent", itype, team, snap.teams[team].version, snap.cycle)
+    work first; sorted again only when the team's usage, a job's reported checkpoint or a start time changed
+    (a forecast on a copy may set the start of a job that had none)."""
+    key = ("recent", itype, team, snap.teams[team].version)
+    got = snap.memo.get(key)
+    if got is not None:
+        order, ckpts, starts = got  # type: ignore[misc]
+        if [v.checkpoint for v in order] == ckpts and [v.started for v in order] == starts:
+            return order  # type: ignore[no-any-return]
+    order = sorted(running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
+    snap.memo[key] = (order, [v.checkpoint for v in order], [v.started for v in order])  # type: ignore[assignment]
+    return order
+
+
+def _borrowers(snap: Snapshot, itype: str) -> list[tuple[str, float]]:
+    """The teams that borrow ``itype`` now, in name order, with their share (``fairshare.share``, no history);
+    computed once per cycle and usage (plans of one cycle read the same)."""
+    key = ("borrowers", itype, snap.version, snap.cycle)
     got = snap.memo.get(key)
     if got is None:
-        got = snap.memo[key] = sorted(  # type: ignore[assignment]
-            running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
+        got = snap.memo[key] = [  # type: ignore[assignment]
+            (name, fairshare.share(snap, snap.teams[name], itype)) for name in sorted(snap.teams)
+            if borrowing(snap, name, itype)]
     return got  # type: ignore[return-value]
 
 
@@ -114,6 +122,7 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
     freed: dict[str, list[int]] = {}
     room = set(fitting)
     mine, mine_at = 0.0, None  # our share after admission, for the own jobs taken so far
+    lend = snap.lendable(it)
     for v in cands:
         vt = v.total
         g = gone.get(v.team, (0, 0, 0))
@@ -125,8 +134,9 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
             if not within:
                 own = gone.get(w.team, (0, 0, 0))
                 if own != mine_at:
-                    mine, mine_at = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2])), own
-                theirs = fairshare.share(snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]))
+                    mine, mine_at = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2]),
+                                                    lend=lend), own
+                theirs = fairshare.share(snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]), lend=lend)
                 if not fairshare.may_preempt(mine, theirs):
                     continue
         gone[v.team] = (g[0] + vt[0], g[1] + vt[1], g[2] + vt[2])
@@ -169,13 +179,17 @@ def plan(
     cross = cross_team and others_borrow and (within or snap.fair_share)
     if not own and not cross:
         return None
-    borrowers = {name for name in snap.teams if name != w.team and borrowing(snap, name, w.itype)} if cross else set()
-    mine = 0.0
-    if cross and not within:
-        # fair share: a victim's team must keep a share >= ours after admission; removing a job only lowers
-        # a share, so teams whose share is already below ours can give no victim
-        mine = fairshare.share(snap, team, w.itype, w.total)
-        borrowers = {b for b in borrowers if fairshare.share(snap, snap.teams[b], w.itype) >= mine}
+    if cross:
+        others = [b for b in _borrowers(snap, w.itype) if b[0] != w.team]
+        if not within:
+            # fair share: a victim's team must keep a share >= ours after admission; removing a job only lowers
+            # a share, so teams whose share is already below ours can give no victim
+            mine = fairshare.share(snap, team, w.itype, w.total)
+            borrowers = [name for name, share in others if share >= mine]
+        else:
+            borrowers = [name for name, _ in others]
+    else:
+        borrowers = []
     if not own and not borrowers:
         return None
     # nodes that could take no replica of ``w`` even once emptied: a victim only there frees nothing useful
@@ -184,14 +198,15 @@ def plan(
     if w.passed_only:
         blocked.update(nd.name for nd in snap.by_type.get(w.itype, ()) if not nd.health_passed)
     cands: list[Workload] = []
-    teams = ([w.team] if own else []) + sorted(borrowers)
+    teams = ([w.team] if own else []) + borrowers  # borrowers are in name order
     waited_acc = (now - (w.enqueued if w.enqueued is not None else w.submit)) * w.total.acc
     for name in teams:
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
         running = snap.running_by.get((w.itype, name), {})
         for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
-            if fair and not _fair_share_victim(v, waited_acc, now):
-                if v.total.acc > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
+            if fair and (v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS  # may not be stopped for fair share
+                         or not v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc):
+                if v.total[0] > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
                     break  # it would lose too much, and so would every job after it
                 continue
             if v.min_runtime and v.started is not None and now - v.started < v.min_runtime:

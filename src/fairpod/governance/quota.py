@@ -33,8 +33,10 @@ def borrow_cap(team: Team, itype: str) -> Vec:
     return cap_with_absolute([q[0] * k // 100, q[1] * k // 100, q[2] * k // 100], q, team.borrow_abs.get(itype))
 
 
-def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
-    """(may hold, within quota, reason if not) for job ``w`` of its team, ignoring everyone else."""
+def team_check(snap: Snapshot, w: Workload, lifted: dict[tuple, bool] | None = None) -> tuple[bool, bool, str]:
+    """(may hold, within quota, reason if not) for job ``w`` of its team, ignoring everyone else. ``lifted``: a
+    cache of ``_limit_lifted`` that the caller keeps while nodes and queues change only with ``snap.version``
+    (within one scheduling cycle)."""
     team = snap.teams[w.team]
     t = w.total
     if team.budget:
@@ -52,7 +54,7 @@ def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
             f"{t.acc} more and the team's sharing strategy ({why}) does not borrow"
         )
     cap = borrow_cap(team, w.itype)
-    if (u[0] + t[0] > cap[0] or u[1] + t[1] > cap[1] or u[2] + t[2] > cap[2]) and not _limit_lifted(snap, w):
+    if (u[0] + t[0] > cap[0] or u[1] + t[1] > cap[1] or u[2] + t[2] > cap[2]) and not _lifted(snap, w, lifted):
         if q[0] == 0 and q[1] == 0:
             return False, False, f"over quota: team {team.name} has no quota on {w.itype}, so it cannot borrow any"
         ab = team.borrow_abs.get(w.itype)
@@ -66,6 +68,16 @@ def team_check(snap: Snapshot, w: Workload) -> tuple[bool, bool, str]:
             f"and quota {q[0]} + {team.borrow_limit}% allows {cap[0]}"
         )
     return True, False, ""
+
+
+def _lifted(snap: Snapshot, w: Workload, memo: dict[tuple, bool] | None) -> bool:
+    if memo is None:
+        return _limit_lifted(snap, w)
+    key = (w.team, w.itype, w.total, snap.version)
+    got = memo.get(key)
+    if got is None:
+        got = memo[key] = _limit_lifted(snap, w)
+    return got
 
 
 def _limit_lifted(snap: Snapshot, w: Workload) -> bool:

@@ -97,6 +97,11 @@ class _Cycle:
         self.borrow_until: float | None = None  # earliest such time of a starving job that must borrow
         self.strict: dict[str, Workload] = {}  # team -> its starving job that could not start
         self.started: dict[str, float | None] = {}  # jobs admitted in this cycle: when they were enqueued
+        # within the cycle, by usage version (nodes and queues change in it only with usage): team checks, and
+        # whether a team's borrow limit is lifted (``quota.team_check``)
+        self.checked: dict[tuple, tuple[bool, bool, str]] = {}
+        self.lifted: dict[tuple, bool] = {}
+        self.ranks: dict[tuple, tuple] = {}  # rank of an offer, by job and its team's usage version
 
     def wait(self, w: Workload, reason: str) -> None:
         if w.reason != reason:
@@ -231,8 +236,16 @@ class _Cycle:
         return False
 
     def team_check(self, w: Workload) -> tuple[bool, bool, str]:
-        """``quota.team_check``, except that a protected job (rule 7) does not borrow."""
-        ok, within, why = quota.team_check(self.snap, w)
+        """``quota.team_check``, except that a protected job (rule 7) does not borrow; once per job and usage in
+        the cycle (the guard asks again right after ``try_start``)."""
+        key = (w.id, self.snap.version)
+        got = self.checked.get(key)
+        if got is None:
+            got = self.checked[key] = self._team_check(w)
+        return got
+
+    def _team_check(self, w: Workload) -> tuple[bool, bool, str]:
+        ok, within, why = quota.team_check(self.snap, w, self.lifted)
         if ok and not within and _protected(self.snap.teams[w.team], w):
             return False, False, (
                 f"waiting for room within team {w.team}'s quota: preempted {w.preemptions} times, the job no "
@@ -334,6 +347,15 @@ class _Cycle:
             skip.add(h.shape)
 
     def rank(self, team: Team, w: Workload) -> tuple:
+        """The order key of ``w`` among the teams' offers; once per job and usage of its team in the cycle (the
+        rounds offer the same heads again and again)."""
+        key = (w.id, team.version)
+        got = self.ranks.get(key)
+        if got is None:
+            got = self.ranks[key] = self._rank(team, w)
+        return got
+
+    def _rank(self, team: Team, w: Workload) -> tuple:
         snap = self.snap
         within = quota.within_quota(team, w.itype, w.total)
         if within:

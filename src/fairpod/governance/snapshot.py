@@ -101,7 +101,8 @@ class Workload:
         if self.started is None:
             return 0.0
         since = self.started if self.checkpoint is None or self.checkpoint < self.started else self.checkpoint
-        return max(0.0, now - since)
+        lost = now - since
+        return lost if lost > 0.0 else 0.0
 
 
 @dataclass(slots=True, eq=False)

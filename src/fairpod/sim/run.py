@@ -28,10 +28,12 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from fairpod.governance import (
     Admit,
+    Decision,
     Grow,
     Preempt,
     Shrink,
@@ -136,10 +138,13 @@ def _expected(j: TraceJob, left: float) -> float:
 class Simulation:
     """One replay of ``jobs`` on a fresh cluster built from ``spec``; call ``run()`` once."""
 
-    def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False) -> None:
+    def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
+                 on_cycle: Callable[[float, list[Decision]], None] | None = None) -> None:
         self.spec = spec
+        self.on_cycle = on_cycle  # told each cycle's time and decisions (as applied), e.g. to log them
         self.snap = snapshot_from_spec(spec)
         self._sampled: tuple[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] | None = None
+        self._lent: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
         self.team_names = [t.name for t in spec.teams]
         self.itypes = sorted(self.snap.pools)
         self.record_timeline = record_timeline
@@ -288,6 +293,8 @@ class Simulation:
             res.cpu_seconds += time.process_time() - c0
             res.cycles += 1
             res.decisions += len(decisions)
+            if self.on_cycle is not None:
+                self.on_cycle(t, decisions)
             for d in decisions:
                 sj = self.by_id[d.job]
                 if isinstance(d, Admit):
@@ -326,20 +333,24 @@ class Simulation:
                 if not tl or tl[-1][1] != out[0] or tl[-1][2] != out[1]:
                     tl.append((t, out[0], out[1]))
             return out
-        idx = {n: i for i, n in enumerate(self.team_names)}
-        alloc = [0] * len(self.team_names)
-        borrowed = [0] * len(self.team_names)
-        lent = [0] * len(self.team_names)
-        for i, name in enumerate(self.team_names):
-            used = snap.teams[name].used
-            alloc[i] = sum(v[0] for v in used.values())
-        for it in self.itypes:
-            for borrower, lenders in lending(snap, it).items():
-                for lender, n in lenders.items():
-                    borrowed[idx[borrower]] += n
-                    if lender in idx:
-                        lent[idx[lender]] += n
-        out = (tuple(alloc), tuple(borrowed), tuple(lent))
+        teams = [snap.teams[name] for name in self.team_names]
+        # who lends to whom depends on the teams' accelerators in use only (and the capacity, fixed here)
+        key = tuple(t.used[it][0] if it in t.used else 0 for it in self.itypes for t in teams)
+        out = self._lent.get(key)
+        if out is None:
+            idx = {n: i for i, n in enumerate(self.team_names)}
+            alloc = [sum(v[0] for v in t.used.values()) for t in teams]
+            borrowed = [0] * len(self.team_names)
+            lent = [0] * len(self.team_names)
+            for it in self.itypes:
+                for borrower, lenders in lending(snap, it).items():
+                    for lender, n in lenders.items():
+                        borrowed[idx[borrower]] += n
+                        if lender in idx:
+                            lent[idx[lender]] += n
+            if len(self._lent) >= 8192:
+                self._lent.clear()
+            out = self._lent[key] = (tuple(alloc), tuple(borrowed), tuple(lent))
         self._sampled = (snap.version, out)
         if self.record_timeline:
             tl = self.result.timeline
@@ -360,6 +371,8 @@ class Simulation:
                 self.result.lent[name] += lent[i] * dt
 
 
-def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False) -> SimResult:
-    """Replay ``jobs`` on the cluster of ``spec``; see the module doc."""
-    return Simulation(spec, jobs, record_timeline=record_timeline).run()
+def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
+             on_cycle: Callable[[float, list[Decision]], None] | None = None) -> SimResult:
+    """Replay ``jobs`` on the cluster of ``spec``; see the module doc. ``on_cycle(t, decisions)`` is called after
+    each scheduling cycle with the decisions the simulation applies."""
+    return Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle).run()
