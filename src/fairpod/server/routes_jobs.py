@@ -103,10 +103,11 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             teams: list[str] | None = [team]
         else:
             teams = visible
-        jobs = cp.store.list_jobs(team=teams, state=state, limit=limit or None, offset=offset, descending=True)
+        with cp.store.tx(write=False) as t:  # the page and its count from one snapshot, never behind the lock
+            jobs = t.list_jobs(team=teams, state=state, limit=limit or None, offset=offset, descending=True)
+            full_page = bool(limit) and len(jobs) == limit
+            total = t.count_jobs(team=teams, state=state) if full_page or offset else len(jobs)
         jobs.reverse()  # the newest page, oldest first (newest last)
-        full_page = bool(limit) and len(jobs) == limit
-        total = cp.store.count_jobs(team=teams, state=state) if full_page or offset else len(jobs)
         return {"jobs": [job_view(cp, j) for j in jobs], "count": len(jobs), "total": total,
                 "truncated": offset + len(jobs) < total}
 
