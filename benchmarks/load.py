@@ -99,7 +99,7 @@ def add_stages(stages: dict[str, list[float]], end: float, ended: dict[str, floa
                  started["up"], start]
     except KeyError:
         return
-    for name, a, b in zip(STAGES, marks, marks[1:], strict=True):
+    for name, a, b in zip(STAGES, marks[:-1], marks[1:], strict=True):
         stages[name].append(b - a)
 
 
