@@ -14,7 +14,9 @@ Figures (goals in brackets):
 - admissions: accelerator-seconds the jobs really ran (by their own clocks) / accelerator-seconds there were,
   over the loaded window while jobs waited [>= 90 %];
 - exit-to-reuse: from a job's own end time on a node to the next job's own start time on that node, while
-  jobs were waiting [p50 <= 100 ms].
+  jobs were waiting [p50 <= 100 ms], and where that time went (p50 of each stage): the supervisor sees the
+  command end, the control plane records the finish (``JobSucceeded``), the engine admits the next job
+  (``JobAdmitted``), the executor launches it (``launched_at``), its supervisor is up, its command runs.
 
     .venv/bin/python benchmarks/load.py                 # 50 clients, 60 s
     .venv/bin/python benchmarks/load.py --seconds 20    # shorter
@@ -23,7 +25,9 @@ Figures (goals in brackets):
 from __future__ import annotations
 
 import argparse
+import json
 import random
+import sqlite3
 import sys
 import threading
 import time
@@ -55,6 +59,48 @@ def spec(nodes: int) -> str:
         for i, t in enumerate(TEAMS))
     return (f"cluster:\n  name: load\n  instance_groups:\n    - {{name: w, instance_type: ml.g5.12xlarge, "
             f"count: {nodes}}}\npolicy:\n  idle_compute_allocation: FairShare\nteams:\n{teams}\n")
+
+
+STAGES = ("supervisor saw the end", "finish recorded", "next admitted", "launched", "supervisor up",
+          "command ran")
+
+
+def stage_times(srv: LiveServer, jobs: list[dict]) -> dict[int, dict[str, float]]:
+    """Per job id: when its finish and admission were recorded (events, read from the store's SQLite file
+    read-only), when it was launched and its supervisor was up and ended (its replica's run files)."""
+    from fairpod.model.jobs import run_key
+
+    out: dict[int, dict[str, float]] = {j["id"]: {} for j in jobs}
+    db = sqlite3.connect(f"file:{srv.home / 'fairpod.db'}?mode=ro", uri=True)
+    try:
+        for jid, kind, ts in db.execute("SELECT job_id, kind, ts FROM events WHERE kind IN "
+                                        "('JobAdmitted', 'JobSucceeded') ORDER BY id"):
+            if jid in out:
+                out[jid].setdefault(kind, float(ts))
+    finally:
+        db.close()
+    for j in jobs:
+        rdir = srv.home / "runs" / run_key(j["name"], j["id"]) / "0" / "0"
+        try:
+            launch = json.loads((rdir / "launch.json").read_text())
+            status = json.loads((rdir / "status.json").read_text())
+        except (OSError, ValueError):
+            continue
+        out[j["id"]].update(launched=float(launch["launched_at"]), up=float(status["started_at"]),
+                            down=float(status["ended_at"]))
+    return out
+
+
+def add_stages(stages: dict[str, list[float]], end: float, ended: dict[str, float], start: float,
+               started: dict[str, float]) -> None:
+    """The stages from one job's own end on a node to the next one's own start there (when all are known)."""
+    try:
+        marks = [end, ended["down"], ended["JobSucceeded"], started["JobAdmitted"], started["launched"],
+                 started["up"], start]
+    except KeyError:
+        return
+    for name, a, b in zip(STAGES, marks[:-1], marks[1:], strict=True):
+        stages[name].append(b - a)
 
 
 def metric(srv: LiveServer, name: str) -> float:
@@ -124,37 +170,40 @@ def main() -> int:
         cycles1 = metric(srv, "fairpod_scheduler_cycles_total")
         wait_all_finished(srv, 1800, interval=0.5)
         jobs = fetch_jobs(srv)
-        runs: list[tuple[float, float, str]] = []  # each job's own start and end times, and its node
+        times = stage_times(srv, jobs)
+        runs: list[tuple[float, float, str, int]] = []  # each job's own start and end times, its node, its id
         for j in jobs:
             try:
                 ts = [float(x) for x in (marks / j["name"]).read_text().split()]
             except (OSError, ValueError):
                 continue
             if len(ts) == 2 and j.get("placement"):
-                runs.append((ts[0], ts[1], j["placement"][0]))
+                runs.append((ts[0], ts[1], j["placement"][0], j["id"]))
 
     submitted = {j["name"]: j["submit_time"] for j in jobs}
     # the loaded window: from the first moment the cluster could be full to the last submit
     lo, hi = t_start + 2.0, t_end
     waiting_until = max(submitted.values())
     slots = a.nodes * ACC_PER_NODE
-    used = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e, _ in runs)
+    used = sum(max(0.0, min(e, hi) - max(s, lo)) for s, e, _, _ in runs)
     admissions = used / (slots * (hi - lo)) if hi > lo else float("nan")
     gaps: list[float] = []
-    by_node: dict[str, list[tuple[float, float]]] = {}
-    for s, e, node in runs:
-        by_node.setdefault(node, []).append((s, e))
+    stages: dict[str, list[float]] = {name: [] for name in STAGES}
+    by_node: dict[str, list[tuple[float, float, int]]] = {}
+    for s, e, node, jid in runs:
+        by_node.setdefault(node, []).append((s, e, jid))
     for node_runs in by_node.values():
-        ends = sorted(e for _, e in node_runs)
-        starts = sorted(s for s, _ in node_runs)
+        ends = sorted((e, jid) for _, e, jid in node_runs)
+        starts = sorted((s, jid) for s, _, jid in node_runs)
         k = 0
-        for e in ends:
+        for e, ended in ends:
             if not (lo <= e <= min(hi, waiting_until)):
                 continue
-            while k < len(starts) and starts[k] < e:
+            while k < len(starts) and starts[k][0] < e:
                 k += 1
             if k < len(starts):
-                gaps.append(starts[k] - e)
+                gaps.append(starts[k][0] - e)
+                add_stages(stages, e, times.get(ended, {}), starts[k][0], times.get(starts[k][1], {}))
                 k += 1
     ms = 1000.0
     figures = {
@@ -165,6 +214,7 @@ def main() -> int:
         "cycles_per_s": (cycles1 - cycles0) / (t_end - t_start),
         "admissions_pct": 100 * admissions,
         "exit_to_reuse_p50_ms": percentile(gaps, 50) * ms, "exit_to_reuse_p95_ms": percentile(gaps, 95) * ms,
+        "exit_to_reuse_stages_p50_ms": {k: round(percentile(v, 50) * ms, 1) for k, v in stages.items()},
     }
     print(table([
         ("clients x seconds", f"{a.clients} x {a.seconds:g} s on {slots} accelerators ({a.nodes} nodes)"),
@@ -176,6 +226,8 @@ def main() -> int:
         ("admissions", f"{figures['admissions_pct']:.1f} % of accelerator-seconds while jobs waited  (goal >= 90)"),
         ("exit to reuse p50 / p95", f"{figures['exit_to_reuse_p50_ms']:.0f} / {figures['exit_to_reuse_p95_ms']:.0f} ms"
                                     "  (goal p50 <= 100)"),
+        ("  where it went (p50)", ", ".join(f"{k} {v:.0f}" for k, v in figures["exit_to_reuse_stages_p50_ms"].items())
+                                  + " ms"),
     ]))
     if errors:
         print("first errors:", errors[:5], file=sys.stderr)

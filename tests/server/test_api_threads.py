@@ -1,8 +1,10 @@
 """How many requests the API runs at once: 8 threads by default (anyio's own default is 40), FAIRPOD_API_THREADS
-to change it, a one-line error for a bad value. In-process app (``inproc``: real SQLite, timed executor)."""
+to change it, a one-line error for a bad value; the thread switch interval while it serves (1 ms,
+FAIRPOD_SWITCH_INTERVAL_MS). In-process app (``inproc``: real SQLite, timed executor)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +12,7 @@ import anyio.to_thread
 import pytest
 from fastapi.testclient import TestClient
 
-from fairpod.server.app import API_THREADS, create_app
+from fairpod.server.app import API_THREADS, SWITCH_INTERVAL_MS, create_app
 
 from .inproc import InProc
 
@@ -44,3 +46,30 @@ def test_a_bad_fairpod_api_threads_is_one_line(h: InProc, monkeypatch: pytest.Mo
     with pytest.raises(SystemExit) as e:
         create_app(h.cp, b"k" * 32)
     assert str(e.value) == f"fairpod: error: FAIRPOD_API_THREADS must be a whole number from 1 to 1000, not {bad!r}"
+
+
+def switch_interval_while_serving(h: InProc) -> float:
+    with TestClient(create_app(h.cp, b"k" * 32)) as c:
+        assert c.get("/healthz").status_code == 200
+        return float(c.portal.call(lambda: sys.getswitchinterval()))
+
+
+def test_the_server_switches_threads_every_millisecond_and_gives_the_interval_back(
+        h: InProc, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("FAIRPOD_SWITCH_INTERVAL_MS", raising=False)
+    before = sys.getswitchinterval()
+    assert switch_interval_while_serving(h) == pytest.approx(SWITCH_INTERVAL_MS / 1000) == pytest.approx(0.001)
+    assert sys.getswitchinterval() == before  # the app's end restores it
+
+
+def test_fairpod_switch_interval_ms_sets_it(h: InProc, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FAIRPOD_SWITCH_INTERVAL_MS", "2.5")
+    assert switch_interval_while_serving(h) == pytest.approx(0.0025)
+
+
+@pytest.mark.parametrize("bad", ["fast", "0", "-1", "1000", "nan"])
+def test_a_bad_fairpod_switch_interval_is_one_line(h: InProc, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
+    monkeypatch.setenv("FAIRPOD_SWITCH_INTERVAL_MS", bad)
+    with pytest.raises(SystemExit) as e:
+        create_app(h.cp, b"k" * 32)
+    assert str(e.value) == f"fairpod: error: FAIRPOD_SWITCH_INTERVAL_MS must be a number from 0.1 to 100, not {bad!r}"

@@ -86,6 +86,7 @@ def test_estimates_in_process_refresh_only_on_change_and_remember_typical_durati
     ip = InProc(tmp_path)
     eta = ip.cp.eta
     eta.every = 0.0
+    eta.lock_share = float("inf")  # no spacing for the copy's time under the lock (tested below)
     t0 = ip.clock.now
     ip.submit("a", "john", 100, nodes=4)  # no declared duration, no history: unknown
     ip.turn()
@@ -111,4 +112,27 @@ def test_estimates_in_process_refresh_only_on_change_and_remember_typical_durati
     ip.cp.eta.refresh(ip.cp)
     c = ip.job("c")
     assert c.state.value == "Running" and ip.cp.eta.get(ip.job("d")) == c.started_at + 75  # median of 100, 50
+    ip.close()
+
+
+def test_a_copy_that_held_the_lock_long_spaces_the_next_refresh(tmp_path):
+    """The copy under the lock takes at most ``lock_share`` of the time: after a 50 ms copy, not for 10 s."""
+    import time
+
+    from .inproc import InProc
+
+    ip = InProc(tmp_path)
+    eta = ip.cp.eta
+    eta.every, eta.max_age = 0.0, 1.0
+    ip.submit("a", "john", 100, nodes=4)
+    ip.submit("b", "john", 100, nodes=4)
+    eta.refresh(ip.cp)
+    eta.copy_seconds = 0.05  # as if the snapshot had been long to copy
+    eta._last = time.monotonic() - 9.0  # older than max_age: due but for the copy's time
+    assert not eta.due(ip.cp)
+    eta._last = time.monotonic() - 10.5
+    assert eta.due(ip.cp)
+    eta.copy_seconds = 0.001
+    eta._last = time.monotonic() - 1.5
+    assert eta.due(ip.cp)  # a short copy: max_age decides
     ip.close()

@@ -7,7 +7,7 @@ the live attempts (``runs``, ``slots``). Each state change has exactly one owner
 ========================  ==================================================================================
 transition                owner
 ========================  ==================================================================================
-queue a job               :meth:`ControlPlane.submit`
+queue a job               :meth:`ControlPlane.submit` (submits that arrive together: one transaction)
 admit (engine decision)   :meth:`ControlPlane.admit`: Running, placement; the attempt waits for its victims
 launch                    :meth:`ControlPlane._launch_unlocked`: accelerator slots, the executor starts the replicas
 a replica's exit          :meth:`ControlPlane.exit`
@@ -65,6 +65,7 @@ from fairpod.server.runs import (
     job_id_of,
     job_key,
 )
+from fairpod.server.submits import Submit, SubmitQueue
 from fairpod.server.turn_gate import TurnGate
 from fairpod.server.usage import UsageSampler
 from fairpod.server.watchdog import Watchdog
@@ -93,6 +94,7 @@ class ControlPlane:
         self.clock = clock
         self.lock = threading.RLock()
         self.gate = TurnGate()  # the reconcile turn takes the lock ahead of waiting submits
+        self.submits = SubmitQueue()  # submits waiting for the lock: written together (server.submits)
         self.wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -255,33 +257,74 @@ class ControlPlane:
     # -- user actions --------------------------------------------------------------------------
     def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
         """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
-        first one created (whatever its state now) instead of a second job."""
+        first one created (whatever its state now) instead of a second job. Submits that wait for the lock
+        together are written in one transaction (:mod:`fairpod.server.submits`)."""
         spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
-        cluster, checked = self.spec, self._checked(spec)  # validated before the lock: it only reads
+        cluster = self.spec
+        req = Submit(spec, actor, key, cluster, self._checked(spec))  # validated before the lock: it only reads
+        self.submits.add(req)
         self.gate.yield_to_turn()
         with self._change():
-            if key is not None and (jid := self.store.submitted_with(actor, key)) is not None:
-                earlier = self.store.get_job(jid)
-                if earlier is not None:
-                    return earlier
-            if self.spec is not cluster:  # the cluster spec changed meanwhile: check again
-                checked = self._checked(spec)
-            if isinstance(checked, (InvalidJob, NeverFits)):
-                raise checked
-            resolved = checked
+            if not req.done:  # not written yet by a submit ahead of it: this one writes the group
+                self._commit_submits()
+        if req.error is not None:
+            raise req.error
+        assert req.job is not None
+        if req.created:
+            self.wake.set()
+        return req.job
+
+    def _commit_submits(self) -> None:
+        """Write every queued submit in one transaction, then put the new jobs in the engine's queue (the lock
+        is held). A name already taken fails only its own submit: the group is then written one by one."""
+        group = self.submits.take()
+        try:
             try:
-                with self.store.tx() as t:  # the job, its event and the audit entry: one transaction
-                    job = t.insert_job(spec, resolved, reason="queued")
-                    t.append_events([{"kind": "JobSubmitted", "message": f"job {spec.name} submitted by {actor}",
-                                      "job_id": job.id, "team": job.team, "data": {"actor": actor}}])
-                    t.append_audit(actor, "job.submit", f"{job.team}/{job.name}", {"id": job.id})
-                    if key is not None:
-                        t.remember_submit(actor, key, job.id)
-            except AlreadyExists as e:
-                raise JobExists(str(e)) from None
-            self.snap.add_pending(self.workload(job))
-        self.wake.set()
-        return job
+                self._write_submits(group)
+            except AlreadyExists:
+                if len(group) == 1:
+                    raise
+                for one in group:
+                    try:
+                        self._write_submits([one])
+                    except AlreadyExists as e:
+                        one.error, one.done = JobExists(str(e)), True
+        except AlreadyExists as e:
+            group[0].error, group[0].done = JobExists(str(e)), True
+        except BaseException as e:  # the store refused the write: every submit not answered yet fails with it
+            for one in group:
+                if not one.done:
+                    one.error, one.done = e, True
+            raise
+
+    def _write_submits(self, group: list[Submit]) -> None:
+        """One transaction: each submit's job, its event and its audit entry (or the job an earlier submit with
+        the same idempotency key created); answers and the engine's queue change only once it committed."""
+        answers: list[tuple[Submit, Job | None, BaseException | None, bool]] = []
+        with self.store.tx() as t:
+            for r in group:
+                if r.key is not None and (jid := t.submitted_with(r.actor, r.key)) is not None:
+                    earlier = t.get_job(jid)
+                    if earlier is not None:
+                        answers.append((r, earlier, None, False))
+                        continue
+                checked = r.checked if self.spec is r.cluster else self._checked(r.spec)  # the spec changed
+                if isinstance(checked, (InvalidJob, NeverFits)):
+                    answers.append((r, None, checked, False))
+                    continue
+                job = t.insert_job(r.spec, checked, reason="queued")
+                t.append_events([{"kind": "JobSubmitted", "message": f"job {r.spec.name} submitted by {r.actor}",
+                                  "job_id": job.id, "team": job.team, "data": {"actor": r.actor}}])
+                t.append_audit(r.actor, "job.submit", f"{job.team}/{job.name}", {"id": job.id})
+                if r.key is not None:
+                    t.remember_submit(r.actor, r.key, job.id)
+                answers.append((r, job, None, True))
+        self.submits.commits += 1
+        self.submits.written += len(group)
+        for r, job, err, created in answers:
+            if created and job is not None:
+                self.snap.add_pending(self.workload(job))
+            r.job, r.error, r.created, r.done = job, err, created, True
 
     def _checked(self, spec: JobSpec) -> ResolvedJob | InvalidJob | NeverFits:
         """:meth:`_admissible`, its error returned rather than raised."""

@@ -2,7 +2,10 @@
 the control plane's snapshot (``fairpod.governance.forecast``), in a thread of its own. Estimates are refreshed
 when jobs wait and the snapshot changed (jobs started, ended, were queued), or ``max_age`` seconds passed; at
 most every ``every`` seconds, and never sooner than ``spacing`` times the last forecast's CPU time after it, so
-that estimating takes at most 1/``spacing`` of a CPU however long the queue.
+that estimating takes at most 1/``spacing`` of a CPU however long the queue, nor sooner than the last copy's
+time under the lock divided by ``lock_share``, so that the copy holds the control plane's lock at most that
+share of the time (a long queue's copy takes tens of milliseconds, during which submits and the reconcile
+turn wait: benchmarks/load.py).
 
 Running jobs end at their declared duration (``expected_duration_seconds``), else at the typical duration of
 their team's succeeded jobs of the same shape (instance type, nodes, accelerators per node: the median of the
@@ -53,8 +56,9 @@ class Typical:
 
 class Estimates:
     def __init__(self, *, every: float = 5.0, max_age: float = 60.0, spacing: float = 4.0, max_cycles: int = 2000,
-                 horizon: float = 30 * 86400) -> None:
+                 horizon: float = 30 * 86400, lock_share: float = 0.005) -> None:
         self.every = every
+        self.lock_share = lock_share
         self.max_age = max_age
         self.spacing = spacing
         self.max_cycles = max_cycles
@@ -87,7 +91,7 @@ class Estimates:
     def due(self, cp: Core) -> bool:
         """Is a refresh due now (see the module doc)?"""
         since = time.monotonic() - self._last
-        if since < max(self.every, self.spacing * self.forecast_cpu):
+        if since < max(self.every, self.spacing * self.forecast_cpu, self.copy_seconds / self.lock_share):
             return False
         return since >= self.max_age or self._signature(cp) != self._seen
 

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from fairpod.model.jobs import JobSpec, JobState
@@ -33,6 +33,14 @@ class Progress(BaseModel):
     checkpoint: str | None = Field(default=None, max_length=4096)
 
 
+def as_json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
+    """The answer of a hot route (submit, list), rendered here in the route's thread: FastAPI would otherwise
+    validate the returned dict in a second trip through the API's thread pool (behind requests that wait for
+    the lock) and encode it on the event loop. The views are plain JSON already; the documented schema is the
+    route's ``response_model``."""
+    return JSONResponse(data, status_code=status_code, headers=headers)
+
+
 def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
     """A job by id or by name (the team's unfinished job of that name, else its latest), as ``p`` may see it."""
     job: Job | None = None
@@ -51,22 +59,22 @@ def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
-    @api.post("/jobs", status_code=201, tags=["jobs"])
-    def submit_job(spec: JobSpec, p: Auth, response: Response,
+    @api.post("/jobs", status_code=201, tags=["jobs"], response_model=dict[str, Any])
+    def submit_job(spec: JobSpec, p: Auth,
                    idempotency_key: str | None = Header(default=None, max_length=255, pattern=r"^[\x21-\x7e]+$",
                                                         description="a retry with the same key returns the "
                                                                     "first job instead of submitting another"),
-                   ) -> dict[str, Any]:
+                   ) -> JSONResponse:
         require_team(p, spec.team)
         replay = idempotency_key is not None and cp.store.submitted_with(p.name, idempotency_key) is not None
         job = cp.submit(spec, p.name, idempotency_key)
         if job.name != spec.name or job.team != spec.team:
             raise Problem(409, "idempotency key reused",
                           f"Idempotency-Key {idempotency_key!r} was used for job {job.team}/{job.name}")
+        view = job_view(cp, job, detail=True, reader=p)
         if replay:  # the first submit's job, as it is now: 200, not 201
-            response.status_code = 200
-            response.headers["Idempotent-Replayed"] = "true"
-        return job_view(cp, job, detail=True, reader=p)
+            return as_json(view, 200, {"Idempotent-Replayed": "true"})
+        return as_json(view, 201)
 
     @api.post("/jobs/array", status_code=201, tags=["jobs"])
     def submit_job_array(body: ArraySubmit, p: Auth, response: Response,
@@ -88,14 +96,14 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                 "limit": arr.get("limit"), "tasks": [{"id": t.id, "name": t.name, "task_id": i}
                                                      for t, i in zip(tasks, _task_ids(tasks), strict=True)]}
 
-    @api.get("/jobs", tags=["jobs"])
+    @api.get("/jobs", tags=["jobs"], response_model=dict[str, Any])
     def list_jobs(
         p: Auth,
         team: str | None = None,
         state: list[JobState] | None = Query(default=None),
         limit: int = Query(default=500, ge=0, le=100_000, description="the newest N jobs (0: all)"),
         offset: int = Query(default=0, ge=0, le=MAX_ID, description="skip the newest N first"),
-    ) -> dict[str, Any]:
+    ) -> JSONResponse:
         visible = p.visible_teams()
         if team is not None:
             if visible is not None and team not in visible:
@@ -103,12 +111,13 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             teams: list[str] | None = [team]
         else:
             teams = visible
-        jobs = cp.store.list_jobs(team=teams, state=state, limit=limit or None, offset=offset, descending=True)
+        with cp.store.tx(write=False) as t:  # the page and its count from one snapshot, never behind the lock
+            jobs = t.list_jobs(team=teams, state=state, limit=limit or None, offset=offset, descending=True)
+            full_page = bool(limit) and len(jobs) == limit
+            total = t.count_jobs(team=teams, state=state) if full_page or offset else len(jobs)
         jobs.reverse()  # the newest page, oldest first (newest last)
-        full_page = bool(limit) and len(jobs) == limit
-        total = cp.store.count_jobs(team=teams, state=state) if full_page or offset else len(jobs)
-        return {"jobs": [job_view(cp, j) for j in jobs], "count": len(jobs), "total": total,
-                "truncated": offset + len(jobs) < total}
+        return as_json({"jobs": [job_view(cp, j) for j in jobs], "count": len(jobs), "total": total,
+                        "truncated": offset + len(jobs) < total})
 
     @api.get("/jobs/{ref}", tags=["jobs"])
     def get_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:

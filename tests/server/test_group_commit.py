@@ -1,0 +1,119 @@
+"""Group commit of submits: submits that wait for the lock together are written in one transaction, each
+answers only once its rows are committed, a taken name fails only its own submit, and a failed write fails
+the submits it covered and leaves the memory as the store is. In-process (``inproc``: real SQLite, the timed
+executor, a FAKE clock); the test holds the control plane's lock so that submits queue behind it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fairpod.model.jobs import JobSpec, JobState
+from fairpod.server.errors import InvalidJob, JobExists
+from fairpod.store import StoreError
+
+from .inproc import InProc
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[InProc]:
+    h = InProc(tmp_path)
+    yield h
+    h.close()
+
+
+def queued(h: InProc, calls: list[Callable[[], Any]]) -> list[Any]:
+    """Run ``calls`` in threads while the test holds the lock; let it go once all of them wait for it.
+    Returns what each returned or raised, in order."""
+    out: list[Any] = [None] * len(calls)
+
+    def run(i: int) -> None:
+        try:
+            out[i] = calls[i]()
+        except Exception as e:  # noqa: BLE001 - the test looks at it
+            out[i] = e
+
+    with h.cp.lock:
+        threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(calls))]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 10
+        while len(h.cp.submits) < len(calls) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(h.cp.submits) == len(calls)  # every submit validated and waits for the lock
+        assert all(o is None for o in out)  # none has answered before its write
+    for t in threads:
+        t.join(timeout=10)
+    return out
+
+
+def spec(name: str, team: str = "john", seconds: int = 60) -> JobSpec:
+    return JobSpec(name=name, team=team, command=["sleep", str(seconds)])
+
+
+def test_submits_that_wait_together_are_one_transaction(h: InProc) -> None:
+    commits = h.cp.submits.commits
+    out = queued(h, [lambda i=i: h.cp.submit(spec(f"j{i}"), "tester") for i in range(6)])
+    assert [j.name for j in out] == [f"j{i}" for i in range(6)]
+    assert h.cp.submits.commits == commits + 1  # one transaction for the six
+    stored = {j.name: j for j in h.store.list_jobs()}
+    for j in out:
+        assert stored[j.name].id == j.id and stored[j.name].state == JobState.PENDING
+        assert str(j.id) in h.cp.snap.pending  # the engine's queue has each
+        assert [e.kind for e in h.events(j)] == ["JobSubmitted"]
+    h.turn()
+    assert sum(h.job(f"j{i}").state == JobState.RUNNING for i in range(6)) >= 1
+
+
+def test_a_taken_name_fails_only_its_own_submit(h: InProc) -> None:
+    h.submit("dup", "john")
+    out = queued(h, [lambda: h.cp.submit(spec("a"), "tester"), lambda: h.cp.submit(spec("dup"), "tester"),
+                     lambda: h.cp.submit(spec("b"), "tester")])
+    assert out[0].name == "a" and out[2].name == "b"
+    assert isinstance(out[1], JobExists)
+    assert sorted(j.name for j in h.store.list_jobs()) == ["a", "b", "dup"]
+    assert set(h.cp.snap.pending) == {str(j.id) for j in h.store.list_jobs()}
+
+
+def test_the_same_name_twice_in_one_group_is_written_once(h: InProc) -> None:
+    out = queued(h, [lambda: h.cp.submit(spec("x"), "tester"), lambda: h.cp.submit(spec("x"), "tester")])
+    assert sum(isinstance(o, JobExists) for o in out) == 1
+    assert [j.name for j in h.store.list_jobs()] == ["x"]
+    assert list(h.cp.snap.pending) == [str(h.job("x").id)]
+
+
+def test_a_repeated_idempotency_key_in_one_group_returns_the_first_job(h: InProc) -> None:
+    out = queued(h, [lambda: h.cp.submit(spec("k"), "tester", "key-1"),
+                     lambda: h.cp.submit(spec("k"), "tester", "key-1")])
+    assert out[0].id == out[1].id
+    assert len(h.store.list_jobs()) == 1 and list(h.cp.snap.pending) == [str(out[0].id)]
+
+
+def test_an_invalid_job_in_a_group_fails_alone(h: InProc) -> None:
+    out = queued(h, [lambda: h.cp.submit(spec("ok"), "tester"),
+                     lambda: h.cp.submit(JobSpec(name="bad", team="john", command=[]), "tester")])
+    assert out[0].name == "ok" and isinstance(out[1], InvalidJob)
+    assert [j.name for j in h.store.list_jobs()] == ["ok"]
+
+
+def test_a_failed_write_fails_the_group_and_the_memory_stays_the_stores(h: InProc,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    h.submit("before", "john")
+    real_tx = h.store.tx
+
+    def broken_tx(*a: Any, **kw: Any) -> Any:
+        raise StoreError("disk full (injected)")
+
+    monkeypatch.setattr(h.store, "tx", broken_tx)
+    out = queued(h, [lambda i=i: h.cp.submit(spec(f"f{i}"), "tester") for i in range(4)])
+    assert all(isinstance(o, StoreError) for o in out)
+    monkeypatch.setattr(h.store, "tx", real_tx)
+    assert [j.name for j in h.store.list_jobs()] == ["before"]
+    assert list(h.cp.snap.pending) == [str(h.job("before").id)]
+    assert h.cp.submit(spec("after"), "tester").name == "after"  # the next submit writes as before
+    assert {j.name for j in h.store.list_jobs()} == {"before", "after"}
