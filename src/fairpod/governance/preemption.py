@@ -10,13 +10,13 @@ Candidates, by the situation of the pending job J of team T on instance type I:
   with a per-user cap (rule 9) J fits only once its user is within the cap, so a job over its user's cap
   starts only in place of enough of that user's own lower-priority jobs.
 Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
-``ordering.victim_key`` until J fits; then every victim that is not needed is given back (no more than needed).
+``ordering.victim_key`` (``sort_victims``) until J fits; then every victim that is not needed is given back (no more than needed).
 """
 
 from __future__ import annotations
 
 from fairpod.governance import budget, fairshare, quota, topology, users
-from fairpod.governance.ordering import victim_key
+from fairpod.governance.ordering import sort_victims
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Node, Snapshot, Workload
 
@@ -94,6 +94,22 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
     lv = topology.level_of(snap, w)
     one = lv is not None and lv[1]  # a required level: the nodes must be in one domain of it
     if one and lv[0] < 0:
+        return False
+    if not one and a > 0:
+        # a node that would have room has a free accelerator now or is freed by a candidate: look only at those
+        count = 0
+        room = snap.with_room.get(w.itype, ())
+        for name in (*freed, *(name for name in room if name not in freed)):
+            nd = snap.nodes.get(name)
+            if nd is None or nd.itype != w.itype or not nd.schedulable or (w.passed_only and not nd.health_passed):
+                continue
+            if reserved and reserved.get(name, w.id) != w.id:
+                continue
+            f = freed.get(name, (0, 0, 0))
+            if nd.free[0] + f[0] >= a and nd.free[1] + f[1] >= c and nd.free[2] + f[2] >= m:
+                count += 1
+                if count >= w.n:
+                    return True
         return False
     fit: list[Node] = []
     for nd in snap.by_type.get(w.itype, ()):
@@ -229,8 +245,8 @@ def plan(
             shares[name] = fairshare.share(snap, snap.teams[name], w.itype, with_history=True)
         return shares[name]
 
-    cands.sort(key=victim_key(w.team, now, team_share,
-                              lambda v: budget.priority(snap.teams[v.team], v)))
+    lowest = {name: budget.LOWEST if budget.demoted(snap.teams[name], w.itype) else None for name in teams}
+    sort_victims(cands, w.team, now, team_share, lowest.__getitem__)  # the order of ``victim_key``
     removed: list[tuple[Workload, str]] = []
     nodes: list[str] | None = None
     a, c, m = w.req
@@ -241,7 +257,8 @@ def plan(
                 and (not reserved or reserved.get(name, w.id) == w.id)
                 and nd.free[0] >= a and nd.free[1] >= c and nd.free[2] >= m)
 
-    fitting = {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)}
+    fitting = ({name for name in snap.with_room.get(w.itype, ()) if fits(name)} if a > 0  # others have no room
+               else {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)})
     if not _reaches(snap, w, cands, within, fitting, reserved):
         return None  # the loop below would never have enough nodes to ask placement
     for v in cands:

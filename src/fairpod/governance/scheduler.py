@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable, Set
 
 from fairpod.governance import budget, elastic, fairshare, history, preemption, quota, topology, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
@@ -262,13 +263,17 @@ class _Cycle:
             return
         a, c, m = w.req
         taken = self.reserved.keys() | self.held_for_borrower.keys()
-        near = [  # the nodes closest to having room for a replica
-            (a - f[0] if f[0] < a else 0, c - f[1] if f[1] < c else 0, m - f[2] if f[2] < m else 0, nd.name)
-            for nd in snap.by_type.get(w.itype, ())
-            if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
-            for f in (nd.free,)
-        ]
-        if w.topology_required and snap.levels:
+        topo = w.topology_required and snap.levels
+        near = None
+        if a > 0 and not topo:
+            # a node with a free accelerator lacks fewer accelerators than every full node, so if enough of them
+            # may be held, the nearest are among them
+            near = self.near(w, (snap.nodes[name] for name in snap.with_room.get(w.itype, ())), taken)
+            if len(near) < w.n:
+                near = None
+        if near is None:
+            near = self.near(w, snap.by_type.get(w.itype, ()), taken)
+        if topo:
             free = topology.hold(snap, w, sorted(near))  # all in one domain of its required level
         else:
             free = heapq.nsmallest(w.n, near)
@@ -285,6 +290,18 @@ class _Cycle:
             rb = snap.pool(w.itype).reserved_borrow
             for d in range(3):
                 rb[d] += need[d]
+
+    @staticmethod
+    def near(w: Workload, nodes: Iterable[Node], taken: Set[str]) -> list[tuple[int, int, int, str]]:
+        """The nodes ``w`` may hold, each with what it lacks for a replica of ``w`` (the closest first, once
+        sorted)."""
+        a, c, m = w.req
+        return [
+            (a - f[0] if f[0] < a else 0, c - f[1] if f[1] < c else 0, m - f[2] if f[2] < m else 0, nd.name)
+            for nd in nodes
+            if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
+            for f in (nd.free,)
+        ]
 
     def ready_at(self, nd: Node, w: Workload) -> float:
         """When node ``nd`` is expected to have room for one replica of ``w``: its jobs end by their expected
