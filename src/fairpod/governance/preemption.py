@@ -43,11 +43,15 @@ def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Work
     key = ("recent", itype, team, snap.teams[team].version)
     got = snap.memo.get(key)
     if got is not None:
-        order, ckpts, starts = got  # type: ignore[misc]
+        order, ckpts, starts, cycle = got  # type: ignore[misc]
+        if cycle == snap.cycle:
+            return order  # type: ignore[no-any-return]  # checkpoints and starts change only between cycles
         if [v.checkpoint for v in order] == ckpts and [v.started for v in order] == starts:
+            got[3] = snap.cycle  # type: ignore[index]
             return order  # type: ignore[no-any-return]
     order = sorted(running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
-    snap.memo[key] = (order, [v.checkpoint for v in order], [v.started for v in order])  # type: ignore[assignment]
+    snap.memo[key] = [order, [v.checkpoint for v in order], [v.started for v in order],  # type: ignore[assignment]
+                      snap.cycle]
     return order
 
 
@@ -82,6 +86,9 @@ def fits_now(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str 
 def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dict[str, str]) -> bool:
     """Could ``w`` be placed if every candidate were stopped? (A cheap bound before trying victims; with a required
     topology level, only if one domain of it would have enough nodes.)"""
+    a = w.req.acc
+    if a > 0 and not _acc_could_fit(snap, w, cands):
+        return False
     freed: dict[str, list[int]] = {}
     for v in cands:
         r = v.req
@@ -125,6 +132,32 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
     return one and lv is not None and topology.largest(fit, lv[0])[1] >= w.n
 
 
+def _acc_could_fit(snap: Snapshot, w: Workload, cands: list[Workload]) -> bool:
+    """A looser bound than ``_could_fit``, on accelerators alone (most plans fail on them): would ``w.n`` nodes
+    have ``w.req.acc`` free accelerators if every candidate were stopped (health, holds and the other resources
+    not checked)? False means ``_could_fit`` is False too."""
+    a = w.req.acc
+    nodes = snap.nodes
+    freed: dict[str, int] = {}
+    for v in cands:
+        ra = v.req.acc
+        for name in v.nodes or ():
+            freed[name] = freed.get(name, 0) + ra
+    count = 0
+    for name, x in freed.items():
+        nd = nodes.get(name)
+        if nd is not None and nd.free[0] + x >= a:
+            count += 1
+    if count >= w.n:
+        return True
+    for name in snap.with_room.get(w.itype, ()):
+        if name not in freed and nodes[name].free[0] >= a:
+            count += 1
+            if count >= w.n:
+                return True
+    return False
+
+
 def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, fitting: set[str],
              reserved: dict[str, str]) -> bool:
     """A dry run of ``plan``'s victim loop on the side (usage and freed capacity tracked here, ``snap`` not
@@ -139,12 +172,17 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
     room = set(fitting)
     mine, mine_at = 0.0, None  # our share after admission, for the own jobs taken so far
     lend = snap.lendable(it)
+    qu: dict[str, tuple] = {}  # per team: (team, quota, usage) of ``it``
+    theirs_at: dict[tuple, float] = {}  # a team's share after losing its jobs taken so far and one more
     for v in cands:
         vt = v.total
         g = gone.get(v.team, (0, 0, 0))
         if v.team != w.team:
-            t = snap.teams[v.team]
-            q, u = t.q(it), t.u(it)
+            got = qu.get(v.team)
+            if got is None:
+                t = snap.teams[v.team]
+                got = qu[v.team] = (t, t.q(it), t.u(it))
+            t, q, u = got
             if u[0] - g[0] <= q[0] and u[1] - g[1] <= q[1] and u[2] - g[2] <= q[2]:
                 continue  # that team gave back all it borrowed already
             if not within:
@@ -152,7 +190,11 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
                 if own != mine_at:
                     mine, mine_at = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2]),
                                                     lend=lend), own
-                theirs = fairshare.share(snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]), lend=lend)
+                key = (v.team, g, vt)
+                theirs = theirs_at.get(key)
+                if theirs is None:
+                    theirs = theirs_at[key] = fairshare.share(
+                        snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]), lend=lend)
                 if not fairshare.may_preempt(mine, theirs):
                     continue
         gone[v.team] = (g[0] + vt[0], g[1] + vt[1], g[2] + vt[2])
@@ -218,22 +260,29 @@ def plan(
     waited_acc = (now - (w.enqueued if w.enqueued is not None else w.submit)) * w.total.acc
     for name in teams:
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
+        mine_only = name == w.team  # own jobs: only those of lower priority
         running = snap.running_by.get((w.itype, name), {})
         for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
-            if fair and (v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS  # may not be stopped for fair share
-                         or not v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc):
-                if v.total[0] > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
-                    break  # it would lose too much, and so would every job after it
+            st = v.started
+            if fair:
+                ck = v.checkpoint
+                since = (st or 0.0) if ck is None or ck < (st or 0.0) else ck  # ``_since``
+                lost = 0.0 if st is None else now - since  # ``v.lost_work(now)``
+                if not lost > 0.0:
+                    lost = 0.0
+                tacc = v.total[0]
+                if (v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS  # may not be stopped for fair share
+                        or not lost * tacc * FAIR_SHARE_WORK_RATIO <= waited_acc):
+                    if tacc > 0 and (now - since) * FAIR_SHARE_WORK_RATIO > waited_acc:
+                        break  # it would lose too much, and so would every job after it
+                    continue
+            elif mine_only and not v.priority < w.priority:
                 continue
-            if v.min_runtime and v.started is not None and now - v.started < v.min_runtime:
+            if v.min_runtime and st is not None and now - st < v.min_runtime:
                 continue
             if blocked and all(n in blocked for n in v.nodes or ()):
                 continue  # stopping it frees nothing ``w`` may use
-            if v.team == w.team:
-                if v.priority < w.priority:
-                    cands.append(v)
-            else:
-                cands.append(v)
+            cands.append(v)
     if not cands or not _could_fit(snap, w, cands, reserved):
         return None
     shares: dict[str, float] = {}

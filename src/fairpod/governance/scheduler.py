@@ -103,6 +103,8 @@ class _Cycle:
         self.checked: dict[tuple, tuple[bool, bool, str]] = {}
         self.lifted: dict[tuple, bool] = {}
         self.ranks: dict[tuple, tuple] = {}  # rank of an offer, by job and its team's usage version
+        self.held_version = 0  # counts the calls of ``hold`` (the held nodes and their times change only there)
+        self.held_views: dict[tuple, dict[str, str]] = {}  # ``reserved_for``, by what it depends on
 
     def wait(self, w: Workload, reason: str) -> None:
         if w.reason != reason:
@@ -149,10 +151,20 @@ class _Cycle:
         """Nodes ``w`` may not use: those held for another starving job, except when ``w`` ends before that
         job could start there (backfill); nodes held for a job that must borrow bind only jobs that borrow too
         (the guard holds capacity only out of what is lendable)."""
-        held = self.reserved if within or not self.held_for_borrower else {**self.held_for_borrower, **self.reserved}
-        if held and w.expected is not None:
-            held = {n: h for n, h in held.items() if not self.ends_before(w, self.until[h])}
-        return held
+        mine = within or not self.held_for_borrower
+        if mine and not self.reserved:
+            return self.reserved
+        # the same for every job that ends at the same time (or has no expected duration), until ``hold`` holds
+        # more: computed once for each
+        end = None if w.expected is None else self.snap.now + w.expected
+        key = (mine, end, self.held_version)
+        got = self.held_views.get(key)
+        if got is None:
+            held = self.reserved if mine else {**self.held_for_borrower, **self.reserved}
+            if held and w.expected is not None:
+                held = {n: h for n, h in held.items() if not self.ends_before(w, self.until[h])}
+            got = self.held_views[key] = held
+        return got
 
     def team_may_start(self, w: Workload) -> bool:
         """A team with a starving job H admits another of its jobs only if it cannot delay H: it ends before H
@@ -257,6 +269,7 @@ class _Cycle:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
         snap = self.snap
         self.holders.add(w.id)
+        self.held_version += 1
         self.until[w.id] = self.quota_ready_at(w)
         ok, within, _ = self.team_check(w)
         if not ok:
