@@ -15,6 +15,8 @@ Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in 
 
 from __future__ import annotations
 
+import math
+
 from fairpod.governance import budget, fairshare, quota, topology, users
 from fairpod.governance.ordering import sort_victims
 from fairpod.governance.placement import place
@@ -53,6 +55,33 @@ def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Work
     snap.memo[key] = [order, [v.checkpoint for v in order], [v.started for v in order],  # type: ignore[assignment]
                       snap.cycle]
     return order
+
+
+def _fair_gates(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]
+                ) -> list[tuple[float, float, bool, Workload]]:
+    """A team's running jobs in ``_recent_first`` order, each with what ``plan``'s fair-share test compares
+    with the preemptor's waited accelerator-seconds: the work it would lose (``inf``: preempted too often to be
+    taken), the bound past which it and every job after it lose too much (``-inf``: never), and whether its
+    ``min_runtime`` is over; once per team, usage and cycle (``now`` is fixed within one)."""
+    key = ("gates", itype, team, snap.teams[team].version, snap.cycle)
+    got = snap.memo.get(key)
+    if got is None:
+        now = snap.now
+        got = []
+        for v in _recent_first(snap, itype, team, running):
+            st = v.started
+            ck = v.checkpoint
+            since = (st or 0.0) if ck is None or ck < (st or 0.0) else ck  # ``_since``
+            lost = 0.0 if st is None else now - since  # ``v.lost_work(now)``
+            if not lost > 0.0:
+                lost = 0.0
+            tacc = v.total[0]
+            loses = math.inf if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS else lost * tacc * FAIR_SHARE_WORK_RATIO
+            stop = (now - since) * FAIR_SHARE_WORK_RATIO if tacc > 0 else -math.inf
+            done = not (v.min_runtime and st is not None and now - st < v.min_runtime)
+            got.append((loses, stop, done, v))
+        snap.memo[key] = got  # type: ignore[assignment]
+    return got  # type: ignore[return-value]
 
 
 def _borrowers(snap: Snapshot, itype: str) -> list[tuple[str, float]]:
@@ -262,21 +291,21 @@ def plan(
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
         mine_only = name == w.team  # own jobs: only those of lower priority
         running = snap.running_by.get((w.itype, name), {})
-        for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
-            st = v.started
-            if fair:
-                ck = v.checkpoint
-                since = (st or 0.0) if ck is None or ck < (st or 0.0) else ck  # ``_since``
-                lost = 0.0 if st is None else now - since  # ``v.lost_work(now)``
-                if not lost > 0.0:
-                    lost = 0.0
-                tacc = v.total[0]
-                if (v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS  # may not be stopped for fair share
-                        or not lost * tacc * FAIR_SHARE_WORK_RATIO <= waited_acc):
-                    if tacc > 0 and (now - since) * FAIR_SHARE_WORK_RATIO > waited_acc:
+        if fair:
+            for loses, stop, done, v in _fair_gates(snap, w.itype, name, running):
+                if not loses <= waited_acc:  # preempted too often, or it would lose too much work
+                    if stop > waited_acc:
                         break  # it would lose too much, and so would every job after it
                     continue
-            elif mine_only and not v.priority < w.priority:
+                if not done:
+                    continue
+                if blocked and all(n in blocked for n in v.nodes or ()):
+                    continue  # stopping it frees nothing ``w`` may use
+                cands.append(v)
+            continue
+        for v in running.values():
+            st = v.started
+            if mine_only and not v.priority < w.priority:
                 continue
             if v.min_runtime and st is not None and now - st < v.min_runtime:
                 continue
