@@ -58,30 +58,34 @@ def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Work
 
 
 def _fair_gates(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]
-                ) -> list[tuple[float, float, bool, Workload]]:
-    """A team's running jobs in ``_recent_first`` order, each with what ``plan``'s fair-share test compares
-    with the preemptor's waited accelerator-seconds: the work it would lose (``inf``: preempted too often to be
-    taken), the bound past which it and every job after it lose too much (``-inf``: never), and whether its
-    ``min_runtime`` is over; once per team, usage and cycle (``now`` is fixed within one)."""
-    key = ("gates", itype, team, snap.teams[team].version, snap.cycle)
-    got = snap.memo.get(key)
+                ) -> tuple[list[Workload], list[tuple[float, float, bool]]]:
+    """A team's running jobs in ``_recent_first`` order, and for the first of them (``_gate`` extends the list
+    as far as a plan reads) what ``plan``'s fair-share test compares with the preemptor's waited
+    accelerator-seconds; kept once per team, usage and cycle (``now`` is fixed within one)."""
+    cycle: dict = snap.memo.get(("gates", snap.cycle))  # type: ignore[assignment]  # one entry per cycle
+    if cycle is None:
+        cycle = snap.memo[("gates", snap.cycle)] = {}  # type: ignore[assignment]
+    key = (itype, team, snap.teams[team].version)
+    got = cycle.get(key)
     if got is None:
-        now = snap.now
-        got = []
-        for v in _recent_first(snap, itype, team, running):
-            st = v.started
-            ck = v.checkpoint
-            since = (st or 0.0) if ck is None or ck < (st or 0.0) else ck  # ``_since``
-            lost = 0.0 if st is None else now - since  # ``v.lost_work(now)``
-            if not lost > 0.0:
-                lost = 0.0
-            tacc = v.total[0]
-            loses = math.inf if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS else lost * tacc * FAIR_SHARE_WORK_RATIO
-            stop = (now - since) * FAIR_SHARE_WORK_RATIO if tacc > 0 else -math.inf
-            done = not (v.min_runtime and st is not None and now - st < v.min_runtime)
-            got.append((loses, stop, done, v))
-        snap.memo[key] = got  # type: ignore[assignment]
-    return got  # type: ignore[return-value]
+        got = cycle[key] = (_recent_first(snap, itype, team, running), [])
+    return got  # type: ignore[no-any-return]
+
+
+def _gate(v: Workload, now: float) -> tuple[float, float, bool]:
+    """For the fair-share test of ``v``: the work it would lose (``inf``: preempted too often to be taken), the
+    bound past which it and every job after it lose too much (``-inf``: never), and whether its ``min_runtime``
+    is over."""
+    st = v.started
+    ck = v.checkpoint
+    since = (st or 0.0) if ck is None or ck < (st or 0.0) else ck  # ``_since``
+    lost = 0.0 if st is None else now - since  # ``v.lost_work(now)``
+    if not lost > 0.0:
+        lost = 0.0
+    tacc = v.total[0]
+    loses = math.inf if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS else lost * tacc * FAIR_SHARE_WORK_RATIO
+    stop = (now - since) * FAIR_SHARE_WORK_RATIO if tacc > 0 else -math.inf
+    return loses, stop, not (v.min_runtime and st is not None and now - st < v.min_runtime)
 
 
 def _borrowers(snap: Snapshot, itype: str) -> list[tuple[str, float]]:
@@ -292,7 +296,11 @@ def plan(
         mine_only = name == w.team  # own jobs: only those of lower priority
         running = snap.running_by.get((w.itype, name), {})
         if fair:
-            for loses, stop, done, v in _fair_gates(snap, w.itype, name, running):
+            order, gates = _fair_gates(snap, w.itype, name, running)
+            for i, v in enumerate(order):
+                if i == len(gates):
+                    gates.append(_gate(v, now))
+                loses, stop, done = gates[i]
                 if not loses <= waited_acc:  # preempted too often, or it would lose too much work
                     if stop > waited_acc:
                         break  # it would lose too much, and so would every job after it
