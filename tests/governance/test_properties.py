@@ -68,6 +68,8 @@ def check_invariants(snap, whole_nodes: bool) -> None:
         assert min(nd.free) >= 0
         used = sum(snap.running[j].req.acc for j in nd.jobs)
         assert nd.free[0] == nd.cap[0] - used
+    # the index of nodes with a free accelerator (preemption bounds and the guard read only those)
+    assert snap.with_room.get(T, set()) == {nd.name for nd in snap.by_type.get(T, ()) if nd.free[0] > 0}
     # gang: every running job has all its replicas, on distinct nodes
     for w in snap.running.values():
         assert w.nodes is not None and len(w.nodes) == w.n == len(set(w.nodes))

@@ -10,13 +10,15 @@ Candidates, by the situation of the pending job J of team T on instance type I:
   with a per-user cap (rule 9) J fits only once its user is within the cap, so a job over its user's cap
   starts only in place of enough of that user's own lower-priority jobs.
 Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
-``ordering.victim_key`` until J fits; then every victim that is not needed is given back (no more than needed).
+``ordering.victim_key`` (``sort_victims``) until J fits; then every victim that is not needed is given back (no more than needed).
 """
 
 from __future__ import annotations
 
+import math
+
 from fairpod.governance import budget, fairshare, quota, topology, users
-from fairpod.governance.ordering import victim_key
+from fairpod.governance.ordering import sort_victims
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Node, Snapshot, Workload
 
@@ -43,12 +45,47 @@ def _recent_first(snap: Snapshot, itype: str, team: str, running: dict[str, Work
     key = ("recent", itype, team, snap.teams[team].version)
     got = snap.memo.get(key)
     if got is not None:
-        order, ckpts, starts = got  # type: ignore[misc]
+        order, ckpts, starts, cycle = got  # type: ignore[misc]
+        if cycle == snap.cycle:
+            return order  # type: ignore[no-any-return]  # checkpoints and starts change only between cycles
         if [v.checkpoint for v in order] == ckpts and [v.started for v in order] == starts:
+            got[3] = snap.cycle  # type: ignore[index]
             return order  # type: ignore[no-any-return]
     order = sorted(running.values(), key=lambda v: (v.total.acc > 0, -_since(v)))
-    snap.memo[key] = (order, [v.checkpoint for v in order], [v.started for v in order])  # type: ignore[assignment]
+    snap.memo[key] = [order, [v.checkpoint for v in order], [v.started for v in order],  # type: ignore[assignment]
+                      snap.cycle]
     return order
+
+
+def _fair_gates(snap: Snapshot, itype: str, team: str, running: dict[str, Workload]
+                ) -> tuple[list[Workload], list[tuple[float, float, bool]]]:
+    """A team's running jobs in ``_recent_first`` order, and for the first of them (``_gate`` extends the list
+    as far as a plan reads) what ``plan``'s fair-share test compares with the preemptor's waited
+    accelerator-seconds; kept once per team, usage and cycle (``now`` is fixed within one)."""
+    cycle: dict = snap.memo.get(("gates", snap.cycle))  # type: ignore[assignment]  # one entry per cycle
+    if cycle is None:
+        cycle = snap.memo[("gates", snap.cycle)] = {}  # type: ignore[assignment]
+    key = (itype, team, snap.teams[team].version)
+    got = cycle.get(key)
+    if got is None:
+        got = cycle[key] = (_recent_first(snap, itype, team, running), [])
+    return got  # type: ignore[no-any-return]
+
+
+def _gate(v: Workload, now: float) -> tuple[float, float, bool]:
+    """For the fair-share test of ``v``: the work it would lose (``inf``: preempted too often to be taken), the
+    bound past which it and every job after it lose too much (``-inf``: never), and whether its ``min_runtime``
+    is over."""
+    st = v.started
+    ck = v.checkpoint
+    since = (st or 0.0) if ck is None or ck < (st or 0.0) else ck  # ``_since``
+    lost = 0.0 if st is None else now - since  # ``v.lost_work(now)``
+    if not lost > 0.0:
+        lost = 0.0
+    tacc = v.total[0]
+    loses = math.inf if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS else lost * tacc * FAIR_SHARE_WORK_RATIO
+    stop = (now - since) * FAIR_SHARE_WORK_RATIO if tacc > 0 else -math.inf
+    return loses, stop, not (v.min_runtime and st is not None and now - st < v.min_runtime)
 
 
 def _borrowers(snap: Snapshot, itype: str) -> list[tuple[str, float]]:
@@ -82,6 +119,9 @@ def fits_now(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str 
 def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dict[str, str]) -> bool:
     """Could ``w`` be placed if every candidate were stopped? (A cheap bound before trying victims; with a required
     topology level, only if one domain of it would have enough nodes.)"""
+    a = w.req.acc
+    if a > 0 and not _acc_could_fit(snap, w, cands):
+        return False
     freed: dict[str, list[int]] = {}
     for v in cands:
         r = v.req
@@ -95,6 +135,22 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
     one = lv is not None and lv[1]  # a required level: the nodes must be in one domain of it
     if one and lv[0] < 0:
         return False
+    if not one and a > 0:
+        # a node that would have room has a free accelerator now or is freed by a candidate: look only at those
+        count = 0
+        room = snap.with_room.get(w.itype, ())
+        for name in (*freed, *(name for name in room if name not in freed)):
+            nd = snap.nodes.get(name)
+            if nd is None or nd.itype != w.itype or not nd.schedulable or (w.passed_only and not nd.health_passed):
+                continue
+            if reserved and reserved.get(name, w.id) != w.id:
+                continue
+            f = freed.get(name, (0, 0, 0))
+            if nd.free[0] + f[0] >= a and nd.free[1] + f[1] >= c and nd.free[2] + f[2] >= m:
+                count += 1
+                if count >= w.n:
+                    return True
+        return False
     fit: list[Node] = []
     for nd in snap.by_type.get(w.itype, ()):
         if not nd.schedulable or (w.passed_only and not nd.health_passed):
@@ -107,6 +163,32 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
             if not one and len(fit) >= w.n:
                 return True
     return one and lv is not None and topology.largest(fit, lv[0])[1] >= w.n
+
+
+def _acc_could_fit(snap: Snapshot, w: Workload, cands: list[Workload]) -> bool:
+    """A looser bound than ``_could_fit``, on accelerators alone (most plans fail on them): would ``w.n`` nodes
+    have ``w.req.acc`` free accelerators if every candidate were stopped (health, holds and the other resources
+    not checked)? False means ``_could_fit`` is False too."""
+    a = w.req.acc
+    nodes = snap.nodes
+    freed: dict[str, int] = {}
+    for v in cands:
+        ra = v.req.acc
+        for name in v.nodes or ():
+            freed[name] = freed.get(name, 0) + ra
+    count = 0
+    for name, x in freed.items():
+        nd = nodes.get(name)
+        if nd is not None and nd.free[0] + x >= a:
+            count += 1
+    if count >= w.n:
+        return True
+    for name in snap.with_room.get(w.itype, ()):
+        if name not in freed and nodes[name].free[0] >= a:
+            count += 1
+            if count >= w.n:
+                return True
+    return False
 
 
 def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, fitting: set[str],
@@ -123,12 +205,17 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
     room = set(fitting)
     mine, mine_at = 0.0, None  # our share after admission, for the own jobs taken so far
     lend = snap.lendable(it)
+    qu: dict[str, tuple] = {}  # per team: (team, quota, usage) of ``it``
+    theirs_at: dict[tuple, float] = {}  # a team's share after losing its jobs taken so far and one more
     for v in cands:
         vt = v.total
         g = gone.get(v.team, (0, 0, 0))
         if v.team != w.team:
-            t = snap.teams[v.team]
-            q, u = t.q(it), t.u(it)
+            got = qu.get(v.team)
+            if got is None:
+                t = snap.teams[v.team]
+                got = qu[v.team] = (t, t.q(it), t.u(it))
+            t, q, u = got
             if u[0] - g[0] <= q[0] and u[1] - g[1] <= q[1] and u[2] - g[2] <= q[2]:
                 continue  # that team gave back all it borrowed already
             if not within:
@@ -136,7 +223,11 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
                 if own != mine_at:
                     mine, mine_at = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2]),
                                                     lend=lend), own
-                theirs = fairshare.share(snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]), lend=lend)
+                key = (v.team, g, vt)
+                theirs = theirs_at.get(key)
+                if theirs is None:
+                    theirs = theirs_at[key] = fairshare.share(
+                        snap, t, it, (-g[0] - vt[0], -g[1] - vt[1], -g[2] - vt[2]), lend=lend)
                 if not fairshare.may_preempt(mine, theirs):
                     continue
         gone[v.team] = (g[0] + vt[0], g[1] + vt[1], g[2] + vt[2])
@@ -202,22 +293,33 @@ def plan(
     waited_acc = (now - (w.enqueued if w.enqueued is not None else w.submit)) * w.total.acc
     for name in teams:
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
+        mine_only = name == w.team  # own jobs: only those of lower priority
         running = snap.running_by.get((w.itype, name), {})
-        for v in _recent_first(snap, w.itype, name, running) if fair else running.values():
-            if fair and (v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS  # may not be stopped for fair share
-                         or not v.lost_work(now) * v.total.acc * FAIR_SHARE_WORK_RATIO <= waited_acc):
-                if v.total[0] > 0 and (now - _since(v)) * FAIR_SHARE_WORK_RATIO > waited_acc:
-                    break  # it would lose too much, and so would every job after it
+        if fair:
+            order, gates = _fair_gates(snap, w.itype, name, running)
+            for i, v in enumerate(order):
+                if i == len(gates):
+                    gates.append(_gate(v, now))
+                loses, stop, done = gates[i]
+                if not loses <= waited_acc:  # preempted too often, or it would lose too much work
+                    if stop > waited_acc:
+                        break  # it would lose too much, and so would every job after it
+                    continue
+                if not done:
+                    continue
+                if blocked and all(n in blocked for n in v.nodes or ()):
+                    continue  # stopping it frees nothing ``w`` may use
+                cands.append(v)
+            continue
+        for v in running.values():
+            st = v.started
+            if mine_only and not v.priority < w.priority:
                 continue
-            if v.min_runtime and v.started is not None and now - v.started < v.min_runtime:
+            if v.min_runtime and st is not None and now - st < v.min_runtime:
                 continue
             if blocked and all(n in blocked for n in v.nodes or ()):
                 continue  # stopping it frees nothing ``w`` may use
-            if v.team == w.team:
-                if v.priority < w.priority:
-                    cands.append(v)
-            else:
-                cands.append(v)
+            cands.append(v)
     if not cands or not _could_fit(snap, w, cands, reserved):
         return None
     shares: dict[str, float] = {}
@@ -229,8 +331,8 @@ def plan(
             shares[name] = fairshare.share(snap, snap.teams[name], w.itype, with_history=True)
         return shares[name]
 
-    cands.sort(key=victim_key(w.team, now, team_share,
-                              lambda v: budget.priority(snap.teams[v.team], v)))
+    lowest = {name: budget.LOWEST if budget.demoted(snap.teams[name], w.itype) else None for name in teams}
+    sort_victims(cands, w.team, now, team_share, lowest.__getitem__)  # the order of ``victim_key``
     removed: list[tuple[Workload, str]] = []
     nodes: list[str] | None = None
     a, c, m = w.req
@@ -241,7 +343,8 @@ def plan(
                 and (not reserved or reserved.get(name, w.id) == w.id)
                 and nd.free[0] >= a and nd.free[1] >= c and nd.free[2] >= m)
 
-    fitting = {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)}
+    fitting = ({name for name in snap.with_room.get(w.itype, ()) if fits(name)} if a > 0  # others have no room
+               else {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)})
     if not _reaches(snap, w, cands, within, fitting, reserved):
         return None  # the loop below would never have enough nodes to ask placement
     for v in cands:

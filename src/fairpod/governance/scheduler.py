@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Iterable, Set
 
 from fairpod.governance import budget, elastic, fairshare, history, preemption, quota, topology, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
@@ -102,6 +103,8 @@ class _Cycle:
         self.checked: dict[tuple, tuple[bool, bool, str]] = {}
         self.lifted: dict[tuple, bool] = {}
         self.ranks: dict[tuple, tuple] = {}  # rank of an offer, by job and its team's usage version
+        self.held_version = 0  # counts the calls of ``hold`` (the held nodes and their times change only there)
+        self.held_views: dict[tuple, dict[str, str]] = {}  # ``reserved_for``, by what it depends on
 
     def wait(self, w: Workload, reason: str) -> None:
         if w.reason != reason:
@@ -148,10 +151,20 @@ class _Cycle:
         """Nodes ``w`` may not use: those held for another starving job, except when ``w`` ends before that
         job could start there (backfill); nodes held for a job that must borrow bind only jobs that borrow too
         (the guard holds capacity only out of what is lendable)."""
-        held = self.reserved if within or not self.held_for_borrower else {**self.held_for_borrower, **self.reserved}
-        if held and w.expected is not None:
-            held = {n: h for n, h in held.items() if not self.ends_before(w, self.until[h])}
-        return held
+        mine = within or not self.held_for_borrower
+        if mine and not self.reserved:
+            return self.reserved
+        # the same for every job that ends at the same time (or has no expected duration), until ``hold`` holds
+        # more: computed once for each
+        end = None if w.expected is None else self.snap.now + w.expected
+        key = (mine, end, self.held_version)
+        got = self.held_views.get(key)
+        if got is None:
+            held = self.reserved if mine else {**self.held_for_borrower, **self.reserved}
+            if held and w.expected is not None:
+                held = {n: h for n, h in held.items() if not self.ends_before(w, self.until[h])}
+            got = self.held_views[key] = held
+        return got
 
     def team_may_start(self, w: Workload) -> bool:
         """A team with a starving job H admits another of its jobs only if it cannot delay H: it ends before H
@@ -256,19 +269,24 @@ class _Cycle:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
         snap = self.snap
         self.holders.add(w.id)
+        self.held_version += 1
         self.until[w.id] = self.quota_ready_at(w)
         ok, within, _ = self.team_check(w)
         if not ok:
             return
         a, c, m = w.req
         taken = self.reserved.keys() | self.held_for_borrower.keys()
-        near = [  # the nodes closest to having room for a replica
-            (a - f[0] if f[0] < a else 0, c - f[1] if f[1] < c else 0, m - f[2] if f[2] < m else 0, nd.name)
-            for nd in snap.by_type.get(w.itype, ())
-            if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
-            for f in (nd.free,)
-        ]
-        if w.topology_required and snap.levels:
+        topo = w.topology_required and snap.levels
+        near = None
+        if a > 0 and not topo:
+            # a node with a free accelerator lacks fewer accelerators than every full node, so if enough of them
+            # may be held, the nearest are among them
+            near = self.near(w, (snap.nodes[name] for name in snap.with_room.get(w.itype, ())), taken)
+            if len(near) < w.n:
+                near = None
+        if near is None:
+            near = self.near(w, snap.by_type.get(w.itype, ()), taken)
+        if topo:
             free = topology.hold(snap, w, sorted(near))  # all in one domain of its required level
         else:
             free = heapq.nsmallest(w.n, near)
@@ -285,6 +303,18 @@ class _Cycle:
             rb = snap.pool(w.itype).reserved_borrow
             for d in range(3):
                 rb[d] += need[d]
+
+    @staticmethod
+    def near(w: Workload, nodes: Iterable[Node], taken: Set[str]) -> list[tuple[int, int, int, str]]:
+        """The nodes ``w`` may hold, each with what it lacks for a replica of ``w`` (the closest first, once
+        sorted)."""
+        a, c, m = w.req
+        return [
+            (a - f[0] if f[0] < a else 0, c - f[1] if f[1] < c else 0, m - f[2] if f[2] < m else 0, nd.name)
+            for nd in nodes
+            if nd.schedulable and nd.name not in taken and (nd.health_passed or not w.passed_only)
+            for f in (nd.free,)
+        ]
 
     def ready_at(self, nd: Node, w: Workload) -> float:
         """When node ``nd`` is expected to have room for one replica of ``w``: its jobs end by their expected

@@ -280,6 +280,9 @@ class Snapshot:
         # placement finds the best fit without looking at every node (stale entries are dropped lazily)
         self.fit_index: dict[str, dict[int, list[tuple[bool, int, int, str, int]]]] = {}
         self._index_size: dict[str, int] = {}
+        # per instance type: the names of the nodes with a free accelerator (kept with the fit index), so a job
+        # that needs accelerators looks only at them and at the nodes it would free
+        self.with_room: dict[str, set[str]] = {}
         self.teams: dict[str, Team] = {}
         self.pools: dict[str, Pool] = {}
         self.running: dict[str, Workload] = {}
@@ -334,6 +337,7 @@ class Snapshot:
         self.set_schedulable(name, False)
         del self.nodes[name]
         self.unschedulable.discard(name)
+        self.with_room.get(n.itype, set()).discard(name)
         self.by_type[n.itype].remove(n)
 
     def add_team(self, team: Team) -> None:
@@ -352,6 +356,13 @@ class Snapshot:
         """(Re-)enter node ``n`` in the fit index with its current free room and health."""
         n.stamp += 1
         f = n.free
+        room = self.with_room.get(n.itype)
+        if room is None:
+            room = self.with_room[n.itype] = set()
+        if f[0] > 0:
+            room.add(n.name)
+        else:
+            room.discard(n.name)
         heapq.heappush(self.fit_index.setdefault(n.itype, {}).setdefault(f[0], []),
                        (not n.health_passed, f[1], f[2], n.name, n.stamp))
         size = self._index_size[n.itype] = self._index_size.get(n.itype, 0) + 1
