@@ -40,12 +40,19 @@ def test_fairpod_api_threads_sets_it(h: InProc, monkeypatch: pytest.MonkeyPatch)
     assert threads_of(h) == 3
 
 
-@pytest.mark.parametrize("bad", ["many", "0", "-4", "2.5", "100000"])
-def test_a_bad_fairpod_api_threads_is_one_line(h: InProc, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
-    monkeypatch.setenv("FAIRPOD_API_THREADS", bad)
+BAD_SETTINGS = [("FAIRPOD_API_THREADS", bad, "a whole number from 1 to 1000")
+                for bad in ("many", "0", "-4", "2.5", "100000")] + [
+               ("FAIRPOD_SWITCH_INTERVAL_MS", bad, "a number from 0.1 to 100")
+                for bad in ("fast", "0", "-1", "1000", "nan")]
+
+
+@pytest.mark.parametrize(("var", "bad", "must_be"), BAD_SETTINGS)
+def test_a_bad_setting_is_one_line(h: InProc, monkeypatch: pytest.MonkeyPatch, var: str, bad: str,
+                                   must_be: str) -> None:
+    monkeypatch.setenv(var, bad)
     with pytest.raises(SystemExit) as e:
         create_app(h.cp, b"k" * 32)
-    assert str(e.value) == f"fairpod: error: FAIRPOD_API_THREADS must be a whole number from 1 to 1000, not {bad!r}"
+    assert str(e.value) == f"fairpod: error: {var} must be {must_be}, not {bad!r}"
 
 
 def switch_interval_while_serving(h: InProc) -> float:
@@ -65,11 +72,3 @@ def test_the_server_switches_threads_every_millisecond_and_gives_the_interval_ba
 def test_fairpod_switch_interval_ms_sets_it(h: InProc, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAIRPOD_SWITCH_INTERVAL_MS", "2.5")
     assert switch_interval_while_serving(h) == pytest.approx(0.0025)
-
-
-@pytest.mark.parametrize("bad", ["fast", "0", "-1", "1000", "nan"])
-def test_a_bad_fairpod_switch_interval_is_one_line(h: InProc, monkeypatch: pytest.MonkeyPatch, bad: str) -> None:
-    monkeypatch.setenv("FAIRPOD_SWITCH_INTERVAL_MS", bad)
-    with pytest.raises(SystemExit) as e:
-        create_app(h.cp, b"k" * 32)
-    assert str(e.value) == f"fairpod: error: FAIRPOD_SWITCH_INTERVAL_MS must be a number from 0.1 to 100, not {bad!r}"
