@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from .inproc import InProc
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -145,3 +147,11 @@ def running(tmp_path: Path, spec: Path | str = SEED_SPEC) -> Iterator[Server]:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     yield from running(tmp_path)
+
+
+@pytest.fixture
+def h(tmp_path: Path) -> Iterator[InProc]:
+    """An in-process control plane (``inproc.InProc``: real SQLite, the timed executor, a FAKE clock)."""
+    h = InProc(tmp_path)
+    yield h
+    h.close()

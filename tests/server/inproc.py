@@ -7,9 +7,11 @@ so every turn of the reconcile loop (``turn``) sees exactly the time the test se
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fairpod.executors.base import JobLaunch
 from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec
 from fairpod.model.spec import load_spec
@@ -61,6 +63,20 @@ class InProc:
     def events(self, job: Job | None = None, kind: str | None = None) -> list[Any]:
         evs = self.store.list_events(job_id=job.id if job else None, limit=10_000)
         return [e for e in evs if kind is None or e.kind == kind]
+
+    def kinds(self, name: str) -> list[str]:
+        """The kinds of the events of job ``name``, oldest first."""
+        return [e.kind for e in self.events(self.job(name))]
+
+    def before_launch(self, hook: Callable[[JobLaunch], None]) -> None:
+        """Call ``hook(launch)`` each time the executor is asked to start an attempt, just before it does."""
+        real = self.executor.launch
+
+        def launch(job: JobLaunch) -> None:
+            hook(job)
+            real(job)
+
+        self.executor.launch = launch  # type: ignore[method-assign]
 
     def close(self) -> None:
         self.cp.stop()

@@ -5,8 +5,6 @@ FAIRPOD_SWITCH_INTERVAL_MS). In-process app (``inproc``: real SQLite, timed exec
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import anyio.to_thread
 import pytest
@@ -15,13 +13,6 @@ from fastapi.testclient import TestClient
 from fairpod.server.app import API_THREADS, SWITCH_INTERVAL_MS, create_app
 
 from .inproc import InProc
-
-
-@pytest.fixture
-def h(tmp_path: Path) -> Iterator[InProc]:
-    h = InProc(tmp_path)
-    yield h
-    h.close()
 
 
 def threads_of(h: InProc) -> int:

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -18,13 +17,6 @@ from fairpod.server.errors import InvalidJob, JobExists
 from fairpod.store import StoreError
 
 from .inproc import InProc
-
-
-@pytest.fixture
-def h(tmp_path: Path) -> Iterator[InProc]:
-    h = InProc(tmp_path)
-    yield h
-    h.close()
 
 
 def queued(h: InProc, calls: list[Callable[[], Any]]) -> list[Any]:

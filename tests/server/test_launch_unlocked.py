@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from fairpod.executors.base import JobLaunch
 from fairpod.model.jobs import JobState
@@ -20,31 +16,18 @@ from fairpod.server.turn_gate import TurnGate
 from .inproc import InProc
 
 
-@pytest.fixture
-def h(tmp_path: Path) -> Iterator[InProc]:
-    h = InProc(tmp_path)
-    yield h
-    h.close()
-
-
 def during_launch(h: InProc, action: Any) -> list[Any]:
     """While the executor starts an attempt, run ``action()`` in another thread and wait for it (5 s at most);
     what it returned is collected (nothing when it could not run meanwhile)."""
-    real = h.executor.launch
     out: list[Any] = []
 
-    def launch(job: JobLaunch) -> None:
+    def run_action(_: JobLaunch) -> None:
         t = threading.Thread(target=lambda: out.append(action()), daemon=True)
         t.start()
         t.join(timeout=5)
-        real(job)
 
-    h.executor.launch = launch  # type: ignore[method-assign]
+    h.before_launch(run_action)
     return out
-
-
-def kinds(h: InProc, name: str) -> list[str]:
-    return [e.kind for e in h.events(h.job(name))]
 
 
 def test_submits_go_on_while_processes_start(h: InProc) -> None:
@@ -52,7 +35,7 @@ def test_submits_go_on_while_processes_start(h: InProc) -> None:
     done = during_launch(h, lambda: h.submit("b", "john", 60))
     h.turn()
     assert [j.name for j in done] == ["b"]  # submitted while "a" was being started: the lock was free
-    assert h.job("a").state == JobState.RUNNING and kinds(h, "a").count("JobStarted") == 1
+    assert h.job("a").state == JobState.RUNNING and h.kinds("a").count("JobStarted") == 1
     assert h.job("b").state == JobState.PENDING and str(h.job("b").id) in h.cp.snap.pending
 
 
@@ -65,7 +48,7 @@ def test_a_cancel_while_its_processes_start_waits_for_their_exit(h: InProc) -> N
     # the replicas exist: the job is stopping, its accelerator slots stay taken until they have exited
     assert run.launched and run.stopping == STOP_CANCEL and h.job("j").state == JobState.RUNNING
     assert any(h.cp.slots.used.get(n) for n in run.slots)
-    assert "JobStarted" in kinds(h, "j")
+    assert "JobStarted" in h.kinds("j")
     assert job_key(h.job("j")) not in h.executor.running()  # the stop was sent again once they existed
     h.turn()
     j = h.job("j")

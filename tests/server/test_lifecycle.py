@@ -4,9 +4,6 @@ engine's snapshot and what the executor was asked to start at every step."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from fairpod.executors.base import JobLaunch
@@ -16,13 +13,6 @@ from fairpod.server.views import cluster_view
 from fairpod.store import StoreError
 
 from .inproc import InProc
-
-
-@pytest.fixture
-def h(tmp_path: Path) -> Iterator[InProc]:
-    h = InProc(tmp_path)
-    yield h
-    h.close()
 
 
 def in_step(h: InProc) -> None:
@@ -49,8 +39,7 @@ def in_step(h: InProc) -> None:
 
 def test_admit_preempt_requeue_resume_node_fault(h: InProc) -> None:
     started: list[JobLaunch] = []
-    real = h.executor.launch
-    h.executor.launch = lambda job: (started.append(job), real(job))[1]  # type: ignore[method-assign]
+    h.before_launch(started.append)
 
     # admit: john's 3 nodes of quota and 1 borrowed from smith
     for i in range(3):
@@ -59,7 +48,7 @@ def test_admit_preempt_requeue_resume_node_fault(h: InProc) -> None:
     h.turn()
     in_step(h)
     assert all(h.job(n).state == JobState.RUNNING for n in ("base0", "base1", "base2", "v"))
-    assert [e.kind for e in h.events(h.job("v"))] == ["JobSubmitted", "JobAdmitted", "JobStarted"]
+    assert h.kinds("v") == ["JobSubmitted", "JobAdmitted", "JobStarted"]
     john = next(t for t in cluster_view(h.cp)["teams"] if t["team"] == "john")
     assert (john["in_use"], john["borrowed"], john["borrowed_from"]) == (16, 4, {"smith": 4})
 

@@ -5,8 +5,6 @@ control plane is built on the same store and executor (as ``fairpod up`` after k
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,13 +20,6 @@ from .inproc import InProc
 
 class Crash(BaseException):
     """The control plane process dies here (nothing after this point happens)."""
-
-
-@pytest.fixture
-def h(tmp_path: Path) -> Iterator[InProc]:
-    h = InProc(tmp_path)
-    yield h
-    h.close()
 
 
 def crash_on_commit(h: InProc, when: Any = lambda: True) -> None:
@@ -51,24 +42,14 @@ def restart(h: InProc) -> ControlPlane:
 
 def launches(h: InProc) -> list[JobLaunch]:
     seen: list[JobLaunch] = []
-    real = h.executor.launch
-
-    def launch(job: JobLaunch) -> None:
-        seen.append(job)
-        real(job)
-
-    h.executor.launch = launch  # type: ignore[method-assign]
+    h.before_launch(seen.append)
     return seen
-
-
-def kinds(h: InProc, name: str) -> list[str]:
-    return [e.kind for e in h.events(h.job(name))]
 
 
 def test_an_exit_taken_before_a_crash_is_not_lost(h: InProc) -> None:
     h.submit("j", "john", 5)
     h.turn()
-    assert h.job("j").state == JobState.RUNNING and kinds(h, "j").count("JobStarted") == 1
+    assert h.job("j").state == JobState.RUNNING and h.kinds("j").count("JobStarted") == 1
     h.clock.advance(6)  # the replica exits 0; the next turn takes the exit, then dies before its commit
     crash_on_commit(h)
     with pytest.raises(Crash):
@@ -77,7 +58,7 @@ def test_an_exit_taken_before_a_crash_is_not_lost(h: InProc) -> None:
     restart(h)
     j = h.job("j")
     assert (j.state, j.reason) == (JobState.SUCCEEDED, "all replicas exited 0")
-    assert kinds(h, "j").count("JobStarted") == 1
+    assert h.kinds("j").count("JobStarted") == 1
     h.clock.advance(1)
     h.turn(2)
     assert h.executor.poll() == []  # acknowledged once stored: not delivered again
@@ -107,7 +88,7 @@ def test_a_preemptor_never_starts_with_fewer_accelerator_slots_than_it_asks(h: I
     (rep,) = seen[0].replicas
     assert sorted(rep.accelerators) == [0, 1, 2, 3]  # the whole node, freed by the victim first
     victim = next(j for j in h.store.list_jobs() if j.name != "s" and j.state == JobState.PENDING)
-    assert victim.preemptions == 1 and kinds(h, victim.name).count("JobPreempted") == 1
+    assert victim.preemptions == 1 and h.kinds(victim.name).count("JobPreempted") == 1
 
 
 def test_the_slot_allocator_gives_all_or_nothing() -> None:
@@ -146,8 +127,8 @@ def test_a_job_that_finished_while_the_engine_decided_is_not_preempted_and_run_a
     h.clock.advance(1)
     h.turn(2)
     last = h.job("last")
-    assert (last.state, last.preemptions) == (JobState.SUCCEEDED, 0), (last, kinds(h, "last"))
-    assert "JobPreempted" not in kinds(h, "last") and kinds(h, "last").count("JobStarted") == 1
+    assert (last.state, last.preemptions) == (JobState.SUCCEEDED, 0), (last, h.kinds("last"))
+    assert "JobPreempted" not in h.kinds("last") and h.kinds("last").count("JobStarted") == 1
     assert [j.job for j in seen] == [f"s-{h.job('s').id}"]  # 'last' never ran again
     assert sorted(seen[0].replicas[0].accelerators) == [0, 1, 2, 3]
 
@@ -172,9 +153,9 @@ def test_one_stop_is_one_preemption(h: InProc) -> None:
     h.executor.stop = lambda job, attempt, grace: (stop_calls.append(job), real(job, attempt, grace))  # type: ignore
     h.cp.preempt(Preempt(jid, "0", "priority", "preempted by a test"))
     h.cp.preempt(Preempt(jid, "0", "priority", "preempted by a test"))  # a second decision for the same stop
-    assert h.job("j").preemptions == 1 and kinds(h, "j").count("JobPreempted") == 1 and len(stop_calls) == 1
+    assert h.job("j").preemptions == 1 and h.kinds("j").count("JobPreempted") == 1 and len(stop_calls) == 1
     h.turn()  # stopped, requeued (and admitted again: it is alone)
-    assert kinds(h, "j").count("JobRequeued") == 1 and h.job("j").preemptions == 1
+    assert h.kinds("j").count("JobRequeued") == 1 and h.job("j").preemptions == 1
 
 
 def test_job_started_is_recorded_when_the_crash_falls_between_launch_and_its_event(h: InProc) -> None:
@@ -183,11 +164,11 @@ def test_job_started_is_recorded_when_the_crash_falls_between_launch_and_its_eve
     crash_on_commit(h, lambda: bool(launched))  # the replicas exist; the commit after the launch dies
     with pytest.raises(Crash):
         h.turn()
-    assert len(launched) == 1 and "JobStarted" not in kinds(h, "j")
+    assert len(launched) == 1 and "JobStarted" not in h.kinds("j")
     restart(h)
-    assert kinds(h, "j").count("JobStarted") == 1 and h.job("j").state == JobState.RUNNING
+    assert h.kinds("j").count("JobStarted") == 1 and h.job("j").state == JobState.RUNNING
     h.turn()
     assert len(launched) == 1  # adopted, not started again
     h.clock.advance(101)
     h.turn(2)
-    assert h.job("j").state == JobState.SUCCEEDED and kinds(h, "j").count("JobStarted") == 1
+    assert h.job("j").state == JobState.SUCCEEDED and h.kinds("j").count("JobStarted") == 1
