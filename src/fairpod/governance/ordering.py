@@ -56,20 +56,11 @@ def sort_victims(cands: list[Workload], preemptor_team: str, now: float, team_sh
     prios: dict[str, int | None] = {}
     for v in cands:
         if v.team not in shares:
-            shares[v.team] = -team_share(v.team)
+            shares[v.team] = team_share(v.team)
             prios[v.team] = team_priority(v.team)
 
-    def key(v: Workload) -> tuple:
-        s = v.started
-        if s is None:
-            lost = 0.0
-        else:
-            ck = v.checkpoint
-            lost = now - (s if ck is None or ck < s else ck)
-            if not lost > 0.0:
-                lost = 0.0
+    def priority(v: Workload) -> int:
         p = prios[v.team]
-        return (v.team == preemptor_team, v.preemptions >= PROTECTED_AFTER, shares[v.team],
-                v.priority if p is None else p, lost, -(s or 0.0), -v.seq, v.id)
+        return v.priority if p is None else p
 
-    cands.sort(key=key)
+    cands.sort(key=victim_key(preemptor_team, now, shares.__getitem__, priority))
