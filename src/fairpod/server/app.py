@@ -43,19 +43,28 @@ def _loc(loc: tuple[Any, ...]) -> str:
 
 
 API_THREADS = 8  # threads serving the API's (synchronous) routes; FAIRPOD_API_THREADS overrides
+SWITCH_INTERVAL_MS = 1.0  # how long a thread may hold the GIL while another waits; FAIRPOD_SWITCH_INTERVAL_MS
+
+
+def _setting(var: str, default: float, lo: float, hi: float, kind: type[int] | type[float]) -> float:
+    """The environment variable ``var`` (``default`` when unset) as ``kind``, from ``lo`` to ``hi``; anything
+    else ends the server with one line."""
+    raw = os.environ.get(var, "").strip() or str(default)
+    try:
+        value = kind(raw) if kind is float or raw.isdigit() else None
+    except ValueError:
+        value = None
+    if value is None or not lo <= value <= hi:  # NaN is in no range
+        what = "a whole number" if kind is int else "a number"
+        raise SystemExit(f"fairpod: error: {var} must be {what} from {lo:g} to {hi:g}, not {raw!r}")
+    return value
 
 
 def api_threads() -> int:
     """How many requests run at once (``FAIRPOD_API_THREADS``, default 8; anyio's own default is 40). Route
     code is Python under one GIL on a few cores: more threads add no throughput, only more threads taking
     the GIL from the reconcile turn, which then collects exits and starts jobs later."""
-    raw = os.environ.get("FAIRPOD_API_THREADS", "").strip() or str(API_THREADS)
-    if not raw.isdigit() or not 1 <= int(raw) <= 1000:
-        raise SystemExit(f"fairpod: error: FAIRPOD_API_THREADS must be a whole number from 1 to 1000, not {raw!r}")
-    return int(raw)
-
-
-SWITCH_INTERVAL_MS = 1.0  # how long a thread may hold the GIL while another waits; FAIRPOD_SWITCH_INTERVAL_MS
+    return int(_setting("FAIRPOD_API_THREADS", API_THREADS, 1, 1000, int))
 
 
 def switch_interval() -> float:
@@ -63,14 +72,7 @@ def switch_interval() -> float:
     Python's own is 5 ms). Under load a request's thread and the reconcile loop give the GIL up at every
     socket and SQLite call; each time they get it back only after whoever took it (a CPU-bound forecast,
     another request) has run its interval out. Shorter intervals cut those waits, which add up per request."""
-    raw = os.environ.get("FAIRPOD_SWITCH_INTERVAL_MS", "").strip() or str(SWITCH_INTERVAL_MS)
-    try:
-        ms = float(raw)
-    except ValueError:
-        ms = -1.0
-    if not 0.1 <= ms <= 100:
-        raise SystemExit(f"fairpod: error: FAIRPOD_SWITCH_INTERVAL_MS must be a number from 0.1 to 100, not {raw!r}")
-    return ms / 1000
+    return _setting("FAIRPOD_SWITCH_INTERVAL_MS", SWITCH_INTERVAL_MS, 0.1, 100, float) / 1000
 
 
 def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
