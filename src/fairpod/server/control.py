@@ -260,8 +260,7 @@ class ControlPlane:
         first one created (whatever its state now) instead of a second job. Submits that wait for the lock
         together are written in one transaction (:mod:`fairpod.server.submits`)."""
         spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
-        cluster = self.spec
-        req = Submit(spec, actor, key, cluster, self._checked(spec))  # validated before the lock: it only reads
+        req = Submit(spec, actor, key, self.spec, self._checked(spec))  # validated before the lock: it only reads
         self.submits.add(req)
         self.gate.yield_to_turn()
         with self._change():
@@ -378,8 +377,9 @@ class ControlPlane:
             return f"the cluster has no {itype} nodes (it has: {have})"
         # nodes may still be joining (a Ray node starting): the spec's instance groups count as well
         declared = sum(g.count for g in self.spec.cluster.instance_groups if g.node_type == itype)
-        if nodes and max(len(nodes), declared) < n:
-            return f"the job asks for {n} {itype} nodes; the cluster has {max(len(nodes), declared)}"
+        have = max(len(nodes), declared)
+        if nodes and have < n:
+            return f"the job asks for {n} {itype} nodes; the cluster has {have}"
         return None
 
     def cancel(self, job: Job, actor: str) -> Job:
