@@ -77,14 +77,9 @@ def _gate(v: Workload, now: float) -> tuple[float, float, bool]:
     bound past which it and every job after it lose too much (``-inf``: never), and whether its ``min_runtime``
     is over."""
     st = v.started
-    ck = v.checkpoint
-    since = (st or 0.0) if ck is None or ck < (st or 0.0) else ck  # ``_since``
-    lost = 0.0 if st is None else now - since  # ``v.lost_work(now)``
-    if not lost > 0.0:
-        lost = 0.0
     tacc = v.total[0]
-    loses = math.inf if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS else lost * tacc * FAIR_SHARE_WORK_RATIO
-    stop = (now - since) * FAIR_SHARE_WORK_RATIO if tacc > 0 else -math.inf
+    loses = math.inf if v.preemptions >= FAIR_SHARE_MAX_PREEMPTIONS else v.lost_work(now) * tacc * FAIR_SHARE_WORK_RATIO
+    stop = (now - _since(v)) * FAIR_SHARE_WORK_RATIO if tacc > 0 else -math.inf
     return loses, stop, not (v.min_runtime and st is not None and now - st < v.min_runtime)
 
 
