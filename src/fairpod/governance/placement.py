@@ -7,6 +7,7 @@ for large jobs. Among equal fits, nodes that passed their deep health check come
 from __future__ import annotations
 
 import heapq
+from itertools import islice
 
 from fairpod.governance import topology
 from fairpod.governance.snapshot import Snapshot, Workload
@@ -57,25 +58,17 @@ def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -
 
 def never_fits(snap: Snapshot, w: Workload) -> str | None:
     """Why ``w`` cannot run on the healthy nodes even when they are all idle, or None if it could."""
+    ok = (nd for nd in snap.by_type.get(w.itype, ()) if nd.schedulable and (nd.health_passed or not w.passed_only))
     lv = topology.level_of(snap, w)
-    if lv is None or not lv[1]:  # no required level: only the count matters, so stop at ``w.n`` nodes
-        count = 0
-        passed_only = w.passed_only
-        for nd in snap.by_type.get(w.itype, ()):
-            if nd.schedulable and (nd.health_passed or not passed_only):
-                count += 1
-                if count >= w.n:
-                    return None
-        ok: list = [None] * count
-    else:
-        ok = [nd for nd in snap.by_type.get(w.itype, ())
-              if nd.schedulable and (nd.health_passed or not w.passed_only)]
+    required = lv is not None and lv[1]
+    nodes = list(ok) if required else None  # no required level: only the count matters, up to ``w.n`` nodes
+    count = len(nodes) if nodes is not None else sum(1 for _ in islice(ok, w.n))
     kind = "healthy " + ("deep-check-passed " if w.passed_only else "")
-    if not ok:
+    if not count:
         return f"no {kind}{w.itype} node"
-    if len(ok) < w.n:
-        return f"needs {w.n} {kind}{w.itype} nodes, the cluster has {len(ok)}"
-    return topology.never_fits(snap, w, ok)
+    if count < w.n:
+        return f"needs {w.n} {kind}{w.itype} nodes, the cluster has {count}"
+    return None if nodes is None else topology.never_fits(snap, w, nodes)
 
 
 def why_not(snap: Snapshot, w: Workload) -> str:
