@@ -25,12 +25,13 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from fairpod.model.spec import ClusterSpec, load_spec
+from fairpod.governance import Decision, Snapshot
+from fairpod.model.spec import load_spec
 from fairpod.sim.compare import FCFS_TEAM, fcfs_spec
 from fairpod.sim.contended import contended_spec
 from fairpod.sim.report import build_report
 from fairpod.sim.run import Simulation
-from fairpod.sim.trace import TraceJob, load_trace
+from fairpod.sim.trace import load_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -43,19 +44,19 @@ def _kind(reason: str) -> str:
     return r[:110]
 
 
-class IdleReplay(Simulation):
-    """A replay that, after its cycles, attributes the idle accelerators to a reason (see the module doc)."""
+class IdleLedger:
+    """Told each cycle of a replay (``Simulation(on_cycle=...)``), it attributes the idle accelerators of
+    ``snap`` to a reason (see the module doc)."""
 
-    def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], every: float) -> None:
-        super().__init__(spec, jobs)
+    def __init__(self, snap: Snapshot, every: float) -> None:
+        self.snap = snap
         self.every = every
         self.idle: Counter[str] = Counter()
         self._t: float | None = None  # when the buckets in _now began
         self._looked = -float("inf")
         self._now: dict[str, int] = {}
 
-    def _sample(self, t: float):  # type: ignore[no-untyped-def]
-        out = super()._sample(t)
+    def __call__(self, t: float, _decisions: list[Decision]) -> None:
         if self._t is not None:
             for k, v in self._now.items():
                 self.idle[k] += v * (t - self._t)
@@ -63,7 +64,6 @@ class IdleReplay(Simulation):
         if t - self._looked >= self.every:
             self._looked = t
             self._now = self._look()
-        return out
 
     def _look(self) -> dict[str, int]:
         snap = self.snap
@@ -103,7 +103,8 @@ def main() -> None:
     if args.fcfs:
         spec = fcfs_spec(spec)
         jobs = [replace(j, team=FCFS_TEAM) for j in jobs]
-    sim = IdleReplay(spec, jobs, args.every)
+    sim = Simulation(spec, jobs)
+    ledger = sim.on_cycle = IdleLedger(sim.snap, args.every)
     res = sim.run()
     c = build_report(res)["cluster"]
     total = res.capacity * res.makespan
@@ -112,7 +113,7 @@ def main() -> None:
           f"({time.perf_counter() - w0:.0f} s wall)")
     print(f"utilization  {c['utilization']:.1%} allocated, {c['useful_utilization']:.1%} useful; "
           f"idle {1 - c['utilization']:.1%}, of which:")
-    for kind, s in sim.idle.most_common(args.top):
+    for kind, s in ledger.idle.most_common(args.top):
         print(f"  {s / total if total else 0:6.2%}  {kind}")
 
 
