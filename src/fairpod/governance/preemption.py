@@ -112,10 +112,12 @@ def fits_now(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str 
 
 
 def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dict[str, str]) -> bool:
-    """Could ``w`` be placed if every candidate were stopped? (A cheap bound before trying victims; with a required
-    topology level, only if one domain of it would have enough nodes.)"""
-    a = w.req.acc
-    if a > 0 and not _acc_could_fit(snap, w, cands):
+    """For a job with a required topology level: would one domain of that level have ``w.n`` nodes with room for a
+    replica if every candidate were stopped? (A bound before trying victims; without a required level ``_reaches``
+    is the tighter bound of the same count.)"""
+    lv = topology.level_of(snap, w)
+    assert lv is not None and lv[1]
+    if lv[0] < 0:
         return False
     freed: dict[str, list[int]] = {}
     for v in cands:
@@ -126,26 +128,6 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
             f[1] += r.mcpu
             f[2] += r.mib
     a, c, m = w.req
-    lv = topology.level_of(snap, w)
-    one = lv is not None and lv[1]  # a required level: the nodes must be in one domain of it
-    if one and lv[0] < 0:
-        return False
-    if not one and a > 0:
-        # a node that would have room has a free accelerator now or is freed by a candidate: look only at those
-        count = 0
-        room = snap.with_room.get(w.itype, ())
-        for name in (*freed, *(name for name in room if name not in freed)):
-            nd = snap.nodes.get(name)
-            if nd is None or nd.itype != w.itype or not nd.schedulable or (w.passed_only and not nd.health_passed):
-                continue
-            if reserved and reserved.get(name, w.id) != w.id:
-                continue
-            f = freed.get(name, (0, 0, 0))
-            if nd.free[0] + f[0] >= a and nd.free[1] + f[1] >= c and nd.free[2] + f[2] >= m:
-                count += 1
-                if count >= w.n:
-                    return True
-        return False
     fit: list[Node] = []
     for nd in snap.by_type.get(w.itype, ()):
         if not nd.schedulable or (w.passed_only and not nd.health_passed):
@@ -155,15 +137,13 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
         f = freed.get(nd.name, (0, 0, 0))
         if nd.free[0] + f[0] >= a and nd.free[1] + f[1] >= c and nd.free[2] + f[2] >= m:
             fit.append(nd)
-            if not one and len(fit) >= w.n:
-                return True
-    return one and lv is not None and topology.largest(fit, lv[0])[1] >= w.n
+    return topology.largest(fit, lv[0])[1] >= w.n
 
 
 def _acc_could_fit(snap: Snapshot, w: Workload, cands: list[Workload]) -> bool:
-    """A looser bound than ``_could_fit``, on accelerators alone (most plans fail on them): would ``w.n`` nodes
-    have ``w.req.acc`` free accelerators if every candidate were stopped (health, holds and the other resources
-    not checked)? False means ``_could_fit`` is False too."""
+    """A loose bound on accelerators alone (most plans fail on it): would ``w.n`` nodes have ``w.req.acc`` free
+    accelerators if every candidate were stopped (health, holds and the other resources not checked)? False
+    means no choice of victims among ``cands`` makes ``w`` fit."""
     a = w.req.acc
     nodes = snap.nodes
     freed: dict[str, int] = {}
@@ -315,8 +295,11 @@ def plan(
             if blocked and all(n in blocked for n in v.nodes or ()):
                 continue  # stopping it frees nothing ``w`` may use
             cands.append(v)
-    if not cands or not _could_fit(snap, w, cands, reserved):
-        return None
+    if not cands or (w.req.acc > 0 and not _acc_could_fit(snap, w, cands)):
+        return None  # most plans end here: too few nodes would have the accelerators even with every candidate gone
+    lv = topology.level_of(snap, w)
+    if lv is not None and lv[1] and not _could_fit(snap, w, cands, reserved):
+        return None  # no domain of its required level would have enough nodes
     shares: dict[str, float] = {}
 
     def team_share(name: str) -> float:
