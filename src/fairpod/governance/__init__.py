@@ -12,11 +12,18 @@
 - ``preemption`` — picking victims: reclaim, priority, fair share (rules 3, 4, 5, 7)
 - ``elastic``    — elastic jobs: admission at N..M replicas, growth, shrink before preemption (rule 11)
 - ``scheduler``  — one cycle over a snapshot (rules 4, 6, 8)
+
+The modules above run as native code when ``python -m fairpod.native build`` has compiled this very source
+(``fairpod.native``); otherwise as Python. Both make the same decisions.
 """
 
-from fairpod.governance.decisions import Admit, Decision, Grow, Preempt, Shrink, Wait, net_changes
-from fairpod.governance.scheduler import schedule
-from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
+from fairpod import native
+
+native.activate(__path__)  # a native build of exactly this source, when there is one (``fairpod.native``)
+
+from fairpod.governance.decisions import Admit, Decision, Grow, Preempt, Shrink, Wait, net_changes  # noqa: E402
+from fairpod.governance.scheduler import schedule  # noqa: E402
+from fairpod.governance.snapshot import Node, Snapshot, Team, Workload  # noqa: E402
 
 __all__ = ["Admit", "Decision", "Grow", "Node", "Preempt", "Shrink", "Snapshot", "Team", "Wait", "Workload", "net_changes",
            "schedule"]

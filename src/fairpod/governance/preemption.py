@@ -16,6 +16,7 @@ Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from fairpod.governance import budget, fairshare, quota, topology, users
 from fairpod.governance.ordering import sort_victims
@@ -62,7 +63,7 @@ def _fair_gates(snap: Snapshot, itype: str, team: str, running: dict[str, Worklo
     """A team's running jobs in ``_recent_first`` order, and for the first of them (``_gate`` extends the list
     as far as a plan reads) what ``plan``'s fair-share test compares with the preemptor's waited
     accelerator-seconds; kept once per team, usage and cycle (``now`` is fixed within one)."""
-    cycle: dict = snap.memo.get(("gates", snap.cycle))  # type: ignore[assignment]  # one entry per cycle
+    cycle: dict | None = snap.memo.get(("gates", snap.cycle))  # one entry per cycle
     if cycle is None:
         cycle = snap.memo[("gates", snap.cycle)] = {}  # type: ignore[assignment]
     key = (itype, team, snap.teams[team].version)
@@ -134,8 +135,8 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
             continue
         if reserved and reserved.get(nd.name, w.id) != w.id:
             continue
-        f = freed.get(nd.name, (0, 0, 0))
-        if nd.free[0] + f[0] >= a and nd.free[1] + f[1] >= c and nd.free[2] + f[2] >= m:
+        g: Sequence[int] = freed.get(nd.name, (0, 0, 0))
+        if nd.free[0] + g[0] >= a and nd.free[1] + g[1] >= c and nd.free[2] + g[2] >= m:
             fit.append(nd)
     return topology.largest(fit, lv[0])[1] >= w.n
 

@@ -12,6 +12,8 @@ Rules (engine rule 2 and 3):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fairpod.governance import budget
 from fairpod.governance.lending import cap_with_absolute, idle_lendable, lend_quota
 from fairpod.governance.snapshot import Snapshot, Team, Vec, Workload
@@ -130,10 +132,7 @@ def pool_ok(snap: Snapshot, w: Workload, holder: str | None = None) -> bool:
     t = w.total
     a = _contrib(team, w.itype, q, u[0], u[1], u[2])
     b = _contrib(team, w.itype, q, u[0] + t[0], u[1] + t[1], u[2] + t[2])
-    if snap.idle_sharing:
-        ua = snap.unallocated(w.itype)
-    else:
-        ua = (0, 0, 0)
+    ua: Sequence[int] = snap.unallocated(w.itype) if snap.idle_sharing else (0, 0, 0)
     # capacity held for a starving borrower is held out of what is lendable: it stops other borrowing, never
     # a team's use of its own quota
     borrows = b[0] > a[0] or b[1] > a[1] or b[2] > a[2]

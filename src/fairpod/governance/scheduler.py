@@ -424,13 +424,13 @@ class _Cycle:
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
         elastic.grow(self)
-        for v, p in self.victims:
+        for v, pre in self.victims:
             snap.requeue(v, snap.now)
             if v.id in self.started:  # admitted and taken back in this cycle: it never ran, its wait goes on
                 v.enqueued = self.started[v.id]
-                v.reason = displaced_reason(p)
+                v.reason = displaced_reason(pre)
             else:
-                v.reason = p.reason
+                v.reason = pre.reason
                 v.preemptions += 1
         history.record(snap)
         return self.out

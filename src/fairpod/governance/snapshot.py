@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from fairpod.governance.lending import idle_lendable, lend_quota
 from fairpod.model.resources import Res
@@ -201,15 +202,14 @@ class PendingQueue:
     def head(self, skip: set | None = None, user_rank: Callable[[str], tuple] | None = None) -> Workload | None:
         """The first job in queue order whose shape is not in ``skip``; with ``user_rank`` (round-robin across
         users, ``governance.users``), the job of the user with the lowest rank first, then by queue order."""
-        best: tuple | None = None
+        best: tuple[Any, ...] | None = None
         for shape in list(self.heaps):
             if skip and shape in skip:
                 continue
-            top = self._top(shape)
-            if top is None:
+            got = self._top(shape)
+            if got is None:
                 continue
-            if user_rank is not None:
-                top = (user_rank(self.live[top[1]].user), *top)
+            top: tuple[Any, ...] = got if user_rank is None else (user_rank(self.live[got[1]].user), *got)
             if best is None or top < best:
                 best = top
         return self.live[best[-1]] if best else None
@@ -293,7 +293,7 @@ class Snapshot:
         self._seq = 0
         self._starts = 0  # jobs started, for the round-robin turns of users
         self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
-        self.memo: dict[tuple, float] = {}  # the engine's cache of derived values, keyed with their versions
+        self.memo: dict[tuple, Any] = {}  # the engine's cache of derived values, keyed with their versions
         self.cycle = 0  # scheduling cycles run on it (caches valid for one cycle are keyed with it)
 
     # -- building ------------------------------------------------------------------------------
@@ -546,7 +546,7 @@ def domain_ids(node: str, values: tuple[str, ...], levels: int) -> tuple[str, ..
     return tuple(out)
 
 
-def _add(v: Vec, r: Res | Vec, k: int) -> None:
+def _add(v: Vec, r: Sequence[int], k: int) -> None:
     v[0] += k * r[0]
     v[1] += k * r[1]
     v[2] += k * r[2]

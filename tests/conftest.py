@@ -1,0 +1,18 @@
+"""Suite-wide: the report header says which engine runs (``fairpod.native``: native or pure Python)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from fairpod import native
+
+
+def pytest_report_header() -> str:
+    return f"native engine: {native.engine_name()}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    if os.environ.get("FAIRPOD_EXPECT_NATIVE") == "1" and not native.active():
+        raise pytest.UsageError("FAIRPOD_EXPECT_NATIVE=1 but the engine loaded is pure Python")

@@ -1,0 +1,191 @@
+"""The native engine (``fairpod.native``): a build is used only for the source it was built from, and the compiled
+engine makes exactly the decisions of the Python one, on contended replays that touch every rule, and passes the
+engine's own tests.
+
+The build test compiles the engine for real (mypyc and a C compiler, ~40 s on 2 cores); it is skipped, with the
+reason, where either is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fairpod import native
+
+ROOT = Path(__file__).resolve().parents[2]
+ITP = ROOT.parent / "shared" / "traces" / "itp"
+
+# replays SPEC TRACE and prints the engine that ran and every applied decision, one a line
+REPLAY = r"""
+import json, sys
+from fairpod import native
+from fairpod.governance import Admit, Grow, Preempt, Shrink
+from fairpod.model.spec import load_spec
+from fairpod.sim.run import simulate
+from fairpod.sim.trace import load_trace
+
+spec = load_spec(sys.argv[1])
+lines = []
+
+def log(t, decisions):
+    for d in decisions:
+        if isinstance(d, Admit):
+            rest = f"{','.join(d.nodes)} after={','.join(d.after)} borrowed={d.borrowed} {d.lenders} {d.reason}"
+        elif isinstance(d, Preempt):
+            rest = f"by={d.by} {d.kind} {d.reason}"
+        elif isinstance(d, (Grow, Shrink)):
+            rest = f"{','.join(d.nodes)} {d.reason}"
+        else:
+            rest = d.reason
+        lines.append(f"{t:.6f} {type(d).__name__} {d.job} {rest}")
+
+res = simulate(spec, load_trace(sys.argv[2], spec), on_cycle=log)
+print(json.dumps({"engine": native.engine_name(), "lines": lines, "cycles": res.cycles}))
+"""
+
+
+def _env(build_root: Path, on: bool) -> dict[str, str]:
+    return {**os.environ, "FAIRPOD_NATIVE_DIR": str(build_root), "FAIRPOD_NATIVE": "1" if on else "0"}
+
+
+def _replay(spec: Path, trace: Path, env: dict[str, str]) -> dict:
+    out = subprocess.run([sys.executable, "-c", REPLAY, str(spec), str(trace)], env=env, capture_output=True,
+                         text=True, timeout=600, check=False)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)
+
+
+# -- which build is loaded (no compiler needed) ---------------------------------------------------------------
+def test_a_build_is_loaded_only_for_the_source_it_was_built_from(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAIRPOD_NATIVE_DIR", str(tmp_path))
+    monkeypatch.delenv("FAIRPOD_NATIVE", raising=False)
+    path: list[str] = []
+    assert native.activate(path) is None and path == []  # no build at all
+    d = tmp_path / native.source_hash()
+    (d / "fairpod" / "governance").mkdir(parents=True)
+    assert native.activate(path) is None and path == []  # a folder without its completion mark (a build cut short)
+    (d / "fairpod-native.json").write_text("{}")
+    assert native.activate(path) == d and path == [str(d / "fairpod" / "governance")]
+    monkeypatch.setenv("FAIRPOD_NATIVE", "0")
+    assert native.activate([]) is None  # turned off
+    # an edited module has another hash, so the build of the old source is never loaded for it
+    copy = tmp_path / "gov"
+    shutil.copytree(Path(native.__file__).parent / "governance", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    assert native.source_hash(copy) == native.source_hash()
+    (copy / "preemption.py").write_text((copy / "preemption.py").read_text() + "\n# edited\n")
+    assert native.source_hash(copy) != native.source_hash()
+
+
+def test_status_says_which_engine_runs_and_why_a_build_cannot_be_made(tmp_path):
+    env = {**os.environ, "FAIRPOD_NATIVE_DIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-m", "fairpod.native", "status", "--json"], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    info = json.loads(out.stdout)
+    assert info["engine"] == "pure Python" and info["native"] is False and info["build"] is None
+    assert info["builds_in"] == str(tmp_path) and info["can_build"] == (info["cannot_build_because"] is None)
+    bad = subprocess.run([sys.executable, "-m", "fairpod.native", "frobnicate"], env=env, capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
+
+
+# -- a real build -------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def build(tmp_path_factory) -> Path:
+    why = native.missing()
+    if why:
+        pytest.skip(f"cannot build the native engine here: {why}")
+    root = tmp_path_factory.mktemp("native")
+    out = subprocess.run([sys.executable, "-m", "fairpod.native", "build"], env=_env(root, True),
+                         capture_output=True, text=True, timeout=900, check=False)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]
+    assert (root / native.source_hash() / "fairpod-native.json").is_file()
+    return root
+
+
+def _contended(tmp: Path, seed: int) -> tuple[Path, Path]:
+    """A small contended cluster (16 x p4d, four teams, FairShare, TaskRanking) and two days of jobs that keep it
+    oversubscribed: gangs of 1-4 nodes, priorities, checkpoints and minimum run times."""
+    teams = [("a", 5, 10, 100), ("b", 4, 30, 100), ("c", 4, 60, 50), ("d", 3, 1, 200)]
+    spec = {
+        "cluster": {"name": "contended", "instance_groups": [
+            {"name": "p4d", "instance_type": "ml.p4d.24xlarge", "count": 16}]},
+        "policy": {"task_prioritization": "TaskRanking", "idle_compute_allocation": "FairShare",
+                   "priority_classes": [{"name": "high", "weight": 100}, {"name": "low", "weight": 10}]},
+        "teams": [{"name": n, "fair_share_weight": w, "sharing": {"strategy": "LendAndBorrow", "borrow_limit": b},
+                   "quota": [{"instance_type": "ml.p4d.24xlarge", "count": q}]} for n, q, w, b in teams],
+    }
+    rng = random.Random(seed)
+    rows = ["submit_time,team,duration,accelerators,nodes,priority,checkpoint_interval,min_runtime"]
+    t = 0.0
+    for _ in range(700):
+        t += rng.expovariate(1 / 240)
+        nodes = rng.choice([1, 1, 1, 1, 2, 2, 4])
+        per = 8 if nodes > 1 else rng.choice([1, 2, 4, 8])
+        rows.append(",".join(str(x) for x in (
+            round(t), rng.choice("abcd"), round(rng.lognormvariate(8, 1.2)) + 60, per * nodes, nodes,
+            rng.choice(["high", "low", "low", ""]), rng.choice(["", "", 600]), rng.choice(["", "", "", 300]))))
+    (tmp / "spec.yaml").write_text(yaml.safe_dump(spec))
+    (tmp / "trace.csv").write_text("\n".join(rows) + "\n")
+    return tmp / "spec.yaml", tmp / "trace.csv"
+
+
+def _policies(tmp: Path, seed: int) -> tuple[Path, Path]:
+    """examples/policies/spec.yaml (lending and absolute borrow limits, per-user caps taking turns, a budget,
+    FairShareHistory, priority classes) under a day of jobs, some of them elastic."""
+    rng = random.Random(seed)
+    rows = ["submit_time,team,duration,accelerators,nodes,priority,user,min_nodes,checkpoint_interval"]
+    t = 0.0
+    for _ in range(400):
+        t += rng.expovariate(1 / 200)
+        nodes = rng.choice([1, 1, 1, 2, 3])
+        per = 4 if nodes > 1 else rng.choice([1, 2, 4])
+        team = rng.choice(["john", "smith", "smith"])
+        rows.append(",".join(str(x) for x in (
+            round(t), team, round(rng.lognormvariate(7.5, 1)) + 60, per * nodes, nodes,
+            rng.choice(["inference", "training", "training"]), rng.choice(["ann", "bob", "cy"]) if team == "smith"
+            else "", 1 if nodes > 1 and rng.random() < 0.3 else "", rng.choice(["", 300]))))
+    (tmp / "trace.csv").write_text("\n".join(rows) + "\n")
+    return ROOT / "examples" / "policies" / "spec.yaml", tmp / "trace.csv"
+
+
+@pytest.mark.parametrize("case", ["contended", "policies"])
+def test_the_native_engine_makes_the_decisions_of_the_python_one(build, tmp_path, case):
+    spec, trace = (_contended if case == "contended" else _policies)(tmp_path, seed=7)
+    pure = _replay(spec, trace, _env(build, on=False))
+    fast = _replay(spec, trace, _env(build, on=True))
+    assert pure["engine"] == "pure Python" and fast["engine"] == "native (mypyc)"
+    kinds = {ln.split(" ", 2)[1] for ln in pure["lines"]}
+    assert len(pure["lines"]) > 500 and {"Admit", "Wait", "Preempt"} <= kinds  # a busy replay, with preemptions
+    assert fast["lines"] == pure["lines"] and fast["cycles"] == pure["cycles"]
+
+
+@pytest.mark.skipif(not ITP.is_dir(), reason=f"no ITP traces at {ITP}")
+def test_the_native_engine_makes_the_decisions_of_the_python_one_on_the_contended_itp_replay(build, tmp_path):
+    logs = []
+    for on in (False, True):
+        log = tmp_path / f"{on}.log"
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "benchmarks" / "itp_replay.py"), "--contended", "--trace", str(ITP),
+             "--until", "172800", "--decisions-out", str(log)],
+            env=_env(build, on), capture_output=True, text=True, timeout=600, check=True).stdout
+        assert ("native (mypyc)" in out) == on
+        logs.append(log.read_text().splitlines())
+    assert len(logs[0]) > 1000 and logs[1] == logs[0]
+
+
+def test_the_engine_tests_pass_on_the_native_engine(build):
+    out = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/governance", "tests/sim",
+         "--ignore", "tests/governance/test_native.py", "-x"],
+        cwd=ROOT, env={**_env(build, True), "FAIRPOD_EXPECT_NATIVE": "1"}, capture_output=True, text=True,
+        timeout=900, check=False)
+    assert out.returncode == 0, out.stdout[-4000:] + out.stderr[-2000:]  # FAIRPOD_EXPECT_NATIVE: natively or not at all
+    assert " passed" in out.stdout and " failed" not in out.stdout
