@@ -1,5 +1,6 @@
-"""The native engine: the governance modules compiled to C with mypyc (the same source, the same decisions,
-about twice as fast on a contended cluster; see docs/architecture.md "The native engine").
+"""The native engine: the governance modules and the simulator's event loop compiled to C with mypyc (the same
+source, the same decisions, about twice as fast on a contended cluster; see docs/architecture.md "The native
+engine").
 
     python -m fairpod.native build     # compile: needs a C compiler, Python's headers and mypy
                                        # (pip install 'fairpod[native]'; Debian: apt install gcc python3-dev)
@@ -7,9 +8,9 @@ about twice as fast on a contended cluster; see docs/architecture.md "The native
     python -m fairpod.native clean     # remove every build
 
 A build lives in ``$FAIRPOD_NATIVE_DIR`` (default ``~/.cache/fairpod/native``), in a folder named after a hash of
-the engine's source files, the Python version and the platform. ``fairpod.governance`` loads it only when that
-hash matches the ``.py`` files next to it, so an edited module never runs stale native code; ``FAIRPOD_NATIVE=0``
-turns it off. Nothing else changes: without a build the engine is the pure-Python one.
+the compiled source files, the Python version and the platform. ``fairpod.governance`` and ``fairpod.sim`` load it
+only when that hash matches the ``.py`` files next to them, so an edited module never runs stale native code;
+``FAIRPOD_NATIVE=0`` turns it off. Nothing else changes: without a build the engine is the pure-Python one.
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ import tempfile
 import time
 from pathlib import Path
 
-# the engine's modules that are compiled (the rest of fairpod.governance stays Python: build and forecast read the
-# pydantic model and run rarely)
-MODULES = ("snapshot", "scheduler", "preemption", "quota", "fairshare", "ordering", "placement", "lending", "topology",
-           "users", "budget", "elastic", "history", "decisions")
+# the modules that are compiled, by package: the engine (build and forecast stay Python: they read the pydantic model
+# and run rarely) and the simulator's event loop
+MODULES = {
+    "governance": ("snapshot", "scheduler", "preemption", "quota", "fairshare", "ordering", "placement", "lending",
+                   "topology", "users", "budget", "elastic", "history", "decisions"),
+    "sim": ("run",),
+}
 MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproject.toml's native extra)
 _MARK = "fairpod-native.json"
-_GOVERNANCE = Path(__file__).resolve().parent / "governance"
+_PACKAGE = Path(__file__).resolve().parent
 
 
 def root() -> Path:
@@ -42,31 +46,35 @@ def root() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "fairpod" / "native"
 
 
-def source_hash(governance: Path = _GOVERNANCE) -> str:
+def source_hash(package: Path = _PACKAGE) -> str:
     """A hash of the compiled modules' source, the interpreter and the platform (a build fits only these)."""
     h = hashlib.sha256()
     h.update(f"{sys.implementation.cache_tag} {sysconfig.get_config_var('EXT_SUFFIX')} {MYPY}\n".encode())
-    for name in MODULES:
-        h.update(name.encode() + b"\0")
-        h.update((governance / f"{name}.py").read_bytes())
+    for path in _files():
+        h.update(path.encode() + b"\0")
+        h.update((package / path).read_bytes())
     return h.hexdigest()[:20]
+
+
+def _files() -> list[str]:
+    return [f"{pkg}/{m}.py" for pkg, mods in MODULES.items() for m in mods]
 
 
 def build_dir(digest: str | None = None) -> Path:
     return root() / (digest or source_hash())
 
 
-def activate(package_path: list[str]) -> Path | None:
-    """Called by ``fairpod.governance`` before it imports its modules: put a build of the current source first on
-    the package's path (its modules then load as native extensions). Returns the build's folder, or None when the
-    pure-Python engine runs (no build of this source, or ``FAIRPOD_NATIVE=0``)."""
+def activate(package_path: list[str], package: str = "governance") -> Path | None:
+    """Called by ``fairpod.governance`` and ``fairpod.sim`` before they import their modules: put a build of the
+    current source first on the package's path (its compiled modules then load as native extensions). Returns the
+    build's folder, or None when Python runs (no build of this source, or ``FAIRPOD_NATIVE=0``)."""
     if os.environ.get("FAIRPOD_NATIVE", "1") == "0":
         return None
     try:
         d = build_dir()
     except OSError:
         return None
-    pkg = d / "fairpod" / "governance"
+    pkg = d / "fairpod" / package
     if not (d / _MARK).is_file() or not pkg.is_dir():
         return None
     if str(d) not in sys.path:
@@ -114,7 +122,7 @@ def build(*, quiet: bool = False) -> Path:
         # a copy of the package, so that mypyc type-checks the modules against the rest of fairpod as it is now
         shutil.copytree(Path(__file__).resolve().parent, work / "fairpod",
                         ignore=shutil.ignore_patterns("__pycache__", ".mypy_cache", "*.so", "*.pyd"))
-        files = [f"fairpod/governance/{m}.py" for m in MODULES]
+        files = [f"fairpod/{path}" for path in _files()]
         env = {**os.environ, "MYPY_CACHE_DIR": str(work / ".mypy_cache"), "FAIRPOD_NATIVE": "0"}
         run = subprocess.run([sys.executable, "-m", "mypyc", *files], cwd=work, env=env, text=True,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)
@@ -123,14 +131,15 @@ def build(*, quiet: bool = False) -> Path:
             raise RuntimeError(f"mypyc failed (exit {run.returncode}):\n{tail or run.stdout[-4000:]}")
         staging = Path(tempfile.mkdtemp(prefix=f"{digest}.", dir=_mkdir(root())))
         try:
-            (staging / "fairpod" / "governance").mkdir(parents=True)
             suffix = sysconfig.get_config_var("EXT_SUFFIX")
-            for m in MODULES:
-                shutil.copy2(work / "fairpod" / "governance" / f"{m}{suffix}", staging / "fairpod" / "governance")
+            for pkg, mods in MODULES.items():
+                (staging / "fairpod" / pkg).mkdir(parents=True)
+                for m in mods:
+                    shutil.copy2(work / "fairpod" / pkg / f"{m}{suffix}", staging / "fairpod" / pkg)
             for lib in work.glob(f"*__mypyc{suffix}"):
                 shutil.copy2(lib, staging)
             (staging / _MARK).write_text(json.dumps({
-                "source_hash": digest, "modules": list(MODULES), "python": sys.version.split()[0],
+                "source_hash": digest, "modules": _files(), "python": sys.version.split()[0],
                 "built_seconds": round(time.monotonic() - t0, 1)}) + "\n")
             try:
                 staging.rename(dest)  # whole or not at all: a half-copied build is never loaded

@@ -77,11 +77,15 @@ def test_a_build_is_loaded_only_for_the_source_it_was_built_from(tmp_path, monke
     monkeypatch.setenv("FAIRPOD_NATIVE", "0")
     assert native.activate([]) is None  # turned off
     # an edited module has another hash, so the build of the old source is never loaded for it
-    copy = tmp_path / "gov"
-    shutil.copytree(Path(native.__file__).parent / "governance", copy, ignore=shutil.ignore_patterns("__pycache__"))
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(native.__file__).parent, copy, ignore=shutil.ignore_patterns("__pycache__"))
     assert native.source_hash(copy) == native.source_hash()
-    (copy / "preemption.py").write_text((copy / "preemption.py").read_text() + "\n# edited\n")
-    assert native.source_hash(copy) != native.source_hash()
+    for module in ("governance/preemption.py", "sim/run.py"):
+        edited = tmp_path / "edited"
+        shutil.rmtree(edited, ignore_errors=True)
+        shutil.copytree(copy, edited)
+        (edited / module).write_text((edited / module).read_text() + "\n# edited\n")
+        assert native.source_hash(edited) != native.source_hash()
 
 
 def test_status_says_which_engine_runs_and_why_a_build_cannot_be_made(tmp_path):

@@ -274,28 +274,21 @@ class _Cycle:
         ok, within, _ = self.team_check(w)
         if not ok:
             return
-        a, c, m = w.req
         taken = self.reserved.keys() | self.held_for_borrower.keys()
-        topo = w.topology_required and snap.levels
-        near = None
-        if a > 0 and not topo:
-            # a node with a free accelerator lacks fewer accelerators than every full node, so if enough of them
-            # may be held, the nearest are among them
-            near = self.near(w, (snap.nodes[name] for name in snap.with_room.get(w.itype, ())), taken)
-            if len(near) < w.n:
-                near = None
-        if near is None:
-            near = self.near(w, snap.by_type.get(w.itype, ()), taken)
-        if topo:
-            free = topology.hold(snap, w, sorted(near))  # all in one domain of its required level
-        else:
-            free = heapq.nsmallest(w.n, near)
+        # which nodes, and when the last of them has room: the same while nodes, jobs and the nodes held before
+        # are (a cycle that follows one with no start or end holds the same again)
+        key = ("hold", w.id, snap.version, frozenset(taken))
+        got = snap.memo.get(key)
+        if got is None:
+            free = self.nearest(w, taken)
+            last = max((self.room_at(snap.nodes[name], w) for *deficit, name in free if any(deficit)),
+                       default=-math.inf)
+            got = snap.memo[key] = (free, last)
+        free, last = got
         held = self.reserved if within else self.held_for_borrower
-        ready = snap.now if len(free) == w.n else math.inf
-        for *deficit, name in free:
+        for *_, name in free:
             held[name] = w.id
-            if any(deficit):
-                ready = max(ready, self.ready_at(snap.nodes[name], w))
+        ready = max(snap.now, last) if len(free) == w.n else math.inf
         self.until[w.id] = max(self.until[w.id], ready)
         if not within:
             self.borrow_until = min(self.until[w.id], self.borrow_until or math.inf)
@@ -303,6 +296,25 @@ class _Cycle:
             rb = snap.pool(w.itype).reserved_borrow
             for d in range(3):
                 rb[d] += need[d]
+
+    def nearest(self, w: Workload, taken: Set[str]) -> list[tuple[int, int, int, str]]:
+        """The ``w.n`` nodes not ``taken`` that are nearest to having room for a replica of ``w`` (all in one domain
+        of its required topology level, if it has one), each with what it lacks."""
+        snap = self.snap
+        topo = w.topology_required and snap.levels
+        near = None
+        if w.req.acc > 0 and not topo:
+            # a node with a free accelerator lacks fewer accelerators than every full node, so if enough of them
+            # may be held, the nearest are among them
+            near = self.near(w, (snap.nodes[name] for name in snap.with_room.get(w.itype, ())), taken)
+            if len(near) < w.n:
+                near = None
+        if near is None:
+            near = self.near(w, snap.by_type.get(w.itype, ()), taken)
+        near.sort()
+        if topo:
+            return topology.hold(snap, w, near)  # all in one domain of its required level
+        return near[: w.n]
 
     @staticmethod
     def near(w: Workload, nodes: Iterable[Node], taken: Set[str]) -> list[tuple[int, int, int, str]]:
@@ -316,16 +328,16 @@ class _Cycle:
             for f in (nd.free,)
         ]
 
-    def ready_at(self, nd: Node, w: Workload) -> float:
-        """When node ``nd`` is expected to have room for one replica of ``w``: its jobs end by their expected
-        durations (inf if one that must end first has none)."""
+    def room_at(self, nd: Node, w: Workload) -> float:
+        """When node ``nd`` is expected to have room for one replica of ``w`` (once it is ``now`` or later): its
+        jobs end by their expected durations (inf if one that must end first has none)."""
         free = list(nd.free)
         r = w.req
         for end, v in sorted((self.snap.running[j].ends_by(), j) for j in nd.jobs):
             vr = self.snap.running[v].req
             free = [free[0] + vr.acc, free[1] + vr.mcpu, free[2] + vr.mib]
             if free[0] >= r.acc and free[1] >= r.mcpu and free[2] >= r.mib:
-                return max(end, self.snap.now)
+                return end
         return math.inf
 
     def quota_ready_at(self, w: Workload) -> float:

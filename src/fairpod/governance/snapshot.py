@@ -292,7 +292,7 @@ class Snapshot:
         self.elastic_holdoff = 60.0  # seconds after a shrink in which an elastic job does not grow again
         self._seq = 0
         self._starts = 0  # jobs started, for the round-robin turns of users
-        self.version = 0  # counts changes of usage (assign, unassign), so readers can cache derived views
+        self.version = 0  # counts changes of usage (assign, unassign) and of nodes, so readers can cache derived views
         self.memo: dict[tuple, Any] = {}  # the engine's cache of derived values, keyed with their versions
         self.cycle = 0  # scheduling cycles run on it (caches valid for one cycle are keyed with it)
 
@@ -309,6 +309,7 @@ class Snapshot:
         if name in self.nodes:
             raise ValueError(f"node {name!r} already exists")
         n = Node(name, itype, cap, list(cap), schedulable, passed, topo=domain_ids(name, topology, len(self.levels)))
+        self.version += 1
         self.nodes[name] = n
         self.by_type.setdefault(itype, []).append(n)
         self.index(n)
@@ -322,6 +323,7 @@ class Snapshot:
     def set_schedulable(self, name: str, schedulable: bool) -> None:
         n = self.nodes[name]
         if n.schedulable != schedulable:
+            self.version += 1
             n.schedulable = schedulable
             if schedulable:
                 self.unschedulable.discard(name)
@@ -335,10 +337,22 @@ class Snapshot:
         if n.jobs:
             raise ValueError(f"node {name!r} still runs {sorted(n.jobs)}")
         self.set_schedulable(name, False)
+        self.version += 1
         del self.nodes[name]
         self.unschedulable.discard(name)
         self.with_room.get(n.itype, set()).discard(name)
         self.by_type[n.itype].remove(n)
+
+    def update_node(self, name: str, *, passed: bool, topology: tuple[str, ...] | None = None) -> None:
+        """A node's deep health check result changed (``passed``), or its topology labels (``topology``: its
+        domain name at each level)."""
+        n = self.nodes[name]
+        topo = n.topo if topology is None else domain_ids(name, topology, len(self.levels))
+        if n.health_passed != passed or n.topo != topo:
+            self.version += 1
+            n.health_passed = passed
+            n.topo = topo
+            self.index(n)
 
     def add_team(self, team: Team) -> None:
         if team.name in self.teams:

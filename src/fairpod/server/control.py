@@ -41,7 +41,6 @@ from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaEx
 from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, history, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.governance.decisions import Grow, Shrink
-from fairpod.governance.snapshot import domain_ids
 from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
@@ -853,10 +852,10 @@ class ControlPlane:
             node = self.store.update_node(name, changes)
             snode = self.snap.nodes.get(name)
             if snode is not None:
-                snode.health_passed = node.deep_health_check == DeepHealthCheck.PASSED
-                if "labels" in changes and self.snap.levels:  # a Ray node's topology labels may have changed
-                    snode.topo = domain_ids(name, self.spec.node_topology(node.instance_group, name, node.labels),
-                                            len(self.snap.levels))
+                labels = "labels" in changes and self.snap.levels  # a Ray node's topology labels may have changed
+                self.snap.update_node(name, passed=node.deep_health_check == DeepHealthCheck.PASSED,
+                                      topology=self.spec.node_topology(node.instance_group, name, node.labels)
+                                      if labels else None)
                 if snode.schedulable != node.schedulable:
                     self.snap.set_schedulable(name, node.schedulable)
         self.wake.set()

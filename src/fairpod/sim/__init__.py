@@ -7,8 +7,12 @@
 - ``replay`` — files in, report out: the code path of the CLI and the benchmarks
 """
 
-from fairpod.sim.replay import replay
-from fairpod.sim.run import SimResult, simulate
-from fairpod.sim.trace import TraceError, TraceJob, load_trace
+from fairpod import native
+
+native.activate(__path__, "sim")  # a native build of exactly this source, when there is one (``fairpod.native``)
+
+from fairpod.sim.replay import replay  # noqa: E402
+from fairpod.sim.run import SimResult, simulate  # noqa: E402
+from fairpod.sim.trace import TraceError, TraceJob, load_trace  # noqa: E402
 
 __all__ = ["SimResult", "TraceError", "TraceJob", "load_trace", "replay", "simulate"]

@@ -157,7 +157,7 @@ class Simulation:
                          submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds),
                          expected=_expected(j, j.duration), user=j.user,  # the trace's duration: as declared
                          topology=j.topology, topology_required=j.topology_required,
-                         **({"min_n": j.min_nodes, "max_n": j.nodes} if j.min_nodes else {}))
+                         min_n=j.min_nodes or 0, max_n=j.nodes if j.min_nodes else 0)
             key = (j.team, w.shape)
             if key not in verdicts:
                 verdicts[key] = never_runnable(empty, w)
@@ -336,8 +336,10 @@ class Simulation:
         teams = [snap.teams[name] for name in self.team_names]
         # who lends to whom depends on the teams' accelerators in use only (and the capacity, fixed here)
         key = tuple(t.used[it][0] if it in t.used else 0 for it in self.itypes for t in teams)
-        out = self._lent.get(key)
-        if out is None:
+        got = self._lent.get(key)
+        if got is not None:
+            out = got
+        else:
             idx = {n: i for i, n in enumerate(self.team_names)}
             alloc = [sum(v[0] for v in t.used.values()) for t in teams]
             borrowed = [0] * len(self.team_names)
