@@ -159,11 +159,12 @@ def _acc_could_fit(snap: Snapshot, w: Workload, cands: list[Workload]) -> bool:
             count += 1
     if count >= w.n:
         return True
-    for name in snap.with_room.get(w.itype, ()):
-        if name not in freed and nodes[name].free[0] >= a:
-            count += 1
-            if count >= w.n:
-                return True
+    for names in snap.with_free(w.itype, a):
+        for name in names:
+            if name not in freed:
+                count += 1
+                if count >= w.n:
+                    return True
     return False
 
 
@@ -322,7 +323,7 @@ def plan(
                 and (not reserved or reserved.get(name, w.id) == w.id)
                 and nd.free[0] >= a and nd.free[1] >= c and nd.free[2] >= m)
 
-    fitting = ({name for name in snap.with_room.get(w.itype, ()) if fits(name)} if a > 0  # others have no room
+    fitting = ({name for names in snap.with_free(w.itype, a) for name in names if fits(name)} if a > 0
                else {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)})
     if not _reaches(snap, w, cands, within, fitting, reserved):
         return None  # the loop below would never have enough nodes to ask placement

@@ -301,20 +301,24 @@ class _Cycle:
         """The ``w.n`` nodes not ``taken`` that are nearest to having room for a replica of ``w`` (all in one domain
         of its required topology level, if it has one), each with what it lacks."""
         snap = self.snap
-        topo = w.topology_required and snap.levels
-        near = None
-        if w.req.acc > 0 and not topo:
-            # a node with a free accelerator lacks fewer accelerators than every full node, so if enough of them
-            # may be held, the nearest are among them
-            near = self.near(w, (snap.nodes[name] for name in snap.with_room.get(w.itype, ())), taken)
-            if len(near) < w.n:
-                near = None
-        if near is None:
+        a = w.req.acc
+        if w.topology_required and snap.levels:
             near = self.near(w, snap.by_type.get(w.itype, ()), taken)
-        near.sort()
-        if topo:
-            return topology.hold(snap, w, near)  # all in one domain of its required level
-        return near[: w.n]
+            return topology.hold(snap, w, sorted(near))  # all in one domain of its required level
+        if a > 0:
+            # the nodes with the most free accelerators first, a whole count at a time: once n nodes are found,
+            # every node with fewer free accelerators lacks more than all of them (and where it lacks none,
+            # the other resources decide, so every node with enough free is looked at)
+            near = []
+            buckets = snap.by_free.get(w.itype, {})
+            for b in sorted(buckets, reverse=True):
+                if b < a and len(near) >= w.n:
+                    break
+                near += self.near(w, (snap.nodes[name] for name in buckets[b]), taken)
+        else:
+            near = self.near(w, snap.by_type.get(w.itype, ()), taken)
+        heapq.heapify(near)  # the n nearest, nearest first, without sorting them all
+        return [heapq.heappop(near) for _ in range(min(w.n, len(near)))]
 
     @staticmethod
     def near(w: Workload, nodes: Iterable[Node], taken: Set[str]) -> list[tuple[int, int, int, str]]:

@@ -31,6 +31,7 @@ class Node:
     health_passed: bool = False  # deep health check Passed
     jobs: set[str] = field(default_factory=set)
     stamp: int = 0  # bumped when its free room changes: older entries of it in the fit index are stale
+    bucket: int = -1  # its free accelerators when last indexed (its set in ``Snapshot.by_free``)
     topo: tuple[str, ...] = ()  # its domain at each topology level, outermost first ("b1", "b1/r3"; see topology)
 
 
@@ -283,6 +284,9 @@ class Snapshot:
         # per instance type: the names of the nodes with a free accelerator (kept with the fit index), so a job
         # that needs accelerators looks only at them and at the nodes it would free
         self.with_room: dict[str, set[str]] = {}
+        # per instance type and count of free accelerators: the names of the nodes with that many free, so the
+        # nodes with at least k free (or the nearest to it) are found without looking at the others
+        self.by_free: dict[str, dict[int, set[str]]] = {}
         self.teams: dict[str, Team] = {}
         self.pools: dict[str, Pool] = {}
         self.running: dict[str, Workload] = {}
@@ -341,6 +345,7 @@ class Snapshot:
         del self.nodes[name]
         self.unschedulable.discard(name)
         self.with_room.get(n.itype, set()).discard(name)
+        self._unbucket(n)
         self.by_type[n.itype].remove(n)
 
     def update_node(self, name: str, *, passed: bool, topology: tuple[str, ...] | None = None) -> None:
@@ -377,6 +382,16 @@ class Snapshot:
             room.add(n.name)
         else:
             room.discard(n.name)
+        if n.bucket != f[0]:
+            self._unbucket(n)
+            buckets = self.by_free.get(n.itype)
+            if buckets is None:
+                buckets = self.by_free[n.itype] = {}
+            names = buckets.get(f[0])
+            if names is None:
+                names = buckets[f[0]] = set()
+            names.add(n.name)
+            n.bucket = f[0]
         heapq.heappush(self.fit_index.setdefault(n.itype, {}).setdefault(f[0], []),
                        (not n.health_passed, f[1], f[2], n.name, n.stamp))
         size = self._index_size[n.itype] = self._index_size.get(n.itype, 0) + 1
@@ -385,6 +400,19 @@ class Snapshot:
             self._index_size[n.itype] = 0
             for nd in self.by_type[n.itype]:
                 self.index(nd)
+
+    def _unbucket(self, n: Node) -> None:
+        if n.bucket >= 0:
+            buckets = self.by_free[n.itype]
+            names = buckets[n.bucket]
+            names.discard(n.name)
+            if not names:
+                del buckets[n.bucket]
+            n.bucket = -1
+
+    def with_free(self, itype: str, at_least: int) -> list[set[str]]:
+        """The sets of names of the nodes of ``itype`` with at least ``at_least`` free accelerators."""
+        return [names for b, names in self.by_free.get(itype, {}).items() if b >= at_least]
 
     # -- team usage and the pool aggregates ----------------------------------------------------
     def _account(self, team: Team, itype: str, sign: int) -> None:
