@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install fairpod with everything its tests need into .venv, then run the whole suite (ruff + pytest).
-# Needs Python 3.11 and the package mirrors: PyPI (fairpod, Ray, torch CPU) and Debian (chromium for the
-# dashboard test; installed when missing and we are root).
+# Needs Python 3.11 and the package mirrors: PyPI (fairpod, Ray, torch CPU, mypyc) and Debian (chromium for the
+# dashboard test, gcc and Python's headers for the native engine's test; installed when missing and we are root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -22,6 +22,13 @@ fi
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
   (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql) \
     >/dev/null || echo "warning: could not install postgresql; the PostgreSQL tests will be skipped"
+fi
+# a C compiler and Python's headers, for the test that compiles the native engine (fairpod.native)
+if ! .venv/bin/python -c "import fairpod.native as n, sys; sys.exit(1 if n.missing() else 0)" 2>/dev/null \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc \
+    "python$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev") >/dev/null \
+    || echo "warning: could not install gcc and Python's headers; the native engine test will be skipped"
 fi
 echo "== ruff"
 .venv/bin/ruff check src tests benchmarks examples
