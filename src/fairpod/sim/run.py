@@ -25,6 +25,7 @@ The run ends when nothing more can happen: no arrivals left and nothing running.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 import time
@@ -377,4 +378,20 @@ def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool =
              on_cycle: Callable[[float, list[Decision]], None] | None = None) -> SimResult:
     """Replay ``jobs`` on the cluster of ``spec``; see the module doc. ``on_cycle(t, decisions)`` is called after
     each scheduling cycle with the decisions the simulation applies."""
-    return Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle).run()
+    sim = Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle)
+    # The garbage collector, while the replay runs: the trace's jobs and the cluster live as long as it does, so its
+    # full passes need not walk them again (frozen), and the engine's short-lived tuples are freed by reference
+    # counting, so a young-generation pass every 50,000 allocations instead of every 700 finds as much (the
+    # contended ITP replay: ~5 % less time). Both are undone when it returns.
+    frozen = gc.get_freeze_count() == 0  # (a caller that froze objects itself keeps them frozen)
+    thresholds = gc.get_threshold()
+    if frozen:
+        gc.collect()
+        gc.freeze()
+    gc.set_threshold(max(thresholds[0], 50_000), *thresholds[1:])
+    try:
+        return sim.run()
+    finally:
+        gc.set_threshold(*thresholds)
+        if frozen:
+            gc.unfreeze()
