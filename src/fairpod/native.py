@@ -116,6 +116,7 @@ def build(*, quiet: bool = False) -> Path:
     dest = build_dir(digest)
     if (dest / _MARK).is_file():
         return dest
+    base = _mkdir(root())  # before a minute of compiling: a folder that cannot be made fails now
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fairpod-native-") as tmp:
         work = Path(tmp)
@@ -129,7 +130,7 @@ def build(*, quiet: bool = False) -> Path:
         if run.returncode != 0:
             tail = "\n".join(line for line in run.stdout.splitlines() if "error" in line.lower())[-4000:]
             raise RuntimeError(f"mypyc failed (exit {run.returncode}):\n{tail or run.stdout[-4000:]}")
-        staging = Path(tempfile.mkdtemp(prefix=f"{digest}.", dir=_mkdir(root())))
+        staging = Path(tempfile.mkdtemp(prefix=f"{digest}.", dir=base))
         try:
             suffix = sysconfig.get_config_var("EXT_SUFFIX")
             for pkg, mods in MODULES.items():
@@ -153,6 +154,20 @@ def build(*, quiet: bool = False) -> Path:
     return dest
 
 
+def clean() -> int:
+    """Remove every build (and any left half-written) from ``root()``, and nothing else; returns how many."""
+    gone = 0
+    base = root()
+    if not base.is_dir():
+        return 0
+    for d in base.iterdir():
+        name = d.name.split(".", 1)[0]  # a build is named <hash>; one being written <hash>.<random>
+        if d.is_dir() and len(name) == 20 and all(c in "0123456789abcdef" for c in name):
+            shutil.rmtree(d, ignore_errors=True)
+            gone += 1
+    return gone
+
+
 def _mkdir(p: Path) -> Path:
     p.mkdir(parents=True, exist_ok=True)
     return p
@@ -164,18 +179,17 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("build", help="compile the engine for this source and interpreter")
     st = sub.add_parser("status", help="which engine runs here, and where its build is")
     st.add_argument("--json", action="store_true", help="print a JSON object")
-    sub.add_parser("clean", help="remove every build under the build folder")
+    sub.add_parser("clean", help="remove every build from the build folder (and nothing else there)")
     args = ap.parse_args(argv)
     if args.cmd == "build":
         try:
             build()
-        except RuntimeError as e:
+        except (RuntimeError, OSError) as e:
             print(f"error: cannot build the native engine: {e}", file=sys.stderr)
             return 1
         return 0
     if args.cmd == "clean":
-        shutil.rmtree(root(), ignore_errors=True)
-        print(f"removed {root()}")
+        print(f"removed {clean()} build(s) from {root()}")
         return 0
     d = build_dir()
     info = {"engine": engine_name(), "native": active(), "build": str(d) if (d / _MARK).is_file() else None,

@@ -100,6 +100,28 @@ def test_status_says_which_engine_runs_and_why_a_build_cannot_be_made(tmp_path):
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
 
 
+def test_clean_removes_builds_and_nothing_else(tmp_path):
+    env = {**os.environ, "FAIRPOD_NATIVE_DIR": str(tmp_path)}
+    build = tmp_path / native.source_hash()
+    (build / "fairpod").mkdir(parents=True)
+    (tmp_path / f"{'0' * 20}.k3j2").mkdir()  # a build cut short while being written
+    (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "other").mkdir()
+    out = subprocess.run([sys.executable, "-m", "fairpod.native", "clean"], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert "removed 2 build(s)" in out.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "other"]
+
+
+def test_a_build_that_cannot_be_written_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("")
+    env = {**os.environ, "FAIRPOD_NATIVE_DIR": str(tmp_path / "file" / "below")}
+    out = subprocess.run([sys.executable, "-m", "fairpod.native", "build"], env=env, capture_output=True,
+                         text=True, timeout=600, check=False)
+    assert out.returncode == 1 and out.stderr.startswith("error: cannot build the native engine")
+    assert "Traceback" not in out.stderr
+
+
 # -- a real build -------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def build(tmp_path_factory) -> Path:
