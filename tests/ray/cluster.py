@@ -24,7 +24,9 @@ from fairpod.executors import procs
 RAYSTART = Path(__file__).with_name("raystart.py")
 ITYPE = "ml.g5.12xlarge"
 HEAD_IP = "127.0.0.2"
-HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
+# a lost node is noticed in ~5 s (10 missed checks, 500 ms apart): fast for the tests that lose one, and not on
+# a raylet that is only slow for a moment on a loaded 2-core machine (3 missed checks marked live nodes dead there)
+HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "10",
               "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000"}
 
 

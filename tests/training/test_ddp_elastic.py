@@ -48,6 +48,7 @@ def logs(server: Server, job: dict) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the sum of the steps' own bounds below (780 s), not the suite's 300 s per test
 def test_elastic_ddp_grows_when_a_job_ends_and_shrinks_on_reclaim_without_restarting(server: Server):
     server.submit(name="smith-a", team="smith", nodes=1, command=["sleep", "600"], termination_grace_seconds=1)
     server.submit(name="john-x", team="john", nodes=2, command=["sleep", "600"], termination_grace_seconds=1)
