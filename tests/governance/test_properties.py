@@ -68,8 +68,11 @@ def check_invariants(snap, whole_nodes: bool) -> None:
         assert min(nd.free) >= 0
         used = sum(snap.running[j].req.acc for j in nd.jobs)
         assert nd.free[0] == nd.cap[0] - used
-    # the index of nodes with a free accelerator (preemption bounds and the guard read only those)
-    assert snap.with_room.get(T, set()) == {nd.name for nd in snap.by_type.get(T, ()) if nd.free[0] > 0}
+    # the nodes by count of free accelerators (preemption bounds and the guard read only those with enough)
+    assert {b: names for b, names in snap.by_free.get(T, {}).items()} == {
+        b: {nd.name for nd in snap.by_type.get(T, ()) if nd.free[0] == b}
+        for b in {nd.free[0] for nd in snap.by_type.get(T, ())}}
+    assert snap.with_free(T, 1) == [names for b, names in snap.by_free.get(T, {}).items() if b >= 1]
     # gang: every running job has all its replicas, on distinct nodes
     for w in snap.running.values():
         assert w.nodes is not None and len(w.nodes) == w.n == len(set(w.nodes))

@@ -281,11 +281,9 @@ class Snapshot:
         # placement finds the best fit without looking at every node (stale entries are dropped lazily)
         self.fit_index: dict[str, dict[int, list[tuple[bool, int, int, str, int]]]] = {}
         self._index_size: dict[str, int] = {}
-        # per instance type: the names of the nodes with a free accelerator (kept with the fit index), so a job
-        # that needs accelerators looks only at them and at the nodes it would free
-        self.with_room: dict[str, set[str]] = {}
-        # per instance type and count of free accelerators: the names of the nodes with that many free, so the
-        # nodes with at least k free (or the nearest to it) are found without looking at the others
+        # per instance type and count of free accelerators: the names of the nodes with that many free (kept with
+        # the fit index), so the nodes with at least k free (or the nearest to it) are found without looking at the
+        # others
         self.by_free: dict[str, dict[int, set[str]]] = {}
         self.teams: dict[str, Team] = {}
         self.pools: dict[str, Pool] = {}
@@ -344,7 +342,6 @@ class Snapshot:
         self.version += 1
         del self.nodes[name]
         self.unschedulable.discard(name)
-        self.with_room.get(n.itype, set()).discard(name)
         self._unbucket(n)
         self.by_type[n.itype].remove(n)
 
@@ -375,13 +372,6 @@ class Snapshot:
         """(Re-)enter node ``n`` in the fit index with its current free room and health."""
         n.stamp += 1
         f = n.free
-        room = self.with_room.get(n.itype)
-        if room is None:
-            room = self.with_room[n.itype] = set()
-        if f[0] > 0:
-            room.add(n.name)
-        else:
-            room.discard(n.name)
         if n.bucket != f[0]:
             self._unbucket(n)
             buckets = self.by_free.get(n.itype)
