@@ -112,13 +112,11 @@ def fits_now(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str 
     return place(snap, w, reserved)
 
 
-def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dict[str, str]) -> bool:
-    """For a job with a required topology level: would one domain of that level have ``w.n`` nodes with room for a
-    replica if every candidate were stopped? (A bound before trying victims; without a required level ``_reaches``
-    is the tighter bound of the same count.)"""
-    lv = topology.level_of(snap, w)
-    assert lv is not None and lv[1]
-    if lv[0] < 0:
+def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dict[str, str], level: int) -> bool:
+    """For a job with a required topology level (``level``, its index; -1: the cluster lacks it): would one domain
+    of that level have ``w.n`` nodes with room for a replica if every candidate were stopped? (A bound before trying
+    victims; without a required level ``_reaches`` is the tighter bound of the same count.)"""
+    if level < 0:
         return False
     freed: dict[str, list[int]] = {}
     for v in cands:
@@ -138,7 +136,7 @@ def _could_fit(snap: Snapshot, w: Workload, cands: list[Workload], reserved: dic
         g: Sequence[int] = freed.get(nd.name, (0, 0, 0))
         if nd.free[0] + g[0] >= a and nd.free[1] + g[1] >= c and nd.free[2] + g[2] >= m:
             fit.append(nd)
-    return topology.largest(fit, lv[0])[1] >= w.n
+    return topology.largest(fit, level)[1] >= w.n
 
 
 def _acc_could_fit(snap: Snapshot, w: Workload, cands: list[Workload]) -> bool:
@@ -300,7 +298,7 @@ def plan(
     if not cands or (w.req.acc > 0 and not _acc_could_fit(snap, w, cands)):
         return None  # most plans end here: too few nodes would have the accelerators even with every candidate gone
     lv = topology.level_of(snap, w)
-    if lv is not None and lv[1] and not _could_fit(snap, w, cands, reserved):
+    if lv is not None and lv[1] and not _could_fit(snap, w, cands, reserved, lv[0]):
         return None  # no domain of its required level would have enough nodes
     shares: dict[str, float] = {}
 
