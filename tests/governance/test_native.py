@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -23,44 +24,19 @@ from fairpod import native
 ROOT = Path(__file__).resolve().parents[2]
 ITP = ROOT.parent / "shared" / "traces" / "itp"
 
-# replays SPEC TRACE and prints the engine that ran and every applied decision, one a line
-REPLAY = r"""
-import json, sys
-from fairpod import native
-from fairpod.governance import Admit, Grow, Preempt, Shrink
-from fairpod.model.spec import load_spec
-from fairpod.sim.run import simulate
-from fairpod.sim.trace import load_trace
-
-spec = load_spec(sys.argv[1])
-lines = []
-
-def log(t, decisions):
-    for d in decisions:
-        if isinstance(d, Admit):
-            rest = f"{','.join(d.nodes)} after={','.join(d.after)} borrowed={d.borrowed} {d.lenders} {d.reason}"
-        elif isinstance(d, Preempt):
-            rest = f"by={d.by} {d.kind} {d.reason}"
-        elif isinstance(d, (Grow, Shrink)):
-            rest = f"{','.join(d.nodes)} {d.reason}"
-        else:
-            rest = d.reason
-        lines.append(f"{t:.6f} {type(d).__name__} {d.job} {rest}")
-
-res = simulate(spec, load_trace(sys.argv[2], spec), on_cycle=log)
-print(json.dumps({"engine": native.engine_name(), "lines": lines, "cycles": res.cycles}))
-"""
-
 
 def _env(build_root: Path, on: bool) -> dict[str, str]:
     return {**os.environ, "FAIRPOD_NATIVE_DIR": str(build_root), "FAIRPOD_NATIVE": "1" if on else "0"}
 
 
-def _replay(spec: Path, trace: Path, env: dict[str, str]) -> dict:
-    out = subprocess.run([sys.executable, "-c", REPLAY, str(spec), str(trace)], env=env, capture_output=True,
-                         text=True, timeout=600, check=False)
+def _replay(args: list[str], env: dict[str, str], log: Path) -> dict:
+    """``benchmarks/itp_replay.py ARGS``: the engine that ran, every applied decision, the cycles."""
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "itp_replay.py"), *args, "--decisions-out",
+                          str(log)], env=env, capture_output=True, text=True, timeout=600, check=False)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)
+    return {"engine": re.search(r"^engine\s+(.+?)(?:\s{3}|$)", out.stdout, re.M).group(1),
+            "cycles": int(re.search(r"decisions in (\d+) cycles", out.stdout).group(1)),
+            "lines": log.read_text().splitlines()}
 
 
 # -- which build is loaded (no compiler needed) ---------------------------------------------------------------
@@ -185,8 +161,9 @@ def _policies(tmp: Path, seed: int) -> tuple[Path, Path]:
 @pytest.mark.parametrize("case", ["contended", "policies"])
 def test_the_native_engine_makes_the_decisions_of_the_python_one(build, tmp_path, case):
     spec, trace = (_contended if case == "contended" else _policies)(tmp_path, seed=7)
-    pure = _replay(spec, trace, _env(build, on=False))
-    fast = _replay(spec, trace, _env(build, on=True))
+    args = ["--spec", str(spec), "--trace", str(trace)]
+    pure = _replay(args, _env(build, on=False), tmp_path / "pure.log")
+    fast = _replay(args, _env(build, on=True), tmp_path / "native.log")
     assert pure["engine"] == "pure Python" and fast["engine"] == "native (mypyc)"
     kinds = {ln.split(" ", 2)[1] for ln in pure["lines"]}
     assert len(pure["lines"]) > 500 and {"Admit", "Wait", "Preempt"} <= kinds  # a busy replay, with preemptions
@@ -195,16 +172,11 @@ def test_the_native_engine_makes_the_decisions_of_the_python_one(build, tmp_path
 
 @pytest.mark.skipif(not ITP.is_dir(), reason=f"no ITP traces at {ITP}")
 def test_the_native_engine_makes_the_decisions_of_the_python_one_on_the_contended_itp_replay(build, tmp_path):
-    logs = []
-    for on in (False, True):
-        log = tmp_path / f"{on}.log"
-        out = subprocess.run(
-            [sys.executable, str(ROOT / "benchmarks" / "itp_replay.py"), "--contended", "--trace", str(ITP),
-             "--until", "172800", "--decisions-out", str(log)],
-            env=_env(build, on), capture_output=True, text=True, timeout=600, check=True).stdout
-        assert ("native (mypyc)" in out) == on
-        logs.append(log.read_text().splitlines())
-    assert len(logs[0]) > 1000 and logs[1] == logs[0]
+    args = ["--contended", "--trace", str(ITP), "--until", "172800"]
+    pure = _replay(args, _env(build, on=False), tmp_path / "pure.log")
+    fast = _replay(args, _env(build, on=True), tmp_path / "native.log")
+    assert pure["engine"] == "pure Python" and fast["engine"] == "native (mypyc)"
+    assert len(pure["lines"]) > 1000 and fast["lines"] == pure["lines"]
 
 
 def test_the_engine_tests_pass_on_the_native_engine(build):
