@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import TextIO
 
-from fairpod import native
+from fairpod import governance
 from fairpod.governance import Admit, Decision, Grow, Preempt, Shrink
 from fairpod.model.spec import load_spec, parse_spec
 from fairpod.sim.compare import compare
@@ -102,7 +102,7 @@ def main() -> None:
         args.output.write_text(json.dumps(r, indent=2) + "\n")
     c, e = r["cluster"], r["engine"]
     print(f"cluster           {spec.cluster.name}: {c['capacity_accelerators']} GPUs")
-    print(f"engine            {native.engine_name()}" + ("" if native.active() else
+    print(f"engine            {governance.engine_name()}" + ("" if governance.is_native() else
                                                          "   (python -m fairpod.native build: about 2x faster)"))
     print(f"jobs              {c['jobs']} ({c['completed']} completed, {len(r['never_ran'])} never ran)")
     print(f"wall              {wall:.1f} s   (target <= 60 s)")

@@ -1,4 +1,4 @@
-"""Suite-wide: the report header says which engine runs (``fairpod.native``: native or pure Python)."""
+"""Suite-wide: the report header says which engine runs (``fairpod.governance.engine_name``: native or pure Python)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ import os
 
 import pytest
 
-from fairpod import native
+from fairpod import governance
 
 
 def pytest_report_header() -> str:
-    return f"native engine: {native.engine_name()}"
+    return f"native engine: {governance.engine_name()}"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    if os.environ.get("FAIRPOD_EXPECT_NATIVE") == "1" and not native.active():
+    if os.environ.get("FAIRPOD_EXPECT_NATIVE") == "1" and not governance.is_native():
         raise pytest.UsageError("FAIRPOD_EXPECT_NATIVE=1 but the engine loaded is pure Python")

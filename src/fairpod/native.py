@@ -64,34 +64,35 @@ def build_dir(digest: str | None = None) -> Path:
     return root() / (digest or source_hash())
 
 
-def activate(package_path: list[str], package: str = "governance") -> Path | None:
-    """Called by ``fairpod.governance`` and ``fairpod.sim`` before they import their modules: put a build of the
-    current source first on the package's path (its compiled modules then load as native extensions). Returns the
-    build's folder, or None when Python runs (no build of this source, or ``FAIRPOD_NATIVE=0``)."""
+def _usable_build() -> Path | None:
+    """The build of the current source that ``activate`` puts first, or None (none, or ``FAIRPOD_NATIVE=0``)."""
     if os.environ.get("FAIRPOD_NATIVE", "1") == "0":
         return None
     try:
         d = build_dir()
     except OSError:
         return None
-    pkg = d / "fairpod" / package
-    if not (d / _MARK).is_file() or not pkg.is_dir():
+    return d if (d / _MARK).is_file() else None
+
+
+def activate(package_path: list[str], package: str = "governance") -> Path | None:
+    """Called by ``fairpod.governance`` and ``fairpod.sim`` before they import their modules: put a build of the
+    current source first on the package's path (its compiled modules then load as native extensions). Returns the
+    build's folder, or None when Python runs (no build of this source, or ``FAIRPOD_NATIVE=0``)."""
+    d = _usable_build()
+    if d is None or not (d / "fairpod" / package).is_dir():
         return None
     if str(d) not in sys.path:
         sys.path.append(str(d))  # the shared library the compiled modules import by its top-level name
-    package_path.insert(0, str(pkg))
+    package_path.insert(0, str(d / "fairpod" / package))
     return d
 
 
-def active() -> bool:
-    """Does the engine loaded in this process run natively?"""
-    import fairpod.governance.scheduler as s
-
-    return not str(s.__file__).endswith(".py")
-
-
-def engine_name() -> str:
-    return "native (mypyc)" if active() else "pure Python"
+def loads() -> bool:
+    """Would a process started now run the engine natively? (``fairpod.governance.is_native()`` says whether the
+    engine this process loaded does.)"""
+    d = _usable_build()
+    return d is not None and (d / "fairpod" / "governance").is_dir()
 
 
 def missing() -> str | None:
@@ -192,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"removed {clean()} build(s) from {root()}")
         return 0
     d = build_dir()
-    info = {"engine": engine_name(), "native": active(), "build": str(d) if (d / _MARK).is_file() else None,
+    native = loads()
+    info = {"engine": "native (mypyc)" if native else "pure Python", "native": native, "build": str(d) if (d / _MARK).is_file() else None,
             "builds_in": str(root()), "source_hash": source_hash(), "can_build": missing() is None,
             "cannot_build_because": missing()}
     if args.json:

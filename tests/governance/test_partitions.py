@@ -124,7 +124,7 @@ def test_every_partition_of_a_node_can_be_used():
 
 
 def test_kueue_export_refuses_partitions_in_one_line():
-    from fairpod.kube.export import ExportError, export_kueue
+    from fairpod.formats.kube.export import ExportError, export_kueue
 
     with pytest.raises(ExportError, match=r"instance_groups\[0\].accelerator_partition_type: MIG partitions "
                                           r"\(mig-1g.10gb\) are not exported to Kueue yet"):

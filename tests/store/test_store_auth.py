@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from fairpod.store import TOKEN_PREFIX, NotFound, Role, Store
+from fairpod.model.users import Role
+from fairpod.store import TOKEN_PREFIX, NotFound, Store
 
 
 def _raw(tmp_path: Path, sql: str) -> list[tuple]:

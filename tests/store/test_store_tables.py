@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.spec import ClusterSpec, parse_spec
+from fairpod.model.users import Role
 from fairpod.store import (
     AlreadyExists,
     Conflict,
-    DeepHealthCheck,
     Node,
-    NodeHealth,
     NotFound,
-    Role,
     Store,
     StoreError,
 )

@@ -400,10 +400,10 @@ def user_list(a: argparse.Namespace) -> int:
 
 def apply(a: argparse.Namespace) -> int:
     docs = read_yaml(a.file, all_docs=True)
-    if any(isinstance(d, dict) and "kind" in d for d in docs):  # Kubernetes manifests (fairpod.kube)
+    if any(isinstance(d, dict) and "kind" in d for d in docs):  # Kubernetes manifests (fairpod.formats.kube)
         if a.dry_run:
             raise CliError(f"{a.file}: --dry-run is for cluster specs; this file holds Kubernetes manifests")
-        from fairpod.kube.apply import apply_manifests
+        from fairpod.cli.kube_apply import apply_manifests
 
         return int(apply_manifests(a, docs))
     if len(docs) != 1:

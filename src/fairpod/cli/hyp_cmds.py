@@ -13,7 +13,7 @@ same in fairpod.
 
 The team is the namespace ``hyperpod-ns-<team>`` (or the queue ``hyperpod-ns-<team>-localqueue``); a job's
 pods are its replicas, ``<job>-pod-<i>``. ``--max-retry N`` turns auto-resume on with N restarts, as
-HyperPod's training operator does. The replicas run as a PyTorchJob's pods would (``fairpod.kube.pod``: the
+HyperPod's training operator does. The replicas run as a PyTorchJob's pods would (``fairpod.formats.kube.pod``: the
 ``PET_*`` variables torchrun reads). The container image cannot be used here: the command runs on the
 node, and the image is only reported. Flags whose meaning fairpod cannot give (volumes, service accounts,
 separate limits) are refused with one line, never silently dropped.
@@ -188,7 +188,7 @@ def team_of(namespace: str | None, queue: str | None = None) -> str | None:
 
 
 def create(a: argparse.Namespace) -> int:
-    from fairpod.kube import ENV_CONFIG
+    from fairpod.formats.kube import ENV_CONFIG
 
     team = team_of(a.namespace, a.queue_name)
     if team is None:
@@ -235,7 +235,7 @@ def create(a: argparse.Namespace) -> int:
         pet["nproc_per_node"] = a.tasks_per_node
     env[ENV_CONFIG] = json.dumps(pet)
     body["env"] = env
-    body["command"] = [sys.executable, "-m", "fairpod.kube.pod", "--", *argv]
+    body["command"] = [sys.executable, "-m", "fairpod.formats.kube.pod", "--", *argv]
     body["workdir"] = os.getcwd()
     if a.image:
         print(f"fairpod: note: the image {a.image} is not used: the command runs on the node, which needs its "
@@ -275,7 +275,7 @@ def describe(a: argparse.Namespace) -> int:
     if j["priority"]:
         labels["kueue.x-k8s.io/priority-class"] = f"{j['priority']}-priority"
     cmd = j.get("command") or []
-    if cmd[1:4] == ["-m", "fairpod.kube.pod", "--"]:
+    if cmd[1:4] == ["-m", "fairpod.formats.kube.pod", "--"]:
         cmd = cmd[4:]
     lines = [
         ("Name", j["name"]), ("Namespace", f"hyperpod-ns-{j['team']}"), ("Labels", labels),

@@ -51,7 +51,7 @@ def _spec(a: argparse.Namespace) -> Any:
 
 
 def export_cmd(a: argparse.Namespace) -> int:
-    from fairpod.kube.export import ExportError, export_kueue, write
+    from fairpod.formats.kube.export import ExportError, export_kueue, write
 
     spec = _spec(a)
     try:
@@ -76,7 +76,7 @@ def export_cmd(a: argparse.Namespace) -> int:
 
 
 def import_cmd(a: argparse.Namespace) -> int:
-    from fairpod.kube.importer import ImportError_, import_kueue, read_dir, spec_yaml
+    from fairpod.formats.kube.importer import ImportError_, import_kueue, read_dir, spec_yaml
 
     try:
         res = import_kueue(read_dir(Path(a.dir)))

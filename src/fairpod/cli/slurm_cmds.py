@@ -11,7 +11,7 @@ import time
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import emit, emit_json, natural
-from fairpod.slurm.hostlist import compress
+from fairpod.formats.slurm.hostlist import compress
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ def _emit(a: argparse.Namespace, data: Any) -> bool:
 
 
 def _cli_settings(a: argparse.Namespace) -> list[Any]:
-    from fairpod.slurm.sbatch import Setting
+    from fairpod.formats.slurm.sbatch import Setting
 
     return [Setting(k[2:], v, "command line") for k, v in vars(a).items() if k.startswith("s_") and v is not None]
 
@@ -160,7 +160,7 @@ def _exit_code(job: dict[str, Any]) -> int:
 
 
 def sbatch(a: argparse.Namespace) -> int:
-    from fairpod.slurm.sbatch import BatchError, read_script, to_job, unknown_patterns
+    from fairpod.formats.slurm.sbatch import BatchError, read_script, to_job, unknown_patterns
 
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     try:

@@ -21,9 +21,20 @@ from fairpod import native
 
 native.activate(__path__)  # a native build of exactly this source, when there is one (``fairpod.native``)
 
+from fairpod.governance import scheduler as _scheduler  # noqa: E402
 from fairpod.governance.decisions import Admit, Decision, Grow, Preempt, Shrink, Wait, net_changes  # noqa: E402
 from fairpod.governance.scheduler import schedule  # noqa: E402
 from fairpod.governance.snapshot import Node, Snapshot, Team, Workload  # noqa: E402
 
-__all__ = ["Admit", "Decision", "Grow", "Node", "Preempt", "Shrink", "Snapshot", "Team", "Wait", "Workload", "net_changes",
-           "schedule"]
+
+def is_native() -> bool:
+    """Does the engine loaded in this process run natively (compiled by ``python -m fairpod.native build``)?"""
+    return not str(_scheduler.__file__).endswith(".py")
+
+
+def engine_name() -> str:
+    return "native (mypyc)" if is_native() else "pure Python"
+
+
+__all__ = ["Admit", "Decision", "Grow", "Node", "Preempt", "Shrink", "Snapshot", "Team", "Wait", "Workload", "engine_name",
+           "is_native", "net_changes", "schedule"]

@@ -543,11 +543,6 @@ class Snapshot:
         self.teams[w.team].queue.push(w, self.queue_key(w))
 
     # -- views ---------------------------------------------------------------------------------
-    def team_over(self, team: Team, itype: str) -> Vec:
-        q = team.q(itype)
-        u = team.u(itype)
-        return [max(0, u[0] - q[0]), max(0, u[1] - q[1]), max(0, u[2] - q[2])]
-
     def unallocated(self, itype: str) -> Vec:
         p = self.pool(itype)
         return [max(0, p.cap[d] - p.quota_all[d]) for d in range(3)]

@@ -15,7 +15,8 @@ import logging
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from fairpod.executors.base import NodeRunner
 from fairpod.health import checks
@@ -23,17 +24,36 @@ from fairpod.health.agent import DEEP_CHECK_ACTION, Finding, agent_check
 from fairpod.health.probe import CLEARED_BY_REBOOT, FAULT_KINDS, Faulty, Probe
 from fairpod.health.remote import monitor_on_node, stress_on_node
 from fairpod.model.catalog import GENERIC_GPU, gpu_thresholds
-from fairpod.model.spec import NodeRecovery
-from fairpod.store import DeepHealthCheck, NodeHealth
-
-if TYPE_CHECKING:
-    from fairpod.server.control import ControlPlane
+from fairpod.model.nodes import DeepHealthCheck, NodeHealth
+from fairpod.model.spec import ClusterSpec, NodeRecovery
 
 log = logging.getLogger("fairpod.health")
 
 
+class NodeOwner(Protocol):
+    """What node health uses of the control plane (``fairpod.server.control.ControlPlane`` is one): it reads
+    nodes from the store and changes them only through these transitions, each of which takes the core's lock."""
+
+    store: Any  # reads only: get_node, list_nodes, append_event
+    executor: Any  # fairpod.executors.base.Executor (a NodeRunner runs checks on their node)
+    spec: ClusterSpec
+    home: Path
+
+    def event(self, kind: str, msg: str, job: Any = None, /, **data: Any) -> None: ...
+
+    def update_node(self, name: str, changes: dict[str, Any]) -> Any: ...
+
+    def node_fault(self, name: str, fault_type: str, reason: str, action: str) -> list[int]: ...
+
+    def node_recovered(self, name: str, passed: bool = True) -> None: ...
+
+    def set_schedulable(self, node: str, schedulable: bool) -> None: ...
+
+    def jobs_on(self, name: str) -> list[int]: ...
+
+
 class HealthManager:
-    def __init__(self, cp: ControlPlane, *, interval: float = 10.0, reboot_seconds: float = 2.0,
+    def __init__(self, cp: NodeOwner, *, interval: float = 10.0, reboot_seconds: float = 2.0,
                  heartbeat_timeout: float | None = None, stress_seconds: float = 2.0) -> None:
         self.cp = cp
         self.interval = interval

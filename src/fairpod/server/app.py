@@ -16,7 +16,6 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fairpod import __version__
-from fairpod.dashboard import assets as dashboard_assets
 from fairpod.server import (
     metrics,
     routes_admin,
@@ -25,6 +24,7 @@ from fairpod.server import (
     routes_jobs,
     routes_reports,
     routes_spec,
+    routes_static,
 )
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import DomainError, Problem, http_status
@@ -142,5 +142,5 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     routes_spec.add_routes(api, cp)
     app.include_router(api)
     metrics.add_routes(app, cp)
-    dashboard_assets.add_routes(app)
+    routes_static.add_routes(app)
     return app

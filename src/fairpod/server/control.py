@@ -743,10 +743,6 @@ class ControlPlane:
         if run.launched:
             self.executor.stop(job_key(job), run.attempt, job.spec.termination_grace_seconds)
 
-    def stop_job(self, job: Job, run: Run, kind: str, reason: str) -> None:
-        """Stop a running attempt for a runtime limit or a hang (the watchdog; the lock is held)."""
-        self.begin_stop(job, run, kind, reason)
-
     def output_mtime(self, job: Job) -> float | None:
         """When any replica of the job's current attempt last wrote output (None: no log here)."""
         latest = None

@@ -232,7 +232,8 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
     """Run the control plane in the foreground until SIGTERM/SIGINT."""
     import uvicorn
 
-    from fairpod.server.runtime import ExecutorError, build, make_executor
+    from fairpod.executors.base import ExecutorError
+    from fairpod.server.runtime import build, make_executor
 
     secure_home(home)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -7,7 +7,7 @@ home (mode 0600, created on first use; never in the database, whose readers coul
 secret an older version kept there is moved to the file and deleted), so nothing per job has to be stored or revoked: it dies with the job, and a job cannot forge the
 token of another. Any other route answers it with 403.
 
-Beside the credential a launch gets what :mod:`fairpod.sdk` and :mod:`fairpod.slurm` read: the job id, a run
+Beside the credential a launch gets what :mod:`fairpod.sdk` and :mod:`fairpod.formats.slurm` read: the job id, a run
 id unique to this launch (``FAIRPOD_RUN_ID``), the job's nodes in replica order (``FAIRPOD_NODES``), how often
 the job has been preempted, and the last checkpoint it reported.
 """

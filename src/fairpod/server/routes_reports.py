@@ -17,8 +17,9 @@ from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
-from fairpod.server.usage import TEAM, integrate
+from fairpod.server.usage import integrate
 from fairpod.store import Job
+from fairpod.store.usage import TEAM
 
 MAX_DAYS = 400
 OPENS = "JobAdmitted"

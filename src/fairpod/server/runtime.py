@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fairpod.executors.base import Executor, ExecutorError, Notifying, capability
+from fairpod.executors.base import Executor, Notifying, capability
 from fairpod.paths import runs_dir
 from fairpod.server.control import ControlPlane
 from fairpod.store import Store
@@ -86,4 +86,4 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
     return Runtime(store, executor, cp, create_app(cp, secret), secret)
 
 
-__all__ = ["EXECUTORS", "ExecutorError", "Runtime", "build", "make_executor"]
+__all__ = ["EXECUTORS", "Runtime", "build", "make_executor"]

@@ -14,10 +14,6 @@ from fairpod.server.figures import instance_types, team_figures
 from fairpod.store import Job, Node
 
 
-def priority_name(cp: ControlPlane, job: Job) -> str | None:
-    return job.spec.priority
-
-
 def queue_position(cp: ControlPlane, job: Job) -> int | None:
     if job.state != JobState.PENDING:
         return None

@@ -67,7 +67,7 @@ class Watchdog:
         kind = STOP_PREEMPT if action == "requeue" else STOP_FAIL
         cp.event("JobRuntimeLimit", f"job {job.name}: {why}; " + ("back to its queue" if kind == STOP_PREEMPT
                                                                    else "it ends Failed"), job, limit=limit)
-        cp.stop_job(job, run, kind, why)
+        cp.begin_stop(job, run, kind, why)
 
     # -- hangs --------------------------------------------------------------------------------------
     def _hang(self, cp: Core, job: Job, run: Run, now: float) -> None:
@@ -106,5 +106,5 @@ class Watchdog:
         else:
             kind, what = STOP_CANCEL, "cancelling it"
         cp.event("JobHung", f"job {job.name} is hung: {signal}; {what}", job, signal=signal, action=action)
-        cp.stop_job(job, run, kind, f"hung: {signal}")
+        cp.begin_stop(job, run, kind, f"hung: {signal}")
         self.seen.pop(job.id, None)

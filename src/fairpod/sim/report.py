@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairpod import native
+from fairpod import governance
 from fairpod.sim.run import SimJob, SimResult
 
 JAIN_DEFINITION = (
@@ -141,7 +141,7 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
             "grows": res.grows,
             "waits": res.waits,
             "decisions_per_cpu_second": _round(res.decisions / res.cpu_seconds if res.cpu_seconds else None, 1),
-            "native": native.active(),  # the engine compiled (``python -m fairpod.native build``), or Python
+            "native": governance.is_native(),  # the engine compiled (``python -m fairpod.native build``), or Python
         },
         "never_ran": [{"name": sj.job.name, "team": sj.job.team, "reason": _reason(sj)}
                       for sj in res.jobs if sj.first_start is None],

@@ -51,11 +51,6 @@ class Agents:
     startup_timeout: float
     _agent_replicas_lost: Callable[[_Agent], None]
 
-    def agent_pids(self) -> dict[str, int]:
-        """The PID of each ready node agent, by fairpod node name."""
-        with self._lock:
-            return {a.node: a.pid for a in self._agents.values() if a.ready and a.lost is None and a.pid is not None}
-
     def _with_agents(self, table: dict[str, RayNode]) -> dict[str, RayNode]:
         """Start (or find) the agents of live fairpod nodes, forget those of dead nodes; a live Ray node is live
         for fairpod only while its agent answers."""

@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fairpod.slurm.hostlist import compress
+from fairpod.formats.slurm.hostlist import compress
 
 from .conftest import Server, wait_for
 
@@ -161,6 +161,6 @@ def test_scancel_and_bad_scripts(server: Server, tmp_path: Path):
     r = sbatch(server, tmp_path, "--test-only", "--json", "--team", "john", "x.sbatch")
     assert r.returncode == 0 and json.loads(r.stdout)["job"]["team"] == "john"
     assert os.environ.get("FAIRPOD_SLURM_DIR") is None
-    r = subprocess.run([sys.executable, "-m", "fairpod.slurm.srun", "true"], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "fairpod.formats.slurm.srun", "true"], capture_output=True, text=True,
                        timeout=30, env={k: v for k, v in os.environ.items() if k != "FAIRPOD_SLURM_DIR"})
     assert r.returncode == 1 and "not inside a job submitted with 'fairpod sbatch'" in r.stderr

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from fairpod.kube import kueue as K
+from fairpod.formats.kube import kueue as K
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
 from fairpod.model.resources import ZERO, Res
 from fairpod.model.spec import (

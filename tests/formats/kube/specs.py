@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES
 from fairpod.model.spec import ClusterSpec, parse_spec, seed_spec
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SPEC_KEYS = {"cluster", "teams", "policy", "instance_types"}
 
 

@@ -1,6 +1,6 @@
 """What the pieces of a fairpod batch job share: the run directory, node records and the message framing.
 
-A batch job is one fairpod job of N replicas, each running ``python -m fairpod.slurm.runner`` on its node.
+A batch job is one fairpod job of N replicas, each running ``python -m fairpod.formats.slurm.runner`` on its node.
 Every runner serves *job steps* on a TCP port of 127.0.0.1 and records it in the run directory, which is
 next to the job's checkpoint directory (``<checkpoint dir>.slurm/<run id>/``, private to the user, one per
 launch of the job, so a relaunch never meets the records of an earlier one)::

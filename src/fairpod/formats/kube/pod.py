@@ -1,4 +1,4 @@
-"""``python -m fairpod.kube.pod -- COMMAND…``: start one replica of a PyTorchJob as its pod would start.
+"""``python -m fairpod.formats.kube.pod -- COMMAND…``: start one replica of a PyTorchJob as its pod would start.
 
 Sets what Kubeflow's training operator gives a PyTorch container, from the replica's fairpod variables:
 ``PET_*`` for torchrun (a c10d rendezvous on 127.0.0.1 and the job's port for jobs with an elasticPolicy, a
@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 
-from fairpod.kube import ENV_CONFIG
+from fairpod.formats.kube import ENV_CONFIG
 
 
 def pod_env(env: dict[str, str]) -> dict[str, str]:
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     if args[:1] == ["--"]:
         args = args[1:]
     if not args:
-        print("usage: python -m fairpod.kube.pod -- COMMAND [ARGS...]", file=sys.stderr)
+        print("usage: python -m fairpod.formats.kube.pod -- COMMAND [ARGS...]", file=sys.stderr)
         return 2
     env = pod_env(dict(os.environ))
     exe = resolve(args[0], env.get("PATH"))

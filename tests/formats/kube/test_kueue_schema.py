@@ -11,8 +11,8 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 
-from fairpod.kube import kueue as K
-from fairpod.kube.export import export_kueue, render
+from fairpod.formats.kube import kueue as K
+from fairpod.formats.kube.export import export_kueue, render
 from fairpod.model.spec import ClusterSpec
 
 from .crds import CRDS, Crds

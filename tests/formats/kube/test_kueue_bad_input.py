@@ -12,8 +12,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairpod.kube.export import export_kueue
-from fairpod.kube.importer import ImportError_, import_kueue
+from fairpod.formats.kube.export import export_kueue
+from fairpod.formats.kube.importer import ImportError_, import_kueue
 
 from .specs import corpus
 

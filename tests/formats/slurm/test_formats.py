@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fairpod.kube import ManifestError, convert, convert_all, quantity
-from fairpod.kube.pod import pod_env, resolve
-from fairpod.slurm.hostlist import HostlistError, compress, expand
-from fairpod.slurm.runner import expand_pattern
-from fairpod.slurm.sbatch import BatchError, Setting, exported_env, job_name, read_script, to_job
-from fairpod.slurm.srun import Options, SrunError, layout, parse, rewrite_torchrun
+from fairpod.formats.kube import ManifestError, convert, convert_all, quantity
+from fairpod.formats.kube.pod import pod_env, resolve
+from fairpod.formats.slurm.hostlist import HostlistError, compress, expand
+from fairpod.formats.slurm.runner import expand_pattern
+from fairpod.formats.slurm.sbatch import BatchError, Setting, exported_env, job_name, read_script, to_job
+from fairpod.formats.slurm.srun import Options, SrunError, layout, parse, rewrite_torchrun
 
 SEED = Path(__file__).parent / "seed"
 
@@ -35,7 +35,7 @@ def test_the_seed_script_directives():
     assert body["auto_resume"] is True and body["max_retry"] == 3
     assert any("srun --auto-resume=1 (line" in n for n in notes)
     assert cfg["output"] == "logs/%x_%j.out" and cfg["wait_all_nodes"] is True and cfg["name"] == "cpu-ddp-conda"
-    assert body["command"] == ["/py", "-m", "fairpod.slurm.runner", "a1"]
+    assert body["command"] == ["/py", "-m", "fairpod.formats.slurm.runner", "a1"]
     assert warnings == []
 
 
@@ -170,7 +170,7 @@ def test_the_seed_manifest_converts():
     b = j.body
     assert b["name"] == "fsdp" and b["team"] == "john" and b["nodes"] == 2 and b["accelerators"] == 4
     assert b["priority"] == "training" and b["auto_resume"] is False
-    assert b["command"][:4] == ["/py", "-m", "fairpod.kube.pod", "--"]
+    assert b["command"][:4] == ["/py", "-m", "fairpod.formats.kube.pod", "--"]
     assert b["env"]["LOGLEVEL"] == "DEBUG" and b["env"]["NCCL_SOCKET_IFNAME"] == "^lo"
     assert json.loads(b["env"]["FAIRPOD_PYTORCHJOB"]) == {"elastic": True, "max_restarts": 100}
     text = "\n".join(j.warnings)

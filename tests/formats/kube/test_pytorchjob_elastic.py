@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 import fairpod
-from fairpod.kube import ManifestError, convert
-from fairpod.kube.pod import pod_env
+from fairpod.formats.kube import ManifestError, convert
+from fairpod.formats.kube.pod import pod_env
 from tests.server.conftest import Server, running, wait_for
 from tests.server.test_elastic_live import SPEC as ELASTIC_SPEC
 

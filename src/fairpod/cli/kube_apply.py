@@ -1,4 +1,5 @@
-"""``fairpod apply -f job.yaml`` for Kubernetes manifests: submit each PyTorchJob as a fairpod job."""
+"""``fairpod apply -f job.yaml`` for Kubernetes manifests: submit each PyTorchJob as a fairpod job (read by
+``fairpod.formats.kube``)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import emit_json
-from fairpod.kube import ManifestError, convert_all
+from fairpod.formats.kube import ManifestError, convert_all
 
 
 def apply_manifests(a: argparse.Namespace, docs: list[Any]) -> int:

@@ -361,7 +361,7 @@ def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str
     body: dict[str, Any] = {
         "name": name, "team": g("team") or g("account") or team, "priority": g("priority") or g("qos"),
         "instance_type": g("instance_type") or g("partition"), "nodes": nodes, "accelerators": accelerators,
-        "command": [python, "-m", "fairpod.slurm.runner", *args], "env": env, "workdir": workdir,
+        "command": [python, "-m", "fairpod.formats.slurm.runner", *args], "env": env, "workdir": workdir,
         "auto_resume": auto, "max_retry": max_retry,
     }  # fmt: skip
     for key, field_name in (("grace_seconds", "termination_grace_seconds"), ("min_runtime", "min_runtime_seconds")):
@@ -382,7 +382,3 @@ def unknown_patterns(pattern: str | None) -> list[str]:
     if not pattern:
         return []
     return sorted({m.group(1) for m in re.finditer(r"%\d*([^jJAxNnTusa%\d])", pattern)})
-
-
-def describe_settings(bs: BatchScript) -> list[dict[str, Any]]:
-    return [{"option": s.key, "value": s.value, "from": s.origin} for s in bs.settings]

@@ -18,7 +18,7 @@ from .conftest import Server, wait_for
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the DDP example cannot run")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SEED = Path(__file__).parent / "seed"
 EPOCHS, SAVE_EVERY, DATASET = 40, 4, 512
 STEPS_PER_EPOCH = DATASET // 4 // 32

@@ -1,4 +1,4 @@
-"""``python -m fairpod.slurm.runner [SCRIPT ARGS…]``: what every replica of a ``fairpod sbatch`` job runs.
+"""``python -m fairpod.formats.slurm.runner [SCRIPT ARGS…]``: what every replica of a ``fairpod sbatch`` job runs.
 
 Replica 0 is the batch host: it runs the submitted script once, as Slurm does on the first node of the
 allocation, with the ``SLURM_*`` variables and ``srun``, ``scontrol`` and ``hostname`` first on its PATH;
@@ -26,12 +26,20 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from fairpod.slurm.agent import StepServer
-from fairpod.slurm.hostlist import compress
-from fairpod.slurm.wire import ENV_CONFIG, ENV_DIR, Conn, WireError, read_node, run_dir_for, wait_nodes
+from fairpod.formats.slurm.agent import StepServer
+from fairpod.formats.slurm.hostlist import compress
+from fairpod.formats.slurm.wire import (
+    ENV_CONFIG,
+    ENV_DIR,
+    Conn,
+    WireError,
+    read_node,
+    run_dir_for,
+    wait_nodes,
+)
 
-SHIMS = {"srun": "fairpod.slurm.srun", "scontrol": "fairpod.slurm.shims scontrol",
-         "hostname": "fairpod.slurm.shims hostname"}
+SHIMS = {"srun": "fairpod.formats.slurm.srun", "scontrol": "fairpod.formats.slurm.shims scontrol",
+         "hostname": "fairpod.formats.slurm.shims hostname"}
 
 
 def job_id(env: dict[str, str] | os._Environ[str]) -> str:
@@ -221,13 +229,13 @@ def main(argv: list[str] | None = None) -> int:
     env = os.environ
     raw = env.get(ENV_CONFIG)
     if not raw:
-        print("fairpod.slurm.runner: runs only as a job submitted with 'fairpod sbatch'", file=sys.stderr)
+        print("fairpod.formats.slurm.runner: runs only as a job submitted with 'fairpod sbatch'", file=sys.stderr)
         return 2
     try:
         cfg = json.loads(raw)
         run_dir = run_dir_for(env)
     except (ValueError, WireError) as e:
-        print(f"fairpod.slurm.runner: {e}", file=sys.stderr)
+        print(f"fairpod.formats.slurm.runner: {e}", file=sys.stderr)
         return 2
     rank = int(env.get("RANK", "0"))
     node = env.get("FAIRPOD_NODE") or socket.gethostname()

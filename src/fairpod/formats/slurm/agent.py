@@ -1,5 +1,5 @@
 """The step server every node of a batch job runs: it starts ``srun``'s tasks on its node and streams their
-output and exit back (see :mod:`fairpod.slurm.wire` for the messages).
+output and exit back (see :mod:`fairpod.formats.slurm.wire` for the messages).
 
 Each task runs in its own process group with ``srun``'s environment, overlaid with what belongs to this node
 (its name, its accelerators) and the task's place in the step (``SLURM_PROCID``, ``SLURM_LOCALID``,
@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from fairpod.slurm.wire import Conn, WireError, b64, write_private
+from fairpod.formats.slurm.wire import Conn, WireError, b64, write_private
 
 # variables that describe the node a task runs on: taken from this node's replica, not from srun's caller
 NODE_LOCAL = ("FAIRPOD_NODE", "FAIRPOD_ACCELERATORS", "CUDA_VISIBLE_DEVICES", "NODE_RANK", "SLURMD_NODENAME",

@@ -13,7 +13,7 @@ from fairpod.model.spec import load_spec
 
 from .conftest import Server
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SEED = ROOT / "examples" / "seed" / "spec.yaml"
 HYPERPOD = Path(__file__).parent / "hyperpod"
 

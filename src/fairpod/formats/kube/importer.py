@@ -23,9 +23,9 @@ from typing import Any
 
 import yaml
 
-from fairpod.kube import ManifestError, quantity
-from fairpod.kube import kueue as K
-from fairpod.kube.export import borrowing_limit, export_kueue
+from fairpod.formats.kube import ManifestError, quantity
+from fairpod.formats.kube import kueue as K
+from fairpod.formats.kube.export import borrowing_limit, export_kueue
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
 from fairpod.model.resources import ZERO, Res, node_res
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, SpecError, parse_spec

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 
-from fairpod.slurm.hostlist import HostlistError, compress, expand
+from fairpod.formats.slurm.hostlist import HostlistError, compress, expand
 
 
 def scontrol(args: list[str]) -> int:
@@ -73,7 +73,7 @@ def hostname(args: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if not args or args[0] not in ("scontrol", "hostname"):
-        print("usage: python -m fairpod.slurm.shims {scontrol|hostname} ARGS...", file=sys.stderr)
+        print("usage: python -m fairpod.formats.slurm.shims {scontrol|hostname} ARGS...", file=sys.stderr)
         return 2
     return scontrol(args[1:]) if args[0] == "scontrol" else hostname(args[1:])
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from fairpod.kube.export import export_kueue
-from fairpod.kube.importer import import_kueue
+from fairpod.formats.kube.export import export_kueue
+from fairpod.formats.kube.importer import import_kueue
 from fairpod.model.spec import parse_spec, seed_spec
 
 from .test_kueue_roundtrip import strip_annotations, through_files

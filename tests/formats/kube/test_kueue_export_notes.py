@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fairpod.kube.export import unexpressible
+from fairpod.formats.kube.export import unexpressible
 from fairpod.model.spec import parse_spec
 
 

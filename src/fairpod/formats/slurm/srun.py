@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fairpod.slurm.hostlist import HostlistError, compress, expand
-from fairpod.slurm.wire import ENV_DIR, Conn, WireError, unb64, wait_nodes
+from fairpod.formats.slurm.hostlist import HostlistError, compress, expand
+from fairpod.formats.slurm.wire import ENV_DIR, Conn, WireError, unb64, wait_nodes
 
 KILL_GRACE = 10.0
 # srun options fairpod accepts and ignores: they are about CPU binding, MPI or accounting on a real cluster

@@ -12,9 +12,6 @@ HyperPod and older Kueue releases write) are read too.
 from __future__ import annotations
 
 import re
-from typing import Any
-
-from fairpod.kube import quantity
 
 GROUP = "kueue.x-k8s.io"
 API = f"{GROUP}/v1beta2"
@@ -30,7 +27,7 @@ ACCEL_RESOURCES = (GPU, NEURON, "aws.amazon.com/neuron", "amd.com/gpu")
 CPU, MEMORY = "cpu", "memory"
 
 # fairpod's own annotations: what Kueue cannot hold (node counts, policy knobs, the form a quota was given in);
-# on import, Kueue's fields win wherever the two disagree (see fairpod.kube.importer)
+# on import, Kueue's fields win wherever the two disagree (see fairpod.formats.kube.importer)
 ANN = "fairpod.dev/"
 ANN_CLUSTER = ANN + "cluster"
 ANN_POLICY = ANN + "policy"
@@ -79,10 +76,3 @@ def cpu_qty(mcpu: int) -> int | str:
 def mem_qty(mib: int) -> str:
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
-
-def mcpu_of(v: Any, where: str) -> int:
-    return round(quantity(v, where) * 1000)
-
-
-def mib_of(v: Any, where: str) -> int:
-    return round(quantity(v, where) / 2**20)

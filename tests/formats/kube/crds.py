@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-CRDS = Path(__file__).resolve().parents[2].parent / "shared" / "kueue" / "crds"
+CRDS = Path(__file__).resolve().parents[3].parent / "shared" / "kueue" / "crds"
 
 
 def _has(d: Any, k: str) -> bool:
@@ -99,7 +99,7 @@ class Crds:
                 continue
             check = CEL.get(text)
             if check is None:
-                errs.append(f"{path or '(root)'}: CEL rule with no Python equivalent in tests/kube/crds.py: {text}")
+                errs.append(f"{path or '(root)'}: CEL rule with no Python equivalent in tests/formats/kube/crds.py: {text}")
             elif not check(value):
                 errs.append(f"{path or '(root)'}: {rule.get('message', text)}")
         if isinstance(value, dict):

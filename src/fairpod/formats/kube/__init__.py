@@ -69,10 +69,6 @@ class Converted:
     notes: list[str] = field(default_factory=list)
 
 
-def is_manifest(docs: list[Any]) -> bool:
-    return any(isinstance(d, dict) and "kind" in d for d in docs)
-
-
 def _map(v: Any, where: str) -> dict[str, Any]:
     if v is None:
         return {}
@@ -320,7 +316,7 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
         warnings.append("runPolicy is not used; restarts come from the auto-resume annotations")
     env[ENV_CONFIG] = json.dumps(pet)
     body: dict[str, Any] = {
-        "name": name, "team": team, "priority": priority, "instance_type": instance_type, **size, **res, "command": [python, "-m", "fairpod.kube.pod", "--", *argv], "env": env, "workdir": workdir,
+        "name": name, "team": team, "priority": priority, "instance_type": instance_type, **size, **res, "command": [python, "-m", "fairpod.formats.kube.pod", "--", *argv], "env": env, "workdir": workdir,
         "auto_resume": auto, "max_retry": max_retry,
     }  # fmt: skip
     grace = tspec.get("terminationGracePeriodSeconds")

@@ -1,0 +1,130 @@
+"""The layers of src/fairpod, as docs/architecture.md ("Layers") states them: each package imports only the
+packages its row allows (every import statement, read with ``ast``: also those inside functions and under
+``TYPE_CHECKING``), and no module hands on a name it imported from another package (a name is imported from the
+package that defines it)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from tests.test_import_graph import SRC, graph, modules
+
+DOC = SRC.parent / "docs" / "architecture.md"
+ROW = re.compile(r"^\|\s*`fairpod\.(\w+)`\s*\|\s*(.*?)\s*\|\s*$")
+
+
+def package(module: str) -> str:
+    """``fairpod.server.control`` -> ``server``; ``fairpod.native`` -> ``native``; ``fairpod`` -> ``fairpod``."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def allowed(doc: str | None = None) -> dict[str, set[str]]:
+    """The table under "## Layers" in docs/architecture.md: package -> the packages it may import."""
+    text = doc if doc is not None else DOC.read_text()
+    section = text.split("\n## Layers\n", 1)[1].split("\n## ", 1)[0]
+    table: dict[str, set[str]] = {}
+    for line in section.splitlines():
+        m = ROW.match(line)
+        if m:
+            table[m.group(1)] = set(re.findall(r"`fairpod\.(\w+)`", m.group(2)))
+    return table
+
+
+def back_imports(g: dict[str, set[str]], table: dict[str, set[str]]) -> list[str]:
+    """Every import of a package its row does not allow, as ``module -> module``."""
+    bad = []
+    for mod, deps in sorted(g.items()):
+        src = package(mod)
+        for dep in sorted(deps):
+            dst = package(dep)
+            if dst not in (src, "fairpod") and dst not in table.get(src, set()):
+                bad.append(f"{mod} -> {dep}")
+    return bad
+
+
+def _imported(path: Path) -> list[tuple[str, str, str]]:
+    """(module, name, bound as) of each absolute ``from fairpod... import name`` in a file."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith("fairpod"):
+            out += [(node.module or "", a.name, a.asname or a.name) for a in node.names]
+    return out
+
+
+def foreign_names(mods: dict[str, Path]) -> dict[str, dict[str, str]]:
+    """Per module, the names it binds by importing them from another package, directly or through a module of
+    its own package that did: name -> where it is defined."""
+    known = set(mods)
+    imported = {m: _imported(p) for m, p in mods.items()}
+    foreign: dict[str, dict[str, str]] = {m: {} for m in mods}
+    changed = True
+    while changed:
+        changed = False
+        for m, names in imported.items():
+            for src, name, bound in names:
+                if f"{src}.{name}" in known or bound in foreign[m]:
+                    continue  # a module, not a name; or known already
+                if package(src) != package(m):
+                    foreign[m][bound] = foreign.get(src, {}).get(name, f"{src}.{name}")
+                    changed = True
+                elif name in foreign.get(src, {}):
+                    foreign[m][bound] = foreign[src][name]
+                    changed = True
+    return foreign
+
+
+def reexports() -> list[str]:
+    """Each ``from M import N`` (in src, tests, benchmarks, examples) where M only imported N from another
+    package, and each ``__all__`` that lists such a name."""
+    mods = modules()
+    foreign = foreign_names(mods)
+    bad = []
+    for m, p in mods.items():
+        for node in ast.walk(ast.parse(p.read_text(), str(p))):
+            if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+                for elt in getattr(node.value, "elts", []):
+                    if isinstance(elt, ast.Constant) and elt.value in foreign[m]:
+                        bad.append(f"{m}.__all__ lists {elt.value} (from {foreign[m][elt.value]})")
+    root = SRC.parent
+    for folder in ("src", "tests", "benchmarks", "examples"):
+        for path in sorted((root / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if isinstance(node, ast.ImportFrom) and not node.level and node.module in foreign:
+                    for a in node.names:
+                        if a.name in foreign[node.module]:
+                            bad.append(f"{path.relative_to(root)}: from {node.module} import {a.name} "
+                                       f"(defined in {foreign[node.module][a.name].rpartition('.')[0]})")
+    return bad
+
+
+def test_the_table_is_read_from_the_docs() -> None:
+    table = allowed()
+    assert table["governance"] == {"model", "native"}
+    assert "server" not in table["health"] and "cli" not in table["formats"]
+
+
+def test_every_package_has_its_row() -> None:
+    table = allowed()
+    missing = sorted({package(m) for m in modules()} - set(table) - {"fairpod"})
+    assert not missing, f"packages without a row in docs/architecture.md \"Layers\": {missing}"
+    unknown = sorted({p for row in table.values() for p in row} - set(table))
+    assert not unknown, f"rows of docs/architecture.md \"Layers\" name packages that do not exist: {unknown}"
+
+
+def test_the_checker_finds_a_back_import() -> None:
+    g = {"fairpod.health.manager": {"fairpod.server.control"}, "fairpod.server.control": {"fairpod.health.nvml"}}
+    table = {"health": set(), "server": {"health"}}
+    assert back_imports(g, table) == ["fairpod.health.manager -> fairpod.server.control"]
+
+
+def test_no_package_imports_one_its_row_does_not_allow() -> None:
+    bad = back_imports(graph(), allowed())
+    assert not bad, "imports that docs/architecture.md \"Layers\" does not allow:\n" + "\n".join(bad)
+
+
+def test_no_module_hands_on_another_packages_names() -> None:
+    bad = reexports()
+    assert not bad, "names imported through a package that does not define them:\n" + "\n".join(bad)
