@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
+from .api import Api
 from .inproc import InProc
 
 
@@ -51,7 +52,8 @@ class Server:
 
     def __init__(self, tmp: Path, spec: Path | None = None) -> None:
         self.home = tmp / "home"
-        self.env = {**os.environ, "FAIRPOD_HOME": str(self.home), "FAIRPOD_CONFIG": str(tmp / "config.json"),
+        inherited = {k: v for k, v in os.environ.items() if k not in ("FAIRPOD_URL", "FAIRPOD_TOKEN", "FAIRPOD_DB_URL")}
+        self.env = {**inherited, "FAIRPOD_HOME": str(self.home), "FAIRPOD_CONFIG": str(tmp / "config.json"),
                     "FAIRPOD_FAKE_NVML": str(fake_nvml(tmp / "no-gpus.json", []))}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -155,3 +157,12 @@ def h(tmp_path: Path) -> Iterator[InProc]:
     h = InProc(tmp_path)
     yield h
     h.close()
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    """The real app in-process (``api.Api``: ``runtime.build`` over SQLite in tmp_path, on TestClient) with admin,
+    member, other-team member and viewer tokens."""
+    a = Api(tmp_path)
+    yield a
+    a.close()

@@ -19,6 +19,8 @@ from fairpod.server.control import ControlPlane, sync_nodes
 from fairpod.store import Store
 from fairpod.store.records import Job
 
+from .faults import fail_writes
+
 SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
 
 
@@ -48,6 +50,7 @@ class InProc:
         self.store.put_spec(cluster)
         self.executor = TimedExecutor(tmp / "runs", clock=self.clock)
         self.cp = ControlPlane(self.store, self.executor, tmp, clock=self.clock)
+        self._faults: list[Callable[[], None]] = []
 
     def submit(self, name: str, team: str, seconds: float = 60, **kw: Any) -> Job:
         return self.cp.submit(JobSpec(name=name, team=team, command=["sleep", str(seconds)], **kw), "tester")
@@ -78,6 +81,20 @@ class InProc:
 
         self.executor.launch = launch  # type: ignore[method-assign]
 
+    def fail_writes(self, when: Callable[[], bool] = lambda: True,
+                    error: BaseException | type[BaseException] | None = None) -> Callable[[], None]:
+        """Every later write to the database fails (``error``; default SQLite's "database or disk is full") while
+        ``when()`` holds, whoever writes (``faults.fail_writes``). Returns the function that ends it; ``heal`` ends
+        them all."""
+        self._faults.append(fail_writes(self.store.engine, when, error))
+        return self._faults[-1]
+
+    def heal(self) -> None:
+        """End every fault of ``fail_writes``."""
+        while self._faults:
+            self._faults.pop()()
+
     def close(self) -> None:
+        self.heal()
         self.cp.stop()
         self.store.close()

@@ -44,6 +44,10 @@ def test_up_admin_commands_and_down(tmp_path: Path):
         assert r.returncode == 1 and "cannot act for team john" in r.stderr
         r = s.cli("start-job", "--name", "x", "--team", "smith", "-o", "json", "--", "true", token=token)
         assert json.loads(r.stdout)["team"] == "smith"
+        # another team's job, through the CLI: as if it did not exist, in one line (RBAC: tests/server/test_rbac.py)
+        s.cli("start-job", "--name", "johns", "--team", "john", "--", "true")
+        r = s.cli("cancel-job", "johns", token=token, check=False)
+        assert r.returncode == 1 and "no job 'johns'" in r.stderr and "Traceback" not in r.stderr
         wait_for(lambda: json.loads(s.cli("get-job", "x", "-o", "json").stdout)["state"] == "Succeeded", 20,
                  "job x")
         assert "Succeeded" in s.cli("list-jobs", "--status", "Succeeded").stdout
@@ -75,6 +79,8 @@ def test_up_admin_commands_and_down(tmp_path: Path):
 
 
 def test_cli_without_a_server_says_so(tmp_path: Path):
-    s = Server(tmp_path)
+    s = Server(tmp_path)  # never started: nothing listens on its free port
+    Path(s.env["FAIRPOD_CONFIG"]).write_text(json.dumps({"url": s.url, "token": "fp_none"}))
     r = s.cli("list-jobs", check=False)
     assert r.returncode == 1 and "cannot reach the fairpod server" in r.stderr and "fairpod up" in r.stderr
+    assert s.url in r.stderr  # its own config's server, whatever runs on the default port

@@ -5,12 +5,12 @@ engine's snapshot and what the executor was asked to start at every step."""
 from __future__ import annotations
 
 import pytest
+from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import JobLaunch
 from fairpod.model.jobs import JobState
 from fairpod.model.nodes import NodeHealth
 from fairpod.server.views import cluster_view
-from fairpod.store import StoreError
 
 from .inproc import InProc
 
@@ -113,15 +113,10 @@ def test_a_failed_store_write_puts_the_memory_back_to_the_store(h: InProc) -> No
     h.submit("a", "john", 100)
     h.turn()
     before = (dict(h.cp.snap.running), {k: v.to_json() for k, v in h.cp.runs.items()})
-    real = h.cp.store._store.update_job
-
-    def failing(*a: object, **kw: object) -> object:
-        raise StoreError("disk full")
-
-    h.cp.store._store.update_job = failing  # type: ignore[method-assign]
-    with pytest.raises(StoreError):
+    disk_full = h.fail_writes()
+    with pytest.raises(SQLAlchemyError, match="disk is full"):
         h.cp.cancel(h.job("a"), "tester")  # begin-stop cannot be stored
-    h.cp.store._store.update_job = real  # type: ignore[method-assign]
+    disk_full()
     assert h.job("a").state == JobState.RUNNING
     assert (set(h.cp.snap.running), {k: v.to_json() for k, v in h.cp.runs.items()}) == (
         set(before[0]), before[1])  # the memory says what the store says: not stopping

@@ -23,19 +23,14 @@ class Crash(BaseException):
 
 
 def crash_on_commit(h: InProc, when: Any = lambda: True) -> None:
-    """Every later store transaction of ``h.cp`` dies (``Crash``) while ``when()`` holds."""
-    real = h.cp.store.store.tx
-
-    def tx(*a: Any, **kw: Any) -> Any:
-        if when():
-            raise Crash
-        return real(*a, **kw)
-
-    h.cp.store._store = type("Dying", (), {"tx": staticmethod(tx), "__getattr__": lambda s, n: getattr(h.store, n)})()
+    """The control plane dies (``Crash``) at its next write to the database while ``when()`` holds: the
+    transaction it was in is never committed."""
+    h.fail_writes(when, Crash)
 
 
 def restart(h: InProc) -> ControlPlane:
     """A new control plane on the same store and executor (the old one is dead: never used again)."""
+    h.heal()
     h.cp = ControlPlane(h.store, h.executor, h.tmp, clock=h.clock)
     return h.cp
 

@@ -1,0 +1,99 @@
+"""The real HTTP API in-process: what ``fairpod up`` builds (``daemon.initialize``: database, spec, admin user and
+token; ``runtime.build``: store, control plane, node health, the FastAPI app), over a real SQLite file under
+``tmp``, served on ``fastapi.testclient.TestClient`` instead of a socket. Requests go through the app's whole stack
+(middleware, auth, RBAC, routes, error mapping) in this process, so a route, RBAC or error test costs what its
+requests cost, not a server's start.
+
+The reconcile loop does not run by itself: ``turn()`` runs one turn (``cp.reconcile_once``), so a test decides
+when jobs are admitted. The executor is ``timed`` by default (no processes: each replica "runs" for its ``sleep N``
+on the real clock); ``executor="local"`` starts real processes. Tokens: ``admin`` (from ``fairpod up``), and
+``member`` (team john), ``other`` (member of team smith) and ``viewer`` made through ``POST /users``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+from fastapi.testclient import TestClient
+
+from fairpod.server.daemon import initialize
+from fairpod.server.runtime import Runtime, build, make_executor
+
+from .faults import fail_writes
+
+SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
+
+
+class Api:
+    def __init__(self, tmp: Path, spec: Path | str = SEED_SPEC, executor: str = "timed") -> None:
+        if isinstance(spec, str):
+            (tmp / "spec.yaml").write_text(spec)
+            spec = tmp / "spec.yaml"
+        self.home = tmp / "home"
+        self.url = f"sqlite:///{self.home / 'fairpod.db'}"
+        store, token = initialize(self.home, self.url, str(spec), 0)
+        store.close()
+        assert token is not None
+        self.token = self.admin = token
+        self.rt: Runtime = build(self.home, self.url, make_executor(self.home, executor), "http://127.0.0.1:9")
+        self.cp = self.rt.cp
+        self.store = self.rt.store
+        self.client = TestClient(self.rt.app, base_url="http://127.0.0.1:9", raise_server_exceptions=False)
+        self.client.__enter__()  # runs the app's lifespan (its thread limit, the switch interval)
+        self._faults: list[Callable[[], None]] = []
+        self.member = self.user("mia", "member", ["john"])
+        self.other = self.user("oscar", "member", ["smith"])
+        self.viewer = self.user("vic", "viewer", [])
+
+    # -- requests ---------------------------------------------------------------------------------
+    def request(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+        """A request to ``path`` (from the root: ``/healthz``, ``/metrics``); ``token=""`` sends none."""
+        headers = dict(kw.pop("headers", {}))
+        tok = self.token if token is None else token
+        if tok:
+            headers["Authorization"] = f"Bearer {tok}"
+        return self.client.request(method, path, headers=headers, **kw)
+
+    def api(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+        """A request to ``/api/v1`` + ``path`` (the signature of ``conftest.Server.api``)."""
+        return self.request(method, "/api/v1" + path, token, **kw)
+
+    def user(self, name: str, role: str, teams: list[str]) -> str:
+        """Create a user through the API (as admin); its token."""
+        r = self.api("POST", "/users", self.admin, json={"name": name, "role": role, "teams": teams})
+        assert r.status_code == 201, r.text
+        return str(r.json()["token"])
+
+    def job(self, name: str, token: str | None = None) -> dict[str, Any]:
+        r = self.api("GET", f"/jobs/{name}", token)
+        assert r.status_code == 200, r.text
+        return dict(r.json())
+
+    def submit(self, token: str | None = None, **spec: Any) -> dict[str, Any]:
+        r = self.api("POST", "/jobs", token, json=spec)
+        assert r.status_code == 201, r.text
+        return dict(r.json())
+
+    # -- the control plane ------------------------------------------------------------------------
+    def turn(self, n: int = 1) -> None:
+        """``n`` turns of the reconcile loop."""
+        for _ in range(n):
+            self.cp.reconcile_once()
+
+    def fail_writes(self, when: Callable[[], bool] = lambda: True,
+                    error: BaseException | type[BaseException] | None = None) -> Callable[[], None]:
+        """Every later write to the database fails (``error``; default SQLite's "database or disk is full") while
+        ``when()`` holds (``faults.fail_writes``). Returns the function that ends it."""
+        self._faults.append(fail_writes(self.store.engine, when, error))
+        return self._faults[-1]
+
+    def close(self) -> None:
+        while self._faults:
+            self._faults.pop()()
+        try:
+            self.client.__exit__(None, None, None)
+        finally:
+            self.rt.close()
