@@ -83,6 +83,17 @@ class Api:
         for _ in range(n):
             self.cp.reconcile_once()
 
+    def until(self, name: str, state: str, turns: int = 50) -> dict[str, Any]:
+        """Turns of the loop until job ``name`` is in ``state`` (at most ``turns``, 0.1 s apart at most:
+        a timed replica ends on the real clock)."""
+        for _ in range(turns):
+            self.turn()
+            job = self.job(name)
+            if job["state"] == state:
+                return job
+            self.cp.wake.wait(0.1)
+        raise AssertionError(f"job {name} is {job['state']}, not {state}, after {turns} turns")
+
     def fail_writes(self, when: Callable[[], bool] = lambda: True,
                     error: BaseException | type[BaseException] | None = None) -> Callable[[], None]:
         """Every later write to the database fails (``error``; default SQLite's "database or disk is full") while

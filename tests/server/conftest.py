@@ -166,3 +166,11 @@ def api(tmp_path: Path) -> Iterator[Api]:
     a = Api(tmp_path)
     yield a
     a.close()
+
+
+@pytest.fixture(scope="module")
+def shared_api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    """One ``api`` for the tests of a module that change nothing (each should check that it did not)."""
+    a = Api(tmp_path_factory.mktemp("api"))
+    yield a
+    a.close()

@@ -1,4 +1,6 @@
-"""Bad input and overreach answered with 4xx before anything is written; reclaim cannot be blocked forever."""
+"""The live server's own hardening: a minimum runtime cannot block reclaim, the schema fuzzer finds no server error,
+the CLI says when a list is cut, a stale pid file is not trusted. Bad input and overreach at the API, in-process:
+test_api_input.py."""
 
 from __future__ import annotations
 
@@ -23,12 +25,6 @@ def seed(tmp_path: Path) -> Iterator[Server]:
     yield s
     s.kill()
     s.kill_replicas()
-
-
-def _user(server: Server, name: str, role: str, teams: list[str]) -> str:
-    r = server.api("POST", "/users", json={"name": name, "role": role, "teams": teams})
-    assert r.status_code == 201, r.text
-    return r.json()["token"]
 
 
 def _raw(server: Server, method: str, path: str, body: bytes | None = None) -> httpx.Response:
@@ -57,61 +53,6 @@ def test_min_runtime_is_bounded_by_the_policy_and_cannot_block_reclaim(seed: Ser
     assert seed.job("hog")["preemptions"] >= 1
 
 
-def test_viewers_see_env_keys_only_and_members_see_only_their_jobs_on_nodes(seed: Server):
-    viewer = _user(seed, "vic", "viewer", [])
-    sam = _user(seed, "sam", "member", ["smith"])
-    seed.submit(name="secretive", team="john", nodes=1, command=["sleep", "60"], env={"API_KEY": "s3cr3t"})
-    job = seed.wait_state("secretive", "Running")
-    seen = seed.api("GET", "/jobs/secretive", viewer).json()
-    assert seen["env"] == {"API_KEY": "(hidden)"} and "s3cr3t" not in str(seen)
-    assert seed.api("GET", "/jobs/secretive").json()["env"] == {"API_KEY": "s3cr3t"}  # admin
-    nodes = seed.api("GET", "/nodes", sam).json()["nodes"]
-    assert all(job["id"] not in n["jobs"] for n in nodes)
-    assert sum(n["other_jobs"] for n in nodes) == 1
-    assert any(job["id"] in n["jobs"] for n in seed.api("GET", "/nodes").json()["nodes"])
-    seed.api("POST", "/jobs/secretive/cancel")
-
-
-@pytest.mark.parametrize("method,path,body", [
-    ("GET", "/jobs/99999999999999999999999", None),
-    ("GET", "/jobs/%C2%B2", None),
-    ("GET", "/jobs/1/events?since_id=99999999999999999999999", None),
-    ("GET", "/events?since_id=99999999999999999999999", None),
-    ("GET", "/events?limit=-1", None),
-    ("GET", "/jobs?offset=99999999999999999999999", None),
-    ("GET", "/jobs?limit=99999999999999999999999", None),
-    ("POST", "/jobs", b'{"name":"x","team":"john","accelerators":Infinity}'),
-    ("POST", "/jobs", b'{"name":"x","team":"john","accelerators":1e308}'),
-    ("POST", "/jobs", b'{"name":"x","team":"john","vcpu":1e308}'),
-    ("POST", "/jobs", b'{"name":"x","team":"john","command":["\\ud800"]}'),
-    ("POST", "/jobs", b'{"name":"x","team":"john","env":{"A":"\\ud800"}}'),
-    ("POST", "/jobs", b'{"name":"x","team":"john","env":{"A B":"1"}}'),
-    ("POST", "/jobs", b'{"name":"x","team":"john","nodes":true}'),
-    ("POST", "/jobs", b'{"name":"x","team":"john",'),
-    ("POST", "/jobs", b'\xff\xfe'),
-    ("POST", "/jobs/1/progress", b'{"step":99999999999999999999999}'),
-    ("DELETE", "/jobs", None),
-])
-def test_bad_input_is_a_4xx_problem_and_writes_nothing(seed: Server, method: str, path: str, body: bytes | None):
-    r = _raw(seed, method, path, body)
-    assert 400 <= r.status_code < 500, (r.status_code, r.text)
-    assert r.headers["content-type"] == "application/problem+json", r.text
-    assert r.json()["detail"]
-    if r.status_code == 405:
-        assert set(r.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
-    assert seed.api("GET", "/jobs").json()["count"] == 0
-    assert seed.api("GET", "/jobs/1").status_code == 404  # and the server is still fine
-
-
-def test_oversized_bodies_are_refused_before_they_are_read(seed: Server):
-    r = _raw(seed, "POST", "/jobs", b'{"name":"x","team":"john","command":["' + b"a" * (2 * 1024 * 1024) + b'"]}')
-    assert r.status_code == 413 and r.headers["content-type"] == "application/problem+json"
-    big = {"name": "x", "team": "john", "command": ["a" * 200_000]}
-    r = seed.api("POST", "/jobs", json=big)
-    assert r.status_code == 422 and "at most" in r.json()["detail"]
-    assert seed.api("GET", "/jobs").json()["count"] == 0
-
-
 @pytest.mark.slow
 def test_schemathesis_finds_no_server_error_and_no_conformance_failure(tmp_path: Path):
     st = shutil.which("st", path=str(Path(sys.executable).parent))
@@ -135,21 +76,6 @@ def test_schemathesis_finds_no_server_error_and_no_conformance_failure(tmp_path:
     finally:
         wait_for(lambda: True, 1)
         server.kill()
-
-
-def test_a_retried_submit_with_the_same_idempotency_key_returns_the_first_job(seed: Server):
-    body = {"name": "once", "team": "john", "command": ["sh", "-c", "echo ran"]}
-    key = {"Idempotency-Key": "k-123"}
-    first = seed.api("POST", "/jobs", json=body, headers=key)
-    assert first.status_code == 201, first.text
-    seed.wait_state("once", "Succeeded")
-    again = seed.api("POST", "/jobs", json=body, headers=key)  # the retry after a crash, once the job finished
-    assert again.status_code == 200 and again.headers["idempotent-replayed"] == "true", again.text
-    assert again.json()["id"] == first.json()["id"] and again.json()["state"] == "Succeeded"
-    other = seed.api("POST", "/jobs", json={**body, "name": "twice"}, headers=key)
-    assert other.status_code == 409 and "Idempotency-Key" in other.json()["detail"]
-    assert seed.api("GET", "/jobs").json()["total"] == 1
-    assert seed.api("POST", "/jobs", json=body, headers={"Idempotency-Key": "k-456"}).status_code == 201
 
 
 def test_list_jobs_shows_the_newest_and_says_when_it_is_cut(seed: Server):
