@@ -74,7 +74,8 @@ def test_hyperpod_namespace_queue_and_priority_forms(server: Server):
     assert server.cli("get-job", "a", "-n", "hyperpod-ns-john", "-o", "json").returncode == 0
 
 
-def test_help_lists_every_action_and_flag(server: Server):
+def test_help_lists_every_action_and_flag(shared_server: Server):
+    server = shared_server
     for group, actions in [("node", ["list", "cordon", "health"]), ("policy", ["show", "set"]),
                            ("user", ["create", "list", "revoke"]), ("team", ["create", "list"])]:
         out = server.cli(group, "--help").stdout
@@ -98,12 +99,20 @@ def test_help_lists_every_action_and_flag(server: Server):
     (["team", "create", "big", "--quota", "ml.g5.12xlarge=9"], ["--quota"]),
     (["team", "create", "w", "--weight", "500"], ["--weight"]),
 ])
-def test_errors_are_one_line_in_the_words_of_the_flag(server: Server, args: list[str], needles: list[str]):
-    line = one_line_error(server.cli(*args, check=False), *needles)
+def test_errors_are_one_line_in_the_words_of_the_flag(shared_server: Server, args: list[str], needles: list[str]):
+    line = one_line_error(shared_server.cli(*args, check=False), *needles)
     assert "teams[" not in line and "max_retry" not in line and "nodes:" not in line and "^[" not in line, line
+    assert_unchanged(shared_server)
 
 
-def test_file_errors_name_the_file_line_and_column(server: Server, tmp_path: Path):
+def assert_unchanged(server: Server) -> None:
+    """Nothing was written: no job, only the seed spec's teams (the tests that share a server refuse only)."""
+    assert server.api("GET", "/jobs").json()["total"] == 0
+    assert {t["name"] for t in server.api("GET", "/teams").json()["teams"]} == {"john", "smith"}
+
+
+def test_file_errors_name_the_file_line_and_column(shared_server: Server, tmp_path: Path):
+    server = shared_server
     bad = tmp_path / "job.yaml"
     bad.write_text("name: x\nteam: john\n command: [true\n")
     one_line_error(server.cli("start-job", "--config-file", str(bad), check=False), f"{bad} line ", "column",
@@ -117,6 +126,7 @@ def test_file_errors_name_the_file_line_and_column(server: Server, tmp_path: Pat
     one_line_error(server.cli("apply", "-f", str(spec), check=False), f"{spec} line 2")
     line = one_line_error(server.cli("validate", str(spec), check=False), f"{spec} line 2, column 1")
     assert "<unicode string>" not in line
+    assert_unchanged(server)
 
 
 def test_cannot_reach_says_how_to_start_it_on_its_port(tmp_path: Path):
