@@ -98,6 +98,8 @@ def test_help_lists_every_action_and_flag(shared_server: Server):
      ["unknown priority class 'nope'"]),
     (["team", "create", "big", "--quota", "ml.g5.12xlarge=9"], ["--quota"]),
     (["team", "create", "w", "--weight", "500"], ["--weight"]),
+    (["start-job", "--name", "z", "--team", "john", "--expected-duration", "0", "--", "true"],
+     ["expected-duration"]),
 ])
 def test_errors_are_one_line_in_the_words_of_the_flag(shared_server: Server, args: list[str], needles: list[str]):
     line = one_line_error(shared_server.cli(*args, check=False), *needles)

@@ -86,3 +86,10 @@ def test_a_retried_submit_with_the_same_idempotency_key_returns_the_first_job(ap
     assert other.status_code == 409 and "Idempotency-Key" in other.json()["detail"]
     assert api.api("GET", "/jobs").json()["total"] == 1
     assert api.api("POST", "/jobs", json=body, headers={"Idempotency-Key": "k-456"}).status_code == 201
+
+
+def test_expected_duration_must_be_positive(api: Api):
+    r = api.api("POST", "/jobs", json={"name": "z", "team": "john", "command": ["true"],
+                                       "expected_duration_seconds": -5})
+    assert r.status_code == 422 and "expected_duration_seconds" in r.text
+    assert api.api("GET", "/jobs").json()["total"] == 0  # the CLI's words for it: tests/cli/test_start_job.py
