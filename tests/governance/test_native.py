@@ -74,6 +74,14 @@ def test_status_says_which_engine_runs_and_why_a_build_cannot_be_made(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "fairpod.native", "frobnicate"], env=env, capture_output=True,
                          text=True, timeout=60, check=False)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
+    # with a build of this source, status says that a process started now runs it (without importing the engine)
+    d = tmp_path / native.source_hash()
+    (d / "fairpod" / "governance").mkdir(parents=True)
+    (d / "fairpod-native.json").write_text("{}")
+    out = subprocess.run([sys.executable, "-m", "fairpod.native", "status", "--json"], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    info = json.loads(out.stdout)
+    assert info["engine"] == "native (mypyc)" and info["native"] is True and info["build"] == str(d)
 
 
 def test_clean_removes_builds_and_nothing_else(tmp_path):
