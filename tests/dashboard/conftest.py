@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from ..server.api import Api
 from ..server.conftest import Server, running
 
 CHROMIUM = "/usr/bin/chromium"
@@ -20,6 +21,14 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     yield from running(tmp_path)
+
+
+@pytest.fixture
+def api(tmp_path: Path) -> Iterator[Api]:
+    """The app in-process (``tests/server/api.py``), for what needs no browser and no server process."""
+    a = Api(tmp_path)
+    yield a
+    a.close()
 
 
 @pytest.fixture

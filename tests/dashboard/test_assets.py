@@ -3,19 +3,9 @@ needed, gzip for browsers that take it, ETags, and a problem document for a file
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from ..server.api import Api
-
-
-@pytest.fixture
-def api(tmp_path: Path) -> Iterator[Api]:
-    a = Api(tmp_path)
-    yield a
-    a.close()
 
 
 def test_the_page_and_its_files_need_no_token(api: Api):
