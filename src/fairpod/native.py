@@ -193,8 +193,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"removed {clean()} build(s) from {root()}")
         return 0
     d = build_dir()
-    native = loads()
-    info = {"engine": "native (mypyc)" if native else "pure Python", "native": native, "build": str(d) if (d / _MARK).is_file() else None,
+    native = loads()  # what a process started now runs (``status`` itself never imports the engine)
+    info = {"engine": "native (mypyc)" if native else "pure Python", "native": native,
+            "build": str(d) if (d / _MARK).is_file() else None,
             "builds_in": str(root()), "source_hash": source_hash(), "can_build": missing() is None,
             "cannot_build_because": missing()}
     if args.json:
