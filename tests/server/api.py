@@ -83,16 +83,21 @@ class Api:
         for _ in range(n):
             self.cp.reconcile_once()
 
-    def until(self, name: str, state: str, turns: int = 50) -> dict[str, Any]:
-        """Turns of the loop until job ``name`` is in ``state`` (at most ``turns``, 0.1 s apart at most:
-        a timed replica ends on the real clock)."""
+    def turn_until(self, pred: Callable[[], Any], turns: int = 50, what: str = "condition") -> Any:
+        """Turns of the loop until ``pred()`` is true (at most ``turns``, 0.1 s apart at most: a timed replica
+        ends on the real clock); returns its value."""
+        last = None
         for _ in range(turns):
             self.turn()
-            job = self.job(name)
-            if job["state"] == state:
-                return job
+            last = pred()
+            if last:
+                return last
             self.cp.wake.wait(0.1)
-        raise AssertionError(f"job {name} is {job['state']}, not {state}, after {turns} turns")
+        raise AssertionError(f"{what} did not come in {turns} turns; last value: {last!r}")
+
+    def until(self, name: str, state: str, turns: int = 50) -> dict[str, Any]:
+        """Turns of the loop until job ``name`` is in ``state``; the job."""
+        return self.turn_until(lambda: (j := self.job(name))["state"] == state and j, turns, f"job {name} {state}")
 
     def fail_writes(self, when: Callable[[], bool] = lambda: True,
                     error: BaseException | type[BaseException] | None = None) -> Callable[[], None]:
