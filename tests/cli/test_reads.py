@@ -78,7 +78,8 @@ def complete(script: str, *words: str) -> list[str]:
     return r.stdout.split()
 
 
-def test_completion_bash_and_zsh(server: Server):
+def test_completion_bash_and_zsh(tmp_path: Path):
+    server = Server(tmp_path)  # never started: completion is the command's own, it asks no server
     script = server.cli("completion", "bash").stdout
     assert complete(script, "fairpod", "start-j") == ["start-job"]
     assert complete(script, "fairpod", "start-job", "--node") == ["--node-count"]
