@@ -6,7 +6,8 @@ requests cost, not a server's start.
 
 The reconcile loop does not run by itself: ``turn()`` runs one turn (``cp.reconcile_once``), so a test decides
 when jobs are admitted. The executor is ``timed`` by default (no processes: each replica "runs" for its ``sleep N``
-on the real clock); ``executor="local"`` starts real processes. Tokens: ``admin`` (from ``fairpod up``), and
+on the real clock); ``executor="local"`` starts real processes (which cannot call the API back: nothing listens
+on their ``FAIRPOD_API_URL``; a test of the SDK wants a live server). Tokens: ``admin`` (from ``fairpod up``), and
 ``member`` (team john), ``other`` (member of team smith) and ``viewer`` made through ``POST /users``.
 """
 
