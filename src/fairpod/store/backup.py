@@ -128,11 +128,14 @@ def restore(src: Path, db: Path) -> tuple[BackupInfo, Path | None]:
         shutil.copyfile(src, tmp)
         if db.exists():
             kept = db.with_name(f"{db.name}.before-restore-{stamp}")
-            chk = sqlite3.connect(db)  # fold the WAL into the file so the kept copy is whole
             try:
-                chk.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                chk.close()
+                chk = sqlite3.connect(db)  # fold the WAL into the file so the kept copy is whole
+                try:
+                    chk.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                finally:
+                    chk.close()
+            except sqlite3.Error:
+                pass  # not a usable database (empty, damaged): kept as it is
             os.replace(db, kept)
         for side in ("-wal", "-shm", "-journal"):
             Path(f"{db}{side}").unlink(missing_ok=True)
