@@ -56,8 +56,16 @@ def cmd_backup(a: argparse.Namespace) -> int:
         raise CliError(f"{dest} exists: give another FILE or --force to overwrite it")
     if not dest.parent.is_dir():
         raise CliError(f"no directory {dest.parent} for the backup")
-    part = dest.with_name(f".{dest.name}.part")
+    _remove_stale_parts(dest.parent)
+    part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
     source = "the server"
+    import signal
+
+    def _stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # a killed backup leaves no .part behind (see the except below)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     try:
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -83,11 +91,26 @@ def cmd_backup(a: argparse.Namespace) -> int:
     except (StoreError, OSError) as e:
         part.unlink(missing_ok=True)
         raise CliError(f"backup failed: {e}") from None
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM)
+        part.unlink(missing_ok=True)
+        raise
     if a.output == "json":
         emit_json({**_info(info), "source": source})
     else:
         print(f"backed up {info.describe()} from {source} to {dest}")
     return 0
+
+
+def _remove_stale_parts(folder: Path) -> None:
+    """The ``.FILE.<pid>.part`` files of backups into ``folder`` whose process is gone (killed with SIGKILL)."""
+    import re
+
+    from fairpod.executors.procs import alive
+
+    for p in folder.glob(".*.part"):
+        m = re.fullmatch(r"\..+\.(\d+)\.part", p.name)
+        if m is not None and not alive(int(m.group(1)), None):
+            p.unlink(missing_ok=True)
 
 
 def cmd_restore(a: argparse.Namespace) -> int:

@@ -21,6 +21,7 @@ from fairpod.store.records import StoreError
 from fairpod.store.schema import HEAD, VERSION_TABLE, known_revisions
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ def backup(db: Path, dest: Path) -> BackupInfo:
             out = sqlite3.connect(tmp)
             try:
                 src.backup(out, pages=4096, sleep=0.005)  # in steps: writers are not held up for the whole copy
+                out.execute("PRAGMA journal_mode = DELETE")  # one file: no -wal/-shm beside the copy or its readers
             finally:
                 out.close()
         finally:
@@ -86,6 +88,15 @@ def check(path: Path) -> BackupInfo:
         raise StoreError(f"cannot read {path}: {e.strerror or e}") from None
     if head != SQLITE_MAGIC:
         raise StoreError(f"{path} is not a SQLite database (a PostgreSQL dump is restored with pg_restore)")
+    created = [s for s in SIDE_FILES if not Path(f"{path}{s}").exists()]
+    try:
+        return _check(path)
+    finally:
+        for s in created:  # a read-only look at a WAL database leaves -wal/-shm files: ours, removed
+            Path(f"{path}{s}").unlink(missing_ok=True)
+
+
+def _check(path: Path) -> BackupInfo:
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.Error as e:
