@@ -439,6 +439,8 @@ class ControlPlane:
             membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
             arrays.release(self)  # held tasks of job arrays whose running tasks went below the limit
             exits = self.executor.poll(ack=False)
+            if exits:  # a node lost with these exits (Ray: its agent died) is a fault before they are taken
+                membership.sync(self)
             self._take_exits(exits)
             t0 = time.perf_counter()
             self.snap.now = self.clock()
