@@ -101,6 +101,31 @@ def cmd_backup(a: argparse.Namespace) -> int:
     return 0
 
 
+def _refuse_unknown_replicas(home: Path, src: Path) -> None:
+    """Refuse a restore while replicas run that the backup does not know as running (jobs submitted or restarted
+    after it was made): the restored control plane would leave them unmanaged and give their accelerators to
+    other jobs."""
+    from fairpod.executors.live import live_replicas
+    from fairpod.store import StoreError
+    from fairpod.store.backup import attempts_in, check
+
+    live = live_replicas(home / "runs")
+    if not live:
+        return
+    try:
+        check(src)
+        known = attempts_in(src)
+    except StoreError as e:
+        raise CliError(f"not restored: {e}") from None
+    unknown = sorted({(r.job, r.attempt) for r in live
+                      if known.get(r.job, (None, ""))[0] != r.attempt or known[r.job][1] not in ("Running", "Preempted")})
+    if unknown:
+        shown = ", ".join(f"{job} (attempt {a})" for job, a in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        raise CliError(f"not restored: {len(unknown)} running job(s) are not running in the backup: {shown}; their "
+                       "replicas would run unmanaged on accelerators given to other jobs. Start the server, cancel "
+                       "them or let them end, then restore")
+
+
 def _remove_stale_parts(folder: Path) -> None:
     """The ``.FILE.<pid>.part`` files of backups into ``folder`` whose process is gone (killed with SIGKILL)."""
     import re
@@ -131,6 +156,7 @@ def cmd_restore(a: argparse.Namespace) -> int:
         raise CliError(f"the server is running (pid {running[0]}): stop it first with 'fairpod down', then restore")
     if src == db:
         raise CliError(f"{src} is the database itself: give a backup file")
+    _refuse_unknown_replicas(home, src)
     try:
         info, kept = restore(src, db)
     except (StoreError, OSError) as e:

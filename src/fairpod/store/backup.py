@@ -155,3 +155,16 @@ def restore(src: Path, db: Path) -> tuple[BackupInfo, Path | None]:
         tmp.unlink(missing_ok=True)
         raise
     return BackupInfo(db, info.revision, info.jobs, info.unfinished_jobs, info.bytes), kept
+
+
+def attempts_in(path: Path) -> dict[str, tuple[int, str]]:
+    """``{"<name>-<id>": (attempt, state)}`` of every job in the database file ``path`` (read-only)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return {f"{name}-{jid}": (int(attempt), str(st))
+                for jid, name, attempt, st in con.execute("SELECT id, name, attempt, state FROM jobs")}
+    except sqlite3.Error as e:
+        raise StoreError(f"{path} cannot be read as a fairpod database: {e}") from None
+    finally:
+        con.close()
+
