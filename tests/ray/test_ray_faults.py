@@ -44,18 +44,20 @@ def test_one_agent_death_costs_one_retry(ray_server: RayServer, ray_driver, tmp_
     trainer.write_text(TRAINER)
     s.submit(name="wall", team="smith", nodes=2, command=["sleep", "600"])  # two of the four nodes are taken
     s.wait_state("wall", "Running", 30)
-    s.submit(name="once", team="john", nodes=2, auto_resume=True, max_retry=1, termination_grace_seconds=5,
+    s.submit(name="filler", team="john", command=["sleep", "600"])  # and a third
+    s.wait_state("filler", "Running", 30)
+    s.submit(name="once", team="john", auto_resume=True, max_retry=1, termination_grace_seconds=5,
              command=[sys.executable, str(trainer), "100000", "pids"])
     job = s.wait_state("once", "Running", 30)
     ckpt = Path(s.home) / "checkpoints" / "john" / f"once-{job['id']}"
-    wait_for(lambda: len(list(ckpt.glob("rank?.txt"))) == 2, 30, "both replicas to checkpoint")
+    wait_for(lambda: len(list(ckpt.glob("rank?.txt"))) == 1, 30, "the replica to checkpoint")
     victim = job["placement"][0]
     pid = agent_pid(ray_driver, s.namespace, s.cluster.nodes[victim].node_id)
     assert procs.alive(pid, None)
     os.kill(pid, signal.SIGKILL)
-    # the two free nodes are the dead one and the job's other: were the dead node still schedulable when the exits
-    # are taken, the job would start there again at once (rather than reclaim its quota from "wall"), fail to
-    # launch, and with --max-retry 1 end Failed
+    # the only free node is the dead one: were it still schedulable when the replica's exit is taken, the job
+    # would start there again at once (rather than reclaim its quota from "wall"), fail to launch, and with
+    # --max-retry 1 end Failed
     resumed = wait_for(lambda: (j := s.job("once"))["state"] in ("Running", *FINISHED) and j["restarts"] >= 1 and j,
                        60, "the job to restart")
     assert resumed["state"] == "Running" and resumed["restarts"] == 1, resumed
