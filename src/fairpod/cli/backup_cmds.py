@@ -56,8 +56,16 @@ def cmd_backup(a: argparse.Namespace) -> int:
         raise CliError(f"{dest} exists: give another FILE or --force to overwrite it")
     if not dest.parent.is_dir():
         raise CliError(f"no directory {dest.parent} for the backup")
-    part = dest.with_name(f".{dest.name}.part")
+    _remove_stale_parts(dest.parent)
+    part = dest.with_name(f".{dest.name}.{os.getpid()}.part")
     source = "the server"
+    import signal
+
+    def _stop(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)  # a killed backup leaves no .part behind (see the except below)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _stop)
     try:
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
@@ -83,11 +91,51 @@ def cmd_backup(a: argparse.Namespace) -> int:
     except (StoreError, OSError) as e:
         part.unlink(missing_ok=True)
         raise CliError(f"backup failed: {e}") from None
+    except BaseException:  # interrupted (Ctrl-C, SIGTERM)
+        part.unlink(missing_ok=True)
+        raise
     if a.output == "json":
         emit_json({**_info(info), "source": source})
     else:
         print(f"backed up {info.describe()} from {source} to {dest}")
     return 0
+
+
+def _refuse_unknown_replicas(home: Path, src: Path) -> None:
+    """Refuse a restore while replicas run that the backup does not know as running (jobs submitted or restarted
+    after it was made): the restored control plane would leave them unmanaged and give their accelerators to
+    other jobs."""
+    from fairpod.executors.live import live_replicas
+    from fairpod.store import StoreError
+    from fairpod.store.backup import attempts_in, check
+
+    live = live_replicas(home / "runs")
+    if not live:
+        return
+    try:
+        check(src)
+        known = attempts_in(src)
+    except StoreError as e:
+        raise CliError(f"not restored: {e}") from None
+    unknown = sorted({(r.job, r.attempt) for r in live
+                      if known.get(r.job, (None, ""))[0] != r.attempt or known[r.job][1] not in ("Running", "Preempted")})
+    if unknown:
+        shown = ", ".join(f"{job} (attempt {a})" for job, a in unknown[:5]) + (" …" if len(unknown) > 5 else "")
+        raise CliError(f"not restored: {len(unknown)} running job(s) are not running in the backup: {shown}; their "
+                       "replicas would run unmanaged on accelerators given to other jobs. Start the server, cancel "
+                       "them or let them end, then restore")
+
+
+def _remove_stale_parts(folder: Path) -> None:
+    """The ``.FILE.<pid>.part`` files of backups into ``folder`` whose process is gone (killed with SIGKILL)."""
+    import re
+
+    from fairpod.executors.procs import alive
+
+    for p in folder.glob(".*.part"):
+        m = re.fullmatch(r"\..+\.(\d+)\.part", p.name)
+        if m is not None and not alive(int(m.group(1)), None):
+            p.unlink(missing_ok=True)
 
 
 def cmd_restore(a: argparse.Namespace) -> int:
@@ -108,6 +156,7 @@ def cmd_restore(a: argparse.Namespace) -> int:
         raise CliError(f"the server is running (pid {running[0]}): stop it first with 'fairpod down', then restore")
     if src == db:
         raise CliError(f"{src} is the database itself: give a backup file")
+    _refuse_unknown_replicas(home, src)
     try:
         info, kept = restore(src, db)
     except (StoreError, OSError) as e:

@@ -15,6 +15,7 @@ called as soon as a supervisor exits (pidfds), so the control plane collects exi
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -569,7 +570,8 @@ class LocalExecutor:
             if child is not None and (procs.start_time(child[0]) in (None, child[1])):
                 procs.signal_group(child[0], signal.SIGKILL)  # the group id outlives its leader
         st = {"returncode": None, "signal": None, "reason": reason, "ended_at": time.time()}
-        state.write_json(run.dir / state.STATUS, st)
+        with contextlib.suppress(OSError):  # a full disk: found the same way again until the store has it
+            state.write_json(run.dir / state.STATUS, st)
         return self._exit(run, st)
 
     @staticmethod

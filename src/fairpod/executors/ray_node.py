@@ -139,6 +139,7 @@ class NodeAgent:
         self.lock = threading.Lock()
         self.runs: dict[str, _Run] = {}
         self.forkserver: Any = None
+        self.spawn_lock = threading.Lock()  # one fork server, one request and its answer at a time
         self._remove_leftovers()
 
     # -- calls from the control plane ------------------------------------------------------------
@@ -283,10 +284,12 @@ class NodeAgent:
     def _spawn(self, rdir: Path) -> None:
         from fairpod.executors.local import _ForkServer
 
-        if self.forkserver is None:
-            self.forkserver = _ForkServer(sys.executable, self.root, ("-m", __name__, "forkserver"), env=base_env())
-        if self.forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG) is not None:
-            return
+        with self.spawn_lock:  # start() runs in many threads: each must read its own answer of the fork server
+            if self.forkserver is None:
+                self.forkserver = _ForkServer(sys.executable, self.root, ("-m", __name__, "forkserver"),
+                                              env=base_env())
+            if self.forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG) is not None:
+                return
         with open(rdir / state.SUPERVISOR_LOG, "ab") as slog:  # no fork server: a new interpreter
             subprocess.run([sys.executable, "-c", _DETACH, str(rdir)], cwd=rdir, env=base_env(),
                            stdin=subprocess.DEVNULL, stdout=slog, stderr=subprocess.STDOUT,

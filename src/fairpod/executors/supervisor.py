@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fairpod.executors import isolation, procs, state
+from fairpod.executors import isolation, patient, procs, state
 
 LEFTOVER_GRACE = 5.0
 
@@ -73,7 +73,10 @@ class Supervisor:
         self.signals += 1
 
     def note(self, text: str) -> None:
-        self.log.write(f"==== fairpod: {text} ====\n".encode())
+        try:
+            self.log.write(f"==== fairpod: {text} ====\n".encode())
+        except OSError:  # e.g. the disk is full: a lost line of the log never stops the replica
+            pass
 
     def _stop_requested(self) -> bool:
         return self.signals > 0 or (self.dir / state.STOP).exists()
@@ -225,7 +228,7 @@ class Supervisor:
         result.update(started_at=self.started_at, ended_at=time.time(), stop_requested=self.stop_asked)
         self.note(f"replica ended {_now()}: {result['reason']}")
         self.log.close()
-        state.write_json(self.dir / state.STATUS, result)
+        patient.write_json(self.dir / state.STATUS, result)  # a full disk: kept and retried, never lost
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,6 +17,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fairpod import __version__
 from fairpod.server import (
+    diskfull,
     metrics,
     routes_admin,
     routes_backup,
@@ -128,9 +129,13 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     async def _cf(_: Request, e: Conflict) -> JSONResponse:
         return problem(409, "conflict", str(e))
 
+    diskfull.add_handlers(app, cp, problem)
+
     @app.get("/healthz", include_in_schema=False)
-    def healthz() -> dict[str, Any]:
-        return {"ok": True, "version": __version__, "cycles": cp.cycles, "pid": os.getpid()}
+    def healthz() -> Any:
+        body = {"ok": True, "version": __version__, "cycles": cp.cycles, "pid": os.getpid()}
+        bad = diskfull.health(cp)
+        return body if bad is None else JSONResponse({**body, **bad}, status_code=503)
 
     app.add_middleware(BodyLimit)
     api = APIRouter(prefix="/api/v1", responses=PROBLEM_RESPONSES)

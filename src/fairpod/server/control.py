@@ -45,7 +45,7 @@ from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import arrays, elastic, eta, membership
+from fairpod.server import arrays, diskfull, elastic, eta, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.budgets import BudgetKeeper
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
@@ -439,6 +439,8 @@ class ControlPlane:
             membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
             arrays.release(self)  # held tasks of job arrays whose running tasks went below the limit
             exits = self.executor.poll(ack=False)
+            if exits:  # a node lost with these exits (Ray: its agent died) is a fault before they are taken
+                membership.sync(self)
             self._take_exits(exits)
             t0 = time.perf_counter()
             self.snap.now = self.clock()
@@ -485,10 +487,16 @@ class ControlPlane:
                 self.wake.wait(interval)
                 self.wake.clear()
                 try:
+                    diskfull.recheck(self)
                     self.reconcile_once()
-                except Exception:  # keep serving; the next turn starts again from the store's truth
-                    log.exception("reconcile failed; rebuilding the control plane's memory from the store")
-                    self.reload()
+                except Exception as e:  # keep serving; the next turn starts again from the store's truth
+                    if not diskfull.failed(self, e):  # a full disk is logged once, and retried every turn
+                        log.exception("reconcile failed; rebuilding the control plane's memory from the store")
+                    try:
+                        self.reload()
+                    except Exception as e2:  # noqa: BLE001 - the loop must live on: the next turn tries again
+                        if not diskfull.failed(self, e2):
+                            log.exception("reload failed; trying again at the next turn")
 
         self._thread = threading.Thread(target=loop, name="fairpod-reconcile", daemon=True)
         self._thread.start()

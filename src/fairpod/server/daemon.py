@@ -26,7 +26,7 @@ from fairpod.model.users import Role
 from fairpod.paths import config_path, db_url, fairpod_home
 from fairpod.server.errors import DomainError, WrongState
 from fairpod.server.nodes import sync_nodes
-from fairpod.store import Store
+from fairpod.store import Store, StoreError
 
 DEFAULT_PORT = 8470
 LOOPBACK = "127.0.0.1"
@@ -123,6 +123,20 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[
         token = store.issue_token("admin", "created by fairpod up")
         store.append_audit("fairpod", "user.create", "admin", {"role": "admin"})
     return store, token
+
+
+def check_state(home: Path, url: str) -> None:
+    """Before anything is written: the home must be writable and a database already there a healthy fairpod one
+    (``fairpod.store.checks``; StoreError in one line). Then the temporary files of a killed backup go."""
+    from fairpod.store.backup import sqlite_path
+    from fairpod.store.checks import check_database, check_writable, clean_leftovers
+
+    check_writable(home)
+    db = sqlite_path(url)
+    if db is not None:
+        check_database(db)
+    for p in clean_leftovers(home):
+        logging.getLogger("fairpod").info("removed %s, left by a backup or restore that was killed", p)
 
 
 def pid_file(home: Path) -> Path:
@@ -288,7 +302,14 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         return 0
     url = db_url(home, db)
     try:
+        check_state(home, url)
         store, token = initialize(home, url, spec_file, port)
+    except StoreError as e:
+        print(f"fairpod: error: {e}", file=sys.stderr)
+        return 1
+    except OSError as e:
+        print(f"fairpod: error: cannot use FAIRPOD_HOME {home}: {e.strerror or e}", file=sys.stderr)
+        return 1
     except SpecError as e:
         for prob in e.problems:
             print(f"error: {prob}", file=sys.stderr)

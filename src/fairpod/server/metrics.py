@@ -21,6 +21,7 @@ from sqlalchemy import case, func, select
 
 from fairpod import __version__
 from fairpod.model.jobs import JobState
+from fairpod.server import diskfull
 from fairpod.server.auth import Auth, Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.figures import instance_types, team_figures
@@ -116,6 +117,7 @@ class FairpodCollector(Collector):
         info = GaugeMetricFamily("fairpod_build_info", "fairpod's version (always 1)", labels=["version"])
         info.add_metric([__version__], 1)
         yield info
+        yield from diskfull.metrics(cp)
 
         cap = GaugeMetricFamily("fairpod_cluster_capacity", "Capacity of the cluster's nodes (cpu in cores, "
                                 "memory in bytes)", labels=["instance_type", "resource"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body
+from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, Field
 
 from fairpod.model.spec import Policy, SpecError, Team, parse_spec
@@ -61,9 +61,11 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     def list_nodes(p: Auth) -> dict[str, Any]:
         return {"nodes": [node_view(n, cp, p) for n in cp.store.list_nodes()]}
 
-    @api.post("/nodes/{name}/{action}", tags=["nodes"])
-    def node_action(name: str, action: str, p: Auth, body: FaultBody | None = None) -> dict[str, Any]:
+    def _admin(p: Auth) -> None:  # a dependency: runs before the body is read, so a member gets 403, never 422
         require_admin(p)
+
+    @api.post("/nodes/{name}/{action}", tags=["nodes"], dependencies=[Depends(_admin)])
+    def node_action(name: str, action: str, p: Auth, body: FaultBody | None = None) -> dict[str, Any]:
         actions = ("cordon", "uncordon", "check", "reboot", "replace", "inject-fault")
         if action not in actions:
             raise Problem(404, "unknown action", f"unknown node action {action!r} ({', '.join(actions)})")

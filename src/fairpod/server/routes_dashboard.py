@@ -27,6 +27,9 @@ def _teams_for(cp: ControlPlane, visible: list[str] | None, team: str | None, us
     return [team]
 
 
+WINDOW_ENUM = {"enum": ["1h", "6h", "1d", "7d"]}  # the keys of usage.WINDOWS, stated in the API document
+
+
 def _window(window: str) -> float:
     if window not in WINDOWS:
         raise Problem(422, "invalid request", f"window: {window!r} is not one of {', '.join(WINDOWS)}")
@@ -166,7 +169,8 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                                     for g in cp.spec.cluster.instance_groups]}
 
     @api.get("/usage/history", tags=["dashboard"])
-    def usage_history(p: Auth, window: str = Query(default="1h", description="1h, 6h, 1d or 7d")
+    def usage_history(p: Auth, window: str = Query(default="1h", description="1h, 6h, 1d or 7d",
+                                                         json_schema_extra=WINDOW_ENUM)
                       ) -> dict[str, Any]:
         """Mean accelerators, vCPU and memory in use per instance group, and per team in use / quota /
         borrowed / lent, per time bucket over the window (members: their teams)."""
@@ -179,7 +183,8 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         team: str | None = None,
         instance_group: str | None = None,
         state: list[JobState] | None = Query(default=None),
-        window: str = Query(default="1d", description="for the averages and finished counts: 1h, 6h, 1d, 7d"),
+        window: str = Query(default="1d", description="for the averages and finished counts: 1h, 6h, 1d, 7d",
+                            json_schema_extra=WINDOW_ENUM),
         finished: int = Query(default=50, ge=0, le=1000, description="how many recently finished tasks to list"),
     ) -> dict[str, Any]:
         """Counts by state, average wait and run time, and the task table with queue positions and reasons."""

@@ -29,7 +29,7 @@ class ArraySubmit(BaseModel):
 
 
 class Progress(BaseModel):
-    step: int | None = Field(default=None, ge=0, le=MAX_ID)
+    step: int | None = Field(default=None, ge=0, le=2**53 - 1)  # an exact JSON number everywhere
     checkpoint: str | None = Field(default=None, max_length=4096)
 
 

@@ -17,7 +17,7 @@ from fairpod.store import NotFound
 
 
 class Rollback(BaseModel):
-    version: int = Field(ge=1, le=MAX_ID, description="the spec version to go back to")
+    version: int = Field(ge=1, le=2**53 - 1, strict=True, description="the spec version to go back to")
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:

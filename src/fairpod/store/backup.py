@@ -21,6 +21,7 @@ from fairpod.store.records import StoreError
 from fairpod.store.schema import HEAD, VERSION_TABLE, known_revisions
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ def backup(db: Path, dest: Path) -> BackupInfo:
             out = sqlite3.connect(tmp)
             try:
                 src.backup(out, pages=4096, sleep=0.005)  # in steps: writers are not held up for the whole copy
+                out.execute("PRAGMA journal_mode = DELETE")  # one file: no -wal/-shm beside the copy or its readers
             finally:
                 out.close()
         finally:
@@ -86,6 +88,15 @@ def check(path: Path) -> BackupInfo:
         raise StoreError(f"cannot read {path}: {e.strerror or e}") from None
     if head != SQLITE_MAGIC:
         raise StoreError(f"{path} is not a SQLite database (a PostgreSQL dump is restored with pg_restore)")
+    created = [s for s in SIDE_FILES if not Path(f"{path}{s}").exists()]
+    try:
+        return _check(path)
+    finally:
+        for s in created:  # a read-only look at a WAL database leaves -wal/-shm files: ours, removed
+            Path(f"{path}{s}").unlink(missing_ok=True)
+
+
+def _check(path: Path) -> BackupInfo:
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.Error as e:
@@ -128,11 +139,14 @@ def restore(src: Path, db: Path) -> tuple[BackupInfo, Path | None]:
         shutil.copyfile(src, tmp)
         if db.exists():
             kept = db.with_name(f"{db.name}.before-restore-{stamp}")
-            chk = sqlite3.connect(db)  # fold the WAL into the file so the kept copy is whole
             try:
-                chk.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            finally:
-                chk.close()
+                chk = sqlite3.connect(db)  # fold the WAL into the file so the kept copy is whole
+                try:
+                    chk.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                finally:
+                    chk.close()
+            except sqlite3.Error:
+                pass  # not a usable database (empty, damaged): kept as it is
             os.replace(db, kept)
         for side in ("-wal", "-shm", "-journal"):
             Path(f"{db}{side}").unlink(missing_ok=True)
@@ -141,3 +155,16 @@ def restore(src: Path, db: Path) -> tuple[BackupInfo, Path | None]:
         tmp.unlink(missing_ok=True)
         raise
     return BackupInfo(db, info.revision, info.jobs, info.unfinished_jobs, info.bytes), kept
+
+
+def attempts_in(path: Path) -> dict[str, tuple[int, str]]:
+    """``{"<name>-<id>": (attempt, state)}`` of every job in the database file ``path`` (read-only)."""
+    con = sqlite3.connect(f"file:{path}?mode=ro&immutable=1", uri=True)
+    try:
+        return {f"{name}-{jid}": (int(attempt), str(st))
+                for jid, name, attempt, st in con.execute("SELECT id, name, attempt, state FROM jobs")}
+    except sqlite3.Error as e:
+        raise StoreError(f"{path} cannot be read as a fairpod database: {e}") from None
+    finally:
+        con.close()
+

@@ -50,6 +50,9 @@ class Agents:
     node_dir: str
     startup_timeout: float
     _agent_replicas_lost: Callable[[_Agent], None]
+    _nodes: dict[str, RayNode]
+    _by_name: dict[str, RayNode]
+    nodes_version: int
 
     def _with_agents(self, table: dict[str, RayNode]) -> dict[str, RayNode]:
         """Start (or find) the agents of live fairpod nodes, forget those of dead nodes; a live Ray node is live
@@ -151,11 +154,36 @@ class Agents:
             agent.lost_at = time.monotonic()
             agent.sync_ref = None
             log.warning("node %s: %s", agent.node, agent.lost)
+            self._node_down(agent)  # the node table says so before any of its replicas' exits is taken
             try:
                 self._ray.kill(agent.handle, no_restart=True)
             except Exception:  # noqa: BLE001 - already dead
                 pass
             self._agent_replicas_lost(agent)
+
+
+    def _node_down(self, agent: _Agent) -> None:
+        """With the lock held: the node of a lost agent is not alive in the node table from now on (as the next
+        refresh would say), so that the control plane takes the node fault before the replicas' exits and does
+        not start the job again on that node (one agent death costs one retry, not two)."""
+        rn = self._nodes.get(agent.node_id)
+        if rn is None or not rn.alive:
+            return
+        down = dataclasses.replace(rn, alive=False, death=agent.lost)
+        self._nodes = {**self._nodes, agent.node_id: down}
+        self._by_name = {**self._by_name, down.name: down}
+        self.nodes_version += 1
+
+
+def task_error(e: BaseException) -> str:
+    """What went wrong in a Ray task or actor call: the exception raised there (its type and last line), not
+    Ray's header line (``ray::NodeAgent.start() (pid=…, ip=…)``)."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException) and cause is not e:
+        lines = str(cause).strip().splitlines()
+        return f"{type(cause).__name__}: {lines[-1]}" if lines else type(cause).__name__
+    lines = [ln.strip() for ln in str(e).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else type(e).__name__
 
 
 def _first_line(e: BaseException) -> str:

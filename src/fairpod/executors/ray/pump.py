@@ -12,7 +12,7 @@ from typing import Any
 
 from fairpod.executors import state
 from fairpod.executors.base import ReplicaExit
-from fairpod.executors.ray.agents import AGENT_TIMEOUT, PING_EVERY, _Agent, _first_line
+from fairpod.executors.ray.agents import AGENT_TIMEOUT, PING_EVERY, _Agent, _first_line, task_error  # noqa: F401
 from fairpod.executors.ray.attempts import _Attempt, _Rep
 from fairpod.executors.ray.nodes import RayNode
 
@@ -134,7 +134,7 @@ class Pump:
             with self._lock:
                 rep.start_ref = None
                 self._finalize(rep, {"returncode": None, "signal": None,
-                                     "reason": f"could not start on node {rep.node}: {_first_line(e)}"})
+                                     "reason": f"could not start on node {rep.node}: {task_error(e)}"})
             return
         except ray.exceptions.RayActorError:
             with self._lock:
