@@ -429,6 +429,8 @@ def get_job(a: argparse.Namespace) -> int:
     j = c.get(f"/jobs/{ref}", **params)
     if emit(j, a.output):
         return 0
+    if j.get("array_tasks") is not None:
+        return _array_summary(j)
     borrowing = j["borrowed_from"] or any("borrowing" in (t or "") for t in [j["reason"], *(e["message"] for e in j["events"])])
     per = node_sizes(c).get(j["instance_type"]) if borrowing else None
     arr = j.get("array")
@@ -455,6 +457,23 @@ def get_job(a: argparse.Namespace) -> int:
     print("Events:")
     for e in j["events"][-20:]:
         print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {reason_in_units(e['message'], per)}")
+    return 0
+
+
+def _array_summary(j: dict[str, Any]) -> int:
+    """get-job of a whole job array: its tasks counted by state, then one line per task."""
+    arr, tasks = j["array"] or {}, j["array_tasks"]
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t["state"]] = counts.get(t["state"], 0) + 1
+    print(f"{'Array:':16} {arr.get('name', j['name'])} (array job {arr.get('job_id', j['id'])}), {len(tasks)} tasks"
+          + (f", at most {arr['limit']} at a time" if arr.get("limit") else ""))
+    print(f"{'Team:':16} {j['team']}")
+    print(f"{'States:':16} " + ", ".join(f"{n} {k.lower()}" for k, n in counts.items()))
+    print(f"{'Command:':16} {' '.join(j['command'])}")
+    table([{**t, "id": f"{arr.get('job_id', j['id'])}_{t['task_id']}"} for t in tasks],
+          [("id", "TASK"), ("name", "NAME"), ("state", "STATE"), ("reason", "REASON")])
+    print(f"(one task: fairpod get-job {tasks[0]['name']} or {arr.get('job_id', j['id'])}_{tasks[0]['task_id']})")
     return 0
 
 
@@ -488,7 +507,12 @@ def _checkpoint(c: dict[str, Any]) -> str:
 def cancel_job(a: argparse.Namespace) -> int:
     ref, params = _ref(a)
     j = Client().post(f"/jobs/{ref}/cancel", **params)
-    if not emit(j, a.output):
+    if emit(j, a.output):
+        return 0
+    if "cancelled" in j:  # a whole job array
+        print(f"job array {j['name']} (id {j['array_job_id']}): cancelled {len(j['cancelled'])} of its "
+              f"{j['tasks']} tasks" + ("" if j["cancelled"] else " (all had finished)"))
+    else:
         print(f"job {j['name']}: {j['state']} — {j['reason']}")
     return 0
 
@@ -512,6 +536,10 @@ def get_logs(a: argparse.Namespace) -> int:
     c = Client()
     ref, params = _ref(a)
     job = c.get(f"/jobs/{ref}", **params)
+    if job.get("array_tasks") and not ref.isdigit():
+        t = job["array_tasks"][0]
+        raise CliError(f"{ref!r} is a job array of {len(job['array_tasks'])} tasks: name one, e.g. {t['name']} "
+                       f"or {job['array']['job_id']}_{t['task_id']}")
     params["team"] = job["team"]
     ref = str(job["id"])
     never_ran = job["state"] == "Pending" and job.get("first_started_at") is None

@@ -339,35 +339,13 @@ def sinfo(a: argparse.Namespace) -> int:
     return 0
 
 
-def _targets(c: Client, ref: str) -> list[str]:
-    """Job refs to cancel for ``ref``: a job; ``A_T``, task T of array A; ``A``, every unfinished task of A."""
-    arr, us, task = ref.partition("_")
-    if not (arr.isdigit() and (not us or task.isdigit())):
-        return [ref]
-    job = c.get(f"/jobs/{arr}")
-    if not job.get("array") or job["array"]["job_id"] != job["id"]:
-        if us:
-            raise CliError(f"job {arr} is not a job array")
-        return [ref]
-    tasks = [j for j in c.get("/jobs", team=job["team"], limit=0)["jobs"]
-             if (j.get("array") or {}).get("job_id") == job["id"]]
-    if us:
-        hit = [str(j["id"]) for j in tasks if j["array"]["task_id"] == int(task)]
-        if not hit:
-            raise CliError(f"array {arr} has no task {task}")
-        return hit
-    live = [j for j in tasks if j["state"] not in ("Succeeded", "Failed", "Cancelled")]
-    live.sort(key=lambda j: j["state"] != "Pending")  # held tasks first: none starts while the rest stop
-    return [str(j["id"]) for j in live]
-
-
 def scancel(a: argparse.Namespace) -> int:
     c = Client()
     done, failed = [], 0
     for ref in a.jobs:
-        try:
-            for target in _targets(c, ref):
-                done.append(c.post(f"/jobs/{target}/cancel"))
+        try:  # the server takes Slurm's refs: A (the whole array), A_T (one task), a job id or name
+            res = c.post(f"/jobs/{ref}/cancel")
+            done.extend(res["cancelled"] if "cancelled" in res else [res])
         except CliError as e:
             print(f"scancel: error: job {ref}: {e}", file=sys.stderr)
             failed += 1
