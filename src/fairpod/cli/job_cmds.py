@@ -556,11 +556,28 @@ def get_logs(a: argparse.Namespace) -> int:
     if not a.all_replicas:
         if a.replica >= job["nodes"]:
             raise CliError(f"--replica {a.replica}: job {job['name']} has replicas 0..{job['nodes'] - 1}")
+        wrote = 0
         for chunk in c.stream(f"/jobs/{ref}/logs", replica=a.replica, follow=a.follow, **params):
             out.write(chunk)
             out.flush()
-        return 0
+            wrote += len(chunk)
+        return 0 if wrote else _no_logs(c, ref, params, f"replica {a.replica}")
     return _all_replicas(c, ref, job["nodes"], a.follow, params)
+
+
+def _no_logs(c: Client, ref: str, params: dict[str, Any], what: str) -> int:
+    """Nothing came back: say why. A job that ended without output (it failed or was cancelled before it
+    started, or its command printed nothing) is an error; a running one just has not printed yet."""
+    job = c.get(f"/jobs/{ref}", **params)
+    if job["state"] in ("Failed", "Cancelled"):
+        never = "before it started" if "could not start" in (job["reason"] or "") or not job.get(
+            "first_started_at") else "without any output"
+        print(f"job {job['name']} has no logs: it {job['state'].lower()} {never} ({job['reason']})",
+              file=sys.stderr)
+        return 1
+    if job["state"] == "Succeeded":
+        print(f"job {job['name']} succeeded without any output ({what} printed nothing)", file=sys.stderr)
+    return 0
 
 
 def _all_replicas(c: Client, ref: str, n: int, follow: bool, params: dict[str, Any]) -> int:
