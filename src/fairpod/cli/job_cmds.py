@@ -222,7 +222,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("list-pods", [], list_pods, "list a job's replicas: node, accelerators, state"),
     ]:
         p = sub.add_parser(name, aliases=aliases, help=hlp, description=hlp[0].upper() + hlp[1:] + ".")
-        p.add_argument("job", metavar="NAME", help="job name or id")
+        _job_arg(p)
         _team_flags(p)
         add_output(p)
         p.set_defaults(func=func)
@@ -231,12 +231,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Print the output of one replica of a job's latest attempt (or of all with "
                        "--all-replicas, each line prefixed with its replica); --follow keeps printing until the "
                        "job ends, and waits for a pending job to start.")
-    p.add_argument("job", metavar="NAME", help="job name or id")
+    _job_arg(p)
     _team_flags(p)
     p.add_argument("--replica", type=whole(0, 10_000), default=0, help="which replica (default 0)")
     p.add_argument("--all-replicas", action="store_true", help="every replica, lines prefixed with [replica]")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
     p.set_defaults(func=get_logs)
+
+
+def _job_arg(p: argparse.ArgumentParser) -> None:
+    """The job: NAME (or id; an array's name or id, ID_T or NAME-T a task), or HyperPod's --job-name NAME."""
+    p.add_argument("job", metavar="NAME", nargs="?", help="job name or id (a job array: its name or id; one "
+                   "task: NAME-T or ID_T)")
+    p.add_argument("--job-name", dest="job_name", metavar="NAME", help="the HyperPod CLI's form of NAME")
 
 
 def _state(v: str) -> str:
@@ -396,7 +403,13 @@ def list_jobs(a: argparse.Namespace) -> int:
 
 
 def _ref(a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    return a.job, ({"team": a.team} if a.team else {})
+    job_name = getattr(a, "job_name", None)
+    if a.job and job_name and a.job != job_name:
+        raise CliError(f"NAME {a.job!r} and --job-name {job_name!r} name different jobs: give one")
+    ref = a.job or job_name
+    if not ref:
+        raise CliError("which job? give its name (or id), or --job-name NAME")
+    return ref, ({"team": a.team} if a.team else {})
 
 
 def node_sizes(c: Client) -> dict[str, int | None]:
