@@ -26,7 +26,9 @@ POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classe
                 "idle_compute_allocation": "--idle-compute-allocation",
                 "idle_resource_sharing": "--idle-resource-sharing",
                 "starvation_guard_seconds": "--starvation-guard-seconds",
-                "fair_share_half_life_seconds": "--fair-share-half-life-seconds"}
+                "fair_share_half_life_seconds": "--fair-share-half-life-seconds",
+                "restart_backoff_base_seconds": "--restart-backoff-base-seconds",
+                "restart_backoff_max_seconds": "--restart-backoff-max-seconds"}
 
 
 def _quota(items: list[str], flag: str = "--quota") -> list[dict[str, Any]]:
@@ -158,6 +160,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="FairShareHistory: borrowing this long ago counts half (60 .. 90 days; default 1 day)")
     p.add_argument("--idle-resource-sharing", choices=["Enabled", "Disabled"])
     p.add_argument("--starvation-guard-seconds", type=float)
+    p.add_argument("--restart-backoff-base-seconds", type=float, metavar="SECONDS",
+                   help="an auto-resume restart after the job's own failure waits this long, doubled each restart "
+                   "(0: at once; default 2)")
+    p.add_argument("--restart-backoff-max-seconds", type=float, metavar="SECONDS",
+                   help="the longest a restart waits (default 300)")
     add_output(p)
     p.set_defaults(func=policy_set)
     spec_history_cmds.register_policy(pol)
@@ -285,7 +292,7 @@ def policy_set(a: argparse.Namespace) -> int:
     c = Client(fields=POLICY_FLAGS)
     pol = c.get("/policy")
     for key in ("task_prioritization", "idle_compute_allocation", "idle_resource_sharing", "starvation_guard_seconds",
-                "fair_share_half_life_seconds"):
+                "fair_share_half_life_seconds", "restart_backoff_base_seconds", "restart_backoff_max_seconds"):
         if getattr(a, key) is not None:
             pol[key] = getattr(a, key)
     if a.priority_class is not None:

@@ -194,6 +194,11 @@ class Policy(_Strict):
     # its quota or its own borrow limit); otherwise a team may borrow all idle lendable capacity (work-conserving,
     # as Kueue's fair sharing bounds borrowing by the others' demand). Lenders reclaim as always.
     borrow_limit_applies: Literal["Always", "WhileOthersWait"] = "Always"
+    # Auto-resume restarts after the job's own failure (a replica exited non-zero) back off exponentially, as
+    # Kueue's requeuing backoff: restart k waits base x 2^(k-1) seconds, at most max (fairpod.server.backoff);
+    # a base of 0 restarts at once. Restarts after a node fault or a hang do not wait.
+    restart_backoff_base_seconds: float = Field(default=2.0, ge=0, le=3600)
+    restart_backoff_max_seconds: float = Field(default=300.0, ge=0, le=86400)
 
 
 class QuotaEntry(_Strict):
