@@ -90,6 +90,31 @@ def in_flag_words(detail: str, fields: Mapping[str, str] | None) -> str:
     return re.sub(_FIELD, sub, detail)
 
 
+# the API's name patterns, in words (an error never shows a user a regular expression)
+PATTERN_WORDS = {
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$": "lower-case letters, digits and '-', starting and ending with a letter or "
+                                        "digit",
+    "^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$": "lower-case letters, digits, '-', '.' and '_', starting and ending with "
+                                          "a letter or digit",
+    "^[A-Za-z0-9][A-Za-z0-9._-]*$": "letters, digits, '.', '_' and '-', starting with a letter or digit",
+    "^[a-z_][a-z0-9_-]*[$]?$": "a login name: lower-case letters, digits, '_' and '-', not starting with a digit",
+    "^mig-[0-9]+g\\.[0-9]+gb$": "a MIG profile such as mig-1g.10gb",
+    "^[\\x21-\\x7e]+$": "printable characters without spaces",
+}
+
+
+def pattern_in_words(detail: str) -> str:
+    """``String should match pattern '^[a-z0-9]…$'`` -> ``use lower-case letters, digits and '-', …``."""
+    if "should match pattern" not in detail:
+        return detail
+
+    def sub(m: re.Match[str]) -> str:
+        words = PATTERN_WORDS.get(m.group(1))
+        return f"use {words}" if words else "has characters or a form that is not allowed here"
+
+    return re.sub(r"String should match pattern '([^']*)'", sub, detail)
+
+
 class Client:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0,
                  fields: Mapping[str, str] | None = None) -> None:
@@ -139,7 +164,7 @@ class Client:
         msg = msg or raw.decode(errors="replace").strip() or f"HTTP status {status}"
         if status == 401:
             msg += f": the token (FAIRPOD_TOKEN or {config_path()}) is missing, wrong or revoked"
-        return CliError(in_flag_words(msg.replace("\n", " "), self.fields), status=status)
+        return CliError(in_flag_words(pattern_in_words(msg.replace("\n", " ")), self.fields), status=status)
 
     def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
                 headers: Mapping[str, str] | None = None, raw_path: str | None = None) -> Any:

@@ -264,24 +264,11 @@ def start_job(a: argparse.Namespace) -> int:
     ns = fairpod_parser("start-job").parse_args(argv)
     ns.job_command = [sys.executable, "-m", "fairpod.kube.pod", "--", sys.executable, *command[1:]]
     body = job_body(ns)
-    if not body.get("team"):
-        body["team"] = _only_team()
     job = Client(fields=JOB_FLAGS).submit(body)
     if image:
         print(f"hyperpod: note: the image {image} is not used: the script runs on the node", file=sys.stderr)
     print(f"Successfully created job {job['name']}")
     return 0
-
-
-def _only_team() -> str:
-    from fairpod.cli.client import Client
-
-    me = Client().get("/me")
-    teams = me.get("teams") or []
-    if len(teams) == 1:
-        return str(teams[0])
-    raise CliError("which team? give --namespace hyperpod-ns-<team>" + (
-        f" (you are in {', '.join(teams)})" if teams else ""))
 
 
 def _params(a: argparse.Namespace) -> dict[str, Any]:

@@ -208,8 +208,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="HyperPod's form of --team: hyperpod-ns-<team>")
     g.add_argument("--all-teams", "--all-namespaces", "-A", action="store_true",
                    help="every team you may see (the default)")
-    p.add_argument("--status", type=_state, action="append", metavar="STATE",
-                   help=f"filter by state, repeatable: {', '.join(STATES)}")
+    p.add_argument("--status", type=_states, action="extend", metavar="STATE[,STATE…]",
+                   help=f"filter by state, repeatable or comma-separated: {', '.join(STATES)}")
     p.add_argument("--limit", type=whole(0, 100_000), default=500,
                    help="show the newest N jobs (default 500; 0: all)")
     p.add_argument("--array-tasks", action="store_true", help="one line per task of a job array")
@@ -251,6 +251,11 @@ def _state(v: str) -> str:
         if s.lower() == v.lower():
             return s
     raise argparse.ArgumentTypeError(f"{v!r} is not a state: {', '.join(STATES)}")
+
+
+def _states(v: str) -> list[str]:
+    """``Running,Pending`` (as kubectl and squeue -t take them): each a state."""
+    return [_state(x.strip()) for x in v.split(",") if x.strip()] or [_state(v)]
 
 
 def _kv(items: list[str]) -> dict[str, str]:
@@ -307,9 +312,10 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     if a.job_command is not None:
         body["command"] = a.job_command
     src = f" (or set it in {a.config_file})" if a.config_file else " (or set it in --config-file)"
-    for need in ("name", "team"):
-        if not body.get(need):
-            raise CliError(f"--{need} is required{src}")
+    if not body.get("name"):
+        raise CliError(f"--name is required{src}")
+    if not body.get("team"):
+        body["team"] = only_team(src)
     cmd = body.get("command")
     if not cmd:
         raise CliError("give the job's command after --, e.g. fairpod start-job --name x --team t -- python "
@@ -325,6 +331,16 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     if body.get("workdir") is None:
         body["workdir"] = os.getcwd()
     return body
+
+
+def only_team(src: str = "") -> str:
+    """The team of a member of exactly one team (who then needs no --team); else the error that asks for it."""
+    me = Client().get("/me")
+    teams = me.get("teams") or []
+    if me.get("role") == "member" and len(teams) == 1:
+        return str(teams[0])
+    mine = f"; you are in {', '.join(teams)}" if len(teams) > 1 else ""
+    raise CliError(f"--team is required{src}{mine}")
 
 
 def start_job(a: argparse.Namespace) -> int:

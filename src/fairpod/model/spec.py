@@ -24,6 +24,17 @@ TOPOLOGY_VALUE = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"  # a rack's 
 USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"  # a POSIX login name
 
 
+def did_you_mean(name: str, known: Any) -> str:
+    """' (did you mean ml.g5.12xlarge?)' for an instance type written without SageMaker's ``ml.`` prefix or
+    with a small typo; '' when nothing is close."""
+    if f"ml.{name}" in known:
+        return f" (did you mean ml.{name}?)"
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.85)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 class TaskPrioritization(StrEnum):
     FIRST_COME_FIRST_SERVE = "FirstComeFirstServe"
     TASK_RANKING = "TaskRanking"
@@ -406,7 +417,7 @@ def check_spec(spec: ClusterSpec) -> list[str]:
     for i, g in enumerate(spec.cluster.instance_groups):
         if g.instance_type not in cat:
             probs.append(
-                f"cluster.instance_groups[{i}].instance_type: unknown instance type {g.instance_type!r} "
+                f"cluster.instance_groups[{i}].instance_type: unknown instance type {g.instance_type!r}{did_you_mean(g.instance_type, cat)} "
                 f"(built-in: {known}; or define it under instance_types)"
             )
         probs.extend(_topology_problems(spec, i, g))
@@ -442,7 +453,8 @@ def check_spec(spec: ClusterSpec) -> list[str]:
         for j, q in enumerate(team.quota):
             where = f"teams[{i}].quota[{j}]"
             if q.instance_type not in cat:
-                probs.append(f"{where}.instance_type: unknown instance type {q.instance_type!r} (built-in: {known})")
+                probs.append(f"{where}.instance_type: unknown instance type {q.instance_type!r}{did_you_mean(q.instance_type, cat)} "
+                             f"(built-in: {known})")
                 continue
             if q.instance_type in seen:
                 probs.append(f"{where}.instance_type: {q.instance_type!r} appears twice in team {team.name!r}")
@@ -465,7 +477,8 @@ def check_spec(spec: ClusterSpec) -> list[str]:
         for j, b in enumerate(team.budgets):
             where = f"teams[{i}].budgets[{j}]"
             if b.instance_type not in cat:
-                probs.append(f"{where}.instance_type: unknown instance type {b.instance_type!r} (built-in: {known})")
+                probs.append(f"{where}.instance_type: unknown instance type {b.instance_type!r}{did_you_mean(b.instance_type, cat)} "
+                             f"(built-in: {known})")
             elif cat[b.instance_type].accelerators == 0:
                 probs.append(f"{where}.instance_type: {b.instance_type} has no accelerators to count hours of")
             if b.instance_type in seen_b:
@@ -528,7 +541,8 @@ def _limit_problems(i: int, team: Team, cat: dict[str, InstanceType], known: str
         for j, e in enumerate(entries):
             where = f"teams[{i}].sharing.{field}[{j}]"
             if e.instance_type not in cat:
-                probs.append(f"{where}.instance_type: unknown instance type {e.instance_type!r} (built-in: {known})")
+                probs.append(f"{where}.instance_type: unknown instance type {e.instance_type!r}{did_you_mean(e.instance_type, cat)} "
+                             f"(built-in: {known})")
                 continue
             if e.instance_type in seen:
                 probs.append(f"{where}.instance_type: {e.instance_type!r} appears twice")
