@@ -117,6 +117,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             full_page = bool(limit) and len(jobs) == limit
             total = t.count_jobs(team=teams, state=state) if full_page or offset else len(jobs)
         jobs.reverse()  # the newest page, oldest first (newest last)
+        cp.eta.ensure(cp, jobs)
         return as_json({"jobs": [job_view(cp, j) for j in jobs], "count": len(jobs), "total": total,
                         "truncated": offset + len(jobs) < total})
 
@@ -125,6 +126,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         """A job by id or name; ``ID_T`` is task T of a job array. The array's name or id address the whole
         array: the answer is its first task with ``array_tasks``, every task's id, index, state and reason."""
         job, tasks = array_refs.resolve(cp, p, ref, team, find_job)
+        cp.eta.ensure(cp, [job, *(tasks or [])])  # a job submitted since the last estimates gets one now
         out = job_view(cp, job, detail=True, reader=p)
         out["events"] = [{"ts": e.ts, "kind": e.kind, "message": e.message}
                          for e in cp.store.list_events(job_id=job.id, limit=200)]
