@@ -29,7 +29,9 @@ POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classe
                 "starvation_guard_seconds": "--starvation-guard-seconds",
                 "fair_share_half_life_seconds": "--fair-share-half-life-seconds",
                 "restart_backoff_base_seconds": "--restart-backoff-base-seconds",
-                "restart_backoff_max_seconds": "--restart-backoff-max-seconds"}
+                "restart_backoff_max_seconds": "--restart-backoff-max-seconds",
+                "shell_idle_timeout_seconds": "--shell-idle-timeout-seconds",
+                "shell_max_seconds": "--shell-max-seconds"}
 
 
 def _quota(items: list[str], flag: str = "--quota") -> list[dict[str, Any]]:
@@ -169,6 +171,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(0: at once; default 2)")
     p.add_argument("--restart-backoff-max-seconds", type=float, metavar="SECONDS",
                    help="the longest a restart waits (default 300)")
+    p.add_argument("--shell-idle-timeout-seconds", type=float, metavar="SECONDS",
+                   help="an interactive shell (fairpod shell, salloc, srun --pty) without input or output this "
+                   "long ends (default 3600)")
+    p.add_argument("--shell-max-seconds", type=float, metavar="SECONDS",
+                   help="the longest an interactive shell lasts (default 28800)")
     add_output(p)
     p.set_defaults(func=policy_set)
     spec_history_cmds.register_policy(pol)
@@ -304,7 +311,8 @@ def policy_set(a: argparse.Namespace) -> int:
     c = Client(fields=POLICY_FLAGS)
     pol = c.get("/policy")
     for key in ("task_prioritization", "idle_compute_allocation", "idle_resource_sharing", "starvation_guard_seconds",
-                "fair_share_half_life_seconds", "restart_backoff_base_seconds", "restart_backoff_max_seconds"):
+                "fair_share_half_life_seconds", "restart_backoff_base_seconds", "restart_backoff_max_seconds",
+                "shell_idle_timeout_seconds", "shell_max_seconds"):
         if getattr(a, key) is not None:
             pol[key] = getattr(a, key)
     if a.priority_class is not None:

@@ -34,6 +34,7 @@ COMMAND_MODULES = [
     "fairpod.cli.backup_cmds",
     "fairpod.cli.kube_cmds",
     "fairpod.cli.hyp_cmds",
+    "fairpod.cli.shell_cmds",
 ]
 
 # commands whose own argument list ends at '--': what follows is the job's command, never parsed as flags

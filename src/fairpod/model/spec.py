@@ -214,6 +214,10 @@ class Policy(_Strict):
     # or it is hung (its replicas did not re-form their group: e.g. a torchrun rendezvous still waiting for the
     # replica that left); the job's hang_action says what follows (fairpod.server.watchdog). null: never.
     elastic_regroup_timeout_seconds: float | None = Field(default=300.0, ge=1, le=86400)
+    # Interactive shells (fairpod shell, salloc, srun --pty): a shell that saw no input or output this long is
+    # ended, and none lasts longer than the maximum; a user may ask for less, never more.
+    shell_idle_timeout_seconds: float = Field(default=3600.0, ge=10, le=7 * 86400)
+    shell_max_seconds: float = Field(default=8 * 3600.0, ge=60, le=30 * 86400)
 
 
 class QuotaEntry(_Strict):
