@@ -2,7 +2,8 @@
 
 - ``$FAIRPOD_HOME`` (default ``~/.local/share/fairpod``): the control plane's state: ``fairpod.db`` (SQLite,
   WAL), ``server.pid``, ``server.log``, ``runs/`` (replica state and logs), ``checkpoints/``;
-- ``$FAIRPOD_CONFIG`` (default ``~/.config/fairpod/config.json``): the CLI's server URL and token (mode 0600);
+- ``$FAIRPOD_CONFIG`` (default ``$XDG_CONFIG_HOME/fairpod/config.json``, ``~/.config/fairpod/config.json``
+  without ``XDG_CONFIG_HOME``): the CLI's server URL and token (mode 0600);
 - ``$FAIRPOD_DB_URL``: a database URL instead of the SQLite file under the home.
 """
 
@@ -17,7 +18,13 @@ def fairpod_home() -> Path:
 
 
 def config_path() -> Path:
-    return Path(os.environ.get("FAIRPOD_CONFIG") or Path.home() / ".config/fairpod/config.json").absolute()
+    explicit = os.environ.get("FAIRPOD_CONFIG")
+    if explicit:
+        return Path(explicit).absolute()
+    base = os.environ.get("XDG_CONFIG_HOME") or ""
+    # the XDG base directory spec: a relative XDG_CONFIG_HOME is invalid and ignored
+    root = Path(base) if os.path.isabs(base) else Path.home() / ".config"
+    return (root / "fairpod" / "config.json").absolute()
 
 
 def db_url(home: Path, url: str | None = None) -> str:

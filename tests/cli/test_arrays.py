@@ -86,3 +86,26 @@ def test_sbatch_array_in_one_request_with_slurm_variables_and_file_patterns(serv
         assert f"task {i} of 4" in (tmp_path / f"out-{aid}_{i}.txt").read_text()
     bad = server.cli("start-job", "--name", "x", "--team", "john", "--array", "5-1", "--", "true", check=False)
     assert bad.returncode == 1 and "'5-1' runs backwards" in bad.stderr, bad.stderr
+
+
+def test_an_array_is_addressed_by_its_name_and_id_and_a_task_by_name_dash_index_or_id_underscore(server: Server):
+    res = json.loads(server.cli("start-job", "--name", "sweep", "--team", "john", "--accelerators", "1", "--array",
+                                "0-5%2", "-o", "json", "--", "sleep", "60").stdout)
+    aid = res["array_job_id"]
+    out = server.cli("get-job", "sweep").stdout
+    assert f"sweep (array job {aid}), 6 tasks, at most 2 at a time" in out and f"{aid}_5" in out, out
+    assert "6 pending" in out or "running" in out
+    by_id = json.loads(server.cli("get-job", str(aid), "-o", "json").stdout)
+    assert [t["task_id"] for t in by_id["array_tasks"]] == list(range(6))
+    one = json.loads(server.cli("get-job", f"{aid}_5", "-o", "json").stdout)
+    assert one["name"] == "sweep-5" and "array_tasks" not in one
+    assert "Array:           sweep, task 5" in server.cli("get-job", "sweep-5").stdout
+    r = server.cli("get-job", f"{aid}_9", check=False)
+    assert r.returncode == 1 and f"job array {aid} has no task 9" in r.stderr
+    r = server.cli("get-logs", "sweep", check=False)
+    assert r.returncode == 1 and "is a job array of 6 tasks: name one, e.g. sweep-0" in r.stderr
+    server.cli("cancel-job", f"{aid}_1")
+    server.wait_state("sweep-1", "Cancelled")
+    r = server.cli("cancel-job", "sweep")
+    assert f"job array sweep (id {aid}): cancelled 5 of its 6 tasks" in r.stdout, r.stdout
+    assert all(j["state"] == "Cancelled" for j in tasks_of(server, aid))

@@ -87,3 +87,18 @@ def test_completion_bash_and_zsh(tmp_path: Path):
     assert complete(script, "fairpod", "team", "create", "--wei") == ["--weight"]
     zsh = server.cli("completion", "zsh").stdout
     assert zsh.startswith("autoload -U +X bashcompinit && bashcompinit\n") and "complete -o default" in zsh
+
+
+def test_get_logs_of_a_job_that_failed_before_starting_says_why_and_fails(server: Server, tmp_path: Path):
+    server.cli("start-job", "--name", "nowhere", "--team", "john", "--accelerators", "1", "--workdir",
+               str(tmp_path / "missing"), "--", "true")
+    server.wait_state("nowhere", "Failed")
+    r = server.cli("get-logs", "nowhere", check=False)
+    assert r.returncode == 1 and r.stdout == "", (r.returncode, r.stdout, r.stderr)
+    assert r.stderr.startswith("job nowhere has no logs: it failed before it started (could not start: ")
+    assert "does not exist" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    # a job that did start and print keeps exit 0
+    server.cli("start-job", "--name", "talks", "--team", "john", "--accelerators", "1", "--", "echo", "hi")
+    server.wait_state("talks", "Succeeded")
+    r = server.cli("get-logs", "talks")
+    assert "hi" in r.stdout and r.returncode == 0

@@ -68,7 +68,7 @@ def test_seed_scenario_b_borrows_three_from_a():
     (adm,) = cycle(snap)
     assert isinstance(adm, Admit) and adm.job == "b2"
     assert adm.borrowed == 3 and adm.lenders == (("a", 3),)
-    assert "borrowing 3 accelerators from a (3)" in adm.reason
+    assert adm.reason.endswith("borrowing 3 accelerators from a")  # one lender: no count to repeat
 
 
 @pytest.mark.parametrize(

@@ -96,3 +96,28 @@ def test_elastic_flags_are_checked_in_one_line(server: Server):
                        (["--max-nodes", "5"], "max_nodes 5 is more than the 4 unit1 nodes")):
         r = server.cli("start-job", "--name", "x", "--team", "john", *flags, "--", "true", check=False)
         assert r.returncode != 0 and msg in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+def test_an_elastic_job_that_does_not_regroup_after_a_shrink_is_noticed(tmp_path: Path):
+    spec = SPEC.replace("teams:", "policy: {elastic_regroup_timeout_seconds: 2}\nteams:", 1)
+    servers = running(tmp_path, spec)
+    server = next(servers)
+    try:
+        out = tmp_path / "ddp.log"
+        plain(server, "john-x", "john")
+        server.wait_state("john-x", "Running")
+        # prints nothing once it runs, as a torchrun agent stuck in its re-rendezvous
+        server.cli("start-job", "--name", "ddp", "--team", "smith", "--min-nodes", "1", "--max-nodes", "3",
+                   "--grace-seconds", "1", "--", "sh", "-c", REPLICA.format(out=out))
+        wait_for(lambda: server.job("ddp")["nodes"] == 3, 30, "ddp to grow to 3 nodes")
+        plain(server, "john-y", "john")  # john's second node back: ddp shrinks
+        server.wait_state("john-y", "Running", timeout=30)
+        assert events(server, "JobShrunk")
+        hung = wait_for(lambda: events(server, "JobHung"), 30, "the regroup timeout to notice")
+        assert "since it shrank: its replicas did not re-form their group" in hung[0]["message"], hung
+        assert "regroup timeout 2 s" in hung[0]["message"]
+        assert server.job("ddp")["state"] == "Running"  # hang_action notify (the default): only told
+        server.cli("cancel-job", "ddp")
+        server.wait_state("ddp", "Cancelled", timeout=30)
+    finally:
+        servers.close()

@@ -128,3 +128,27 @@ def test_a_copy_that_held_the_lock_long_spaces_the_next_refresh(tmp_path):
     eta._last = time.monotonic() - 1.5
     assert eta.due(ip.cp)  # a short copy: max_age decides
     ip.close()
+
+
+def test_a_job_has_an_estimate_from_submit_on_and_held_array_tasks_have_one(server: Server):
+    server.cli("start-job", "--name", "big", *FOUR, "--expected-duration", "30", "--", "sleep", "30")
+    server.wait_state("big", "Running")
+    big_start = wait_for(lambda: server.job("big")["started_at"], 10, "big's start")
+    server.cli("start-job", "--name", "next", *FOUR, "--expected-duration", "5", "--", "true")
+    est = _estimate(server, "next")  # at once, not after the next periodic refresh
+    assert est is not None and abs(est - (big_start + 30)) < 1.5, (est, big_start)
+    assert "~in " in next(r for r in server.cli("list-jobs").stdout.splitlines() if " next " in r)
+    server.cli("cancel-job", "next")
+    server.cli("cancel-job", "big")
+    server.wait_state("big", "Cancelled", 40)
+    # a throttled array: one task at a time, 20 s each; the held tasks start one after another
+    server.cli("start-job", "--name", "sw", "--team", "john", "--accelerators", "1", "--array", "0-3%1",
+               "--expected-duration", "20", "--", "sleep", "20")
+    server.wait_state("sw-0", "Running")
+    t0 = wait_for(lambda: server.job("sw-0")["started_at"], 10, "sw-0's start")
+    for i in (1, 2, 3):
+        held = _get(server, f"sw-{i}")
+        assert "at most 1 tasks at a time" in held["reason"]
+        assert held["estimated_start"] is not None and abs(held["estimated_start"] - (t0 + 20 * i)) < 1.5, (
+            i, held["estimated_start"], t0)
+    server.cli("cancel-job", "sw")

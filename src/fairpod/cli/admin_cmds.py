@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from fairpod.cli import spec_history_cmds
 from fairpod.cli.client import Client
@@ -26,7 +27,11 @@ POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classe
                 "idle_compute_allocation": "--idle-compute-allocation",
                 "idle_resource_sharing": "--idle-resource-sharing",
                 "starvation_guard_seconds": "--starvation-guard-seconds",
-                "fair_share_half_life_seconds": "--fair-share-half-life-seconds"}
+                "fair_share_half_life_seconds": "--fair-share-half-life-seconds",
+                "restart_backoff_base_seconds": "--restart-backoff-base-seconds",
+                "restart_backoff_max_seconds": "--restart-backoff-max-seconds",
+                "shell_idle_timeout_seconds": "--shell-idle-timeout-seconds",
+                "shell_max_seconds": "--shell-max-seconds"}
 
 
 def _quota(items: list[str], flag: str = "--quota") -> list[dict[str, Any]]:
@@ -135,9 +140,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = t.add_parser("update", help="change a team (only the given fields)")
     _team_flags(p)
     p.set_defaults(func=team_update)
-    p = t.add_parser("delete", help="delete a team without unfinished jobs")
+    p = t.add_parser("delete", help="delete a team without unfinished jobs",
+                     description="Delete a team that has no unfinished jobs. A team that has jobs (finished ones: "
+                     "their records stay) is deleted only with --yes.")
     p.add_argument("name", help="the team")
-    p.set_defaults(func=lambda a: print(f"team {Client().delete(f'/teams/{a.name}')['deleted']} deleted"))
+    p.add_argument("--yes", "-y", action="store_true", help="delete it even though it has (finished) jobs")
+    p.set_defaults(func=team_delete)
     p = t.add_parser("list", help="list teams with their weights, sharing and quotas")
     add_output(p)
     p.set_defaults(func=team_list)
@@ -158,6 +166,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="FairShareHistory: borrowing this long ago counts half (60 .. 90 days; default 1 day)")
     p.add_argument("--idle-resource-sharing", choices=["Enabled", "Disabled"])
     p.add_argument("--starvation-guard-seconds", type=float)
+    p.add_argument("--restart-backoff-base-seconds", type=float, metavar="SECONDS",
+                   help="an auto-resume restart after the job's own failure waits this long, doubled each restart "
+                   "(0: at once; default 2)")
+    p.add_argument("--restart-backoff-max-seconds", type=float, metavar="SECONDS",
+                   help="the longest a restart waits (default 300)")
+    p.add_argument("--shell-idle-timeout-seconds", type=float, metavar="SECONDS",
+                   help="an interactive shell (fairpod shell, salloc, srun --pty) without input or output this "
+                   "long ends (default 3600)")
+    p.add_argument("--shell-max-seconds", type=float, metavar="SECONDS",
+                   help="the longest an interactive shell lasts (default 28800)")
     add_output(p)
     p.set_defaults(func=policy_set)
     spec_history_cmds.register_policy(pol)
@@ -184,6 +202,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         p = n.add_parser(action, help=f"{hlp} (admin)", description=f"{hlp[0].upper()}{hlp[1:]}.")
         p.add_argument("node", nargs="+", help="node name(s)")
         p.set_defaults(func=lambda a, act=action: node_do(a.node, act))
+    p = n.add_parser("drain", help="cordon nodes and wait until their running jobs have ended (admin)",
+                     description="Slurm's 'scontrol update nodename=N state=drain': cordon the nodes (no new work), "
+                     "then wait until no job runs on them; the jobs are not stopped. Exit 1 if --timeout passes "
+                     "first (the nodes stay cordoned).")
+    p.add_argument("node", nargs="+", help="node name(s)")
+    p.add_argument("--timeout", type=float, default=3600.0, metavar="SECONDS",
+                   help="how long to wait (default %(default)g; 0: cordon only)")
+    p.set_defaults(func=node_drain)
     p = n.add_parser("inject-fault", help="make the node's next check see a fault (admin; for tests and demos)",
                      description="Inject a fault into a node's readings: its next health check sees it through "
                      "the same code path as a real fault. A reboot clears xid, heartbeat-lost and disk-full; "
@@ -285,7 +311,8 @@ def policy_set(a: argparse.Namespace) -> int:
     c = Client(fields=POLICY_FLAGS)
     pol = c.get("/policy")
     for key in ("task_prioritization", "idle_compute_allocation", "idle_resource_sharing", "starvation_guard_seconds",
-                "fair_share_half_life_seconds"):
+                "fair_share_half_life_seconds", "restart_backoff_base_seconds", "restart_backoff_max_seconds",
+                "shell_idle_timeout_seconds", "shell_max_seconds"):
         if getattr(a, key) is not None:
             pol[key] = getattr(a, key)
     if a.priority_class is not None:
@@ -362,6 +389,43 @@ def node_do(nodes: list[str], action: str) -> int:
         nd = c.post(f"/nodes/{name}/{action}")
         print(f"node {nd['name']}: {action} " + ("done" if action in ("cordon", "uncordon") else "requested")
               + f" (health {nd['health_status']})")
+    return 0
+
+
+DRAIN_POLL = 1.0  # seconds between looks at the jobs of draining nodes
+
+
+def node_drain(a: argparse.Namespace) -> int:
+    import time
+
+    node_do(a.node, "cordon")
+    c = Client()
+    deadline = time.monotonic() + a.timeout
+    said: dict[str, tuple[str, ...]] = {}
+    while True:
+        busy = {nd["name"]: tuple(map(str, nd.get("jobs") or ())) for nd in c.get("/nodes")["nodes"]
+                if nd["name"] in a.node and nd.get("jobs")}
+        if not busy:
+            print(f"drained: {', '.join(a.node)} (cordoned, no jobs running)")
+            return 0
+        for name, jobs in busy.items():
+            if said.get(name) != jobs:
+                print(f"node {name}: waiting for {len(jobs)} job(s) to end: {', '.join(jobs)}", flush=True)
+                said[name] = jobs
+        if time.monotonic() >= deadline:
+            print(f"fairpod: error: --timeout {a.timeout:g} s passed with jobs still running on "
+                  f"{', '.join(sorted(busy))} (cordoned; 'fairpod node drain' again waits on)", file=sys.stderr)
+            return 1
+        time.sleep(min(DRAIN_POLL, max(0.0, deadline - time.monotonic())))
+
+
+def team_delete(a: argparse.Namespace) -> int:
+    c = Client()
+    if not a.yes:
+        res = c.get("/jobs", team=a.name, limit=1)
+        if res["total"]:
+            raise CliError(f"team {a.name} has {res['total']} job(s) (their records stay): delete it with --yes")
+    print(f"team {c.delete(f'/teams/{a.name}')['deleted']} deleted")
     return 0
 
 

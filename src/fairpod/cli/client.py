@@ -2,8 +2,8 @@
 even ``http.client``, on the path of a command, so a command starts about as fast as the interpreter does).
 
 It reads the server URL and token from the config ``fairpod up`` wrote (``$FAIRPOD_CONFIG``, default
-``~/.config/fairpod/config.json``), or from ``FAIRPOD_URL``/``FAIRPOD_TOKEN``. API errors come back as one
-line; field names of the API are put in the words of the command's flags by the caller's ``fields`` map."""
+``$XDG_CONFIG_HOME/fairpod/config.json``, else ``~/.config/fairpod/config.json``), or from
+``FAIRPOD_URL``/``FAIRPOD_TOKEN``. API errors come back as one line; field names of the API are put in the words of the command's flags by the caller's ``fields`` map."""
 
 from __future__ import annotations
 
@@ -26,7 +26,14 @@ SUBMIT_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a submit
 
 
 def config_path() -> str:
-    return os.environ.get("FAIRPOD_CONFIG") or os.path.expanduser("~/.config/fairpod/config.json")
+    """``$FAIRPOD_CONFIG``, else ``$XDG_CONFIG_HOME/fairpod/config.json``, else ``~/.config/fairpod/config.json``
+    (as :func:`fairpod.paths.config_path`, which the CLI does not import)."""
+    explicit = os.environ.get("FAIRPOD_CONFIG")
+    if explicit:
+        return explicit
+    base = os.environ.get("XDG_CONFIG_HOME") or ""
+    root = base if os.path.isabs(base) else os.path.expanduser("~/.config")
+    return os.path.join(root, "fairpod", "config.json")
 
 
 def load_config() -> tuple[str, str]:
@@ -40,6 +47,11 @@ def load_config() -> tuple[str, str]:
             raise CliError(f"cannot read the CLI config {path}: {e}") from None
         if not isinstance(cfg, dict):
             raise CliError(f"cannot read the CLI config {path}: expected a JSON object")
+    home = os.environ.get("FAIRPOD_HOME")
+    if home and cfg.get("home") and not os.environ.get("FAIRPOD_URL") \
+            and os.path.abspath(home) != os.path.abspath(str(cfg["home"])):
+        raise CliError(f"the CLI config {path} is that of the fairpod of {cfg['home']}, not of this FAIRPOD_HOME "
+                       f"{home}: set FAIRPOD_CONFIG to this home's config (or FAIRPOD_URL and FAIRPOD_TOKEN)")
     url = os.environ.get("FAIRPOD_URL") or cfg.get("url") or DEFAULT_URL
     token = os.environ.get("FAIRPOD_TOKEN") or cfg.get("token") or ""
     return str(url).rstrip("/"), str(token)
@@ -76,6 +88,31 @@ def in_flag_words(detail: str, fields: Mapping[str, str] | None) -> str:
         return f"{key}: "
 
     return re.sub(_FIELD, sub, detail)
+
+
+# the API's name patterns, in words (an error never shows a user a regular expression)
+PATTERN_WORDS = {
+    "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$": "lower-case letters, digits and '-', starting and ending with a letter or "
+                                        "digit",
+    "^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$": "lower-case letters, digits, '-', '.' and '_', starting and ending with "
+                                          "a letter or digit",
+    "^[A-Za-z0-9][A-Za-z0-9._-]*$": "letters, digits, '.', '_' and '-', starting with a letter or digit",
+    "^[a-z_][a-z0-9_-]*[$]?$": "a login name: lower-case letters, digits, '_' and '-', not starting with a digit",
+    "^mig-[0-9]+g\\.[0-9]+gb$": "a MIG profile such as mig-1g.10gb",
+    "^[\\x21-\\x7e]+$": "printable characters without spaces",
+}
+
+
+def pattern_in_words(detail: str) -> str:
+    """``String should match pattern '^[a-z0-9]…$'`` -> ``use lower-case letters, digits and '-', …``."""
+    if "should match pattern" not in detail:
+        return detail
+
+    def sub(m: re.Match[str]) -> str:
+        words = PATTERN_WORDS.get(m.group(1))
+        return f"use {words}" if words else "has characters or a form that is not allowed here"
+
+    return re.sub(r"String should match pattern '([^']*)'", sub, detail)
 
 
 class Client:
@@ -127,7 +164,7 @@ class Client:
         msg = msg or raw.decode(errors="replace").strip() or f"HTTP status {status}"
         if status == 401:
             msg += f": the token (FAIRPOD_TOKEN or {config_path()}) is missing, wrong or revoked"
-        return CliError(in_flag_words(msg.replace("\n", " "), self.fields), status=status)
+        return CliError(in_flag_words(pattern_in_words(msg.replace("\n", " ")), self.fields), status=status)
 
     def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
                 headers: Mapping[str, str] | None = None, raw_path: str | None = None) -> Any:

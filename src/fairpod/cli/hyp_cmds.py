@@ -57,6 +57,8 @@ class HypParser(argparse.ArgumentParser):
     """Errors as one line (``fairpod: error: hyp create hyp-pytorch-job: …``), not usage and a traceback."""
 
     def error(self, message: str) -> NoReturn:
+        if message.endswith("required: KIND"):
+            message += f" (the kinds fairpod knows: {KIND})"
         print(f"fairpod: error: {self.prog.removeprefix('fairpod ')}: {message}", file=sys.stderr)
         raise SystemExit(2)
 
@@ -85,8 +87,20 @@ def _bool(v: str) -> bool:
 
 
 def _list(v: str) -> list[str]:
-    """hyp's list form: ``'[python, train.py, --epochs, 3]'``."""
-    return [x.strip() for x in v.strip().strip("[]").split(",") if x.strip()]
+    """hyp's list form: ``'[python, train.py, --epochs, 3]'``: brackets that open and close, no empty item."""
+    text = v.strip()
+    if not (text.startswith("[") and text.endswith("]")) or len(text) < 2:
+        missing = "the closing ']'" if text.startswith("[") else "the opening '['"
+        raise argparse.ArgumentTypeError(f"{v!r} is not a list: {missing} is missing; write it as "
+                                         "'[python, train.py, --epochs, 3]'")
+    inner = text[1:-1]
+    if "[" in inner or "]" in inner:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a list: brackets inside it; write it as "
+                                         "'[python, train.py, --epochs, 3]'")
+    items = [x.strip() for x in inner.split(",")] if inner.strip() else []
+    if any(not x for x in items):
+        raise argparse.ArgumentTypeError(f"{v!r} has an empty item (two commas, or one at an end)")
+    return items
 
 
 def _json_map(v: str) -> dict[str, str]:

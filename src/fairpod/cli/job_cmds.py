@@ -208,8 +208,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="HyperPod's form of --team: hyperpod-ns-<team>")
     g.add_argument("--all-teams", "--all-namespaces", "-A", action="store_true",
                    help="every team you may see (the default)")
-    p.add_argument("--status", type=_state, action="append", metavar="STATE",
-                   help=f"filter by state, repeatable: {', '.join(STATES)}")
+    p.add_argument("--status", type=_states, action="extend", metavar="STATE[,STATE…]",
+                   help=f"filter by state, repeatable or comma-separated: {', '.join(STATES)}")
     p.add_argument("--limit", type=whole(0, 100_000), default=500,
                    help="show the newest N jobs (default 500; 0: all)")
     p.add_argument("--array-tasks", action="store_true", help="one line per task of a job array")
@@ -222,7 +222,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("list-pods", [], list_pods, "list a job's replicas: node, accelerators, state"),
     ]:
         p = sub.add_parser(name, aliases=aliases, help=hlp, description=hlp[0].upper() + hlp[1:] + ".")
-        p.add_argument("job", metavar="NAME", help="job name or id")
+        _job_arg(p)
         _team_flags(p)
         add_output(p)
         p.set_defaults(func=func)
@@ -231,7 +231,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="Print the output of one replica of a job's latest attempt (or of all with "
                        "--all-replicas, each line prefixed with its replica); --follow keeps printing until the "
                        "job ends, and waits for a pending job to start.")
-    p.add_argument("job", metavar="NAME", help="job name or id")
+    _job_arg(p)
     _team_flags(p)
     p.add_argument("--replica", type=whole(0, 10_000), default=0, help="which replica (default 0)")
     p.add_argument("--all-replicas", action="store_true", help="every replica, lines prefixed with [replica]")
@@ -239,11 +239,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=get_logs)
 
 
+def _job_arg(p: argparse.ArgumentParser) -> None:
+    """The job: NAME (or id; an array's name or id, ID_T or NAME-T a task), or HyperPod's --job-name NAME."""
+    p.add_argument("job", metavar="NAME", nargs="?", help="job name or id (a job array: its name or id; one "
+                   "task: NAME-T or ID_T)")
+    p.add_argument("--job-name", dest="job_name", metavar="NAME", help="the HyperPod CLI's form of NAME")
+
+
 def _state(v: str) -> str:
     for s in STATES:
         if s.lower() == v.lower():
             return s
     raise argparse.ArgumentTypeError(f"{v!r} is not a state: {', '.join(STATES)}")
+
+
+def _states(v: str) -> list[str]:
+    """``Running,Pending`` (as kubectl and squeue -t take them): each a state."""
+    return [_state(x.strip()) for x in v.split(",") if x.strip()] or [_state(v)]
 
 
 def _kv(items: list[str]) -> dict[str, str]:
@@ -300,9 +312,10 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     if a.job_command is not None:
         body["command"] = a.job_command
     src = f" (or set it in {a.config_file})" if a.config_file else " (or set it in --config-file)"
-    for need in ("name", "team"):
-        if not body.get(need):
-            raise CliError(f"--{need} is required{src}")
+    if not body.get("name"):
+        raise CliError(f"--name is required{src}")
+    if not body.get("team"):
+        body["team"] = only_team(src)
     cmd = body.get("command")
     if not cmd:
         raise CliError("give the job's command after --, e.g. fairpod start-job --name x --team t -- python "
@@ -318,6 +331,16 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     if body.get("workdir") is None:
         body["workdir"] = os.getcwd()
     return body
+
+
+def only_team(src: str = "") -> str:
+    """The team of a member of exactly one team (who then needs no --team); else the error that asks for it."""
+    me = Client().get("/me")
+    teams = me.get("teams") or []
+    if me.get("role") == "member" and len(teams) == 1:
+        return str(teams[0])
+    mine = f"; you are in {', '.join(teams)}" if len(teams) > 1 else ""
+    raise CliError(f"--team is required{src}{mine}")
 
 
 def start_job(a: argparse.Namespace) -> int:
@@ -396,7 +419,13 @@ def list_jobs(a: argparse.Namespace) -> int:
 
 
 def _ref(a: argparse.Namespace) -> tuple[str, dict[str, Any]]:
-    return a.job, ({"team": a.team} if a.team else {})
+    job_name = getattr(a, "job_name", None)
+    if a.job and job_name and a.job != job_name:
+        raise CliError(f"NAME {a.job!r} and --job-name {job_name!r} name different jobs: give one")
+    ref = a.job or job_name
+    if not ref:
+        raise CliError("which job? give its name (or id), or --job-name NAME")
+    return ref, ({"team": a.team} if a.team else {})
 
 
 def node_sizes(c: Client) -> dict[str, int | None]:
@@ -429,6 +458,8 @@ def get_job(a: argparse.Namespace) -> int:
     j = c.get(f"/jobs/{ref}", **params)
     if emit(j, a.output):
         return 0
+    if j.get("array_tasks") is not None:
+        return _array_summary(j)
     borrowing = j["borrowed_from"] or any("borrowing" in (t or "") for t in [j["reason"], *(e["message"] for e in j["events"])])
     per = node_sizes(c).get(j["instance_type"]) if borrowing else None
     arr = j.get("array")
@@ -455,6 +486,23 @@ def get_job(a: argparse.Namespace) -> int:
     print("Events:")
     for e in j["events"][-20:]:
         print(f"  {ago(e['ts']):>4} ago  {e['kind']:<16} {reason_in_units(e['message'], per)}")
+    return 0
+
+
+def _array_summary(j: dict[str, Any]) -> int:
+    """get-job of a whole job array: its tasks counted by state, then one line per task."""
+    arr, tasks = j["array"] or {}, j["array_tasks"]
+    counts: dict[str, int] = {}
+    for t in tasks:
+        counts[t["state"]] = counts.get(t["state"], 0) + 1
+    print(f"{'Array:':16} {arr.get('name', j['name'])} (array job {arr.get('job_id', j['id'])}), {len(tasks)} tasks"
+          + (f", at most {arr['limit']} at a time" if arr.get("limit") else ""))
+    print(f"{'Team:':16} {j['team']}")
+    print(f"{'States:':16} " + ", ".join(f"{n} {k.lower()}" for k, n in counts.items()))
+    print(f"{'Command:':16} {' '.join(j['command'])}")
+    table([{**t, "id": f"{arr.get('job_id', j['id'])}_{t['task_id']}"} for t in tasks],
+          [("id", "TASK"), ("name", "NAME"), ("state", "STATE"), ("reason", "REASON")])
+    print(f"(one task: fairpod get-job {tasks[0]['name']} or {arr.get('job_id', j['id'])}_{tasks[0]['task_id']})")
     return 0
 
 
@@ -488,7 +536,12 @@ def _checkpoint(c: dict[str, Any]) -> str:
 def cancel_job(a: argparse.Namespace) -> int:
     ref, params = _ref(a)
     j = Client().post(f"/jobs/{ref}/cancel", **params)
-    if not emit(j, a.output):
+    if emit(j, a.output):
+        return 0
+    if "cancelled" in j:  # a whole job array
+        print(f"job array {j['name']} (id {j['array_job_id']}): cancelled {len(j['cancelled'])} of its "
+              f"{j['tasks']} tasks" + ("" if j["cancelled"] else " (all had finished)"))
+    else:
         print(f"job {j['name']}: {j['state']} — {j['reason']}")
     return 0
 
@@ -512,6 +565,10 @@ def get_logs(a: argparse.Namespace) -> int:
     c = Client()
     ref, params = _ref(a)
     job = c.get(f"/jobs/{ref}", **params)
+    if job.get("array_tasks") and not ref.isdigit():
+        t = job["array_tasks"][0]
+        raise CliError(f"{ref!r} is a job array of {len(job['array_tasks'])} tasks: name one, e.g. {t['name']} "
+                       f"or {job['array']['job_id']}_{t['task_id']}")
     params["team"] = job["team"]
     ref = str(job["id"])
     never_ran = job["state"] == "Pending" and job.get("first_started_at") is None
@@ -528,11 +585,28 @@ def get_logs(a: argparse.Namespace) -> int:
     if not a.all_replicas:
         if a.replica >= job["nodes"]:
             raise CliError(f"--replica {a.replica}: job {job['name']} has replicas 0..{job['nodes'] - 1}")
+        wrote = 0
         for chunk in c.stream(f"/jobs/{ref}/logs", replica=a.replica, follow=a.follow, **params):
             out.write(chunk)
             out.flush()
-        return 0
+            wrote += len(chunk)
+        return 0 if wrote else _no_logs(c, ref, params, f"replica {a.replica}")
     return _all_replicas(c, ref, job["nodes"], a.follow, params)
+
+
+def _no_logs(c: Client, ref: str, params: dict[str, Any], what: str) -> int:
+    """Nothing came back: say why. A job that ended without output (it failed or was cancelled before it
+    started, or its command printed nothing) is an error; a running one just has not printed yet."""
+    job = c.get(f"/jobs/{ref}", **params)
+    if job["state"] in ("Failed", "Cancelled"):
+        never = "before it started" if "could not start" in (job["reason"] or "") or not job.get(
+            "first_started_at") else "without any output"
+        print(f"job {job['name']} has no logs: it {job['state'].lower()} {never} ({job['reason']})",
+              file=sys.stderr)
+        return 1
+    if job["state"] == "Succeeded":
+        print(f"job {job['name']} succeeded without any output ({what} printed nothing)", file=sys.stderr)
+    return 0
 
 
 def _all_replicas(c: Client, ref: str, n: int, follow: bool, params: dict[str, Any]) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 from collections.abc import Sequence
 
@@ -33,6 +34,7 @@ COMMAND_MODULES = [
     "fairpod.cli.backup_cmds",
     "fairpod.cli.kube_cmds",
     "fairpod.cli.hyp_cmds",
+    "fairpod.cli.shell_cmds",
 ]
 
 # commands whose own argument list ends at '--': what follows is the job's command, never parsed as flags
@@ -44,6 +46,15 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         m = message
+        choice = re.match(r"argument [^:]+: invalid choice: '([^']*)' \(choose from (.*)\)$", m)
+        if choice is not None:  # a mistyped command: name the one meant, not all forty
+            import difflib
+
+            options = re.findall(r"'([^']*)'", choice.group(2))
+            close = difflib.get_close_matches(choice.group(1), options, n=1, cutoff=0.6)
+            what = "command" if self.prog == "fairpod" else "action"
+            m = f"unknown {what} {choice.group(1)!r}" + (f" (did you mean {close[0]}?)" if close else
+                                                         f"; one of {', '.join(options)}")
         if m.startswith("unrecognized arguments: "):
             words = m.split(": ", 1)[1].split()
             flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]

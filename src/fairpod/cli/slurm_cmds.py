@@ -71,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("squeue", add_help=False, help="list jobs in Slurm's columns",
                        description="List jobs as Slurm's squeue does: JOBID PARTITION (instance type) NAME "
-                       "ACCOUNT (team) ST TIME NODES NODELIST(REASON). Pending and running jobs by default.")
+                       "USER ACCOUNT (team) ST TIME NODES NODELIST(REASON). Pending and running jobs by default.")
     p.add_argument("--help", action="help", help="show this help and exit")
     p.add_argument("-A", "--account", help="only this team's jobs (comma-separated list)")
     p.add_argument("-j", "--jobs", help="only these job ids (comma-separated)")
@@ -258,7 +258,7 @@ def squeue_rows(jobs: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
         where = compress(j["placement"]) if j["state"] in ("Running", "Preempted") and j["placement"] else \
             f"({j.get('reason') or 'None'})"
         arr = j.get("array")
-        rows.append({"job_id": f"{arr['job_id']}_{arr['task_id']}" if arr else j["id"], "partition": j["instance_type"], "name": j["name"], "account": j["team"],
+        rows.append({"job_id": f"{arr['job_id']}_{arr['task_id']}" if arr else j["id"], "partition": j["instance_type"], "name": j["name"], "user": j.get("user") or "-", "account": j["team"],
                      "state": j["state"], "st": STATE_CODES.get(j["state"], "?"), "time": elapsed(t),
                      "nodes": j["nodes"], "nodelist": where, "priority": j.get("priority"),
                      "restarts": j.get("restarts"), "reason": j.get("reason")})
@@ -277,9 +277,9 @@ def squeue(a: argparse.Namespace) -> int:
     rows = squeue_rows(jobs, time.time())
     if _emit(a, {"jobs": rows}):
         return 0
-    # Slurm's default format: %.18i %.9P %.8j %.8u %.2t %.10M %.6D %R (ACCOUNT in place of USER: the team)
-    cols = [("job_id", "JOBID", 18), ("partition", "PARTITION", 9), ("name", "NAME", 8), ("account", "ACCOUNT", 8),
-            ("st", "ST", 2), ("time", "TIME", 10), ("nodes", "NODES", 6)]
+    # Slurm's default format: %.18i %.9P %.8j %.8u %.2t %.10M %.6D %R, and ACCOUNT (the team) after USER
+    cols = [("job_id", "JOBID", 18), ("partition", "PARTITION", 9), ("name", "NAME", 8), ("user", "USER", 8),
+            ("account", "ACCOUNT", 8), ("st", "ST", 2), ("time", "TIME", 10), ("nodes", "NODES", 6)]
     if not a.noheader:
         print(" ".join(h[:w].rjust(w) for _, h, w in cols) + " NODELIST(REASON)")
     for r in rows:
@@ -339,35 +339,13 @@ def sinfo(a: argparse.Namespace) -> int:
     return 0
 
 
-def _targets(c: Client, ref: str) -> list[str]:
-    """Job refs to cancel for ``ref``: a job; ``A_T``, task T of array A; ``A``, every unfinished task of A."""
-    arr, us, task = ref.partition("_")
-    if not (arr.isdigit() and (not us or task.isdigit())):
-        return [ref]
-    job = c.get(f"/jobs/{arr}")
-    if not job.get("array") or job["array"]["job_id"] != job["id"]:
-        if us:
-            raise CliError(f"job {arr} is not a job array")
-        return [ref]
-    tasks = [j for j in c.get("/jobs", team=job["team"], limit=0)["jobs"]
-             if (j.get("array") or {}).get("job_id") == job["id"]]
-    if us:
-        hit = [str(j["id"]) for j in tasks if j["array"]["task_id"] == int(task)]
-        if not hit:
-            raise CliError(f"array {arr} has no task {task}")
-        return hit
-    live = [j for j in tasks if j["state"] not in ("Succeeded", "Failed", "Cancelled")]
-    live.sort(key=lambda j: j["state"] != "Pending")  # held tasks first: none starts while the rest stop
-    return [str(j["id"]) for j in live]
-
-
 def scancel(a: argparse.Namespace) -> int:
     c = Client()
     done, failed = [], 0
     for ref in a.jobs:
-        try:
-            for target in _targets(c, ref):
-                done.append(c.post(f"/jobs/{target}/cancel"))
+        try:  # the server takes Slurm's refs: A (the whole array), A_T (one task), a job id or name
+            res = c.post(f"/jobs/{ref}/cancel")
+            done.extend(res["cancelled"] if "cancelled" in res else [res])
         except CliError as e:
             print(f"scancel: error: job {ref}: {e}", file=sys.stderr)
             failed += 1

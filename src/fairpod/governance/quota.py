@@ -161,7 +161,8 @@ def lending(snap: Snapshot, itype: str) -> dict[str, dict[str, int]]:
 
     Borrowing is not tied to one lender, so it is attributed deterministically: borrowers in name order
     take from the lender with the most idle quota first; unallocated capacity (idle sharing) is named
-    ``(unallocated)`` and is taken first.
+    ``(unallocated)`` and is taken first. Borrowing that no lender's idle quota covers any more (a quota was
+    cut under running jobs: they run on capacity no quota holds now) is ``(unallocated)`` too, never nobody's.
     """
     idle: dict[str, int] = {}
     if snap.idle_sharing:
@@ -184,6 +185,8 @@ def lending(snap: Snapshot, itype: str) -> dict[str, dict[str, int]]:
             over -= take
             if idle[lender] == 0:
                 del idle[lender]
+        if over > 0:
+            out.setdefault(name, {})["(unallocated)"] = out.get(name, {}).get("(unallocated)", 0) + over
     return out
 
 

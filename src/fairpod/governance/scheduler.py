@@ -85,6 +85,16 @@ def _within_or_undo(snap: Snapshot, w: Workload, plan: tuple[list[tuple[Workload
     return None
 
 
+
+def borrowed_words(lenders: list[tuple[str, int]] | tuple[tuple[str, int], ...]) -> str:
+    """'john', 'john (4), smith (4)' with several lenders, 'idle capacity' with none: the borrowing reason's
+    words (``fairpod.cli.output.reason_in_units`` reads them)."""
+    if not lenders:
+        return "idle capacity"
+    if len(lenders) == 1:
+        return lenders[0][0]
+    return ", ".join(f"{name} ({n})" for name, n in lenders)
+
 class _Cycle:
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
@@ -136,9 +146,7 @@ class _Cycle:
         if within or need <= 0:
             reason = f"admitted within team {team.name}'s quota"
         else:
-            reason = f"admitted, borrowing {need} accelerators from " + (
-                ", ".join(f"{name} ({n})" for name, n in lenders) or "idle capacity"
-            )
+            reason = f"admitted, borrowing {need} accelerators from " + borrowed_words(lenders)
         w.reason = reason
         w.borrowed_from = dict(lenders)
         self.out.append(Admit(w.id, tuple(nodes), reason, need, lenders, tuple(after)))

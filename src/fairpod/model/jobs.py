@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fairpod.model.catalog import InstanceType
 from fairpod.model.resources import Res, by_ratio, node_res, partition_share
-from fairpod.model.spec import NAME_PATTERN, ClusterSpec, no_bool_numbers
+from fairpod.model.spec import NAME_PATTERN, ClusterSpec, did_you_mean, no_bool_numbers
 
 
 def run_key(name: str, job_id: int) -> str:
@@ -196,7 +196,7 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
             raise ValueError(f"the cluster has several instance types; name one with instance_type ({', '.join(types)})")
         itype_name = types[0]
     if itype_name not in cat:
-        raise ValueError(f"unknown instance type {itype_name!r}")
+        raise ValueError(f"unknown instance type {itype_name!r}{did_you_mean(itype_name, cat)}")
     itype: InstanceType = cat[itype_name]
     if partitions is not None:
         job = job.model_copy(update={"accelerators": float(partitions)})

@@ -24,6 +24,17 @@ TOPOLOGY_VALUE = r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$"  # a rack's 
 USER_PATTERN = r"^[a-z_][a-z0-9_-]*[$]?$"  # a POSIX login name
 
 
+def did_you_mean(name: str, known: Any) -> str:
+    """' (did you mean ml.g5.12xlarge?)' for an instance type written without SageMaker's ``ml.`` prefix or
+    with a small typo; '' when nothing is close."""
+    if f"ml.{name}" in known:
+        return f" (did you mean ml.{name}?)"
+    import difflib
+
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.85)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+
 class TaskPrioritization(StrEnum):
     FIRST_COME_FIRST_SERVE = "FirstComeFirstServe"
     TASK_RANKING = "TaskRanking"
@@ -194,6 +205,19 @@ class Policy(_Strict):
     # its quota or its own borrow limit); otherwise a team may borrow all idle lendable capacity (work-conserving,
     # as Kueue's fair sharing bounds borrowing by the others' demand). Lenders reclaim as always.
     borrow_limit_applies: Literal["Always", "WhileOthersWait"] = "Always"
+    # Auto-resume restarts after the job's own failure (a replica exited non-zero) back off exponentially, as
+    # Kueue's requeuing backoff: restart k waits base x 2^(k-1) seconds, at most max (fairpod.server.backoff);
+    # a base of 0 restarts at once. Restarts after a node fault or a hang do not wait.
+    restart_backoff_base_seconds: float = Field(default=2.0, ge=0, le=3600)
+    restart_backoff_max_seconds: float = Field(default=300.0, ge=0, le=86400)
+    # An elastic job that shrank must show life again (a progress report, else output) within this many seconds,
+    # or it is hung (its replicas did not re-form their group: e.g. a torchrun rendezvous still waiting for the
+    # replica that left); the job's hang_action says what follows (fairpod.server.watchdog). null: never.
+    elastic_regroup_timeout_seconds: float | None = Field(default=300.0, ge=1, le=86400)
+    # Interactive shells (fairpod shell, salloc, srun --pty): a shell that saw no input or output this long is
+    # ended, and none lasts longer than the maximum; a user may ask for less, never more.
+    shell_idle_timeout_seconds: float = Field(default=3600.0, ge=10, le=7 * 86400)
+    shell_max_seconds: float = Field(default=8 * 3600.0, ge=60, le=30 * 86400)
 
 
 class QuotaEntry(_Strict):
@@ -401,7 +425,7 @@ def check_spec(spec: ClusterSpec) -> list[str]:
     for i, g in enumerate(spec.cluster.instance_groups):
         if g.instance_type not in cat:
             probs.append(
-                f"cluster.instance_groups[{i}].instance_type: unknown instance type {g.instance_type!r} "
+                f"cluster.instance_groups[{i}].instance_type: unknown instance type {g.instance_type!r}{did_you_mean(g.instance_type, cat)} "
                 f"(built-in: {known}; or define it under instance_types)"
             )
         probs.extend(_topology_problems(spec, i, g))
@@ -437,7 +461,8 @@ def check_spec(spec: ClusterSpec) -> list[str]:
         for j, q in enumerate(team.quota):
             where = f"teams[{i}].quota[{j}]"
             if q.instance_type not in cat:
-                probs.append(f"{where}.instance_type: unknown instance type {q.instance_type!r} (built-in: {known})")
+                probs.append(f"{where}.instance_type: unknown instance type {q.instance_type!r}{did_you_mean(q.instance_type, cat)} "
+                             f"(built-in: {known})")
                 continue
             if q.instance_type in seen:
                 probs.append(f"{where}.instance_type: {q.instance_type!r} appears twice in team {team.name!r}")
@@ -460,7 +485,8 @@ def check_spec(spec: ClusterSpec) -> list[str]:
         for j, b in enumerate(team.budgets):
             where = f"teams[{i}].budgets[{j}]"
             if b.instance_type not in cat:
-                probs.append(f"{where}.instance_type: unknown instance type {b.instance_type!r} (built-in: {known})")
+                probs.append(f"{where}.instance_type: unknown instance type {b.instance_type!r}{did_you_mean(b.instance_type, cat)} "
+                             f"(built-in: {known})")
             elif cat[b.instance_type].accelerators == 0:
                 probs.append(f"{where}.instance_type: {b.instance_type} has no accelerators to count hours of")
             if b.instance_type in seen_b:
@@ -523,7 +549,8 @@ def _limit_problems(i: int, team: Team, cat: dict[str, InstanceType], known: str
         for j, e in enumerate(entries):
             where = f"teams[{i}].sharing.{field}[{j}]"
             if e.instance_type not in cat:
-                probs.append(f"{where}.instance_type: unknown instance type {e.instance_type!r} (built-in: {known})")
+                probs.append(f"{where}.instance_type: unknown instance type {e.instance_type!r}{did_you_mean(e.instance_type, cat)} "
+                             f"(built-in: {known})")
                 continue
             if e.instance_type in seen:
                 probs.append(f"{where}.instance_type: {e.instance_type!r} appears twice")

@@ -45,7 +45,7 @@ from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import arrays, diskfull, elastic, eta, membership
+from fairpod.server import arrays, backoff, diskfull, elastic, eta, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.budgets import BudgetKeeper
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits, Problem, WrongState
@@ -113,6 +113,7 @@ class ControlPlane:
         self.budgets = BudgetKeeper()  # teams' accelerator-hours in the current budget periods
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
+        self.restart_holds: dict[int, float] = {}  # restarts backing off (fairpod.server.backoff)
         self._groups: dict[str, Any] = {}  # node -> its instance group or None (cleared when rebuilt)
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
@@ -138,7 +139,9 @@ class ControlPlane:
         and pending jobs."""
         self._groups.clear()
         self.snap = self.build_snapshot(self.spec)
-        arrays.hold_back(self, self.store.list_jobs(finished=False))  # throttled arrays: tasks beyond the limit
+        unfinished = self.store.list_jobs(finished=False)
+        arrays.hold_back(self, unfinished)  # throttled arrays: tasks beyond the limit
+        backoff.hold_back(self, unfinished)  # restarts still backing off
 
     def build_snapshot(self, spec: ClusterSpec) -> Snapshot:
         """The engine's view of the store's nodes and unfinished jobs under ``spec`` (the live one, or one a
@@ -438,6 +441,7 @@ class ControlPlane:
             self.budgets.apply(self)  # hours used in each budget period (rule 10), before this turn's exits
             membership.sync(self)  # nodes joining and leaving the executor's cluster (Ray); no-op otherwise
             arrays.release(self)  # held tasks of job arrays whose running tasks went below the limit
+            backoff.release(self)  # restarts whose backoff ran out
             exits = self.executor.poll(ack=False)
             if exits:  # a node lost with these exits (Ray: its agent died) is a fault before they are taken
                 membership.sync(self)
@@ -821,13 +825,16 @@ class ControlPlane:
             if kind == STOP_RESTART:
                 changes["attempt"] = job.attempt + 1
                 changes["reason"] = f"restarting: {run.stop_reason}"
+                changes.update(backoff.restart_changes(self.spec.policy, job, changes["run_state"], run.stop_reason,
+                                                       now))
             job = self.store.update_job(job.id, changes)
             if kind == STOP_RESTART:
                 self.event("JobRestarting", f"job {job.name}: {run.stop_reason} (restart {job.attempt} of "
                            f"{job.max_retry})", job, attempt=job.attempt)
             else:
                 self.event("JobRequeued", f"job {job.name} stopped and is back in its queue", job)
-            self.snap.add_pending(self.workload(job))
+            if not backoff.hold(self, job):
+                self.snap.add_pending(self.workload(job))
             self.wake.set()
 
     # -- the transitions of a node -----------------------------------------------------------------

@@ -50,6 +50,7 @@ class Core(Protocol):
 
     # job arrays (fairpod.server.arrays): throttled tasks kept out of the snapshot
     array_holds: dict[int, Any]  # array job id -> fairpod.server.arrays.Hold
+    restart_holds: dict[int, float]  # job id -> when its restart backoff ends (fairpod.server.backoff)
 
     def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload: ...
 

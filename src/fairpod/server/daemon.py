@@ -86,12 +86,15 @@ def secure_home(home: Path, searchable: bool | None = None) -> None:
                     os.chmod(os.path.join(top, f), 0o600)
 
 
-def write_config(url: str, token: str) -> Path:
+def write_config(url: str, token: str, home: Path | None = None) -> Path:
+    """The CLI config: the server's URL, the admin token and the home of the server it belongs to (``fairpod
+    status`` and ``fairpod down`` use it to tell this home's server from another one)."""
     path = config_path()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    doc = {"url": url, "token": token, **({"home": str(home)} if home is not None else {})}
     with os.fdopen(fd, "w") as f:
-        json.dump({"url": url, "token": token}, f, indent=1)
+        json.dump(doc, f, indent=1)
     os.chmod(path, 0o600)
     return path
 
@@ -273,6 +276,8 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
 
 
 def wait_healthy(port: int, proc: subprocess.Popen | None, timeout: float = 30.0) -> bool:
+    """True once /healthz on ``port`` answers, from ``proc`` itself when given (another server that holds the
+    port does not count)."""
     import httpx
 
     deadline = time.monotonic() + timeout
@@ -280,12 +285,27 @@ def wait_healthy(port: int, proc: subprocess.Popen | None, timeout: float = 30.0
         if proc is not None and proc.poll() is not None:
             return False
         try:
-            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0).status_code == 200:
+            r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0)
+            if r.status_code == 200 and (proc is None or r.json().get("pid") == proc.pid):
                 return True
         except httpx.HTTPError:
             pass
+        except ValueError:  # not JSON: not a fairpod server
+            pass
         time.sleep(0.1)
     return False
+
+
+def can_listen(addresses: list[str], port: int) -> str | None:
+    """None when this process could listen on ``port`` at every address; else the one line that says why not
+    (checked before ``up`` writes anything, so a clash leaves the home and the CLI config untouched)."""
+    try:
+        socks = _listen(addresses, port)
+    except SystemExit as e:
+        return str(e.code)
+    for s in socks:
+        s.close()
+    return None
 
 
 def up(port: int, spec_file: str | None, db: str | None, executor: str | None, foreground: bool,
@@ -300,6 +320,12 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     if running:
         print(f"fairpod is already running (pid {running[0]}) at http://127.0.0.1:{running[1]}")
         return 0
+    why = can_listen([LOOPBACK, advertise], port)
+    if why is not None:
+        holder = _healthz_pid(port)
+        hint = (f" (fairpod pid {holder} of another FAIRPOD_HOME holds it)" if holder is not None else "")
+        print(f"{why}{hint}; choose another --port", file=sys.stderr)
+        return 1
     url = db_url(home, db)
     try:
         check_state(home, url)
@@ -336,9 +362,9 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
             return 1
     server_url = f"http://127.0.0.1:{port}"
     if token:
-        print(f"created the admin user; its token is in {write_config(server_url, token)}")
+        print(f"created the admin user; its token is in {_write_own_config(server_url, token, home)}")
     else:
-        _update_config_url(server_url)
+        _update_config_url(server_url, home)
     if foreground:
         serve(home, url, port, executor, ray_address, ray_namespace, advertise)
         return 0
@@ -372,15 +398,43 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     return 0
 
 
-def _update_config_url(url: str) -> None:
+def _config_home(path: Path) -> str | None:
+    """The home recorded in the CLI config at ``path`` (None: no config, or one without a home)."""
+    try:
+        cfg = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    home = cfg.get("home") if isinstance(cfg, dict) else None
+    return str(home) if home else None
+
+
+def _write_own_config(url: str, token: str, home: Path) -> Path:
+    """The CLI config for a new admin token; when the config there belongs to another home's server (whose
+    token it holds), this one goes to ``$FAIRPOD_HOME/cli-config.json`` instead, to use with FAIRPOD_CONFIG."""
+    other = _config_home(config_path())
+    if other is None or other == str(home):
+        return write_config(url, token, home)
+    path = home / "cli-config.json"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump({"url": url, "token": token, "home": str(home)}, f, indent=1)
+    print(f"{config_path()} belongs to the fairpod of {other} and is left as it is; "
+          f"use this server with FAIRPOD_CONFIG={path}")
+    return path
+
+
+def _update_config_url(url: str, home: Path) -> None:
+    """Point the CLI config at this server, unless the config belongs to another home's server (then its
+    token is of no use here and must not be lost)."""
     path = config_path()
     try:
         cfg = json.loads(path.read_text())
     except (OSError, ValueError):
         return
-    if cfg.get("url") != url:
-        cfg["url"] = url
-        write_config(url, cfg.get("token", ""))
+    if not isinstance(cfg, dict) or cfg.get("home", str(home)) != str(home):
+        return
+    if cfg.get("url") != url or "home" not in cfg:
+        write_config(url, cfg.get("token", ""), home)
 
 
 def down(timeout: float = 30.0) -> int:

@@ -13,16 +13,23 @@ last ``KEEP``), else never (their waiters get no estimate). The lock is held onl
 (``pickle``: ~10 ms for 1,000 pending jobs, see benchmarks/eta.py); the copy is rebuilt and the forecast runs
 outside it, bounded by ``max_cycles`` engine cycles and ``horizon`` seconds ahead. The figures
 are estimates: nothing new is assumed to arrive and no job ends early.
+
+A job that arrived after the last refresh gets its estimate at once when someone asks for it (``ensure``: the
+submit's answer, ``get-job``), within the same CPU and lock budget. The held tasks of a throttled job array
+(``%N``, kept out of the engine's snapshot) get one too (``held_starts``): each starts when one of the array's N
+slots frees, its tasks ahead ending at their durations, as above.
 """
 
 from __future__ import annotations
 
+import heapq
 import logging
 import pickle
 import statistics
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 
 from fairpod.governance.forecast import estimate_starts
 from fairpod.governance.snapshot import Workload
@@ -88,6 +95,15 @@ class Estimates:
             if job.finished_at is not None:
                 self.typical.observe(job, job.finished_at)
 
+    def ensure(self, cp: Core, jobs: list[Job]) -> None:
+        """Pending jobs that arrived after the last refresh: refresh now, if the CPU and lock budget allows
+        (call it without holding ``cp.lock``)."""
+        if all(j.state != JobState.PENDING or j.id in self.starts for j in jobs):
+            return
+        since = time.monotonic() - self._last
+        if since >= max(self.spacing * self.forecast_cpu, self.copy_seconds / self.lock_share):
+            self.refresh(cp)
+
     def due(self, cp: Core) -> bool:
         """Is a refresh due now (see the module doc)?"""
         since = time.monotonic() - self._last
@@ -107,13 +123,14 @@ class Estimates:
         with cp.lock:
             self.seed(cp)
             self._seen = self._signature(cp)
-            if not cp.snap.pending:
+            if not cp.snap.pending and not cp.array_holds:
                 self.starts, self.at, self.copy_seconds, self.forecast_seconds = {}, cp.snap.now, 0.0, 0.0
                 self.forecast_cpu = 0.0
                 return
             now = cp.clock()
             frozen = pickle.dumps(cp.snap, pickle.HIGHEST_PROTOCOL)
             medians = self.typical.medians()
+            throttled = _throttled(cp)
         t1 = time.perf_counter()
         c1 = time.thread_time()
         snap = pickle.loads(frozen)
@@ -124,7 +141,9 @@ class Estimates:
 
         est = estimate_starts(snap, durations=durations, max_cycles=self.max_cycles, horizon=self.horizon,
                               in_place=True)
-        self.starts = {int(k): v for k, v in est.items()}
+        starts = {int(k): v for k, v in est.items()}
+        starts.update(held_starts(throttled, starts, durations, now))
+        self.starts = starts
         self.at = now
         self.copy_seconds, self.forecast_seconds = t1 - t0, time.perf_counter() - t1
         self.forecast_cpu = time.thread_time() - c1
@@ -148,3 +167,54 @@ class Estimates:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
+
+
+# an array's tasks for held_starts: (limit, [(job id, its workload, held?) in task order])
+Throttled = list[tuple[int, list[tuple[int, Workload, bool]]]]
+
+
+def _throttled(cp: Core) -> Throttled:
+    """The throttled arrays with held tasks, as held_starts needs them (under ``cp.lock``)."""
+    out: Throttled = []
+    for h in cp.array_holds.values():
+        tasks = []
+        for jid in h.tasks:
+            w = cp.snap.running.get(str(jid)) or cp.snap.pending.get(str(jid))
+            if w is None and jid in h.held:
+                job = cp.store.get_job(jid)
+                w = cp.workload(job) if job is not None and job.state == JobState.PENDING else None
+            if w is not None:
+                tasks.append((jid, w, jid in h.held))
+        out.append((h.limit, tasks))
+    return out
+
+
+def held_starts(throttled: Throttled, starts: dict[int, float | None],
+                durations: Callable[[Workload], float | None], now: float) -> dict[int, float | None]:
+    """Estimated starts of held array tasks: the array's ``limit`` slots, each free when the task in it ends
+    (a running task at its start plus its duration, a pending one at its estimate plus its duration); each held
+    task, in order, takes the slot that frees first. Unknown durations give no estimate from there on."""
+    out: dict[int, float | None] = {}
+    for limit, tasks in throttled:
+        frees: list[float] = []
+        for jid, w, held in tasks:
+            if held:
+                continue
+            begun = w.started if w.started is not None else starts.get(jid)
+            d = w.expected if w.expected is not None else durations(w)
+            frees.append(begun + d if begun is not None and d is not None else float("inf"))
+        frees = sorted(frees)[:limit] + [now] * max(0, limit - len(frees))
+        heapq.heapify(frees)
+        for jid, w, held in tasks:
+            if not held:
+                continue
+            free = heapq.heappop(frees) if frees else float("inf")
+            if free == float("inf"):
+                out[jid] = None
+                heapq.heappush(frees, free)
+                continue
+            begin = max(free, now)
+            out[jid] = begin
+            d = w.expected if w.expected is not None else durations(w)
+            heapq.heappush(frees, begin + d if d is not None else float("inf"))
+    return out

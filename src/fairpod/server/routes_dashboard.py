@@ -16,6 +16,7 @@ from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.usage import WINDOWS, history
+from fairpod.server.views import reason_now
 from fairpod.store import Job
 
 
@@ -87,7 +88,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         end = j.finished_at if j.finished_at is not None else now
         out.append({
             "id": j.id, "name": j.name, "team": j.team, "priority": j.spec.priority, "priority_weight": j.priority,
-            "state": j.state.value, "queue_position": positions.get(j.id), "reason": j.reason,
+            "state": j.state.value, "queue_position": positions.get(j.id), "reason": reason_now(cp, j),
             "estimated_start": cp.eta.get(j),
             "instance_type": j.instance_type, "nodes": j.nodes, "accelerators": j.nodes * j.acc,
             "min_nodes": j.spec.nodes if j.spec.max_nodes else None, "max_nodes": j.spec.max_nodes,

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from fairpod.model.jobs import JobSpec, JobState
+from fairpod.server import array_refs
 from fairpod.server.auth import Auth, Principal, current_principal, require_team
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
@@ -116,31 +117,51 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             full_page = bool(limit) and len(jobs) == limit
             total = t.count_jobs(team=teams, state=state) if full_page or offset else len(jobs)
         jobs.reverse()  # the newest page, oldest first (newest last)
+        cp.eta.ensure(cp, jobs)
         return as_json({"jobs": [job_view(cp, j) for j in jobs], "count": len(jobs), "total": total,
                         "truncated": offset + len(jobs) < total})
 
     @api.get("/jobs/{ref}", tags=["jobs"])
     def get_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
-        job = find_job(cp, p, ref, team)
+        """A job by id or name; ``ID_T`` is task T of a job array. The array's name or id address the whole
+        array: the answer is its first task with ``array_tasks``, every task's id, index, state and reason."""
+        job, tasks = array_refs.resolve(cp, p, ref, team, find_job)
+        cp.eta.ensure(cp, [job, *(tasks or [])])  # a job submitted since the last estimates gets one now
         out = job_view(cp, job, detail=True, reader=p)
         out["events"] = [{"ts": e.ts, "kind": e.kind, "message": e.message}
                          for e in cp.store.list_events(job_id=job.id, limit=200)]
+        if tasks is not None:
+            out["array_tasks"] = [{k: v[k] for k in ("id", "name", "state", "reason", "estimated_start")}
+                                  | {"task_id": (v["array"] or {}).get("task_id")}
+                                  for v in (job_view(cp, t) for t in tasks)]
         return out
 
     @api.post("/jobs/{ref}/cancel", tags=["jobs"])
     def cancel_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
-        job = find_job(cp, p, ref, team)
+        """Cancel a job; the array's name or id cancel every unfinished task of the array (held and pending
+        tasks first, so none starts while the others stop): the answer lists them under ``cancelled``."""
+        job, tasks = array_refs.resolve(cp, p, ref, team, find_job)
         require_team(p, job.team)
-        return job_view(cp, cp.cancel(job, p.name), detail=True, reader=p)
+        if tasks is None:
+            return job_view(cp, cp.cancel(job, p.name), detail=True, reader=p)
+        live = sorted((t for t in tasks if not t.state.finished), key=lambda t: t.state != JobState.PENDING)
+        done = []
+        for t in live:
+            fresh = cp.store.get_job(t.id)
+            if fresh is not None and not fresh.state.finished:
+                done.append(job_view(cp, cp.cancel(fresh, p.name)))
+        arr = job_view(cp, job)["array"] or {}
+        return {"array_job_id": arr.get("job_id", job.id), "name": arr.get("name", job.name), "team": job.team,
+                "tasks": len(tasks), "cancelled": done}
 
     @api.get("/jobs/{ref}/replicas", tags=["jobs"])
     def list_replicas(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
-        job = find_job(cp, p, ref, team)
+        job = array_refs.one_task(cp, p, ref, team, find_job)
         return {"job": job.name, "state": job.state.value, "replicas": replicas_view(cp, job)}
 
     @api.get("/jobs/{ref}/events", tags=["jobs"])
     def job_events(ref: str, p: Auth, team: str | None = None, since_id: SinceId = None) -> dict[str, Any]:
-        job = find_job(cp, p, ref, team)
+        job = array_refs.resolve(cp, p, ref, team, find_job)[0]
         evs = cp.store.list_events(job_id=job.id, since_id=since_id, limit=1000)
         return {"events": [_ev(e) for e in evs]}
 
@@ -158,7 +179,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     @api.get("/jobs/{ref}/logs", tags=["jobs"])
     async def get_logs(ref: str, p: Auth, team: str | None = None, replica: int = Query(default=0, ge=0),
                        follow: bool = False) -> StreamingResponse:
-        job = find_job(cp, p, ref, team)
+        job = array_refs.one_task(cp, p, ref, team, find_job)
         require_team(p, job.team)  # viewers may not read logs
         if replica >= job.nodes:
             raise Problem(404, "no such replica", f"job {job.name} has replicas 0..{job.nodes - 1}")

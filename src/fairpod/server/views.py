@@ -23,6 +23,26 @@ def queue_position(cp: ControlPlane, job: Job) -> int | None:
     return team.queue.position(str(job.id))
 
 
+def reason_now(cp: ControlPlane, job: Job) -> str | None:
+    """The job's reason; for a running job admitted as a borrower whose lenders are no longer whom its team
+    borrows from (a quota was cut, a lender's quota freed up), what its team borrows now, so the reason agrees
+    with ``cluster show``."""
+    if job.state != JobState.RUNNING or not job.borrowed_from or not (job.reason or "").startswith(
+            "admitted, borrowing"):
+        return job.reason
+    from fairpod.governance.quota import lending
+
+    now = lending(cp.snap, job.instance_type).get(job.team, {})
+    if set(job.borrowed_from) <= set(now):
+        return job.reason
+    then = ", ".join(job.borrowed_from)
+    if not now:
+        return f"running within team {job.team}'s quota now (admitted borrowing from {then})"
+    whom = ", ".join(f"{'capacity no quota holds' if k == '(unallocated)' else k} ({n})" for k, n in now.items())
+    return (f"admitted borrowing from {then}; team {job.team} now borrows {sum(now.values())} accelerators "
+            f"from {whom}")
+
+
 HIDDEN = "(hidden)"
 _NO_TYPE = InstanceType(name="unknown", accelerators=0, vcpu=1, memory_gib=1)
 
@@ -36,7 +56,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
         "team": job.team,
         "user": job.spec.user,
         "state": job.state.value,
-        "reason": job.reason,
+        "reason": reason_now(cp, job),
         "priority": job.spec.priority,
         "instance_type": job.instance_type,
         "nodes": job.nodes,

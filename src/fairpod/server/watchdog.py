@@ -10,6 +10,12 @@ and none of its replicas wrote output, or — on real GPUs of this host — ever
 utilization. ``hang_action`` says what follows: ``notify`` (a ``JobHung`` event, once until the job shows life
 again), ``restart`` (the attempt is stopped and started again; it counts against ``max_retry``, and without
 retries left the job fails) or ``cancel``. Each event names the signal that fired.
+
+Regroup after a shrink (``policy.elastic_regroup_timeout_seconds``, for elastic jobs without a hang timeout of
+their own): when an elastic job shrinks, the replicas left re-form their group (torchrun's re-rendezvous); one
+that waits on a replica that left can wait for ever while the job looks Running. So after a shrink the job must
+show life again within that timeout: a progress report when it sends them, else output. Otherwise it is hung,
+and ``hang_action`` applies as above.
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ class Watchdog:
             self._runtime(cp, job, run, now)
             if run.stopping is None and job.spec.hang_timeout_seconds is not None:
                 self._hang(cp, job, run, now)
+            elif run.stopping is None and job.spec.elastic and run.shrunk_at is not None:
+                self._regroup(cp, job, run, now)
         alive = {j.id for j in running}
         for jid in [j for j in self.seen if j not in alive]:
             del self.seen[jid]
@@ -68,6 +76,28 @@ class Watchdog:
         cp.event("JobRuntimeLimit", f"job {job.name}: {why}; " + ("back to its queue" if kind == STOP_PREEMPT
                                                                    else "it ends Failed"), job, limit=limit)
         cp.begin_stop(job, run, kind, why)
+
+    # -- regroup after a shrink ----------------------------------------------------------------------
+    def _regroup(self, cp: Core, job: Job, run: Run, now: float) -> None:
+        timeout = cp.spec.policy.elastic_regroup_timeout_seconds
+        shrunk = float(run.shrunk_at or now)
+        if timeout is None or now - shrunk < timeout:
+            return
+        if job.checkpoint_at is not None:  # it reports progress: only a report counts (agents log while stuck)
+            alive = job.checkpoint_at > shrunk
+        else:
+            out = cp.output_mtime(job)
+            alive = out is not None and out > shrunk
+        s = self.seen.get(job.id)
+        if s is None or s.attempt != job.attempt:
+            s = self.seen[job.id] = _Seen(job.attempt, (job.checkpoint_step, job.checkpoint_at), shrunk, now)
+        if alive:
+            s.hung = False
+            return
+        signal = (f"no {'progress report' if job.checkpoint_at is not None else 'output'} in the {now - shrunk:.0f} s "
+                  "since it shrank: its replicas did not re-form their group (a rendezvous still waiting for a "
+                  "replica that left?)")
+        self._act(cp, job, run, s, signal, f"regroup timeout {timeout:g} s")
 
     # -- hangs --------------------------------------------------------------------------------------
     def _hang(self, cp: Core, job: Job, run: Run, now: float) -> None:
@@ -93,11 +123,15 @@ class Watchdog:
         if signal is None:
             s.hung = False
             return
+        self._act(cp, job, run, s, signal, f"hang timeout {timeout:g} s")
+
+    def _act(self, cp: Core, job: Job, run: Run, s: _Seen, signal: str, limit: str) -> None:
+        """What the job's hang_action says: an event once (notify), or a restart or cancel."""
         action = job.spec.hang_action
         if action == "notify":
             if not s.hung:
                 s.hung = True
-                cp.event("JobHung", f"job {job.name} looks hung: {signal} (hang timeout {timeout:g} s)", job,
+                cp.event("JobHung", f"job {job.name} looks hung: {signal} ({limit})", job,
                          signal=signal, action=action)
             return
         if action == "restart":

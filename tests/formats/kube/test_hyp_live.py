@@ -112,6 +112,12 @@ def test_hyp_refuses_what_fairpod_cannot_do_in_one_line(server: Server, tmp_path
     assert "the following arguments are required: --job-name" in one_error_line(
         hyp(server, "describe", "hyp-pytorch-job"))
     assert "invalid choice: 'hyp-job'" in one_error_line(hyp(server, "list", "hyp-job"))
+    assert "required: KIND (the kinds fairpod knows: hyp-pytorch-job)" in one_error_line(hyp(server, "list"))
+    # a --command or --args list that does not close (or open) is refused, never run
+    line = one_error_line(hyp(server, *base[:-2], "--command", "[python, -c, print(1)"))
+    assert "the closing ']' is missing" in line and "--command" in line
+    assert "the opening '[' is missing" in one_error_line(hyp(server, *base, "--args", "--epochs, 3]"))
+    assert "an empty item" in one_error_line(hyp(server, *base, "--args", "[--epochs,, 3]"))
     # nothing of the above was submitted
     assert server.api("GET", "/jobs").json()["jobs"] == []
     # a priority class the cluster does not have, a pod that is not the job's: the server's / one clear line

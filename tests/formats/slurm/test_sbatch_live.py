@@ -74,9 +74,10 @@ def test_batch_script_environment_srun_and_exit_codes(server: Server, tmp_path: 
     assert "task 2/4 local 0 node 1" in r1 and "the batch script has ended" in r1
 
     q = server.cli("squeue", "-t", "all").stdout.splitlines()
-    assert q[0].split() == ["JOBID", "PARTITION", "NAME", "ACCOUNT", "ST", "TIME", "NODES", "NODELIST(REASON)"]
+    assert q[0].split() == ["JOBID", "PARTITION", "NAME", "USER", "ACCOUNT", "ST", "TIME", "NODES",
+                         "NODELIST(REASON)"]
     row = next(line.split() for line in q[1:] if line.split()[0] == str(jid))
-    assert row[1:5] == ["ml.g5.12x", "hello", "john", "F"] and row[6] == "2"
+    assert row[1:6] == ["ml.g5.12x", "hello", "admin", "john", "F"] and row[7] == "2"
     assert str(jid) not in server.cli("squeue").stdout.split()  # finished jobs only with -t
     data = json.loads(server.cli("squeue", "-t", "F", "--json").stdout)
     assert [j["job_id"] for j in data["jobs"]] == [jid]
@@ -115,7 +116,7 @@ srun --ntasks=1 {sys.executable} trainer.py
     jid = int(r.stdout)
     wait_for(lambda: (server.job(str(jid))["checkpoint"]["step"] or 0) >= 20, 60, "progress through srun")
     q = server.cli("squeue").stdout
-    assert re.search(rf"\s{jid} ml\.g5\.12x smith-tr    smith  R\s+\S+\s+2 workers-", q), q
+    assert re.search(rf"\s{jid} ml\.g5\.12x smith-tr    admin    smith  R\s+\S+\s+2 workers-", q), q
     info = server.cli("sinfo").stdout.splitlines()
     assert info[0].split() == ["PARTITION", "AVAIL", "TIMELIMIT", "NODES", "STATE", "NODELIST"]
     assert info[1].startswith("ml.g5.12xlarge*") and info[1].split()[3:5] == ["4", "alloc"]

@@ -1,0 +1,92 @@
+"""Job arrays addressed as fairpod shows them, as in Slurm: the array's name or its id (``14``) address the
+whole array; ``14_5`` and ``NAME-5`` address one task.
+
+``resolve`` answers (the job, the array's tasks or None): for a whole array the job is its first task and the
+tasks are all of them, in task order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from fairpod.server.arrays import array_of, array_view, same_array
+from fairpod.server.errors import Problem
+from fairpod.server.limits import MAX_ID
+from fairpod.store import Job
+
+if TYPE_CHECKING:
+    from fairpod.server.auth import Principal
+    from fairpod.server.control import ControlPlane
+
+TASK_REF = re.compile(r"(\d{1,19})_(\d{1,9})")  # Slurm's ARRAYID_TASKID
+
+
+def _tasks(cp: ControlPlane, first: Job) -> list[Job]:
+    tasks = same_array(cp.store, first) or [first]
+    return sorted(tasks, key=lambda j: (array_view(j) or {}).get("task_id", 0))
+
+
+def _by_id(cp: ControlPlane, text: str) -> Job | None:
+    return cp.store.get_job(int(text)) if int(text) <= MAX_ID else None
+
+
+def _array_named(cp: ControlPlane, teams: list[str], name: str) -> list[Job]:
+    """The first task of the newest array called ``name`` in each of ``teams`` that has one."""
+    found = []
+    for team in teams:
+        firsts = [j for j in cp.store.list_jobs(team=team, limit=None)
+                  if j.name.startswith(name + "-") and (a := array_of(j)) is not None and a[0] == j.id
+                  and (array_view(j) or {}).get("name") == name]
+        if firsts:
+            found.append(max(firsts, key=lambda j: j.id))
+    return found
+
+
+def resolve(cp: ControlPlane, p: Principal, ref: str, team: str | None,
+            find_job: Callable[[ControlPlane, Principal, str, str | None], Job]) -> tuple[Job, list[Job] | None]:
+    """``(job, tasks)`` for ``ref``; ``tasks`` is the whole array when ``ref`` names one. ``find_job`` is the
+    routes' lookup of a plain job (by id or name), used for everything that is not an array address."""
+    m = TASK_REF.fullmatch(ref)
+    if m is not None:
+        first = _by_id(cp, m.group(1))
+        if first is None or not p.sees_team(first.team):
+            raise Problem(404, "no such job", f"no job array {m.group(1)} that you can see")
+        arr = array_of(first)
+        if arr is None or arr[0] != first.id:
+            raise Problem(404, "no such job", f"job {m.group(1)} is not a job array")
+        hit = [j for j in _tasks(cp, first) if (array_view(j) or {}).get("task_id") == int(m.group(2))]
+        if not hit:
+            raise Problem(404, "no such job", f"job array {m.group(1)} has no task {m.group(2)}")
+        return hit[0], None
+    try:
+        job = find_job(cp, p, ref, team)
+    except Problem as e:
+        if e.status != 404 or ref.isdigit():
+            raise
+        teams = [team] if team else (p.visible_teams() or [t.name for t in cp.spec.teams])
+        firsts = [j for j in _array_named(cp, teams, ref) if p.sees_team(j.team)]
+        if len(firsts) > 1:
+            names = ", ".join(j.team for j in firsts)
+            raise Problem(409, "ambiguous job name", f"teams {names} each have a job array {ref!r}; give --team"
+                          ) from None
+        if not firsts:
+            raise
+        return firsts[0], _tasks(cp, firsts[0])
+    arr = array_of(job)
+    if ref.isdigit() and arr is not None and arr[0] == job.id:
+        return job, _tasks(cp, job)
+    return job, None
+
+
+def one_task(cp: ControlPlane, p: Principal, ref: str, team: str | None,
+             find_job: Callable[[ControlPlane, Principal, str, str | None], Job]) -> Job:
+    """The one job ``ref`` names (a task by ``ID_T`` too); an array's name alone is refused with the way to
+    name one of its tasks (its id alone stays its first task, as before)."""
+    job, tasks = resolve(cp, p, ref, team, find_job)
+    if tasks is not None and not ref.isdigit():
+        first = array_view(tasks[0]) or {}
+        raise Problem(409, "job array", f"{ref!r} is a job array of {len(tasks)} tasks: name one, e.g. "
+                      f"{tasks[0].name} or {first.get('job_id', tasks[0].id)}_{first.get('task_id', 0)}")
+    return job

@@ -1,0 +1,70 @@
+"""``fairpod up`` where the port is taken: one line, non-zero, nothing written; ``down``/``status`` never act on
+another home's server; the CLI config honours XDG_CONFIG_HOME."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import Server
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fairpod.cli.main", *args], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_up_on_a_taken_port_fails_and_writes_nothing(tmp_path: Path):
+    # the first server: its own home, and (like a user's) the config under HOME/.config
+    xdg_home = tmp_path / "user"
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+    a = Server(tmp_path / "a")
+    a.env.pop("FAIRPOD_CONFIG")
+    a.env.update(HOME=str(xdg_home), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    r = _cli(a.env, "up", "--port", str(a.port))
+    assert r.returncode == 0, r.stderr
+    cfg_path = tmp_path / "xdg" / "fairpod" / "config.json"  # XDG_CONFIG_HOME, not ~/.config
+    assert cfg_path.exists() and not (xdg_home / ".config").exists()
+    cfg_before = cfg_path.read_text()
+    pid_a = int((a.home / "server.pid").read_text().split()[0])
+    try:
+        # a second home, the same user, the same port
+        b_env = {**a.env, "FAIRPOD_HOME": str(tmp_path / "b-home")}
+        r = _cli(b_env, "up", "--port", str(a.port))
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert f"cannot listen on 127.0.0.1:{a.port}" in r.stderr and "fairpod is up" not in r.stdout
+        assert cfg_path.read_text() == cfg_before  # the running server's admin token is not lost
+        assert not (tmp_path / "b-home").exists()  # nothing written for the home that did not start
+        # status and down of the second home do not touch the first home's server
+        r = _cli(b_env, "status")
+        assert r.returncode != 0 and "not of this FAIRPOD_HOME" in r.stderr, r.stdout + r.stderr
+        r = _cli(b_env, "down")
+        assert "not running" in r.stdout
+        os.kill(pid_a, 0)  # still alive
+        assert _cli(a.env, "status").returncode == 0
+        # a second home that does start (another port) keeps the first one's config and token
+        b = Server(tmp_path / "b")
+        b_env2 = {**b.env, "HOME": str(xdg_home), "XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+        b_env2.pop("FAIRPOD_CONFIG")
+        r = _cli(b_env2, "up", "--port", str(b.port))
+        try:
+            assert r.returncode == 0, r.stderr
+            assert cfg_path.read_text() == cfg_before
+            own = b.home / "cli-config.json"
+            assert f"FAIRPOD_CONFIG={own}" in r.stdout
+            assert json.loads(own.read_text())["url"] == b.url
+            assert _cli({**b_env2, "FAIRPOD_CONFIG": str(own)}, "status").returncode == 0
+        finally:
+            _cli(b_env2, "down")
+    finally:
+        _cli(a.env, "down")
+        try:
+            os.kill(pid_a, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
