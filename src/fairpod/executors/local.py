@@ -33,6 +33,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from fairpod import sandbox
 from fairpod.executors import procs, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
 
@@ -484,6 +485,7 @@ class LocalExecutor:
             "workdir": job.workdir or os.getcwd(),
             "grace_seconds": job.grace_seconds,
             "run_as": job.run_as,
+            "limits": sandbox.limits_of(rep.mcpu, rep.mib, rep.accelerators if rep.real_gpus else None),
             "env": replica_env(job, rep, self.master_addr, port),
             "master_port": port,
             "launched_at": time.time(),
@@ -582,6 +584,7 @@ class LocalExecutor:
             signal=st.get("signal"),
             reason=str(st.get("reason", "")),
             ended_at=float(st.get("ended_at", 0.0)),
+            **sandbox.usage_of(st),
         )
 
     @staticmethod

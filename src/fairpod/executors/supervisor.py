@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from fairpod import sandbox
 from fairpod.executors import isolation, procs, state
 
 LEFTOVER_GRACE = 5.0
@@ -54,6 +55,7 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.wait_status: int | None = None
         self.no_children = False
+        self.sandbox: sandbox.Sandbox | None = None
         self.started_at = time.time()
         rfd, wfd = os.pipe()
         os.set_blocking(rfd, False)
@@ -91,6 +93,8 @@ class Supervisor:
         if group is not None:
             procs.signal_group(group, sig)
         others = [p for p in procs.descendants(os.getpid()) if group is None or procs.pgid(p) != group]
+        if self.sandbox is not None:  # what escaped the tree (a double fork re-parented elsewhere) is still here
+            others += [p for p in self.sandbox.pids() if p not in others and p != group]
         procs.signal_all(others, sig)
 
     def _reap(self) -> None:
@@ -131,12 +135,23 @@ class Supervisor:
                 isolation.hand_over(Path(env["FAIRPOD_CHECKPOINT_DIR"]), user)
         except (isolation.RunAsError, OSError) as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
+        self.sandbox = box = sandbox.Sandbox(self.spec)
+        for n in box.notes:
+            self.note(n)
+
+        def enter() -> None:  # in the child: the sandbox first (as root), then the user
+            box.enter()
+            if ids:
+                os.setgroups(ids["extra_groups"])
+                os.setresgid(ids["group"], ids["group"], ids["group"])
+                os.setresuid(ids["user"], ids["user"], ids["user"])
+
         try:
             self.child = subprocess.Popen(
                 cmd,
                 cwd=cwd or None,
                 env=env,
-                **ids,
+                preexec_fn=enter,
                 stdin=subprocess.DEVNULL,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
@@ -150,6 +165,8 @@ class Supervisor:
             return {"returncode": 126, "signal": None, "reason": f"permission denied: {cmd[0]}{who}"}
         except OSError as e:
             return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]}: {e.strerror or e}"}
+        except subprocess.SubprocessError as e:  # the sandbox could not be entered
+            return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]} in its sandbox: {e}"}
         state.write_pid(self.dir / state.CHILD_PID, self.child.pid, procs.start_time(self.child.pid))
         return None
 
@@ -222,6 +239,8 @@ class Supervisor:
             time.sleep(0.05)
 
     def finish(self, result: dict[str, Any]) -> None:
+        if self.sandbox is not None:
+            self.sandbox.finish(result)
         result.update(started_at=self.started_at, ended_at=time.time(), stop_requested=self.stop_asked)
         self.note(f"replica ended {_now()}: {result['reason']}")
         self.log.close()

@@ -666,7 +666,8 @@ class ControlPlane:
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team),
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
-                                         real_gpus=self._gpus_are_real(n), devices=devices[n])
+                                         real_gpus=self._gpus_are_real(n), devices=devices[n],
+                                         mcpu=job.mcpu, mib=job.mib)
                            for i, n in enumerate(job.placement)),
         )  # fmt: skip
         if any(len(r.accelerators) != job.acc for r in launch.replicas):  # never short: _ready took them all

@@ -1,0 +1,92 @@
+"""The sandbox of a replica: what a job's processes may use and see on its node.
+
+Below every executor (the local executor and the Ray node agent both start replicas through
+:mod:`fairpod.executors.supervisor`; ``srun`` steps of an sbatch job run inside the replica of their node), so
+every way of running a job gets the same rules:
+
+- :mod:`~fairpod.sandbox.cgroups`: a cgroup per replica (CPU quota from its vCPUs, memory without extra swap,
+  a pids limit), its CPU-seconds and peak memory read back, an out-of-memory kill said plainly;
+- :mod:`~fairpod.sandbox.devices`: only its own GPUs (device cgroup);
+- :mod:`~fairpod.sandbox.capabilities`: what this host can enforce, and why not.
+
+The executor puts the replica's limits in its ``launch.json`` (:func:`limits_of`); the supervisor makes a
+:class:`Sandbox` from them before it starts the command, moves the command into it from the forked child
+(:meth:`Sandbox.enter`) and, once every process has ended, reads the usage back and removes the cgroup
+(:meth:`Sandbox.finish`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from fairpod.sandbox import cgroups, devices
+
+PIDS_ENV = "FAIRPOD_PIDS_MAX"
+DEFAULT_PIDS = 8192
+
+
+def limits_of(mcpu: int, mib: int, gpus: tuple[int, ...] | None) -> dict[str, Any]:
+    """The ``limits`` of a replica's ``launch.json``: ``gpus`` are its CUDA device indices, or None when its
+    accelerators are slots of a virtual node (then it gets no GPU device either)."""
+    return {"mcpu": mcpu or None, "mib": mib or None, "gpus": list(gpus) if gpus is not None else []}
+
+
+def _gib(mib: int) -> str:
+    return f"{mib / 1024:.3g} GiB"
+
+
+class Sandbox:
+    """One replica's cgroup (or the reason it has none, in ``notes``)."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        self.notes: list[str] = []
+        self.group: cgroups.Group | None = None
+        lim = spec.get("limits") or {}
+        self.mib = int(lim.get("mib") or 0)
+        try:
+            pids = int(os.environ.get(PIDS_ENV) or DEFAULT_PIDS)
+        except ValueError:
+            pids = DEFAULT_PIDS
+        try:
+            rules = devices.rules(tuple(int(g) for g in lim.get("gpus") or ()))
+        except OSError:
+            rules = None
+        limits = cgroups.Limits(
+            mcpu=int(lim["mcpu"]) if lim.get("mcpu") else None,
+            memory_bytes=self.mib * 2**20 if self.mib else None,
+            pids=pids if pids > 0 else None,
+            devices=rules,
+        )
+        try:
+            hier = cgroups.detect()
+            self.group = hier.create(f"{spec.get('job')}.{spec.get('attempt')}.{spec.get('rank')}", limits)
+        except cgroups.CgroupError as e:
+            self.notes.append(f"limits not enforced: {e}")
+
+    def enter(self) -> None:
+        """In the forked child, before exec: join the replica's cgroup."""
+        if self.group is not None:
+            self.group.join(0)
+
+    def pids(self) -> list[int]:
+        return self.group.pids() if self.group is not None else []
+
+    def finish(self, result: dict[str, Any]) -> None:
+        """Add the replica's usage to its exit record, say so when the memory limit killed it, remove the cgroup."""
+        if self.group is None:
+            return
+        use = self.group.usage()
+        result["usage"] = {"cpu_seconds": use.cpu_seconds, "memory_peak_bytes": use.memory_peak_bytes}
+        if use.oom_kills and result.get("returncode") != 0 and self.mib:
+            result["reason"] = f"exceeded its memory limit ({_gib(self.mib)}) and was killed"
+            result["oom"] = True
+        self.group.remove()
+
+
+def usage_of(status: dict[str, Any]) -> dict[str, Any]:
+    """``cpu_seconds`` and ``memory_peak_bytes`` of an exit record (``status.json``), for :class:`ReplicaExit`."""
+    use = status.get("usage") or {}
+    cpu, peak = use.get("cpu_seconds"), use.get("memory_peak_bytes")
+    return {"cpu_seconds": float(cpu) if isinstance(cpu, int | float) else None,
+            "memory_peak_bytes": int(peak) if isinstance(peak, int) else None}
