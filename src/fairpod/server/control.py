@@ -716,6 +716,7 @@ class ControlPlane:
             job = self.store.get_job(jid) or job
         run.exits[str(e.rank)] = e.reason
         run.codes[str(e.rank)] = e.returncode
+        run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes)
         if run.stop_at is not None and e.ended_at < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:

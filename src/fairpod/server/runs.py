@@ -55,6 +55,12 @@ class Run:
     adding: list[int] = field(default_factory=list)
     gone: dict[str, float] = field(default_factory=dict)  # removed ranks -> when their replica ended
     shrunk_at: float | None = None  # the last shrink (the engine's hold-off before growing again)
+    # what each ended replica used, read from its cgroup (fairpod.sandbox): rank -> cpu_seconds, memory_peak_bytes
+    usage: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def record_usage(self, rank: int, cpu_seconds: float | None, memory_peak_bytes: int | None) -> None:
+        if cpu_seconds is not None or memory_peak_bytes is not None:
+            self.usage[str(rank)] = {"cpu_seconds": cpu_seconds, "memory_peak_bytes": memory_peak_bytes}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

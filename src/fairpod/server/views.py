@@ -72,9 +72,21 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             master_port=job.master_port,
             termination_grace_seconds=job.spec.termination_grace_seconds,
             exit=(job.run_state or {}).get("exits"),
+            usage=usage_view(job),
             limits=limits_view(cp, job),
         )
     return out
+
+
+def usage_view(job: Job) -> dict[str, Any] | None:
+    """What the ended replicas of the job's last attempt used (from their cgroups): per replica and in all."""
+    per = (job.run_state or {}).get("usage") or {}
+    if not per:
+        return None
+    cpu = [u["cpu_seconds"] for u in per.values() if u.get("cpu_seconds") is not None]
+    peak = [u["memory_peak_bytes"] for u in per.values() if u.get("memory_peak_bytes") is not None]
+    return {"cpu_seconds": sum(cpu) if cpu else None, "memory_peak_bytes": max(peak) if peak else None,
+            "replicas": per}
 
 
 def topology_view(cp: ControlPlane, job: Job) -> dict[str, Any] | None:
