@@ -1,0 +1,41 @@
+"""Through a real ``fairpod up`` (tests/server's ``Server``): the request sets the cgroup, an OOM is the job's
+own failure, said plainly, and its usage is read back into the job."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from fairpod.sandbox import cgroups
+
+from ..server.conftest import Server, running
+
+HOG = "x = []\nwhile True: x.append(bytearray(8 * 2**20))"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    try:
+        cgroups.detect()
+    except cgroups.CgroupError as e:
+        pytest.skip(f"no usable cgroup hierarchy on this host: {e}")
+    yield from running(tmp_path)
+
+
+def test_oom_fails_the_job_with_the_memory_reason_and_the_neighbour_runs_on(server: Server) -> None:
+    server.submit(name="calm", team="smith", command=[sys.executable, "-c", "import time; time.sleep(120)"],
+                  vcpu=0.5, memory_gib=0.25)
+    server.wait_state("calm", "Running")
+    server.submit(name="hog", team="john", command=[sys.executable, "-c", HOG], vcpu=0.5, memory_gib=0.25,
+                  auto_resume=True, max_retry=1)
+    job = server.wait_state("hog", "Failed", timeout=90)
+    assert job["reason"] == "replica 0 exceeded its memory limit (0.25 GiB) and was killed"
+    assert job["restarts"] == 1  # auto-resume counted it like any failure of the job, and retried once
+    use = job["usage"]
+    assert use["memory_peak_bytes"] <= 0.25 * 2**30 and use["cpu_seconds"] > 0
+    assert server.job("calm")["state"] == "Running"
+    out = server.cli("get-job", "hog", "-o", "json")
+    assert '"memory_peak_bytes"' in out.stdout
