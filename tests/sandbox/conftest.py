@@ -12,9 +12,9 @@ import pytest
 from fairpod.executors import LocalExecutor
 from fairpod.sandbox import cgroups
 
-T = TypeVar("T")
-
 from ..executors.helpers import kill_recorded
+
+T = TypeVar("T")
 
 
 def wait_for(pred: Callable[[], T | None], timeout: float, step: float = 0.05) -> T:

@@ -3,6 +3,8 @@ own failure, said plainly, and its usage is read back into the job."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,3 +41,32 @@ def test_oom_fails_the_job_with_the_memory_reason_and_the_neighbour_runs_on(serv
     assert server.job("calm")["state"] == "Running"
     out = server.cli("get-job", "hog", "-o", "json")
     assert '"memory_peak_bytes"' in out.stdout
+
+
+def test_up_and_node_list_say_what_is_enforced(server: Server) -> None:
+    from fairpod.sandbox import capabilities
+
+    want = capabilities.host()
+    nodes = server.api("GET", "/nodes").json()["nodes"]
+    assert nodes and all(nd["enforced"] == want.view() for nd in nodes)
+    table = server.cli("node", "list").stdout
+    assert "ENFORCED" in table and "cpu,memory" in table
+
+
+def test_up_says_in_one_line_what_it_cannot_enforce(tmp_path: Path) -> None:
+    from fairpod.sandbox import capabilities
+
+    from ..server.conftest import SEED_SPEC, free_port
+
+    env = {**os.environ, "FAIRPOD_HOME": str(tmp_path / "home"), "FAIRPOD_CONFIG": str(tmp_path / "config.json"),
+           "HOME": str(tmp_path)}
+    cli = [sys.executable, "-m", "fairpod.cli.main"]
+    up = subprocess.run([*cli, "up", "--port", str(free_port()), "--spec", str(SEED_SPEC)], env=env,
+                        capture_output=True, text=True, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        lines = [ln.strip() for ln in up.stdout.splitlines() if ln.strip().startswith("enforced:")]
+        assert lines == [f"enforced:  {capabilities.host().line()}"]
+        assert "not files: " in lines[0]  # what it cannot enforce, and why
+    finally:
+        subprocess.run([*cli, "down"], env=env, capture_output=True, timeout=120)

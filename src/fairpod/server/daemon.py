@@ -346,6 +346,10 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     if advertise != LOOPBACK:
         print(f"  replicas:  {api_url(advertise, port)}   (--advertise-address)")
     print(f"  state:     {home}")
+    if executor in (None, "local"):
+        from fairpod.sandbox import capabilities
+
+        print(f"  enforced:  {capabilities.host().line()}")
     print("  stop it with: fairpod down")
     return 0
 

@@ -166,7 +166,18 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
         "gpu": node.labels.get("gpu"),  # model and memory as the last deep health check read them
         "topology": ({lv: domain_name(snode.topo[i]) for i, lv in enumerate(cp.spec.cluster.topology_levels)}
                      if snode is not None and len(snode.topo) == len(cp.spec.cluster.topology_levels) else None),
+        "enforced": enforced_view(cp),
     }
+
+
+def enforced_view(cp: ControlPlane) -> dict[str, bool] | None:
+    """Which of cpu / memory / devices / files a replica is held to on the node (fairpod.sandbox.capabilities):
+    the local executor's nodes are all this host; None where fairpod cannot tell (another executor's nodes)."""
+    if cp.executor.name != "local":
+        return None
+    from fairpod.sandbox import capabilities
+
+    return capabilities.host().view()
 
 
 def cluster_view(cp: ControlPlane) -> dict[str, Any]:
