@@ -33,6 +33,12 @@ def wait_for(pred: Callable[[], T | None], timeout: float, step: float = 0.05) -
 
 
 @pytest.fixture
+def full_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole sandbox, files included (the suite runs with limits only: tests/conftest.py)."""
+    monkeypatch.setenv("FAIRPOD_SANDBOX", "full")
+
+
+@pytest.fixture
 def hierarchy() -> cgroups.Hierarchy:
     try:
         return cgroups.detect()

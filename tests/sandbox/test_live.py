@@ -53,7 +53,7 @@ def test_up_and_node_list_say_what_is_enforced(server: Server) -> None:
     assert "ENFORCED" in table and "cpu,memory" in table
 
 
-def test_up_says_in_one_line_what_it_cannot_enforce(tmp_path: Path) -> None:
+def test_up_says_in_one_line_what_it_cannot_enforce(tmp_path: Path, full_sandbox: None) -> None:
     from fairpod.sandbox import capabilities
 
     from ..server.conftest import SEED_SPEC, free_port
@@ -67,6 +67,14 @@ def test_up_says_in_one_line_what_it_cannot_enforce(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stderr
         lines = [ln.strip() for ln in up.stdout.splitlines() if ln.strip().startswith("enforced:")]
         assert lines == [f"enforced:  {capabilities.host().line()}"]
-        assert "not files: " in lines[0]  # what it cannot enforce, and why
+    finally:
+        subprocess.run([*cli, "down"], env=env, capture_output=True, timeout=120)
+    env["FAIRPOD_SANDBOX"] = "limits"
+    up = subprocess.run([*cli, "up", "--port", str(free_port()), "--spec", str(SEED_SPEC)], env=env,
+                        capture_output=True, text=True, timeout=120)
+    try:
+        assert up.returncode == 0, up.stderr
+        lines = [ln.strip() for ln in up.stdout.splitlines() if ln.strip().startswith("enforced:")]
+        assert len(lines) == 1 and lines[0].endswith("; not files: turned off (FAIRPOD_SANDBOX=limits)")
     finally:
         subprocess.run([*cli, "down"], env=env, capture_output=True, timeout=120)

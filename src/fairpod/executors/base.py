@@ -40,7 +40,7 @@ class JobLaunch:
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None  # None: the control plane's working directory
     grace_seconds: float = 30.0  # SIGTERM to SIGKILL on stop
-    run_as: str | None = None  # OS user the replicas run as (None: fairpod's own; see executors.isolation)
+    run_as: str | None = None  # OS user the replicas run as (None: fairpod's own; see sandbox.environment)
     world: int = 0  # replicas of the attempt in all, when ``replicas`` are only some of them (an elastic job grows)
 
     @property

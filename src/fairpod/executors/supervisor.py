@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from fairpod import sandbox
-from fairpod.executors import isolation, procs, state
+from fairpod.executors import procs, state
+from fairpod.sandbox import environment as isolation
 
 LEFTOVER_GRACE = 5.0
 
@@ -125,26 +126,51 @@ class Supervisor:
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {cwd}"}
         env = isolation.base_env(os.environ)
         ids: dict[str, Any] = {}
+        self.user_name = ""
+        mode = sandbox.mode()
+        view = None
+        if mode == "full":
+            why = sandbox.namespaces.supported()
+            if why is None:
+                view = sandbox.view_of(self.spec, self.dir)
+            else:
+                self.note(f"files not isolated: {why}")
         try:
             user = isolation.resolve(self.spec.get("run_as"))
-            if user is not None:
+            if user is None and not self.spec.get("run_as") and view is not None and os.geteuid() == 0:
+                user = sandbox.users.team_user(str(s.get("team")))  # root, no run_as: the team's own user
+                env.update(user.env)
+                ids = {"user": user.uid, "group": user.gid, "extra_groups": [user.gid]}
+                env.update(self.spec.get("env", {}))
+                if env.get("FAIRPOD_CHECKPOINT_DIR"):  # the namespace shows it; its parents need not be opened
+                    ckpt = Path(env["FAIRPOD_CHECKPOINT_DIR"])
+                    ckpt.mkdir(parents=True, exist_ok=True)
+                    os.chown(ckpt, user.uid, user.gid)
+                    os.chmod(ckpt, 0o700)
+            elif user is not None:
                 env.update(user.env)
                 ids = {"user": user.uid, "group": user.gid, "extra_groups": user.groups()}
-            env.update(self.spec.get("env", {}))
-            if user is not None and env.get("FAIRPOD_CHECKPOINT_DIR"):
-                isolation.hand_over(Path(env["FAIRPOD_CHECKPOINT_DIR"]), user)
+                env.update(self.spec.get("env", {}))
+                if env.get("FAIRPOD_CHECKPOINT_DIR"):
+                    isolation.hand_over(Path(env["FAIRPOD_CHECKPOINT_DIR"]), user)
+            else:
+                env.update(self.spec.get("env", {}))
         except (isolation.RunAsError, OSError) as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
-        self.sandbox = box = sandbox.Sandbox(self.spec)
-        for n in box.notes:
+        self.user_name = user.name if user is not None else ""
+        self.sandbox = box = sandbox.Sandbox(self.spec, view) if mode != "off" else None
+        for n in box.notes if box is not None else ():
             self.note(n)
 
-        def enter() -> None:  # in the child: the sandbox first (as root), then the user
-            box.enter()
+        def enter() -> None:  # in the child: the sandbox first (as root), then the user, then the workdir
+            if box is not None:
+                box.enter()
             if ids:
                 os.setgroups(ids["extra_groups"])
                 os.setresgid(ids["group"], ids["group"], ids["group"])
                 os.setresuid(ids["user"], ids["user"], ids["user"])
+            if view is not None and cwd:
+                os.chdir(cwd)  # as seen in the replica's own view, as its user
 
         try:
             self.child = subprocess.Popen(
@@ -161,7 +187,7 @@ class Supervisor:
         except FileNotFoundError:
             return {"returncode": 127, "signal": None, "reason": f"command not found: {cmd[0]}"}
         except PermissionError:
-            who = f" (as user {self.spec.get('run_as')}: check the command and the workdir {cwd})" if ids else ""
+            who = f" (as user {self.user_name}: check the command and the workdir {cwd})" if ids else ""
             return {"returncode": 126, "signal": None, "reason": f"permission denied: {cmd[0]}{who}"}
         except OSError as e:
             return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]}: {e.strerror or e}"}

@@ -18,12 +18,45 @@ The executor puts the replica's limits in its ``launch.json`` (:func:`limits_of`
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
-from fairpod.sandbox import cgroups, devices
+from fairpod.sandbox import cgroups, devices, namespaces, users  # noqa: F401 - the supervisor uses sandbox.users
 
 PIDS_ENV = "FAIRPOD_PIDS_MAX"
 DEFAULT_PIDS = 8192
+MODE_ENV = "FAIRPOD_SANDBOX"
+MODES = ("full", "limits", "off")  # full: limits and files; limits: cgroups only; off: neither
+
+
+def mode() -> str:
+    """``$FAIRPOD_SANDBOX`` of fairpod's process: ``full`` (the default), ``limits`` or ``off``."""
+    m = (os.environ.get(MODE_ENV) or "full").strip().lower()
+    return m if m in MODES else "full"
+
+
+def view_of(spec: dict[str, Any], rdir: Path) -> namespaces.View:
+    """What the replica of ``rdir`` (``<runs>/<job>/<attempt>/<rank>``) sees: fairpod's state directory, the runs
+    and checkpoint roots and the CLI config hidden; its checkpoint and working directories kept."""
+    from fairpod.paths import config_path, fairpod_home
+
+    hide = [str(fairpod_home()), str(rdir.resolve().parents[2])]
+    cfg = config_path()
+    hide.append(str(cfg.parent if cfg.parent.name == "fairpod" else cfg))
+    db = os.environ.get("FAIRPOD_DB_URL") or ""
+    if db.startswith("sqlite:///"):
+        hide += [db[len("sqlite:///"):] + sfx for sfx in ("", "-wal", "-shm")]
+    keep = []
+    ckpt = (spec.get("env") or {}).get("FAIRPOD_CHECKPOINT_DIR")
+    if ckpt:
+        keep.append(ckpt)
+        root = Path(ckpt).parents[1]  # <checkpoint root>/<team>/<job>
+        if len(root.parts) > 2:
+            hide.append(str(root))
+    if spec.get("workdir"):
+        keep.append(str(spec["workdir"]))
+    hide = [h for h in dict.fromkeys(hide) if h not in ("/", "/tmp")]
+    return namespaces.View(hide=tuple(hide), keep=tuple(keep), user_ns=os.geteuid() != 0)
 
 
 def limits_of(mcpu: int, mib: int, gpus: tuple[int, ...] | None) -> dict[str, Any]:
@@ -39,9 +72,10 @@ def _gib(mib: int) -> str:
 class Sandbox:
     """One replica's cgroup (or the reason it has none, in ``notes``)."""
 
-    def __init__(self, spec: dict[str, Any]) -> None:
+    def __init__(self, spec: dict[str, Any], view: namespaces.View | None = None) -> None:
         self.notes: list[str] = []
         self.group: cgroups.Group | None = None
+        self.view = view
         lim = spec.get("limits") or {}
         self.mib = int(lim.get("mib") or 0)
         try:
@@ -65,9 +99,12 @@ class Sandbox:
             self.notes.append(f"limits not enforced: {e}")
 
     def enter(self) -> None:
-        """In the forked child, before exec: join the replica's cgroup."""
+        """In the forked child, before exec: join the replica's cgroup, then (with a view) its namespaces; returns
+        in the process that becomes the command."""
         if self.group is not None:
             self.group.join(0)
+        if self.view is not None:
+            namespaces.enter(self.view)
 
     def pids(self) -> list[int]:
         return self.group.pids() if self.group is not None else []

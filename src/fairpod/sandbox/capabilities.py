@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-from fairpod.sandbox import cgroups
+import fairpod.sandbox as sandbox
+from fairpod.sandbox import cgroups, namespaces
 
 KINDS = ("cpu", "memory", "devices", "files")
-FILES_WHY = "this version of fairpod has no per-replica mount namespace (see docs/isolation.md)"
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,22 @@ class Enforcement:
         return head + (f"; {tail}" if tail else "")
 
 
-@cache
 def host() -> Enforcement:
-    """What replicas started on this host by this user get (detected once per process)."""
-    why: dict[str, str] = {"files": FILES_WHY}
+    """What replicas started on this host by this user get (detected once per process and mode)."""
+    return _host(sandbox.mode())
+
+
+@cache
+def _host(mode: str) -> Enforcement:
+    why: dict[str, str] = {}
+    if mode != "full":
+        why["files"] = f"turned off ({sandbox.MODE_ENV}={mode})"
+    elif (ns := namespaces.supported()) is not None:
+        why["files"] = ns
+    if mode == "off":
+        for k in ("cpu", "memory", "devices"):
+            why[k] = f"turned off ({sandbox.MODE_ENV}=off)"
+        return Enforcement(why, None)
     try:
         h = cgroups.detect()
     except cgroups.CgroupError as e:
