@@ -13,6 +13,7 @@ from fairpod.executors import LocalExecutor
 from fairpod.sandbox import cgroups
 
 from ..executors.helpers import kill_recorded
+from ..server.conftest import Server, running
 
 T = TypeVar("T")
 
@@ -61,6 +62,21 @@ def ex(tmp_path: Path, hierarchy: cgroups.Hierarchy, monkeypatch: pytest.MonkeyP
         kill_recorded(root)
 
 
+def live_server(tmp_path: Path, jobs: tuple[str, ...]) -> Iterator[Server]:
+    """A real ``fairpod up`` (tests/server's ``Server``); afterwards, once it and its replicas are killed, the
+    cgroups of the jobs named ``jobs`` (``<name>-<id>.<attempt>.<rank>``) are removed: the test made them."""
+    try:
+        yield from running(tmp_path)
+    finally:
+        try:
+            h = cgroups.detect()
+        except cgroups.CgroupError:
+            return
+        for d in {d.name for j in jobs for d in group_dirs(h, f"{j}-")}:
+            h.discard(d)
+
+
 def group_dirs(h: cgroups.Hierarchy, job: str) -> list[Path]:
     """The cgroup directories left of ``job`` (its replicas' groups are named ``<job>.<attempt>.<rank>``)."""
-    return [d for b in h.bases.values() if b.is_dir() for d in b.iterdir() if d.name.startswith(f"{job}.")]
+    return [d for b in h.bases.values() if b.is_dir() for d in b.iterdir()
+            if d.is_dir() and d.name.count(".") >= 2 and d.name.startswith(job if job.endswith("-") else f"{job}.")]

@@ -13,7 +13,8 @@ import pytest
 
 from fairpod.sandbox import cgroups
 
-from ..server.conftest import Server, running
+from ..server.conftest import Server
+from .conftest import live_server
 
 HOG = "x = []\nwhile True: x.append(bytearray(8 * 2**20))"
 
@@ -24,7 +25,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
         cgroups.detect()
     except cgroups.CgroupError as e:
         pytest.skip(f"no usable cgroup hierarchy on this host: {e}")
-    yield from running(tmp_path)
+    yield from live_server(tmp_path, ("calm", "hog"))
 
 
 def test_oom_fails_the_job_with_the_memory_reason_and_the_neighbour_runs_on(server: Server) -> None:

@@ -121,6 +121,14 @@ class Sandbox:
         self.group.remove()
 
 
+def discard(job: str, attempt: int, rank: int) -> None:
+    """After its supervisor died: kill what is left in the replica's cgroup and remove the cgroup."""
+    try:
+        cgroups.detect().discard(f"{job}.{attempt}.{rank}")
+    except cgroups.CgroupError:
+        pass
+
+
 def usage_of(status: dict[str, Any]) -> dict[str, Any]:
     """``cpu_seconds`` and ``memory_peak_bytes`` of an exit record (``status.json``), for :class:`ReplicaExit`."""
     use = status.get("usage") or {}

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import errno
 import os
+import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,7 @@ from pathlib import Path
 NEEDED = ("cpu", "memory", "pids")
 CFS_PERIOD_US = 100_000
 ROOT_ENV = "FAIRPOD_CGROUP_ROOT"
+STALE_AFTER = 600.0
 
 
 class CgroupError(RuntimeError):
@@ -219,10 +221,48 @@ class Hierarchy:
     bases: dict[str, Path]
     controllers: frozenset[str]
 
+    def group(self, name: str) -> Group:
+        dirs = {c: b / name for c, b in self.bases.items()}
+        return GroupV2(dirs) if self.kind == "v2" else GroupV1(dirs)
+
+    def discard(self, name: str) -> None:
+        """Kill what is left in the cgroup ``name`` and remove it (its supervisor died without doing so)."""
+        g = self.group(name)
+        for _ in range(100):
+            pids = g.pids()
+            if not pids:
+                break
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.01)
+        g.remove()
+
+    def prune(self, older_than: float = STALE_AFTER) -> None:
+        """Remove empty replica cgroups older than ``older_than`` seconds: left by supervisors killed with
+        SIGKILL (a live supervisor removes its own as soon as its replica has ended)."""
+        first = next(iter(self.bases.values()))
+        now = time.time()
+        try:
+            entries = [d for d in first.iterdir() if d.is_dir() and d.name.count(".") >= 2]
+        except OSError:
+            return
+        for d in entries:
+            try:
+                old = now - d.stat().st_mtime > older_than
+            except OSError:
+                continue
+            g = self.group(d.name)
+            if old and not g.pids():
+                g.remove()
+
     def create(self, name: str, lim: Limits) -> Group:
         """A fresh cgroup ``name`` with ``lim``; an old one of that name (left by a crash) is emptied first."""
-        dirs = {c: b / name for c, b in self.bases.items()}
-        group: Group = GroupV2(dirs) if self.kind == "v2" else GroupV1(dirs)
+        self.prune()
+        group = self.group(name)
+        dirs = group.dirs
         try:
             for d in dict.fromkeys(dirs.values()):
                 d.mkdir(parents=True, exist_ok=True)

@@ -101,7 +101,11 @@ def _mount_view(v: View) -> None:
             mount("/dev/null", p, None, MS_BIND)
     for p, fd in sorted(keep.items()):  # bring back what was under a hidden path
         if not os.path.exists(p):
-            os.makedirs(p, exist_ok=True)
+            mask = os.umask(0o022)  # the way down is traversable by the replica's user; what is bound is its own
+            try:
+                os.makedirs(p, exist_ok=True)
+            finally:
+                os.umask(mask)
             mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
         os.close(fd)
     for p in v.hide:  # the masks themselves are read-only (their mount points made above stay)
