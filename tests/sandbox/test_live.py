@@ -79,3 +79,30 @@ def test_up_says_in_one_line_what_it_cannot_enforce(tmp_path: Path, full_sandbox
         assert len(lines) == 1 and lines[0].endswith("; not files: turned off (FAIRPOD_SANDBOX=limits)")
     finally:
         subprocess.run([*cli, "down"], env=env, capture_output=True, timeout=120)
+
+
+def test_start_job_vcpu_and_memory_set_the_replicas_limits(server: Server) -> None:
+    r = server.cli("start-job", "--name", "calm", "--team", "smith", "--vcpu", "0.5", "--memory", "256Mi", "--",
+                   "/bin/sh", "-c", "cat /proc/self/cgroup; echo ready; exec sleep 120")
+    assert r.returncode == 0, r.stderr
+    server.wait_state("calm", "Running")
+    log = wait_log(server, "calm")
+    mem = next(ln.split(":", 2)[2] for ln in log.splitlines() if ":memory:" in ln)
+    h = cgroups.detect()
+    if h.kind == "v1":
+        mount = next(p for p in h.bases["memory"].parents if p.parent == Path("/sys/fs/cgroup"))
+        assert (mount / mem.lstrip("/") / "memory.limit_in_bytes").read_text().strip() == str(256 * 2**20)
+        cpu = next(ln.split(":", 2)[2] for ln in log.splitlines() if ":cpu:" in ln or ":cpu,cpuacct:" in ln)
+        cmount = next(p for p in h.bases["cpu"].parents if p.parent == Path("/sys/fs/cgroup"))
+        assert (cmount / cpu.lstrip("/") / "cpu.cfs_quota_us").read_text().strip() == "50000"
+    bad = server.cli("start-job", "--name", "huge", "--team", "smith", "--memory", "4096Gi", "--", "true",
+                     check=False)
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "more than one ml.g5.12xlarge node has" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def wait_log(server: Server, name: str) -> str:
+    from .conftest import wait_for
+
+    path = wait_for(lambda: next(iter((server.home / "runs").glob(f"{name}-*/0/0/output.log")), None), 30)
+    return wait_for(lambda: t if "ready" in (t := path.read_text()).splitlines() else None, 30)
