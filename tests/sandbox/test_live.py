@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from fairpod.sandbox import cgroups
@@ -42,6 +43,11 @@ def test_oom_fails_the_job_with_the_memory_reason_and_the_neighbour_runs_on(serv
     assert server.job("calm")["state"] == "Running"
     out = server.cli("get-job", "hog", "-o", "json")
     assert '"memory_peak_bytes"' in out.stdout
+    metrics = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {server.token}"}).text
+    cpu = next(ln for ln in metrics.splitlines() if ln.startswith('fairpod_job_cpu_seconds_total{team="john"}'))
+    assert float(cpu.split()[-1]) > 0
+    peak = next(ln for ln in metrics.splitlines() if ln.startswith('fairpod_job_memory_peak_bytes{team="john"}'))
+    assert 0 < float(peak.split()[-1]) <= 0.25 * 2**30
 
 
 def test_up_and_node_list_say_what_is_enforced(server: Server) -> None:

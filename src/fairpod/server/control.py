@@ -63,6 +63,7 @@ from fairpod.server.runs import (
     failure_kind,
     job_id_of,
     job_key,
+    usage_message,
 )
 from fairpod.server.submits import Submit, SubmitQueue
 from fairpod.server.turn_gate import TurnGate
@@ -716,7 +717,8 @@ class ControlPlane:
             job = self.store.get_job(jid) or job
         run.exits[str(e.rank)] = e.reason
         run.codes[str(e.rank)] = e.returncode
-        run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes)
+        if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):
+            self.event("ReplicaUsage", usage_message(job.name, use), job, **use)
         if run.stop_at is not None and e.ended_at < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
