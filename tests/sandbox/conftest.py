@@ -62,11 +62,12 @@ def ex(tmp_path: Path, hierarchy: cgroups.Hierarchy, monkeypatch: pytest.MonkeyP
         kill_recorded(root)
 
 
-def live_server(tmp_path: Path, jobs: tuple[str, ...]) -> Iterator[Server]:
+def live_server(tmp_path: Path, jobs: tuple[str, ...], spec: str | None = None) -> Iterator[Server]:
     """A real ``fairpod up`` (tests/server's ``Server``); afterwards, once it and its replicas are killed, the
     cgroups of the jobs named ``jobs`` (``<name>-<id>.<attempt>.<rank>``) are removed: the test made them."""
     try:
-        yield from running(tmp_path)
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        yield from (running(tmp_path, spec) if spec is not None else running(tmp_path))
     finally:
         try:
             h = cgroups.detect()

@@ -112,3 +112,57 @@ def wait_log(server: Server, name: str) -> str:
 
     path = wait_for(lambda: next(iter((server.home / "runs").glob(f"{name}-*/0/0/output.log")), None), 30)
     return wait_for(lambda: t if "ready" in (t := path.read_text()).splitlines() else None, 30)
+
+
+def required_spec() -> str:
+    import yaml
+
+    from ..server.conftest import SEED_SPEC
+
+    data = yaml.safe_load(SEED_SPEC.read_text())
+    data["cluster"]["isolation"] = "required"
+    return yaml.safe_dump(data)
+
+
+def test_isolation_required_keeps_jobs_off_a_host_that_cannot_enforce_it(tmp_path: Path) -> None:
+    """FAIRPOD_SANDBOX=limits (the suite's) leaves files unenforced: under ``cluster.isolation: required`` the
+    job waits, saying why; with the whole sandbox the same job runs."""
+    try:
+        cgroups.detect()
+    except cgroups.CgroupError as e:
+        pytest.skip(f"no usable cgroup hierarchy on this host: {e}")
+    from .conftest import live_server
+
+    gen = live_server(tmp_path / "a", ("strict",), required_spec())
+    s = next(gen)
+    try:
+        s.submit(name="strict", team="john", command=["/bin/sh", "-c", "sleep 60"], workdir="/")
+        job = wait_until(s, "strict", lambda j: j["reason"].startswith("no node enforces"))
+        assert job["state"] == "Pending"
+        assert job["reason"] == ("no node enforces files (cluster.isolation: required): files: turned off "
+                                 "(FAIRPOD_SANDBOX=limits)")
+    finally:
+        gen.close()
+
+
+def test_isolation_required_runs_jobs_where_everything_is_enforced(tmp_path: Path, full_sandbox: None) -> None:
+    from fairpod.sandbox import capabilities
+
+    if not all(capabilities.host().view().values()):
+        pytest.skip(f"this host does not enforce everything: {capabilities.host().line()}")
+    from .conftest import live_server
+
+    gen = live_server(tmp_path / "b", ("strict",), required_spec())
+    s = next(gen)
+    try:
+        s.submit(name="strict", team="john", command=["/bin/sh", "-c", "exit 0"], workdir="/")
+        s.wait_state("strict", "Succeeded", timeout=60)
+    finally:
+        gen.close()
+        subprocess.run(["userdel", "--force", "fairpod-john"], capture_output=True, check=False)
+
+
+def wait_until(s: Server, name: str, pred: object) -> dict:
+    from .conftest import wait_for
+
+    return wait_for(lambda: j if pred(j := s.job(name)) else None, 30)  # type: ignore[operator]

@@ -45,6 +45,7 @@ from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
+from fairpod.sandbox import capabilities
 from fairpod.server import arrays, elastic, eta, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.budgets import BudgetKeeper
@@ -146,10 +147,12 @@ class ControlPlane:
         dry run tries); call it holding the lock."""
         snap = empty_snapshot(spec, self.clock())
         cat = spec.catalog()
+        isolating = capabilities.required_gap(spec.cluster.isolation, self.executor.name) is None
         for nd in self.store.list_nodes():
             if nd.instance_type not in cat:
                 continue
-            snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]), schedulable=nd.schedulable,
+            snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]),
+                          schedulable=nd.schedulable and isolating,
                           passed=nd.deep_health_check == DeepHealthCheck.PASSED,
                           topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
         for t in spec.teams:
@@ -691,8 +694,14 @@ class ControlPlane:
         self.event("JobStarted", f"job {job.name} started (attempt {job.attempt}) on {', '.join(job.placement)}",
                    job, attempt=job.attempt)
 
+    def _isolation_gap(self) -> str | None:
+        """Why no node takes a job under ``cluster.isolation: required`` (fairpod.sandbox.capabilities)."""
+        return capabilities.required_gap(self.spec.cluster.isolation, self.executor.name)
+
     def _wait_reason(self, d: Wait) -> str:
         """A job back in its queue after a preemption says so until it runs again."""
+        if (gap := self._isolation_gap()) is not None:
+            return gap
         job = self.store.get_job(int(d.job))
         info = (job.run_state or {}) if job is not None else {}
         if info.get("stopping") == STOP_PREEMPT and info.get("stop_reason"):
@@ -861,7 +870,7 @@ class ControlPlane:
                                       topology=self.spec.node_topology(node.instance_group, name, node.labels)
                                       if labels else None)
                 if snode.schedulable != node.schedulable:
-                    self.snap.set_schedulable(name, node.schedulable)
+                    self.snap.set_schedulable(name, node.schedulable and not self._isolation_gap())
         self.wake.set()
         return node
 
@@ -870,7 +879,7 @@ class ControlPlane:
         check under way)."""
         with self.lock:
             if node in self.snap.nodes:
-                self.snap.set_schedulable(node, schedulable)
+                self.snap.set_schedulable(node, schedulable and not self._isolation_gap())
         self.wake.set()
 
     def forget_node(self, name: str) -> None:
