@@ -58,6 +58,8 @@ def test_up_and_node_list_say_what_is_enforced(server: Server) -> None:
     assert nodes and all(nd["enforced"] == want.view() for nd in nodes)
     table = server.cli("node", "list").stdout
     assert "ENFORCED" in table and "cpu,memory" in table
+    kinds = ", ".join(k for k, v in want.view().items() if v)
+    assert f"enforced: {kinds} (4 nodes)" in server.cli("status").stdout.splitlines()
 
 
 def test_up_says_in_one_line_what_it_cannot_enforce(tmp_path: Path, full_sandbox: None) -> None:
