@@ -168,3 +168,43 @@ def wait_until(s: Server, name: str, pred: object) -> dict:
     from .conftest import wait_for
 
     return wait_for(lambda: j if pred(j := s.job(name)) else None, 30)  # type: ignore[operator]
+
+
+BATCH = r"""#!/bin/bash
+#SBATCH --nodes 2
+#SBATCH --output=out/%x_%j.out
+#FAIRPOD --team john
+srun -l bash -c 'echo "task $SLURM_PROCID node $SLURM_NODEID"' | sort
+echo "tmp: $(ls /tmp | tr '\n' ' ')"
+"""
+
+
+def test_an_sbatch_job_runs_its_steps_in_its_sandbox(tmp_path: Path, full_sandbox: None) -> None:
+    """srun's steps run inside their node's replica, so in its sandbox; the nodes of the job meet in
+    ``<checkpoint dir>.slurm``, which the sandbox keeps. ``run_as: root``: this suite's interpreter (which the
+    batch runner needs) is under /root, where a per-team user cannot reach it."""
+    import yaml
+
+    from ..server.conftest import SEED_SPEC
+    from ..slurm.test_sbatch_live import sbatch
+    from .conftest import live_server, wait_for
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root (run_as: root)")
+    data = yaml.safe_load(SEED_SPEC.read_text())
+    data["cluster"]["run_as"] = "root"
+    gen = live_server(tmp_path / "srv", ("batch",), yaml.safe_dump(data))
+    s = next(gen)
+    try:
+        work = tmp_path / "work"
+        work.mkdir()
+        (work / "batch.sh").write_text(BATCH)
+        r = sbatch(s, work, "--job-name", "batch", "batch.sh")
+        assert r.returncode == 0, r.stderr
+        s.wait_state("batch", "Succeeded", timeout=120)
+        out = wait_for(lambda: next(iter((work / "out").glob("batch_*.out")), None), 30).read_text()
+        assert "0: task 0 node 0" in out and "1: task 1 node 1" in out, out
+        # a private /tmp: only the way to the job's own directories (this test's are under /tmp)
+        assert out.strip().splitlines()[-1] == "tmp: pytest-of-root", out
+    finally:
+        gen.close()

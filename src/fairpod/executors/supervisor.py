@@ -142,11 +142,10 @@ class Supervisor:
                 env.update(user.env)
                 ids = {"user": user.uid, "group": user.gid, "extra_groups": [user.gid]}
                 env.update(self.spec.get("env", {}))
-                if env.get("FAIRPOD_CHECKPOINT_DIR"):  # the namespace shows it; its parents need not be opened
-                    ckpt = Path(env["FAIRPOD_CHECKPOINT_DIR"])
-                    ckpt.mkdir(parents=True, exist_ok=True)
-                    os.chown(ckpt, user.uid, user.gid)
-                    os.chmod(ckpt, 0o700)
+                for own in sandbox.own_dirs(self.spec):  # the namespace shows them; their parents stay shut
+                    own.mkdir(parents=True, exist_ok=True)
+                    os.chown(own, user.uid, user.gid)
+                    os.chmod(own, 0o700)
             elif user is not None:
                 env.update(user.env)
                 ids = {"user": user.uid, "group": user.gid, "extra_groups": user.groups()}
@@ -155,6 +154,11 @@ class Supervisor:
                     isolation.hand_over(Path(env["FAIRPOD_CHECKPOINT_DIR"]), user)
             else:
                 env.update(self.spec.get("env", {}))
+            if view is not None:
+                for own in sandbox.own_dirs(self.spec):  # made before the view, which binds them
+                    own.mkdir(parents=True, exist_ok=True)
+                    if user is not None:
+                        os.chown(own, user.uid, user.gid)
         except (isolation.RunAsError, OSError) as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
         self.user_name = user.name if user is not None else ""

@@ -35,6 +35,19 @@ def mode() -> str:
     return m if m in MODES else "full"
 
 
+def own_dirs(spec: dict[str, Any]) -> list[Path]:
+    """The directories of the job that its replicas keep in their view: the checkpoint directory and, for an
+    sbatch job, the ``<checkpoint dir>.slurm`` beside it where its nodes meet (fairpod.slurm.wire)."""
+    env = spec.get("env") or {}
+    ckpt = env.get("FAIRPOD_CHECKPOINT_DIR")
+    if not ckpt:
+        return []
+    out = [Path(ckpt)]
+    if "FAIRPOD_SBATCH" in env:
+        out.append(Path(ckpt.rstrip("/") + ".slurm"))
+    return out
+
+
 def view_of(spec: dict[str, Any], rdir: Path) -> namespaces.View:
     """What the replica of ``rdir`` (``<runs>/<job>/<attempt>/<rank>``) sees: fairpod's state directory, the runs
     and checkpoint roots and the CLI config hidden; its checkpoint and working directories kept."""
@@ -46,10 +59,9 @@ def view_of(spec: dict[str, Any], rdir: Path) -> namespaces.View:
     db = os.environ.get("FAIRPOD_DB_URL") or ""
     if db.startswith("sqlite:///"):
         hide += [db[len("sqlite:///"):] + sfx for sfx in ("", "-wal", "-shm")]
-    keep = []
+    keep = [str(d) for d in own_dirs(spec)]
     ckpt = (spec.get("env") or {}).get("FAIRPOD_CHECKPOINT_DIR")
     if ckpt:
-        keep.append(ckpt)
         root = Path(ckpt).parents[1]  # <checkpoint root>/<team>/<job>
         if len(root.parts) > 2:
             hide.append(str(root))
