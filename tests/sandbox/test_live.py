@@ -154,6 +154,9 @@ def test_isolation_required_runs_jobs_where_everything_is_enforced(tmp_path: Pat
         pytest.skip(f"this host does not enforce everything: {capabilities.host().line()}")
     from .conftest import live_server
 
+    from .test_files import created_users
+
+    before = created_users()
     gen = live_server(tmp_path / "b", ("strict",), required_spec())
     s = next(gen)
     try:
@@ -161,7 +164,8 @@ def test_isolation_required_runs_jobs_where_everything_is_enforced(tmp_path: Pat
         s.wait_state("strict", "Succeeded", timeout=60)
     finally:
         gen.close()
-        subprocess.run(["userdel", "--force", "fairpod-john"], capture_output=True, check=False)
+        for name in created_users() - before:  # the per-team user this test made, and nothing else
+            subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
 
 
 def wait_until(s: Server, name: str, pred: object) -> dict:
