@@ -153,7 +153,6 @@ def test_isolation_required_runs_jobs_where_everything_is_enforced(tmp_path: Pat
     if not all(capabilities.host().view().values()):
         pytest.skip(f"this host does not enforce everything: {capabilities.host().line()}")
     from .conftest import live_server
-
     from .test_files import created_users
 
     before = created_users()
