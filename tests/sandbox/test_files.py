@@ -168,3 +168,41 @@ def test_attack_finds_nothing_as_an_unprivileged_user(unprivileged: pwd.struct_p
                 time.sleep(0.05)
         shutil.rmtree(base, ignore_errors=True)
     assert sys.executable  # (the interpreter is never exec'd as the user)
+
+
+@pytest.fixture
+def made_users() -> Iterator[None]:
+    before = created_users()
+    yield
+    for name in created_users() - before:
+        subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
+
+
+def test_a_stop_reaches_the_command_in_its_namespace_once(full_sandbox: None, made_users: None, tmp_path: Path) -> None:
+    """The command is PID 2 of its PID namespace: SIGTERM reaches it (once) as on the host, and its end, by exit
+    code or by signal, is the replica's."""
+    from fairpod.executors import LocalExecutor
+    from fairpod.executors.base import JobLaunch, ReplicaLaunch
+
+    if why := namespaces.supported():
+        pytest.skip(why)
+    ex = LocalExecutor(tmp_path / "runs")
+    try:
+        for name, cmd in (("trap", 'trap "echo got TERM; exit 3" TERM; echo ready; sleep 30 & wait'),
+                          ("plain", "echo ready; exec sleep 30")):
+            ex.launch(JobLaunch(job=name, team="a", attempt=0, command=["/bin/sh", "-c", cmd], workdir="/",
+                                checkpoint_dir=str(tmp_path / "ckpt" / name), grace_seconds=10.0,
+                                replicas=(ReplicaLaunch(rank=0, node="n0"),)))
+        logs = {n: tmp_path / "runs" / n / "0" / "0" / "output.log" for n in ("trap", "plain")}
+        for log in logs.values():
+            wait_for(lambda log=log: "ready" in log.read_text().splitlines(), 30)
+        ex.stop("trap", 0, 10.0)
+        ex.stop("plain", 0, 10.0)
+        got: list = []
+        wait_for(lambda: len(got) == 2 or got.extend(ex.poll()), 30)
+        reasons = {e.job: e.reason for e in got}
+        assert reasons == {"trap": "exited 3", "plain": "killed by SIGTERM"}
+        assert logs["trap"].read_text().splitlines().count("got TERM") == 1
+        assert "grace period over" not in logs["plain"].read_text()  # ended by the SIGTERM, not by a SIGKILL
+    finally:
+        ex.close()

@@ -4,8 +4,9 @@ Set up in the forked child of the supervisor, before exec (:func:`enter`), with 
 
 1. ``unshare(CLONE_NEWNS | CLONE_NEWPID)``, and ``CLONE_NEWUSER`` first when fairpod is not root (its own uid
    and gid mapped to themselves: the command keeps fairpod's uid and loses every capability at exec);
-2. the child forks the namespace's init (PID 1), which forwards stop signals to the command and hands its exit
-   status back; the command itself is PID 2, so SIGTERM reaches it as on the host;
+2. the child forks the namespace's init (PID 1), which reaps and hands the command's exit status back; the
+   command itself is PID 2, so SIGTERM to its process group reaches it as on the host (a namespace's init
+   would ignore it);
 3. in the new mount namespace (all mounts private): an empty ``tmpfs`` on ``/tmp`` (private to the job); an
    empty, read-only ``tmpfs`` over each hidden directory (fairpod's state directory, the runs directory of every
    job, the checkpoint root of every team, the CLI config's directory) and ``/dev/null`` over each hidden file;
@@ -38,7 +39,7 @@ MS_REC = 16384
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
-FORWARD = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -135,19 +136,16 @@ def _close_other_fds(keep: int) -> None:
     os.closerange(keep + 1, 1 << 16)
 
 
-def _forward(pid: int) -> None:
-    def handler(sig: int, frame: object) -> None:
-        try:
-            os.kill(pid, sig)
-        except OSError:
-            pass
-    for s in FORWARD:
-        signal.signal(s, handler)
+def _ignore_stops() -> None:
+    """The processes around the command ignore stop signals: the supervisor signals the command's process group
+    (and each descendant outside it), which reaches the command itself, once."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
 
 
 def _init(job: int, report: int) -> None:
-    """PID 1 of the replica's namespace: forward stop signals to the command, reap, report its status."""
-    _forward(job)
+    """PID 1 of the replica's namespace: reap, and report the command's status."""
+    _ignore_stops()
     status = signal.SIGKILL & 0x7F
     while True:
         try:
@@ -158,8 +156,6 @@ def _init(job: int, report: int) -> None:
             continue
         if pid == job:
             status = st
-            for s in FORWARD:
-                signal.signal(s, signal.SIG_IGN)
             break  # the namespace ends with its init: whatever the command left is killed by the kernel
     try:
         os.write(report, struct.pack("i", status))
@@ -169,7 +165,7 @@ def _init(job: int, report: int) -> None:
 
 def _outer(init: int, report: int) -> None:
     """The supervisor's child, outside the namespace: wait for its init, then end as the command ended."""
-    _forward(init)
+    _ignore_stops()
     while True:
         try:
             os.waitpid(init, 0)
@@ -227,7 +223,7 @@ def _enter(v: View) -> None:
         finally:
             os._exit(128)
     os.close(w)
-    for s in FORWARD:
+    for s in STOP_SIGNALS:
         signal.signal(s, signal.SIG_DFL)
 
 
