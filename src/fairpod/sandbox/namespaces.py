@@ -25,6 +25,7 @@ import signal
 import stat
 import struct
 from dataclasses import dataclass, field
+from functools import cache
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -227,8 +228,9 @@ def _enter(v: View) -> None:
         signal.signal(s, signal.SIG_DFL)
 
 
+@cache
 def supported() -> str | None:
-    """None when this process can make the namespaces, else why not (probed in a child)."""
+    """None when this process can make the namespaces, else why not (probed in a child, once per process)."""
     pid = os.fork()
     if pid == 0:
         try:
