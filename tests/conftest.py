@@ -16,3 +16,11 @@ def pytest_report_header() -> str:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get("FAIRPOD_EXPECT_NATIVE") == "1" and not governance.is_native():
         raise pytest.UsageError("FAIRPOD_EXPECT_NATIVE=1 but the engine loaded is pure Python")
+
+
+@pytest.fixture(autouse=True)
+def _sandbox_limits_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replicas of the suite get their cgroup limits but not the files sandbox (fairpod.sandbox), whose per-team
+    users cannot run this suite's interpreter (it lives under /root, mode 0700, here). tests/sandbox turns the
+    whole sandbox on for its own tests."""
+    monkeypatch.setenv("FAIRPOD_SANDBOX", "limits")

@@ -63,7 +63,10 @@ class RayTestCluster:
         self._next_ip = 3
         # no token authentication (loopback only): a token file another Ray left in ~/.ray would switch it on
         self.env = {**os.environ, **HEALTH_ENV, "AUTOSCALER_METRIC_PORT": str(free_port()),
-                    "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
+                    "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled",
+                    # the node agents' replicas get the suite's sandbox (tests/conftest.py: limits only; the cluster
+                    # starts before that per-test setting, so it is given here)
+                    "FAIRPOD_SANDBOX": "limits"}
         self.env.pop("RAY_ADDRESS", None)
 
     # -- nodes ------------------------------------------------------------------------------------

@@ -16,6 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from fairpod import sandbox
+
 from .api import Api
 from .inproc import InProc
 
@@ -121,13 +123,17 @@ class Server:
         return wait_for(lambda: (j := self.job(name))["state"] == state and j, timeout, f"{name} to be {state}")
 
     def kill_replicas(self) -> None:
-        """Stop every replica and supervisor this server's executor started (by recorded PID)."""
+        """Stop every replica and supervisor this server's executor started (by recorded PID), and remove their
+        cgroups (fairpod.sandbox: a supervisor killed so leaves its replica's)."""
         for f in list((self.home / "runs").glob("*/*/*/*.pid")):
             try:
                 pid = int(f.read_text().split()[0])
                 os.kill(pid, signal.SIGKILL)
             except (OSError, ValueError, IndexError):
                 pass
+        for rdir in (self.home / "runs").glob("*/*/*"):
+            if rdir.parent.name.isdigit() and rdir.name.isdigit():
+                sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name))
 
 
 def running(tmp_path: Path, spec: Path | str = SEED_SPEC) -> Iterator[Server]:

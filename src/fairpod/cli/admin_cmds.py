@@ -374,9 +374,11 @@ def node_list(a: argparse.Namespace) -> int:
     if emit(nodes, a.output):
         return 0
     rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free", "gpus": gpu_text(nd),
-             "topo": " ".join(f"{lv}={d}" for lv, d in (nd.get("topology") or {}).items())} for nd in nodes]
+             "topo": " ".join(f"{lv}={d}" for lv, d in (nd.get("topology") or {}).items()),
+             "enf": ",".join(k for k, v in (nd.get("enforced") or {}).items() if v) or "-"} for nd in nodes]
     cols = [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("gpus", "GPU"), ("health_status", "HEALTH"),
-            ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"), ("jobs", "JOBS")]
+            ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"), ("jobs", "JOBS"),
+            ("enf", "ENFORCED")]
     if any(nd.get("topology") for nd in nodes):
         cols.append(("topo", "TOPOLOGY"))
     table(rows, cols)

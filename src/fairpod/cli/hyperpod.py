@@ -16,7 +16,7 @@ Reads answer in JSON, as the HyperPod CLI does. ``--config-file`` takes the Hype
 ``training_cfg`` (entry script, arguments, run name, nodes) and ``cluster`` (instance type, namespace, Kueue
 labels) fields are mapped to the job's; a field whose meaning fairpod cannot give is refused by name, never
 dropped. The entry script runs as ``python SCRIPT ARGS`` on each node with the job's replicas' environment
-(``fairpod.kube.pod``: the ``PET_*`` variables torchrun reads).
+(``fairpod.formats.kube.pod``: the ``PET_*`` variables torchrun reads).
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ def start_job(a: argparse.Namespace) -> int:
         raise CliError("give the script to run: --entry-script train.py (or training_cfg.entry_script in "
                        "--config-file)")
     ns = fairpod_parser("start-job").parse_args(argv)
-    ns.job_command = [sys.executable, "-m", "fairpod.kube.pod", "--", sys.executable, *command[1:]]
+    ns.job_command = [sys.executable, "-m", "fairpod.formats.kube.pod", "--", sys.executable, *command[1:]]
     body = job_body(ns)
     job = Client(fields=JOB_FLAGS).submit(body)
     if image:

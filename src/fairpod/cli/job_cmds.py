@@ -31,7 +31,7 @@ ARRAY_RE = r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?"
 
 # the API's job fields in the words of start-job's flags (for the server's error messages)
 JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "instance_type": "--instance-type",
-             "nodes": "--node-count", "accelerators": "--accelerators", "vcpu": "vcpu", "memory_gib": "memory_gib",
+             "nodes": "--node-count", "accelerators": "--accelerators", "vcpu": "--vcpu", "memory_gib": "--memory",
              "command": "the command after --", "env": "--env", "workdir": "--workdir",
              "auto_resume": "--auto-resume", "max_retry": "--max-retry",
              "termination_grace_seconds": "--grace-seconds", "min_runtime_seconds": "--min-runtime",
@@ -69,6 +69,29 @@ def whole(lo: int, hi: int, what: str = "") -> Callable[[str], int]:
         return int(f)
 
     return parse
+
+
+MEMORY_UNITS = {"": 1.0, "gi": 1.0, "g": 1e9 / 2**30, "mi": 1 / 1024, "m": 1e6 / 2**30, "ti": 1024.0,
+                "t": 1e12 / 2**30}
+
+
+def memory_gib(text: str) -> float:
+    """``16Gi``, ``512Mi``, ``16G`` (as Kubernetes writes quantities) or a number of GiB, as GiB."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in MEMORY_UNITS or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size (e.g. 16Gi, 512Mi, or GiB as a number)")
+    return float(m.group(1)) * MEMORY_UNITS[unit]
+
+
+def vcpus(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = 0.0
+    if not 0 < v <= 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of vCPUs (e.g. 4 or 0.5)")
+    return v
 
 
 def seconds(hi: float) -> Callable[[str], float]:
@@ -160,6 +183,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "FAIRPOD_NODES; e.g. torchrun --nnodes $FAIRPOD_MIN_NODES:$FAIRPOD_MAX_NODES --rdzv-backend c10d)")
     p.add_argument("--accelerators", type=whole(0, 1024, ": a replica gets whole accelerators"),
                    help="whole accelerators per node (default: the whole node)")
+    p.add_argument("--vcpu", type=vcpus, metavar="N",
+                   help="vCPUs per replica (default: by the node type's ratio to --accelerators); the replica is held "
+                   "to them by its cgroup")
+    p.add_argument("--memory", type=memory_gib, metavar="SIZE",
+                   help="memory per replica, e.g. 16Gi or 512Mi (default: by ratio); more ends the replica with "
+                   "'exceeded its memory limit'")
     p.add_argument("--auto-resume", nargs="?", const=True, type=boolean, metavar="true|false",
                    help="restart the job (up to --max-retry times) when a replica fails or its node does; "
                    "'--auto-resume' alone means true")
@@ -297,7 +326,8 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     """The job to submit, from --config-file and the flags; every mistake a user can make is reported here."""
     body: dict[str, Any] = _config(a.config_file) if a.config_file else {}
     flags = {"name": a.name, "team": a.team, "priority": a.priority, "instance_type": a.instance_type,
-             "nodes": a.node_count, "accelerators": a.accelerators, "auto_resume": a.auto_resume,
+             "nodes": a.node_count, "accelerators": a.accelerators, "vcpu": a.vcpu, "memory_gib": a.memory,
+             "auto_resume": a.auto_resume,
              "max_retry": a.max_retry, "workdir": a.workdir, "termination_grace_seconds": a.grace_seconds,
              "min_runtime_seconds": a.min_runtime, "expected_duration_seconds": a.expected_duration,
              "deep_health_check_passed_nodes_only": a.deep_health_check_passed_nodes_only,

@@ -50,12 +50,23 @@ def gather(c: Client) -> dict[str, Any]:
     cluster = c.get("/cluster")
     teams = set(me["teams"] if me["role"] == "member" else me["visible_teams"])
     jobs = c.get("/jobs", state=ACTIVE, limit=0)["jobs"]
-    return {"server": {"url": c.url, "version": health.get("version"), "pid": health.get("pid"),
+    nodes = c.get("/nodes")["nodes"]
+    return {"enforced": {n["name"]: n.get("enforced") for n in nodes},
+            "server": {"url": c.url, "version": health.get("version"), "pid": health.get("pid"),
                        "cycles": health.get("cycles")},
             "user": {"name": me["name"], "role": me["role"], "teams": me["teams"]},
             "cluster": {"name": cluster["name"], "capacity": cluster["capacity"]},
             "teams": [t for t in cluster["teams"] if t["team"] in teams],
             "jobs": [j for j in jobs if j["team"] in teams]}
+
+
+def enforced_line(per_node: dict[str, dict[str, bool] | None]) -> str:
+    """What the nodes hold replicas to (fairpod.sandbox), grouped: ``enforced: cpu, memory (4 nodes)``."""
+    groups: dict[str, int] = {}
+    for view in per_node.values():
+        key = "unknown" if view is None else (", ".join(k for k, v in view.items() if v) or "nothing")
+        groups[key] = groups.get(key, 0) + 1
+    return "enforced: " + "; ".join(f"{k} ({n} node{'s' if n != 1 else ''})" for k, n in groups.items())
 
 
 def status(a: argparse.Namespace) -> int:
@@ -73,6 +84,7 @@ def status(a: argparse.Namespace) -> int:
         print(f"cluster: {st['cluster']['name']}, {it}: {acc_nodes(cap['accelerators'], per)}, "
               f"{cap['schedulable_accelerators']} schedulable, {cap['in_use']} in use "
               f"({cap['utilization'] * 100:.0f}%)")
+    print(enforced_line(st["enforced"]))
     print()
     rows = []
     for t in st["teams"]:

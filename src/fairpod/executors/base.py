@@ -23,6 +23,8 @@ class ReplicaLaunch:
     accelerators: tuple[int, ...] = ()
     real_gpus: bool = False  # True: accelerators are CUDA device indices; False: slots of a virtual node
     devices: tuple[str, ...] = ()  # real GPUs: the CUDA devices when not the indices (MIG device UUIDs)
+    mcpu: int = 0  # vCPU (millicores) the replica is held to on its node (0: not limited)
+    mib: int = 0  # memory (MiB) the replica is held to on its node (0: not limited)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,7 +40,7 @@ class JobLaunch:
     env: dict[str, str] = field(default_factory=dict)
     workdir: str | None = None  # None: the control plane's working directory
     grace_seconds: float = 30.0  # SIGTERM to SIGKILL on stop
-    run_as: str | None = None  # OS user the replicas run as (None: fairpod's own; see executors.isolation)
+    run_as: str | None = None  # OS user the replicas run as (None: fairpod's own; see sandbox.environment)
     world: int = 0  # replicas of the attempt in all, when ``replicas`` are only some of them (an elastic job grows)
 
     @property
@@ -57,6 +59,8 @@ class ReplicaExit:
     signal: int | None
     reason: str  # "exited 0", "exited 3", "killed by SIGKILL", "command not found: x", ...
     ended_at: float  # Unix time
+    cpu_seconds: float | None = None  # what the replica used, read from its cgroup (None: not measured)
+    memory_peak_bytes: int | None = None
 
     @property
     def ok(self) -> bool:

@@ -23,6 +23,7 @@ import traceback
 from collections.abc import Callable
 
 from fairpod.executors import supervisor
+from fairpod.sandbox import namespaces
 
 
 def _child(req: dict, target: Callable[[list[str]], int]) -> None:
@@ -55,6 +56,7 @@ def _child(req: dict, target: Callable[[list[str]], int]) -> None:
 
 def main(target: Callable[[list[str]], int] = supervisor.main) -> int:
     """Serve requests; each child runs ``target([dir])`` (the supervisor's ``main``, or another one's)."""
+    namespaces.supported()  # probed once here (a fork), inherited by every supervisor forked from us
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # exited supervisors are reaped by the kernel
     rfile, wfile = sys.stdin.buffer, sys.stdout.buffer
     wfile.write(b"ready\n")

@@ -34,6 +34,7 @@ from functools import wraps
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from fairpod import sandbox
 from fairpod.executors import procs, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
 
@@ -485,6 +486,7 @@ class LocalExecutor:
             "workdir": job.workdir or os.getcwd(),
             "grace_seconds": job.grace_seconds,
             "run_as": job.run_as,
+            "limits": sandbox.limits_of(rep.mcpu, rep.mib, rep.accelerators if rep.real_gpus else None),
             "env": replica_env(job, rep, self.master_addr, port),
             "master_port": port,
             "launched_at": time.time(),
@@ -569,6 +571,7 @@ class LocalExecutor:
             child = state.read_pid(run.dir / state.CHILD_PID)
             if child is not None and (procs.start_time(child[0]) in (None, child[1])):
                 procs.signal_group(child[0], signal.SIGKILL)  # the group id outlives its leader
+            sandbox.discard(run.job, run.attempt, run.rank)  # and what left the group, with its cgroup
         st = {"returncode": None, "signal": None, "reason": reason, "ended_at": time.time()}
         with contextlib.suppress(OSError):  # a full disk: found the same way again until the store has it
             state.write_json(run.dir / state.STATUS, st)
@@ -584,6 +587,7 @@ class LocalExecutor:
             signal=st.get("signal"),
             reason=str(st.get("reason", "")),
             ended_at=float(st.get("ended_at", 0.0)),
+            **sandbox.usage_of(st),
         )
 
     @staticmethod

@@ -28,7 +28,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from fairpod.executors import isolation, patient, procs, state
+from fairpod import sandbox
+from fairpod.executors import patient, procs, state
+from fairpod.sandbox import environment as isolation
 
 LEFTOVER_GRACE = 5.0
 
@@ -54,6 +56,7 @@ class Supervisor:
         self.child: subprocess.Popen[bytes] | None = None
         self.wait_status: int | None = None
         self.no_children = False
+        self.sandbox: sandbox.Sandbox | None = None
         self.started_at = time.time()
         rfd, wfd = os.pipe()
         os.set_blocking(rfd, False)
@@ -94,6 +97,8 @@ class Supervisor:
         if group is not None:
             procs.signal_group(group, sig)
         others = [p for p in procs.descendants(os.getpid()) if group is None or procs.pgid(p) != group]
+        if self.sandbox is not None:  # what escaped the tree (a double fork re-parented elsewhere) is still here
+            others += [p for p in self.sandbox.pids() if p not in others and p != group]
         procs.signal_all(others, sig)
 
     def _reap(self) -> None:
@@ -124,22 +129,62 @@ class Supervisor:
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {cwd}"}
         env = isolation.base_env(os.environ)
         ids: dict[str, Any] = {}
+        self.user_name = ""
+        mode = sandbox.mode()
+        view = None
+        if mode == "full":
+            why = sandbox.namespaces.supported()
+            if why is None:
+                view = sandbox.view_of(self.spec, self.dir)
+            else:
+                self.note(f"files not isolated: {why}")
         try:
             user = isolation.resolve(self.spec.get("run_as"))
-            if user is not None:
+            if user is None and not self.spec.get("run_as") and view is not None and os.geteuid() == 0:
+                user = sandbox.users.team_user(str(s.get("team")))  # root, no run_as: the team's own user
+                env.update(user.env)
+                ids = {"user": user.uid, "group": user.gid, "extra_groups": [user.gid]}
+                env.update(self.spec.get("env", {}))
+                for own in sandbox.own_dirs(self.spec):  # the namespace shows them; their parents stay shut
+                    own.mkdir(parents=True, exist_ok=True)
+                    os.chown(own, user.uid, user.gid)
+                    os.chmod(own, 0o700)
+            elif user is not None:
                 env.update(user.env)
                 ids = {"user": user.uid, "group": user.gid, "extra_groups": user.groups()}
-            env.update(self.spec.get("env", {}))
-            if user is not None and env.get("FAIRPOD_CHECKPOINT_DIR"):
-                isolation.hand_over(Path(env["FAIRPOD_CHECKPOINT_DIR"]), user)
+                env.update(self.spec.get("env", {}))
+                if env.get("FAIRPOD_CHECKPOINT_DIR"):
+                    isolation.hand_over(Path(env["FAIRPOD_CHECKPOINT_DIR"]), user)
+            else:
+                env.update(self.spec.get("env", {}))
+            if view is not None:
+                for own in sandbox.own_dirs(self.spec):  # made before the view, which binds them
+                    own.mkdir(parents=True, exist_ok=True)
+                    if user is not None:
+                        os.chown(own, user.uid, user.gid)
         except (isolation.RunAsError, OSError) as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
+        self.user_name = user.name if user is not None else ""
+        self.sandbox = box = sandbox.Sandbox(self.spec, view) if mode != "off" else None
+        for n in box.notes if box is not None else ():
+            self.note(n)
+
+        def enter() -> None:  # in the child: the sandbox first (as root), then the user, then the workdir
+            if box is not None:
+                box.enter()
+            if ids:
+                os.setgroups(ids["extra_groups"])
+                os.setresgid(ids["group"], ids["group"], ids["group"])
+                os.setresuid(ids["user"], ids["user"], ids["user"])
+            if view is not None and cwd:
+                os.chdir(cwd)  # as seen in the replica's own view, as its user
+
         try:
             self.child = subprocess.Popen(
                 cmd,
                 cwd=cwd or None,
                 env=env,
-                **ids,
+                preexec_fn=enter,
                 stdin=subprocess.DEVNULL,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,
@@ -149,10 +194,12 @@ class Supervisor:
         except FileNotFoundError:
             return {"returncode": 127, "signal": None, "reason": f"command not found: {cmd[0]}"}
         except PermissionError:
-            who = f" (as user {self.spec.get('run_as')}: check the command and the workdir {cwd})" if ids else ""
+            who = f" (as user {self.user_name}: check the command and the workdir {cwd})" if ids else ""
             return {"returncode": 126, "signal": None, "reason": f"permission denied: {cmd[0]}{who}"}
         except OSError as e:
             return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]}: {e.strerror or e}"}
+        except subprocess.SubprocessError as e:  # the sandbox could not be entered
+            return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]} in its sandbox: {e}"}
         state.write_pid(self.dir / state.CHILD_PID, self.child.pid, procs.start_time(self.child.pid))
         return None
 
@@ -225,6 +272,8 @@ class Supervisor:
             time.sleep(0.05)
 
     def finish(self, result: dict[str, Any]) -> None:
+        if self.sandbox is not None:
+            self.sandbox.finish(result)
         result.update(started_at=self.started_at, ended_at=time.time(), stop_requested=self.stop_asked)
         self.note(f"replica ended {_now()}: {result['reason']}")
         self.log.close()

@@ -153,6 +153,9 @@ class ClusterInfo(_Strict):
     # where jobs' checkpoint directories live (<dir>/<team>/<job>); default $FAIRPOD_HOME/checkpoints. On a
     # cluster of several hosts: a shared file system mounted at this path on every node (docs/ray.md)
     checkpoint_dir: str | None = Field(default=None, max_length=1024)
+    # required: jobs run only on nodes that enforce cpu, memory, devices and files (docs/isolation.md); others
+    # wait with the reason. best-effort (default): what the node cannot enforce is said, and jobs run anyway
+    isolation: Literal["best-effort", "required"] = "best-effort"
 
     @field_validator("checkpoint_dir")
     @classmethod

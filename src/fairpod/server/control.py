@@ -45,6 +45,7 @@ from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
+from fairpod.sandbox import capabilities
 from fairpod.server import arrays, backoff, diskfull, elastic, eta, membership
 from fairpod.server.batch import BatchingStore
 from fairpod.server.budgets import BudgetKeeper
@@ -63,6 +64,7 @@ from fairpod.server.runs import (
     failure_kind,
     job_id_of,
     job_key,
+    usage_message,
 )
 from fairpod.server.submits import Submit, SubmitQueue
 from fairpod.server.turn_gate import TurnGate
@@ -148,10 +150,12 @@ class ControlPlane:
         dry run tries); call it holding the lock."""
         snap = empty_snapshot(spec, self.clock())
         cat = spec.catalog()
+        isolating = capabilities.required_gap(spec.cluster.isolation, self.executor.name) is None
         for nd in self.store.list_nodes():
             if nd.instance_type not in cat:
                 continue
-            snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]), schedulable=nd.schedulable,
+            snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]),
+                          schedulable=nd.schedulable and isolating,
                           passed=nd.deep_health_check == DeepHealthCheck.PASSED,
                           topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
         for t in spec.teams:
@@ -678,7 +682,8 @@ class ControlPlane:
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team),
             replicas=tuple(ReplicaLaunch(rank=i, node=n, accelerators=tuple(run.slots.get(n, [])),
-                                         real_gpus=self._gpus_are_real(n), devices=devices[n])
+                                         real_gpus=self._gpus_are_real(n), devices=devices[n],
+                                         mcpu=job.mcpu, mib=job.mib)
                            for i, n in enumerate(job.placement)),
         )  # fmt: skip
         if any(len(r.accelerators) != job.acc for r in launch.replicas):  # never short: _ready took them all
@@ -701,8 +706,14 @@ class ControlPlane:
         self.event("JobStarted", f"job {job.name} started (attempt {job.attempt}) on {', '.join(job.placement)}",
                    job, attempt=job.attempt)
 
+    def _isolation_gap(self) -> str | None:
+        """Why no node takes a job under ``cluster.isolation: required`` (fairpod.sandbox.capabilities)."""
+        return capabilities.required_gap(self.spec.cluster.isolation, self.executor.name)
+
     def _wait_reason(self, d: Wait) -> str:
         """A job back in its queue after a preemption says so until it runs again."""
+        if (gap := self._isolation_gap()) is not None:
+            return gap
         job = self.store.get_job(int(d.job))
         info = (job.run_state or {}) if job is not None else {}
         if info.get("stopping") == STOP_PREEMPT and info.get("stop_reason"):
@@ -727,6 +738,8 @@ class ControlPlane:
             job = self.store.get_job(jid) or job
         run.exits[str(e.rank)] = e.reason
         run.codes[str(e.rank)] = e.returncode
+        if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):
+            self.event("ReplicaUsage", usage_message(job.name, use), job, **use)
         if run.stop_at is not None and e.ended_at < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
@@ -868,7 +881,7 @@ class ControlPlane:
                                       topology=self.spec.node_topology(node.instance_group, name, node.labels)
                                       if labels else None)
                 if snode.schedulable != node.schedulable:
-                    self.snap.set_schedulable(name, node.schedulable)
+                    self.snap.set_schedulable(name, node.schedulable and not self._isolation_gap())
         self.wake.set()
         return node
 
@@ -877,7 +890,7 @@ class ControlPlane:
         check under way)."""
         with self.lock:
             if node in self.snap.nodes:
-                self.snap.set_schedulable(node, schedulable)
+                self.snap.set_schedulable(node, schedulable and not self._isolation_gap())
         self.wake.set()
 
     def forget_node(self, name: str) -> None:

@@ -67,7 +67,7 @@ STATE_FILES = ("fairpod.db", "fairpod.db-wal", "fairpod.db-shm", "server.log", "
 
 def secure_home(home: Path, searchable: bool | None = None) -> None:
     """Make fairpod's state private to its user: the home 0700 (0701 when ``searchable``: the spec has a
-    ``run_as`` user who must reach its checkpoints, see executors.isolation; None keeps the search bit as it
+    ``run_as`` user who must reach its checkpoints, see sandbox.environment; None keeps the search bit as it
     is), state files 0600, everything under ``runs/`` 0700/0600; and every file this process creates from
     now on is private (umask 077)."""
     os.umask(0o077)
@@ -394,6 +394,10 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     if advertise != LOOPBACK:
         print(f"  replicas:  {api_url(advertise, port)}   (--advertise-address)")
     print(f"  state:     {home}")
+    if executor in (None, "local"):
+        from fairpod.sandbox import capabilities
+
+        print(f"  enforced:  {capabilities.host().line()}")
     print("  stop it with: fairpod down")
     return 0
 

@@ -188,7 +188,8 @@ def launch(cp: ControlPlane, grown: list[tuple[Job, Run, list[int]]]) -> None:
                 replicas=tuple(ReplicaLaunch(rank=r, node=job.placement[r],
                                              accelerators=tuple(run.slots[job.placement[r]]),
                                              real_gpus=cp._gpus_are_real(job.placement[r]),
-                                             devices=devices[job.placement[r]]) for r in ranks)))
+                                             devices=devices[job.placement[r]],
+                                             mcpu=job.mcpu, mib=job.mib) for r in ranks)))
         except ExecutorError as e:
             _grow_failed(cp, job, run, ranks, str(e))
 

@@ -33,7 +33,7 @@ RUN_BUCKETS = (10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 
 # The engine's reasons for a job it tried and could not start (fairpod.governance: quota, placement, scheduler).
 INADMISSIBLE_PREFIXES = ("over quota", "borrow limit reached", "waiting for reclaim", "no idle", "no healthy",
                          "needs ", "waiting for capacity")  # fmt: skip
-COUNTED_EVENTS = ("JobAdmitted", "JobPreempted", "JobRestarting")
+COUNTED_EVENTS = ("JobAdmitted", "JobPreempted", "JobRestarting", "ReplicaUsage")
 PREEMPT_REASONS = ("reclaim", "priority", "fair-share")  # fairpod.governance.decisions.Preempt.kind
 FINAL_STATES = tuple(s.value for s in JobState if s.finished)
 RESOURCES = (("accelerators", 1.0), ("cpu", 1 / 1000), ("memory", 1024 * 1024))  # from (acc, mcpu, MiB)
@@ -53,6 +53,8 @@ class EventCounters:
         self.admitted: dict[str, int] = {}
         self.preempted: dict[tuple[str, str], int] = {}
         self.restarts: dict[str, int] = {}
+        self.cpu_seconds: dict[str, float] = {}  # what ended replicas used (fairpod.sandbox), per team
+        self.memory_peak: dict[str, int] = {}
         self.lock = threading.Lock()
 
     def update(self, cp: ControlPlane) -> None:
@@ -63,6 +65,12 @@ class EventCounters:
                 team = team or "(none)"
                 if kind == "JobAdmitted":
                     self.admitted[team] = self.admitted.get(team, 0) + 1
+                elif kind == "ReplicaUsage":
+                    d = data or {}
+                    if isinstance(d.get("cpu_seconds"), int | float):
+                        self.cpu_seconds[team] = self.cpu_seconds.get(team, 0.0) + float(d["cpu_seconds"])
+                    if isinstance(d.get("memory_peak_bytes"), int):
+                        self.memory_peak[team] = max(self.memory_peak.get(team, 0), d["memory_peak_bytes"])
                 elif kind == "JobPreempted":
                     key = (team, str((data or {}).get("preemption") or "unknown"))
                     self.preempted[key] = self.preempted.get(key, 0) + 1
@@ -224,7 +232,14 @@ class FairpodCollector(Collector):
                     finished[(team, state)] = n
         for (team, state), n in sorted(finished.items()):
             fin.add_metric([team, state], n)
-        yield from (adm, pre, rst, fin)
+        cpu = CounterMetricFamily("fairpod_job_cpu_seconds", "CPU-seconds used by the ended replicas of the "
+                                  "team's jobs, read from their cgroups", labels=["team"])
+        peak = GaugeMetricFamily("fairpod_job_memory_peak_bytes", "The highest peak memory of an ended replica of "
+                                 "the team's jobs, read from its cgroup", labels=["team"])
+        for team in known:
+            cpu.add_metric([team], ev.cpu_seconds.get(team, 0.0))
+            peak.add_metric([team], ev.memory_peak.get(team, 0))
+        yield from (adm, pre, rst, fin, cpu, peak)
 
         wait = _histogram(cp, JobRow.first_started_at - JobRow.submit_time, JobRow.first_started_at.is_not(None),
                           WAIT_BUCKETS)

@@ -55,6 +55,16 @@ class Run:
     adding: list[int] = field(default_factory=list)
     gone: dict[str, float] = field(default_factory=dict)  # removed ranks -> when their replica ended
     shrunk_at: float | None = None  # the last shrink (the engine's hold-off before growing again)
+    # what each ended replica used, read from its cgroup (fairpod.sandbox): rank -> cpu_seconds, memory_peak_bytes
+    usage: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def record_usage(self, rank: int, cpu_seconds: float | None, memory_peak_bytes: int | None) -> dict[str, Any]:
+        """Keep what a replica used; the data of its ``ReplicaUsage`` event ({} when nothing was measured)."""
+        if cpu_seconds is None and memory_peak_bytes is None:
+            return {}
+        self.usage[str(rank)] = use = {"cpu_seconds": cpu_seconds, "memory_peak_bytes": memory_peak_bytes}
+        return {"rank": rank, "attempt": self.attempt, **use}
+
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -117,3 +127,10 @@ class Slots:
 
     def give_back(self, node: str, slots: list[int]) -> None:
         self.used.get(node, set()).difference_update(slots)
+
+
+def usage_message(job_name: str, use: dict[str, Any]) -> str:
+    cpu, peak = use.get("cpu_seconds"), use.get("memory_peak_bytes")
+    parts = ([f"{cpu:.2f} CPU-seconds"] if cpu is not None else []) + (
+        [f"peak memory {peak / 2**20:.1f} MiB"] if peak is not None else [])
+    return f"job {job_name} replica {use['rank']} (attempt {use['attempt']}) used {', '.join(parts)}"

@@ -88,9 +88,21 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             master_port=job.master_port,
             termination_grace_seconds=job.spec.termination_grace_seconds,
             exit=(job.run_state or {}).get("exits"),
+            usage=usage_view(job),
             limits=limits_view(cp, job),
         )
     return out
+
+
+def usage_view(job: Job) -> dict[str, Any] | None:
+    """What the ended replicas of the job's last attempt used (from their cgroups): per replica and in all."""
+    per = (job.run_state or {}).get("usage") or {}
+    if not per:
+        return None
+    cpu = [u["cpu_seconds"] for u in per.values() if u.get("cpu_seconds") is not None]
+    peak = [u["memory_peak_bytes"] for u in per.values() if u.get("memory_peak_bytes") is not None]
+    return {"cpu_seconds": sum(cpu) if cpu else None, "memory_peak_bytes": max(peak) if peak else None,
+            "replicas": per}
 
 
 def topology_view(cp: ControlPlane, job: Job) -> dict[str, Any] | None:
@@ -170,7 +182,18 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
         "gpu": node.labels.get("gpu"),  # model and memory as the last deep health check read them
         "topology": ({lv: domain_name(snode.topo[i]) for i, lv in enumerate(cp.spec.cluster.topology_levels)}
                      if snode is not None and len(snode.topo) == len(cp.spec.cluster.topology_levels) else None),
+        "enforced": enforced_view(cp),
     }
+
+
+def enforced_view(cp: ControlPlane) -> dict[str, bool] | None:
+    """Which of cpu / memory / devices / files a replica is held to on the node (fairpod.sandbox.capabilities):
+    the local executor's nodes are all this host; None where fairpod cannot tell (another executor's nodes)."""
+    if cp.executor.name != "local":
+        return None
+    from fairpod.sandbox import capabilities
+
+    return capabilities.host().view()
 
 
 def cluster_view(cp: ControlPlane) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fairpod import sandbox
 from fairpod.executors import state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
 from fairpod.executors.ray.agents import AGENT_PREFIX, _Agent
@@ -120,7 +121,8 @@ class Attempts:
                             self._exits.append(ReplicaExit(job=job, attempt=attempt, rank=rep.rank,
                                                            returncode=st.get("returncode"), signal=st.get("signal"),
                                                            reason=str(st.get("reason", "")),
-                                                           ended_at=float(st.get("ended_at", 0.0))))
+                                                           ended_at=float(st.get("ended_at", 0.0)),
+                                                           **sandbox.usage_of(st)))
                         continue
                     agent = self._agents.get(rep.node_id)
                     if rep.key and agent is not None and agent.ready and agent.lost is None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fairpod import sandbox
 from fairpod.executors import state
 from fairpod.executors.base import ReplicaExit
 from fairpod.executors.ray.agents import AGENT_TIMEOUT, PING_EVERY, _Agent, _first_line, task_error  # noqa: F401
@@ -196,7 +197,8 @@ class Pump:
         state.write_json(rep.dir / state.STATUS, st)
         self._exits.append(ReplicaExit(job=rep.job, attempt=rep.attempt, rank=rep.rank,
                                        returncode=st.get("returncode"), signal=st.get("signal"),
-                                       reason=str(st.get("reason", "")), ended_at=float(st["ended_at"])))
+                                       reason=str(st.get("reason", "")), ended_at=float(st["ended_at"]),
+                                       **sandbox.usage_of(st)))
         fn = self._notify
         if fn is not None:
             fn()

@@ -10,6 +10,8 @@ does with each option:
 ``--ntasks-per-node, -n``          tasks ``srun`` starts (per node / in all)
 ``--gres=gpu:N, --gpus-per-node``  accelerators per node (``-G/--gpus`` N: N ÷ nodes)
 ``--exclusive``                    whole nodes (also the default without ``--gres``)
+``--mem``                          memory per node (MB, or with K/M/G/T), held by the replica's cgroup
+``-c, --cpus-per-task``            vCPUs per task; a node's replica gets them times its tasks
 ``-o, --output, -e, --error``      output files; ``%x`` job name, ``%j`` job id, ``%N`` node, ``%u`` user, ``%%``
 ``--open-mode``                    append or truncate (a requeued job appends by default)
 ``--wait-all-nodes``               1: the script starts once every node has joined
@@ -24,7 +26,7 @@ does with each option:
 ``#FAIRPOD`` lines: ``--team``, ``--priority``, ``--auto-resume`` / ``--no-auto-resume``, ``--max-retry N``,
 ``--instance-type``, ``--accelerators N``, ``--grace-seconds S``, ``--min-runtime S``,
 ``--deep-health-check-passed-nodes-only``, ``--required-topology LEVEL`` / ``--preferred-topology LEVEL`` (a
-topology level of the cluster spec, e.g. rack). Options about time limits, memory, CPU binding or mail have no
+topology level of the cluster spec, e.g. rack). Options about time limits, CPU binding or mail have no
 effect and say so; unknown ``#SBATCH`` options get a warning; ``--array`` submits a job array (one request);
 dependencies are refused.
 Without an explicit choice, auto-resume is on when the script runs ``srun --auto-resume=1`` (also through a
@@ -51,13 +53,13 @@ VALUE_OPTS = {
     "-e": "error", "--error": "error", "--open-mode": "open_mode", "--wait-all-nodes": "wait_all_nodes",
     "-A": "account", "--account": "account", "-p": "partition", "--partition": "partition", "-q": "qos",
     "--qos": "qos", "-D": "chdir", "--chdir": "chdir", "--export": "export", "-a": "array", "--array": "array",
+    "--mem": "mem", "-c": "cpus_per_task", "--cpus-per-task": "cpus_per_task",
 }  # fmt: skip
 FLAG_OPTS = {"--exclusive": "exclusive", "--requeue": "requeue", "--no-requeue": "no_requeue"}
 NO_EFFECT_VALUE = {
     "-t": "fairpod has no time limits", "--time": "fairpod has no time limits", "--time-min": "no time limits",
-    "--mem": "memory comes with the node", "--mem-per-cpu": "memory comes with the node",
-    "--mem-per-gpu": "memory comes with the node", "-c": "CPUs come with the node",
-    "--cpus-per-task": "CPUs come with the node", "--cpus-per-gpu": "CPUs come with the node",
+    "--mem-per-cpu": "use --mem (per node)", "--mem-per-gpu": "use --mem (per node)",
+    "--cpus-per-gpu": "use --cpus-per-task",
     "--gpus-per-task": "every task sees its node's accelerators", "--gpu-bind": "no GPU binding",
     "--mail-type": "fairpod sends no mail", "--mail-user": "fairpod sends no mail",
     "--comment": "comments are not kept", "-C": "no node features", "--constraint": "no node features",
@@ -256,6 +258,19 @@ def gpu_count(spec: str, origin: str | None) -> tuple[int, list[str]]:
     return gpus, other
 
 
+SLURM_MEM_UNITS = {"": 1 / 1024, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
+
+
+def slurm_mem_gib(spec: str, origin: str | None) -> float | None:
+    """``--mem`` as Slurm reads it (megabytes by default; K, M, G, T suffixes), in GiB; ``0`` (all of the node's
+    memory) is None: the default by ratio."""
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGT]?)B?", spec.strip().upper())
+    if m is None:
+        raise BatchError(f"{origin}: --mem {spec!r}: want a size such as 16G or 16000 (MB)")
+    gib = float(m.group(1)) * SLURM_MEM_UNITS[m.group(2)]
+    return gib if gib > 0 else None
+
+
 def job_name(text: str) -> str:
     """A fairpod job name for a Slurm job name (lower case, [a-z0-9-], at most 63)."""
     name = re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")
@@ -324,6 +339,11 @@ def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str
         accelerators = float(gpn)
     elif gpn:
         notes.append("--exclusive: the job gets whole nodes; --gres/--gpus do not limit it")
+    vcpu = memory_gib = None
+    if g("cpus_per_task") is not None:  # a replica per node runs its tasks: their CPUs add up
+        vcpu = float(_count("cpus_per_task", g("cpus_per_task"), bs.origin("cpus_per_task")) * (ntpn or 1))
+    if g("mem") is not None:
+        memory_gib = slurm_mem_gib(str(g("mem")), bs.origin("mem"))
     open_mode = g("open_mode")
     if open_mode is not None and open_mode not in ("append", "truncate"):
         raise BatchError(f"{bs.origin('open_mode')}: --open-mode is append or truncate, got {open_mode!r}")
@@ -362,7 +382,7 @@ def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str
         "name": name, "team": g("team") or g("account") or team, "priority": g("priority") or g("qos"),
         "instance_type": g("instance_type") or g("partition"), "nodes": nodes, "accelerators": accelerators,
         "command": [python, "-m", "fairpod.formats.slurm.runner", *args], "env": env, "workdir": workdir,
-        "auto_resume": auto, "max_retry": max_retry,
+        "auto_resume": auto, "max_retry": max_retry, "vcpu": vcpu, "memory_gib": memory_gib,
     }  # fmt: skip
     for key, field_name in (("grace_seconds", "termination_grace_seconds"), ("min_runtime", "min_runtime_seconds")):
         if g(key) is not None:

@@ -1,4 +1,4 @@
-"""What a replica may see of the machine it runs on.
+"""The environment and OS user a replica gets (the rest of its sandbox: :mod:`fairpod.sandbox`).
 
 Jobs are other people's code. A replica gets:
 

@@ -1,0 +1,149 @@
+"""The sandbox of a replica: what a job's processes may use and see on its node.
+
+Below every executor (the local executor and the Ray node agent both start replicas through
+:mod:`fairpod.executors.supervisor`; ``srun`` steps of an sbatch job run inside the replica of their node), so
+every way of running a job gets the same rules:
+
+- :mod:`~fairpod.sandbox.cgroups`: a cgroup per replica (CPU quota from its vCPUs, memory without extra swap,
+  a pids limit), its CPU-seconds and peak memory read back, an out-of-memory kill said plainly;
+- :mod:`~fairpod.sandbox.devices`: only its own GPUs (device cgroup);
+- :mod:`~fairpod.sandbox.capabilities`: what this host can enforce, and why not.
+
+The executor puts the replica's limits in its ``launch.json`` (:func:`limits_of`); the supervisor makes a
+:class:`Sandbox` from them before it starts the command, moves the command into it from the forked child
+(:meth:`Sandbox.enter`) and, once every process has ended, reads the usage back and removes the cgroup
+(:meth:`Sandbox.finish`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from fairpod.sandbox import cgroups, devices, namespaces, users  # noqa: F401 - the supervisor uses sandbox.users
+
+PIDS_ENV = "FAIRPOD_PIDS_MAX"
+DEFAULT_PIDS = 8192
+MODE_ENV = "FAIRPOD_SANDBOX"
+MODES = ("full", "limits", "off")  # full: limits and files; limits: cgroups only; off: neither
+
+
+def mode() -> str:
+    """``$FAIRPOD_SANDBOX`` of fairpod's process: ``full`` (the default), ``limits`` or ``off``."""
+    m = (os.environ.get(MODE_ENV) or "full").strip().lower()
+    return m if m in MODES else "full"
+
+
+def own_dirs(spec: dict[str, Any]) -> list[Path]:
+    """The directories of the job that its replicas keep in their view: the checkpoint directory and, for an
+    sbatch job, the ``<checkpoint dir>.slurm`` beside it where its nodes meet (fairpod.formats.slurm.wire)."""
+    env = spec.get("env") or {}
+    ckpt = env.get("FAIRPOD_CHECKPOINT_DIR")
+    if not ckpt:
+        return []
+    out = [Path(ckpt)]
+    if "FAIRPOD_SBATCH" in env:
+        out.append(Path(ckpt.rstrip("/") + ".slurm"))
+    return out
+
+
+def view_of(spec: dict[str, Any], rdir: Path) -> namespaces.View:
+    """What the replica of ``rdir`` (``<runs>/<job>/<attempt>/<rank>``) sees: fairpod's state directory, the runs
+    and checkpoint roots and the CLI config hidden; its checkpoint and working directories kept."""
+    from fairpod.paths import config_path, fairpod_home
+
+    hide = [str(fairpod_home()), str(rdir.resolve().parents[2])]
+    cfg = config_path()
+    hide.append(str(cfg.parent if cfg.parent.name == "fairpod" else cfg))
+    db = os.environ.get("FAIRPOD_DB_URL") or ""
+    if db.startswith("sqlite:///"):
+        hide += [db[len("sqlite:///"):] + sfx for sfx in ("", "-wal", "-shm")]
+    keep = [str(d) for d in own_dirs(spec)]
+    ckpt = (spec.get("env") or {}).get("FAIRPOD_CHECKPOINT_DIR")
+    if ckpt:
+        root = Path(ckpt).parents[1]  # <checkpoint root>/<team>/<job>
+        if len(root.parts) > 2:
+            hide.append(str(root))
+    if spec.get("workdir"):
+        keep.append(str(spec["workdir"]))
+    hide = [h for h in dict.fromkeys(hide) if h not in ("/", "/tmp")]
+    return namespaces.View(hide=tuple(hide), keep=tuple(keep), user_ns=os.geteuid() != 0)
+
+
+def limits_of(mcpu: int, mib: int, gpus: tuple[int, ...] | None) -> dict[str, Any]:
+    """The ``limits`` of a replica's ``launch.json``: ``gpus`` are its CUDA device indices, or None when its
+    accelerators are slots of a virtual node (then it gets no GPU device either)."""
+    return {"mcpu": mcpu or None, "mib": mib or None, "gpus": list(gpus) if gpus is not None else []}
+
+
+def _gib(mib: int) -> str:
+    return f"{mib / 1024:.3g} GiB"
+
+
+class Sandbox:
+    """One replica's cgroup (or the reason it has none, in ``notes``)."""
+
+    def __init__(self, spec: dict[str, Any], view: namespaces.View | None = None) -> None:
+        self.notes: list[str] = []
+        self.group: cgroups.Group | None = None
+        self.view = view
+        lim = spec.get("limits") or {}
+        self.mib = int(lim.get("mib") or 0)
+        try:
+            pids = int(os.environ.get(PIDS_ENV) or DEFAULT_PIDS)
+        except ValueError:
+            pids = DEFAULT_PIDS
+        try:
+            rules = devices.rules(tuple(int(g) for g in lim.get("gpus") or ()))
+        except OSError:
+            rules = None
+        limits = cgroups.Limits(
+            mcpu=int(lim["mcpu"]) if lim.get("mcpu") else None,
+            memory_bytes=self.mib * 2**20 if self.mib else None,
+            pids=pids if pids > 0 else None,
+            devices=rules,
+        )
+        try:
+            hier = cgroups.detect()
+            self.group = hier.create(f"{spec.get('job')}.{spec.get('attempt')}.{spec.get('rank')}", limits)
+        except cgroups.CgroupError as e:
+            self.notes.append(f"limits not enforced: {e}")
+
+    def enter(self) -> None:
+        """In the forked child, before exec: join the replica's cgroup, then (with a view) its namespaces; returns
+        in the process that becomes the command."""
+        if self.group is not None:
+            self.group.join(0)
+        if self.view is not None:
+            namespaces.enter(self.view)
+
+    def pids(self) -> list[int]:
+        return self.group.pids() if self.group is not None else []
+
+    def finish(self, result: dict[str, Any]) -> None:
+        """Add the replica's usage to its exit record, say so when the memory limit killed it, remove the cgroup."""
+        if self.group is None:
+            return
+        use = self.group.usage()
+        result["usage"] = {"cpu_seconds": use.cpu_seconds, "memory_peak_bytes": use.memory_peak_bytes}
+        if use.oom_kills and result.get("returncode") != 0 and self.mib:
+            result["reason"] = f"exceeded its memory limit ({_gib(self.mib)}) and was killed"
+            result["oom"] = True
+        self.group.remove()
+
+
+def discard(job: str, attempt: int, rank: int) -> None:
+    """After its supervisor died: kill what is left in the replica's cgroup and remove the cgroup."""
+    try:
+        cgroups.detect().discard(f"{job}.{attempt}.{rank}")
+    except cgroups.CgroupError:
+        pass
+
+
+def usage_of(status: dict[str, Any]) -> dict[str, Any]:
+    """``cpu_seconds`` and ``memory_peak_bytes`` of an exit record (``status.json``), for :class:`ReplicaExit`."""
+    use = status.get("usage") or {}
+    cpu, peak = use.get("cpu_seconds"), use.get("memory_peak_bytes")
+    return {"cpu_seconds": float(cpu) if isinstance(cpu, int | float) else None,
+            "memory_peak_bytes": int(peak) if isinstance(peak, int) else None}

@@ -1,0 +1,244 @@
+"""A replica's own view of the machine: mount and PID namespaces (a user namespace too when fairpod is not root).
+
+Set up in the forked child of the supervisor, before exec (:func:`enter`), with ``unshare(2)`` and ``mount(2)``:
+
+1. ``unshare(CLONE_NEWNS | CLONE_NEWPID)``, and ``CLONE_NEWUSER`` first when fairpod is not root (its own uid
+   and gid mapped to themselves: the command keeps fairpod's uid and loses every capability at exec);
+2. the child forks the namespace's init (PID 1), which reaps and hands the command's exit status back; the
+   command itself is PID 2, so SIGTERM to its process group reaches it as on the host (a namespace's init
+   would ignore it);
+3. in the new mount namespace (all mounts private): an empty ``tmpfs`` on ``/tmp`` (private to the job); an
+   empty, read-only ``tmpfs`` over each hidden directory (fairpod's state directory, the runs directory of every
+   job, the checkpoint root of every team, the CLI config's directory) and ``/dev/null`` over each hidden file;
+   the replica's own checkpoint directory and working directory bound back at their paths; a new ``/proc``
+   that shows the processes of this namespace only.
+
+Mounts made in a user namespace are locked for the namespaces below it, and a replica without capabilities can
+unmount nothing, so what is hidden stays hidden.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import stat
+import struct
+from dataclasses import dataclass, field
+from functools import cache
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT)
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+class NamespaceError(OSError):
+    pass
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise NamespaceError(e, f"{what}: {os.strerror(e)}")
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(ctypes.c_int(flags)), "unshare")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    enc = [None if x is None else x.encode() for x in (source, target, fstype, data)]
+    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+
+
+@dataclass(frozen=True)
+class View:
+    """What a replica sees of the file system: paths hidden (directories or files), paths it keeps."""
+
+    hide: tuple[str, ...]
+    keep: tuple[str, ...]
+    tmp: bool = True  # a private /tmp
+    user_ns: bool = False  # not root: a user namespace makes the rest possible
+    uid: int = field(default_factory=os.getuid)
+    gid: int = field(default_factory=os.getgid)
+
+
+def _inside(path: str, top: str) -> bool:
+    return path == top or path.startswith(top.rstrip("/") + "/")
+
+
+def _mount_view(v: View) -> None:
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    keep = {}
+    for p in v.keep:
+        try:
+            keep[p] = os.open(p, os.O_PATH | os.O_DIRECTORY)
+        except OSError:
+            pass
+    if v.tmp:
+        mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+    for p in sorted(v.hide, key=len):  # a parent first: what is under it is gone with it
+        if any(_inside(p, h) for h in v.hide if h != p and len(h) < len(p)) or (v.tmp and _inside(p, "/tmp")):
+            continue
+        try:
+            st = os.stat(p)
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode):
+            mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=64k")
+        else:
+            mount("/dev/null", p, None, MS_BIND)
+    for p, fd in sorted(keep.items()):  # bring back what was under a hidden path
+        if not os.path.exists(p):
+            mask = os.umask(0o022)  # the way down is traversable by the replica's user; what is bound is its own
+            try:
+                os.makedirs(p, exist_ok=True)
+            finally:
+                os.umask(mask)
+            mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
+        os.close(fd)
+    for p in v.hide:  # the masks themselves are read-only (their mount points made above stay)
+        if os.path.isdir(p) and not (v.tmp and _inside(p, "/tmp")):
+            try:
+                mount(None, p, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            except OSError:
+                pass
+
+
+def _map_ids(v: View) -> None:
+    # a process that changed its ids (e.g. started by root with runuser) is not dumpable, and then its own
+    # /proc/self/*_map files belong to root: this fairpod process may write them as its own
+    _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl")
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{v.uid} {v.uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{v.gid} {v.gid} 1")
+
+
+def _close_other_fds(keep: int) -> None:
+    """The namespace's init and its parent hold no descriptor of the supervisor's (so the supervisor sees the
+    command's exec at once), only their stdio and ``keep``."""
+    os.closerange(3, keep)
+    os.closerange(keep + 1, 1 << 16)
+
+
+def _ignore_stops() -> None:
+    """The processes around the command ignore stop signals: the supervisor signals the command's process group
+    (and each descendant outside it), which reaches the command itself, once."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+
+
+def _init(job: int, report: int) -> None:
+    """PID 1 of the replica's namespace: reap, and report the command's status."""
+    _ignore_stops()
+    status = signal.SIGKILL & 0x7F
+    while True:
+        try:
+            pid, st = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if pid == job:
+            status = st
+            break  # the namespace ends with its init: whatever the command left is killed by the kernel
+    try:
+        os.write(report, struct.pack("i", status))
+    finally:
+        os._exit(0)
+
+
+def _outer(init: int, report: int) -> None:
+    """The supervisor's child, outside the namespace: wait for its init, then end as the command ended."""
+    _ignore_stops()
+    while True:
+        try:
+            os.waitpid(init, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+    data = os.read(report, 4)
+    st = struct.unpack("i", data)[0] if len(data) == 4 else (signal.SIGKILL & 0x7F)
+    if os.WIFSIGNALED(st):
+        sig = os.WTERMSIG(st)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128)
+
+
+def enter(v: View) -> None:
+    """In the supervisor's forked child, before exec: returns in the process that becomes the command (PID 2 of
+    a new PID namespace, in its own mount namespace); the processes around it never return. A failure is said on
+    the replica's stderr (its log) and raised."""
+    try:
+        _enter(v)
+    except OSError as e:
+        os.write(2, f"fairpod: cannot set up the replica's namespaces: {e}\n".encode())
+        raise
+
+
+def _enter(v: View) -> None:
+    signal.set_wakeup_fd(-1)  # the supervisor's: not theirs
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    if v.user_ns:
+        unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID)
+        _map_ids(v)
+    else:
+        unshare(CLONE_NEWNS | CLONE_NEWPID)
+    r, w = os.pipe()
+    init = os.fork()
+    if init:
+        try:
+            os.close(w)
+            _close_other_fds(r)
+            _outer(init, r)
+        finally:
+            os._exit(128)
+    os.close(r)
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+    _mount_view(v)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    job = os.fork()
+    if job:
+        try:
+            _close_other_fds(w)
+            _init(job, w)
+        finally:
+            os._exit(128)
+    os.close(w)
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+
+
+@cache
+def supported() -> str | None:
+    """None when this process can make the namespaces, else why not (probed in a child, once per process)."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            flags = CLONE_NEWNS | CLONE_NEWPID | (0 if os.geteuid() == 0 else CLONE_NEWUSER)
+            unshare(flags)
+            os._exit(0)
+        except OSError as e:
+            os._exit(e.errno or 1)
+    _, st = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(st)
+    return None if code == 0 else f"unshare of mount/PID namespaces refused: {os.strerror(code)}"

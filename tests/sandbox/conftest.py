@@ -1,0 +1,83 @@
+"""Sandbox tests run against this kernel's cgroups (no mock): they skip, saying why, where it has none usable."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TypeVar
+
+import pytest
+
+from fairpod.executors import LocalExecutor
+from fairpod.sandbox import cgroups
+
+from ..executors.helpers import kill_recorded
+from ..server.conftest import Server, running
+
+T = TypeVar("T")
+
+
+def wait_for(pred: Callable[[], T | None], timeout: float, step: float = 0.05) -> T:
+    """``pred()``'s first true value, polled until ``timeout`` (an OSError counts as not yet)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            v = pred()
+        except OSError:
+            v = None
+        if v:
+            return v
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {timeout}s waiting for {pred}")
+        time.sleep(step)
+
+
+@pytest.fixture
+def full_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole sandbox, files included (the suite runs with limits only: tests/conftest.py)."""
+    monkeypatch.setenv("FAIRPOD_SANDBOX", "full")
+
+
+@pytest.fixture
+def hierarchy() -> cgroups.Hierarchy:
+    try:
+        return cgroups.detect()
+    except cgroups.CgroupError as e:
+        pytest.skip(f"no usable cgroup hierarchy on this host: {e}")
+
+
+@pytest.fixture
+def ex(tmp_path: Path, hierarchy: cgroups.Hierarchy, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalExecutor]:
+    monkeypatch.setenv("FAIRPOD_PIDS_MAX", "64")  # the supervisors (forked from the executor's fork server) read it
+    root = tmp_path / "runs"
+    e = LocalExecutor(root)
+    yield e
+    for jname, attempt in e.running().items():
+        e.stop(jname, attempt, 0.0)
+    try:
+        wait_for(lambda: not e.running() or None, 10.0)
+    finally:
+        e.close()
+        kill_recorded(root)
+
+
+def live_server(tmp_path: Path, jobs: tuple[str, ...], spec: str | None = None) -> Iterator[Server]:
+    """A real ``fairpod up`` (tests/server's ``Server``); afterwards, once it and its replicas are killed, the
+    cgroups of the jobs named ``jobs`` (``<name>-<id>.<attempt>.<rank>``) are removed: the test made them."""
+    try:
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        yield from (running(tmp_path, spec) if spec is not None else running(tmp_path))
+    finally:
+        try:
+            h = cgroups.detect()
+        except cgroups.CgroupError:
+            return
+        for d in {d.name for j in jobs for d in group_dirs(h, f"{j}-")}:
+            h.discard(d)
+
+
+def group_dirs(h: cgroups.Hierarchy, job: str) -> list[Path]:
+    """The cgroup directories left of ``job`` (its replicas' groups are named ``<job>.<attempt>.<rank>``)."""
+    return [d for b in h.bases.values() if b.is_dir() for d in b.iterdir()
+            if d.is_dir() and d.name.count(".") >= 2 and d.name.startswith(job if job.endswith("-") else f"{job}.")]
