@@ -32,7 +32,7 @@ import heapq
 import math
 from collections.abc import Iterable, Set
 
-from fairpod.governance import budget, elastic, fairshare, history, preemption, quota, topology, users
+from fairpod.governance import budget, elastic, fairshare, groups, history, preemption, quota, topology, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.ordering import PROTECTED_AFTER
 from fairpod.governance.placement import never_fits, place, why_not
@@ -50,7 +50,11 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
             left = t.lendable_now(w.itype)[0]
             if left > 0:
                 idle.append((-left, t.name, left))
-    idle.sort()
+    if snap.groups:  # the nearest lenders in the tree first: siblings, then up the tree
+        me = snap.teams[w.team]
+        idle.sort(key=lambda e: (0 if e[1] == "(unallocated)" else groups.distance(snap, me, e[1]), e[0], e[1]))
+    else:
+        idle.sort()
     out = []
     for _, name, left in idle:
         if need <= 0:
@@ -395,7 +399,7 @@ class _Cycle:
     def rank(self, team: Team, w: Workload) -> tuple:
         """The order key of ``w`` among the teams' offers; once per job and usage of its team in the cycle (the
         rounds offer the same heads again and again)."""
-        key = (w.id, team.version)
+        key = (w.id, self.snap.version if self.snap.groups else team.version)  # groups: others' usage counts too
         got = self.ranks.get(key)
         if got is None:
             got = self.ranks[key] = self._rank(team, w)
@@ -412,6 +416,11 @@ class _Cycle:
         else:
             second = 0.0
         prio = -budget.priority(team, w) if snap.task_ranking else 0  # past 80 % of a budget: the lowest
+        if snap.groups:
+            # fair share level by level from the top: each group above the team, then the team (rule 2b)
+            t = w.total
+            levels = groups.shares(snap, team, w.itype, (t[0], t[1], t[2])) if not within and snap.fair_share else []
+            return (not within, (*levels, second), prio, w.submit, w.seq)
         return (not within, second, prio, w.submit, w.seq)
 
     def run(self) -> list[Decision]:

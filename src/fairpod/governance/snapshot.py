@@ -128,6 +128,7 @@ class Team:
     budget: dict[str, tuple[float, float, bool]] = field(default_factory=dict)
     version: int = 0  # counts changes of its usage (derived views may be cached against it)
     queue: PendingQueue = field(default_factory=lambda: PendingQueue())
+    path: tuple[str, ...] = ()  # its group and that group's ancestors, nearest first (``governance.groups``)
 
     def q(self, itype: str) -> Res:
         return self.quota.get(itype, _ZERO)
@@ -151,6 +152,23 @@ class Team:
 
 
 _ZERO = Res(0, 0, 0)
+
+
+@dataclass(slots=True, eq=False)
+class Group:
+    """A node of the tree of groups (``governance.groups``): teams and groups below it share its quota, the sum of
+    theirs, and it lends and borrows for all of them towards the rest of the tree."""
+
+    name: str
+    parent: str | None = None
+    weight: int = 1
+    lends: bool = True
+    borrows: bool = True
+    borrow_limit: int = 50  # percent of the group's quota
+    lend_limit: dict[str, Res] = field(default_factory=dict)
+    borrow_abs: dict[str, Res] = field(default_factory=dict)
+    teams: list[str] = field(default_factory=list)  # the teams directly below it
+    children: list[str] = field(default_factory=list)  # the groups directly below it
 
 
 @dataclass(slots=True, eq=False)
@@ -286,6 +304,7 @@ class Snapshot:
         # others
         self.by_free: dict[str, dict[int, set[str]]] = {}
         self.teams: dict[str, Team] = {}
+        self.groups: dict[str, Group] = {}  # the tree of groups; empty: every team at the top (``governance.groups``)
         self.pools: dict[str, Pool] = {}
         self.running: dict[str, Workload] = {}
         self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
@@ -360,6 +379,8 @@ class Snapshot:
         if team.name in self.teams:
             raise ValueError(f"team {team.name!r} already exists")
         self.teams[team.name] = team
+        if team.path:
+            self.groups[team.path[0]].teams.append(team.name)
         for itype, q in team.quota.items():
             p = self.pool(itype)
             _add(p.quota_all, q, 1)
@@ -367,6 +388,25 @@ class Snapshot:
                 _add(p.quota_lend, lend_quota(q, team.lend_limit.get(itype)), 1)
         for itype in team.quota:
             self._account(team, itype, 1)
+
+    def add_group(self, group: Group) -> None:
+        """Add a group of the tree (its parent first); a team joins it with ``Team.path``."""
+        if group.name in self.groups:
+            raise ValueError(f"group {group.name!r} already exists")
+        if group.parent is not None and group.parent not in self.groups:
+            raise ValueError(f"group {group.name!r}: unknown parent {group.parent!r}")
+        self.groups[group.name] = group
+        if group.parent is not None:
+            self.groups[group.parent].children.append(group.name)
+
+    def path_of(self, group: str | None) -> tuple[str, ...]:
+        """A group and its ancestors, nearest first (a team's ``path``); () for None."""
+        out: list[str] = []
+        g = group
+        while g is not None:
+            out.append(g)
+            g = self.groups[g].parent
+        return tuple(out)
 
     def index(self, n: Node, *, compact: bool = True) -> None:
         """(Re-)enter node ``n`` in the fit index with its current free room and health."""
