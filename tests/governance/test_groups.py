@@ -91,7 +91,7 @@ def test_2b3_group_borrow_limit_bounds_its_subtree(limit, strategy, research_get
         assert any("group research (of team" in r and "(Lend) does not borrow" in r for r in reasons), reasons
     else:
         cap = 12 * (100 + limit) // 100
-        assert any(f"borrow limit reached: group research" in r and f"quota 12 + {limit}% allows {cap}" in r
+        assert any("borrow limit reached: group research" in r and f"quota 12 + {limit}% allows {cap}" in r
                    for r in reasons), reasons
 
 
@@ -115,9 +115,9 @@ def test_2b4_reclaim_through_two_levels():
     assert usage(snap, "nlp") == 8 and usage(snap, "web") == 4
 
 
-def test_2b4_reclaim_when_the_group_is_over_its_limit():
-    # vision borrows from its sibling nlp (research stays within its quota); web, outside, then borrows from
-    # "idle"; when nlp wants its quota back, vision's borrowed work is reclaimed, nothing of web's
+def test_2b4_reclaim_from_a_sibling_and_an_outsider():
+    # vision borrows from its sibling nlp (research stays within its quota), web (outside) from "idle"; when nlp
+    # wants its quota back, 4 accelerators of borrowed work are reclaimed
     groups = [{"name": "research"}]
     snap = make(5, [{"name": "nlp", "quota": 8, "group": "research"},
                     {"name": "vision", "quota": 4, "limit": 100, "group": "research"},
@@ -128,11 +128,11 @@ def test_2b4_reclaim_when_the_group_is_over_its_limit():
         submit(snap, f"w{i}", "web", 1)
     cycle(snap, 1.0)
     assert usage(snap, "vision") == 8 and usage(snap, "web") == 8
-    assert lending(snap, T) == {"vision": {"nlp": 4}, "web": {"nlp": 4}} or lending(snap, T)["web"] == {"idle": 4}
+    assert lending(snap, T) == {"vision": {"nlp": 4}, "web": {"idle": 4}}  # the sibling lender first
     for i in range(8):
         submit(snap, f"n{i}", "nlp", 1, t=2.0)
     ds = cycle(snap, 2.0)
-    assert usage(snap, "nlp") == 8
+    assert len(preempted(ds)) == 4 and usage(snap, "nlp") == 8
     assert usage(snap, "vision") + usage(snap, "web") == 12
 
 
