@@ -329,7 +329,23 @@ def cluster_show(a: argparse.Namespace) -> int:
     table(rows, [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"), ("in_use", "IN USE"),
                  ("borrowed", "BORROWED"), ("borrowed_from", "FROM"), ("lent", "LENT"), ("available", "AVAILABLE"),
                  ("fair_share_weight", "WEIGHT"), ("sharing", "SHARING")]
+          + ([("group", "GROUP")] if v.get("groups") else [])
           + ([("history", "BORROWED (DECAYED)")] if history else []))
+    if v.get("groups"):
+        print()
+        rows = []
+        for g in v["groups"]:  # parents before children: the tree, indented by depth
+            depth, parent = 0, g["parent"]
+            parents = {x["group"]: x["parent"] for x in v["groups"]}
+            while parent is not None and depth < 64:
+                depth, parent = depth + 1, parents.get(parent)
+            per, it = per_node.get(g["instance_type"]), g["instance_type"]
+            rows.append({**g, "name": "  " * depth + g["group"], "teams": ", ".join(g["teams"]) or "-",
+                         **{k: acc_nodes(g[k], per, it) for k in ("quota", "in_use", "borrowed")},
+                         "limit": f"{g['borrow_limit']}%" if g["sharing"] == "LendAndBorrow" else "-"})
+        table(rows, [("name", "GROUP"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"),
+                     ("in_use", "IN USE"), ("borrowed", "BORROWED"), ("fair_share_weight", "WEIGHT"),
+                     ("sharing", "SHARING"), ("limit", "BORROW LIMIT"), ("teams", "TEAMS")])
     return 0
 
 

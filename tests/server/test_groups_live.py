@@ -1,0 +1,60 @@
+"""The seed cluster (4 x ml.g5.12xlarge, teams john and smith) with a two-level tree of groups, end to end: a real
+``fairpod up``, real replicas, the CLI. lab -> research (john), lab -> ops (smith, 50 % borrow limit): smith's team
+limit (100 %) would let it run 8 GPUs, its group's lets it run 6; ``cluster show`` rolls up by group."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from .conftest import SEED_SPEC, Server, running, wait_for
+
+
+def tree_spec() -> str:
+    doc = yaml.safe_load(SEED_SPEC.read_text())
+    doc["groups"] = [{"name": "lab", "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 100}},
+                     {"name": "research", "parent": "lab", "fair_share_weight": 60},
+                     {"name": "ops", "parent": "lab", "fair_share_weight": 10,
+                      "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 50}}]
+    for t in doc["teams"]:
+        t["group"] = "research" if t["name"] == "john" else "ops"
+    return yaml.safe_dump(doc)
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    yield from running(tmp_path, tree_spec())
+
+
+def start(server: Server, name: str, team: str, acc: int) -> None:
+    server.cli("start-job", "--name", name, "--team", team, "--accelerators", str(acc), "--grace-seconds", "1",
+               "--", "sleep", "120")
+
+
+def test_group_borrow_limit_and_the_roll_up_on_the_seed_cluster(server: Server):
+    start(server, "s-own", "smith", 4)
+    server.wait_state("s-own", "Running")
+    start(server, "s-more", "smith", 4)  # the team may (4 + 100 %), its group may not (4 + 50 % = 6)
+    j = wait_for(lambda: (j := server.job("s-more"))["reason"].startswith("borrow limit") and j, 20,
+                 "s-more to wait for its group's borrow limit")
+    assert j["state"] == "Pending"
+    assert "group ops (of team smith) uses 4 ml.g5.12xlarge accelerators, the job needs 4, and quota 4 + 50% " \
+           "allows 6" in j["reason"], j["reason"]
+    start(server, "s-two", "smith", 2)  # 6: within the group's limit, borrowed from its cousin john
+    server.wait_state("s-two", "Running")
+    assert "borrowing 2 accelerators from john" in server.job("s-two")["reason"]
+
+    view = json.loads(server.cli("cluster", "show", "-o", "json").stdout)
+    groups = {g["group"]: g for g in view["groups"]}
+    assert groups["ops"] == {**groups["ops"], "parent": "lab", "quota": 4, "in_use": 6, "borrowed": 2,
+                             "fair_share_weight": 10, "borrow_limit": 50, "teams": ["smith"]}
+    assert groups["lab"]["quota"] == 16 and groups["lab"]["in_use"] == 6 and groups["lab"]["borrowed"] == 0
+    assert {t["team"]: t["group"] for t in view["teams"]} == {"john": "research", "smith": "ops"}
+    out = server.cli("cluster", "show").stdout
+    lines = [ln for ln in out.splitlines() if ln.split()[:1] in (["lab"], ["research"], ["ops"])]
+    assert [ln.split()[0] for ln in lines] == ["lab", "research", "ops"], out
+    assert any(ln.startswith("  ops ") and "smith" in ln and "50%" in ln for ln in out.splitlines()), out
