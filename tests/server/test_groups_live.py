@@ -58,3 +58,17 @@ def test_group_borrow_limit_and_the_roll_up_on_the_seed_cluster(server: Server):
     lines = [ln for ln in out.splitlines() if ln.split()[:1] in (["lab"], ["research"], ["ops"])]
     assert [ln.split()[0] for ln in lines] == ["lab", "research", "ops"], out
     assert any(ln.startswith("  ops ") and "smith" in ln and "50%" in ln for ln in out.splitlines()), out
+
+
+def test_report_usage_rolls_up_by_group(server: Server):
+    from ..dashboard.test_reports import D1, record_history
+
+    record_history(server)  # D1: john uses 96 of its 288 accelerator-hours, smith 96 of 96 (48 borrowed)
+    rep = server.api("GET", "/reports/usage", params={"from": D1, "to": D1}).json()
+    groups = {g["group"]: g for g in rep["groups"]}
+    assert groups["lab"]["accelerator_hours"] == 192 and groups["lab"]["quota_hours"] == 384
+    assert groups["lab"]["teams"] == ["john", "smith"] and groups["lab"]["parent"] is None
+    assert groups["ops"] == {**groups["ops"], "parent": "lab", "teams": ["smith"], "borrowed_hours": 48,
+                             "utilization": 1.0}
+    table = server.cli("report", "usage", "--from", D1, "--to", D1).stdout
+    assert "Totals by group" in table and "research" in table, table
