@@ -270,6 +270,18 @@ async function drawTeams() {
       `<td class="borrowed">${borrowed}</td><td class="num">${num(t.lent)}</td><td class="num">${num(t.available)}</td>` +
       `<td class="num util">${pct(t.utilization)}</td><td class="num">${num(t.fair_share_weight)}</td><td>${sharing}</td></tr>`;
   }), 10, "no teams you can see");
+  const groups = cluster.groups || [];
+  $("#tree-box").hidden = !groups.length;
+  const parent = Object.fromEntries(groups.map((g) => [g.group, g.parent]));
+  const depth = (g) => { let d = 0; for (let p = g.parent; p && d < 64; p = parent[p]) d++; return d; };
+  rows($("#tree-table tbody"), groups.map((g) => {
+    const sharing = g.sharing === "LendAndBorrow" ? `LendAndBorrow (borrow limit ${num(g.borrow_limit)} %)` : esc(g.sharing || "–");
+    return `<tr data-group="${esc(g.group)}" data-type="${esc(g.instance_type)}">` +
+      `<td style="padding-left:${0.5 + 1.5 * depth(g)}em">${esc(g.group)}</td><td>${esc(g.instance_type)}</td>` +
+      `<td class="num">${num(g.quota)}</td><td class="num">${num(g.in_use)}</td>` +
+      `<td class="num">${g.borrowed ? `<span class="over">${num(g.borrowed)}</span>` : "0"}</td>` +
+      `<td class="num">${num(g.fair_share_weight)}</td><td>${sharing}</td><td>${esc(g.teams.join(", "))}</td></tr>`;
+  }), 8, "no groups");
   const box = $("#team-charts");
   const types = [...new Set(hist.teams.map((t) => t.instance_type))].sort();
   const ids = types.map((it) => `team-chart-${it.replace(/[^a-z0-9]/gi, "-")}`);
