@@ -72,3 +72,27 @@ def test_report_usage_rolls_up_by_group(server: Server):
                              "utilization": 1.0}
     table = server.cli("report", "usage", "--from", D1, "--to", D1).stdout
     assert "Totals by group" in table and "research" in table, table
+
+
+def test_a_group_admin_manages_the_teams_below_its_group(server: Server):
+    out = server.cli("user", "create", "olga", "--role", "group-admin", "--group", "ops", "-o", "json").stdout
+    olga = json.loads(out)["token"]
+    smith = server.api("GET", "/teams", olga).json()["teams"]
+    assert [t["name"] for t in smith] == ["smith"]  # it sees the teams below its group only
+    body = {**smith[0], "fair_share_weight": 42}
+    r = server.api("PUT", "/teams/smith", olga, json=body)
+    assert r.status_code == 200, r.text
+    assert server.api("GET", "/cluster").json()["teams"][1]["fair_share_weight"] == 42
+    john = next(t for t in server.api("GET", "/teams").json()["teams"] if t["name"] == "john")
+    r = server.api("PUT", "/teams/john", olga, json={**john, "fair_share_weight": 1})
+    assert r.status_code == 403 and "manages only the teams below its groups (ops)" in r.json()["detail"]
+    r = server.api("PUT", "/teams/smith", olga, json={**body, "group": "research"})  # not out of its tree either
+    assert r.status_code == 403
+    r = server.api("POST", "/teams", olga, json={"name": "newbie", "group": "ops"})
+    assert r.status_code == 201, r.text
+    # it acts for the jobs of those teams, as a member would
+    server.submit(olga, name="o1", team="smith", nodes=1, command=["sleep", "60"])
+    r = server.api("POST", "/jobs", olga, json={"name": "o2", "team": "john", "nodes": 1, "command": ["true"]})
+    assert r.status_code == 403
+    bad = server.cli("user", "create", "x", "--role", "group-admin", "--group", "nowhere", check=False)
+    assert bad.returncode != 0 and "unknown group(s): nowhere" in bad.stderr

@@ -198,12 +198,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=node_health)
 
     u = sub.add_parser("user", help="manage users and tokens (admin)",
-                       description="Users, their roles (admin, member, viewer), teams and tokens.").add_subparsers(
+                       description="Users, their roles (admin, group-admin, member, viewer), teams or groups and tokens.").add_subparsers(
         dest="user_cmd", metavar="ACTION", required=True)
     p = u.add_parser("create", help="create a user and print its token (shown once)")
     p.add_argument("name", help="user name")
-    p.add_argument("--role", choices=["admin", "member", "viewer"], default="member")
+    p.add_argument("--role", choices=["admin", "group-admin", "member", "viewer"], default="member",
+                   help="admin: everything; group-admin: the teams below its groups (--group) and their jobs; "
+                   "member: its teams' jobs; viewer: read only")
     p.add_argument("--team", action="append", default=[], help="team the member belongs to (repeatable)")
+    p.add_argument("--group", action="append", default=[], help="group a group-admin manages, with every team "
+                   "below it (repeatable)")
     add_output(p)
     p.set_defaults(func=user_create)
     p = u.add_parser("list", help="list users with their roles and teams")
@@ -397,7 +401,12 @@ def node_health(a: argparse.Namespace) -> int:
 
 
 def user_create(a: argparse.Namespace) -> int:
-    u = Client().post("/users", {"name": a.name, "role": a.role, "teams": a.team})
+    if a.group and a.role != "group-admin":
+        raise CliError("--group goes with --role group-admin")
+    if a.role == "group-admin" and a.team:
+        raise CliError("a group-admin manages groups: give --group, not --team")
+    u = Client().post("/users", {"name": a.name, "role": a.role, "teams": a.group if a.role == "group-admin"
+                                 else a.team})
     if a.output == "json":
         emit_json(u)
     else:
