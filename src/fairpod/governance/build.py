@@ -40,6 +40,7 @@ def _policy_snapshot(spec: ClusterSpec, now: float) -> Snapshot:
         idle_sharing=p.idle_resource_sharing == Toggle.ENABLED,
         starvation_guard=p.starvation_guard_seconds,
         borrow_limit_while_others_wait=p.borrow_limit_applies == "WhileOthersWait",
+        fallback_borrows=p.fallback_when_can_borrow == "Borrow",
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),
     )

@@ -67,6 +67,9 @@ class Workload:
     # bookkeeping for users
     reason: str = ""
     borrowed_from: dict[str, int] = field(default_factory=dict)
+    # fallback instance types: every (instance type, request per replica) it may run on, in order of preference
+    # (the first is ``itype``/``req`` as given); empty: only ``itype``. ``choose`` switches between them.
+    choices: tuple[tuple[str, Res], ...] = ()
     total: Res = field(init=False)  # n x req, the whole gang
     # jobs of one shape fit or fail alike: (itype, n, req, passed_only), the topology asked for, and the user
     # in a team with per-user rules
@@ -85,6 +88,14 @@ class Workload:
             self.shape += (("elastic", self.max_n),)
         if self.topology is not None:
             self.shape += (self.topology, self.topology_required)
+
+    def choose(self, i: int) -> None:
+        """Take choice ``i`` of ``choices`` as its instance type and request (its shape follows)."""
+        it, r = self.choices[i]
+        self.itype = it
+        self.req = r
+        self.total = Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
+        self.shape = (it, *self.shape[1:2], r, *self.shape[3:])
 
     def set_n(self, n: int) -> None:
         """Change the replica count of an elastic job (its shape, the key of its queue, stays)."""
@@ -242,7 +253,8 @@ class PendingQueue:
 
     def pop(self, w: Workload) -> None:
         self.live.pop(w.id, None)
-        self._top(w.shape)  # drop it from its heap if on top
+        if w.shape in self.heaps:  # (a job starting on a fallback instance type is queued under its first)
+            self._top(w.shape)  # drop it from its heap if on top
 
     def position(self, wid: str) -> int | None:
         """The 1-based place of ``wid`` in :meth:`in_order` without sorting (O(n)); None if not queued. Safe to
@@ -279,7 +291,11 @@ class Snapshot:
         topology_levels: tuple[str, ...] = (),
         history_half_life: float | None = None,
         borrow_limit_while_others_wait: bool = False,
+        fallback_borrows: bool = True,
     ) -> None:
+        # fallback instance types (``Workload.choices``): take the first type the job fits now even by borrowing
+        # (Kueue's whenCanBorrow: Borrow), or a later type that fits within quota first (TryNextFlavor)
+        self.fallback_borrows = fallback_borrows
         self.levels = tuple(topology_levels)  # the topology's levels, outermost first (e.g. block, rack)
         self.task_ranking = task_ranking
         self.fair_share = fair_share
@@ -579,6 +595,8 @@ class Snapshot:
         w.enqueued = now
         if w.max_n and w.n != w.min_n:
             w.set_n(w.min_n)  # an elastic job waits for (and starts with) its minimum
+        if w.choices and w.itype != w.choices[0][0]:
+            w.choose(0)  # waits for its first choice again
         self.pending[w.id] = w
         self.teams[w.team].queue.push(w, self.queue_key(w))
 

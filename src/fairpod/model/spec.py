@@ -194,6 +194,10 @@ class Policy(_Strict):
     # its quota or its own borrow limit); otherwise a team may borrow all idle lendable capacity (work-conserving,
     # as Kueue's fair sharing bounds borrowing by the others' demand). Lenders reclaim as always.
     borrow_limit_applies: Literal["Always", "WhileOthersWait"] = "Always"
+    # A job naming several instance types (in order of preference) starts on the first it fits now. Borrow: fitting
+    # by borrowing counts (Kueue's whenCanBorrow: Borrow); TryNextInstanceType: a later type that fits within the
+    # team's quota goes first, the first that borrows only if none does (Kueue's TryNextFlavor).
+    fallback_when_can_borrow: Literal["Borrow", "TryNextInstanceType"] = "Borrow"
 
 
 class QuotaEntry(_Strict):
