@@ -155,7 +155,7 @@ class _Cycle:
         w.borrowed_from = dict(lenders)
         r = w.req
         self.out.append(Admit(w.id, tuple(nodes), reason, need, lenders, tuple(after),
-                              w.itype if fallback else "", (r[0], r[1], r[2]) if fallback else None))
+                              w.itype if w.choices else "", (r[0], r[1], r[2]) if w.choices else None))
 
     def ends_before(self, w: Workload, t: float) -> bool:
         """Would ``w``, started now, end (by its expected duration) no later than ``t``?"""

@@ -507,6 +507,8 @@ class Snapshot:
             w.enqueued = w.submit
         if w.max_n and w.n != w.min_n:
             w.set_n(w.min_n)
+        if w.choices and w.itype != w.choices[0][0]:
+            w.choose(0)  # waits for its first choice
         if self.teams[w.team].per_user and w.shape[-1] != ("user", w.user):
             w.shape = (*w.shape, ("user", w.user))  # one user's jobs fail or fit apart from another's (per-user cap)
         self.pending[w.id] = w
