@@ -96,3 +96,35 @@ def test_a_group_admin_manages_the_teams_below_its_group(server: Server):
     assert r.status_code == 403
     bad = server.cli("user", "create", "x", "--role", "group-admin", "--group", "nowhere", check=False)
     assert bad.returncode != 0 and "unknown group(s): nowhere" in bad.stderr
+
+
+def test_explain_who_gets_the_next_idle_node_and_why_a_job_waits(server: Server):
+    for i in range(3):
+        start(server, f"j{i}", "john", 4)
+    start(server, "s0", "smith", 4)
+    for name in ("j0", "j1", "j2", "s0"):
+        server.wait_state(name, "Running")  # the cluster is full: 16 of 16
+    start(server, "s-wait", "smith", 2)
+    start(server, "j-wait", "john", 2)
+    wait_for(lambda: server.job("j-wait")["reason"] and server.job("s-wait")["reason"], 20, "both to wait")
+    r = json.loads(server.cli("explain", "teams", "smith", "john", "-o", "json").stdout)
+    assert r["meet"] == "lab" and r["instance_type"] == "ml.g5.12xlarge"
+    smith = r["teams"]["smith"]
+    assert [(lv["level"], lv["name"], lv["weight"]) for lv in smith] == [
+        ("group", "lab", 1), ("group", "ops", 10), ("team", "smith", 100)]
+    assert smith[1]["quota"] == 4 and smith[1]["in_use"] == 4 and smith[1]["siblings"] == ["research"]
+    # research (weight 60) before ops (weight 10) although smith's team weight (100) is above john's (0)
+    nxt = r["next_idle"]
+    assert [o["team"] for o in nxt] == ["john", "smith"] and nxt[0]["job"] == "j-wait"
+    assert nxt[1]["rule"].startswith("rule 5 (2b): the lower weighted dominant share after admission at level 2")
+    out = server.cli("explain", "teams", "smith", "john").stdout
+    assert "smith and john meet at group lab; there group ops (weight 10) stands against group research " \
+           "(weight 60)" in out, out
+    assert "WHY IN THIS PLACE" in out
+    job = json.loads(server.cli("explain", "job", "s-wait", "-o", "json").stdout)
+    assert job["state"] == "Pending" and job["queue_position"] == 1 and job["team_head"] is True
+    assert [o["team"] for o in job["next_idle"]] == ["john", "smith"]
+    text = server.cli("explain", "job", "s-wait").stdout
+    assert "job s-wait (team smith): Pending" in text and "Who gets the next idle capacity" in text
+    bad = server.cli("explain", "teams", "smith", "nobody", check=False)
+    assert bad.returncode != 0 and "no team 'nobody'" in bad.stderr

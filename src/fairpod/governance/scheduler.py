@@ -564,6 +564,11 @@ class _Cycle:
             active = nxt
 
 
+def offer_rank(snap: Snapshot, team: Team, w: Workload) -> tuple:
+    """The key by which a cycle orders ``w`` among the teams' offers (``fairpod explain``)."""
+    return _Cycle(snap).rank(team, w)
+
+
 def schedule(snap: Snapshot) -> list[Decision]:
     """Run one scheduling cycle at ``snap.now``; see the module doc."""
     return _Cycle(snap).run()
