@@ -142,11 +142,11 @@ def _children(snap: Snapshot, teams: list[str], groups: list[str], itype: str, w
         got = _flow(snap, snap.groups[name], itype, who, add)
         if got is None:
             return None, lent, quota
-        b, out, q = got
+        b, out, gq = got
         for d in range(3):
             borrowed[d] += b[d]
             lent[d] += out[d]
-            quota[d] += q[d]
+            quota[d] += gq[d]
     return borrowed, lent, quota
 
 
