@@ -94,6 +94,11 @@ def test_a_group_admin_manages_the_teams_below_its_group(server: Server):
     server.submit(olga, name="o1", team="smith", nodes=1, command=["sleep", "60"])
     r = server.api("POST", "/jobs", olga, json={"name": "o2", "team": "john", "nodes": 1, "command": ["true"]})
     assert r.status_code == 403
+    # the CLI: a team created in its group, then moved out of it, which it may not do
+    server.cli("team", "create", "newbie2", "--group", "ops", token=olga)
+    assert "newbie2" in server.cli("team", "list", token=olga).stdout
+    moved = server.cli("team", "update", "newbie2", "--group", "none", token=olga, check=False)
+    assert moved.returncode != 0 and "manages only the teams below its groups (ops)" in moved.stderr, moved.stderr
     bad = server.cli("user", "create", "x", "--role", "group-admin", "--group", "nowhere", check=False)
     assert bad.returncode != 0 and "unknown group(s): nowhere" in bad.stderr
 

@@ -21,7 +21,7 @@ TEAM_FLAGS = {"quota": "--quota", "fair_share_weight": "--weight", "sharing.stra
               "sharing.lending_limits": "--lending-limit", "sharing.absolute_borrow_limits": "--absolute-borrow-limit",
               "user_limits.max_running_accelerators": "--max-accelerators-per-user",
               "user_limits.queue_order": "--user-queue-order", "user_limits": "--max-accelerators-per-user",
-              "budgets": "--budget"}
+              "budgets": "--budget", "group": "--group"}
 POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classes": "--priority-class",
                 "idle_compute_allocation": "--idle-compute-allocation",
                 "idle_resource_sharing": "--idle-resource-sharing",
@@ -86,6 +86,8 @@ def _team_flags(p: argparse.ArgumentParser) -> None:
                         "no borrowing; ':hard' holds the team's jobs); repeatable; replaces all; 'none' clears")
     p.add_argument("--user-queue-order", choices=["FirstComeFirstServe", "RoundRobin"],
                    help="RoundRobin: users take turns (the user running the fewest accelerators goes first)")
+    p.add_argument("--group", metavar="GROUP|none", help="the group of the spec's tree the team belongs to "
+                   "('none': the top; docs/groups.md)")
 
 
 def _team_body(a: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
@@ -108,6 +110,8 @@ def _team_body(a: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
         body["sharing"] = sharing
     if a.quota is not None:
         body["quota"] = _quota(a.quota)
+    if a.group is not None:
+        body["group"] = None if a.group == "none" else a.group
     if a.budget is not None:
         body["budgets"] = [] if a.budget == ["none"] else [_budget(b) for b in a.budget]
     users = dict(body.get("user_limits") or {})
@@ -267,10 +271,11 @@ def team_list(a: argparse.Namespace) -> int:
              "abs": limits(t["sharing"].get("absolute_borrow_limits", [])), "user": per_user(t),
              "quota": ", ".join(f"{q['instance_type']}:" + ",".join(f"{k}={v}" for k, v in q.items()
                                                                     if k != "instance_type" and v is not None)
-                                for q in t["quota"])} for t in teams]
+                                for q in t["quota"]), "group": t.get("group") or "-"} for t in teams]
     table(rows, [("name", "TEAM"), ("weight", "WEIGHT"), ("strategy", "SHARING"), ("limit", "BORROW LIMIT"),
                  ("abs", "ABSOLUTE BORROW LIMIT"), ("lend", "LENDING LIMIT"), ("user", "PER USER"),
-                 ("preempt", "PREEMPT TEAM TASKS"), ("quota", "QUOTA")])
+                 ("preempt", "PREEMPT TEAM TASKS"), ("quota", "QUOTA")]
+          + ([("group", "GROUP")] if any(t.get("group") for t in teams) else []))
     return 0
 
 
