@@ -31,3 +31,27 @@ def test_teams_page_shows_the_tree_of_groups(tree: Server, browser_context: Any)
     assert [r[0] for r in rows] == ["lab", "research", "ops"]
     ops = rows[2]
     assert ops[2:5] == ["4", "6", "2"] and ops[-1] == "smith" and "borrow limit 50 %" in ops[6], ops
+
+
+def test_teams_page_explains_why_one_team_gets_more(tree: Server, browser_context: Any):
+    for i in range(3):
+        start(tree, f"j{i}", "john", 4)
+    start(tree, "s0", "smith", 4)
+    for name in ("j0", "j1", "j2", "s0"):
+        tree.wait_state(name, "Running")
+    start(tree, "s-wait", "smith", 2)
+    start(tree, "j-wait", "john", 2)
+    page = browser_context.new_page()
+    sign_in(page, tree.url, tree.token)
+    page.goto(tree.url + "/#/teams")
+    page.locator("#why-a option").nth(1).wait_for(state="attached")
+    page.select_option("#why-a", "smith")
+    page.select_option("#why-b", "john")
+    page.click("#why-go")
+    page.locator("#why-lines li").first.wait_for()
+    lines = page.locator("#why-lines li").all_inner_texts()
+    assert lines[0] == "smith and john meet at group lab; there group ops (weight 10) stands against group research " \
+                       "(weight 60)", lines
+    page.locator("#why-next tbody tr").nth(1).wait_for()
+    order = [tr.locator("td").nth(1).inner_text() for tr in page.locator("#why-next tbody tr").all()]
+    assert order == ["john", "smith"]
