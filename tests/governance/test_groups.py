@@ -172,3 +172,30 @@ def test_2b6_spec_form_and_its_errors():
     assert "groups[2].parent: unknown group 'nowhere'" in msg
     assert "groups[3].name: 'nlp' is a team's name too" in msg
     assert "teams[0].group: unknown group 'zzz'" in msg
+
+
+# 2b.7 -------------------------------------------------------------------------------------------------
+def test_2b7_fair_share_preemption_compares_the_groups_where_the_paths_part():
+    # "lender" (top) lends 8; web (lab/ops, weight 10) borrowed all of it first; nlp (lab/research, weight 60)
+    # then asks. Team weights (web 100, nlp 1) would forbid the preemption; research's weight allows it.
+    groups = [{"name": "lab", "sharing": {"borrow_limit": 200}},
+              *({**g, "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 200}} for g in TREE[1:])]
+    snap = make(4, [{"name": "lender", "quota": 8},
+                    {"name": "nlp", "quota": 4, "weight": 1, "limit": 200, "group": "research"},
+                    {"name": "web", "quota": 4, "weight": 100, "limit": 200, "group": "ops"}], groups)
+    submit(snap, "nlp-own", "nlp", 4, t=0.0)
+    for i in range(3):
+        submit(snap, f"web{i}", "web", 4, t=0.0)
+    cycle(snap, 1.0)
+    assert usage(snap, "web") == 12 and usage(snap, "nlp") == 4  # web borrows the lender's 8
+    submit(snap, "nlp-more", "nlp", 4, t=2.0)
+    for i in range(3):
+        snap.running[f"web{i}"].checkpoint = 4990.0  # a victim that just checkpointed loses little (rule 5)
+    ds = cycle(snap, 5000.0)
+    pre = [d for d in ds if type(d).__name__ == "Preempt"]
+    assert [p.kind for p in pre] == ["fair-share"] and usage(snap, "nlp") == 8 and usage(snap, "web") == 8
+    # and not back: web's next borrowed job does not preempt nlp's
+    submit(snap, "web-back", "web", 4, t=6000.0)
+    snap.running["nlp-more"].checkpoint = 19990.0
+    ds = cycle(snap, 20000.0)
+    assert not [d for d in ds if type(d).__name__ == "Preempt"]

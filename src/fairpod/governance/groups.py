@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 
+from fairpod.governance import fairshare
 from fairpod.governance.lending import cap_with_absolute, idle_lendable
 from fairpod.governance.snapshot import Group, Snapshot, Team, Vec, Workload
 
@@ -196,3 +197,30 @@ def distance(snap: Snapshot, team: Team, other: str) -> int:
         if g in theirs:
             return i + 1
     return len(team.path) + 1
+
+
+def _node_share(snap: Snapshot, team: Team, node: str | None, itype: str, delta: tuple[int, int, int]) -> float:
+    """The weighted dominant share of ``team`` itself (``node`` None) or of its group ``node``, after ``delta``."""
+    if node is None:
+        return fairshare.share(snap, team, itype, delta)
+    g = snap.groups[node]
+    q, u = quota_of(snap, g, itype), used_of(snap, g, itype)
+    return _share(snap, [u[0] + delta[0] - q[0], u[1] + delta[1] - q[1], u[2] + delta[2] - q[2]], g.weight,
+                  snap.lendable(itype))
+
+
+def _side(team: Team, common: str | None) -> str | None:
+    """The node of ``team``'s path just below ``common`` (None: the team itself)."""
+    path = team.path
+    i = path.index(common) if common is not None else len(path)
+    return path[i - 1] if i > 0 else None
+
+
+def pair_shares(snap: Snapshot, a: Team, b: Team, itype: str, add: tuple[int, int, int],
+                sub: tuple[int, int, int]) -> tuple[float, float]:
+    """Where the paths of teams ``a`` and ``b`` part, the weighted dominant shares of the two nodes side by side
+    there: ``a``'s after it uses ``add`` more, ``b``'s after it uses ``sub`` less (fair-share preemption, rule 5,
+    level by level: the same test as between two teams, so no two jobs preempt each other back and forth)."""
+    common = next((g for g in a.path if g in b.path), None)
+    return (_node_share(snap, a, _side(a, common), itype, add),
+            _node_share(snap, b, _side(b, common), itype, (-sub[0], -sub[1], -sub[2])))
