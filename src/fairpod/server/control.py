@@ -519,7 +519,7 @@ class ControlPlane:
                              nodes=len(d.nodes),  # an elastic job's size now
                              borrowed_from=dict(d.lenders), started_at=now,
                              **({"instance_type": d.itype, "acc": d.req[0], "mcpu": d.req[1], "mib": d.req[2]}
-                                if d.itype and d.req else {}),  # on a fallback instance type
+                                if d.itype and d.req else {}),  # a job with fallback types: the one it starts on
                              **({} if job.first_started_at else {"first_started_at": now}))
         self.event("JobAdmitted", f"job {job.name}: {d.reason}", job, nodes=list(d.nodes), after=list(d.after))
 
