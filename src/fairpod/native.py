@@ -28,11 +28,11 @@ import tempfile
 import time
 from pathlib import Path
 
-# the modules that are compiled, by package: the engine (build and forecast stay Python: they read the pydantic model
-# and run rarely) and the simulator's event loop
+# the modules that are compiled, by package: the engine (build, forecast and explain stay Python: they read the
+# pydantic model or run rarely) and the simulator's event loop
 MODULES = {
     "governance": ("snapshot", "scheduler", "preemption", "quota", "fairshare", "ordering", "placement", "lending",
-                   "topology", "users", "budget", "elastic", "history", "decisions"),
+                   "topology", "users", "budget", "elastic", "history", "decisions", "groups"),
     "sim": ("run",),
 }
 MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproject.toml's native extra)

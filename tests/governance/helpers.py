@@ -18,8 +18,10 @@ def per(acc: int) -> Res:
     return Res(acc, 4000 * acc, 16 * 1024 * acc)
 
 
-def make(nodes: int, teams: list[dict[str, Any]], **policy: Any) -> Snapshot:
+def make(nodes: int, teams: list[dict[str, Any]], groups: list[dict[str, Any]] | None = None,
+         **policy: Any) -> Snapshot:
     spec = parse_spec({
+        "groups": groups or [],
         "cluster": {"name": "t", "instance_groups": [{"name": "g", "instance_type": T, "count": nodes}]},
         "instance_types": [{"name": T, "accelerators": 4, "vcpu": 16, "memory_gib": 64}],
         "policy": {
@@ -28,7 +30,7 @@ def make(nodes: int, teams: list[dict[str, Any]], **policy: Any) -> Snapshot:
             **policy,
         },
         "teams": [
-            {"name": t["name"], "fair_share_weight": t.get("weight", 0),
+            {"name": t["name"], "fair_share_weight": t.get("weight", 0), "group": t.get("group"),
              "preempt_team_tasks": t.get("preempt", "LowerPriority"),
              "sharing": {"strategy": t.get("strategy", "LendAndBorrow"), "borrow_limit": t.get("limit", 100),
                          **({"lending_limits": [{"instance_type": T, "accelerators": t["lend"]}]}

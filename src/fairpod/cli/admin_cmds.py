@@ -22,7 +22,7 @@ TEAM_FLAGS = {"quota": "--quota", "fair_share_weight": "--weight", "sharing.stra
               "sharing.lending_limits": "--lending-limit", "sharing.absolute_borrow_limits": "--absolute-borrow-limit",
               "user_limits.max_running_accelerators": "--max-accelerators-per-user",
               "user_limits.queue_order": "--user-queue-order", "user_limits": "--max-accelerators-per-user",
-              "budgets": "--budget"}
+              "budgets": "--budget", "group": "--group"}
 POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classes": "--priority-class",
                 "idle_compute_allocation": "--idle-compute-allocation",
                 "idle_resource_sharing": "--idle-resource-sharing",
@@ -91,6 +91,8 @@ def _team_flags(p: argparse.ArgumentParser) -> None:
                         "no borrowing; ':hard' holds the team's jobs); repeatable; replaces all; 'none' clears")
     p.add_argument("--user-queue-order", choices=["FirstComeFirstServe", "RoundRobin"],
                    help="RoundRobin: users take turns (the user running the fewest accelerators goes first)")
+    p.add_argument("--group", metavar="GROUP|none", help="the group of the spec's tree the team belongs to "
+                   "('none': the top; docs/groups.md)")
 
 
 def _team_body(a: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
@@ -113,6 +115,8 @@ def _team_body(a: argparse.Namespace, base: dict[str, Any]) -> dict[str, Any]:
         body["sharing"] = sharing
     if a.quota is not None:
         body["quota"] = _quota(a.quota)
+    if a.group is not None:
+        body["group"] = None if a.group == "none" else a.group
     if a.budget is not None:
         body["budgets"] = [] if a.budget == ["none"] else [_budget(b) for b in a.budget]
     users = dict(body.get("user_limits") or {})
@@ -224,12 +228,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=node_health)
 
     u = sub.add_parser("user", help="manage users and tokens (admin)",
-                       description="Users, their roles (admin, member, viewer), teams and tokens.").add_subparsers(
+                       description="Users, their roles (admin, group-admin, member, viewer), teams or groups and tokens.").add_subparsers(
         dest="user_cmd", metavar="ACTION", required=True)
     p = u.add_parser("create", help="create a user and print its token (shown once)")
     p.add_argument("name", help="user name")
-    p.add_argument("--role", choices=["admin", "member", "viewer"], default="member")
+    p.add_argument("--role", choices=["admin", "group-admin", "member", "viewer"], default="member",
+                   help="admin: everything; group-admin: the teams below its groups (--group) and their jobs; "
+                   "member: its teams' jobs; viewer: read only")
     p.add_argument("--team", action="append", default=[], help="team the member belongs to (repeatable)")
+    p.add_argument("--group", action="append", default=[], help="group a group-admin manages, with every team "
+                   "below it (repeatable)")
     add_output(p)
     p.set_defaults(func=user_create)
     p = u.add_parser("list", help="list users with their roles and teams")
@@ -289,10 +297,11 @@ def team_list(a: argparse.Namespace) -> int:
              "abs": limits(t["sharing"].get("absolute_borrow_limits", [])), "user": per_user(t),
              "quota": ", ".join(f"{q['instance_type']}:" + ",".join(f"{k}={v}" for k, v in q.items()
                                                                     if k != "instance_type" and v is not None)
-                                for q in t["quota"])} for t in teams]
+                                for q in t["quota"]), "group": t.get("group") or "-"} for t in teams]
     table(rows, [("name", "TEAM"), ("weight", "WEIGHT"), ("strategy", "SHARING"), ("limit", "BORROW LIMIT"),
                  ("abs", "ABSOLUTE BORROW LIMIT"), ("lend", "LENDING LIMIT"), ("user", "PER USER"),
-                 ("preempt", "PREEMPT TEAM TASKS"), ("quota", "QUOTA")])
+                 ("preempt", "PREEMPT TEAM TASKS"), ("quota", "QUOTA")]
+          + ([("group", "GROUP")] if any(t.get("group") for t in teams) else []))
     return 0
 
 
@@ -356,7 +365,23 @@ def cluster_show(a: argparse.Namespace) -> int:
     table(rows, [("team", "TEAM"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"), ("in_use", "IN USE"),
                  ("borrowed", "BORROWED"), ("borrowed_from", "FROM"), ("lent", "LENT"), ("available", "AVAILABLE"),
                  ("fair_share_weight", "WEIGHT"), ("sharing", "SHARING")]
+          + ([("group", "GROUP")] if v.get("groups") else [])
           + ([("history", "BORROWED (DECAYED)")] if history else []))
+    if v.get("groups"):
+        print()
+        rows = []
+        for g in v["groups"]:  # parents before children: the tree, indented by depth
+            depth, parent = 0, g["parent"]
+            parents = {x["group"]: x["parent"] for x in v["groups"]}
+            while parent is not None and depth < 64:
+                depth, parent = depth + 1, parents.get(parent)
+            per, it = per_node.get(g["instance_type"]), g["instance_type"]
+            rows.append({**g, "name": "  " * depth + g["group"], "teams": ", ".join(g["teams"]) or "-",
+                         **{k: acc_nodes(g[k], per, it) for k in ("quota", "in_use", "borrowed")},
+                         "limit": f"{g['borrow_limit']}%" if g["sharing"] == "LendAndBorrow" else "-"})
+        table(rows, [("name", "GROUP"), ("instance_type", "INSTANCE TYPE"), ("quota", "QUOTA"),
+                     ("in_use", "IN USE"), ("borrowed", "BORROWED"), ("fair_share_weight", "WEIGHT"),
+                     ("sharing", "SHARING"), ("limit", "BORROW LIMIT"), ("teams", "TEAMS")])
     return 0
 
 
@@ -447,7 +472,12 @@ def node_health(a: argparse.Namespace) -> int:
 
 
 def user_create(a: argparse.Namespace) -> int:
-    u = Client().post("/users", {"name": a.name, "role": a.role, "teams": a.team})
+    if a.group and a.role != "group-admin":
+        raise CliError("--group goes with --role group-admin")
+    if a.role == "group-admin" and a.team:
+        raise CliError("a group-admin manages groups: give --group, not --team")
+    u = Client().post("/users", {"name": a.name, "role": a.role, "teams": a.group if a.role == "group-admin"
+                                 else a.team})
     if a.output == "json":
         emit_json(u)
     else:

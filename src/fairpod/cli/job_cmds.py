@@ -173,7 +173,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     _team_flags(p, required_hint=True)
     p.add_argument("--priority", type=priority_class,
                    help="priority class (see 'fairpod policy show'); HyperPod's <class>-priority works too")
-    p.add_argument("--instance-type", help="instance type (default: the cluster's only one)")
+    p.add_argument("--instance-type", help="instance type (default: the cluster's only one); several, comma-"
+                   "separated in order of preference (ml.p5.48xlarge,ml.p4d.24xlarge): it starts on the first that "
+                   "fits now")
     p.add_argument("--node-count", type=whole(1, 10_000), help="replicas, one per node (default 1)")
     p.add_argument("--min-nodes", type=whole(1, 10_000), metavar="N",
                    help="elastic: start with N replicas when only N fit (default --node-count; needs --max-nodes)")

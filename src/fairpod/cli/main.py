@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "fairpod.cli.spec_cmds",
     "fairpod.cli.simulate",
     "fairpod.cli.report_cmds",
+    "fairpod.cli.explain_cmds",
     "fairpod.cli.slurm_cmds",
     "fairpod.cli.backup_cmds",
     "fairpod.cli.kube_cmds",

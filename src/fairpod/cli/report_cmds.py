@@ -98,6 +98,14 @@ def report_usage(a: argparse.Namespace) -> int:
         tot = [{**r, "date": "all", "utilization": None if r["utilization"] is None else
                 f"{round(r['utilization'] * 100)} %"} for r in rep["totals"]]
         table(tot, USAGE_COLS)
+    if rep.get("groups"):
+        print()
+        print("Totals by group (the teams below each group)")
+        table([{**g, "utilization": None if g["utilization"] is None else f"{round(g['utilization'] * 100)} %",
+                "teams": ", ".join(g["teams"])} for g in rep["groups"]],
+              [("group", "GROUP"), ("parent", "PARENT"), ("instance_type", "INSTANCE TYPE"),
+               ("quota_hours", "QUOTA ACC-H"), ("accelerator_hours", "USED ACC-H"),
+               ("borrowed_hours", "BORROWED BY ITS TEAMS"), ("utilization", "UTILISATION"), ("teams", "TEAMS")])
     if rep.get("budgets"):
         print()
         print("Budgets (current period)")

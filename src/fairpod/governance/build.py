@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fairpod.governance.budget import Meter
-from fairpod.governance.snapshot import Snapshot, Team
+from fairpod.governance.snapshot import Group, Snapshot, Team
 from fairpod.model.resources import node_res
 from fairpod.model.spec import (
     ClusterSpec,
@@ -16,6 +16,21 @@ from fairpod.model.spec import (
 
 
 def empty_snapshot(spec: ClusterSpec, now: float = 0.0) -> Snapshot:
+    """A snapshot with the spec's policy and tree of groups, and no nodes or teams yet."""
+    snap = _policy_snapshot(spec, now)
+    for g in spec.groups_top_down():
+        strat = g.sharing.strategy
+        snap.add_group(Group(
+            name=g.name, parent=g.parent, weight=g.fair_share_weight,
+            lends=strat in (SharingStrategy.LEND_AND_BORROW, SharingStrategy.LEND),
+            borrows=strat == SharingStrategy.LEND_AND_BORROW, borrow_limit=g.sharing.borrow_limit,
+            lend_limit=spec.team_limits(g.sharing.lending_limits),
+            borrow_abs=spec.team_limits(g.sharing.absolute_borrow_limits),
+        ))
+    return snap
+
+
+def _policy_snapshot(spec: ClusterSpec, now: float) -> Snapshot:
     p = spec.policy
     return Snapshot(
         task_ranking=p.task_prioritization == TaskPrioritization.TASK_RANKING,
@@ -25,6 +40,7 @@ def empty_snapshot(spec: ClusterSpec, now: float = 0.0) -> Snapshot:
         idle_sharing=p.idle_resource_sharing == Toggle.ENABLED,
         starvation_guard=p.starvation_guard_seconds,
         borrow_limit_while_others_wait=p.borrow_limit_applies == "WhileOthersWait",
+        fallback_borrows=p.fallback_when_can_borrow == "Borrow",
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),
     )
@@ -47,7 +63,17 @@ def engine_team(spec: ClusterSpec, name: str) -> Team:
         user_cap=t.user_limits.max_running_accelerators,
         round_robin=t.user_limits.queue_order == "RoundRobin",
         budget={b.instance_type: (0.0, b.accelerator_hours, b.hard_cap) for b in t.budgets},
+        path=_path(spec, t.group),
     )
+
+
+def _path(spec: ClusterSpec, group: str | None) -> tuple[str, ...]:
+    out: list[str] = []
+    while group is not None and group not in out:
+        out.append(group)
+        g = spec.group(group)
+        group = g.parent if g is not None else None
+    return tuple(out)
 
 
 def budget_meter(spec: ClusterSpec) -> Meter:

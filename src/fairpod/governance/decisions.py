@@ -15,6 +15,10 @@ class Admit:
     borrowed: int = 0  # accelerators this job borrows
     lenders: tuple[tuple[str, int], ...] = ()
     after: tuple[str, ...] = ()
+    # a job with fallback instance types (``Workload.choices``): the one it starts on, with its request there; ""
+    # and None for a job of one type
+    itype: str = ""
+    req: tuple[int, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)

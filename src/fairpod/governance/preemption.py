@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from fairpod.governance import budget, fairshare, quota, topology, users
+from fairpod.governance import budget, fairshare, groups, quota, topology, users
 from fairpod.governance.ordering import sort_victims
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Node, Snapshot, Workload
@@ -193,7 +193,7 @@ def _reaches(snap: Snapshot, w: Workload, cands: list[Workload], within: bool, f
             t, q, u = got
             if u[0] - g[0] <= q[0] and u[1] - g[1] <= q[1] and u[2] - g[2] <= q[2]:
                 continue  # that team gave back all it borrowed already
-            if not within:
+            if not within and not snap.groups:  # (with groups the loop tests level by level; this bound does not)
                 own = gone.get(w.team, (0, 0, 0))
                 if own != mine_at:
                     mine, mine_at = fairshare.share(snap, team, it, (wt[0] - own[0], wt[1] - own[1], wt[2] - own[2]),
@@ -251,7 +251,7 @@ def plan(
             # fair share: a victim's team must keep a share >= ours after admission; removing a job only lowers
             # a share, so teams whose share is already below ours can give no victim
             mine = fairshare.share(snap, team, w.itype, w.total)
-            borrowers = [name for name, share in others if share >= mine]
+            borrowers = [name for name, share in others if share >= mine or snap.groups]
         else:
             borrowers = [name for name, _ in others]
     else:
@@ -334,9 +334,14 @@ def plan(
             if within:
                 kind = "reclaim"
             else:
-                mine = fairshare.share(snap, team, w.itype, w.total)  # own victims may have lowered it
                 vt = v.total
-                theirs = fairshare.share(snap, snap.teams[v.team], w.itype, (-vt[0], -vt[1], -vt[2]))
+                if snap.groups:  # where the two teams' paths part in the tree (rule 2b)
+                    wt = w.total
+                    mine, theirs = groups.pair_shares(snap, team, snap.teams[v.team], w.itype, (wt[0], wt[1], wt[2]),
+                                                      (vt[0], vt[1], vt[2]))
+                else:
+                    mine = fairshare.share(snap, team, w.itype, w.total)  # own victims may have lowered it
+                    theirs = fairshare.share(snap, snap.teams[v.team], w.itype, (-vt[0], -vt[1], -vt[2]))
                 if not fairshare.may_preempt(mine, theirs):
                     continue
                 kind = "fair-share"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from fairpod.governance import budget
+from fairpod.governance import budget, groups
 from fairpod.governance.lending import cap_with_absolute, idle_lendable, lend_quota
 from fairpod.governance.snapshot import Snapshot, Team, Vec, Workload
 
@@ -69,6 +69,10 @@ def team_check(snap: Snapshot, w: Workload, lifted: dict[tuple, bool] | None = N
             f"borrow limit reached: team {team.name} uses {u[0]} {w.itype} accelerators, the job needs {t.acc}, "
             f"and quota {q[0]} + {team.borrow_limit}% allows {cap[0]}"
         )
+    if team.path:
+        why = groups.check(snap, team, w.itype, (t[0], t[1], t[2]))
+        if why:
+            return False, False, why
     return True, False, ""
 
 
@@ -144,7 +148,7 @@ def pool_ok(snap: Snapshot, w: Workload, holder: str | None = None) -> bool:
         idle = p.idle_lend[d] + b[d + 3] - a[d + 3] + ua[d] - rb[d]
         if over > idle:
             return False
-    return True
+    return not snap.groups or groups.flow_ok(snap, w)
 
 
 def borrow_need(snap: Snapshot, w: Workload) -> Vec:
@@ -178,7 +182,8 @@ def lending(snap: Snapshot, itype: str) -> dict[str, dict[str, int]]:
         t = snap.teams[name]
         over = t.u(itype)[0] - t.q(itype)[0]
         while over > 0 and idle:
-            lender = min(idle, key=lambda k: (k != "(unallocated)", -idle[k], k))
+            # with groups, the nearest lender in the tree first (siblings, then up the tree)
+            lender = min(idle, key=lambda k: (k != "(unallocated)", _near(snap, t, k), -idle[k], k))
             take = min(over, idle[lender])
             out.setdefault(name, {})[lender] = out.get(name, {}).get(lender, 0) + take
             idle[lender] -= take
@@ -188,6 +193,10 @@ def lending(snap: Snapshot, itype: str) -> dict[str, dict[str, int]]:
         if over > 0:
             out.setdefault(name, {})["(unallocated)"] = out.get(name, {}).get("(unallocated)", 0) + over
     return out
+
+
+def _near(snap: Snapshot, team: Team, lender: str) -> int:
+    return groups.distance(snap, team, lender) if snap.groups and lender in snap.teams else 0
 
 
 def ever_fits_quota(snap: Snapshot, w: Workload) -> bool:
@@ -203,4 +212,5 @@ def ever_fits_quota(snap: Snapshot, w: Workload) -> bool:
     cap = borrow_cap(team, w.itype)
     lend = snap.lendable(w.itype)
     own = lend_quota(q, team.lend_limit.get(w.itype)) if team.lends else (0, 0, 0)
-    return all(t[d] <= cap[d] and t[d] - q[d] <= lend[d] - own[d] for d in range(3))
+    return all(t[d] <= cap[d] and t[d] - q[d] <= lend[d] - own[d] for d in range(3)) and (
+        not team.path or groups.ever_fits(snap, team, w.itype, (t[0], t[1], t[2])))

@@ -32,7 +32,7 @@ import heapq
 import math
 from collections.abc import Iterable, Set
 
-from fairpod.governance import budget, elastic, fairshare, history, preemption, quota, topology, users
+from fairpod.governance import budget, elastic, fairshare, groups, history, preemption, quota, topology, users
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.ordering import PROTECTED_AFTER
 from fairpod.governance.placement import never_fits, place, why_not
@@ -50,7 +50,11 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
             left = t.lendable_now(w.itype)[0]
             if left > 0:
                 idle.append((-left, t.name, left))
-    idle.sort()
+    if snap.groups:  # the nearest lenders in the tree first: siblings, then up the tree
+        me = snap.teams[w.team]
+        idle.sort(key=lambda e: (0 if e[1] == "(unallocated)" else groups.distance(snap, me, e[1]), e[0], e[1]))
+    else:
+        idle.sort()
     out = []
     for _, name, left in idle:
         if need <= 0:
@@ -115,8 +119,13 @@ class _Cycle:
         self.ranks: dict[tuple, tuple] = {}  # rank of an offer, by job and its team's usage version
         self.held_version = 0  # counts the calls of ``hold`` (the held nodes and their times change only there)
         self.held_views: dict[tuple, dict[str, str]] = {}  # ``reserved_for``, by what it depends on
+        self.collect: list[str] | None = None  # while trying fallback instance types: the reasons of each
+        self.passed: str = ""  # why a job admitted on a fallback type passed over the ones before it
 
     def wait(self, w: Workload, reason: str) -> None:
+        if self.collect is not None:  # trying a fallback instance type: the caller words the reason
+            self.collect.append(reason)
+            return
         if w.reason != reason:
             w.reason = reason
             self.out.append(Wait(w.id, reason))
@@ -147,9 +156,14 @@ class _Cycle:
             reason = f"admitted within team {team.name}'s quota"
         else:
             reason = f"admitted, borrowing {need} accelerators from " + borrowed_words(lenders)
+        fallback = bool(w.choices) and w.itype != w.choices[0][0]
+        if fallback:
+            reason += f", on {w.itype} ({self.passed})"
         w.reason = reason
         w.borrowed_from = dict(lenders)
-        self.out.append(Admit(w.id, tuple(nodes), reason, need, lenders, tuple(after)))
+        r = w.req
+        self.out.append(Admit(w.id, tuple(nodes), reason, need, lenders, tuple(after),
+                              w.itype if w.choices else "", (r[0], r[1], r[2]) if w.choices else None))
 
     def ends_before(self, w: Workload, t: float) -> bool:
         """Would ``w``, started now, end (by its expected duration) no later than ``t``?"""
@@ -193,6 +207,69 @@ class _Cycle:
         return quota.within_quota(team, w.itype, w.total) and all(u[d] + both[d] <= cap[d] for d in range(3))
 
     def try_start(self, w: Workload) -> bool:
+        if len(w.choices) > 1 and self.collect is None:
+            return self.try_types(w)
+        return self.try_one(w)
+
+    def try_types(self, w: Workload) -> bool:
+        """A job with fallback instance types (``Workload.choices``): the first type it fits now without
+        preempting anything, where borrowing counts as fitting unless the policy says to try the next type first
+        (then the first that borrows is taken only if no later one fits within quota); else, type by type, what
+        preemption could free. A job that waits says why each type was passed over."""
+        snap = self.snap
+        team = snap.teams[w.team]
+        if users.over_cap(team, w) or not self.team_may_start(w):
+            return self.try_one(w)
+        holder = w.id if w.id in self.holders else None
+        why: list[str] = []
+        borrows = -1
+        for i in range(len(w.choices)):
+            w.choose(i)
+            ok, within, no = self.team_check(w)
+            if not ok:
+                why.append(f"{w.itype}: {no}")
+                continue
+            if not quota.pool_ok(snap, w, holder):
+                why.append(f"{w.itype}: " + ("no idle capacity to borrow" if not within else
+                                             "its idle quota is lent to other teams (waiting for reclaim)"))
+                continue
+            nodes = place(snap, w, self.reserved_for(w, within))
+            if nodes is None:
+                why.append(f"{w.itype}: {self.never_fits(w) or why_not(snap, w)}")
+                continue
+            if within or snap.fallback_borrows:
+                self.passed = "; ".join(why) or "its first choice"
+                self.admit(w, nodes, within, [])
+                return True
+            why.append(f"{w.itype}: would borrow (policy.fallback_when_can_borrow: TryNextInstanceType)")
+            if borrows < 0:
+                borrows = i
+        if borrows >= 0:
+            w.choose(borrows)
+            nodes = place(snap, w, self.reserved_for(w, False))
+            if nodes is not None:
+                self.passed = "; ".join(why[:borrows]) + ("; " if borrows else "") + \
+                    "no later instance type fits within quota"
+                self.admit(w, nodes, False, [])
+                return True
+        # nothing fits as the cluster is: what preemption could free, type by type (the reasons of each kept)
+        self.collect = []
+        try:
+            for i in range(len(w.choices)):
+                w.choose(i)
+                self.passed = "; ".join(f"{it}: {r}" for (it, _), r in zip(w.choices[:i], self.collect,
+                                                                           strict=False))
+                if self.try_one(w):
+                    return True
+            reasons = [f"{it}: {r}" for (it, _), r in zip(w.choices, self.collect, strict=False)]
+        finally:
+            self.collect = None
+            if w.id not in snap.running:
+                w.choose(0)
+        self.wait(w, "no instance type fits now: " + "; ".join(reasons))
+        return False
+
+    def try_one(self, w: Workload) -> bool:
         snap = self.snap
         capped = users.over_cap(snap.teams[w.team], w)
         if capped:
@@ -259,7 +336,7 @@ class _Cycle:
     def team_check(self, w: Workload) -> tuple[bool, bool, str]:
         """``quota.team_check``, except that a protected job (rule 7) does not borrow; once per job and usage in
         the cycle (the guard asks again right after ``try_start``)."""
-        key = (w.id, self.snap.version)
+        key = (w.id, w.itype, self.snap.version)
         got = self.checked.get(key)
         if got is None:
             got = self.checked[key] = self._team_check(w)
@@ -403,7 +480,7 @@ class _Cycle:
     def rank(self, team: Team, w: Workload) -> tuple:
         """The order key of ``w`` among the teams' offers; once per job and usage of its team in the cycle (the
         rounds offer the same heads again and again)."""
-        key = (w.id, team.version)
+        key = (w.id, self.snap.version if self.snap.groups else team.version)  # groups: others' usage counts too
         got = self.ranks.get(key)
         if got is None:
             got = self.ranks[key] = self._rank(team, w)
@@ -420,6 +497,11 @@ class _Cycle:
         else:
             second = 0.0
         prio = -budget.priority(team, w) if snap.task_ranking else 0  # past 80 % of a budget: the lowest
+        if snap.groups:
+            # fair share level by level from the top: each group above the team, then the team (rule 2b)
+            t = w.total
+            levels = groups.shares(snap, team, w.itype, (t[0], t[1], t[2])) if not within and snap.fair_share else []
+            return (not within, (*levels, second), prio, w.submit, w.seq)
         return (not within, second, prio, w.submit, w.seq)
 
     def run(self) -> list[Decision]:
@@ -488,6 +570,11 @@ class _Cycle:
                     failed.setdefault(name, set()).add(w.shape)
                 nxt.append(t)
             active = nxt
+
+
+def offer_rank(snap: Snapshot, team: Team, w: Workload) -> tuple:
+    """The key by which a cycle orders ``w`` among the teams' offers (``fairpod explain``)."""
+    return _Cycle(snap).rank(team, w)
 
 
 def schedule(snap: Snapshot) -> list[Decision]:

@@ -67,6 +67,9 @@ class Workload:
     # bookkeeping for users
     reason: str = ""
     borrowed_from: dict[str, int] = field(default_factory=dict)
+    # fallback instance types: every (instance type, request per replica) it may run on, in order of preference
+    # (the first is ``itype``/``req`` as given); empty: only ``itype``. ``choose`` switches between them.
+    choices: tuple[tuple[str, Res], ...] = ()
     total: Res = field(init=False)  # n x req, the whole gang
     # jobs of one shape fit or fail alike: (itype, n, req, passed_only), the topology asked for, and the user
     # in a team with per-user rules
@@ -85,6 +88,14 @@ class Workload:
             self.shape += (("elastic", self.max_n),)
         if self.topology is not None:
             self.shape += (self.topology, self.topology_required)
+
+    def choose(self, i: int) -> None:
+        """Take choice ``i`` of ``choices`` as its instance type and request (its shape follows)."""
+        it, r = self.choices[i]
+        self.itype = it
+        self.req = r
+        self.total = Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
+        self.shape = (it, *self.shape[1:2], r, *self.shape[3:])
 
     def set_n(self, n: int) -> None:
         """Change the replica count of an elastic job (its shape, the key of its queue, stays)."""
@@ -128,6 +139,7 @@ class Team:
     budget: dict[str, tuple[float, float, bool]] = field(default_factory=dict)
     version: int = 0  # counts changes of its usage (derived views may be cached against it)
     queue: PendingQueue = field(default_factory=lambda: PendingQueue())
+    path: tuple[str, ...] = ()  # its group and that group's ancestors, nearest first (``governance.groups``)
 
     def q(self, itype: str) -> Res:
         return self.quota.get(itype, _ZERO)
@@ -151,6 +163,23 @@ class Team:
 
 
 _ZERO = Res(0, 0, 0)
+
+
+@dataclass(slots=True, eq=False)
+class Group:
+    """A node of the tree of groups (``governance.groups``): teams and groups below it share its quota, the sum of
+    theirs, and it lends and borrows for all of them towards the rest of the tree."""
+
+    name: str
+    parent: str | None = None
+    weight: int = 1
+    lends: bool = True
+    borrows: bool = True
+    borrow_limit: int = 50  # percent of the group's quota
+    lend_limit: dict[str, Res] = field(default_factory=dict)
+    borrow_abs: dict[str, Res] = field(default_factory=dict)
+    teams: list[str] = field(default_factory=list)  # the teams directly below it
+    children: list[str] = field(default_factory=list)  # the groups directly below it
 
 
 @dataclass(slots=True, eq=False)
@@ -224,7 +253,8 @@ class PendingQueue:
 
     def pop(self, w: Workload) -> None:
         self.live.pop(w.id, None)
-        self._top(w.shape)  # drop it from its heap if on top
+        if w.shape in self.heaps:  # (a job starting on a fallback instance type is queued under its first)
+            self._top(w.shape)  # drop it from its heap if on top
 
     def position(self, wid: str) -> int | None:
         """The 1-based place of ``wid`` in :meth:`in_order` without sorting (O(n)); None if not queued. Safe to
@@ -261,7 +291,11 @@ class Snapshot:
         topology_levels: tuple[str, ...] = (),
         history_half_life: float | None = None,
         borrow_limit_while_others_wait: bool = False,
+        fallback_borrows: bool = True,
     ) -> None:
+        # fallback instance types (``Workload.choices``): take the first type the job fits now even by borrowing
+        # (Kueue's whenCanBorrow: Borrow), or a later type that fits within quota first (TryNextFlavor)
+        self.fallback_borrows = fallback_borrows
         self.levels = tuple(topology_levels)  # the topology's levels, outermost first (e.g. block, rack)
         self.task_ranking = task_ranking
         self.fair_share = fair_share
@@ -286,6 +320,7 @@ class Snapshot:
         # others
         self.by_free: dict[str, dict[int, set[str]]] = {}
         self.teams: dict[str, Team] = {}
+        self.groups: dict[str, Group] = {}  # the tree of groups; empty: every team at the top (``governance.groups``)
         self.pools: dict[str, Pool] = {}
         self.running: dict[str, Workload] = {}
         self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
@@ -360,6 +395,8 @@ class Snapshot:
         if team.name in self.teams:
             raise ValueError(f"team {team.name!r} already exists")
         self.teams[team.name] = team
+        if team.path:
+            self.groups[team.path[0]].teams.append(team.name)
         for itype, q in team.quota.items():
             p = self.pool(itype)
             _add(p.quota_all, q, 1)
@@ -367,6 +404,25 @@ class Snapshot:
                 _add(p.quota_lend, lend_quota(q, team.lend_limit.get(itype)), 1)
         for itype in team.quota:
             self._account(team, itype, 1)
+
+    def add_group(self, group: Group) -> None:
+        """Add a group of the tree (its parent first); a team joins it with ``Team.path``."""
+        if group.name in self.groups:
+            raise ValueError(f"group {group.name!r} already exists")
+        if group.parent is not None and group.parent not in self.groups:
+            raise ValueError(f"group {group.name!r}: unknown parent {group.parent!r}")
+        self.groups[group.name] = group
+        if group.parent is not None:
+            self.groups[group.parent].children.append(group.name)
+
+    def path_of(self, group: str | None) -> tuple[str, ...]:
+        """A group and its ancestors, nearest first (a team's ``path``); () for None."""
+        out: list[str] = []
+        g = group
+        while g is not None:
+            out.append(g)
+            g = self.groups[g].parent
+        return tuple(out)
 
     def index(self, n: Node, *, compact: bool = True) -> None:
         """(Re-)enter node ``n`` in the fit index with its current free room and health."""
@@ -451,6 +507,8 @@ class Snapshot:
             w.enqueued = w.submit
         if w.max_n and w.n != w.min_n:
             w.set_n(w.min_n)
+        if w.choices and w.itype != w.choices[0][0]:
+            w.choose(0)  # waits for its first choice
         if self.teams[w.team].per_user and w.shape[-1] != ("user", w.user):
             w.shape = (*w.shape, ("user", w.user))  # one user's jobs fail or fit apart from another's (per-user cap)
         self.pending[w.id] = w
@@ -539,6 +597,8 @@ class Snapshot:
         w.enqueued = now
         if w.max_n and w.n != w.min_n:
             w.set_n(w.min_n)  # an elastic job waits for (and starts with) its minimum
+        if w.choices and w.itype != w.choices[0][0]:
+            w.choose(0)  # waits for its first choice again
         self.pending[w.id] = w
         self.teams[w.team].queue.push(w, self.queue_key(w))
 

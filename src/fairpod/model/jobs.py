@@ -150,6 +150,8 @@ class ResolvedJob(BaseModel):
     instance_type: str
     per_replica: tuple[int, int, int]
     priority: int
+    # ``instance_type: a,b``: the types it may run on instead of the first, in order, with the request on each
+    fallbacks: tuple[tuple[str, tuple[int, int, int]], ...] = ()
 
     @property
     def request(self) -> Res:
@@ -174,7 +176,22 @@ def _partitioned_type(job: JobSpec, spec: ClusterSpec) -> str:
 
 
 def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
-    """Check a job against the cluster spec. Raises ValueError with a message a user can act on."""
+    """Check a job against the cluster spec. Raises ValueError with a message a user can act on. An instance_type
+    of several types, comma-separated in order of preference, resolves each (the same replicas and request)."""
+    names = [x.strip() for x in (job.instance_type or "").split(",")]
+    if len(names) > 1:
+        if not all(names) or len(set(names)) != len(names):
+            raise ValueError(f"instance_type {job.instance_type!r}: name each instance type once, comma-separated "
+                             "in order of preference")
+        if job.accelerator_partition_type is not None or job.max_nodes is not None:
+            raise ValueError("several instance types go with neither accelerator_partition_type nor elastic "
+                             "min_nodes/max_nodes")
+        each = [_resolve_one(job.model_copy(update={"instance_type": n}), spec) for n in names]
+        return each[0].model_copy(update={"fallbacks": tuple((r.instance_type, r.per_replica) for r in each[1:])})
+    return _resolve_one(job, spec)
+
+
+def _resolve_one(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
     team = spec.team(job.team)
     if team is None:
         names = ", ".join(t.name for t in spec.teams) or "none defined"
@@ -247,3 +264,15 @@ def resolve_job(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
     else:
         prio = -1
     return ResolvedJob(instance_type=itype_name, per_replica=tuple(per), priority=prio)
+
+
+def fallback_choices(job: JobSpec, spec: ClusterSpec) -> tuple[tuple[str, Res], ...]:
+    """Every (instance type, request per replica) of a job naming several types, in order; () for one type (or
+    one the spec no longer resolves: the job keeps the type it was stored with)."""
+    if "," not in (job.instance_type or ""):
+        return ()
+    try:
+        r = resolve_job(job, spec)
+    except ValueError:
+        return ()
+    return ((r.instance_type, Res(*r.per_replica)), *((it, Res(*per)) for it, per in r.fallbacks))

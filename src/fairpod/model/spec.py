@@ -221,6 +221,10 @@ class Policy(_Strict):
     # ended, and none lasts longer than the maximum; a user may ask for less, never more.
     shell_idle_timeout_seconds: float = Field(default=3600.0, ge=10, le=7 * 86400)
     shell_max_seconds: float = Field(default=8 * 3600.0, ge=60, le=30 * 86400)
+    # A job naming several instance types (in order of preference) starts on the first it fits now. Borrow: fitting
+    # by borrowing counts (Kueue's whenCanBorrow: Borrow); TryNextInstanceType: a later type that fits within the
+    # team's quota goes first, the first that borrows only if none does (Kueue's TryNextFlavor).
+    fallback_when_can_borrow: Literal["Borrow", "TryNextInstanceType"] = "Borrow"
 
 
 class QuotaEntry(_Strict):
@@ -271,8 +275,20 @@ class Budget(_Strict):
     hard_cap: bool = False
 
 
+class Group(_Strict):
+    """A node of the tree of groups (a lab, its groups, ...): its quota is the sum of its teams' quotas below it;
+    ``sharing`` says whether and how much the subtree lends and borrows towards the rest of the tree, the borrow
+    limit in percent of the group's quota; ``fair_share_weight`` weighs it against its siblings."""
+
+    name: str = Field(pattern=NAME_PATTERN, max_length=40)
+    parent: str | None = None
+    fair_share_weight: int = Field(default=1, ge=0, le=100)
+    sharing: Sharing = Field(default_factory=Sharing)
+
+
 class Team(_Strict):
     name: str = Field(pattern=NAME_PATTERN, max_length=40)
+    group: str | None = None  # the group it belongs to (``groups``); none: the top of the tree
     fair_share_weight: int = Field(default=0, ge=0, le=100)
     preempt_team_tasks: PreemptTeamTasks = PreemptTeamTasks.LOWER_PRIORITY
     sharing: Sharing = Field(default_factory=Sharing)
@@ -286,6 +302,7 @@ class ClusterSpec(_Strict):
     cluster: ClusterInfo = Field(default_factory=ClusterInfo)
     instance_types: list[InstanceType] = Field(default_factory=list)
     policy: Policy = Field(default_factory=Policy)
+    groups: list[Group] = Field(default_factory=list)
     teams: list[Team] = Field(default_factory=list)
 
     # -- derived views -------------------------------------------------------------------------
@@ -368,6 +385,23 @@ class ClusterSpec(_Strict):
             if pc.name == name:
                 return pc.weight
         raise KeyError(name)
+
+    def group(self, name: str) -> Group | None:
+        return next((g for g in self.groups if g.name == name), None)
+
+    def groups_top_down(self) -> list[Group]:
+        """The groups, every parent before its children (the spec's order otherwise)."""
+        out: list[Group] = []
+        done: set[str] = set()
+        left = list(self.groups)
+        while left:
+            ready = [g for g in left if g.parent is None or g.parent in done]
+            if not ready:
+                break  # a cycle (check_spec reports it)
+            out += ready
+            done.update(g.name for g in ready)
+            left = [g for g in left if g.name not in done]
+        return out
 
     def team(self, name: str) -> Team | None:
         return next((t for t in self.teams if t.name == name), None)
@@ -458,6 +492,7 @@ def check_spec(spec: ClusterSpec) -> list[str]:
     for name, n in Counter(t.name for t in spec.teams).items():
         if n > 1:
             probs.append(f"teams: duplicate team {name!r}")
+    probs += _group_problems(spec, cat, known)
     quota_sum: dict[str, Res] = {}
     for i, team in enumerate(spec.teams):
         seen: set[str] = set()
@@ -537,7 +572,33 @@ def _topology_problems(spec: ClusterSpec, i: int, g: InstanceGroup) -> list[str]
     return probs
 
 
-def _limit_problems(i: int, team: Team, cat: dict[str, InstanceType], known: str) -> list[str]:
+def _group_problems(spec: ClusterSpec, cat: dict[str, InstanceType], known: str) -> list[str]:
+    """The tree of groups: unique names apart from the teams', known parents, no cycle, known groups of teams."""
+    probs: list[str] = []
+    names = {g.name for g in spec.groups}
+    teams = {t.name for t in spec.teams}
+    for name, n in Counter(g.name for g in spec.groups).items():
+        if n > 1:
+            probs.append(f"groups: duplicate group {name!r}")
+    for i, g in enumerate(spec.groups):
+        if g.name in teams:
+            probs.append(f"groups[{i}].name: {g.name!r} is a team's name too; give the group another name")
+        if g.parent is not None and g.parent not in names:
+            probs.append(f"groups[{i}].parent: unknown group {g.parent!r}")
+        probs += _limit_problems(i, g, cat, known, "groups", "group")
+    placed = {g.name for g in spec.groups_top_down()}
+    cycle = sorted(g.name for g in spec.groups if g.name not in placed and (g.parent is None or g.parent in names))
+    if cycle:
+        probs.append(f"groups: {', '.join(cycle)} are their own ancestors (a parent cycle)")
+    for i, t in enumerate(spec.teams):
+        if t.group is not None and t.group not in names:
+            probs.append(f"teams[{i}].group: unknown group {t.group!r}"
+                         + (f" (groups: {', '.join(sorted(names))})" if names else " (the spec has no groups)"))
+    return probs
+
+
+def _limit_problems(i: int, team: Team | Group, cat: dict[str, InstanceType], known: str, kind: str = "teams",
+                    what: str = "team") -> list[str]:
     """Lending and absolute borrow limits: known instance types, once each, one unit, a strategy that uses them."""
     probs: list[str] = []
     strat = team.sharing.strategy
@@ -545,12 +606,12 @@ def _limit_problems(i: int, team: Team, cat: dict[str, InstanceType], known: str
                                   ("absolute_borrow_limits", team.sharing.absolute_borrow_limits,
                                    strat == SharingStrategy.LEND_AND_BORROW)):
         if entries and not needs:
-            probs.append(f"teams[{i}].sharing.{field}: team {team.name!r} has strategy {strat.value}, which "
+            probs.append(f"{kind}[{i}].sharing.{field}: {what} {team.name!r} has strategy {strat.value}, which "
                          f"{'does not lend' if field == 'lending_limits' else 'does not borrow'}")
             continue
         seen: set[str] = set()
         for j, e in enumerate(entries):
-            where = f"teams[{i}].sharing.{field}[{j}]"
+            where = f"{kind}[{i}].sharing.{field}[{j}]"
             if e.instance_type not in cat:
                 probs.append(f"{where}.instance_type: unknown instance type {e.instance_type!r}{did_you_mean(e.instance_type, cat)} "
                              f"(built-in: {known})")

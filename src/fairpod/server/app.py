@@ -22,6 +22,7 @@ from fairpod.server import (
     routes_admin,
     routes_backup,
     routes_dashboard,
+    routes_explain,
     routes_jobs,
     routes_reports,
     routes_spec,
@@ -143,6 +144,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     routes_admin.add_routes(api, cp)
     routes_dashboard.add_routes(api, cp)
     routes_reports.add_routes(api, cp)
+    routes_explain.add_routes(api, cp)
     routes_backup.add_routes(api, cp)
     routes_spec.add_routes(api, cp)
     app.include_router(api)

@@ -1,6 +1,9 @@
 """Bearer tokens and team RBAC.
 
-Roles: ``admin`` (everything: policy, teams, nodes, users), ``member`` of one or more teams (submit, list,
+Roles: ``admin`` (everything: policy, teams, nodes, users), ``group-admin`` of one or more groups of the spec's
+tree (creates, updates and deletes the teams below them, and acts for those teams' jobs as a member does; the
+teams are read from the spec at each request, so a team moved under the group is managed at once), ``member`` of
+one or more teams (submit, list,
 cancel and read logs of those teams' jobs only), ``viewer`` (read the cluster, teams and jobs; no logs,
 no changes). A member asking for another team's job gets 404, as if it did not exist; asking to act for
 another team gets 403 naming the teams they belong to.
@@ -13,6 +16,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from fairpod.model.spec import ClusterSpec
 from fairpod.model.users import Role
 from fairpod.server.errors import Problem
 from fairpod.store import Store
@@ -23,23 +27,38 @@ class Principal:
     name: str
     role: Role
     teams: tuple[str, ...]
+    groups: tuple[str, ...] = ()  # a group admin's groups and every group below them
 
     @property
     def admin(self) -> bool:
         return self.role == Role.ADMIN
 
+    def manages(self, team: str, group: str | None) -> bool:
+        """May it create, change or delete team ``team`` (of ``group``)? An admin any, a group admin one below
+        its groups."""
+        return self.admin or (self.role == Role.GROUP_ADMIN and group in self.groups)
+
     def sees_team(self, team: str) -> bool:
         return self.role in (Role.ADMIN, Role.VIEWER) or team in self.teams
 
     def acts_for(self, team: str) -> bool:
-        return self.role == Role.ADMIN or (self.role == Role.MEMBER and team in self.teams)
+        return self.role == Role.ADMIN or (self.role in (Role.MEMBER, Role.GROUP_ADMIN) and team in self.teams)
 
     def visible_teams(self) -> list[str] | None:
         """The teams whose jobs this principal may list; None means all."""
         return None if self.role in (Role.ADMIN, Role.VIEWER) else list(self.teams)
 
 
-def authenticate(store: Store, request: Request) -> Principal:
+def below(spec: ClusterSpec, groups: list[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(teams, groups) of the tree below ``groups``, themselves included."""
+    out = set(groups)
+    for g in spec.groups_top_down():
+        if g.parent in out:
+            out.add(g.name)
+    return tuple(t.name for t in spec.teams if t.group in out), tuple(sorted(out))
+
+
+def authenticate(store: Store, request: Request, spec: ClusterSpec | None = None) -> Principal:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
@@ -51,11 +70,24 @@ def authenticate(store: Store, request: Request) -> Principal:
     user = store.verify_token(token.strip())
     if user is None:
         raise Problem(401, "not authenticated", "the token is unknown or revoked")
+    if user.role == Role.GROUP_ADMIN:
+        teams, groups = below(spec, user.teams) if spec is not None else ((), ())
+        return Principal(user.name, user.role, teams, groups)
     return Principal(user.name, user.role, tuple(user.teams))
 
 
 def require_admin(p: Principal) -> None:
     if not p.admin:
+        raise Problem(403, "forbidden", f"user {p.name} is a {p.role.value}; this needs the admin role")
+
+
+def require_manager(p: Principal, team: str, groups: list[str | None]) -> None:
+    """Admins, and a group admin for a team whose group (now and after the change) is below its groups."""
+    if not all(p.manages(team, g) for g in groups):
+        if p.role == Role.GROUP_ADMIN:
+            mine = ", ".join(p.groups) or "none"
+            raise Problem(403, "forbidden", f"user {p.name} manages only the teams below its groups ({mine}); "
+                          f"team {team} would not be")
         raise Problem(403, "forbidden", f"user {p.name} is a {p.role.value}; this needs the admin role")
 
 
@@ -66,7 +98,8 @@ def require_team(p: Principal, team: str) -> None:
 
 
 def current_principal(request: Request) -> Principal:
-    return authenticate(request.app.state.cp.store, request)
+    cp = request.app.state.cp
+    return authenticate(cp.store, request, cp.spec)
 
 
 Auth = Annotated[Principal, Depends(current_principal)]

@@ -41,7 +41,7 @@ from fairpod.executors.base import Executor, ExecutorError, JobLaunch, ReplicaEx
 from fairpod.governance import Admit, Preempt, Snapshot, Wait, Workload, history, net_changes, schedule
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.governance.decisions import Grow, Shrink
-from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, resolve_job
+from fairpod.model.jobs import JobSpec, JobState, ResolvedJob, fallback_choices, resolve_job
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
@@ -134,6 +134,7 @@ class ControlPlane:
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
             topology=job.spec.required_topology or job.spec.preferred_topology,
             topology_required=job.spec.required_topology is not None, **elastic.workload_fields(job),
+            choices=fallback_choices(job.spec, spec),
         )  # fmt: skip
 
     def _rebuild(self) -> None:
@@ -347,9 +348,10 @@ class ControlPlane:
         if spec.command == []:
             raise InvalidJob("the job has no command: give one after --")
         elastic.check(self, spec)
-        never = self._never_fits(resolved.instance_type, spec.nodes)
-        if never:
-            raise NeverFits(never)
+        nevers = [self._never_fits(it, spec.nodes) for it in (resolved.instance_type,
+                                                               *(f[0] for f in resolved.fallbacks))]
+        if all(nevers):
+            raise NeverFits("; ".join(n for n in nevers if n))
         return resolved
 
     def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
@@ -532,6 +534,8 @@ class ControlPlane:
         job = self._save_run(job, run, state=JobState.RUNNING, placement=list(d.nodes), reason=d.reason,
                              nodes=len(d.nodes),  # an elastic job's size now
                              borrowed_from=dict(d.lenders), started_at=now,
+                             **({"instance_type": d.itype, "acc": d.req[0], "mcpu": d.req[1], "mib": d.req[2]}
+                                if d.itype and d.req else {}),  # a job with fallback types: the one it starts on
                              **({} if job.first_started_at else {"first_started_at": now}))
         self.event("JobAdmitted", f"job {job.name}: {d.reason}", job, nodes=list(d.nodes), after=list(d.after))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fairpod.governance import groups
 from fairpod.governance.quota import lending
 from fairpod.governance.snapshot import Snapshot
 
@@ -44,4 +45,49 @@ def team_figures(snap: Snapshot, itype: str) -> list[TeamFigures]:
             continue
         out.append(TeamFigures(name, itype, (q[0], q[1], q[2]), (u[0], u[1], u[2]), dict(lend.get(name, {})),
                                lent.get(name, 0)))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class GroupFigures:
+    """A group's figures on an instance type: its subtree's quota and use, and what it borrows from outside."""
+
+    group: str
+    parent: str | None
+    instance_type: str
+    quota: tuple[int, int, int]
+    used: tuple[int, int, int]
+    weight: int
+    teams: tuple[str, ...]  # every team below it
+
+    @property
+    def borrowed(self) -> tuple[int, int, int]:
+        return (max(0, self.used[0] - self.quota[0]), max(0, self.used[1] - self.quota[1]),
+                max(0, self.used[2] - self.quota[2]))
+
+
+def group_figures(snap: Snapshot, itype: str) -> list[GroupFigures]:
+    """Every group, parents before children, whose subtree has quota on ``itype`` or uses it."""
+    out = []
+    for name in _top_down(snap):
+        g = snap.groups[name]
+        q, u = groups.quota_of(snap, g, itype), groups.used_of(snap, g, itype)
+        if not any(q) and not any(u):
+            continue
+        out.append(GroupFigures(name, g.parent, itype, (q[0], q[1], q[2]), (u[0], u[1], u[2]), g.weight,
+                                tuple(sorted(t.name for t in groups.teams_below(snap, g)))))
+    return out
+
+
+def _top_down(snap: Snapshot) -> list[str]:
+    out: list[str] = []
+
+    def visit(name: str) -> None:
+        out.append(name)
+        for c in snap.groups[name].children:
+            visit(c)
+
+    for name, g in snap.groups.items():
+        if g.parent is None:
+            visit(name)
     return out

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from fairpod.model.spec import Policy, SpecError, Team, parse_spec
 from fairpod.model.users import Role
-from fairpod.server.auth import Auth, require_admin
+from fairpod.server.auth import Auth, require_admin, require_manager
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.limits import Limit, SinceId
@@ -111,7 +111,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
 
     @api.post("/teams", status_code=201, tags=["teams"])
     def create_team(team: Team, p: Auth) -> dict[str, Any]:
-        require_admin(p)
+        require_manager(p, team.name, [team.group])
         if cp.spec.team(team.name):
             raise Problem(409, "team exists", f"team {team.name!r} exists already; use update")
         data = cp.spec.model_dump(mode="json")
@@ -121,11 +121,12 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
 
     @api.put("/teams/{name}", tags=["teams"])
     def update_team(name: str, team: Team, p: Auth) -> dict[str, Any]:
-        require_admin(p)
         if team.name != name:
             raise Problem(422, "invalid request", "the team's name in the body must match the URL")
-        if not cp.spec.team(name):
+        old = cp.spec.team(name)
+        if not old:
             raise Problem(404, "no such team", f"no team {name!r}")
+        require_manager(p, name, [old.group, team.group])
         data = cp.spec.model_dump(mode="json")
         data["teams"] = [team.model_dump(mode="json") if t["name"] == name else t for t in data["teams"]]
         _apply(cp, data, p.name, "team.update", name)
@@ -133,9 +134,10 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
 
     @api.delete("/teams/{name}", tags=["teams"])
     def delete_team(name: str, p: Auth) -> dict[str, Any]:
-        require_admin(p)
-        if not cp.spec.team(name):
+        old = cp.spec.team(name)
+        if not old:
             raise Problem(404, "no such team", f"no team {name!r}")
+        require_manager(p, name, [old.group])
         data = cp.spec.model_dump(mode="json")
         data["teams"] = [t for t in data["teams"] if t["name"] != name]
         _apply(cp, data, p.name, "team.delete", name)
@@ -162,9 +164,15 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     @api.post("/users", status_code=201, tags=["users"])
     def create_user(body: NewUser, p: Auth) -> dict[str, Any]:
         require_admin(p)
-        unknown = [t for t in body.teams if not cp.spec.team(t)]
-        if unknown:
-            raise Problem(422, "invalid request", f"unknown team(s): {', '.join(unknown)}")
+        if body.role == Role.GROUP_ADMIN:  # its teams are the groups it administers
+            unknown = [g for g in body.teams if not cp.spec.group(g)]
+            if unknown or not body.teams:
+                raise Problem(422, "invalid request", f"unknown group(s): {', '.join(unknown)}" if unknown else
+                              "a group admin needs at least one group (--group)")
+        else:
+            unknown = [t for t in body.teams if not cp.spec.team(t)]
+            if unknown:
+                raise Problem(422, "invalid request", f"unknown team(s): {', '.join(unknown)}")
         if body.role == Role.MEMBER and not body.teams:
             raise Problem(422, "invalid request", "a member needs at least one team (--team)")
         with cp.store.tx() as t:

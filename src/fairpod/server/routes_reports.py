@@ -14,6 +14,7 @@ from typing import Any
 from fastapi import APIRouter, Query
 
 from fairpod.model.jobs import JobState
+from fairpod.model.spec import ClusterSpec
 from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
@@ -135,9 +136,37 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
         "totals": [{"team": t, "instance_type": it, **{k: round(v, 4) for k, v in tot.items()},
                     "utilization": round(tot["accelerator_hours"] / tot["quota_hours"], 4)
                     if tot["quota_hours"] else None} for (t, it), tot in sorted(totals.items())],
+        "groups": group_totals(cp.spec, totals),
         "tasks": tasks,
         "budgets": cp.budgets.rows(cp, teams),  # the current period of every budget (docs/policies.md)
     }  # fmt: skip
+
+
+def group_totals(spec: ClusterSpec, totals: dict[tuple[str, str], dict[str, float]]) -> list[dict[str, Any]]:
+    """The period's totals rolled up by group (parents before children): the sums over the teams below each group
+    that the report shows; ``borrowed_hours`` is what those teams borrowed, from inside the group or outside."""
+    below: dict[str, set[str]] = {}
+    for g in spec.groups_top_down():
+        below[g.name] = set()
+    for t in spec.teams:
+        g = spec.group(t.group) if t.group else None
+        while g is not None and g.name in below:
+            below[g.name].add(t.name)
+            g = spec.group(g.parent) if g.parent else None
+    out = []
+    for name, members in below.items():
+        for it in sorted({it for (_, it) in totals}):
+            rows = [v for (t, i), v in totals.items() if i == it and t in members]
+            if not rows:
+                continue
+            tot = {k: round(sum(r[k] for r in rows), 4) for k in ("quota_hours", "accelerator_hours",
+                                                                 "within_quota_hours", "borrowed_hours", "lent_hours")}
+            grp = spec.group(name)
+            out.append({"group": name, "parent": grp.parent if grp else None, "instance_type": it, **tot,
+                        "utilization": round(tot["accelerator_hours"] / tot["quota_hours"], 4)
+                        if tot["quota_hours"] else None,
+                        "teams": sorted(t for (t, i) in totals if i == it and t in members)})
+    return out
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:

@@ -10,7 +10,7 @@ from fairpod.model.jobs import JobState
 from fairpod.server.arrays import array_view
 from fairpod.server.auth import Principal
 from fairpod.server.control import ControlPlane
-from fairpod.server.figures import instance_types, team_figures
+from fairpod.server.figures import group_figures, instance_types, team_figures
 from fairpod.store import Job, Node
 
 
@@ -215,7 +215,7 @@ def cluster_view(cp: ControlPlane) -> dict[str, Any]:
                 continue
             spec_team = cp.spec.team(name)
             teams.append({
-                "team": name, "instance_type": it, "quota": q, "in_use": u,
+                "team": name, "group": t.path[0] if t.path else None, "instance_type": it, "quota": q, "in_use": u,
                 "borrowed": f.borrowed[0], "borrowed_from": f.borrowed_from, "lent": f.lent,
                 "available": max(0, q - u - f.lent),
                 "utilization": round(u / q, 4) if q else None,
@@ -227,5 +227,10 @@ def cluster_view(cp: ControlPlane) -> dict[str, Any]:
                 # FairShareHistory: the decayed mean share of lendable capacity it borrowed (None: not kept)
                 "fair_share_history": round(t.history.get(it, 0.0), 6) if snap.history_half_life else None,
             })  # fmt: skip
-    return {"name": cp.spec.cluster.name, "capacity": capacity, "teams": teams,
+    tree = [{"group": g.group, "parent": g.parent, "instance_type": g.instance_type, "quota": g.quota[0],
+             "in_use": g.used[0], "borrowed": g.borrowed[0], "fair_share_weight": g.weight,
+             "sharing": sg.sharing.strategy.value if (sg := cp.spec.group(g.group)) else None,
+             "borrow_limit": sg.sharing.borrow_limit if sg else None, "teams": list(g.teams)}
+            for it in instance_types(snap) for g in group_figures(snap, it)]
+    return {"name": cp.spec.cluster.name, "capacity": capacity, "teams": teams, "groups": tree,
             "policy": cp.spec.policy.model_dump(mode="json")}

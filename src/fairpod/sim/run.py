@@ -158,11 +158,19 @@ class Simulation:
                          submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds),
                          expected=_expected(j, j.duration), user=j.user,  # the trace's duration: as declared
                          topology=j.topology, topology_required=j.topology_required,
-                         min_n=j.min_nodes or 0, max_n=j.nodes if j.min_nodes else 0)
-            key = (j.team, w.shape)
-            if key not in verdicts:
-                verdicts[key] = never_runnable(empty, w)
-            why = verdicts[key]
+                         min_n=j.min_nodes or 0, max_n=j.nodes if j.min_nodes else 0,
+                         choices=((j.itype, j.per_replica), *j.fallbacks) if j.fallbacks else ())
+            whys = []
+            for i in range(len(w.choices) or 1):  # with fallback instance types: runnable on one of them
+                if w.choices:
+                    w.choose(i)
+                key = (j.team, w.shape)
+                if key not in verdicts:
+                    verdicts[key] = never_runnable(empty, w)
+                whys.append(verdicts[key])
+            if w.choices:
+                w.choose(0)
+            why = None if None in whys else "; ".join(x for x in whys if x)
             sj = SimJob(j, None if why else w, j.duration, reason=f"never runnable: {why}" if why else "")
             self.jobs.append(sj)
             self.by_id[j.name] = sj

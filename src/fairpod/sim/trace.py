@@ -3,7 +3,8 @@
 Two formats, told apart by the header:
 
 - fairpod traces: ``submit_time`` (s), ``team``, ``duration`` (s of work), ``accelerators`` (total), and the
-  optional ``nodes``, ``instance_type``, ``priority`` (a priority class of the spec), ``name``,
+  optional ``nodes``, ``instance_type`` (or several in order of preference, comma-separated: the job starts on
+  the first that fits, with the same replica count), ``priority`` (a priority class of the spec), ``name``,
   ``checkpoint_interval`` (s), ``min_runtime`` (s), ``required_topology`` or ``preferred_topology`` (a level
   of the spec's ``topology_levels``), ``user`` (who submitted it, for a team's per-user limits) and ``min_nodes``
   (an elastic job: it runs with min_nodes..nodes replicas; ``duration`` is its run time at ``nodes``). An
@@ -55,6 +56,7 @@ class TraceJob:
     where: str = ""  # "file:line"
     user: str = ""  # who submitted it (a team's per-user limits)
     min_nodes: int | None = None  # elastic: runs with min_nodes..nodes replicas (None: always ``nodes``)
+    fallbacks: tuple[tuple[str, Res], ...] = ()  # instance types it may run on instead, in order, with their request
 
 
 def _number(text: str, where: str, col: str, *, integer: bool = False, positive: bool = False) -> float:
@@ -124,11 +126,17 @@ class _Resolver:
         if prio_name is not None and prio_name not in self.prios:
             raise TraceError(f"{where}: column priority: unknown priority class {prio_name!r} "
                              f"(valid: {', '.join(self.prios) or 'none defined'})")
-        t = self.itype(cell.get("instance_type", ""), where)
+        names = [x.strip() for x in cell.get("instance_type", "").split(",")]
+        if len(names) > 1 and (not all(names) or len(set(names)) != len(names)):
+            raise TraceError(f"{where}: column instance_type: {cell['instance_type']!r}: name each instance type "
+                             "once, comma-separated")
+        t = self.itype(names[0], where)
         acc = int(_number(cell["accelerators"], where, "accelerators", integer=True, positive=True))
         n_text = cell.get("nodes", "")
         nodes = int(_number(n_text, where, "nodes", integer=True, positive=True)) if n_text else None
         nodes, per = self.shape(t, acc, nodes, where)
+        fallbacks = tuple((ft.name, self.shape(ft, acc, nodes, where)[1])
+                          for ft in (self.itype(x, where) for x in names[1:]))
         mn_text = cell.get("min_nodes", "")
         min_nodes = int(_number(mn_text, where, "min_nodes", integer=True, positive=True)) if mn_text else None
         if min_nodes is not None and min_nodes > nodes:
@@ -158,6 +166,7 @@ class _Resolver:
             min_runtime=_number(mr, where, "min_runtime") if mr else 0.0,
             topology=req or pref or None,
             topology_required=bool(req),
+            fallbacks=fallbacks,
             where=where,
             user=cell.get("user", ""),
             min_nodes=min_nodes if min_nodes is not None and min_nodes < nodes else None,

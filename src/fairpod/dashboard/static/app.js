@@ -270,6 +270,27 @@ async function drawTeams() {
       `<td class="borrowed">${borrowed}</td><td class="num">${num(t.lent)}</td><td class="num">${num(t.available)}</td>` +
       `<td class="num util">${pct(t.utilization)}</td><td class="num">${num(t.fair_share_weight)}</td><td>${sharing}</td></tr>`;
   }), 10, "no teams you can see");
+  const names = [...new Set(cluster.teams.map((t) => t.team))];
+  for (const [id, k] of [["#why-a", 0], ["#why-b", 1]]) {
+    const sel = $(id), keep = sel.value;
+    if (sel.dataset.names !== names.join(",")) {
+      sel.innerHTML = names.map((n) => `<option>${esc(n)}</option>`).join("");
+      sel.value = names.includes(keep) ? keep : (names[k] || "");
+      sel.dataset.names = names.join(",");
+    }
+  }
+  const groups = cluster.groups || [];
+  $("#tree-box").hidden = !groups.length;
+  const parent = Object.fromEntries(groups.map((g) => [g.group, g.parent]));
+  const depth = (g) => { let d = 0; for (let p = g.parent; p && d < 64; p = parent[p]) d++; return d; };
+  rows($("#tree-table tbody"), groups.map((g) => {
+    const sharing = g.sharing === "LendAndBorrow" ? `LendAndBorrow (borrow limit ${num(g.borrow_limit)} %)` : esc(g.sharing || "–");
+    return `<tr data-group="${esc(g.group)}" data-type="${esc(g.instance_type)}">` +
+      `<td style="padding-left:${0.5 + 1.5 * depth(g)}em">${esc(g.group)}</td><td>${esc(g.instance_type)}</td>` +
+      `<td class="num">${num(g.quota)}</td><td class="num">${num(g.in_use)}</td>` +
+      `<td class="num">${g.borrowed ? `<span class="over">${num(g.borrowed)}</span>` : "0"}</td>` +
+      `<td class="num">${num(g.fair_share_weight)}</td><td>${sharing}</td><td>${esc(g.teams.join(", "))}</td></tr>`;
+  }), 8, "no groups");
   const box = $("#team-charts");
   const types = [...new Set(hist.teams.map((t) => t.instance_type))].sort();
   const ids = types.map((it) => `team-chart-${it.replace(/[^a-z0-9]/gi, "-")}`);
@@ -291,6 +312,30 @@ async function drawTeams() {
     layout.yaxis.tickformat = "d";
     plot($(`#${ids[k]}`), traces, layout);
   });
+}
+
+// "why does team X get more than team Y": GET /explain/teams (fairpod explain teams X Y)
+async function drawWhy() {
+  const a = $("#why-a").value, b = $("#why-b").value, out = $("#why-out");
+  if (!a || !b || a === b) { out.innerHTML = `<p class="empty">Pick two different teams.</p>`; return; }
+  let r;
+  try { r = await api(`/explain/teams?team=${encodeURIComponent(a)}&team=${encodeURIComponent(b)}`); }
+  catch (e) { out.innerHTML = `<p class="bad">${esc(e.message)}</p>`; return; }
+  const share = (v) => (v === null ? "infinite" : Array.isArray(v) ? v.map(share).join(" / ") : v.toFixed(4));
+  const lv = (name) => `<table class="grid why-levels"><thead><tr><th>${esc(name)}: level</th><th>Name</th>` +
+    `<th class="num">Weight</th><th class="num">Quota</th><th class="num">In use</th><th class="num">Borrowed</th>` +
+    `<th class="num">Share</th><th>Against</th></tr></thead><tbody>` + r.teams[name].map((x) =>
+    `<tr><td>${esc(x.level)}</td><td>${esc(x.name)}</td><td class="num">${num(x.weight)}</td><td class="num">${num(x.quota)}</td>` +
+    `<td class="num">${num(x.in_use)}</td><td class="num">${num(x.borrowed)}</td><td class="num">${share(x.share)}</td>` +
+    `<td>${esc(x.siblings.join(", ") || "–")}</td></tr>`).join("") + `</tbody></table>`;
+  const next = r.next_idle.length ? `<h3>Who gets the next idle ${esc(r.instance_type)} capacity</h3>` +
+    `<table class="grid" id="why-next"><thead><tr><th>#</th><th>Team</th><th>Job</th><th class="num">Share after</th>` +
+    `<th>Why in this place</th><th>Held back by</th></tr></thead><tbody>` + r.next_idle.map((o, i) =>
+    `<tr><td>${i + 1}</td><td>${esc(o.team)}</td><td>${esc(o.job || "–")}</td><td class="num">${share(o.share_after)}</td>` +
+    `<td>${esc(o.rule)}</td><td>${esc(o.why_not || "–")}</td></tr>`).join("") + `</tbody></table>`
+    : `<p class="empty">No team waits for ${esc(r.instance_type)}.</p>`;
+  out.innerHTML = `<ul id="why-lines">${r.explanation.map((l) => `<li>${esc(l)}</li>`).join("")}</ul>` +
+    lv(a) + lv(b) + next;
 }
 
 async function drawTasks() {
@@ -348,6 +393,7 @@ document.addEventListener("DOMContentLoaded", () => {
     $("#token").value = "";
     showLogin("Signed out.");
   });
+  $("#why-go").addEventListener("click", drawWhy);
   for (const id of ["#window-cluster", "#window-teams", "#window-tasks", "#f-team", "#f-group", "#f-state", "#f-kind"]) {
     $(id).addEventListener("change", refresh);
   }

@@ -268,7 +268,14 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
             notes.append(f"nodeSelector {HEALTH_LABEL}: fairpod places jobs on schedulable nodes only")
         else:
             warnings.append(f"nodeSelector {k}: {v} is not known to fairpod; ignored")
-    if tspec.get("affinity") or tspec.get("tolerations"):
+    affinity = tspec.get("affinity")
+    types = _instance_types_in(affinity)
+    if types:  # several instance types in order of preference: the job starts on the first that fits now
+        if instance_type is not None:
+            raise ManifestError("the instance type is given twice (nodeSelector and nodeAffinity): give one")
+        instance_type = ",".join(types)
+        affinity = None
+    if affinity or tspec.get("tolerations"):
         warnings.append("affinity and tolerations are not used: fairpod places the job by its quota rules")
     image = c.get("image")
     if image:
@@ -412,3 +419,23 @@ def convert_all(docs: list[Any], *, python: str, cwd: str) -> tuple[list[Convert
         warnings.append(f"skipped {', '.join(skipped)}: fairpod runs only the PyTorchJob (its torchrun "
                         "rendezvous needs no etcd service)")
     return jobs, warnings
+
+
+def _instance_types_in(affinity: Any) -> list[str]:
+    """The instance types a pod's required node affinity allows (``node.kubernetes.io/instance-type In [a, b]``),
+    in the order listed, when that is all it says; else []."""
+    if not isinstance(affinity, dict) or set(affinity) != {"nodeAffinity"}:
+        return []
+    na = affinity["nodeAffinity"]
+    if not isinstance(na, dict) or set(na) != {"requiredDuringSchedulingIgnoredDuringExecution"}:
+        return []
+    terms = (na["requiredDuringSchedulingIgnoredDuringExecution"] or {}).get("nodeSelectorTerms") or []
+    if len(terms) != 1 or not isinstance(terms[0], dict):
+        return []
+    exprs = terms[0].get("matchExpressions") or []
+    if len(exprs) != 1 or not isinstance(exprs[0], dict):
+        return []
+    e = exprs[0]
+    if e.get("key") not in INSTANCE_TYPE_LABELS or e.get("operator") != "In" or not isinstance(e.get("values"), list):
+        return []
+    return [str(v) for v in e["values"]]

@@ -4,7 +4,11 @@
   Topology (``fairpod.dev/topology-<level>`` node labels, then ``kubernetes.io/hostname``) that every flavor
   names, so that Kueue's topology-aware scheduling reads the podset topology annotations as fairpod reads
   ``required_topology`` / ``preferred_topology``;
-* one Cohort, named after the cluster: every team's ClusterQueue is in it, so idle quota can be lent;
+* one Cohort, named after the cluster: every team's ClusterQueue is in it, so idle quota can be lent; with
+  ``groups``, a Cohort per group (its name), ``parentName`` its parent group or the cluster's Cohort, so the tree
+  is Kueue's hierarchical cohorts: ``fairSharing.weight`` the group's weight, and per flavor ``nominalQuota`` 0
+  (the quota is its ClusterQueues'), ``borrowingLimit`` = the subtree's quota x borrow limit % (0 for Lend and
+  DontLend), ``lendingLimit`` its lending limit (0 for DontLend); a team's ClusterQueue is in its group's Cohort;
 * a ClusterQueue per team: ``nominalQuota`` per flavor for the accelerators (``nvidia.com/gpu``, Neuron devices
   for Trainium), ``cpu`` and ``memory``, exactly the quota fairpod resolves (millicores, MiB);
   ``borrowingLimit`` = quota x borrow limit % as fairpod rounds it, at most the team's absolute borrow limit
@@ -36,6 +40,7 @@ from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
 from fairpod.model.resources import ZERO, Res
 from fairpod.model.spec import (
     ClusterSpec,
+    Group,
     IdleComputeAllocation,
     PreemptTeamTasks,
     SharingStrategy,
@@ -145,7 +150,7 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
         "metadata": {"name": K.cluster_queue(team.name), "labels": {K.ANN_TEAM: team.name},
                      "annotations": {K.ANN_TEAM: _dump(team.model_dump(mode="json"))}},
         "spec": {
-            "cohortName": spec.cluster.name,
+            "cohortName": team.group or spec.cluster.name,
             "namespaceSelector": {"matchLabels": {K.NS_LABEL: K.namespace(team.name)}},
             "queueingStrategy": "BestEffortFIFO",
             "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"},
@@ -156,6 +161,47 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
     if groups:
         cq["spec"]["resourceGroups"] = [{"coveredResources": covered, "flavors": groups}]
     return cq
+
+
+def _subtree_quota(spec: ClusterSpec, group: str) -> dict[str, Res]:
+    below = {group}
+    for g in spec.groups_top_down():
+        if g.parent in below:
+            below.add(g.name)
+    out: dict[str, Res] = {}
+    for t in spec.teams:
+        if t.group in below:
+            for it, q in spec.team_quota(t).items():
+                out[it] = out.get(it, ZERO) + q
+    return out
+
+
+def _group_cohort(spec: ClusterSpec, g: Group, flavors: dict[str, str], covered: list[str]) -> dict[str, Any]:
+    """A group as a Cohort of the tree: its parent, weight, and per flavor the limits of its whole subtree."""
+    cat = spec.catalog()
+    strat = g.sharing.strategy
+    lend_limits = spec.team_limits(g.sharing.lending_limits)
+    abs_limits = spec.team_limits(g.sharing.absolute_borrow_limits)
+    quota = _subtree_quota(spec, g.name)
+    fl = []
+    for it in flavors:
+        if it not in quota:
+            continue
+        borrow = borrowing_limit(quota[it], g.sharing.borrow_limit) if strat == SharingStrategy.LEND_AND_BORROW \
+            else ZERO
+        if it in abs_limits and strat == SharingStrategy.LEND_AND_BORROW:
+            a = abs_limits[it]
+            borrow = Res(min(borrow.acc, a.acc), min(borrow.mcpu, a.mcpu), min(borrow.mib, a.mib))
+        lend = ZERO if strat == SharingStrategy.DONT_LEND else lend_limits.get(it)
+        fl.append(_flavor(flavors[it], cat[it], covered, ZERO, borrow, lend))
+    obj: dict[str, Any] = {
+        "apiVersion": K.API, "kind": "Cohort",
+        "metadata": {"name": g.name, "annotations": {K.ANN_GROUP: _dump(g.model_dump(mode="json"))}},
+        "spec": {"parentName": g.parent or spec.cluster.name, "fairSharing": {"weight": g.fair_share_weight}},
+    }  # fmt: skip
+    if fl:
+        obj["spec"]["resourceGroups"] = [{"coveredResources": covered, "flavors": fl}]
+    return obj
 
 
 def _unallocated(spec: ClusterSpec, flavors: dict[str, str], covered: list[str]) -> dict[str, Any] | None:
@@ -247,6 +293,11 @@ def export_kueue(spec: ClusterSpec) -> Export:
                               "annotations": {K.ANN_CLUSTER: _dump(spec.cluster.model_dump(mode="json")),
                                               K.ANN_POLICY: _dump(policy)}},
                  "spec": {}})
+    for g in spec.groups_top_down():
+        if g.name == spec.cluster.name:
+            raise ExportError(f"groups: group {g.name!r} has the cluster's name, which the top Cohort takes; rename "
+                              "one of them")
+        objs.append(_group_cohort(spec, g, flavors, covered))
     for t in spec.teams:
         objs.append(_cluster_queue(spec, t, flavors, covered))
     if spec.policy.idle_resource_sharing == Toggle.ENABLED:
@@ -271,7 +322,8 @@ def export_kueue(spec: ClusterSpec) -> Export:
         + ([f"Topology {spec.cluster.name}: label each node {K.TOPOLOGY_LABEL}<level>=<its domain> for "
             f"{', '.join(levels)}."] if levels else []),
         "20-cohort.yaml": [f"Cluster {spec.cluster.name}: every team's ClusterQueue lends and borrows in this "
-                           "cohort.", "Node counts and policy knobs Kueue has no field for are kept in the "
+                           "cohort" + (", through the Cohorts of its groups (parentName)." if spec.groups else "."),
+                           "Node counts and policy knobs Kueue has no field for are kept in the "
                            "fairpod.dev/ annotations (read back by 'fairpod import kueue')."],
         "30-clusterqueues.yaml": ["One ClusterQueue per team. fairpod rules Kueue cannot express:",
                                   *(f"- {n}" for n in notes)],

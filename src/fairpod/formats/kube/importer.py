@@ -28,7 +28,7 @@ from fairpod.formats.kube import kueue as K
 from fairpod.formats.kube.export import borrowing_limit, export_kueue
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType
 from fairpod.model.resources import ZERO, Res, node_res
-from fairpod.model.spec import NAME_PATTERN, ClusterSpec, SpecError, parse_spec
+from fairpod.model.spec import NAME_PATTERN, ClusterSpec, QuotaEntry, SpecError, parse_spec
 
 
 class ImportError_(ValueError):  # noqa: N801 - ImportError is a builtin
@@ -372,6 +372,79 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
     return out, nominal
 
 
+def _ancestors(c: str, parents: dict[str, str]) -> set[str]:
+    out: set[str] = set()
+    while parents.get(c) and parents[c] not in out:
+        c = parents[c]
+        out.add(c)
+    return out
+
+
+def _group(c: dict[str, Any], name: str, parents: dict[str, str], root: str, flavors: dict[str, str],
+           teams: list[dict[str, Any]], cat: dict[str, InstanceType], notes: list[str]) -> dict[str, Any]:
+    """A Cohort below the root as a group: parent, weight, and the sharing its borrowing and lending limits give,
+    against the quota of the ClusterQueues below it."""
+    spec = _map(c.get("spec"), f"Cohort {name}.spec")
+    below = {c for c in parents if _ancestors(c, parents) & {name}} | {name}
+    quota: dict[str, Res] = {}
+    for t in teams:
+        if t.get("group") in below:
+            for e in t["quota"]:
+                it = e["instance_type"]
+                quota[it] = quota.get(it, ZERO) + QuotaEntry.model_validate(e).resolve(cat[it])
+    borrow: list[tuple[Res, Res | None]] = []
+    lend_zero: list[bool] = []
+    lend_limits: list[dict[str, Any]] = []
+    for gi, g in enumerate(_list(spec.get("resourceGroups"), f"Cohort {name}.spec.resourceGroups")):
+        where = f"Cohort {name}.spec.resourceGroups[{gi}]"
+        for fl in _list(_map(g, where).get("flavors"), f"{where}.flavors"):
+            f = _map(fl, f"{where}.flavors[]")
+            it = flavors.get(str(f.get("name")), str(f.get("name")))
+            if it not in cat:
+                continue
+            r = _resources(f, f"Cohort {name} flavor {f.get('name')}", notes)
+            if _res(r["nominalQuota"]) != ZERO:
+                notes.append(f"Cohort {name}: its own nominalQuota is ignored (a fairpod group's quota is its "
+                             "teams')")
+            q = quota.get(it, ZERO)
+            ll = [v for v in r["lendingLimit"].values() if v is not None]
+            lend_zero.append(bool(ll) and all(v == 0 for v in ll))
+            if ll and not all(v == 0 for v in ll):
+                entry = _quota_entry(cat[it], r["lendingLimit"])
+                if "count" not in entry:
+                    unit = next(k for k in ("accelerators", "vcpu", "memory_gib") if k in entry)
+                    entry = {"instance_type": it, unit: entry[unit]}
+                lend_limits.append(entry)
+            bl = r["borrowingLimit"]
+            borrow.append((q, None if all(v is None for v in bl.values()) else _res(bl)))
+    with_quota = [(q, b) for q, b in borrow if q != ZERO]
+    sharing: dict[str, Any]
+    if lend_zero and all(lend_zero):
+        sharing = {"strategy": "DontLend"}
+    elif with_quota and all(b is not None and b == ZERO for _, b in with_quota):
+        sharing = {"strategy": "Lend"}
+    elif not with_quota or any(b is None for _, b in with_quota):
+        sharing = {"strategy": "LendAndBorrow", "borrow_limit": 500}
+        notes.append(f"Cohort {name}: no borrowingLimit (unlimited borrowing); read as fairpod's largest borrow "
+                     "limit, 500 %")
+    else:
+        pairs = [(q, b) for q, b in with_quota if b is not None]
+        bl = _borrow_limit(pairs)
+        if bl is None or not all(borrowing_limit(q, bl) == b for q, b in pairs):
+            notes.append(f"Cohort {name}: its borrowingLimits are no single borrow limit %; read as {bl} %")
+        sharing = {"strategy": "LendAndBorrow", "borrow_limit": bl or 50}
+    if lend_limits and sharing["strategy"] != "DontLend":
+        sharing["lending_limits"] = lend_limits
+    fs = _map(spec.get("fairSharing"), "fairSharing")
+    weight = 1 if fs.get("weight") is None else min(100, max(0, round(
+        _qty(fs["weight"], f"Cohort {name}.spec.fairSharing.weight"))))
+    out: dict[str, Any] = {"name": name, "fair_share_weight": weight, "sharing": sharing}
+    parent = parents.get(name, "")
+    if parent and parent != root:
+        out["parent"] = parent
+    return out
+
+
 def _group_name(it: str, taken: set[str]) -> str:
     base = re.sub(r"[^a-z0-9-]+", "-", it.lower()).strip("-")[:36].strip("-") or "nodes"
     name, i = base, 2
@@ -391,19 +464,26 @@ def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
         except ValueError as e:
             raise ImportError_(f"instance type {c['name']}: annotation {K.ANN_INSTANCE_TYPE} is not valid: "
                                f"{str(e).splitlines()[0]}") from None
-    cohorts = [_name(c) for c in objs.by_kind["Cohort"]]
+    # the tree of cohorts: its root is the cluster, every other Cohort a group (parentName: its parent)
+    parents: dict[str, str] = {}
     for c in objs.by_kind["Cohort"]:
-        if _map(c.get("spec"), "Cohort.spec").get("parentName"):
-            notes.append(f"Cohort {_name(c)}: its parent cohort is ignored (fairpod has one flat cohort)")
+        parents[_name(c)] = str(_map(c.get("spec"), f"Cohort {_name(c)}.spec").get("parentName") or "")
+    for c in list(parents.values()):
+        if c and c not in parents:
+            parents[c] = ""  # a parent named but not defined: Kueue's default cohort
+    in_cohort: dict[str, str] = {}
     for cq in objs.by_kind["ClusterQueue"]:
         s = _map(cq.get("spec"), "ClusterQueue.spec")
         c = s.get("cohortName") or s.get("cohort")
-        if c and c not in cohorts:
-            cohorts.append(str(c))
-    if len(cohorts) > 1:
-        raise ImportError_(f"several cohorts ({', '.join(cohorts)}): a fairpod cluster is one cohort; import "
-                           "each cohort's objects separately")
-    cluster = cohorts[0] if cohorts else "fairpod"
+        if c:
+            in_cohort[_name(cq)] = str(c)
+            parents.setdefault(str(c), "")
+    roots = [c for c, parent in parents.items() if not parent]
+    if len(roots) > 1:
+        raise ImportError_(f"several cohorts ({', '.join(roots)}): a fairpod cluster is one cohort tree; import "
+                           "each tree's objects separately")
+    root = roots[0] if roots else ""
+    cluster = root or "fairpod"
     if not re.match(NAME_PATTERN, cluster) or len(cluster) > 40:
         fixed = re.sub(r"[^a-z0-9-]+", "-", cluster.lower()).strip("-")[:40].strip("-") or "fairpod"
         notes.append(f"cohort {cluster}: cluster name read as {fixed}")
@@ -426,6 +506,8 @@ def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
             if any(t["name"] == team for t in teams):
                 raise ImportError_(f"ClusterQueue {_name(cq)}: a second ClusterQueue for team {team}")
             t, nominal = _team(cq, team, flavors, cat, ranking_seen, notes)
+            if in_cohort.get(_name(cq), root) != root:
+                t["group"] = in_cohort[_name(cq)]
             teams.append(t)
             expected = K.local_queue(team)
             if not any(K.namespace(team) in ns for q, ns in queues.items() if q == _name(cq)):
@@ -465,9 +547,14 @@ def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
         notes.append(f"Topology {_name(topo)} ({', '.join(levels)}): where each node sits is in the nodes' labels, "
                      "not in Kueue objects; to place by topology, add cluster.topology_levels and each instance "
                      "group's topology to the spec (docs/placement.md)")
+    tree = [_group(c, name, parents, root, flavors, teams, cat, notes)
+            for c in objs.by_kind["Cohort"] if (name := _name(c)) != root]
+    tree += [{"name": name} for name, parent in parents.items() if name != root and parent and
+             not any(g["name"] == name for g in tree)]
     return {
         "cluster": {"name": cluster, "instance_groups": groups},
         "instance_types": custom,
+        **({"groups": tree} if tree else {}),
         "policy": {"task_prioritization": "TaskRanking" if ranking_seen else "FirstComeFirstServe",
                    "priority_classes": classes, "idle_compute_allocation": "FairShare",
                    "idle_resource_sharing": "Enabled" if unallocated else "Disabled"},
@@ -477,20 +564,21 @@ def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
 
 def from_annotations(objs: _Objects) -> dict[str, Any] | None:
     """The spec fairpod's annotations describe, or None if one is missing."""
-    cohorts = objs.by_kind["Cohort"]
+    cohorts = [c for c in objs.by_kind["Cohort"] if _ann(c, K.ANN_GROUP) is None]
     if len(cohorts) != 1:
         return None
     cluster, policy = _ann(cohorts[0], K.ANN_CLUSTER), _ann(cohorts[0], K.ANN_POLICY)
+    tree = [_ann(c, K.ANN_GROUP) for c in objs.by_kind["Cohort"] if _ann(c, K.ANN_GROUP) is not None]
     teams = [_ann(cq, K.ANN_TEAM) for cq in objs.by_kind["ClusterQueue"]
              if (cq["metadata"].get("labels") or {}).get(K.ROLE_LABEL) != "unallocated"]
     classes = [_ann(w, K.ANN_PRIORITY_CLASS) for w in objs.by_kind["WorkloadPriorityClass"]]
     types = [_ann(f, K.ANN_INSTANCE_TYPE) for f in objs.by_kind["ResourceFlavor"]
              if _ann(f, K.ANN_INSTANCE_TYPE) is not None]
-    parts = [cluster, policy, *teams, *classes]
+    parts = [cluster, policy, *teams, *classes, *tree]
     if any(not isinstance(p, dict) for p in parts) or any(not isinstance(t, dict) for t in types):
         return None
     return {"cluster": cluster, "instance_types": types, "policy": {**policy, "priority_classes": classes},
-            "teams": teams}  # type: ignore[dict-item]
+            **({"groups": tree} if tree else {}), "teams": teams}  # type: ignore[dict-item]
 
 
 def import_kueue(docs: list[Any]) -> Imported:

@@ -1,0 +1,77 @@
+"""``GET /explain/teams`` and ``GET /explain/jobs/{ref}``: why one team gets more than another, why a job waits
+(``fairpod explain``), from the engine's snapshot (``governance.explain``) under the control plane's lock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Query
+
+from fairpod.governance import explain
+from fairpod.model.jobs import JobState
+from fairpod.server.auth import Auth
+from fairpod.server.control import ControlPlane
+from fairpod.server.errors import Problem
+from fairpod.server.routes_jobs import find_job
+
+
+def _itype(cp: ControlPlane, teams: list[str], given: str | None) -> str:
+    types = sorted(cp.snap.by_type) or sorted({it for t in cp.snap.teams.values() for it in t.quota})
+    if given is not None:
+        if given not in types:
+            raise Problem(422, "invalid request", f"instance_type: the cluster has no {given} (it has: "
+                          f"{', '.join(types) or 'none'})")
+        return given
+    held = [it for it in types if any(cp.snap.teams[t].q(it)[0] or cp.snap.teams[t].u(it)[0] for t in teams)]
+    if len(held) == 1 or (held and len(types) > 1 and len(set(held)) == 1):
+        return held[0]
+    if len(types) == 1:
+        return types[0]
+    raise Problem(422, "invalid request", f"name one instance type with instance_type ({', '.join(held or types)})")
+
+
+def _names(cp: ControlPlane, p: Any, offers: list[dict[str, Any]]) -> None:
+    """Job ids as names; a member sees the other teams' offers without their job names."""
+    visible = p.visible_teams()
+    for o in offers:
+        job = cp.store.get_job(int(o["job"])) if o["job"] and str(o["job"]).isdigit() else None
+        o["job"] = None if visible is not None and o["team"] not in visible else (job.name if job else o["job"])
+
+
+def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+    @api.get("/explain/teams", tags=["explain"])
+    def explain_teams(p: Auth, team: list[str] = Query(description="two teams"),
+                      instance_type: str | None = None) -> dict[str, Any]:
+        if len(team) != 2 or team[0] == team[1]:
+            raise Problem(422, "invalid request", "name two different teams (team=X&team=Y)")
+        for t in team:
+            if cp.spec.team(t) is None:
+                raise Problem(404, "no such team", f"no team {t!r}")
+            if not p.sees_team(t):
+                raise Problem(403, "forbidden", f"user {p.name} cannot see team {t}")
+        with cp.lock:
+            it = _itype(cp, team, instance_type)
+            out = explain.compare(cp.snap, team[0], team[1], it)
+        _names(cp, p, out["next_idle"])
+        return out
+
+    @api.get("/explain/jobs/{ref}", tags=["explain"])
+    def explain_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
+        job = find_job(cp, p, ref, team)
+        out: dict[str, Any] = {"job": job.name, "team": job.team, "state": job.state.value, "reason": job.reason,
+                               "instance_type": job.instance_type}
+        with cp.lock:
+            w = cp.snap.pending.get(str(job.id))
+            t = cp.snap.teams.get(job.team)
+            if t is None:
+                return out
+            it = w.itype if w is not None else job.instance_type
+            out["levels"] = explain.levels(cp.snap, t, it)
+            if job.state == JobState.PENDING and w is not None:
+                out["queue_position"] = t.queue.position(w.id)
+                offers = explain.next_idle(cp.snap, it)
+                out["next_idle"] = offers
+                head = next((o for o in offers if o["team"] == job.team), None)
+                out["team_head"] = bool(head and head["job"] == str(job.id))
+        _names(cp, p, out.get("next_idle", []))
+        return out
