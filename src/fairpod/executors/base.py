@@ -98,7 +98,8 @@ class Executor(Protocol):
     plane's store has committed them, marks them as reported for good. ``poll()`` (``ack=True``) does both.
 
     What some executors can do beyond this is declared by the capability protocols below (:class:`Notifying`,
-    :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Resizing`, :class:`Discarding`);
+    :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Resizing`, :class:`HostGpus`,
+    :class:`Discarding`);
     :func:`capability` finds one.
     """
 
@@ -184,6 +185,21 @@ class Resizing(Protocol):
 
     def stop_replicas(self, job: str, attempt: int, ranks: Sequence[int], grace_seconds: float) -> None:
         """Begin a graceful stop of those ranks only (SIGTERM, SIGKILL after the grace); the others keep running."""
+        ...
+
+
+@runtime_checkable
+class HostGpus(Protocol):
+    """Reads the real GPUs its replicas run on: the MIG devices of partition slots, and GPU utilization (the
+    watchdog's hang detection). An executor without it gets no MIG device UUIDs and no utilization."""
+
+    def mig_devices(self, node: str, slots: Sequence[int], per_gpu: int, profile: str) -> tuple[str, ...]:
+        """The MIG device UUIDs of ``node``'s partition slots (slot k: GPU k // ``per_gpu``, its MIG device
+        k % ``per_gpu``); raises :class:`ExecutorError` when a GPU lacks them."""
+        ...
+
+    def gpu_utilization(self, gpus: Sequence[int]) -> list[float] | None:
+        """Utilization (%) of those GPUs (indices), None when it cannot be read."""
         ...
 
 

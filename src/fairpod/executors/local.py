@@ -35,6 +35,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from fairpod.executors import procs, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
+from fairpod.executors.hostgpus import ThisHostGpus
 
 log = logging.getLogger("fairpod.executors.local")
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
@@ -254,7 +255,7 @@ class _Run:
     port: int
 
 
-class LocalExecutor:
+class LocalExecutor(ThisHostGpus):
     """Executor of replicas as local process groups; ``root`` is where runs are kept (``$FAIRPOD_HOME/runs``)."""
 
     name = "local"

@@ -112,12 +112,12 @@ def _sync(cp: Core, nodes: list[Any], mem: _Memory) -> None:
             cp.add_node(name, GROUP, rn.instance_type, labels=labels)
             continue
         if any(node.labels.get(k) != v for k, v in labels.items()):
-            cp.update_node(name, {"labels": {**node.labels, **labels}})
+            cp.set_labels(name, {**node.labels, **labels})
         if node.fault_type in LOST:
             before = node.deep_health_check
             cp.node_recovered(name, passed=before == DeepHealthCheck.PASSED)
             if before is None:  # never checked: recovery is no health check
-                cp.update_node(name, {"deep_health_check": None})
+                cp.check_reset(name)
         elif name not in cp.snap.nodes:
             cp.add_node(name, node.instance_group, node.instance_type)  # back into the engine's view
 
