@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")  # a job name safe as a directory name
 
 
 class ExecutorError(RuntimeError):
@@ -44,6 +47,27 @@ class JobLaunch:
     @property
     def world_size(self) -> int:
         return self.world or len(self.replicas)
+
+    def validate(self, *, forbidden: str = "", one_per_node: bool = False, workdir_here: bool = False) -> None:
+        """ExecutorError (one line for the user) if this launch cannot be run: a job name unsafe as a directory
+        name (or holding a character of ``forbidden``), a negative attempt, no command, ranks not 0..n-1, two
+        replicas on one node (``one_per_node``), a negative grace, a workdir missing on this machine
+        (``workdir_here``)."""
+        if not JOB_NAME_RE.fullmatch(self.job) or ".." in self.job or any(c in self.job for c in forbidden):
+            raise ExecutorError(f"invalid job name {self.job!r}")
+        if self.attempt < 0:
+            raise ExecutorError(f"invalid attempt {self.attempt}")
+        if not self.command or not all(isinstance(a, str) for a in self.command):
+            raise ExecutorError(f"job {self.job} has no command")
+        ranks = sorted(r.rank for r in self.replicas)
+        if not ranks or ranks != list(range(len(ranks))):
+            raise ExecutorError(f"job {self.job}: replica ranks must be 0..n-1, got {ranks}")
+        if one_per_node and len({r.node for r in self.replicas}) != len(self.replicas):
+            raise ExecutorError(f"job {self.job}: the Ray executor runs one replica per node")
+        if self.grace_seconds < 0:
+            raise ExecutorError(f"job {self.job}: negative grace period")
+        if workdir_here and self.workdir is not None and not os.path.isdir(self.workdir):
+            raise ExecutorError(f"job {self.job}: workdir {self.workdir} does not exist")
 
 
 @dataclass(frozen=True, kw_only=True)

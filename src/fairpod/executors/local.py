@@ -285,7 +285,7 @@ class LocalExecutor(ThisHostGpus):
 
     @_serialized
     def launch(self, job: JobLaunch) -> None:
-        self._validate(job)
+        job.validate(workdir_here=True)
         live = self._live_attempt(job.job)
         if live is not None:
             raise ExecutorError(
@@ -584,22 +584,6 @@ class LocalExecutor(ThisHostGpus):
             reason=str(st.get("reason", "")),
             ended_at=float(st.get("ended_at", 0.0)),
         )
-
-    @staticmethod
-    def _validate(job: JobLaunch) -> None:
-        if not state.NAME_RE.fullmatch(job.job) or ".." in job.job:
-            raise ExecutorError(f"invalid job name {job.job!r}")
-        if job.attempt < 0:
-            raise ExecutorError(f"invalid attempt {job.attempt}")
-        if not job.command or not all(isinstance(a, str) for a in job.command):
-            raise ExecutorError(f"job {job.job} has no command")
-        ranks = sorted(r.rank for r in job.replicas)
-        if not ranks or ranks != list(range(len(ranks))):
-            raise ExecutorError(f"job {job.job}: replica ranks must be 0..n-1, got {ranks}")
-        if job.grace_seconds < 0:
-            raise ExecutorError(f"job {job.job}: negative grace period")
-        if job.workdir is not None and not os.path.isdir(job.workdir):
-            raise ExecutorError(f"job {job.job}: workdir {job.workdir} does not exist")
 
     def _free_port(self, taken: set[int]) -> int:
         for _ in range(50):

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from fairpod.executors import procs, state
+from fairpod.executors import procs, registry, state
 from fairpod.model.spec import ClusterSpec, SpecError, load_spec, parse_spec, seed_spec
 from fairpod.model.users import Role
 from fairpod.paths import config_path, db_url, fairpod_home
@@ -338,8 +338,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         return 1
     assert rec is not None
     total = sum(c.acc for c in rec.spec.capacity().values())
-    where = (f"nodes from the Ray cluster at {ray_address} (namespace {ray_namespace})" if executor == "ray"
-             else f"{total} accelerators")
+    where = (f"nodes from the Ray cluster at {ray_address} (namespace {ray_namespace})"
+             if registry.nodes_from_executor(executor) else f"{total} accelerators")
     print(f"fairpod is up (pid {proc.pid}): cluster {rec.spec.cluster.name}, {where}, {len(rec.spec.teams)} teams")
     print(f"  API:       {server_url}/api/v1   (docs: {server_url}/docs)")
     print(f"  dashboard: {server_url}/")

@@ -8,6 +8,7 @@ by ``fairpod.health``) puts it back.
 
 from __future__ import annotations
 
+from fairpod.executors import registry
 from fairpod.model.nodes import NodeHealth
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.errors import WrongState
@@ -24,9 +25,10 @@ ACTION_STATUS = {
 
 def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """Make the store's nodes match the spec's instance groups (``<group>-<i>``); busy nodes are kept.
-    With the Ray executor the nodes come from the Ray cluster (``fairpod.server.membership``), not the spec."""
+    With an executor that has its own nodes (Ray) they come from its cluster (``fairpod.server.membership``), not the spec."""
     want: dict[str, tuple[str, str]] = {}
-    for g in spec.cluster.instance_groups if spec.cluster.executor.kind != "ray" else []:
+    from_executor = registry.nodes_from_executor(spec.cluster.executor.kind)
+    for g in spec.cluster.instance_groups if not from_executor else []:
         for i in range(g.count):
             want[f"{g.name}-{i}"] = (g.name, g.node_type)
     have = {n.name: n for n in store.list_nodes()}
