@@ -48,12 +48,12 @@ class JobLaunch:
     def world_size(self) -> int:
         return self.world or len(self.replicas)
 
-    def validate(self, *, forbidden: str = "", one_per_node: bool = False, workdir_here: bool = False) -> None:
+    def validate(self, *, one_per_node: bool = False, workdir_here: bool = False) -> None:
         """ExecutorError (one line for the user) if this launch cannot be run: a job name unsafe as a directory
-        name (or holding a character of ``forbidden``), a negative attempt, no command, ranks not 0..n-1, two
+        name (no ':' either), a negative attempt, no command, ranks not 0..n-1, two
         replicas on one node (``one_per_node``), a negative grace, a workdir missing on this machine
         (``workdir_here``)."""
-        if not JOB_NAME_RE.fullmatch(self.job) or ".." in self.job or any(c in self.job for c in forbidden):
+        if not JOB_NAME_RE.fullmatch(self.job) or ".." in self.job:
             raise ExecutorError(f"invalid job name {self.job!r}")
         if self.attempt < 0:
             raise ExecutorError(f"invalid attempt {self.attempt}")
@@ -184,9 +184,13 @@ class Following(Protocol):
 @runtime_checkable
 class NodeTable(Protocol):
     """Has its own table of nodes (a Ray cluster): the control plane follows it (``fairpod.server.membership``);
-    ``nodes_version`` changes whenever the table does."""
+    ``nodes_version`` changes whenever the table does. Each row of ``cluster_nodes()`` has ``name``, ``node_id``,
+    ``alive``, ``instance_type`` (None: not a fairpod node), ``gpus``, ``problem``, ``death``, ``expected_death``,
+    ``labels`` (its own, e.g. topology), ``group`` (the instance group it is stored under) and ``store_labels``
+    (stored with it; ``node_label`` is among them, so a stored node of the table is known as one)."""
 
     nodes_version: int
+    node_label: str
 
     def cluster_nodes(self) -> list[Any]: ...
 

@@ -26,6 +26,7 @@ class ExecutorKind:
     in_spec: bool = True  # may be named by the spec's cluster.executor.kind (else: the command line only)
     nodes_from_executor: bool = False  # its nodes come from its own node table (NodeTable), not instance_groups
     real_mig: bool = True  # MIG partitions of real GPUs can be given to its replicas
+    node_label: str | None = None  # with nodes_from_executor: the label its stored nodes carry (NodeTable)
 
 
 KINDS: dict[str, ExecutorKind] = {}
@@ -53,6 +54,11 @@ def nodes_from_executor(name: str) -> bool:
     """Whether the nodes of executor ``name`` come from the executor (unknown names: no)."""
     kind = KINDS.get(name)
     return kind is not None and kind.nodes_from_executor
+
+
+def node_labels() -> list[str]:
+    """The labels that mark a stored node as one of an executor's own node table."""
+    return [k.node_label for k in KINDS.values() if k.node_label]
 
 
 def _local(root: Path, **options: Any) -> Any:
@@ -84,7 +90,8 @@ def _timed(root: Path, **options: Any) -> Any:
 register(ExecutorKind("local", "this machine; the default", _local))
 register(ExecutorKind(
     "ray", "the nodes of a Ray cluster: each Ray node with the resource fairpod/instance-type:<type> is a node of "
-    "that type; see docs/ray.md", _ray, nodes_from_executor=True, real_mig=False))
+    "that type; see docs/ray.md", _ray, nodes_from_executor=True, real_mig=False,
+    node_label="ray_node_id"))  # fairpod.executors.ray.nodes.NODE_ID (tests/executors/test_registry.py)
 register(ExecutorKind(
     "timed", "for benchmarks and tests only: runs no processes, each job just lasts its FAIRPOD_BENCH_DURATION "
     "or 'sleep N' seconds", _timed, in_spec=False))

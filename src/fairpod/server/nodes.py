@@ -12,7 +12,6 @@ from fairpod.executors import registry
 from fairpod.model.nodes import NodeHealth
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.errors import WrongState
-from fairpod.server.membership import NODE_ID
 from fairpod.store import Store
 
 # what a fault calls for -> the node's health status while it waits for that
@@ -32,6 +31,7 @@ def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) ->
         for i in range(g.count):
             want[f"{g.name}-{i}"] = (g.name, g.node_type)
     have = {n.name: n for n in store.list_nodes()}
+    own = registry.node_labels()  # nodes of an executor's own node table (Ray) are the executor's to drop
     for name, (group, itype) in want.items():
         if name not in have:
             store.add_node(name, group, itype)
@@ -41,5 +41,5 @@ def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) ->
             store.delete_node(name)
             store.add_node(name, group, itype)
     for name in have:
-        if name not in want and name not in busy and NODE_ID not in have[name].labels:
+        if name not in want and name not in busy and not any(k in have[name].labels for k in own):
             store.delete_node(name)

@@ -98,7 +98,7 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump, ThisHostMig):
 
     # -- the Executor protocol -------------------------------------------------------------------------
     def launch(self, job: JobLaunch) -> None:
-        job.validate(forbidden=":", one_per_node=True)
+        job.validate(one_per_node=True)
         with self._lock:
             live = self.running()
             if job.job in live:
