@@ -12,6 +12,14 @@ from fairpod.store import Store
 from fairpod.store.schema import HEAD
 
 
+def _back_to_0006(con: sqlite3.Connection) -> None:
+    """Undo 0007 (the array columns) by hand, as a database of revision 0006 has its jobs table."""
+    con.execute("DROP INDEX ix_jobs_array_id")
+    con.execute("ALTER TABLE jobs DROP COLUMN array_limit")
+    con.execute("ALTER TABLE jobs DROP COLUMN array_id")
+    con.execute("UPDATE alembic_version SET version_num = '0006'")
+
+
 def test_the_exit_info_column_is_renamed_in_place(tmp_path: Path) -> None:
     db = tmp_path / "fairpod.db"
     spec = seed_spec()
@@ -22,6 +30,7 @@ def test_the_exit_info_column_is_renamed_in_place(tmp_path: Path) -> None:
         job = store.insert_job(js, resolve_job(js, spec))
         store.update_job(job.id, {"run_state": {"attempt": 0, "launched": True}})
     con = sqlite3.connect(db)  # as fairpod at revision 0005 left it
+    _back_to_0006(con)
     con.execute("ALTER TABLE jobs RENAME COLUMN run_state TO exit_info")
     con.execute("UPDATE alembic_version SET version_num = '0005'")
     con.commit()
@@ -33,3 +42,24 @@ def test_the_exit_info_column_is_renamed_in_place(tmp_path: Path) -> None:
     assert con.execute("SELECT version_num FROM alembic_version").fetchone() == (HEAD,)
     assert "exit_info" not in [r[1] for r in con.execute("PRAGMA table_info(jobs)")]
     con.close()
+
+
+def test_the_tasks_of_an_array_get_its_id_and_throttle_as_columns(tmp_path: Path) -> None:
+    db = tmp_path / "fairpod.db"
+    spec = seed_spec()
+    with Store(f"sqlite:///{db}") as store:
+        store.create_all()
+        store.put_spec(spec)
+        ids = []
+        for i, env in enumerate(({"FAIRPOD_ARRAY_JOB_ID": "7", "FAIRPOD_ARRAY_TASK_LIMIT": "2"},
+                                 {"FAIRPOD_ARRAY_JOB_ID": "7"}, {"OTHER": "1"})):
+            js = JobSpec(name=f"j-{i}", team="john", command=["true"], env=env)
+            ids.append(store.insert_job(js, resolve_job(js, spec)).id)
+    con = sqlite3.connect(db)  # as fairpod at revision 0006 left it: the array only in the tasks' env
+    _back_to_0006(con)
+    con.commit()
+    con.close()
+    with Store(f"sqlite:///{db}") as store:
+        store.create_all()
+        got = [(j.array_id, j.array_limit) for j in map(store.get_job, ids) if j is not None]
+    assert got == [(7, 2), (7, None), (None, None)]
