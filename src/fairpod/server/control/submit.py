@@ -3,7 +3,9 @@ together are written in one transaction (group commit, :mod:`fairpod.server.subm
 
 from __future__ import annotations
 
+from fairpod.governance import Workload, feasible
 from fairpod.model.jobs import JobSpec, ResolvedJob, resolve_job
+from fairpod.model.resources import Res
 from fairpod.server import arrays
 from fairpod.server.control import resize
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits
@@ -101,7 +103,7 @@ class Submitting:
         if spec.command == []:
             raise InvalidJob("the job has no command: give one after --")
         resize.check(self.executor, spec)
-        never = self._never_fits(resolved.instance_type, spec.nodes)
+        never = self._never_fits(resolved, spec)
         if never:
             raise NeverFits(never)
         return resolved
@@ -130,16 +132,11 @@ class Submitting:
         self.wake.set()
         return tasks
 
-    def _never_fits(self, itype: str, n: int) -> str | None:
-        nodes = self.snap.by_type.get(itype, [])
-        if not nodes and itype not in {q for t in self.spec.teams for q in self.spec.team_quota(t)}:
-            have = ", ".join(sorted(self.snap.by_type)) or "none"
-            return f"the cluster has no {itype} nodes (it has: {have})"
-        # nodes may still be joining (a Ray node starting): the spec's instance groups count as well
+    def _never_fits(self, resolved: ResolvedJob, spec: JobSpec) -> str | None:
+        """:func:`fairpod.governance.feasible.never_fits` on the live cluster (nodes may still join)."""
+        itype = resolved.instance_type
+        w = Workload("", spec.team, itype, spec.nodes, Res(*resolved.per_replica))
+        quota_types = set() if self.snap.by_type.get(itype) else {
+            q for t in self.spec.teams for q in self.spec.team_quota(t)}
         declared = sum(g.count for g in self.spec.cluster.instance_groups if g.node_type == itype)
-        have = max(len(nodes), declared)
-        if nodes and have < n:
-            return f"the job asks for {n} {itype} nodes; the cluster has {have}"
-        return None
-
-
+        return feasible.never_fits(self.snap, w, declared=declared, quota_types=quota_types)
