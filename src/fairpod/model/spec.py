@@ -2,6 +2,9 @@
 
 ``load_spec`` / ``parse_spec`` turn YAML or a dict into a ``ClusterSpec`` and report every problem at once,
 each naming its field, as a ``SpecError``.
+
+Longer than fairpod's usual module (~600 lines): the spec's pydantic types and the cross-field checks that read
+several of them at once (``check_spec``) are one schema; they change together when a field is added.
 """
 
 from __future__ import annotations
