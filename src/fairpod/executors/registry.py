@@ -27,6 +27,8 @@ class ExecutorKind:
     nodes_from_executor: bool = False  # its nodes come from its own node table (NodeTable), not instance_groups
     real_mig: bool = True  # MIG partitions of real GPUs can be given to its replicas
     node_label: str | None = None  # with nodes_from_executor: the label its stored nodes carry (NodeTable)
+    check: Callable[..., None] | None = None  # (**options): ValueError (one line) for options it cannot take
+    reach: Callable[..., dict[str, str]] | None = None  # (**options) -> options resolved; ExecutorError if unreachable
 
 
 KINDS: dict[str, ExecutorKind] = {}
@@ -77,6 +79,21 @@ def _ray(root: Path, *, ray_address: str = "auto", ray_namespace: str = "fairpod
     return ex
 
 
+def _ray_check(*, ray_address: str = "auto", ray_namespace: str = "fairpod", **options: Any) -> None:
+    from fairpod.executors.ray import NAMESPACE_RE, parse_address
+
+    if not NAMESPACE_RE.fullmatch(ray_namespace) or len(ray_namespace) > 60:
+        raise ValueError(f"invalid Ray namespace {ray_namespace!r}: lower-case letters, digits and '-'")
+    if ray_address != "auto":
+        parse_address(ray_address)
+
+
+def _ray_reach(*, ray_address: str = "auto", ray_namespace: str = "fairpod", **options: Any) -> dict[str, str]:
+    from fairpod.executors.ray import check_reachable
+
+    return {"ray_address": check_reachable(ray_address), "ray_namespace": ray_namespace}
+
+
 def _timed(root: Path, **options: Any) -> Any:
     import logging
 
@@ -91,7 +108,7 @@ register(ExecutorKind("local", "this machine; the default", _local))
 register(ExecutorKind(
     "ray", "the nodes of a Ray cluster: each Ray node with the resource fairpod/instance-type:<type> is a node of "
     "that type; see docs/ray.md", _ray, nodes_from_executor=True, real_mig=False,
-    node_label="ray_node_id"))  # fairpod.executors.ray.nodes.NODE_ID (tests/executors/test_registry.py)
+    node_label="ray_node_id", check=_ray_check, reach=_ray_reach))  # fairpod.executors.ray.nodes.NODE_ID (tests/executors/test_registry.py)
 register(ExecutorKind(
     "timed", "for benchmarks and tests only: runs no processes, each job just lasts its FAIRPOD_BENCH_DURATION "
     "or 'sleep N' seconds", _timed, in_spec=False))

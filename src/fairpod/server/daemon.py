@@ -174,13 +174,9 @@ def executor_config(kind: str | None, ray_address: str | None, ray_namespace: st
     from_spec = ex is not None and ex.kind == "ray"
     address = ray_address or (ex.ray_address if from_spec and ex is not None else "auto")
     namespace = ray_namespace or (ex.ray_namespace if from_spec and ex is not None else "fairpod")
-    if kind == "ray":
-        from fairpod.executors.ray import NAMESPACE_RE, parse_address
-
-        if not NAMESPACE_RE.fullmatch(namespace) or len(namespace) > 60:
-            raise ValueError(f"invalid Ray namespace {namespace!r}: lower-case letters, digits and '-'")
-        if address != "auto":
-            parse_address(address)
+    check = registry.get(kind).check
+    if check is not None:  # the executor's own options (Ray's address and namespace)
+        check(ray_address=address, ray_namespace=namespace)
     return kind, address, namespace
 
 
@@ -303,12 +299,12 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     except ValueError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
         return 2 if "go with --executor ray" in str(e) else 1
-    if executor == "ray":
+    reach = registry.get(executor).reach
+    if reach is not None:  # the executor's cluster, reached before anything is started (Ray)
         from fairpod.executors.base import ExecutorError
-        from fairpod.executors.ray import check_reachable
 
         try:
-            ray_address = check_reachable(ray_address)
+            ray_address = reach(ray_address=ray_address, ray_namespace=ray_namespace)["ray_address"]
         except ExecutorError as e:
             print(f"fairpod: error: {e}", file=sys.stderr)
             return 1
