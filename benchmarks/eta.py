@@ -23,7 +23,8 @@ from pathlib import Path
 from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import load_spec
-from fairpod.server.control import ControlPlane, sync_nodes
+from fairpod.server.control import ControlPlane
+from fairpod.server.nodes import sync_nodes
 from fairpod.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

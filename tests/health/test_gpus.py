@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from fairpod.executors.nvml import FAKE_SOURCE
 from fairpod.health.checks import instance_stress
-from fairpod.health.nvml import FAKE_SOURCE
 from fairpod.health.probe import Probe
 from fairpod.model.catalog import gpu_thresholds, match_instance_type
 
@@ -217,7 +217,7 @@ class FakePynvml:
 def test_xids_from_the_nvml_event_stream_reach_the_next_reading_once(monkeypatch: pytest.MonkeyPatch):
     import sys
 
-    from fairpod.health import nvml
+    from fairpod.executors import nvml
 
     fake = FakePynvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)

@@ -43,7 +43,7 @@ SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.ya
 
 
 def fake_nvml(path: Path, gpus: list[dict[str, Any]]) -> Path:
-    """A FAKE NVML file (tests only; see fairpod.health.nvml) listing ``gpus``."""
+    """A FAKE NVML file (tests only; see fairpod.executors.nvml) listing ``gpus``."""
     path.write_text(json.dumps({"gpus": gpus}))
     return path
 

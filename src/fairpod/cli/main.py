@@ -27,6 +27,7 @@ COMMAND_MODULES = [
     "fairpod.cli.job_cmds",
     "fairpod.cli.status_cmds",
     "fairpod.cli.admin_cmds",
+    "fairpod.cli.node_cmds",
     "fairpod.cli.spec_cmds",
     "fairpod.cli.simulate",
     "fairpod.cli.report_cmds",

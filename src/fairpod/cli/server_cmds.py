@@ -25,6 +25,8 @@ def _down(a: argparse.Namespace) -> Any:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from fairpod.executors import registry  # only the names: no executor is imported
+
     p = sub.add_parser(
         "up", help="start the control plane on this machine",
         description="Start fairpod on 127.0.0.1: the API, the reconcile loop and the executor (local, or a Ray "
@@ -35,12 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port on 127.0.0.1 (default %(default)s)")
     p.add_argument("--spec", help="cluster spec (YAML) to apply")
-    p.add_argument("--executor", choices=["local", "ray", "timed"], default=None,
-                   help="where jobs run: 'local' (this machine; the default), 'ray' (the nodes of a Ray cluster: "
-                   "each Ray node with the resource fairpod/instance-type:<type> is a node of that type; see "
-                   "docs/ray.md) or, for benchmarks and tests only, 'timed' (runs no processes, each job just "
-                   "lasts its FAIRPOD_BENCH_DURATION or 'sleep N' seconds). Default: the spec's "
-                   "cluster.executor.kind, else local")
+    p.add_argument("--executor", choices=registry.names(), default=None,
+                   help="where jobs run: " + "; ".join(f"'{k.name}' ({k.help})" for k in registry.KINDS.values())
+                   + ". Default: the spec's cluster.executor.kind, else local")
     p.add_argument("--ray-address", metavar="auto|HOST:PORT",
                    help="the Ray head's GCS address (implies --executor ray); 'auto': $RAY_ADDRESS or the cluster "
                    "'ray start' started on this machine (default: the spec's cluster.executor.ray_address, else auto)")

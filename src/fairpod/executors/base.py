@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 T = TypeVar("T")
+JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")  # a job name safe as a directory name
 
 
 class ExecutorError(RuntimeError):
@@ -46,6 +49,27 @@ class JobLaunch:
     @property
     def world_size(self) -> int:
         return self.world or len(self.replicas)
+
+    def validate(self, *, one_per_node: bool = False, workdir_here: bool = False) -> None:
+        """ExecutorError (one line for the user) if this launch cannot be run: a job name unsafe as a directory
+        name (no ':' either), a negative attempt, no command, ranks not 0..n-1, two
+        replicas on one node (``one_per_node``), a negative grace, a workdir missing on this machine
+        (``workdir_here``)."""
+        if not JOB_NAME_RE.fullmatch(self.job) or ".." in self.job:
+            raise ExecutorError(f"invalid job name {self.job!r}")
+        if self.attempt < 0:
+            raise ExecutorError(f"invalid attempt {self.attempt}")
+        if not self.command or not all(isinstance(a, str) for a in self.command):
+            raise ExecutorError(f"job {self.job} has no command")
+        ranks = sorted(r.rank for r in self.replicas)
+        if not ranks or ranks != list(range(len(ranks))):
+            raise ExecutorError(f"job {self.job}: replica ranks must be 0..n-1, got {ranks}")
+        if one_per_node and len({r.node for r in self.replicas}) != len(self.replicas):
+            raise ExecutorError(f"job {self.job}: the Ray executor runs one replica per node")
+        if self.grace_seconds < 0:
+            raise ExecutorError(f"job {self.job}: negative grace period")
+        if workdir_here and self.workdir is not None and not os.path.isdir(self.workdir):
+            raise ExecutorError(f"job {self.job}: workdir {self.workdir} does not exist")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +126,8 @@ class Executor(Protocol):
     plane's store has committed them, marks them as reported for good. ``poll()`` (``ack=True``) does both.
 
     What some executors can do beyond this is declared by the capability protocols below (:class:`Notifying`,
-    :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Resizing`, :class:`Discarding`);
+    :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Resizing`, :class:`HostGpus`,
+    :class:`Discarding`);
     :func:`capability` finds one.
     """
 
@@ -163,9 +188,13 @@ class Following(Protocol):
 @runtime_checkable
 class NodeTable(Protocol):
     """Has its own table of nodes (a Ray cluster): the control plane follows it (``fairpod.server.membership``);
-    ``nodes_version`` changes whenever the table does."""
+    ``nodes_version`` changes whenever the table does. Each row of ``cluster_nodes()`` has ``name``, ``node_id``,
+    ``alive``, ``instance_type`` (None: not a fairpod node), ``gpus``, ``problem``, ``death``, ``expected_death``,
+    ``labels`` (its own, e.g. topology), ``group`` (the instance group it is stored under) and ``store_labels``
+    (stored with it; ``node_label`` is among them, so a stored node of the table is known as one)."""
 
     nodes_version: int
+    node_label: str
 
     def cluster_nodes(self) -> list[Any]: ...
 
@@ -188,6 +217,21 @@ class Resizing(Protocol):
 
     def stop_replicas(self, job: str, attempt: int, ranks: Sequence[int], grace_seconds: float) -> None:
         """Begin a graceful stop of those ranks only (SIGTERM, SIGKILL after the grace); the others keep running."""
+        ...
+
+
+@runtime_checkable
+class HostGpus(Protocol):
+    """Reads the real GPUs its replicas run on: the MIG devices of partition slots, and GPU utilization (the
+    watchdog's hang detection). An executor without it gets no MIG device UUIDs and no utilization."""
+
+    def mig_devices(self, node: str, slots: Sequence[int], per_gpu: int, profile: str) -> tuple[str, ...]:
+        """The MIG device UUIDs of ``node``'s partition slots (slot k: GPU k // ``per_gpu``, its MIG device
+        k % ``per_gpu``); raises :class:`ExecutorError` when a GPU lacks them."""
+        ...
+
+    def gpu_utilization(self, gpus: Sequence[int]) -> list[float] | None:
+        """Utilization (%) of those GPUs (indices), None when it cannot be read."""
         ...
 
 

@@ -7,20 +7,19 @@ the last one stopped. One executor at a time uses a root (an ``flock`` on ``<roo
 be called from several threads: those that change its runs take turns (``_serialized``), so the control plane
 can start processes without holding its own lock while another thread stops a job.
 
-Supervisors are forked from a fork server (:mod:`fairpod.executors.forkserver`, started on first launch), a
-few milliseconds each instead of a new interpreter's tens; ``FAIRPOD_FORKSERVER=0`` (or a fork server that
-cannot start) starts each as ``python -m fairpod.executors.supervisor``. ``set_notify(fn)`` has ``fn()``
-called as soon as a supervisor exits (pidfds), so the control plane collects exits without waiting a tick.
+Supervisors are forked from a fork server (:mod:`fairpod.executors.forkserver`, driven by
+:mod:`fairpod.executors.forkclient`, started on first launch), a few milliseconds each instead of a new
+interpreter's tens; ``FAIRPOD_FORKSERVER=0`` (or a fork server that cannot start) starts each as
+``python -m fairpod.executors.supervisor``. ``set_notify(fn)`` has ``fn()`` called as soon as a supervisor
+exits (pidfds, :mod:`fairpod.executors.exitwatch`), so the control plane collects exits without waiting a tick.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
-import select
 import shutil
 import signal
 import socket
@@ -37,195 +36,21 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from fairpod import sandbox
 from fairpod.executors import procs, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
+from fairpod.executors.exitwatch import ExitWatch
+from fairpod.executors.forkclient import Forked, ForkServerClient
+from fairpod.executors.hostgpus import ThisHostGpus
 
 log = logging.getLogger("fairpod.executors.local")
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
 ORPHAN_WAIT = 5.0  # at adoption: how long a run without a supervisor PID file may still be starting
-FORKSERVER_ENV = "FAIRPOD_FORKSERVER"  # "0": start each supervisor as a new interpreter
-_SPAWNED: dict[Path, subprocess.Popen[bytes] | _Forked] = {}  # supervisors this process started, by replica dir
-
-
-class _Forked:
-    """A supervisor forked by the fork server (not our child): ``poll()`` as for a Popen, from /proc."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.started = procs.start_time(pid)
-        self.returncode: int | None = None if self.started is not None else -1
-
-    def poll(self) -> int | None:
-        if self.returncode is None and not procs.alive(self.pid, self.started):
-            self.returncode = -1  # its exit status went to the fork server; status.json tells the rest
-        return self.returncode
-
-
-class _ForkServer:
-    """The executor's fork server of supervisors (:mod:`fairpod.executors.forkserver`), started on first use.
-    ``spawn`` returns None when it cannot be used; the caller then starts the supervisor itself."""
-
-    def __init__(self, python: str, root: Path, args: Sequence[str] = ("-m", "fairpod.executors.forkserver"),
-                 env: dict[str, str] | None = None) -> None:
-        self.python = python
-        self.root = root
-        self.args = list(args)
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.broken = os.environ.get(FORKSERVER_ENV, "1") == "0"
-
-    def _start(self) -> bool:
-        try:
-            with open(self.root / "forkserver.log", "ab") as log:
-                self.proc = subprocess.Popen(
-                    [self.python, *self.args], stdin=subprocess.PIPE, env=self.env,
-                    stdout=subprocess.PIPE, stderr=log, cwd=self.root, start_new_session=True,
-                )  # fmt: skip
-        except OSError:
-            return False
-        if self._readline(30.0) != b"ready":
-            self._drop()
-            return False
-        return True
-
-    def _readline(self, timeout: float) -> bytes:
-        assert self.proc is not None and self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        return self.proc.stdout.readline().strip() if ready else b""
-
-    def spawn(self, rdir: Path, log: Path) -> _Forked | None:
-        for _ in range(2):
-            if self.broken:
-                return None
-            if self.proc is None or self.proc.poll() is not None:
-                if not self._start():
-                    self.broken = True  # e.g. a python that cannot run it: new interpreters from now on
-                    return None
-            assert self.proc is not None and self.proc.stdin is not None
-            try:
-                self.proc.stdin.write(json.dumps({"dir": str(rdir), "log": str(log)}).encode() + b"\n")
-                self.proc.stdin.flush()
-                answer = self._readline(10.0)
-            except OSError:
-                answer = b""
-            if answer.isdigit():
-                return _Forked(int(answer))
-            self._drop()
-        return None
-
-    def _drop(self) -> None:
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()  # only the fork server: the supervisors it forked are in their own sessions
-            self.proc.wait(timeout=10)
-            for f in (self.proc.stdin, self.proc.stdout):
-                if f is not None:
-                    f.close()
-        self.proc = None
-
-    def close(self) -> None:
-        """Let the fork server go: at the end of its input it exits; its supervisors keep running."""
-        if self.proc is not None:
-            for f in (self.proc.stdin, self.proc.stdout):
-                try:
-                    if f is not None:
-                        f.close()
-                except OSError:
-                    pass
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-            self.proc = None
-
-
-class _ExitWatch:
-    """A daemon thread that waits on pidfds of supervisors and calls ``notify()`` when one exits. While a
-    supervisor is watched and its pidfd has not fired, it is known to run (``watching``): ``poll`` need not
-    read its files."""
-
-    def __init__(self) -> None:
-        self._notify: Callable[[], None] | None = None
-        self._epoll: select.epoll | None = None
-        self._fds: set[int] = set()
-        self._pids: dict[int, int] = {}  # fd -> the supervisor's pid, until it exits
-        self._live: set[int] = set()  # pids of watched supervisors that have not exited
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-        self._stopped = False
-
-    def start(self, notify: Callable[[], None]) -> bool:
-        self._notify = notify
-        if self._thread is not None or not hasattr(os, "pidfd_open"):
-            return False
-        try:
-            self._epoll = select.epoll()
-        except OSError:
-            return False
-        self._thread = threading.Thread(target=self._run, name="fairpod-exit-watch", daemon=True)
-        self._thread.start()
-        return True
-
-    def add(self, pid: int) -> bool:
-        """Watch ``pid``; False when it is not watched (no watcher, or it is gone already)."""
-        if self._epoll is None or self._stopped:
-            return False
-        try:
-            fd = os.pidfd_open(pid)
-        except OSError:  # already gone (and reaped): there is an exit to collect
-            if self._notify is not None:
-                self._notify()
-            return False
-        with self._lock:
-            self._fds.add(fd)
-            self._pids[fd] = pid
-            self._live.add(pid)
-            self._epoll.register(fd, select.EPOLLIN)
-        return True
-
-    def watching(self, pid: int) -> bool:
-        """Whether ``pid`` is watched and has not exited (its pidfd has not fired)."""
-        return pid in self._live
-
-    def _run(self) -> None:
-        ep = self._epoll
-        assert ep is not None
-        while not self._stopped:
-            try:
-                ready = ep.poll(1.0)
-            except (OSError, ValueError):  # closed under us by stop()
-                return
-            if not ready:
-                continue
-            with self._lock:
-                for fd, _ in ready:
-                    if fd in self._fds:
-                        self._fds.discard(fd)
-                        self._live.discard(self._pids.pop(fd, -1))
-                        ep.unregister(fd)
-                        os.close(fd)
-            if self._notify is not None:
-                self._notify()
-
-    def stop(self) -> None:
-        self._stopped = True
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=5)
-        with self._lock:
-            for fd in self._fds:
-                os.close(fd)
-            self._fds.clear()
-            self._pids.clear()
-            self._live.clear()
-            if self._epoll is not None:
-                self._epoll.close()
-                self._epoll = None
+_SPAWNED: dict[Path, subprocess.Popen[bytes] | Forked] = {}  # supervisors this process started, by replica dir
 
 
 def _reap() -> None:
     """Collect the supervisors of this process that have exited (no zombies). Those the fork server forked
     are its children, not ours: nothing to collect."""
     for p in _SPAWNED.values():
-        if not isinstance(p, _Forked):
+        if not isinstance(p, Forked):
             p.poll()
 
 
@@ -256,7 +81,7 @@ class _Run:
     port: int
 
 
-class LocalExecutor:
+class LocalExecutor(ThisHostGpus):
     """Executor of replicas as local process groups; ``root`` is where runs are kept (``$FAIRPOD_HOME/runs``)."""
 
     name = "local"
@@ -278,15 +103,15 @@ class LocalExecutor:
         self._open: dict[Path, _Run] = {}
         self._mine: set[Path] = set()  # replica dirs this executor launched (the others it adopted)
         self._watched: dict[Path, int] = {}  # replica dir -> its supervisor's pid, watched by a pidfd
-        self._watch = _ExitWatch()
-        self._forkserver = _ForkServer(self.python, self.root)
+        self._watch = ExitWatch()
+        self._forkserver = ForkServerClient(self.python, self.root)
         self._scan()
 
     # -- the Executor protocol -------------------------------------------------------------------------
 
     @_serialized
     def launch(self, job: JobLaunch) -> None:
-        self._validate(job)
+        job.validate(workdir_here=True)
         live = self._live_attempt(job.job)
         if live is not None:
             raise ExecutorError(
@@ -589,22 +414,6 @@ class LocalExecutor:
             ended_at=float(st.get("ended_at", 0.0)),
             **sandbox.usage_of(st),
         )
-
-    @staticmethod
-    def _validate(job: JobLaunch) -> None:
-        if not state.NAME_RE.fullmatch(job.job) or ".." in job.job:
-            raise ExecutorError(f"invalid job name {job.job!r}")
-        if job.attempt < 0:
-            raise ExecutorError(f"invalid attempt {job.attempt}")
-        if not job.command or not all(isinstance(a, str) for a in job.command):
-            raise ExecutorError(f"job {job.job} has no command")
-        ranks = sorted(r.rank for r in job.replicas)
-        if not ranks or ranks != list(range(len(ranks))):
-            raise ExecutorError(f"job {job.job}: replica ranks must be 0..n-1, got {ranks}")
-        if job.grace_seconds < 0:
-            raise ExecutorError(f"job {job.job}: negative grace period")
-        if job.workdir is not None and not os.path.isdir(job.workdir):
-            raise ExecutorError(f"job {job.job}: workdir {job.workdir} does not exist")
 
     def _free_port(self, taken: set[int]) -> int:
         for _ in range(50):

@@ -284,12 +284,12 @@ class NodeAgent:
             return run
 
     def _spawn(self, rdir: Path) -> None:
-        from fairpod.executors.local import _ForkServer
+        from fairpod.executors.forkclient import ForkServerClient
 
         with self.spawn_lock:  # start() runs in many threads: each must read its own answer of the fork server
             if self.forkserver is None:
-                self.forkserver = _ForkServer(sys.executable, self.root, ("-m", __name__, "forkserver"),
-                                              env=base_env())
+                self.forkserver = ForkServerClient(sys.executable, self.root, ("-m", __name__, "forkserver"),
+                                                   env=base_env())
             if self.forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG) is not None:
                 return
         with open(rdir / state.SUPERVISOR_LOG, "ab") as slog:  # no fork server: a new interpreter

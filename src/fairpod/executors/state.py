@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fairpod.executors.base import ExecutorError
+from fairpod.executors.base import JOB_NAME_RE, ExecutorError
 from fairpod.executors.logs import follow_log
 
-NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")  # a job name safe as a directory name
+NAME_RE = JOB_NAME_RE  # a job name safe as a directory name (fairpod.executors.base)
 
 LAUNCH = "launch.json"
 SECRET = "secret.json"

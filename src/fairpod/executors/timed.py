@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
+from fairpod.executors.hostgpus import ThisHostMig
 
 DURATION_ENV = "FAIRPOD_BENCH_DURATION"
 _SLEEP_RE = re.compile(r"^\s*(?:exec\s+)?sleep\s+([0-9]*\.?[0-9]+)\s*$")
@@ -51,7 +52,7 @@ def job_duration(job: JobLaunch) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-class TimedExecutor:
+class TimedExecutor(ThisHostMig):
     """Benchmark/testing executor that only waits out each job's duration (no processes; see module doc).
 
     Thread-safe. ``set_notify(fn)``: ``fn()`` is called (from a timer thread) whenever an exit becomes due,

@@ -12,6 +12,7 @@
 - ``preemption`` — picking victims: reclaim, priority, fair share (rules 3, 4, 5, 7)
 - ``elastic``    — elastic jobs: admission at N..M replicas, growth, shrink before preemption (rule 11)
 - ``scheduler``  — one cycle over a snapshot (rules 4, 6, 8)
+- ``feasible``   — can a job ever run on this cluster (the control plane at submit, the simulator at load)
 
 The modules above run as native code when ``python -m fairpod.native build`` has compiled this very source
 (``fairpod.native``); otherwise as Python. Both make the same decisions.

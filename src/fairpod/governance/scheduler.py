@@ -4,6 +4,10 @@
 the decisions. It reads no clock (``snap.now`` is the time) and does no I/O; it leaves ``snap`` in the
 state after its decisions (admitted jobs running, victims back in their queues).
 
+Longer than fairpod's usual module (~490 lines): the cycle's steps share one ``_Cycle`` object and its
+per-cycle caches (shapes that failed, team checks, never-fits verdicts); split across modules they would pass
+that state around on the engine's hottest path, which the native build compiles as one unit.
+
 A cycle:
 1. Starvation guard (rule 6): a team's first job that could run at all and has waited longer than the policy's
    ``starvation_guard_seconds`` goes first; if it still cannot start, nodes (and, if it must borrow,

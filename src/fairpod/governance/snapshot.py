@@ -5,6 +5,10 @@ its per-instance-type aggregates up to date as jobs are assigned and released, s
 costs time in the number of teams and candidate jobs, not in the number of queued jobs. The engine
 changes the snapshot it is given into the state after its decisions; callers build one from their store
 (the control plane) or keep one across events (the simulator).
+
+Longer than fairpod's usual module (~580 lines): the aggregates and the queues they are kept from must change
+together in every mutator (assign, finish, add/remove pending, node changes); one class keeps that invariant
+in one place (``tests/governance`` checks the aggregates against a recount).
 """
 
 from __future__ import annotations

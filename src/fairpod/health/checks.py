@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairpod.health.nvml import FAKE_SOURCE
+from fairpod.executors.nvml import FAKE_SOURCE
 from fairpod.health.probe import Probe
 from fairpod.model.catalog import GpuThresholds
 

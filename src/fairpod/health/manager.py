@@ -24,7 +24,7 @@ from fairpod.health.agent import DEEP_CHECK_ACTION, Finding, agent_check
 from fairpod.health.probe import CLEARED_BY_REBOOT, FAULT_KINDS, Faulty, Probe
 from fairpod.health.remote import monitor_on_node, stress_on_node
 from fairpod.model.catalog import GENERIC_GPU, gpu_thresholds
-from fairpod.model.nodes import DeepHealthCheck, NodeHealth
+from fairpod.model.nodes import NodeHealth
 from fairpod.model.spec import ClusterSpec, NodeRecovery
 
 log = logging.getLogger("fairpod.health")
@@ -41,13 +41,19 @@ class NodeOwner(Protocol):
 
     def event(self, kind: str, msg: str, job: Any = None, /, **data: Any) -> None: ...
 
-    def update_node(self, name: str, changes: dict[str, Any]) -> Any: ...
+    def set_labels(self, name: str, labels: dict[str, Any]) -> Any: ...
+
+    def check_started(self, name: str) -> None: ...
+
+    def check_passed(self, name: str, status: NodeHealth | None = None) -> None: ...
+
+    def check_failed(self, name: str, fault_type: str, reason: str, action: str) -> list[int]: ...
+
+    def recovery_requested(self, name: str, action: str, status: NodeHealth) -> list[int]: ...
+
+    def restarted(self, name: str, labels: dict[str, Any]) -> Any: ...
 
     def node_fault(self, name: str, fault_type: str, reason: str, action: str) -> list[int]: ...
-
-    def node_recovered(self, name: str, passed: bool = True) -> None: ...
-
-    def set_schedulable(self, node: str, schedulable: bool) -> None: ...
 
     def jobs_on(self, name: str) -> list[int]: ...
 
@@ -77,7 +83,7 @@ class HealthManager:
         if nd is None:
             raise KeyError(node)
         faults = sorted(set(nd.labels.get("injected_faults", [])) | {kind})
-        self.cp.update_node(node, {"labels": {**nd.labels, "injected_faults": faults}})
+        self.cp.set_labels(node, {**nd.labels, "injected_faults": faults})
         self.cp.event("FaultInjected", f"node {node}: fault {kind} injected", node=node, kind=kind)
         self._wake.set()
 
@@ -90,8 +96,7 @@ class HealthManager:
         with self._lock:
             self.recover[node] = action
         status = NodeHealth.PENDING_REBOOT if action == "reboot" else NodeHealth.PENDING_REPLACEMENT
-        self.cp.node_fault(node, "ManualAction", f"{action} requested by an admin", action)
-        self.cp.update_node(node, {"health_status": status})
+        self.cp.recovery_requested(node, action, status)
         self._wake.set()
 
     # -- the loop ------------------------------------------------------------------------------
@@ -205,8 +210,7 @@ class HealthManager:
             self.cp.event("NodeReplaced", f"node {node} retired; a fresh {node} (incarnation {inc}) replaces it",
                           node=node, incarnation=inc)
         self.heartbeats.pop(node, None)
-        self.cp.update_node(node, {"labels": new_labels, "health_status": NodeHealth.UNSCHEDULABLE,
-                                         "deep_health_check": DeepHealthCheck.IN_PROGRESS})
+        self.cp.restarted(node, new_labels)
         self.request_check(node, f"after {action}")
 
     def _configured_checks(self, group: str) -> list[str]:
@@ -245,9 +249,7 @@ class HealthManager:
             return False
         names = self._configured_checks(nd.instance_group) or ["InstanceStress"]
         before = nd.health_status
-        self.cp.update_node(node, {"deep_health_check": DeepHealthCheck.IN_PROGRESS,
-                                         "health_status": NodeHealth.UNSCHEDULABLE})
-        self.cp.set_schedulable(node, False)
+        self.cp.check_started(node)
         self.cp.event("DeepHealthCheckStarted", f"node {node}: deep health checks {', '.join(names)} ({why})",
                       node=node)
         results: list[checks.CheckResult] = []
@@ -269,17 +271,16 @@ class HealthManager:
         if readings and (now_nd := self.cp.store.get_node(node)) is not None:  # what `node list` shows
             gpu = {"model": readings[0].get("name"), "memory_mib": readings[0].get("memory_mib"),
                    "count": len(readings), "source": readings[0].get("source")}
-            self.cp.update_node(node, {"labels": {**now_nd.labels, "gpu": gpu}})
+            self.cp.set_labels(node, {**now_nd.labels, "gpu": gpu})
         failed = [r for r in results if not r.passed]
         if not failed:
             if before in (NodeHealth.PENDING_REBOOT, NodeHealth.PENDING_REPLACEMENT) and why == "on demand":
-                self.cp.update_node(node, {"health_status": before, "deep_health_check": DeepHealthCheck.PASSED})
+                self.cp.check_passed(node, before)
                 return True
-            self.cp.node_recovered(node, passed=True)
+            self.cp.check_passed(node)
             return True
         fault = failed[0].fault_type or "DeepHealthCheckFailed"
         action = DEEP_CHECK_ACTION.get(fault, "replace")
         msg = "; ".join(e["msg"] for r in failed for e in r.events if e["level"] == "error")
-        self.cp.node_fault(node, fault, f"deep health check failed: {msg}", action)
-        self.cp.update_node(node, {"deep_health_check": DeepHealthCheck.FAILED})
+        self.cp.check_failed(node, fault, f"deep health check failed: {msg}", action)
         return False

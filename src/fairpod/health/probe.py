@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 
-from fairpod.health.nvml import GpuReading, read_gpus
+from fairpod.executors.nvml import GpuReading, read_gpus
 from fairpod.model.catalog import GENERIC_GPU, GpuThresholds
 
 FAULT_KINDS = ("xid", "gpu-lost", "heartbeat-lost", "disk-full", "stress-fail")

@@ -2,6 +2,9 @@
 
 ``load_spec`` / ``parse_spec`` turn YAML or a dict into a ``ClusterSpec`` and report every problem at once,
 each naming its field, as a ``SpecError``.
+
+Longer than fairpod's usual module (~600 lines): the spec's pydantic types and the cross-field checks that read
+several of them at once (``check_spec``) are one schema; they change together when a field is added.
 """
 
 from __future__ import annotations
@@ -128,9 +131,18 @@ class ExecutorInfo(_Strict):
     """Where jobs run: ``local`` (this machine) or ``ray`` (the nodes of a Ray cluster, see docs/ray.md; the
     nodes then come from Ray and ``instance_groups``, if given, only bound the quotas)."""
 
-    kind: Literal["local", "ray"] = "local"
+    kind: str = "local"  # an executor of fairpod.executors.registry that a spec may name
     ray_address: str = Field(default="auto", max_length=300)  # auto | HOST:PORT of the Ray head's GCS
     ray_namespace: str = Field(default="fairpod", pattern=NAME_PATTERN, max_length=60)
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        from fairpod.executors import registry  # a leaf module: the names only
+
+        if v not in registry.names(in_spec=True):
+            raise ValueError(f"Input should be {' or '.join(repr(n) for n in registry.names(in_spec=True))}")
+        return v
 
     @field_validator("ray_address")
     @classmethod
@@ -471,9 +483,9 @@ def check_spec(spec: ClusterSpec) -> list[str]:
                 partitioned(cat[g.instance_type], g.accelerator_partition_type)
             except ValueError as e:
                 probs.append(f"cluster.instance_groups[{i}].accelerator_partition_type: {e}")
-            if g.accelerators_are == "gpus" and spec.cluster.executor.kind == "ray":
+            if g.accelerators_are == "gpus" and not _executor(spec).real_mig:
                 probs.append(f"cluster.instance_groups[{i}].accelerator_partition_type: MIG partitions of real GPUs "
-                             "are not supported on Ray yet")
+                             f"are not supported on {_executor(spec).name.capitalize()} yet")
         for j, check in enumerate(g.deep_health_checks):
             if check not in ("InstanceStress", "InstanceConnectivity"):
                 probs.append(
@@ -563,7 +575,7 @@ def _topology_problems(spec: ClusterSpec, i: int, g: InstanceGroup) -> list[str]
             elif not re.fullmatch(TOPOLOGY_VALUE, str(value)):
                 probs.append(f"{where}.{field_name}.{level}: {value!r} must be letters, digits, '-', '_' or '.' "
                              "(at most 63)")
-    if levels and not probs and spec.cluster.executor.kind != "ray":
+    if levels and not probs and not _executor(spec).nodes_from_executor:
         open_nodes = [n for n in sorted(names) if not all(
             (g.node_topology.get(n, {}) | g.topology).get(lv) for lv in levels)]
         if open_nodes:
@@ -678,3 +690,10 @@ def seed_spec() -> ClusterSpec:
             ],
         }
     )
+
+
+def _executor(spec: ClusterSpec) -> Any:
+    """The spec's executor (``fairpod.executors.registry.ExecutorKind``)."""
+    from fairpod.executors import registry  # a leaf module: the names only
+
+    return registry.get(spec.cluster.executor.kind)

@@ -29,9 +29,8 @@ from fairpod.server import (
     routes_static,
 )
 from fairpod.server.control import ControlPlane
-from fairpod.server.errors import DomainError, Problem, http_status
+from fairpod.server.errors import HTTP_STATUS, Problem, http_problem
 from fairpod.server.limits import PROBLEM_RESPONSES, BodyLimit, allowed_methods
-from fairpod.store import AlreadyExists, Conflict, NotFound
 
 
 def problem(status: int, title: str, detail: str) -> JSONResponse:
@@ -100,9 +99,11 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     async def _problem(_: Request, e: Problem) -> JSONResponse:
         return problem(e.status, e.title, e.detail)
 
-    @app.exception_handler(DomainError)
-    async def _domain(_: Request, e: DomainError) -> JSONResponse:
-        return problem(http_status(e), e.title, e.detail)
+    async def _known(_: Request, e: Exception) -> JSONResponse:
+        return problem(*http_problem(e))
+
+    for known in HTTP_STATUS:  # domain and store errors: one table (server.errors)
+        app.add_exception_handler(known, _known)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
@@ -117,18 +118,6 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
         if e.status_code == 405:
             resp.headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
         return resp
-
-    @app.exception_handler(NotFound)
-    async def _nf(_: Request, e: NotFound) -> JSONResponse:
-        return problem(404, "not found", str(e))
-
-    @app.exception_handler(AlreadyExists)
-    async def _ae(_: Request, e: AlreadyExists) -> JSONResponse:
-        return problem(409, "already exists", str(e))
-
-    @app.exception_handler(Conflict)
-    async def _cf(_: Request, e: Conflict) -> JSONResponse:
-        return problem(409, "conflict", str(e))
 
     diskfull.add_handlers(app, cp, problem)
 

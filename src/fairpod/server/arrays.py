@@ -30,15 +30,8 @@ class Hold:
 
 
 def array_of(job: Job) -> tuple[int, int | None] | None:
-    """(array job id, limit) of an array task; None for other jobs."""
-    env = job.spec.env
-    if "FAIRPOD_ARRAY_JOB_ID" not in env:
-        return None
-    try:
-        limit = int(env["FAIRPOD_ARRAY_TASK_LIMIT"]) if "FAIRPOD_ARRAY_TASK_LIMIT" in env else None
-        return int(env["FAIRPOD_ARRAY_JOB_ID"]), limit
-    except ValueError:
-        return None
+    """(array job id, limit) of an array task (the store's ``array_id``, ``array_limit``); None for other jobs."""
+    return None if job.array_id is None else (job.array_id, job.array_limit)
 
 
 def hold_back(cp: Core, jobs: list[Job]) -> None:
@@ -106,7 +99,8 @@ def insert_tasks(t: Any, spec: JobSpec, resolved: Any, text: str, indices: list[
     aid = tasks[0].id
     for i, job in enumerate(tasks):  # the array's id is its first task's, as in Slurm
         env = {**job.spec.env, "FAIRPOD_ARRAY_JOB_ID": str(aid), "SLURM_ARRAY_JOB_ID": str(aid)}
-        tasks[i] = t.update_job(job.id, {"spec": job.spec.model_copy(update={"env": env})})
+        tasks[i] = t.update_job(job.id, {"spec": job.spec.model_copy(update={"env": env}), "array_id": aid,
+                                         "array_limit": limit})
     t.append_events([{"kind": "JobSubmitted", "message": f"job array {spec.name} ({len(tasks)} tasks"
                       f"{f', {limit} at a time' if limit else ''}) submitted by {actor}",
                       "job_id": aid, "team": spec.team, "data": {"actor": actor, "array": text}}])
@@ -137,12 +131,12 @@ def admit_tasks(cp: Core, tasks: list[Job], limit: int | None) -> None:
 
 def array_view(job: Job) -> dict[str, Any] | None:
     """What the API shows of a task's array: its id, its base name, the task's index."""
-    env = job.spec.env
-    if "FAIRPOD_ARRAY_JOB_ID" not in env:
+    if job.array_id is None:
         return None
+    env = job.spec.env
     try:
-        return {"job_id": int(env["FAIRPOD_ARRAY_JOB_ID"]), "task_id": int(env["FAIRPOD_ARRAY_TASK_ID"]),
+        return {"job_id": job.array_id, "task_id": int(env["FAIRPOD_ARRAY_TASK_ID"]),
                 "name": env.get("FAIRPOD_ARRAY_NAME", job.name), "count": int(env["FAIRPOD_ARRAY_TASK_COUNT"]),
-                "limit": int(env["FAIRPOD_ARRAY_TASK_LIMIT"]) if "FAIRPOD_ARRAY_TASK_LIMIT" in env else None}
+                "limit": job.array_limit}
     except (KeyError, ValueError):
         return None

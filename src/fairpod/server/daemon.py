@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
 import logging
 import os
 import re
@@ -20,10 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-from fairpod.executors import procs, state
+from fairpod.executors import procs, registry, state
 from fairpod.model.spec import ClusterSpec, SpecError, load_spec, parse_spec, seed_spec
 from fairpod.model.users import Role
-from fairpod.paths import config_path, db_url, fairpod_home
+from fairpod.paths import db_url, fairpod_home
+from fairpod.server import cli_config
 from fairpod.server.errors import DomainError, WrongState
 from fairpod.server.nodes import sync_nodes
 from fairpod.store import Store, StoreError
@@ -36,7 +36,7 @@ def detect_cluster() -> ClusterSpec:
     """This machine as a cluster: one node of its NVIDIA GPUs (found through NVML, else nvidia-smi) in real-GPU
     mode, typed from the catalog when the GPU model and count match one (8 x H100 80GB -> ml.p5.48xlarge), else
     ``local-<model>``; without GPUs, the seed demo cluster."""
-    from fairpod.health.nvml import read_gpus
+    from fairpod.executors.nvml import read_gpus
     from fairpod.model.catalog import match_instance_type
 
     gpus, source = read_gpus()
@@ -84,19 +84,6 @@ def secure_home(home: Path, searchable: bool | None = None) -> None:
             for f in files:
                 with contextlib.suppress(FileNotFoundError):
                     os.chmod(os.path.join(top, f), 0o600)
-
-
-def write_config(url: str, token: str, home: Path | None = None) -> Path:
-    """The CLI config: the server's URL, the admin token and the home of the server it belongs to (``fairpod
-    status`` and ``fairpod down`` use it to tell this home's server from another one)."""
-    path = config_path()
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    doc = {"url": url, "token": token, **({"home": str(home)} if home is not None else {})}
-    with os.fdopen(fd, "w") as f:
-        json.dump(doc, f, indent=1)
-    os.chmod(path, 0o600)
-    return path
 
 
 def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[Store, str | None]:
@@ -191,13 +178,9 @@ def executor_config(kind: str | None, ray_address: str | None, ray_namespace: st
     from_spec = ex is not None and ex.kind == "ray"
     address = ray_address or (ex.ray_address if from_spec and ex is not None else "auto")
     namespace = ray_namespace or (ex.ray_namespace if from_spec and ex is not None else "fairpod")
-    if kind == "ray":
-        from fairpod.executors.ray import NAMESPACE_RE, parse_address
-
-        if not NAMESPACE_RE.fullmatch(namespace) or len(namespace) > 60:
-            raise ValueError(f"invalid Ray namespace {namespace!r}: lower-case letters, digits and '-'")
-        if address != "auto":
-            parse_address(address)
+    check = registry.get(kind).check
+    if check is not None:  # the executor's own options (Ray's address and namespace)
+        check(ray_address=address, ray_namespace=namespace)
     return kind, address, namespace
 
 
@@ -351,20 +334,20 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     except ValueError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
         return 2 if "go with --executor ray" in str(e) else 1
-    if executor == "ray":
+    reach = registry.get(executor).reach
+    if reach is not None:  # the executor's cluster, reached before anything is started (Ray)
         from fairpod.executors.base import ExecutorError
-        from fairpod.executors.ray import check_reachable
 
         try:
-            ray_address = check_reachable(ray_address)
+            ray_address = reach(ray_address=ray_address, ray_namespace=ray_namespace)["ray_address"]
         except ExecutorError as e:
             print(f"fairpod: error: {e}", file=sys.stderr)
             return 1
     server_url = f"http://127.0.0.1:{port}"
     if token:
-        print(f"created the admin user; its token is in {_write_own_config(server_url, token, home)}")
+        print(f"created the admin user; its token is in {cli_config.write_own_config(server_url, token, home)}")
     else:
-        _update_config_url(server_url, home)
+        cli_config.update_config_url(server_url, home)
     if foreground:
         serve(home, url, port, executor, ray_address, ray_namespace, advertise)
         return 0
@@ -386,8 +369,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         return 1
     assert rec is not None
     total = sum(c.acc for c in rec.spec.capacity().values())
-    where = (f"nodes from the Ray cluster at {ray_address} (namespace {ray_namespace})" if executor == "ray"
-             else f"{total} accelerators")
+    where = (f"nodes from the Ray cluster at {ray_address} (namespace {ray_namespace})"
+             if registry.nodes_from_executor(executor) else f"{total} accelerators")
     print(f"fairpod is up (pid {proc.pid}): cluster {rec.spec.cluster.name}, {where}, {len(rec.spec.teams)} teams")
     print(f"  API:       {server_url}/api/v1   (docs: {server_url}/docs)")
     print(f"  dashboard: {server_url}/")
@@ -400,45 +383,6 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         print(f"  enforced:  {capabilities.host().line()}")
     print("  stop it with: fairpod down")
     return 0
-
-
-def _config_home(path: Path) -> str | None:
-    """The home recorded in the CLI config at ``path`` (None: no config, or one without a home)."""
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    home = cfg.get("home") if isinstance(cfg, dict) else None
-    return str(home) if home else None
-
-
-def _write_own_config(url: str, token: str, home: Path) -> Path:
-    """The CLI config for a new admin token; when the config there belongs to another home's server (whose
-    token it holds), this one goes to ``$FAIRPOD_HOME/cli-config.json`` instead, to use with FAIRPOD_CONFIG."""
-    other = _config_home(config_path())
-    if other is None or other == str(home):
-        return write_config(url, token, home)
-    path = home / "cli-config.json"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump({"url": url, "token": token, "home": str(home)}, f, indent=1)
-    print(f"{config_path()} belongs to the fairpod of {other} and is left as it is; "
-          f"use this server with FAIRPOD_CONFIG={path}")
-    return path
-
-
-def _update_config_url(url: str, home: Path) -> None:
-    """Point the CLI config at this server, unless the config belongs to another home's server (then its
-    token is of no use here and must not be lost)."""
-    path = config_path()
-    try:
-        cfg = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return
-    if not isinstance(cfg, dict) or cfg.get("home", str(home)) != str(home):
-        return
-    if cfg.get("url") != url or "home" not in cfg:
-        write_config(url, cfg.get("token", ""), home)
 
 
 def down(timeout: float = 30.0) -> int:

@@ -2,10 +2,12 @@
 
 The core (``fairpod.server.control`` and its parts) raises *domain* errors: what went wrong, in words a person
 can act on, with no notion of HTTP. Only the API layer (``fairpod.server.app`` and the routes) turns them into
-HTTP problem documents (:data:`HTTP_STATUS`); the routes' own request errors are :class:`Problem`.
+HTTP problem documents (:data:`HTTP_STATUS`, with the store's NotFound / AlreadyExists / Conflict); the routes' own request errors are :class:`Problem`.
 """
 
 from __future__ import annotations
+
+from fairpod.store.records import AlreadyExists, Conflict, NotFound
 
 
 class DomainError(Exception):
@@ -44,11 +46,28 @@ class WrongState(DomainError):
     title = "conflict"
 
 
-HTTP_STATUS: dict[type[DomainError], int] = {InvalidJob: 400, NeverFits: 400, JobExists: 409, WrongState: 409}
+# The one table of the errors the API answers with a problem document: status, and the title when the error
+# has none of its own (a store error). Most specific first; any other DomainError is a 409 with its own title.
+HTTP_STATUS: dict[type[Exception], tuple[int, str | None]] = {
+    InvalidJob: (400, None),
+    NeverFits: (400, None),
+    JobExists: (409, None),
+    WrongState: (409, None),
+    NotFound: (404, "not found"),
+    AlreadyExists: (409, "already exists"),
+    Conflict: (409, "conflict"),
+    DomainError: (409, None),
+}
 
 
-def http_status(e: DomainError) -> int:
-    return next((s for cls, s in HTTP_STATUS.items() if isinstance(e, cls)), 409)
+def http_problem(e: Exception) -> tuple[int, str, str]:
+    """(status, title, detail) of an error of :data:`HTTP_STATUS` (LookupError for any other)."""
+    for cls, (status, title) in HTTP_STATUS.items():
+        if isinstance(e, cls):
+            if isinstance(e, DomainError):
+                return status, e.title, e.detail
+            return status, title or "refused", str(e)
+    raise LookupError(f"no HTTP status for {type(e).__name__}")
 
 
 class Problem(Exception):

@@ -5,7 +5,8 @@ has a node table (``cluster_nodes()``, see :class:`fairpod.executors.ray.RayExec
 store and the engine's view follow that table:
 
 - a live Ray node that names an instance type of the cluster spec's catalog, with at least that type's
-  accelerators as GPUs, is a fairpod node (instance group ``ray``, labels ``ray_node_id``, ``ray_address``, and
+  accelerators as GPUs, is a fairpod node (the row's ``group`` and ``store_labels``: instance group ``ray``, labels ``ray_node_id``,
+  ``ray_address``, and
   its Ray labels named like the spec's ``topology_levels``, e.g. ``ray start --labels '{"rack": "r1"}'``);
   one that does not fit is left out, with a ``NodeIgnored`` event saying why;
 - a node that dies is a node fault (``NodeLost``, or ``HeartbeatLost`` when Ray's health checks missed it): it
@@ -31,9 +32,6 @@ from fairpod.server.core_api import Core
 
 log = logging.getLogger("fairpod.membership")
 
-GROUP = "ray"
-NODE_ID = "ray_node_id"
-ADDRESS = "ray_address"
 LOST = ("NodeLost", "HeartbeatLost")
 FORGET_AFTER = 600.0
 FULL_PASS_EVERY = 5.0  # seconds; sooner when the node table or the engine's node set changed
@@ -62,7 +60,7 @@ def sync(cp: Core) -> None:
         now = time.monotonic()
         if version == mem.version and names == mem.nodes and now - mem.at < FULL_PASS_EVERY:
             return
-        _sync(cp, table.cluster_nodes(), mem)
+        _sync(cp, table.cluster_nodes(), table.node_label, mem)
         mem.version, mem.nodes, mem.at = version, frozenset(cp.snap.nodes), now
 
 
@@ -75,7 +73,7 @@ def _forget(cp: Core, name: str) -> None:
     cp.forget_node(name)
 
 
-def _sync(cp: Core, nodes: list[Any], mem: _Memory) -> None:
+def _sync(cp: Core, nodes: list[Any], node_label: str, mem: _Memory) -> None:
     cat = cp.spec.catalog()
     stored = {n.name: n for n in cp.store.list_nodes()}
     by_name = {rn.name: rn for rn in nodes}
@@ -100,7 +98,7 @@ def _sync(cp: Core, nodes: list[Any], mem: _Memory) -> None:
 
     for name, rn in live.items():
         node = stored.get(name)
-        labels = {NODE_ID: rn.node_id, ADDRESS: rn.address}
+        labels = dict(rn.store_labels)
         own = dict(getattr(rn, "labels", ()))
         labels.update({lv: own[lv] for lv in cp.spec.cluster.topology_levels if lv in own})  # its topology
         if node is not None and node.instance_type != rn.instance_type:
@@ -109,15 +107,15 @@ def _sync(cp: Core, nodes: list[Any], mem: _Memory) -> None:
             _forget(cp, name)
             node = None
         if node is None:
-            cp.add_node(name, GROUP, rn.instance_type, labels=labels)
+            cp.add_node(name, rn.group, rn.instance_type, labels=labels)
             continue
         if any(node.labels.get(k) != v for k, v in labels.items()):
-            cp.update_node(name, {"labels": {**node.labels, **labels}})
+            cp.set_labels(name, {**node.labels, **labels})
         if node.fault_type in LOST:
             before = node.deep_health_check
             cp.node_recovered(name, passed=before == DeepHealthCheck.PASSED)
             if before is None:  # never checked: recovery is no health check
-                cp.update_node(name, {"deep_health_check": None})
+                cp.check_reset(name)
         elif name not in cp.snap.nodes:
             cp.add_node(name, node.instance_group, node.instance_type)  # back into the engine's view
 
@@ -125,7 +123,7 @@ def _sync(cp: Core, nodes: list[Any], mem: _Memory) -> None:
     for name, node in stored.items():
         if name in live:
             continue
-        rid = node.labels.get(NODE_ID)
+        rid = node.labels.get(node_label)
         if rid is None:  # not a node of the Ray cluster
             if not _busy(cp, name):
                 log.info("node %s is not a node of the Ray cluster: dropped", name)

@@ -8,10 +8,10 @@ by ``fairpod.health``) puts it back.
 
 from __future__ import annotations
 
+from fairpod.executors import registry
 from fairpod.model.nodes import NodeHealth
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.errors import WrongState
-from fairpod.server.membership import NODE_ID
 from fairpod.store import Store
 
 # what a fault calls for -> the node's health status while it waits for that
@@ -24,12 +24,14 @@ ACTION_STATUS = {
 
 def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """Make the store's nodes match the spec's instance groups (``<group>-<i>``); busy nodes are kept.
-    With the Ray executor the nodes come from the Ray cluster (``fairpod.server.membership``), not the spec."""
+    With an executor that has its own nodes (Ray) they come from its cluster (``fairpod.server.membership``), not the spec."""
     want: dict[str, tuple[str, str]] = {}
-    for g in spec.cluster.instance_groups if spec.cluster.executor.kind != "ray" else []:
+    from_executor = registry.nodes_from_executor(spec.cluster.executor.kind)
+    for g in spec.cluster.instance_groups if not from_executor else []:
         for i in range(g.count):
             want[f"{g.name}-{i}"] = (g.name, g.node_type)
     have = {n.name: n for n in store.list_nodes()}
+    own = registry.node_labels()  # nodes of an executor's own node table (Ray) are the executor's to drop
     for name, (group, itype) in want.items():
         if name not in have:
             store.add_node(name, group, itype)
@@ -39,5 +41,5 @@ def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) ->
             store.delete_node(name)
             store.add_node(name, group, itype)
     for name in have:
-        if name not in want and name not in busy and NODE_ID not in have[name].labels:
+        if name not in want and name not in busy and not any(k in have[name].labels for k in own):
             store.delete_node(name)

@@ -73,7 +73,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if node is None:
             raise Problem(404, "no such node", f"no node {name!r}")
         if action in ("cordon", "uncordon"):
-            node = cp.update_node(name, {"cordoned": action == "cordon"})
+            node = cp.cordon(name, action == "cordon")
             cp.event(f"Node{action.capitalize()}ed", f"node {name} {action}ed by {p.name}", node=name)
         else:
             if cp.health is None:

@@ -10,7 +10,8 @@ from pydantic import BaseModel, Field
 
 from fairpod.model.spec import SpecError, parse_spec
 from fairpod.server.auth import Auth, require_admin
-from fairpod.server.control import ControlPlane, Problem
+from fairpod.server.control import ControlPlane
+from fairpod.server.errors import Problem
 from fairpod.server.limits import MAX_ID
 from fairpod.server.spec_changes import diff, dry_run
 from fairpod.store import NotFound

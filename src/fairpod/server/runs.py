@@ -50,7 +50,7 @@ class Run:
     nodes: list[str] = field(default_factory=list)  # where the engine placed the attempt, in rank order
     stop_at: float | None = None  # when the stop was asked
     before_stop: list[str] = field(default_factory=list)  # ranks that had ended on their own before it
-    # elastic jobs (fairpod.server.elastic): ranks a shrink is stopping (rank -> node), ranks a growth will start
+    # elastic jobs (fairpod.server.control.resize): ranks a shrink is stopping (rank -> node), ranks a growth will start
     removing: dict[str, str] = field(default_factory=dict)
     adding: list[int] = field(default_factory=list)
     gone: dict[str, float] = field(default_factory=dict)  # removed ranks -> when their replica ended

@@ -13,35 +13,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fairpod.executors import registry
 from fairpod.executors.base import Executor, Notifying, capability
 from fairpod.paths import runs_dir
 from fairpod.server.control import ControlPlane
+from fairpod.server.control.loop import standard_keepers
 from fairpod.store import Store
 
 log = logging.getLogger("fairpod")
-EXECUTORS = ("local", "ray", "timed")
 
 
 def make_executor(home: Path, kind: str, ray_address: str = "auto", ray_namespace: str = "fairpod") -> Executor:
-    """The executor of ``kind`` on ``home``; ExecutorError or ValueError with one line if it cannot be had."""
-    root = runs_dir(home)
-    if kind == "local":
-        from fairpod.executors.local import LocalExecutor
-
-        return LocalExecutor(root)
-    if kind == "timed":  # benchmarks and tests only: runs no processes
-        from fairpod.executors.timed import TimedExecutor
-
-        log.warning("executor 'timed' (benchmarks/tests only): jobs run NO processes; "
-                    "each only waits out its FAIRPOD_BENCH_DURATION or 'sleep N'")
-        return TimedExecutor(root)
-    if kind == "ray":  # the nodes of a Ray cluster (docs/ray.md)
-        from fairpod.executors.ray import RayExecutor
-
-        ex = RayExecutor(root, address=ray_address, namespace=ray_namespace)
-        log.info("executor ray: cluster %s, namespace %s", ex.address, ray_namespace)
-        return ex
-    raise ValueError(f"unknown executor {kind!r} ({', '.join(EXECUTORS)})")
+    """The executor of ``kind`` (:mod:`fairpod.executors.registry`) on ``home``; ExecutorError or ValueError with
+    one line if it cannot be had."""
+    return registry.get(kind).make(runs_dir(home), ray_address=ray_address, ray_namespace=ray_namespace)
 
 
 @dataclass
@@ -74,7 +59,7 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
     # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
     store = Store(url, synchronous="NORMAL")
     store.create_all()
-    cp = ControlPlane(store, executor, home)
+    cp = ControlPlane(store, executor, home, keepers=standard_keepers)  # a new periodic keeper: register it there
     secret = job_secret(home, store)
     cp.launch_env = launch_env(secret, api_url)  # FAIRPOD_API_URL, FAIRPOD_TOKEN
     notifying = capability(executor, Notifying)
@@ -86,4 +71,4 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
     return Runtime(store, executor, cp, create_app(cp, secret), secret)
 
 
-__all__ = ["EXECUTORS", "Runtime", "build", "make_executor"]
+__all__ = ["Runtime", "build", "make_executor"]

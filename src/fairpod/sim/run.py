@@ -38,17 +38,15 @@ from fairpod.governance import (
     Grow,
     Preempt,
     Shrink,
-    Snapshot,
     Wait,
     Workload,
+    feasible,
     net_changes,
     schedule,
-    users,
 )
 from fairpod.governance.budget import next_period
 from fairpod.governance.build import budget_meter, snapshot_from_spec
-from fairpod.governance.placement import place, why_not
-from fairpod.governance.quota import lending, pool_ok, team_check
+from fairpod.governance.quota import lending
 from fairpod.model.spec import ClusterSpec
 from fairpod.sim.trace import TraceJob
 
@@ -115,22 +113,6 @@ class SimResult:
         return max(0.0, self.end - self.start)
 
 
-def never_runnable(snap: Snapshot, w: Workload) -> str | None:
-    """Why ``w`` could not start even on the empty cluster ``snap``, or None if it could."""
-    if place(snap, w) is None:
-        return why_not(snap, w)
-    ok, _, why = team_check(snap, w)
-    if not ok:
-        return why
-    capped = users.never(snap.teams[w.team], w)
-    if capped:
-        return capped
-    if not pool_ok(snap, w):
-        return f"no idle {w.itype} capacity to borrow: the job needs more than its team's quota and what " \
-               "the lending teams could ever lend"
-    return None
-
-
 def _expected(j: TraceJob, left: float) -> float:
     """What the engine is told a job runs for: an elastic job's time at its minimum size (at most that)."""
     return left * j.nodes / j.min_nodes if j.min_nodes else left
@@ -166,7 +148,7 @@ class Simulation:
                     w.choose(i)
                 key = (j.team, w.shape)
                 if key not in verdicts:
-                    verdicts[key] = never_runnable(empty, w)
+                    verdicts[key] = feasible.never_fits(empty, w, fixed=True)
                 whys.append(verdicts[key])
             if w.choices:
                 w.choose(0)

@@ -63,6 +63,8 @@ JOB_FIELDS: dict[str, f.Conv] = {
     "checkpoint_step": f.optional(f.integer),
     "checkpoint_path": f.optional(f.text),
     "master_port": f.optional(f.integer),
+    "array_id": f.optional(f.integer),
+    "array_limit": f.optional(f.integer),
 }
 
 
@@ -115,6 +117,8 @@ def to_job(r: JobRow) -> Job:
         checkpoint_path=r.checkpoint_path,
         master_port=r.master_port,
         updated_at=r.updated_at,
+        array_id=r.array_id,
+        array_limit=r.array_limit,
     )
 
 
@@ -218,7 +222,7 @@ class JobOps(Ops):
                 started_at=None, first_started_at=None, finished_at=ts if st.finished else None,
                 attempt=0, max_retry=spec.max_retry, auto_resume=spec.auto_resume, placement=[],
                 borrowed_from={}, preemptions=0, run_state=None, checkpoint_at=None, checkpoint_step=None,
-                checkpoint_path=None, master_port=None, updated_at=ts,
+                checkpoint_path=None, master_port=None, updated_at=ts, array_id=None, array_limit=None,
             )  # fmt: skip
             try:
                 res = conn.execute(_INSERT_JOB, row)

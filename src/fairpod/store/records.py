@@ -104,6 +104,8 @@ class Job:
     checkpoint_path: str | None
     master_port: int | None
     updated_at: float
+    array_id: int | None = None  # a task of a job array: the array's id (its first task's id)
+    array_limit: int | None = None  # the array's throttle (at most this many tasks at a time)
 
 
 @dataclass(frozen=True, slots=True)

@@ -99,6 +99,7 @@ class JobRow(Base):
         Index("ix_jobs_state_seq", "state", "seq"),
         Index("ix_jobs_finished_at", "finished_at"),
         Index("ix_jobs_team_seq", "team", "seq"),  # a team's newest jobs
+        Index("ix_jobs_array_id", "array_id"),  # the tasks of a job array
         {"sqlite_autoincrement": True},
     )
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
@@ -131,6 +132,8 @@ class JobRow(Base):
     checkpoint_path: Mapped[str | None] = mapped_column(Text)
     master_port: Mapped[int | None] = mapped_column(Integer)
     updated_at: Mapped[float] = mapped_column(Float)
+    array_id: Mapped[int | None] = mapped_column(Integer)  # a job array's task: the array's id (its first task's)
+    array_limit: Mapped[int | None] = mapped_column(Integer)  # ... and how many of its tasks may run at a time
 
 
 class EventRow(Base):

@@ -13,7 +13,7 @@ from typing import Any
 
 from fairpod import sandbox
 from fairpod.executors import state
-from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
+from fairpod.executors.base import JobLaunch, ReplicaExit
 from fairpod.executors.ray.agents import AGENT_PREFIX, _Agent
 from fairpod.executors.ray.nodes import RayNode
 
@@ -149,22 +149,3 @@ class Attempts:
                     log.warning("removed Ray placement group %s: fairpod uses none", info.get("name"))
                 except Exception:  # noqa: BLE001 - removed meanwhile
                     pass
-
-    # -- helpers -------------------------------------------------------------------------------------------
-    @staticmethod
-    def _validate(job: JobLaunch) -> None:
-        if not state.NAME_RE.fullmatch(job.job) or ".." in job.job or ":" in job.job:
-            raise ExecutorError(f"invalid job name {job.job!r}")
-        if job.attempt < 0:
-            raise ExecutorError(f"invalid attempt {job.attempt}")
-        if not job.command or not all(isinstance(a, str) for a in job.command):
-            raise ExecutorError(f"job {job.job} has no command")
-        ranks = sorted(r.rank for r in job.replicas)
-        if not ranks or ranks != list(range(len(ranks))):
-            raise ExecutorError(f"job {job.job}: replica ranks must be 0..n-1, got {ranks}")
-        if len({r.node for r in job.replicas}) != len(job.replicas):
-            raise ExecutorError(f"job {job.job}: the Ray executor runs one replica per node")
-        if job.grace_seconds < 0:
-            raise ExecutorError(f"job {job.job}: negative grace period")
-
-

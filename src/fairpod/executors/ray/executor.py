@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from fairpod.executors import state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
+from fairpod.executors.hostgpus import ThisHostMig
 from fairpod.executors.ray.agents import Agents, _Agent
 from fairpod.executors.ray.attempts import Attempts, _Attempt, _Rep
 from fairpod.executors.ray.connection import _import_ray, connect
@@ -29,7 +30,7 @@ DEFAULT_NODE_DIR = "/tmp/fairpod-ray"  # on each node: replicas' run dirs (or $F
 T = TypeVar("T")
 
 
-class RayExecutor(Agents, NodeTable, Attempts, Pump):
+class RayExecutor(Agents, NodeTable, Attempts, Pump, ThisHostMig):
     """Executor on a Ray cluster (see the module doc). Thread-safe; one per ``root`` and Ray namespace."""
 
     name = "ray"
@@ -97,7 +98,7 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump):
 
     # -- the Executor protocol -------------------------------------------------------------------------
     def launch(self, job: JobLaunch) -> None:
-        self._validate(job)
+        job.validate(one_per_node=True)
         with self._lock:
             live = self.running()
             if job.job in live:

@@ -14,6 +14,9 @@ ITYPE_RESOURCE = "fairpod/instance-type:"
 ITYPE_LABEL = "fairpod/instance-type"
 NODE_ID_LABEL = "ray.io/node-id"
 NODES_FILE = "ray-nodes.json"
+GROUP = "ray"  # the instance group of every fairpod node of a Ray cluster
+NODE_ID = "ray_node_id"  # the stored labels of such a node: its Ray node id and address
+ADDRESS = "ray_address"
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +33,16 @@ class RayNode:
     death: str | None = None  # Ray's reason, for a dead node
     expected_death: bool = False  # stopped on purpose (ray stop, scaled down) rather than lost
     labels: tuple[tuple[str, str], ...] = ()  # the node's own Ray labels (e.g. rack, block), not Ray's ray.io/ ones
+
+    @property
+    def group(self) -> str:
+        """The instance group fairpod stores the node under."""
+        return GROUP
+
+    @property
+    def store_labels(self) -> dict[str, str]:
+        """The labels fairpod stores with the node (``NodeTable.node_label`` among them)."""
+        return {NODE_ID: self.node_id, ADDRESS: self.address}
 
 
 def _instance_type(raw: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -58,6 +71,7 @@ class NodeTable:
     _nodes: dict[str, RayNode]
     _by_name: dict[str, RayNode]
     nodes_version: int
+    node_label = NODE_ID  # every stored node of this table has it (NodeTable)
     root: Path
 
     def cluster_nodes(self) -> list[RayNode]:

@@ -10,6 +10,10 @@ priority classes (WorkloadPriorityClasses ``<class>-priority``), idle resource s
 (node counts, custom instance types, policy knobs) and the form a value was written in: the spec they describe
 is taken as is only when exporting it gives back exactly the Kueue fields read; otherwise (objects edited
 after the export, or HyperPod's own) the spec is read from the Kueue fields and every guess is reported.
+
+Longer than fairpod's usual module (~550 lines): each Kueue kind's reading and its one-line errors naming the
+object's field sit beside the others they are cross-checked with (flavors, cluster queues, local queues,
+priority classes); they are read in one pass over one directory.
 """
 
 from __future__ import annotations

@@ -1,0 +1,24 @@
+"""The control plane's core: one object that owns the store, the executor and the engine's snapshot.
+
+Two copies of the truth live here: the store (it survives a crash) and, in memory, the engine's snapshot and
+the live attempts (``runs``, ``slots``). Each state change has exactly one owner, a method of
+:class:`ControlPlane` that writes the store, then the memory, under the one lock; the table of transitions and
+their owners is in docs/architecture.md ("One owner per transition, one lock"). The modules are the
+transitions:
+
+- :mod:`.plane`: the lock, start-up recovery, ``reload`` after a failed store write, the public API
+  (``ControlPlane`` implements :class:`fairpod.server.core_api.Core`);
+- :mod:`.memory`: the snapshot built from the store, the live attempts and their accelerator slots;
+- :mod:`.submit`: queueing jobs and job arrays (group commit, admissibility);
+- :mod:`.attempt`: an attempt's life (admit, ready, launch with ``build_launch``, exit, stop, stopped, finish);
+- :mod:`.resize`: shrink and grow of an elastic job's running attempt;
+- :mod:`.nodes`: the named transitions of a node (cordon, labels, deep health check, fault, recovery);
+- :mod:`.loop`: ``reconcile_once`` and the periodic keepers the composition root registers.
+
+The store is written first, then the memory. When a store write fails, the memory is thrown away and
+rebuilt from the store (``ControlPlane.reload``), so the two never disagree for longer than one call.
+"""
+
+from fairpod.server.control.plane import ControlPlane
+
+__all__ = ["ControlPlane"]

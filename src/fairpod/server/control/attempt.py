@@ -1,0 +1,325 @@
+"""The attempt's life: admitted by the engine, ready (its victims stopped, its slots free), launched, its
+replicas' exits, a stop begun, every replica stopped, finished. Grow and shrink of a running attempt are in
+:mod:`fairpod.server.control.resize`; both start replicas with :meth:`AttemptLife.build_launch`."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fairpod.executors.base import ExecutorError, HostGpus, JobLaunch, ReplicaExit, ReplicaLaunch, capability
+from fairpod.governance import Admit, Preempt, Wait
+from fairpod.model.jobs import JobState
+from fairpod.sandbox import capabilities
+from fairpod.server import backoff
+from fairpod.server.control import resize
+from fairpod.server.runs import (
+    STOP_CANCEL,
+    STOP_FAIL,
+    STOP_PREEMPT,
+    STOP_RESTART,
+    Run,
+    SlotsBusy,
+    failure_kind,
+    job_id_of,
+    job_key,
+    usage_message,
+)
+from fairpod.store.records import Job
+
+log = logging.getLogger("fairpod.control")
+
+
+class AttemptLife:
+    """The part of :class:`fairpod.server.control.ControlPlane` that takes a job's attempt through its life."""
+
+    def admit(self, d: Admit) -> None:
+        """The engine admitted a pending job: Running on ``d.nodes``; it launches once ``d.after`` stopped."""
+        job = self.store.get_job(int(d.job))
+        if job is None or job.state != JobState.PENDING:
+            return
+        run = Run(attempt=job.attempt, after=list(d.after), nodes=list(d.nodes))
+        self.runs[job.id] = run
+        now = self.clock()
+        job = self._save_run(job, run, state=JobState.RUNNING, placement=list(d.nodes), reason=d.reason,
+                             nodes=len(d.nodes),  # an elastic job's size now
+                             borrowed_from=dict(d.lenders), started_at=now,
+                             **({"instance_type": d.itype, "acc": d.req[0], "mcpu": d.req[1], "mib": d.req[2]}
+                                if d.itype and d.req else {}),  # a job with fallback types: the one it starts on
+                             **({} if job.first_started_at else {"first_started_at": now}))
+        self.event("JobAdmitted", f"job {job.name}: {d.reason}", job, nodes=list(d.nodes), after=list(d.after))
+
+    def preempt(self, d: Preempt) -> None:
+        """The engine preempts a running job: it stops, then goes back to its queue (``stopped``)."""
+        jid = int(d.job)
+        job = self.store.get_job(jid)
+        run = self.runs.get(jid)
+        self._unsnap(jid)  # it goes back to its queue once it has stopped
+        if job is None or run is None or job.state != JobState.RUNNING or run.stopping is not None:
+            return  # finished meanwhile, or already stopping: no second preemption for one stop
+        job = self.store.update_job(job.id, {"preemptions": job.preemptions + 1})
+        self.event("JobPreempted", f"job {job.name}: {d.reason}", job, by=d.by, preemption=d.kind)
+        self.begin_stop(job, run, STOP_PREEMPT, d.reason)
+        if not run.launched:
+            self.stopped(self.store.get_job(job.id) or job, run)
+
+    def _ready(self) -> list[tuple[Job, Run]]:
+        """Admitted attempts whose victims have stopped and whose accelerator slots are free: their slots are
+        taken (and stored with the run) now. An attempt whose slots are still held by a stopping job waits."""
+        out = []
+        cat = self.spec.catalog()
+        for jid, run in list(self.runs.items()):
+            if run.launched or run.stopping is not None or any(int(v) in self.runs for v in run.after):
+                continue
+            job = self.store.get_job(jid)
+            if job is None or job.state != JobState.RUNNING:
+                continue
+            if not run.slots:
+                try:
+                    run.slots = self.slots.take_all(job.placement, job.acc, cat[job.instance_type].accelerators,
+                                                    self._partitions_per_gpu(job.placement[0] if job.placement else ""))
+                except SlotsBusy as e:
+                    log.debug("job %s waits for accelerator slots: %s", job.name, e)
+                    continue
+                job = self._save_run(job, run)
+            out.append((job, run))
+        return out
+
+    def _reserve_launches(self, ready: list[tuple[Job, Run]]) -> list[tuple[Job, Run, JobLaunch]]:
+        """Under the lock, after the commit that stored their slots: what the executor needs for each attempt
+        ``_ready`` chose. Each is marked launched in memory from now on, so a stop that comes while its
+        processes start (cancel, preemption, node fault) goes to the executor and waits for the replicas'
+        exits instead of freeing the slots at once; :meth:`_launch_unlocked` records the start."""
+        starts = []
+        for job, run in ready:
+            launch = self._launch_of(job, run)
+            if launch is not None:
+                run.launched = True
+                starts.append((job, run, launch))
+        return starts
+
+    def _launch_unlocked(self, starts: list[tuple[Job, Run, JobLaunch]]) -> None:
+        """Start the reserved attempts without holding the lock (submits and lists go on meanwhile), then,
+        under it and in one commit, record each start (``JobStarted``) or failure. A stop asked while they
+        started is sent again now that the replicas exist."""
+        if not starts:
+            return
+        done: list[tuple[Job, Run, ExecutorError | None]] = []
+        for job, run, launch in starts:
+            try:
+                self.executor.launch(launch)
+                done.append((job, run, None))
+            except ExecutorError as e:
+                done.append((job, run, e))
+            except Exception as e:  # a bug: this attempt fails, the others are still recorded
+                log.exception("launch of job %s failed", job.name)
+                done.append((job, run, ExecutorError(f"launch failed: {e}")))
+        with self._turn(), self.store.batch():
+            self.store.prefetch(job.id for job, _, _ in done)  # one query for all of them
+            for job, run, err in done:
+                cur = self.runs.get(job.id)
+                if cur is None or cur.attempt != run.attempt:  # no longer in memory (rebuilt from the store)
+                    if err is None:
+                        self.executor.stop(job_key(job), run.attempt, 0.0)
+                    continue
+                job = self.store.get_job(job.id) or job
+                if err is not None:
+                    self._launch_failed(job, cur, err)
+                    continue
+                self._started(job, cur)
+                if cur.stopping is not None:
+                    self.executor.stop(job_key(job), cur.attempt, job.spec.termination_grace_seconds)
+
+    def _launch_of(self, job: Job, run: Run) -> JobLaunch | None:
+        """The executor's launch of an admitted attempt on its slots; None (and the job failed) when its
+        devices cannot be had."""
+        try:
+            launch = self.build_launch(job, run)
+        except ExecutorError as e:
+            self._launch_failed(job, run, e)
+            return None
+        if any(len(r.accelerators) != job.acc for r in launch.replicas):  # never short: _ready took them all
+            raise RuntimeError(f"job {job.name}: accelerator slots {run.slots} do not match {job.acc} per node")
+        run.after = []
+        return launch
+
+    def build_launch(self, job: Job, run: Run, ranks: list[int] | None = None) -> JobLaunch:
+        """What the executor gets to start the replicas of ``ranks`` of the job's attempt on their slots: all of
+        them (a launch), or the new ranks of a job that grew (``world`` then says how many there are in all).
+        Raises ExecutorError when their devices cannot be had."""
+        grow = ranks is not None
+        ranks = list(range(len(job.placement))) if ranks is None else ranks
+        nodes = [job.placement[r] for r in ranks]
+        devices = {n: self._partition_devices(n, list(run.slots.get(n, []))) for n in nodes}
+        return JobLaunch(
+            job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
+            checkpoint_dir=str(self.checkpoint_root() / job.team / job_key(job)),
+            env={**job.spec.env, **self.launch_env(job), **resize.env(job),
+                 "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
+            workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
+            run_as=self.spec.run_as(job.team), world=len(job.placement) if grow else 0,
+            replicas=tuple(ReplicaLaunch(rank=r, node=n, accelerators=tuple(run.slots.get(n, [])),
+                                         real_gpus=self._gpus_are_real(n), devices=devices[n],
+                                         mcpu=job.mcpu, mib=job.mib)
+                           for r, n in zip(ranks, nodes, strict=True)),
+        )  # fmt: skip
+
+    def _launch_failed(self, job: Job, run: Run, e: ExecutorError) -> None:
+        run.launched = True
+        for rank in range(job.nodes):
+            run.exits[str(rank)] = str(e)
+            run.codes[str(rank)] = None
+        self.begin_stop(job, run, STOP_FAIL, f"could not start: {e}")
+        self.stopped(self.store.get_job(job.id) or job, run)
+
+    def _started(self, job: Job, run: Run) -> None:
+        """Record that an attempt's replicas exist (also when found live after a crash)."""
+        run.launched = True
+        job = self._save_run(job, run, started_at=self.clock())
+        self.event("JobStarted", f"job {job.name} started (attempt {job.attempt}) on {', '.join(job.placement)}",
+                   job, attempt=job.attempt)
+
+    def _isolation_gap(self) -> str | None:
+        """Why no node takes a job under ``cluster.isolation: required`` (fairpod.sandbox.capabilities)."""
+        return capabilities.required_gap(self.spec.cluster.isolation, self.executor.name)
+
+    def _wait_reason(self, d: Wait) -> str:
+        """A job back in its queue after a preemption says so until it runs again."""
+        if (gap := self._isolation_gap()) is not None:
+            return gap
+        job = self.store.get_job(int(d.job))
+        info = (job.run_state or {}) if job is not None else {}
+        if info.get("stopping") == STOP_PREEMPT and info.get("stop_reason"):
+            return f"{d.reason} (requeued: {info['stop_reason']})"
+        return d.reason
+
+    def exit(self, e: ReplicaExit) -> None:
+        """A replica ended. Taking the same exit twice changes nothing (exits are re-delivered until the store
+        has committed them)."""
+        jid = job_id_of(e.job)
+        run = self.runs.get(jid) if jid is not None else None
+        if run is None or jid is None or run.attempt != e.attempt or str(e.rank) in run.exits:
+            return
+        if resize.removed(run, e):  # an elastic job shrank: that replica's end ends nothing else
+            self._replica_gone(jid, run, e)
+            return
+        job = self.store.get_job(jid)
+        if job is None:
+            return
+        if not run.launched:  # started, but the control plane died before it recorded that
+            self._started(job, run)
+            job = self.store.get_job(jid) or job
+        run.exits[str(e.rank)] = e.reason
+        run.codes[str(e.rank)] = e.returncode
+        if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):
+            self.event("ReplicaUsage", usage_message(job.name, use), job, **use)
+        if run.stop_at is not None and e.ended_at < run.stop_at:
+            run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
+        if run.stopping is None:
+            if not e.ok:
+                self.begin_stop(job, run, failure_kind(job), f"replica {e.rank} {e.reason}")
+            elif len(run.exits) == job.nodes:
+                self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
+                return
+        if run.stopping is not None and len(run.exits) >= job.nodes:
+            self.stopped(job, run)
+        else:
+            self._save_run(job, run)
+
+    def begin_stop(self, job: Job, run: Run, kind: str, reason: str) -> None:
+        """Ask the executor to stop the attempt; the job's next state waits for every replica's exit."""
+        if run.stopping == STOP_CANCEL:
+            return
+        if run.stopping is None:
+            run.stop_at = self.clock()
+        run.stopping = kind
+        run.stop_reason = reason
+        changes: dict[str, Any] = {"reason": reason}
+        if kind == STOP_PREEMPT:
+            changes["state"] = JobState.PREEMPTED
+        self._save_run(job, run, **changes)
+        if run.launched:
+            self.executor.stop(job_key(job), run.attempt, job.spec.termination_grace_seconds)
+
+    def output_mtime(self, job: Job) -> float | None:
+        """When any replica of the job's current attempt last wrote output (None: no log here)."""
+        latest = None
+        for rank in range(job.nodes):
+            path = self.executor.log_path(job_key(job), rank, job.attempt)
+            try:
+                m = path.stat().st_mtime if path is not None else None
+            except OSError:
+                m = None
+            if m is not None and (latest is None or m > latest):
+                latest = m
+        return latest
+
+    def gpu_utilization(self, job: Job, run: Run) -> list[float] | None:
+        """Utilization (%) of the GPUs the job holds, when they are real GPUs the executor can read
+        (:class:`fairpod.executors.base.HostGpus`); None otherwise."""
+        gpus = capability(self.executor, HostGpus)
+        if gpus is None or not run.slots:
+            return None
+        nodes = [n for n in run.slots if self._gpus_are_real(n)]
+        if not nodes:
+            return None
+        held = list(dict.fromkeys(i // self._partitions_per_gpu(n) for n in nodes for i in run.slots[n]))
+        return gpus.gpu_utilization(held)
+
+    def finish(self, job: Job, run: Run, state: JobState, reason: str) -> None:
+        self._release(job, run)
+        if state == JobState.SUCCEEDED:
+            self.eta.typical.observe(job, self.clock())
+        job = self.store.update_job(job.id, {"state": state, "reason": reason, "finished_at": self.clock(),
+                                             "run_state": run.to_json()})
+        self.event(f"Job{state.value}", f"job {job.name} {state.value.lower()}: {reason}", job)
+        self.wake.set()
+
+    def stopped(self, job: Job, run: Run) -> None:
+        """Every replica of a stopping attempt has ended: take the job to its next state."""
+        kind = run.stopping
+        if kind == STOP_PREEMPT and run.before_stop and len(run.exits) >= job.nodes:
+            # replicas that had ended on their own before the preemption reached them decide
+            natural = {r: run.codes.get(r) for r in run.before_stop}
+            if len(natural) == job.nodes and all(c == 0 for c in natural.values()):
+                self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
+                return
+            failed = sorted(r for r, c in natural.items() if c != 0)
+            if failed:
+                kind = run.stopping = failure_kind(job)
+                run.stop_reason = f"replica {failed[0]} {run.exits[failed[0]]}"
+        if kind == STOP_CANCEL:
+            self.finish(job, run, JobState.CANCELLED, run.stop_reason)
+        elif kind == STOP_FAIL:
+            self.finish(job, run, JobState.FAILED, run.stop_reason)
+        elif kind in (STOP_PREEMPT, STOP_RESTART):
+            self._release(job, run)
+            now = self.clock()
+            changes: dict[str, Any] = {"state": JobState.PENDING, "enqueued_at": now, "run_state": run.to_json(),
+                                       "placement": [], "borrowed_from": {}, "nodes": job.spec.nodes}
+            if kind == STOP_RESTART:
+                changes["attempt"] = job.attempt + 1
+                changes["reason"] = f"restarting: {run.stop_reason}"
+                changes.update(backoff.restart_changes(self.spec.policy, job, changes["run_state"], run.stop_reason,
+                                                       now))
+            job = self.store.update_job(job.id, changes)
+            if kind == STOP_RESTART:
+                self.event("JobRestarting", f"job {job.name}: {run.stop_reason} (restart {job.attempt} of "
+                           f"{job.max_retry})", job, attempt=job.attempt)
+            else:
+                self.event("JobRequeued", f"job {job.name} stopped and is back in its queue", job)
+            if not backoff.hold(self, job):
+                self.snap.add_pending(self.workload(job))
+            self.wake.set()
+
+    def _partition_devices(self, node: str, slots: list[int]) -> tuple[str, ...]:
+        """The MIG device UUIDs of a node's partition slots, from the executor (:class:`HostGpus`); () when the
+        node's GPUs are not real or not partitioned. Raises ExecutorError when a GPU does not have the MIG
+        devices its group's profile says (MIG not configured so)."""
+        g = self._group_of(node)
+        if g is None or not g.accelerator_partition_type or g.accelerators_are != "gpus":
+            return ()
+        gpus = capability(self.executor, HostGpus)
+        if gpus is None:
+            return ()
+        return gpus.mig_devices(node, slots, self._partitions_per_gpu(node), g.accelerator_partition_type)

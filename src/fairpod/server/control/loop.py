@@ -1,0 +1,119 @@
+"""The loop: one turn (:meth:`Loop.reconcile_once`) takes the replicas' exits, runs one engine cycle, applies its
+decisions, commits, acknowledges the exits, launches what is ready; the periodic keepers the composition root
+registers (:func:`standard_keepers`) run before the exits are taken and after the commit."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fairpod.executors.base import ReplicaExit
+from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
+from fairpod.governance.decisions import Grow, Shrink
+from fairpod.server import arrays, backoff, diskfull, membership
+from fairpod.server.runs import job_id_of
+
+log = logging.getLogger("fairpod.control")
+
+Keeper = Callable[[Any], None]  # called with the control plane, under its lock, once a turn
+
+
+@dataclass
+class Keepers:
+    """What runs at every turn of the loop beside the engine, in order."""
+
+    before: list[Keeper] = field(default_factory=list)  # before this turn's exits are taken
+    after: list[Keeper] = field(default_factory=list)  # after the turn's commit, before the launches
+
+
+def standard_keepers(cp: Any) -> Keepers:
+    """fairpod's keepers: the hours used in each budget period (rule 10, before the exits), nodes joining and
+    leaving the executor's cluster (Ray; no-op otherwise), held tasks of throttled job arrays, restarts whose
+    backoff ran out (:mod:`fairpod.server.backoff`); then the usage
+    sampler, retention, the watchdog (runtime limits, hangs) and the fair-share history."""
+    return Keepers(before=[cp.budgets.apply, membership.sync, arrays.release, backoff.release],
+                   after=[cp.usage.tick, cp.retention.tick, cp.watchdog.tick, cp.history.tick])
+
+
+class Loop:
+    """The part of :class:`fairpod.server.control.ControlPlane` that turns."""
+
+    def reconcile_once(self) -> None:
+        with self._turn(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
+            for keep in self.keepers.before:  # budgets, node membership, held array tasks (standard_keepers)
+                keep(self)
+            exits = self.executor.poll(ack=False)
+            if exits:  # a node lost with these exits (Ray: its agent died) is a fault before they are taken
+                membership.sync(self)
+            self._take_exits(exits)
+            t0 = time.perf_counter()
+            self.snap.now = self.clock()
+            decisions = net_changes(schedule(self.snap))  # a job admitted and taken back in one cycle never ran
+            self.cycle_seconds = time.perf_counter() - t0
+            self.cycles += 1
+            # replicas that ended while the engine decided: a job that finished is not preempted
+            late = self.executor.poll(ack=False)
+            self._take_exits(late)
+            self.store.prefetch(d.job for d in decisions)
+            for d in decisions:
+                if isinstance(d, Preempt):
+                    self.preempt(d)
+                elif isinstance(d, Shrink):
+                    self.shrink(d)
+            for d in decisions:
+                if isinstance(d, Admit):
+                    self.admit(d)
+                elif isinstance(d, Grow):
+                    self.grow(d)
+                elif isinstance(d, Wait):
+                    self.store.update_job(int(d.job), {"reason": self._wait_reason(d)})
+            ready = self._ready()  # slots of the attempts that can start now, stored before they start
+            grown = self._grow_ready()  # and of the new replicas of elastic jobs that grew
+            self.store.flush()  # one commit: the exits' effects, the decisions, the slots
+            taken = {(e.job, e.attempt, e.rank): e for e in [*exits, *late]}  # late repeats what exits had
+            self.executor.ack(list(taken.values()))  # only now: a crash before the commit re-delivers them
+            self._launch_grown(grown)  # new replicas of running attempts: under the lock, as before
+            for keep in self.keepers.after:  # usage, retention, the watchdog, fair-share history
+                keep(self)
+            starts = self._reserve_launches(ready)
+        self._launch_unlocked(starts)  # forking takes milliseconds per replica: not under the lock
+
+    def _take_exits(self, exits: list[ReplicaExit]) -> None:
+        self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
+        for e in exits:
+            self.exit(e)
+
+    def start(self, interval: float = 0.25) -> None:
+        def loop() -> None:
+            while not self._stop.is_set():
+                self.wake.wait(interval)
+                self.wake.clear()
+                try:
+                    diskfull.recheck(self)
+                    self.reconcile_once()
+                except Exception as e:  # keep serving; the next turn starts again from the store's truth
+                    if not diskfull.failed(self, e):  # a full disk is logged once, and retried every turn
+                        log.exception("reconcile failed; rebuilding the control plane's memory from the store")
+                    try:
+                        self.reload()
+                    except Exception as e2:  # noqa: BLE001 - the loop must live on: the next turn tries again
+                        if not diskfull.failed(self, e2):
+                            log.exception("reload failed; trying again at the next turn")
+
+        self._thread = threading.Thread(target=loop, name="fairpod-reconcile", daemon=True)
+        self._thread.start()
+        self.eta.start(self)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.wake.set()
+        self.eta.stop()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        with self.lock:
+            self.history.tick(self, force=True)
+        self.executor.close()

@@ -1,0 +1,151 @@
+"""The memory: the engine's snapshot and the live attempts (``runs``, ``slots``), built from the store and thrown
+away (rebuilt) when a store write fails; and what the core looks up about a node (its instance group, whether its
+accelerators are real GPUs, how many slots make one GPU)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fairpod.governance import Snapshot, Workload, history
+from fairpod.governance.build import empty_snapshot, engine_team
+from fairpod.model.jobs import JobState, fallback_choices
+from fairpod.model.nodes import DeepHealthCheck
+from fairpod.model.resources import Res, node_res
+from fairpod.model.spec import ClusterSpec
+from fairpod.sandbox import capabilities
+from fairpod.server import arrays, backoff
+from fairpod.server.control import resize
+from fairpod.server.runs import Run, Slots, job_key
+from fairpod.store.records import Job
+
+
+class Memory:
+    """The part of :class:`fairpod.server.control.ControlPlane` that keeps the memory (the lock is held)."""
+
+    def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload:
+        spec = spec or self.spec
+        return Workload(
+            str(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
+            priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
+            expected=job.spec.expected_duration_seconds,
+            min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
+            passed_only=job.spec.deep_health_check_passed_nodes_only, user=job.spec.user or "",
+            checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
+            topology=job.spec.required_topology or job.spec.preferred_topology,
+            topology_required=job.spec.required_topology is not None, **resize.workload_fields(job),
+            choices=fallback_choices(job.spec, spec),
+        )  # fmt: skip
+
+
+    def _rebuild(self) -> None:
+        """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
+        and pending jobs."""
+        self._groups.clear()
+        self.snap = self.build_snapshot(self.spec)
+        unfinished = self.store.list_jobs(finished=False)
+        arrays.hold_back(self, unfinished)  # throttled arrays: tasks beyond the limit
+        backoff.hold_back(self, unfinished)  # restarts still backing off
+
+
+    def build_snapshot(self, spec: ClusterSpec) -> Snapshot:
+        """The engine's view of the store's nodes and unfinished jobs under ``spec`` (the live one, or one a
+        dry run tries); call it holding the lock."""
+        snap = empty_snapshot(spec, self.clock())
+        cat = spec.catalog()
+        isolating = capabilities.required_gap(spec.cluster.isolation, self.executor.name) is None
+        for nd in self.store.list_nodes():
+            if nd.instance_type not in cat:
+                continue
+            snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]),
+                          schedulable=nd.schedulable and isolating,
+                          passed=nd.deep_health_check == DeepHealthCheck.PASSED,
+                          topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
+        for t in spec.teams:
+            snap.add_team(engine_team(spec, t.name))
+        history.load(snap, self.history.saved(self))  # FairShareHistory: the past borrowing goes on
+        self.budgets.fill(snap.teams, spec, snap.now)  # budgets: the hours counted so far
+        for job in self.store.list_jobs(finished=False):
+            if job.team not in snap.teams:
+                continue
+            w = self.workload(job, spec)
+            if job.state == JobState.RUNNING:
+                snap.assign(w, [n for n in job.placement if n in snap.nodes])
+                w.started = job.started_at
+            elif job.state == JobState.PENDING:
+                snap.add_pending(w)
+        return snap
+
+
+    def _load_runs(self) -> list[tuple[Job, Run]]:
+        """``runs`` and ``slots`` from the store; returns the attempts found live that the store does not
+        know as started (the control plane died between starting them and recording it)."""
+        live = self.executor.running()
+        self.runs, self.slots = {}, Slots()
+        unrecorded = []
+        for job in self.store.list_jobs(state=[JobState.RUNNING, JobState.PREEMPTED]):
+            run = Run.from_json(job.run_state, job.attempt)
+            if live.get(job_key(job)) == job.attempt and not run.launched:
+                unrecorded.append((job, run))
+            self.runs[job.id] = run
+            for node, slots in run.slots.items():
+                self.slots.mark(node, slots)
+        return unrecorded
+
+
+    def _save_run(self, job: Job, run: Run, **changes: Any) -> Job:
+        return self.store.update_job(job.id, {"run_state": run.to_json(), **changes})
+
+
+    def _unsnap(self, jid: int) -> None:
+        """The job leaves the engine's view: no longer running there, not pending either."""
+        if str(jid) in self.snap.running:
+            self.snap.finish(str(jid))
+        self.snap.remove_pending(str(jid))
+
+
+    def _release(self, job: Job, run: Run) -> None:
+        for node, slots in run.slots.items():
+            self.slots.give_back(node, slots)
+        self.runs.pop(job.id, None)
+        self._unsnap(job.id)
+
+
+    def _gpus_are_real(self, node: str) -> bool:
+        """Whether a node's accelerators are real GPUs (its instance group says ``accelerators_are: gpus``)."""
+        g = self._group_of(node)
+        return g is not None and g.accelerators_are == "gpus"
+
+
+    def _group_of(self, node: str) -> Any:
+        """A node's instance group (None: no such node or group), remembered per node name until the snapshot
+        is rebuilt (the spec or the nodes changed): one query per node, not one per launch."""
+        if node not in self._groups:
+            nd = self.store.get_node(node)
+            self._groups[node] = next((g for g in self.spec.cluster.instance_groups
+                                       if nd is not None and g.name == nd.instance_group), None)
+        return self._groups[node]
+
+
+    def _partitions_per_gpu(self, node: str) -> int:
+        """How many accelerator slots of a node are one GPU: its group's MIG partitions per GPU, else 1."""
+        from fairpod.model.catalog import MIG_PROFILES
+
+        g = self._group_of(node)
+        if g is None or not g.accelerator_partition_type:
+            return 1
+        kind = self.spec.catalog()[g.instance_type].accelerator_kind or ""
+        return MIG_PROFILES[kind][g.accelerator_partition_type]
+
+
+    def checkpoint_root(self) -> Path:
+        """Where jobs' checkpoint directories live: ``cluster.checkpoint_dir``, else ``$FAIRPOD_HOME/checkpoints``."""
+        custom = self.spec.cluster.checkpoint_dir
+        return Path(custom) if custom else self.home / "checkpoints"
+
+
+    def jobs_on(self, name: str) -> list[int]:
+        """Jobs with an attempt placed on ``name`` (starting, running or stopping)."""
+        with self.lock:
+            return [jid for jid, run in self.runs.items() if name in run.nodes or name in run.slots]
+

@@ -1,0 +1,204 @@
+"""The plane: the one lock, start-up recovery, reload after a failed store write, and the public API the routes
+and the parts of the server call (:class:`fairpod.server.core_api.Core`). The transitions themselves are in the
+sibling modules; :class:`ControlPlane` is their sum."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
+
+from fairpod.executors.base import Executor
+from fairpod.model.jobs import JobState
+from fairpod.model.spec import ClusterSpec
+from fairpod.server import arrays, eta
+from fairpod.server.batch import BatchingStore
+from fairpod.server.budgets import BudgetKeeper
+from fairpod.server.control.attempt import AttemptLife
+from fairpod.server.control.loop import Keepers, Loop, standard_keepers
+from fairpod.server.control.memory import Memory
+from fairpod.server.control.nodes import NodeTransitions
+from fairpod.server.control.resize import Resize
+from fairpod.server.control.submit import Submitting
+from fairpod.server.core_api import Core
+from fairpod.server.errors import WrongState
+from fairpod.server.fairshare_history import HistoryKeeper
+from fairpod.server.nodes import sync_nodes
+from fairpod.server.retention import Retention
+from fairpod.server.runs import STOP_CANCEL, STOP_PREEMPT, Run, Slots, failure_kind, job_key
+from fairpod.server.submits import SubmitQueue
+from fairpod.server.turn_gate import TurnGate
+from fairpod.server.usage import UsageSampler
+from fairpod.server.watchdog import Watchdog
+from fairpod.store import Store, StoreError
+from fairpod.store.records import Job
+
+log = logging.getLogger("fairpod.control")
+
+STORE_ERRORS = (StoreError, SQLAlchemyError)
+
+
+class ControlPlane(Memory, Submitting, AttemptLife, Resize, NodeTransitions, Loop, Core):
+    """The control plane's core (see :mod:`fairpod.server.control` for its transitions)."""
+
+    def __init__(
+        self,
+        store: Store,
+        executor: Executor,
+        home: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        keepers: Callable[[ControlPlane], Keepers] = standard_keepers,
+    ) -> None:
+        self.store = BatchingStore(store)  # batches the reconcile loop's job writes (fairpod.server.batch)
+        self.executor = executor
+        self.home = Path(home)
+        self.clock = clock
+        self.lock = threading.RLock()
+        self.gate = TurnGate()  # the reconcile turn takes the lock ahead of waiting submits
+        self.submits = SubmitQueue()  # submits waiting for the lock: written together (server.submits)
+        self.wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.runs: dict[int, Run] = {}
+        self.slots = Slots()
+        self.eta = eta.Estimates()  # estimated start times of pending jobs (its own thread, started by start())
+        rec = store.get_spec()
+        if rec is None:
+            raise RuntimeError("the store holds no cluster spec; apply one first")
+        self.spec: ClusterSpec = rec.spec
+        self.cycles = 0
+        self.cycle_seconds = 0.0
+        self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
+        self.retention = Retention()  # deletes what policy.retention_days no longer keeps
+        self.watchdog = Watchdog()  # runtime limits and hang detection
+        self.history = HistoryKeeper()  # FairShareHistory kept across restarts
+        self.budgets = BudgetKeeper()  # teams' accelerator-hours in the current budget periods
+        self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
+        self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
+        self.restart_holds: dict[int, float] = {}  # restarts backing off (fairpod.server.backoff)
+        self._groups: dict[str, Any] = {}  # node -> its instance group or None (cleared when rebuilt)
+        # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
+        self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
+        self.keepers = keepers(self)  # what runs beside the engine at every turn (loop.standard_keepers)
+        with self.lock:
+            self._recover()
+
+    def reload(self) -> None:
+        """Forget the memory and build it again from the store (after a failed store write)."""
+        with self.lock:
+            self._load_runs()
+            self._rebuild()
+
+    @contextmanager
+    def _change(self) -> Iterator[None]:
+        """One transition: under the lock; if the store refuses a write, the memory goes back to the store's."""
+        with self.lock:
+            try:
+                yield
+            except STORE_ERRORS:
+                log.exception("store write failed; rebuilding the control plane's memory from the store")
+                self.reload()
+                raise
+
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        """``_change()`` for the reconcile turn: the lock is taken ahead of submits waiting for it."""
+        with self.gate.turn():
+            self.lock.acquire()
+        try:
+            with self._change():
+                yield
+        finally:
+            self.lock.release()
+
+    def _recover(self) -> None:
+        """Start-up: re-adopt live replicas, take in exits not acknowledged, rebuild the snapshot."""
+        exits = self.executor.adopt(ack=False)
+        live = self.executor.running()
+        unrecorded = self._load_runs()
+        self._rebuild()
+        for job, run in unrecorded:
+            self._started(job, run)
+        for e in exits:
+            self.exit(e)
+        # replicas that ended unseen (an executor that keeps no exits across restarts)
+        for jid, run in list(self.runs.items()):
+            job = self.store.get_job(jid)
+            if job is None or not run.launched or live.get(job_key(job)) == run.attempt:
+                continue
+            for rank in range(job.nodes):
+                run.exits.setdefault(str(rank), "ended while the control plane was down")
+                run.codes.setdefault(str(rank), None)
+            if run.stopping is None:
+                if all(c == 0 for c in run.codes.values()):
+                    self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
+                    continue
+                self.begin_stop(job, run, failure_kind(job), "replicas ended while the control plane was down")
+            self.stopped(job, run)
+        for jid, run in list(self.runs.items()):
+            job = self.store.get_job(jid)
+            if job is not None and job.state == JobState.PREEMPTED and not run.launched:
+                self.stopped(job, run)
+        self.executor.ack(exits)  # every write above is committed (no batch at start-up)
+
+    def event(self, kind: str, msg: str, job: Job | None = None, /, **data: Any) -> None:
+        self.store.append_event(kind, msg, job_id=job.id if job else None, team=job.team if job else None,
+                                node=data.pop("node", None), data=data)
+
+    def cancel(self, job: Job, actor: str) -> Job:
+        with self._change():
+            job = self.store.get_job(job.id) or job
+            if job.state.finished:
+                raise WrongState(f"job {job.name} is already {job.state.value}", "job finished")
+            if job.state == JobState.PENDING:
+                self.snap.remove_pending(str(job.id))
+                job = self.store.update_job(job.id, {"state": JobState.CANCELLED, "reason": f"cancelled by {actor}",
+                                                     "finished_at": self.clock()})
+                self.event("JobCancelled", f"job {job.name} cancelled by {actor}", job)
+            else:
+                run = self.runs.setdefault(job.id, Run(attempt=job.attempt))
+                if run.stopping == STOP_PREEMPT or run.stopping is None:
+                    self.begin_stop(job, run, STOP_CANCEL, f"cancelled by {actor}")
+                    if job.state == JobState.RUNNING:
+                        self.event("JobCancelling", f"job {job.name} is stopping: cancelled by {actor}", job)
+                job = self.store.get_job(job.id) or job
+                if not run.launched:
+                    self.stopped(job, run)
+                    job = self.store.get_job(job.id) or job
+            self.store.append_audit(actor, "job.cancel", f"{job.team}/{job.name}", {"id": job.id})
+        self.wake.set()
+        return job
+
+    def report_progress(self, job: Job, step: int | None, checkpoint: str | None) -> Job:
+        with self._change():
+            now = self.clock()
+            changes: dict[str, Any] = {"checkpoint_step": step}
+            if checkpoint:
+                changes.update(checkpoint_at=now, checkpoint_path=checkpoint)
+            job = self.store.update_job(job.id, changes)
+            w = self.snap.running.get(str(job.id))
+            if w is not None and checkpoint:
+                w.checkpoint = now
+            return job
+
+    def replace_spec(self, spec: ClusterSpec, actor: str = "fairpod", action: str = "spec.apply") -> None:
+        """Take a new (validated) cluster spec: store it (a new version in the history), sync nodes, rebuild
+        the engine's view."""
+        with self._change():
+            active_teams = {j.team for j in self.store.list_jobs(finished=False)}
+            gone = sorted(active_teams - {t.name for t in spec.teams})
+            if gone:
+                raise WrongState(f"team(s) {', '.join(gone)} still have unfinished jobs; "
+                                 "cancel them or wait for them to finish first", "team has jobs")
+            sync_nodes(self.store, spec, busy={n for r in self.runs.values() for n in r.slots})
+            self.store.put_spec(spec, actor=actor, action=action)
+            self.spec = spec
+            self._rebuild()
+        self.wake.set()

@@ -1,0 +1,181 @@
+"""Elastic jobs: applying the engine's Grow and Shrink decisions to a running attempt.
+
+An elastic job (``min_nodes``..``max_nodes``) keeps one attempt while it changes size; the store's ``nodes``
+is its replica count now and ``placement`` its nodes in rank order (``spec.nodes`` stays the minimum).
+
+- **Shrink**: the replicas of the highest ranks get SIGTERM and, after the job's grace period, SIGKILL
+  (``Resizing.stop_replicas``); the job stays Running. Their slots stay taken until they have exited, so the job
+  admitted in their place starts only then. Their exits end nothing (``Run.removing``).
+- **Grow**: the new ranks wait until no replica of the job is still being removed and their accelerator slots
+  are free, then start beside the live ones on the same rendezvous address (``Resizing.add_replicas``), with the
+  launch :meth:`fairpod.server.control.attempt.AttemptLife.build_launch` builds for a first start as well.
+
+Every replica gets ``FAIRPOD_MIN_NODES``, ``FAIRPOD_MAX_NODES`` and ``FAIRPOD_NODES`` (the count when it
+started), so that ``torchrun --nnodes $FAIRPOD_MIN_NODES:$FAIRPOD_MAX_NODES --rdzv-backend c10d
+--rdzv-endpoint $MASTER_ADDR:$MASTER_PORT`` re-forms the group at every change. Each change is one transition
+under the control plane's lock: the store and the engine's snapshot change together (``ControlPlane._change``).
+Only executors with the ``Resizing`` capability run elastic jobs (the local executor); others refuse them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fairpod.executors.base import Executor, ExecutorError, ReplicaExit, Resizing, capability
+from fairpod.governance import Grow, Shrink
+from fairpod.governance import elastic as rules
+from fairpod.model.jobs import JobSpec, JobState
+from fairpod.server.errors import InvalidJob
+from fairpod.server.runs import Run, SlotsBusy, job_key
+from fairpod.store.records import Job
+
+log = logging.getLogger("fairpod.control")
+
+
+def check(executor: Executor, spec: JobSpec) -> None:
+    """InvalidJob if ``executor`` cannot run ``spec`` as an elastic job."""
+    if spec.elastic and capability(executor, Resizing) is None:
+        raise InvalidJob(f"the {executor.name} executor cannot grow or shrink a running job; elastic jobs "
+                         "(max_nodes) need the local executor")
+
+
+def workload_fields(job: Job) -> dict[str, Any]:
+    """The engine's elastic fields of a job (none for a job of a fixed size)."""
+    if not job.spec.elastic:
+        return {}
+    shrunk = (job.run_state or {}).get("shrunk_at") if job.state == JobState.RUNNING else None
+    return {"min_n": job.spec.nodes, "max_n": job.spec.max_nodes, "resized": shrunk}
+
+
+def env(job: Job, count: int | None = None) -> dict[str, str]:
+    """The FAIRPOD_* variables an elastic job's replicas get (none for a job of a fixed size)."""
+    if not job.spec.elastic:
+        return {}
+    return {"FAIRPOD_MIN_NODES": str(job.spec.nodes), "FAIRPOD_MAX_NODES": str(job.spec.max_nodes),
+            "FAIRPOD_NODES": str(count if count is not None else job.nodes)}
+
+
+def removed(run: Run, e: ReplicaExit) -> bool:
+    """Is ``e`` the exit of a replica a shrink removed (also when delivered again)?"""
+    return str(e.rank) in run.removing or run.gone.get(str(e.rank)) == e.ended_at
+
+
+class Resize:
+    """The part of :class:`fairpod.server.control.ControlPlane` that grows and shrinks running attempts."""
+
+    def _running_elastic(self, jid: int) -> tuple[Job, Run] | None:
+        job = self.store.get_job(jid)
+        run = self.runs.get(jid)
+        if job is None or run is None or job.state != JobState.RUNNING or run.stopping is not None:
+            return None
+        return job, run
+
+    def shrink(self, d: Shrink) -> None:
+        """Stop the replicas of ``d.removed`` (the highest ranks); the job keeps running on ``d.nodes``."""
+        got = self._running_elastic(int(d.job))
+        if got is None:
+            return
+        job, run = got
+        ranks = {n: i for i, n in enumerate(job.placement)}
+        gone = sorted(ranks[n] for n in d.removed if n in ranks)
+        launched = [r for r in gone if r not in run.adding] if run.launched else []
+        for r in gone:
+            node = job.placement[r]
+            if r in launched:
+                run.removing[str(r)] = node  # its slots go back when it has exited
+            else:
+                self.slots.give_back(node, run.slots.pop(node, []))
+            if r in run.adding:
+                run.adding.remove(r)
+        run.nodes = list(d.nodes)
+        run.shrunk_at = self.clock()
+        self._save_run(job, run, placement=list(d.nodes), nodes=len(d.nodes))
+        self.event("JobShrunk", f"job {job.name}: {d.reason}", job, by=d.by, preemption=d.kind,
+                   removed=list(d.removed), nodes=len(d.nodes))
+        res = capability(self.executor, Resizing)
+        if launched and res is not None:
+            res.stop_replicas(job_key(job), run.attempt, launched, job.spec.termination_grace_seconds)
+
+    def grow(self, d: Grow) -> None:
+        """The job runs on ``d.nodes`` from now on: its new ranks start once :meth:`_grow_ready` finds their
+        slots free."""
+        got = self._running_elastic(int(d.job))
+        if got is None:
+            return
+        job, run = got
+        old = len(job.placement)
+        if run.launched:
+            run.adding.extend(range(old, len(d.nodes)))
+        run.nodes = list(d.nodes)
+        self._save_run(job, run, placement=list(d.nodes), nodes=len(d.nodes))
+        self.event("JobGrown", f"job {job.name}: {d.reason}", job, added=list(d.added), nodes=len(d.nodes))
+
+    def _grow_ready(self) -> list[tuple[Job, Run, list[int]]]:
+        """Grown jobs whose new ranks can start now: none of their replicas is still being removed, and the slots
+        of the new ranks are free (taken and stored now)."""
+        out = []
+        cat = self.spec.catalog()
+        for jid, run in list(self.runs.items()):
+            if not run.adding or not run.launched or run.stopping is not None or run.removing:
+                continue
+            job = self.store.get_job(jid)
+            if job is None or job.state != JobState.RUNNING:
+                continue
+            ranks = sorted(r for r in run.adding if r < len(job.placement))
+            taken: dict[str, list[int]] = {}
+            try:
+                for r in ranks:
+                    node = job.placement[r]
+                    taken[node] = self.slots.take(node, job.acc, cat[job.instance_type].accelerators,
+                                                  self._partitions_per_gpu(node))
+            except SlotsBusy as e:
+                for node, slots in taken.items():
+                    self.slots.give_back(node, slots)
+                log.debug("job %s waits to grow: %s", job.name, e)
+                continue
+            run.slots.update(taken)
+            for r in ranks:
+                run.gone.pop(str(r), None)
+            run.adding = []
+            self._save_run(job, run)
+            out.append((job, run, ranks))
+        return out
+
+    def _launch_grown(self, grown: list[tuple[Job, Run, list[int]]]) -> None:
+        """Start the new ranks :meth:`_grow_ready` found ready (after the store has committed their slots)."""
+        res = capability(self.executor, Resizing)
+        for job, run, ranks in grown:
+            if res is None:
+                return
+            try:
+                res.add_replicas(self.build_launch(job, run, ranks))
+            except ExecutorError as e:
+                self._grow_failed(job, run, ranks, str(e))
+
+    def _grow_failed(self, job: Job, run: Run, ranks: list[int], why: str) -> None:
+        """New ranks that could not start: the job goes back to the size it had, in the store and the engine."""
+        keep = job.placement[:min(ranks)]
+        with self._change():
+            for r in ranks:
+                node = job.placement[r]
+                self.slots.give_back(node, run.slots.pop(node, []))
+            run.nodes = list(keep)
+            self._save_run(job, run, placement=keep, nodes=len(keep))
+            w = self.snap.running.get(str(job.id))
+            if w is not None:
+                rules.resize(self.snap, w, list(keep))
+            self.event("JobShrunk", f"job {job.name}: could not grow: {why}", job,
+                       removed=job.placement[len(keep):], nodes=len(keep))
+
+    def _replica_gone(self, jid: int, run: Run, e: ReplicaExit) -> None:
+        """A replica removed by a shrink has exited: its slots are free again; the job goes on."""
+        if str(e.rank) not in run.removing:
+            return  # taken already
+        node = run.removing.pop(str(e.rank))
+        run.gone[str(e.rank)] = e.ended_at  # the same exit again (until acknowledged) is known
+        self.slots.give_back(node, run.slots.pop(node, []))
+        job = self.store.get_job(jid)
+        if job is not None:
+            self._save_run(job, run)
+        self.wake.set()

@@ -1,0 +1,145 @@
+"""Submit: a job (or a job array) checked against the cluster and queued; submits that wait for the lock
+together are written in one transaction (group commit, :mod:`fairpod.server.submits`)."""
+
+from __future__ import annotations
+
+from fairpod.governance import Workload, feasible
+from fairpod.model.jobs import JobSpec, ResolvedJob, resolve_job
+from fairpod.model.resources import Res
+from fairpod.server import arrays
+from fairpod.server.control import resize
+from fairpod.server.errors import InvalidJob, JobExists, NeverFits
+from fairpod.server.submits import Submit
+from fairpod.store import AlreadyExists
+from fairpod.store.records import Job
+
+
+class Submitting:
+    """The part of :class:`fairpod.server.control.ControlPlane` that queues jobs."""
+
+    def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
+        """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
+        first one created (whatever its state now) instead of a second job. Submits that wait for the lock
+        together are written in one transaction (:mod:`fairpod.server.submits`)."""
+        spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
+        req = Submit(spec, actor, key, self.spec, self._checked(spec))  # validated before the lock: it only reads
+        self.submits.add(req)
+        self.gate.yield_to_turn()
+        with self._change():
+            if not req.done:  # not written yet by a submit ahead of it: this one writes the group
+                self._commit_submits()
+        if req.error is not None:
+            raise req.error
+        assert req.job is not None
+        if req.created:
+            self.wake.set()
+        return req.job
+
+    def _commit_submits(self) -> None:
+        """Write every queued submit in one transaction, then put the new jobs in the engine's queue (the lock
+        is held). A name already taken fails only its own submit: the group is then written one by one."""
+        group = self.submits.take()
+        try:
+            try:
+                self._write_submits(group)
+            except AlreadyExists:
+                if len(group) == 1:
+                    raise
+                for one in group:
+                    try:
+                        self._write_submits([one])
+                    except AlreadyExists as e:
+                        one.error, one.done = JobExists(str(e)), True
+        except AlreadyExists as e:
+            group[0].error, group[0].done = JobExists(str(e)), True
+        except BaseException as e:  # the store refused the write: every submit not answered yet fails with it
+            for one in group:
+                if not one.done:
+                    one.error, one.done = e, True
+            raise
+
+    def _write_submits(self, group: list[Submit]) -> None:
+        """One transaction: each submit's job, its event and its audit entry (or the job an earlier submit with
+        the same idempotency key created); answers and the engine's queue change only once it committed."""
+        answers: list[tuple[Submit, Job | None, BaseException | None, bool]] = []
+        with self.store.tx() as t:
+            for r in group:
+                if r.key is not None and (jid := t.submitted_with(r.actor, r.key)) is not None:
+                    earlier = t.get_job(jid)
+                    if earlier is not None:
+                        answers.append((r, earlier, None, False))
+                        continue
+                checked = r.checked if self.spec is r.cluster else self._checked(r.spec)  # the spec changed
+                if isinstance(checked, (InvalidJob, NeverFits)):
+                    answers.append((r, None, checked, False))
+                    continue
+                job = t.insert_job(r.spec, checked, reason="queued")
+                t.append_events([{"kind": "JobSubmitted", "message": f"job {r.spec.name} submitted by {r.actor}",
+                                  "job_id": job.id, "team": job.team, "data": {"actor": r.actor}}])
+                t.append_audit(r.actor, "job.submit", f"{job.team}/{job.name}", {"id": job.id})
+                if r.key is not None:
+                    t.remember_submit(r.actor, r.key, job.id)
+                answers.append((r, job, None, True))
+        self.submits.commits += 1
+        self.submits.written += len(group)
+        for r, job, err, created in answers:
+            if created and job is not None:
+                self.snap.add_pending(self.workload(job))
+            r.job, r.error, r.created, r.done = job, err, created, True
+
+    def _checked(self, spec: JobSpec) -> ResolvedJob | InvalidJob | NeverFits:
+        """:meth:`_admissible`, its error returned rather than raised."""
+        try:
+            return self._admissible(spec)
+        except (InvalidJob, NeverFits) as e:
+            return e
+
+    def _admissible(self, spec: JobSpec) -> ResolvedJob:
+        """The job checked against the cluster: InvalidJob or NeverFits with the reason, else its resolution."""
+        try:
+            resolved = resolve_job(spec, self.spec)
+        except ValueError as e:
+            raise InvalidJob(str(e)) from None
+        if spec.command == []:
+            raise InvalidJob("the job has no command: give one after --")
+        resize.check(self.executor, spec)
+        # a job naming several instance types (fallbacks) never fits only when none of them ever can
+        nevers = [self._never_fits(resolved, spec),
+                  *(self._never_fits(resolved.model_copy(update={"instance_type": it, "per_replica": per}), spec)
+                    for it, per in resolved.fallbacks)]
+        if all(nevers):
+            raise NeverFits("; ".join(n for n in nevers if n))
+        return resolved
+
+    def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
+        """Queue every task of the job array ``text`` (``0-9%2``, ``1,3,5``) in one transaction; with a
+        throttle the tasks beyond it are held (:mod:`fairpod.server.arrays`). An idempotency ``key`` repeated
+        by the same ``actor`` returns the tasks the first request created."""
+        indices, limit = arrays.plan(spec, text)
+        with self._change():
+            if key is not None and (jid := self.store.submitted_with(actor, key)) is not None:
+                first = self.store.get_job(jid)
+                earlier = arrays.same_array(self.store, first) if first is not None else None
+                if earlier is not None:
+                    return earlier
+            spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
+            resolved = self._admissible(spec)
+            try:
+                with self.store.tx() as t:
+                    tasks = arrays.insert_tasks(t, spec, resolved, text, indices, limit, actor)
+                    if key is not None:
+                        t.remember_submit(actor, key, tasks[0].id)
+            except AlreadyExists as e:
+                raise JobExists(str(e)) from None
+            arrays.admit_tasks(self, tasks, limit)
+        self.wake.set()
+        return tasks
+
+    def _never_fits(self, resolved: ResolvedJob, spec: JobSpec) -> str | None:
+        """:func:`fairpod.governance.feasible.never_fits` on the live cluster (nodes may still join)."""
+        itype = resolved.instance_type
+        w = Workload("", spec.team, itype, spec.nodes, Res(*resolved.per_replica))
+        quota_types = set() if self.snap.by_type.get(itype) else {
+            q for t in self.spec.teams for q in self.spec.team_quota(t)}
+        declared = sum(g.count for g in self.spec.cluster.instance_groups if g.node_type == itype)
+        return feasible.never_fits(self.snap, w, declared=declared, quota_types=quota_types)
