@@ -45,8 +45,9 @@ def as_root(full_sandbox: None) -> Iterator[None]:
 @pytest.fixture
 def shut() -> Iterator[Path]:
     """A directory only root may enter (mode 0700, outside /tmp, which a replica has its own of), holding a
-    program that probes its surroundings and a secret beside it; and ``<shut>-venv/bin/probe``, a symbolic link to
-    the program from a directory anyone may enter, as a venv's ``bin/python`` points into ``/root/.pyenv``."""
+    program that probes its surroundings, an interpreter, and a secret beside them; and ``<shut>-venv/bin`` (which
+    anyone may enter) with ``probe``, a symbolic link to the program (as a venv's ``bin/python`` points into
+    ``/root/.pyenv``), and ``byinterp``, the same probe run by the interpreter its ``#!`` line names."""
     base = Path(tempfile.mkdtemp(prefix="fairpod-shut-", dir="/var/tmp"))
     venv = Path(f"{base}-venv")
     try:
@@ -63,6 +64,9 @@ def shut() -> Iterator[Path]:
         (venv / "bin").mkdir(parents=True)
         venv.chmod(0o755)
         (venv / "bin" / "probe").symlink_to(prog)
+        shutil.copy2("/bin/sh", base / "py" / "bin" / "interp")  # a script in the venv whose #! names it
+        (venv / "bin" / "byinterp").write_text(prog.read_text().replace("#!/bin/sh", f"#!{base}/py/bin/interp"))
+        (venv / "bin" / "byinterp").chmod(0o755)
         yield base
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -79,12 +83,12 @@ def run_one(ex: LocalExecutor, tmp_path: Path, name: str, command: list[str]) ->
     return end, (tmp_path / "runs" / name / "0" / "0" / "output.log").read_text()
 
 
-@pytest.mark.parametrize("how", ["path", "venv-link"])
+@pytest.mark.parametrize("how", ["path", "venv-link", "shebang"])
 def test_the_team_user_runs_a_program_under_a_shut_directory_and_sees_nothing_else(
         as_root: None, shut: Path, ex: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         how: str) -> None:
     monkeypatch.setenv("PATH", f"{shut}-venv/bin:/usr/sbin:/usr/bin:/sbin:/bin")  # the replica's PATH is its supervisor's
-    command = [str(shut / "py" / "bin" / "probe")] if how == "path" else ["probe"]
+    command = {"path": [str(shut / "py" / "bin" / "probe")], "venv-link": ["probe"], "shebang": ["byinterp"]}[how]
     end, log = run_one(ex, tmp_path, f"reach-{how}", command)
     body = log.split(" ====\n", 1)[1]
     assert end.reason == "exited 0", log

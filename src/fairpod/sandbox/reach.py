@@ -10,7 +10,7 @@ a covered directory (the rest of ``/root``, its ``.config/fairpod``, ...) does n
 
 Needed paths (:func:`wanted`): the real paths of the supervisor's ``sys.prefix``, ``sys.base_prefix``, the ``bin``
 directory of its interpreter and fairpod's own package, and the job's program (``argv[0]`` looked up on the
-replica's ``PATH``), each with every symbolic link met on the way to it. A path inside what the sandbox hides
+replica's ``PATH``) with the interpreter of its ``#!`` line, each with every symbolic link met on the way to it. A path inside what the sandbox hides
 (fairpod's state directory, the runs and checkpoint roots, the CLI config) is never exposed (:func:`plan`).
 """
 
@@ -73,6 +73,22 @@ def program(argv0: str, path_env: str | None, cwd: str | None) -> str | None:
     return shutil.which(argv0, path=path_env or os.defpath)
 
 
+def interpreter(prog: str) -> str | None:
+    """The interpreter named by the ``#!`` line of the script ``prog`` (a venv's console scripts name its python),
+    or None."""
+    try:
+        if not stat.S_ISREG(os.stat(prog).st_mode):  # (never a FIFO or a device: reading it could block)
+            return None
+        with open(prog, "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return None
+    if not head.startswith(b"#!"):
+        return None
+    words = head[2:].split(b"\n", 1)[0].split()
+    return os.fsdecode(words[0]) if words and words[0].startswith(b"/") else None
+
+
 def wanted(argv0: str, path_env: str | None, cwd: str | None) -> list[str]:
     """Every path the replica's user must reach: fairpod's interpreter and package, and the job's program."""
     import fairpod
@@ -81,6 +97,8 @@ def wanted(argv0: str, path_env: str | None, cwd: str | None) -> list[str]:
     prog = program(argv0, path_env, cwd)
     if prog:
         roots.append(prog)
+        if bang := interpreter(prog):
+            roots.append(bang)
     out: list[str] = []
     for r in roots:
         out += chain(r)
