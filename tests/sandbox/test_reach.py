@@ -73,8 +73,9 @@ def shut() -> Iterator[Path]:
         shutil.rmtree(venv, ignore_errors=True)
 
 
-def run_one(ex: LocalExecutor, tmp_path: Path, name: str, command: list[str]) -> tuple[ReplicaExit, str]:
-    ex.launch(JobLaunch(job=name, team="reach", attempt=0, command=command, workdir="/",
+def run_one(ex: LocalExecutor, tmp_path: Path, name: str, command: list[str],
+            workdir: str = "/") -> tuple[ReplicaExit, str]:
+    ex.launch(JobLaunch(job=name, team="reach", attempt=0, command=command, workdir=workdir,
                         checkpoint_dir=str(tmp_path / "ckpt" / name), grace_seconds=1.0,
                         replicas=(ReplicaLaunch(rank=0, node="n0"),)))
     got: list[ReplicaExit] = []
@@ -111,6 +112,13 @@ def test_a_program_inside_fairpods_state_directory_is_never_brought_back(
     assert end.reason in (f"permission denied: {tool} (as user {users.user_name('reach')}: check the command "
                           "and the workdir /)", f"command not found: {tool}"), end.reason
     assert "probe-done" not in log and SECRET not in log
+
+
+def test_a_workdir_under_the_covered_directory_stays_out_of_reach(
+        as_root: None, shut: Path, ex: LocalExecutor, tmp_path: Path) -> None:
+    """Bringing the program back does not bring back a workdir beside it that the user could not enter."""
+    end, log = run_one(ex, tmp_path, "reach-workdir", [str(shut / "py" / "bin" / "probe")], str(shut / "state"))
+    assert end.reason != "exited 0" and "probe-done" not in log, log
 
 
 @pytest.fixture
