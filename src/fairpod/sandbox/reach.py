@@ -91,9 +91,8 @@ def interpreter(prog: str) -> str | None:
 
 def wanted(argv0: str, path_env: str | None, cwd: str | None) -> list[str]:
     """Every path the replica's user must reach: fairpod's interpreter and package, and the job's program."""
-    import fairpod
-
-    roots = [sys.prefix, sys.base_prefix, os.path.dirname(sys.executable), str(Path(fairpod.__file__).parent)]
+    package = str(Path(__file__).resolve().parents[1])  # fairpod's own package
+    roots = [sys.prefix, sys.base_prefix, os.path.dirname(sys.executable), package]
     prog = program(argv0, path_env, cwd)
     if prog:
         roots.append(prog)
