@@ -45,7 +45,8 @@ def as_root(full_sandbox: None) -> Iterator[None]:
 @pytest.fixture
 def shut() -> Iterator[Path]:
     """A directory only root may enter (mode 0700, outside /tmp, which a replica has its own of), holding a
-    program that probes its surroundings, an interpreter, and a secret beside them; and ``<shut>-venv/bin`` (which
+    program that probes its surroundings, an interpreter, a secret beside them, a link ``current`` to ``py`` and a
+    copy ``probe-here`` of the program; and ``<shut>-venv/bin`` (which
     anyone may enter) with ``probe``, a symbolic link to the program (as a venv's ``bin/python`` points into
     ``/root/.pyenv``), and ``byinterp``, the same probe run by the interpreter its ``#!`` line names."""
     base = Path(tempfile.mkdtemp(prefix="fairpod-shut-", dir="/var/tmp"))
@@ -56,11 +57,17 @@ def shut() -> Iterator[Path]:
         (base / "state").mkdir()
         prog = base / "py" / "bin" / "probe"
         prog.parent.mkdir(parents=True)
-        prog.write_text(f"#!/bin/sh\necho \"ran as $(id -un)\"\nls -a {base} 2>&1\ncat {base}/secret.txt 2>&1\n"
+        prog.write_text(f"#!/bin/sh\necho \"ran as $(id -un)\"\nls -a {base} 2>&1\n"
+                        f"cat {base}/secret.txt {base}/py/home/secret.txt 2>&1\n"
                         f"echo written > {base}/py/new 2>&1\necho probe-done\n")
         prog.chmod(0o755)
         (base / "state" / "tool").write_bytes(prog.read_bytes())
         (base / "state" / "tool").chmod(0o755)
+        (base / "py" / "home").mkdir()  # fairpod's state directory, inside what is brought back
+        (base / "py" / "home" / "secret.txt").write_text(SECRET)
+        (base / "current").symlink_to("py")  # as pyenv's or conda's links to a version
+        (base / "probe-here").write_bytes(prog.read_bytes())  # a program right in the shut directory
+        (base / "probe-here").chmod(0o755)
         (venv / "bin").mkdir(parents=True)
         venv.chmod(0o755)
         (venv / "bin" / "probe").symlink_to(prog)
@@ -84,19 +91,23 @@ def run_one(ex: LocalExecutor, tmp_path: Path, name: str, command: list[str],
     return end, (tmp_path / "runs" / name / "0" / "0" / "output.log").read_text()
 
 
-@pytest.mark.parametrize("how", ["path", "venv-link", "shebang"])
+@pytest.mark.parametrize("how", ["path", "venv-link", "shebang", "link-in-shut", "file"])
 def test_the_team_user_runs_a_program_under_a_shut_directory_and_sees_nothing_else(
         as_root: None, shut: Path, ex: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         how: str) -> None:
-    monkeypatch.setenv("PATH", f"{shut}-venv/bin:/usr/sbin:/usr/bin:/sbin:/bin")  # the replica's PATH is its supervisor's
-    command = {"path": [str(shut / "py" / "bin" / "probe")], "venv-link": ["probe"], "shebang": ["byinterp"]}[how]
+    first = f"{shut}/current/bin" if how == "link-in-shut" else f"{shut}-venv/bin"
+    monkeypatch.setenv("PATH", f"{first}:/usr/sbin:/usr/bin:/sbin:/bin")  # the replica's PATH is its supervisor's
+    monkeypatch.setenv("FAIRPOD_HOME", str(shut / "py" / "home"))  # hidden even inside what is brought back
+    command = {"path": [str(shut / "py" / "bin" / "probe")], "venv-link": ["probe"], "shebang": ["byinterp"],
+               "link-in-shut": ["probe"], "file": [str(shut / "probe-here")]}[how]
+    way = {"link-in-shut": ["current", "py"], "file": ["probe-here"]}.get(how, ["py"])
     end, log = run_one(ex, tmp_path, f"reach-{how}", command)
     body = log.split(" ====\n", 1)[1]
     assert end.reason == "exited 0", log
     assert body.splitlines()[0] == f"ran as {users.user_name('reach')}", body
     assert "probe-done" in body
-    listed = body.splitlines()[1:4]
-    assert listed == [".", "..", "py"], body  # only the way to it: no secret.txt, no state
+    listed = body.splitlines()[1:3 + len(way)]
+    assert listed == [".", "..", *way], body  # only the way to it: no secret.txt, no state
     assert SECRET not in body
     assert not (shut / "py" / "new").exists()  # what is brought back is read-only
     assert (shut / "secret.txt").read_text() == SECRET and oct(shut.stat().st_mode & 0o777) == "0o700"  # untouched
