@@ -12,6 +12,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,8 +87,12 @@ def run_one(ex: LocalExecutor, tmp_path: Path, name: str, command: list[str],
                         checkpoint_dir=str(tmp_path / "ckpt" / name), grace_seconds=1.0,
                         replicas=(ReplicaLaunch(rank=0, node="n0"),)))
     got: list[ReplicaExit] = []
-    wait_for(lambda: [e for e in got if e.job == name] or got.extend(ex.poll()), 60)
-    end = next(e for e in got if e.job == name)
+
+    def ended() -> list[ReplicaExit]:
+        got.extend(ex.poll())
+        return [e for e in got if e.job == name]
+
+    end = wait_for(ended, 60)[0]
     return end, (tmp_path / "runs" / name / "0" / "0" / "output.log").read_text()
 
 
@@ -145,7 +150,12 @@ def test_the_readme_tour_runs_its_python_as_the_team_user(root_server: Server) -
     s = root_server
     s.submit(name="sdk", team="john", command=["python", "-c", "import fairpod.sdk, os; print('ok', os.getuid())"],
              workdir="/")
-    job = wait_for(lambda: (j := s.job("sdk"))["state"] in ("Succeeded", "Failed") and j, 60)
+
+    def ended() -> dict[str, Any] | None:
+        j = s.job("sdk")
+        return j if j["state"] in ("Succeeded", "Failed") else None
+
+    job = wait_for(ended, 60)
     out = next(iter((s.home / "runs").glob("sdk*/0/0/output.log"))).read_text()
     assert job["state"] == "Succeeded", f"{job.get('reason')}\n{out}"
     body = out.split(" ====\n", 1)[1]

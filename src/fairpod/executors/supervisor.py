@@ -170,9 +170,9 @@ class Supervisor:
             wanted = sandbox.reach.wanted(cmd[0], env.get("PATH"), cwd)
             gids = (ids["group"], *ids["extra_groups"])
             ops = sandbox.reach.plan(wanted, ids["user"], gids, view.hide)
-            own = {str(d) for d in sandbox.own_dirs(self.spec)}  # a workdir under a covered directory (which the
+            mine = {str(d) for d in sandbox.own_dirs(self.spec)}  # a workdir under a covered directory (which the
             shut = [o.path for o in ops if o.kind == "cover"]  # user could not enter) is not brought back by it
-            keep = tuple(k for k in view.keep if k in own or not any(sandbox.reach.inside(k, c) for c in shut))
+            keep = tuple(k for k in view.keep if k in mine or not any(sandbox.reach.inside(k, c) for c in shut))
             view = dataclasses.replace(view, reach=ops, keep=keep)
         self.sandbox = box = sandbox.Sandbox(self.spec, view) if mode != "off" else None
         for n in box.notes if box is not None else ():
