@@ -9,6 +9,9 @@ Runs, on this host's real cgroups (as root), what the supervisor does around the
   the same process started without a sandbox is the baseline, so the figure is what the sandbox adds;
 - the same with the files sandbox too (mount and PID namespaces: fairpod's state and the CLI config hidden, its
   checkpoint and working directories kept, a private /tmp, a /proc of its own);
+- the same with the files sandbox for a replica run as another user whose interpreter lies under a directory it
+  cannot enter (this interpreter, for ``nobody``): planning what to bring back (:mod:`fairpod.sandbox.reach`) and
+  the tmpfs and read-only binds that do it, against the files sandbox alone, alternated with it;
 - end (before the exit record is written, so before the slot is free again): read CPU-seconds, peak memory and
   OOM kills back and remove the cgroup (``Sandbox.finish``).
 
@@ -18,13 +21,16 @@ Prints p50 / p90 in milliseconds of each (goal: ≤ 10 ms p50 each).
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import pwd
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from fairpod.sandbox import Sandbox, cgroups, limits_of, namespaces
+from fairpod.sandbox import Sandbox, cgroups, limits_of, namespaces, reach
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -41,7 +47,7 @@ def main() -> int:
     except cgroups.CgroupError as e:
         print(f"no usable cgroups here: {e}")
         return 1
-    base, start, end, full = [], [], [], []
+    base, start, end, full, reached = [], [], [], [], []
     work = Path(tempfile.mkdtemp(prefix="fairpod-bench-", dir="/var/tmp"))
     (work / "home").mkdir()
     (work / "ckpt").mkdir()
@@ -60,12 +66,22 @@ def main() -> int:
         t0 = time.perf_counter()
         box.finish({"returncode": 0})
         end.append(time.perf_counter() - t0)
+    nobody = pwd.getpwnam("nobody")
+    ops: tuple[reach.Op, ...] = ()
     for i in range(a.runs if files else 0):  # after the first loop: namespaces torn down do not slow it
         spec = {"job": "bench", "attempt": 1, "rank": i, "limits": limits_of(500, 256, ())}
         t0 = time.perf_counter()
         box = Sandbox(spec, view)
         subprocess.run(["/bin/true"], check=True, preexec_fn=box.enter)
         full.append(time.perf_counter() - t0)
+        box.finish({"returncode": 0})
+        spec = {"job": "bench", "attempt": 2, "rank": i, "limits": limits_of(500, 256, ())}
+        t0 = time.perf_counter()
+        ops = reach.plan(reach.wanted("python", str(Path(sys.executable).parent), "/"), nobody.pw_uid,
+                         (nobody.pw_gid,), view.hide)
+        box = Sandbox(spec, dataclasses.replace(view, reach=ops))
+        subprocess.run(["/bin/true"], check=True, preexec_fn=box.enter)
+        reached.append(time.perf_counter() - t0)
         box.finish({"returncode": 0})
     work.joinpath("home").rmdir()
     work.joinpath("ckpt").rmdir()
@@ -79,6 +95,10 @@ def main() -> int:
         fadded = [f - b for f, b in zip(full, base, strict=True)]
         print(f"start: with files too     p50 {pct(full, .5):6.2f} ms  p90 {pct(full, .9):6.2f} ms")
         print(f"added to submit→running   p50 {statistics.median(fadded) * 1000:6.2f} ms  (limits and files)")
+        radded = [r - f for r, f in zip(reached, full, strict=True)]
+        print(f"start: files + reach      p50 {pct(reached, .5):6.2f} ms  p90 {pct(reached, .9):6.2f} ms")
+        print(f"added by reach            p50 {statistics.median(radded) * 1000:6.2f} ms  "
+              f"(the interpreter for nobody: {'; '.join(f'{o.kind} {o.path}' for o in ops) or 'nothing to do'})")
     print(f"added to exit→slot reuse  p50 {pct(end, .5):6.2f} ms  p90 {pct(end, .9):6.2f} ms")
     return 0
 

@@ -16,6 +16,7 @@ It reads ``launch.json`` from ``replica_dir`` (layout in :mod:`fairpod.executors
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import shlex
@@ -165,6 +166,14 @@ class Supervisor:
         except (isolation.RunAsError, OSError) as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
         self.user_name = user.name if user is not None else ""
+        if view is not None and ids:  # its interpreter and program, even under a directory the user cannot enter
+            wanted = sandbox.reach.wanted(cmd[0], env.get("PATH"), cwd)
+            gids = (ids["group"], *ids["extra_groups"])
+            ops = sandbox.reach.plan(wanted, ids["user"], gids, view.hide)
+            mine = {str(d) for d in sandbox.own_dirs(self.spec)}  # a workdir under a covered directory (which the
+            shut = [o.path for o in ops if o.kind == "cover"]  # user could not enter) is not brought back by it
+            keep = tuple(k for k in view.keep if k in mine or not any(sandbox.reach.inside(k, c) for c in shut))
+            view = dataclasses.replace(view, reach=ops, keep=keep)
         self.sandbox = box = sandbox.Sandbox(self.spec, view) if mode != "off" else None
         for n in box.notes if box is not None else ():
             self.note(n)

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fairpod.sandbox import cgroups, devices, namespaces, users  # noqa: F401 - the supervisor uses sandbox.users
+from fairpod.sandbox import cgroups, devices, namespaces, reach, users  # noqa: F401 - the supervisor uses them
 
 PIDS_ENV = "FAIRPOD_PIDS_MAX"
 DEFAULT_PIDS = 8192

@@ -11,7 +11,10 @@ Set up in the forked child of the supervisor, before exec (:func:`enter`), with 
    empty, read-only ``tmpfs`` over each hidden directory (fairpod's state directory, the runs directory of every
    job, the checkpoint root of every team, the CLI config's directory) and ``/dev/null`` over each hidden file;
    the replica's own checkpoint directory and working directory bound back at their paths; a new ``/proc``
-   that shows the processes of this namespace only.
+   that shows the processes of this namespace only;
+4. for a replica run as another user: where fairpod's interpreter or the job's program lies under a directory that
+   user cannot traverse, that directory covered by an empty ``tmpfs`` with only the way to them bound back,
+   read-only (:mod:`fairpod.sandbox.reach`, which makes the plan; made first, so the steps above apply on top).
 
 Mounts made in a user namespace are locked for the namespaces below it, and a replica without capabilities can
 unmount nothing, so what is hidden stays hidden.
@@ -26,6 +29,8 @@ import stat
 import struct
 from dataclasses import dataclass, field
 from functools import cache
+
+from fairpod.sandbox.reach import Op, inside
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
@@ -74,10 +79,44 @@ class View:
     user_ns: bool = False  # not root: a user namespace makes the rest possible
     uid: int = field(default_factory=os.getuid)
     gid: int = field(default_factory=os.getgid)
+    reach: tuple[Op, ...] = ()  # mounts that let the replica's user reach its interpreter (fairpod.sandbox.reach)
 
 
-def _inside(path: str, top: str) -> bool:
-    return path == top or path.startswith(top.rstrip("/") + "/")
+_inside = inside
+
+
+def _reach(ops: tuple[Op, ...]) -> tuple[list[str], list[str]]:
+    """Cover each directory of ``ops`` with an empty tmpfs and bring back, read-only, what the replica's user must
+    reach under it (staged before the first cover hides it); the covers and the paths brought back."""
+    staged: dict[str, int] = {}
+    for op in ops:
+        if op.kind in ("dir", "file"):
+            try:
+                staged[op.path] = os.open(op.path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                pass
+    covers: list[str] = []
+    back: list[str] = []
+    try:
+        for op in ops:
+            if op.kind == "cover":
+                mount("tmpfs", op.path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k")
+                covers.append(op.path)
+            elif op.kind == "link":
+                os.symlink(op.target, op.path)
+            elif op.path in staged:
+                if op.kind == "dir":
+                    os.mkdir(op.path, 0o755)
+                else:
+                    os.close(os.open(op.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o444))
+                mount(f"/proc/self/fd/{staged[op.path]}", op.path, None, MS_BIND | MS_REC)
+                keep = os.statvfs(op.path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+                mount(None, op.path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+                back.append(op.path)
+    finally:
+        for fd in staged.values():
+            os.close(fd)
+    return covers, back
 
 
 def _mount_view(v: View) -> None:
@@ -88,6 +127,7 @@ def _mount_view(v: View) -> None:
             keep[p] = os.open(p, os.O_PATH | os.O_DIRECTORY)
         except OSError:
             pass
+    covers, back = _reach(v.reach)
     if v.tmp:
         mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
     for p in sorted(v.hide, key=len):  # a parent first: what is under it is gone with it
@@ -102,7 +142,7 @@ def _mount_view(v: View) -> None:
         else:
             mount("/dev/null", p, None, MS_BIND)
     for p, fd in sorted(keep.items()):  # bring back what was under a hidden path
-        if not os.path.exists(p):
+        if not os.path.exists(p) or any(_inside(p, b) for b in back):  # (not the read-only copy)
             mask = os.umask(0o022)  # the way down is traversable by the replica's user; what is bound is its own
             try:
                 os.makedirs(p, exist_ok=True)
@@ -116,6 +156,8 @@ def _mount_view(v: View) -> None:
                 mount(None, p, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
             except OSError:
                 pass
+    for p in covers:
+        mount(None, p, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
 
 
 def _map_ids(v: View) -> None:
