@@ -20,7 +20,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 
 @pytest.fixture(autouse=True)
 def _sandbox_limits_only(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Replicas of the suite get their cgroup limits but not the files sandbox (fairpod.sandbox), whose per-team
-    users cannot run this suite's interpreter (it lives under /root, mode 0700, here). tests/sandbox turns the
-    whole sandbox on for its own tests."""
+    """Replicas of the suite get their cgroup limits but not the files sandbox (fairpod.sandbox): as root it runs
+    them as per-team users, who may not write the tests' own temporary folders (pytest makes them 0700) where the
+    test programs leave their results. tests/sandbox turns the whole sandbox on for its own tests, the README's
+    tour included (tests/sandbox/test_reach.py)."""
     monkeypatch.setenv("FAIRPOD_SANDBOX", "limits")

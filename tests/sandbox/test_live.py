@@ -189,7 +189,7 @@ def test_an_sbatch_job_runs_its_steps_in_its_sandbox(tmp_path: Path, full_sandbo
     import yaml
 
     from ..server.conftest import SEED_SPEC
-    from ..slurm.test_sbatch_live import sbatch
+    from ..formats.slurm.test_sbatch_live import sbatch
     from .conftest import live_server, wait_for
 
     if os.geteuid() != 0:
