@@ -188,8 +188,8 @@ def test_an_sbatch_job_runs_its_steps_in_its_sandbox(tmp_path: Path, full_sandbo
     batch runner needs) is under /root, where a per-team user cannot reach it."""
     import yaml
 
-    from ..server.conftest import SEED_SPEC
     from ..formats.slurm.test_sbatch_live import sbatch
+    from ..server.conftest import SEED_SPEC
     from .conftest import live_server, wait_for
 
     if os.geteuid() != 0:
