@@ -256,6 +256,19 @@ def _quota_entry(it: InstanceType, d: dict[str, float | None]) -> dict[str, Any]
     return entry
 
 
+def _lend_and_borrow(what: str, with_quota: list[tuple[Any, Any]], notes: list[str]) -> dict[str, Any]:
+    """LendAndBorrow with the borrow limit % that ``what``'s (quota, borrowingLimit) pairs make: no borrowingLimit
+    is unlimited borrowing (fairpod's largest limit, 500 %); limits that are no single % are read as the nearest."""
+    if not with_quota or any(b is None for _, b in with_quota):
+        notes.append(f"{what}: no borrowingLimit (unlimited borrowing); read as fairpod's largest borrow limit, 500 %")
+        return {"strategy": "LendAndBorrow", "borrow_limit": 500}
+    pairs = [(q, b) for q, b in with_quota if b is not None]
+    bl = _borrow_limit(pairs)
+    if bl is None or not all(borrowing_limit(q, bl) == b for q, b in pairs):
+        notes.append(f"{what}: its borrowingLimits are no single borrow limit %; read as {bl} %")
+    return {"strategy": "LendAndBorrow", "borrow_limit": bl or 50}
+
+
 def _borrow_limit(pairs: list[tuple[Res, Res]]) -> int | None:
     """The borrow limit % that gives exactly these (quota, borrowingLimit) pairs, else the nearest on the first
     quota's accelerators (or vCPU)."""
@@ -333,16 +346,8 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
                          "read as DontLend")
     elif not with_quota or all(b is not None and b == ZERO for _, b in with_quota):
         sharing = {"strategy": "Lend"}
-    elif any(b is None for _, b in with_quota):
-        sharing = {"strategy": "LendAndBorrow", "borrow_limit": 500}
-        notes.append(f"ClusterQueue {name}: no borrowingLimit (unlimited borrowing); read as fairpod's largest "
-                     "borrow limit, 500 %")
     else:
-        pairs = [(q, b) for q, b in with_quota if b is not None]
-        bl = _borrow_limit(pairs)
-        if bl is None or not all(borrowing_limit(q, bl) == b for q, b in pairs):
-            notes.append(f"ClusterQueue {name}: its borrowingLimits are no single borrow limit %; read as {bl} %")
-        sharing = {"strategy": "LendAndBorrow", "borrow_limit": bl or 50}
+        sharing = _lend_and_borrow(f"ClusterQueue {name}", with_quota, notes)
     if lend_limits and sharing["strategy"] != "DontLend":
         sharing["lending_limits"] = lend_limits
     pre = _map(spec.get("preemption"), f"ClusterQueue {name}.spec.preemption")
@@ -427,16 +432,8 @@ def _group(c: dict[str, Any], name: str, parents: dict[str, str], root: str, fla
         sharing = {"strategy": "DontLend"}
     elif with_quota and all(b is not None and b == ZERO for _, b in with_quota):
         sharing = {"strategy": "Lend"}
-    elif not with_quota or any(b is None for _, b in with_quota):
-        sharing = {"strategy": "LendAndBorrow", "borrow_limit": 500}
-        notes.append(f"Cohort {name}: no borrowingLimit (unlimited borrowing); read as fairpod's largest borrow "
-                     "limit, 500 %")
     else:
-        pairs = [(q, b) for q, b in with_quota if b is not None]
-        bl = _borrow_limit(pairs)
-        if bl is None or not all(borrowing_limit(q, bl) == b for q, b in pairs):
-            notes.append(f"Cohort {name}: its borrowingLimits are no single borrow limit %; read as {bl} %")
-        sharing = {"strategy": "LendAndBorrow", "borrow_limit": bl or 50}
+        sharing = _lend_and_borrow(f"Cohort {name}", with_quota, notes)
     if lend_limits and sharing["strategy"] != "DontLend":
         sharing["lending_limits"] = lend_limits
     fs = _map(spec.get("fairSharing"), "fairSharing")
