@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from fairpod.model.arrays import ArrayError, parse_array, task_env
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.errors import InvalidJob
+from fairpod.server.runs import to_engine
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
@@ -45,14 +46,14 @@ def hold_back(cp: Core, jobs: list[Job]) -> None:
         h = holds.setdefault(arr[0], Hold(arr[1]))
         h.tasks.append(job.id)
     for h in holds.values():
-        active = sum(1 for jid in h.tasks if str(jid) in cp.snap.running)
+        active = sum(1 for jid in h.tasks if to_engine(jid) in cp.snap.running)
         for jid in h.tasks:
-            if str(jid) not in cp.snap.pending:
+            if to_engine(jid) not in cp.snap.pending:
                 continue
             if active < h.limit:
                 active += 1
             else:
-                cp.snap.remove_pending(str(jid))
+                cp.snap.remove_pending(to_engine(jid))
                 h.held.append(jid)
     cp.array_holds = {k: h for k, h in holds.items() if h.held}
 
@@ -62,7 +63,7 @@ def release(cp: Core) -> None:
     holds = cp.array_holds
     for aid, h in list(holds.items()):
         snap = cp.snap
-        active = sum(1 for jid in h.tasks if str(jid) in snap.running or str(jid) in snap.pending)
+        active = sum(1 for jid in h.tasks if to_engine(jid) in snap.running or to_engine(jid) in snap.pending)
         while h.held and active < h.limit:
             jid = h.held.pop(0)
             job = cp.store.get_job(jid)

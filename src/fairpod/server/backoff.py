@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from fairpod.model.jobs import JobState
+from fairpod.server.runs import to_engine
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
@@ -65,8 +66,8 @@ def hold_back(cp: Core, jobs: list[Job]) -> None:
     restart backoff has not run out."""
     cp.restart_holds = {}
     for job in jobs:
-        if hold(cp, job) and str(job.id) in cp.snap.pending:
-            cp.snap.remove_pending(str(job.id))
+        if hold(cp, job) and to_engine(job.id) in cp.snap.pending:
+            cp.snap.remove_pending(to_engine(job.id))
 
 
 def release(cp: Core) -> None:
@@ -79,5 +80,5 @@ def release(cp: Core) -> None:
             continue
         del cp.restart_holds[jid]
         job = cp.store.get_job(jid)
-        if job is not None and job.state == JobState.PENDING and str(jid) not in cp.snap.pending:
+        if job is not None and job.state == JobState.PENDING and to_engine(jid) not in cp.snap.pending:
             cp.snap.add_pending(cp.workload(job))

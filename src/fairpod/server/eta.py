@@ -35,6 +35,7 @@ from fairpod.governance.forecast import estimate_starts
 from fairpod.governance.snapshot import Workload
 from fairpod.model.jobs import JobState
 from fairpod.server.core_api import Core
+from fairpod.server.runs import to_engine
 from fairpod.store.records import Job
 
 log = logging.getLogger("fairpod.eta")
@@ -179,7 +180,7 @@ def _throttled(cp: Core) -> Throttled:
     for h in cp.array_holds.values():
         tasks = []
         for jid in h.tasks:
-            w = cp.snap.running.get(str(jid)) or cp.snap.pending.get(str(jid))
+            w = cp.snap.running.get(to_engine(jid)) or cp.snap.pending.get(to_engine(jid))
             if w is None and jid in h.held:
                 job = cp.store.get_job(jid)
                 w = cp.workload(job) if job is not None and job.state == JobState.PENDING else None

@@ -15,6 +15,7 @@ from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
+from fairpod.server.runs import from_engine
 from fairpod.server.usage import WINDOWS, history
 from fairpod.server.views import reason_now
 from fairpod.store import Job
@@ -63,7 +64,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         for name, t in cp.snap.teams.items():
             if teams is None or name in teams:
                 for i, w in enumerate(t.queue.in_order(), 1):
-                    positions[int(w.id)] = i
+                    positions[from_engine(w.id)] = i
     active = [j for j in cp.store.list_jobs(team=teams, finished=False) if in_group(j)]
     recent = [j for j in cp.store.jobs_between(now - span, now + 1, teams) if in_group(j)]
     counts = {s.value: 0 for s in JobState}

@@ -13,6 +13,7 @@ from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.routes_jobs import find_job
+from fairpod.server.runs import to_engine
 
 
 def _itype(cp: ControlPlane, teams: list[str], given: str | None) -> str:
@@ -61,7 +62,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         out: dict[str, Any] = {"job": job.name, "team": job.team, "state": job.state.value, "reason": job.reason,
                                "instance_type": job.instance_type}
         with cp.lock:
-            w = cp.snap.pending.get(str(job.id))
+            w = cp.snap.pending.get(to_engine(job.id))
             t = cp.snap.teams.get(job.team)
             if t is None:
                 return out
@@ -72,6 +73,6 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                 offers = explain.next_idle(cp.snap, it)
                 out["next_idle"] = offers
                 head = next((o for o in offers if o["team"] == job.team), None)
-                out["team_head"] = bool(head and head["job"] == str(job.id))
+                out["team_head"] = bool(head and head["job"] == to_engine(job.id))
         _names(cp, p, out.get("next_idle", []))
         return out

@@ -20,8 +20,20 @@ STOP_FAIL = "fail"  # Failed
 
 
 def job_key(job: Job) -> str:
-    """The executor's name for a job (``fairpod.model.jobs.run_key``)."""
+    """The executor's name for a job (``fairpod.model.jobs.run_key``): the one encoding of a job at the executor
+    boundary (:func:`job_id_of` reads it back)."""
     return run_key(job.name, job.id)
+
+
+def to_engine(job_id: int) -> str:
+    """The engine's id of a job (``governance.Workload.id``: a string, as the simulator's trace names are). With
+    :func:`from_engine`, the one place where the server's integer job id crosses into the engine and back."""
+    return str(job_id)
+
+
+def from_engine(wid: str) -> int:
+    """The job id of an engine workload or decision (``Workload.id``, ``Admit.job``, ...) made by :func:`to_engine`."""
+    return int(wid)
 
 
 def job_id_of(key: str) -> int | None:

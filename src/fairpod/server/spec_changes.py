@@ -16,6 +16,7 @@ import yaml
 
 from fairpod.governance import Admit, Preempt, net_changes, schedule
 from fairpod.model.spec import ClusterSpec
+from fairpod.server.runs import from_engine
 
 if TYPE_CHECKING:
     from fairpod.server.control import ControlPlane
@@ -46,8 +47,8 @@ def dry_run(cp: ControlPlane, new: ClusterSpec) -> dict[str, Any]:
         pre_new, adm_new = _decisions(cp, new)
         jobs = cp.store.get_jobs(int(j) for j in {*pre_new, *adm_new})
     def who(jid: str) -> dict[str, Any]:
-        job = jobs.get(int(jid))
-        return {"id": int(jid), "name": job.name if job else None, "team": job.team if job else None}
+        job = jobs.get(from_engine(jid))
+        return {"id": from_engine(jid), "name": job.name if job else None, "team": job.team if job else None}
 
     preempt = [{**who(j), "kind": d.kind, "reason": d.reason} for j, d in sorted(pre_new.items())
                if j not in pre_old]

@@ -11,6 +11,7 @@ from fairpod.server.arrays import array_view
 from fairpod.server.auth import Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.figures import group_figures, instance_types, team_figures
+from fairpod.server.runs import to_engine
 from fairpod.store import Job, Node
 
 
@@ -20,7 +21,7 @@ def queue_position(cp: ControlPlane, job: Job) -> int | None:
     team = cp.snap.teams.get(job.team)
     if team is None:
         return None
-    return team.queue.position(str(job.id))
+    return team.queue.position(to_engine(job.id))
 
 
 def reason_now(cp: ControlPlane, job: Job) -> str | None:

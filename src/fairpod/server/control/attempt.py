@@ -21,6 +21,7 @@ from fairpod.server.runs import (
     Run,
     SlotsBusy,
     failure_kind,
+    from_engine,
     job_id_of,
     job_key,
     usage_message,
@@ -35,7 +36,7 @@ class AttemptLife:
 
     def admit(self, d: Admit) -> None:
         """The engine admitted a pending job: Running on ``d.nodes``; it launches once ``d.after`` stopped."""
-        job = self.store.get_job(int(d.job))
+        job = self.store.get_job(from_engine(d.job))
         if job is None or job.state != JobState.PENDING:
             return
         run = Run(attempt=job.attempt, after=list(d.after), nodes=list(d.nodes))
@@ -51,7 +52,7 @@ class AttemptLife:
 
     def preempt(self, d: Preempt) -> None:
         """The engine preempts a running job: it stops, then goes back to its queue (``stopped``)."""
-        jid = int(d.job)
+        jid = from_engine(d.job)
         job = self.store.get_job(jid)
         run = self.runs.get(jid)
         self._unsnap(jid)  # it goes back to its queue once it has stopped
@@ -187,7 +188,7 @@ class AttemptLife:
         """A job back in its queue after a preemption says so until it runs again."""
         if (gap := self._isolation_gap()) is not None:
             return gap
-        job = self.store.get_job(int(d.job))
+        job = self.store.get_job(from_engine(d.job))
         info = (job.run_state or {}) if job is not None else {}
         if info.get("stopping") == STOP_PREEMPT and info.get("stop_reason"):
             return f"{d.reason} (requeued: {info['stop_reason']})"

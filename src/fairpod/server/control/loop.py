@@ -15,7 +15,7 @@ from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
 from fairpod.server import arrays, backoff, diskfull, membership
-from fairpod.server.runs import job_id_of
+from fairpod.server.runs import from_engine, job_id_of
 
 log = logging.getLogger("fairpod.control")
 
@@ -70,7 +70,7 @@ class Loop:
                 elif isinstance(d, Grow):
                     self.grow(d)
                 elif isinstance(d, Wait):
-                    self.store.update_job(int(d.job), {"reason": self._wait_reason(d)})
+                    self.store.update_job(from_engine(d.job), {"reason": self._wait_reason(d)})
             ready = self._ready()  # slots of the attempts that can start now, stored before they start
             grown = self._grow_ready()  # and of the new replicas of elastic jobs that grew
             self.store.flush()  # one commit: the exits' effects, the decisions, the slots

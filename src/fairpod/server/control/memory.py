@@ -16,7 +16,7 @@ from fairpod.model.spec import ClusterSpec
 from fairpod.sandbox import capabilities
 from fairpod.server import arrays, backoff
 from fairpod.server.control import resize
-from fairpod.server.runs import Run, Slots, job_key
+from fairpod.server.runs import Run, Slots, job_key, to_engine
 from fairpod.store.records import Job
 
 
@@ -26,7 +26,7 @@ class Memory:
     def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload:
         spec = spec or self.spec
         return Workload(
-            str(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
+            to_engine(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
             priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
             expected=job.spec.expected_duration_seconds,
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
@@ -99,9 +99,9 @@ class Memory:
 
     def _unsnap(self, jid: int) -> None:
         """The job leaves the engine's view: no longer running there, not pending either."""
-        if str(jid) in self.snap.running:
-            self.snap.finish(str(jid))
-        self.snap.remove_pending(str(jid))
+        if to_engine(jid) in self.snap.running:
+            self.snap.finish(to_engine(jid))
+        self.snap.remove_pending(to_engine(jid))
 
 
     def _release(self, job: Job, run: Run) -> None:

@@ -31,7 +31,7 @@ from fairpod.server.errors import WrongState
 from fairpod.server.fairshare_history import HistoryKeeper
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.retention import Retention
-from fairpod.server.runs import STOP_CANCEL, STOP_PREEMPT, Run, Slots, failure_kind, job_key
+from fairpod.server.runs import STOP_CANCEL, STOP_PREEMPT, Run, Slots, failure_kind, job_key, to_engine
 from fairpod.server.submits import SubmitQueue
 from fairpod.server.turn_gate import TurnGate
 from fairpod.server.usage import UsageSampler
@@ -158,7 +158,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, NodeTransitions, Loo
             if job.state.finished:
                 raise WrongState(f"job {job.name} is already {job.state.value}", "job finished")
             if job.state == JobState.PENDING:
-                self.snap.remove_pending(str(job.id))
+                self.snap.remove_pending(to_engine(job.id))
                 job = self.store.update_job(job.id, {"state": JobState.CANCELLED, "reason": f"cancelled by {actor}",
                                                      "finished_at": self.clock()})
                 self.event("JobCancelled", f"job {job.name} cancelled by {actor}", job)
@@ -183,7 +183,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, NodeTransitions, Loo
             if checkpoint:
                 changes.update(checkpoint_at=now, checkpoint_path=checkpoint)
             job = self.store.update_job(job.id, changes)
-            w = self.snap.running.get(str(job.id))
+            w = self.snap.running.get(to_engine(job.id))
             if w is not None and checkpoint:
                 w.checkpoint = now
             return job

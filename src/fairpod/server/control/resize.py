@@ -27,7 +27,7 @@ from fairpod.governance import Grow, Shrink
 from fairpod.governance import elastic as rules
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.errors import InvalidJob
-from fairpod.server.runs import Run, SlotsBusy, job_key
+from fairpod.server.runs import Run, SlotsBusy, from_engine, job_key, to_engine
 from fairpod.store.records import Job
 
 log = logging.getLogger("fairpod.control")
@@ -73,7 +73,7 @@ class Resize:
 
     def shrink(self, d: Shrink) -> None:
         """Stop the replicas of ``d.removed`` (the highest ranks); the job keeps running on ``d.nodes``."""
-        got = self._running_elastic(int(d.job))
+        got = self._running_elastic(from_engine(d.job))
         if got is None:
             return
         job, run = got
@@ -100,7 +100,7 @@ class Resize:
     def grow(self, d: Grow) -> None:
         """The job runs on ``d.nodes`` from now on: its new ranks start once :meth:`_grow_ready` finds their
         slots free."""
-        got = self._running_elastic(int(d.job))
+        got = self._running_elastic(from_engine(d.job))
         if got is None:
             return
         job, run = got
@@ -162,7 +162,7 @@ class Resize:
                 self.slots.give_back(node, run.slots.pop(node, []))
             run.nodes = list(keep)
             self._save_run(job, run, placement=keep, nodes=len(keep))
-            w = self.snap.running.get(str(job.id))
+            w = self.snap.running.get(to_engine(job.id))
             if w is not None:
                 rules.resize(self.snap, w, list(keep))
             self.event("JobShrunk", f"job {job.name}: could not grow: {why}", job,
