@@ -220,9 +220,10 @@ class LocalExecutor(ThisHostGpus):
         """Launches a previous executor did not finish (the control plane died while starting them) never ran
         as a whole, and the control plane never recorded them as started: they are undone here, not adopted
         (nor reported as failed), and the control plane launches them again. A run whose ``launch.json`` was
-        written but whose supervisor never started is dropped; when that leaves an attempt of several replicas
-        short of one (or one was never written), the replicas of that attempt that did start are killed and
-        dropped too. A supervisor forked just before the crash gets ``ORPHAN_WAIT`` seconds to write its PID."""
+        written but whose supervisor never started is dropped; when that leaves a launch of several replicas
+        short of one (or one was never written), the replicas of that launch that did start are killed and
+        dropped too. A launch is the ranks started together (``launch_ranks``): an attempt's first start, or the
+        new ranks of an elastic job's growth (the ranks that ran before it are not touched). A supervisor forked just before the crash gets ``ORPHAN_WAIT`` seconds to write its PID."""
         inherited = [r for r in self._open.values() if r.dir not in self._mine]
         orphans = [r for r in inherited
                    if not (r.dir / state.SUPERVISOR_PID).exists() and not (r.dir / state.STATUS).exists()]
