@@ -19,6 +19,18 @@ Reported (all should be 0):
 
 Run: ``.venv/bin/python benchmarks/crash.py [--jobs 1000] [--kills 4] [--seed 1] [--runs 1]``; a smaller
 ``--jobs 100 --kills 2`` takes a couple of minutes. Exit status 1 if any figure is not 0.
+
+The crash windows of one transition each (``--scenario grow|shrink|cancel|windows``; ``mixed`` is the run
+above): on four 1-accelerator nodes, the transition is set off through the API and the server is killed
+``--kill-ms`` later (a sweep: 0, step, 2*step ... up to ``--max-ms``), then started again; each trial waits
+``--settle`` seconds for the outcome. Replicas write ``start``/``term`` lines, so what ran is known apart from the
+server. ``grow``: an elastic job (1..4) on the two nodes a 2-node job leaves, that job cancelled (the elastic job
+grows to 4); ``shrink``: the elastic job on all four, a 2-node job of the lending team submitted (it shrinks to 2);
+``cancel``: a 2-node job cancelled. Counts (all should be 0): ``lost`` (a job the server no longer knows),
+``stuck`` (the outcome not reached: not 4 live ranks / the reclaiming job not running or the removed ranks not
+gone / not Cancelled), ``wrong`` (the elastic job failed, or ended in another state than asked), ``extra`` (a
+healthy rank started again or stopped, a removed rank stopped twice or started again, a cancelled job restarted).
+``.venv/bin/python benchmarks/crash.py --scenario windows --max-ms 30 --step-ms 5`` takes a few minutes.
 """
 
 from __future__ import annotations
@@ -34,6 +46,8 @@ import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
+
+import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -230,6 +244,136 @@ def count(jobs: list[dict[str, Any]], accepted: dict[str, int], known: dict[str,
             "lost JobStarted": lost_started, "double preemptions": int(double)}
 
 
+WINDOWS_SPEC = """
+cluster:
+  name: four
+  instance_groups:
+    - {name: g, instance_type: unit1, count: 4}
+instance_types:
+  - {name: unit1, accelerators: 1, vcpu: 2, memory_gib: 4}
+teams:
+  - {name: john, sharing: {strategy: LendAndBorrow, borrow_limit: 100}, quota: [{instance_type: unit1, count: 2}]}
+  - {name: smith, sharing: {strategy: LendAndBorrow, borrow_limit: 100}, quota: [{instance_type: unit1, count: 2}]}
+"""
+REPLICA = ('echo "start $FAIRPOD_JOB $NODE_RANK" >> {log}; trap \'echo "term $FAIRPOD_JOB $NODE_RANK" >> {log}; '
+           'exit 1\' TERM; while :; do sleep 0.1; done')
+
+
+class Trials:
+    """One server for a scenario's trials; helpers over its API and the replicas' lines."""
+
+    def __init__(self, server: LiveServer) -> None:
+        self.server = server
+        self.log = server.tmp / "windows.log"
+        self.c = server.client(timeout=30)
+
+    def submit(self, name: str, team: str, nodes: int = 1, elastic: bool = False, sleep: bool = False) -> int:
+        body: dict[str, Any] = {"name": name, "team": team, "nodes": nodes, "termination_grace_seconds": 1,
+                                "command": ["sh", "-c", "sleep 300" if sleep else REPLICA.format(log=self.log)]}
+        if elastic:
+            body.update(min_nodes=1, max_nodes=4)
+        return int(self.c.post("/jobs", json=body).json()["id"])
+
+    def job(self, jid: int) -> dict[str, Any] | None:
+        r = self.c.get(f"/jobs/{jid}")
+        return r.json() if r.status_code == 200 else None
+
+    def lines(self, word: str, key: str) -> list[int]:
+        """The ranks of job ``key``'s ``word`` lines, in order."""
+        text = self.log.read_text() if self.log.exists() else ""
+        return [int(p[2]) for ln in text.splitlines() if len(p := ln.split()) == 3 and p[:2] == [word, key]]
+
+    def until(self, what: Any, timeout: float) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if got := what():
+                    return got
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        return None
+
+    def kill_after(self, ms: float, trigger: Any) -> None:
+        """Set the transition off, kill -9 the server ``ms`` later, start it again."""
+        trigger()
+        time.sleep(ms / 1000)
+        kill_and_restart(self.server, 0.3)  # replicas stopped by the transition end while nobody watches
+        self.c.close()
+        self.c = self.server.client(timeout=30)
+
+    def clear(self) -> None:
+        """Cancel what is left and wait until it has ended (the next trial starts on an idle cluster)."""
+        for j in self.c.get("/jobs", params={"state": list(UNFINISHED)}).json()["jobs"]:
+            self.c.post(f"/jobs/{j['id']}/cancel")
+        self.until(lambda: self.c.get("/jobs", params={"state": list(UNFINISHED), "limit": 1}).json()["count"] == 0,
+                   60)
+
+
+def trial(t: Trials, scenario: str, i: int, ms: float, settle: float) -> Counter[str]:
+    """One kill of a scenario's transition; its counts."""
+    out: Counter[str] = Counter()
+    if scenario == "grow":
+        blocker = t.submit(f"b{i}", "john", 2, sleep=True)
+        t.until(lambda: (j := t.job(blocker)) and j["state"] == "Running", 30)
+        jid = t.submit(f"g{i}", "smith", elastic=True)
+        key = f"g{i}-{jid}"
+        t.until(lambda: len(t.lines("start", key)) >= 2, 30)
+        t.kill_after(ms, lambda: t.c.post(f"/jobs/{blocker}/cancel"))
+        ok = t.until(lambda: (j := t.job(jid)) and j["state"] == "Running" and j["nodes"] == 4
+                     and set(t.lines("start", key)) == {0, 1, 2, 3} and j, settle)
+        job = t.job(jid)
+        starts, terms = t.lines("start", key), t.lines("term", key)
+        out["stuck"] += not ok
+        out["extra"] += starts.count(0) + starts.count(1) - 2 + len(terms)
+    elif scenario == "shrink":
+        jid = t.submit(f"s{i}", "smith", elastic=True)
+        key = f"s{i}-{jid}"
+        t.until(lambda: len(t.lines("start", key)) >= 4, 30)
+        reclaim: list[int] = []
+        t.kill_after(ms, lambda: reclaim.append(t.submit(f"r{i}", "john", 2, sleep=True)))
+        ok = t.until(lambda: (r := t.job(reclaim[0])) and r["state"] == "Running" and "JobStarted" in
+                     [e["kind"] for e in r["events"]] and (j := t.job(jid)) and j["state"] == "Running"
+                     and j["nodes"] == 2 and sorted(t.lines("term", key)) == [2, 3], settle)
+        job = t.job(jid)
+        starts, terms = t.lines("start", key), t.lines("term", key)
+        out["stuck"] += not ok
+        out["extra"] += len(starts) - 4 + terms.count(0) + terms.count(1) + max(0, terms.count(2) - 1) \
+            + max(0, terms.count(3) - 1)
+    else:
+        jid = t.submit(f"c{i}", "john", 2)
+        key = f"c{i}-{jid}"
+        t.until(lambda: len(t.lines("start", key)) >= 2, 30)
+        t.kill_after(ms, lambda: t.c.post(f"/jobs/{jid}/cancel"))
+        ok = t.until(lambda: (j := t.job(jid)) and j["state"] == "Cancelled", settle)
+        job = t.job(jid)
+        out["stuck"] += not ok
+        out["extra"] += len(t.lines("start", key)) - 2
+    if job is None:
+        out["lost"] += 1
+    elif job["state"] not in UNFINISHED and job["state"] != ("Cancelled" if scenario == "cancel" else ""):
+        out["wrong"] += 1
+    if not ok or out["extra"] or out["wrong"]:
+        print(f"  {scenario} at {ms:g} ms: {dict(out)}; job {job and (job['state'], job['nodes'], job['reason'])}",
+              flush=True)
+    t.clear()
+    return out
+
+
+def windows(scenario: str, max_ms: float, step: float, settle: float, keep: bool) -> dict[str, int]:
+    # the replicas write their lines into the benchmark's directory: cgroup limits, not the files sandbox
+    with LiveServer(WINDOWS_SPEC, keep=keep, env={"FAIRPOD_SANDBOX": "limits"}) as server:
+        if keep:
+            print(f"  files kept in {server.tmp}", flush=True)
+        t = Trials(server)
+        total: Counter[str] = Counter()
+        times = [round(k * step, 3) for k in range(int(max_ms / step) + 1)]
+        for i, ms in enumerate(times):
+            total += trial(t, scenario, i, ms, settle)
+        t.c.close()
+    return {"trials": len(times), **{k: total[k] for k in ("lost", "stuck", "wrong", "extra")}}
+
+
 def main() -> int:
     exit_on_sigterm()
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -240,8 +384,23 @@ def main() -> int:
     ap.add_argument("--pace", type=float, default=8.0, help="jobs submitted per second")
     ap.add_argument("--drain", type=float, default=900.0, help="seconds to wait for the last jobs")
     ap.add_argument("--keep", action="store_true", help="keep the server's home, log and lines.log")
+    ap.add_argument("--scenario", choices=("mixed", "grow", "shrink", "cancel", "windows"), default="mixed",
+                    help="mixed jobs (above), or the crash window of one transition (windows: all three)")
+    ap.add_argument("--max-ms", type=float, default=30.0, help="windows: the latest kill after the transition")
+    ap.add_argument("--step-ms", type=float, default=2.0, help="windows: the sweep's step")
+    ap.add_argument("--settle", type=float, default=20.0, help="windows: seconds a trial waits for its outcome")
     args = ap.parse_args()
     bad = 0
+    if args.scenario != "mixed":
+        for sc in ("grow", "shrink", "cancel") if args.scenario == "windows" else (args.scenario,):
+            t0 = time.monotonic()
+            print(f"{sc}: kill -9 at 0..{args.max_ms:g} ms (step {args.step_ms:g} ms) after the transition",
+                  flush=True)
+            figs = windows(sc, args.max_ms, args.step_ms, args.settle, args.keep)
+            print(table([(k, str(v)) for k, v in figs.items()] + [("wall", f"{time.monotonic() - t0:.0f} s")]),
+                  flush=True)
+            bad += sum(v for k, v in figs.items() if k != "trials")
+        return 1 if bad else 0
     for r in range(args.runs):
         print(f"run {r + 1} of {args.runs}: {args.jobs} jobs, {args.kills} x kill -9 (seed {args.seed + r})",
               flush=True)

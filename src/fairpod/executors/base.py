@@ -219,6 +219,11 @@ class Resizing(Protocol):
         """Begin a graceful stop of those ranks only (SIGTERM, SIGKILL after the grace); the others keep running."""
         ...
 
+    def replica_ranks(self, job: str, attempt: int) -> set[int]:
+        """The ranks of the attempt that were started and are known here (alive, or ended with an exit not yet
+        acknowledged): after a crash, which ranks of a growth still need starting."""
+        ...
+
 
 @runtime_checkable
 class HostGpus(Protocol):

@@ -171,6 +171,10 @@ class LocalExecutor(ThisHostGpus):
         self.stop(job, attempt, grace_seconds, set(ranks))
 
     @_serialized
+    def replica_ranks(self, job: str, attempt: int) -> set[int]:
+        return {r.rank for r in list(self._open.values()) if r.job == job and r.attempt == attempt}
+
+    @_serialized
     def poll(self, *, ack: bool = True) -> list[ReplicaExit]:
         _reap()
         exits = [ex for run in list(self._open.values()) if (ex := self._check(run)) is not None]
@@ -216,9 +220,10 @@ class LocalExecutor(ThisHostGpus):
         """Launches a previous executor did not finish (the control plane died while starting them) never ran
         as a whole, and the control plane never recorded them as started: they are undone here, not adopted
         (nor reported as failed), and the control plane launches them again. A run whose ``launch.json`` was
-        written but whose supervisor never started is dropped; when that leaves an attempt of several replicas
-        short of one (or one was never written), the replicas of that attempt that did start are killed and
-        dropped too. A supervisor forked just before the crash gets ``ORPHAN_WAIT`` seconds to write its PID."""
+        written but whose supervisor never started is dropped; when that leaves a launch of several replicas
+        short of one (or one was never written), the replicas of that launch that did start are killed and
+        dropped too. A launch is the ranks started together (``launch_ranks``): an attempt's first start, or the
+        new ranks of an elastic job's growth (the ranks that ran before it are not touched). A supervisor forked just before the crash gets ``ORPHAN_WAIT`` seconds to write its PID."""
         inherited = [r for r in self._open.values() if r.dir not in self._mine]
         orphans = [r for r in inherited
                    if not (r.dir / state.SUPERVISOR_PID).exists() and not (r.dir / state.STATUS).exists()]
@@ -227,15 +232,18 @@ class LocalExecutor(ThisHostGpus):
             time.sleep(0.05)
             orphans = [r for r in orphans if not (r.dir / state.SUPERVISOR_PID).exists()]
         undo = {r.dir for r in orphans}
-        attempts: dict[tuple[str, int], list[_Run]] = {}
+        # the replicas started together (a launch: ranks 0..world-1; a growth of an elastic job: its new ranks)
+        # stand or fall together; a cut growth leaves the ranks that ran before it alone
+        launches: dict[tuple[str, int, tuple[int, ...]], list[_Run]] = {}
         for r in inherited:
-            attempts.setdefault((r.job, r.attempt), []).append(r)
-        for (job, attempt), runs in attempts.items():
+            spec = state.read_json(r.dir / state.LAUNCH) or {}
+            ranks = spec.get("launch_ranks") or range(int(spec.get("world_size", 1)))
+            launches.setdefault((r.job, r.attempt, tuple(ranks)), []).append(r)
+        for (job, attempt, ranks), runs in launches.items():
             adir = self.root / job / str(attempt)
-            world = int((state.read_json(runs[0].dir / state.LAUNCH) or {}).get("world_size", len(runs)))
             written = {int(d.name) for d in adir.iterdir() if d.name.isdigit()
                        and ((d / state.LAUNCH).exists() or (d / state.REPORTED).exists())}
-            if any(r.dir in undo for r in runs) or not set(range(world)) <= written:
+            if any(r.dir in undo for r in runs) or not set(ranks) <= written:
                 undo.update(r.dir for r in runs)
         for r in inherited:
             if r.dir not in undo:
@@ -315,6 +323,7 @@ class LocalExecutor(ThisHostGpus):
             "env": replica_env(job, rep, self.master_addr, port),
             "master_port": port,
             "launched_at": time.time(),
+            "launch_ranks": [r.rank for r in job.replicas],  # started together: a launch, or a growth's new ranks
         }
 
     def _spawn(self, job: JobLaunch, rank: int, spec: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
@@ -35,12 +35,13 @@ TOKEN_CACHE_S = 2.0
 
 
 class _Pending:
-    __slots__ = ("events", "jobs", "changes")
+    __slots__ = ("events", "jobs", "changes", "after")
 
     def __init__(self) -> None:
         self.jobs: dict[int, Job] = {}  # the latest version of every job read or written in this batch
         self.changes: dict[int, dict[str, Any]] = {}  # job id -> fields to write
         self.events: list[dict[str, Any]] = []
+        self.after: list[Callable[[], None]] = []  # what carries out the collected intents, once committed
 
 
 class BatchingStore:
@@ -85,15 +86,33 @@ class BatchingStore:
             self._local.pending = None
 
     def flush(self) -> None:
-        """Write what this thread's batch collected, in one transaction; the batch stays open."""
+        """Write what this thread's batch collected, in one transaction; the batch stays open. Then call what
+        ``after_commit`` queued (nothing of it when the write failed: an intent not stored is not carried out)."""
         p = self._pending()
-        if p is None or (not p.changes and not p.events):
+        if p is None:
             return
-        changes, events = p.changes, p.events
-        p.changes, p.events = {}, []
-        with self._store.tx() as t:
-            t.update_jobs(changes)
-            t.append_events(events)
+        changes, events, after = p.changes, p.events, p.after
+        p.changes, p.events, p.after = {}, [], []
+        if changes or events:
+            with self._store.tx() as t:
+                t.update_jobs(changes)
+                t.append_events(events)
+        for fn in after:
+            try:
+                fn()
+            except Exception:  # one executor call that failed does not keep the others from being made
+                log.exception("carrying out a committed change failed")
+
+    def after_commit(self, fn: Callable[[], None]) -> None:
+        """Call ``fn`` once what this thread wrote so far is committed: at the next ``flush`` inside ``batch()``,
+        at once outside (where every write commits by itself). Signals to processes go through here, so that a
+        crash between the two leaves a stored intent that start-up carries out, never a signal the store does
+        not know of."""
+        p = self._pending()
+        if p is None:
+            fn()
+        else:
+            p.after.append(fn)
 
     def prefetch(self, job_ids: Iterable[int | str | None]) -> None:
         """Read the jobs of these ids that the batch has not seen yet, in one query (outside a batch: no-op)."""

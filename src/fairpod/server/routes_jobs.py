@@ -30,7 +30,7 @@ class ArraySubmit(BaseModel):
 
 
 class Progress(BaseModel):
-    step: int | None = Field(default=None, ge=0, le=2**53 - 1)  # an exact JSON number everywhere
+    step: int | None = Field(default=None, ge=0, le=2**53 - 1, strict=True)  # an exact JSON number; no boolean
     checkpoint: str | None = Field(default=None, max_length=4096)
 
 

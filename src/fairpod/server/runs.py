@@ -65,6 +65,7 @@ class Run:
     # elastic jobs (fairpod.server.control.resize): ranks a shrink is stopping (rank -> node), ranks a growth will start
     removing: dict[str, str] = field(default_factory=dict)
     adding: list[int] = field(default_factory=list)
+    starting: list[int] = field(default_factory=list)  # new ranks with their slots, being started (until recorded)
     gone: dict[str, float] = field(default_factory=dict)  # removed ranks -> when their replica ended
     shrunk_at: float | None = None  # the last shrink (the engine's hold-off before growing again)
     # what each ended replica used, read from its cgroup (fairpod.sandbox): rank -> cpu_seconds, memory_peak_bytes

@@ -240,7 +240,13 @@ class AttemptLife:
             changes["state"] = JobState.PREEMPTED
         self._save_run(job, run, **changes)
         if run.launched:
-            self.executor.stop(job_key(job), run.attempt, job.spec.termination_grace_seconds)
+            self._send_stop(job, run)
+
+    def _send_stop(self, job: Job, run: Run) -> None:
+        """The executor stops the attempt once the store has committed that it is stopping (``after_commit``): a
+        crash in between leaves a stored stop that start-up sends again (``ControlPlane._carry_out``)."""
+        key, attempt, grace = job_key(job), run.attempt, job.spec.termination_grace_seconds
+        self.store.after_commit(lambda: self.executor.stop(key, attempt, grace))
 
     def output_mtime(self, job: Job) -> float | None:
         """When any replica of the job's current attempt last wrote output (None: no log here)."""

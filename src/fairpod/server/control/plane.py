@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fairpod.executors.base import Executor
+from fairpod.executors.base import Executor, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import arrays, eta
@@ -146,7 +146,26 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, NodeTransitions, Loo
             job = self.store.get_job(jid)
             if job is not None and job.state == JobState.PREEMPTED and not run.launched:
                 self.stopped(job, run)
+        self._carry_out(live)
         self.executor.ack(exits)  # every write above is committed (no batch at start-up)
+
+    def _carry_out(self, live: dict[str, int]) -> None:
+        """Start-up: what the store says was decided for a live attempt is done again, whether or not it was
+        done before the crash (each is idempotent): new ranks of a growth still being started are started
+        (:meth:`Resize._finish_growth`), the ranks a shrink removes get their stop again, an attempt that is
+        stopping (cancel, preemption, failure) gets its stop again."""
+        res = capability(self.executor, Resizing)
+        for jid, run in list(self.runs.items()):
+            job = self.store.get_job(jid)
+            if job is None or not run.launched or live.get(job_key(job)) != run.attempt:
+                continue
+            if run.starting:
+                self._finish_growth(job, run)
+            if run.removing and run.stopping is None and res is not None:
+                res.stop_replicas(job_key(job), run.attempt, sorted(int(r) for r in run.removing),
+                                  job.spec.termination_grace_seconds)
+            if run.stopping is not None:
+                self.executor.stop(job_key(job), run.attempt, job.spec.termination_grace_seconds)
 
     def event(self, kind: str, msg: str, job: Job | None = None, /, **data: Any) -> None:
         self.store.append_event(kind, msg, job_id=job.id if job else None, team=job.team if job else None,
@@ -168,6 +187,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, NodeTransitions, Loo
                     self.begin_stop(job, run, STOP_CANCEL, f"cancelled by {actor}")
                     if job.state == JobState.RUNNING:
                         self.event("JobCancelling", f"job {job.name} is stopping: cancelled by {actor}", job)
+                elif run.launched:  # stopping already: the stop is sent again (the first one may have failed)
+                    self._send_stop(job, run)
                 job = self.store.get_job(job.id) or job
                 if not run.launched:
                     self.stopped(job, run)

@@ -93,9 +93,18 @@ class Resize:
         self._save_run(job, run, placement=list(d.nodes), nodes=len(d.nodes))
         self.event("JobShrunk", f"job {job.name}: {d.reason}", job, by=d.by, preemption=d.kind,
                    removed=list(d.removed), nodes=len(d.nodes))
+        if launched:
+            self._stop_removed(job, run, launched)
+
+    def _stop_removed(self, job: Job, run: Run, ranks: list[int]) -> None:
+        """SIGTERM to the removed ranks once the store has committed their removal (``run.removing``): a crash in
+        between leaves the removal stored, and start-up sends it again; their exits are never taken for
+        ordinary ones."""
         res = capability(self.executor, Resizing)
-        if launched and res is not None:
-            res.stop_replicas(job_key(job), run.attempt, launched, job.spec.termination_grace_seconds)
+        if res is None:
+            return
+        key, attempt, grace = job_key(job), run.attempt, job.spec.termination_grace_seconds
+        self.store.after_commit(lambda: res.stop_replicas(key, attempt, ranks, grace))
 
     def grow(self, d: Grow) -> None:
         """The job runs on ``d.nodes`` from now on: its new ranks start once :meth:`_grow_ready` finds their
@@ -138,12 +147,14 @@ class Resize:
             for r in ranks:
                 run.gone.pop(str(r), None)
             run.adding = []
+            run.starting = ranks  # stored with their slots: after a crash, start-up finishes starting them
             self._save_run(job, run)
             out.append((job, run, ranks))
         return out
 
     def _launch_grown(self, grown: list[tuple[Job, Run, list[int]]]) -> None:
-        """Start the new ranks :meth:`_grow_ready` found ready (after the store has committed their slots)."""
+        """Start the new ranks :meth:`_grow_ready` found ready (after the store has committed their slots), and
+        record that they started (``run.starting`` emptied, committed with the turn)."""
         res = capability(self.executor, Resizing)
         for job, run, ranks in grown:
             if res is None:
@@ -152,10 +163,31 @@ class Resize:
                 res.add_replicas(self.build_launch(job, run, ranks))
             except ExecutorError as e:
                 self._grow_failed(job, run, ranks, str(e))
+                continue
+            run.starting = []
+            self._save_run(self.store.get_job(job.id) or job, run)
+
+    def _finish_growth(self, job: Job, run: Run) -> None:
+        """Start-up: new ranks stored as being started when the control plane died. Those the executor does not
+        know (never started, or undone at adoption as a cut launch) are started now; those it knows ran."""
+        res = capability(self.executor, Resizing)
+        ranks = sorted(r for r in run.starting if r < len(job.placement))
+        if res is not None and job.state == JobState.RUNNING and run.stopping is None:
+            missing = sorted(set(ranks) - res.replica_ranks(job_key(job), run.attempt))
+            if missing:
+                try:
+                    res.add_replicas(self.build_launch(job, run, missing))
+                except ExecutorError as e:
+                    run.starting = []
+                    self._grow_failed(job, run, missing, str(e))
+                    return
+        run.starting = []
+        self._save_run(self.store.get_job(job.id) or job, run)
 
     def _grow_failed(self, job: Job, run: Run, ranks: list[int], why: str) -> None:
         """New ranks that could not start: the job goes back to the size it had, in the store and the engine."""
         keep = job.placement[:min(ranks)]
+        run.starting = []
         with self._change():
             for r in ranks:
                 node = job.placement[r]
