@@ -12,6 +12,9 @@ Runs, on this host's real cgroups (as root), what the supervisor does around the
 - the same with the files sandbox for a replica run as another user whose interpreter lies under a directory it
   cannot enter (this interpreter, for ``nobody``): planning what to bring back (:mod:`fairpod.sandbox.reach`) and
   the tmpfs and read-only binds that do it, against the files sandbox alone, alternated with it;
+- the same with the files sandbox and a private /dev for a replica given GPU 1 of four (the basic devices bound
+  from /dev; the NVIDIA files from device nodes made here with their real numbers, as on a GPU host: nvidia0-3,
+  nvidiactl, nvidia-modeset, nvidia-uvm, nvidia-uvm-tools), against the files sandbox alone, alternated with it;
 - end (before the exit record is written, so before the slot is free again): read CPU-seconds, peak memory and
   OOM kills back and remove the cgroup (``Sandbox.finish``).
 
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import pwd
 import statistics
 import subprocess
@@ -30,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from fairpod.sandbox import Sandbox, cgroups, limits_of, namespaces, reach
+from fairpod.sandbox import Sandbox, cgroups, devices, limits_of, namespaces, reach
 
 
 def pct(xs: list[float], p: float) -> float:
@@ -47,12 +51,19 @@ def main() -> int:
     except cgroups.CgroupError as e:
         print(f"no usable cgroups here: {e}")
         return 1
-    base, start, end, full, reached = [], [], [], [], []
+    base, start, end, full, reached, devd = [], [], [], [], [], []
     work = Path(tempfile.mkdtemp(prefix="fairpod-bench-", dir="/var/tmp"))
     (work / "home").mkdir()
     (work / "ckpt").mkdir()
     view = namespaces.View(hide=(str(work / "home"),), keep=(str(work / "ckpt"), "/"))
     files = namespaces.supported() is None
+    gpu_dev = work / "dev"
+    gpu_dev.mkdir()
+    for name, (major, minor) in {**{f"nvidia{g}": (195, g) for g in range(4)}, "nvidiactl": (195, 255),
+                                 "nvidia-modeset": (195, 254), "nvidia-uvm": (510, 0),
+                                 "nvidia-uvm-tools": (510, 1)}.items():
+        os.mknod(gpu_dev / name, 0o20666, os.makedev(major, minor))
+    dev_plan = devices.plan((1,), str(gpu_dev))
     for i in range(a.runs):
         t0 = time.perf_counter()
         subprocess.run(["/bin/true"], check=True)
@@ -83,6 +94,15 @@ def main() -> int:
         subprocess.run(["/bin/true"], check=True, preexec_fn=box.enter)
         reached.append(time.perf_counter() - t0)
         box.finish({"returncode": 0})
+        spec = {"job": "bench", "attempt": 3, "rank": i, "limits": limits_of(500, 256, (1,))}
+        t0 = time.perf_counter()
+        box = Sandbox(spec, dataclasses.replace(view, dev=devices.plan((1,), str(gpu_dev))))
+        subprocess.run(["/bin/true"], check=True, preexec_fn=box.enter)
+        devd.append(time.perf_counter() - t0)
+        box.finish({"returncode": 0})
+    for node in gpu_dev.iterdir():
+        node.unlink()
+    gpu_dev.rmdir()
     work.joinpath("home").rmdir()
     work.joinpath("ckpt").rmdir()
     work.rmdir()
@@ -99,6 +119,10 @@ def main() -> int:
         print(f"start: files + reach      p50 {pct(reached, .5):6.2f} ms  p90 {pct(reached, .9):6.2f} ms")
         print(f"added by reach            p50 {statistics.median(radded) * 1000:6.2f} ms  "
               f"(the interpreter for nobody: {'; '.join(f'{o.kind} {o.path}' for o in ops) or 'nothing to do'})")
+        dadded = [d - f for d, f in zip(devd, full, strict=True)]
+        print(f"start: files + /dev       p50 {pct(devd, .5):6.2f} ms  p90 {pct(devd, .9):6.2f} ms")
+        print(f"added by the private /dev p50 {statistics.median(dadded) * 1000:6.2f} ms  "
+              f"({len(dev_plan)} entries, GPU 1 of 4)")
     print(f"added to exit→slot reuse  p50 {pct(end, .5):6.2f} ms  p90 {pct(end, .9):6.2f} ms")
     return 0
 

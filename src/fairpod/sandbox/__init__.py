@@ -6,7 +6,7 @@ every way of running a job gets the same rules:
 
 - :mod:`~fairpod.sandbox.cgroups`: a cgroup per replica (CPU quota from its vCPUs, memory without extra swap,
   a pids limit), its CPU-seconds and peak memory read back, an out-of-memory kill said plainly;
-- :mod:`~fairpod.sandbox.devices`: only its own GPUs (device cgroup);
+- :mod:`~fairpod.sandbox.devices`: only its own GPUs (device cgroup on v1; a private /dev with the files sandbox);
 - :mod:`~fairpod.sandbox.capabilities`: what this host can enforce, and why not.
 
 The executor puts the replica's limits in its ``launch.json`` (:func:`limits_of`); the supervisor makes a
@@ -68,7 +68,8 @@ def view_of(spec: dict[str, Any], rdir: Path) -> namespaces.View:
     if spec.get("workdir"):
         keep.append(str(spec["workdir"]))
     hide = [h for h in dict.fromkeys(hide) if h not in ("/", "/tmp")]
-    return namespaces.View(hide=tuple(hide), keep=tuple(keep), user_ns=os.geteuid() != 0)
+    gpus = tuple(int(g) for g in (spec.get("limits") or {}).get("gpus") or ())
+    return namespaces.View(hide=tuple(hide), keep=tuple(keep), user_ns=os.geteuid() != 0, dev=devices.plan(gpus))
 
 
 def limits_of(mcpu: int, mib: int, gpus: tuple[int, ...] | None) -> dict[str, Any]:
@@ -94,10 +95,12 @@ class Sandbox:
             pids = int(os.environ.get(PIDS_ENV) or DEFAULT_PIDS)
         except ValueError:
             pids = DEFAULT_PIDS
-        try:
-            rules = devices.rules(tuple(int(g) for g in lim.get("gpus") or ()))
-        except OSError:
-            rules = None
+        rules = None
+        if devices.cgroup_wanted():
+            try:
+                rules = devices.rules(tuple(int(g) for g in lim.get("gpus") or ()))
+            except OSError:
+                pass
         limits = cgroups.Limits(
             mcpu=int(lim["mcpu"]) if lim.get("mcpu") else None,
             memory_bytes=self.mib * 2**20 if self.mib else None,

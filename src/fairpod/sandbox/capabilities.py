@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import cache
 
 import fairpod.sandbox as sandbox
-from fairpod.sandbox import cgroups, namespaces
+from fairpod.sandbox import cgroups, devices, namespaces
 
 KINDS = ("cpu", "memory", "devices", "files")
 
@@ -30,7 +30,7 @@ class Enforcement:
     def line(self) -> str:
         """One line: what is enforced, and what is not with why."""
         yes = [k for k in KINDS if self.enforced(k)]
-        head = f"{', '.join(yes)} (cgroup {self.cgroup})" if yes else "nothing"
+        head = (', '.join(yes) + (f" (cgroup {self.cgroup})" if self.cgroup else "")) if yes else "nothing"
         why: dict[str, list[str]] = {}
         for k in KINDS:
             if k in self.why_not:
@@ -68,6 +68,7 @@ def _host(mode: str) -> Enforcement:
         why["files"] = f"turned off ({sandbox.MODE_ENV}={mode})"
     elif (ns := namespaces.supported()) is not None:
         why["files"] = ns
+    private_dev = "files" not in why  # the files sandbox gives each replica a private /dev
     if mode == "off":
         for k in ("cpu", "memory", "devices"):
             why[k] = f"turned off ({sandbox.MODE_ENV}=off)"
@@ -75,11 +76,16 @@ def _host(mode: str) -> Enforcement:
     try:
         h = cgroups.detect()
     except cgroups.CgroupError as e:
-        for k in ("cpu", "memory", "devices"):
+        for k in ("cpu", "memory"):
             why[k] = str(e)
+        if not private_dev:
+            why["devices"] = f"{e}, and no private /dev without the files sandbox"
         return Enforcement(why, None)
-    if h.kind == "v2":
-        why["devices"] = "cgroup v2 needs a BPF device program, which fairpod does not load"
-    elif "devices" not in h.controllers:
-        why["devices"] = "no devices controller mounted (cgroup v1)"
+    if not private_dev:
+        if h.kind == "v2":
+            why["devices"] = "cgroup v2 has no device cgroup, and the private /dev needs the files sandbox"
+        elif "devices" not in h.controllers:
+            why["devices"] = "no devices controller mounted (cgroup v1), and no private /dev without the files sandbox"
+        elif not devices.cgroup_wanted():
+            why["devices"] = f"device cgroup turned off ({devices.CGROUP_ENV}=off) and no files sandbox"
     return Enforcement(why, h.kind)

@@ -14,7 +14,10 @@ Set up in the forked child of the supervisor, before exec (:func:`enter`), with 
    that shows the processes of this namespace only;
 4. for a replica run as another user: where fairpod's interpreter or the job's program lies under a directory that
    user cannot traverse, that directory covered by an empty ``tmpfs`` with only the way to them bound back,
-   read-only (:mod:`fairpod.sandbox.reach`, which makes the plan; made first, so the steps above apply on top).
+   read-only (:mod:`fairpod.sandbox.reach`, which makes the plan; made first, so the steps above apply on top);
+5. with a device plan (:func:`fairpod.sandbox.devices.plan`), a private ``/dev``: a fresh ``tmpfs`` (no device
+   node made in it can be opened) with only the planned device files bound back from the host, so a replica
+   opens no GPU but its own, also on a cgroup v2 host.
 
 Mounts made in a user namespace are locked for the namespaces below it, and a replica without capabilities can
 unmount nothing, so what is hidden stays hidden.
@@ -30,6 +33,7 @@ import struct
 from dataclasses import dataclass, field
 from functools import cache
 
+from fairpod.sandbox.devices import Dev
 from fairpod.sandbox.reach import Op, inside
 
 CLONE_NEWNS = 0x00020000
@@ -80,6 +84,7 @@ class View:
     uid: int = field(default_factory=os.getuid)
     gid: int = field(default_factory=os.getgid)
     reach: tuple[Op, ...] = ()  # mounts that let the replica's user reach its interpreter (fairpod.sandbox.reach)
+    dev: tuple[Dev, ...] | None = None  # a private /dev (fairpod.sandbox.devices.plan); None: the host's
 
 
 _inside = inside
@@ -119,8 +124,50 @@ def _reach(ops: tuple[Op, ...]) -> tuple[list[str], list[str]]:
     return covers, back
 
 
+def _stage_dev(ops: tuple[Dev, ...]) -> dict[str, int]:
+    """An ``O_PATH`` descriptor of each host file of the plan, taken before anything covers them."""
+    staged: dict[str, int] = {}
+    for d in ops:
+        if d.kind == "bind":
+            try:
+                staged[d.name] = os.open(d.source, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                pass
+    return staged
+
+
+def _private_dev(ops: tuple[Dev, ...], staged: dict[str, int]) -> None:
+    """A fresh tmpfs on /dev with only the planned entries; read-only once made."""
+    try:
+        mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=755,size=64k")
+        for d in ops:
+            path = f"/dev/{d.name}"
+            if d.kind == "dir":
+                os.mkdir(path, 0o755)
+            elif d.kind == "link":
+                os.symlink(d.source, path)
+            elif d.kind == "tmpfs":
+                os.mkdir(path, 0o1777)
+                mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+            elif d.kind == "devpts":
+                os.mkdir(path, 0o755)
+                mount("devpts", path, "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666,mode=620")
+            elif d.name in staged:
+                fd = staged[d.name]
+                if stat.S_ISDIR(os.fstat(fd).st_mode):
+                    os.mkdir(path, 0o755)
+                else:
+                    os.close(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+                mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        mount(None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    finally:
+        for fd in staged.values():
+            os.close(fd)
+
+
 def _mount_view(v: View) -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
+    staged_dev = _stage_dev(v.dev) if v.dev is not None else {}
     keep = {}
     for p in v.keep:
         try:
@@ -158,6 +205,8 @@ def _mount_view(v: View) -> None:
                 pass
     for p in covers:
         mount(None, p, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV)
+    if v.dev is not None:
+        _private_dev(v.dev, staged_dev)
 
 
 def _map_ids(v: View) -> None:
