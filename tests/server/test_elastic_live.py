@@ -121,3 +121,19 @@ def test_an_elastic_job_that_does_not_regroup_after_a_shrink_is_noticed(tmp_path
         server.wait_state("ddp", "Cancelled", timeout=30)
     finally:
         servers.close()
+
+
+@pytest.mark.parametrize("other", ["waits", "fails"])
+def test_an_elastic_job_is_done_when_one_replica_finishes_the_training(server: Server, tmp_path: Path, other: str):
+    """torchrun's elastic agents exit 0 only once the group's training is done: the replica that hosted the
+    rendezvous finishing leaves the others waiting for a group that never forms again, or failing on the store that
+    went with it. Either way the job Succeeded (Kubeflow's PyTorchJob: an elastic job succeeds with any worker)."""
+    out = tmp_path / "ends.log"
+    rest = "sleep 300" if other == "waits" else f'while [ ! -s {out} ]; do sleep 0.1; done; exit 1'
+    server.cli("start-job", "--name", "ddp", "--team", "smith", "--min-nodes", "1", "--max-nodes", "2",
+               "--grace-seconds", "1", "--", "sh", "-c",
+               f'if [ "$NODE_RANK" = 0 ]; then sleep 1; echo done > {out}; exit 0; else {rest}; fi')
+    wait_for(lambda: server.job("ddp")["nodes"] == 2, 30, "ddp to start on 2 nodes")
+    done = server.wait_state("ddp", "Succeeded", timeout=60)
+    assert "replica 0 finished the training" in done["reason"], done["reason"]
+    assert done["restarts"] == 0

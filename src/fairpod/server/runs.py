@@ -17,6 +17,7 @@ STOP_PREEMPT = "preempt"  # back to Pending when every replica has stopped
 STOP_CANCEL = "cancel"  # Cancelled
 STOP_RESTART = "restart"  # auto-resume: Pending again with attempt + 1
 STOP_FAIL = "fail"  # Failed
+STOP_DONE = "done"  # an elastic job whose training finished (a replica exited 0): Succeeded once all stopped
 
 
 def job_key(job: Job) -> str:

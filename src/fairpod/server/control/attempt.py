@@ -15,6 +15,7 @@ from fairpod.server import backoff
 from fairpod.server.control import resize
 from fairpod.server.runs import (
     STOP_CANCEL,
+    STOP_DONE,
     STOP_FAIL,
     STOP_PREEMPT,
     STOP_RESTART,
@@ -222,6 +223,10 @@ class AttemptLife:
             elif len(run.exits) == job.nodes:
                 self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
                 return
+            elif job.spec.elastic:  # torchrun's elastic agents exit 0 only once the group's training is done
+                run.before_stop.append(str(e.rank))  # it ended on its own: whatever stop comes next, it finished
+                self.begin_stop(job, run, STOP_DONE, f"replica {e.rank} finished the training; the other replicas "
+                                "are stopped (an elastic job is done when one of its replicas is)")
         if run.stopping is not None and len(run.exits) >= job.nodes:
             self.stopped(job, run)
         else:
@@ -295,7 +300,16 @@ class AttemptLife:
             if failed:
                 kind = run.stopping = failure_kind(job)
                 run.stop_reason = f"replica {failed[0]} {run.exits[failed[0]]}"
-        if kind == STOP_CANCEL:
+        finished = sorted(r for r in run.before_stop if run.codes.get(r) == 0)
+        if job.spec.elastic and kind != STOP_CANCEL and finished:
+            # a replica of an elastic job that ended 0 on its own finished the training: the others' ends (the
+            # rendezvous store gone with it, a stop) do not undo that (Kubeflow's PyTorchJob: elastic success
+            # is any worker's)
+            kind = run.stopping = STOP_DONE
+            run.stop_reason = f"replica {finished[0]} finished the training (elastic)"
+        if kind == STOP_DONE:
+            self.finish(job, run, JobState.SUCCEEDED, run.stop_reason)
+        elif kind == STOP_CANCEL:
             self.finish(job, run, JobState.CANCELLED, run.stop_reason)
         elif kind == STOP_FAIL:
             self.finish(job, run, JobState.FAILED, run.stop_reason)
