@@ -50,7 +50,11 @@ def hierarchy() -> cgroups.Hierarchy:
 @pytest.fixture
 def ex(tmp_path: Path, hierarchy: cgroups.Hierarchy, monkeypatch: pytest.MonkeyPatch) -> Iterator[LocalExecutor]:
     monkeypatch.setenv("FAIRPOD_PIDS_MAX", "64")  # the supervisors (forked from the executor's fork server) read it
-    root = tmp_path / "runs"
+    yield from local_executor(tmp_path / "runs")
+
+
+def local_executor(root: Path) -> Iterator[LocalExecutor]:
+    """A local executor on ``root`` for one test; afterwards its replicas are stopped and whatever they left killed."""
     e = LocalExecutor(root)
     yield e
     for jname, attempt in e.running().items():

@@ -21,8 +21,7 @@ from fairpod.executors import LocalExecutor
 from fairpod.executors.base import JobLaunch, ReplicaExit, ReplicaLaunch
 from fairpod.sandbox import capabilities, devices, namespaces
 
-from ..executors.helpers import kill_recorded
-from .conftest import wait_for
+from .conftest import local_executor, wait_for
 from .test_files import made_users  # noqa: F401, F811 - the fixture
 
 PROBE = """
@@ -78,16 +77,7 @@ def dev_ex(request: pytest.FixtureRequest, dev_source: Path, tmp_path: Path, mad
     monkeypatch.setenv(devices.SOURCE_ENV, str(dev_source))
     if request.param == "cgroup-off":
         monkeypatch.setenv(devices.CGROUP_ENV, "off")
-    root = tmp_path / "runs"
-    e = LocalExecutor(root)
-    yield e
-    for jname, attempt in e.running().items():
-        e.stop(jname, attempt, 0.0)
-    try:
-        wait_for(lambda: not e.running() or None, 10.0)
-    finally:
-        e.close()
-        kill_recorded(root)
+    yield from local_executor(tmp_path / "runs")
 
 
 def probe(ex: LocalExecutor, tmp_path: Path, name: str, gpus: tuple[int, ...]) -> dict:

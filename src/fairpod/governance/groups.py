@@ -23,6 +23,7 @@ A snapshot without groups never calls into this module: decisions stay as they w
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from fairpod.governance import fairshare
 from fairpod.governance.lending import cap_with_absolute, idle_lendable
@@ -37,22 +38,23 @@ def teams_below(snap: Snapshot, g: Group) -> list[Team]:
     return out
 
 
-def quota_of(snap: Snapshot, g: Group, itype: str) -> Vec:
-    """The group's quota of ``itype``: the sum of its teams' quotas below it."""
+def _sum_below(snap: Snapshot, g: Group, vec: Callable[[Team], Vec]) -> Vec:
+    """``vec`` of every team of ``g``'s subtree, summed."""
     out = [0, 0, 0]
     for t in teams_below(snap, g):
-        q = t.q(itype)
-        out = [out[0] + q[0], out[1] + q[1], out[2] + q[2]]
+        v = vec(t)
+        out = [out[0] + v[0], out[1] + v[1], out[2] + v[2]]
     return out
+
+
+def quota_of(snap: Snapshot, g: Group, itype: str) -> Vec:
+    """The group's quota of ``itype``: the sum of its teams' quotas below it."""
+    return _sum_below(snap, g, lambda t: t.q(itype))
 
 
 def used_of(snap: Snapshot, g: Group, itype: str) -> Vec:
     """What the group's subtree uses of ``itype`` now."""
-    out = [0, 0, 0]
-    for t in teams_below(snap, g):
-        u = t.u(itype)
-        out = [out[0] + u[0], out[1] + u[1], out[2] + u[2]]
-    return out
+    return _sum_below(snap, g, lambda t: t.u(itype))
 
 
 def borrow_cap(g: Group, itype: str, q: Vec) -> Vec:
