@@ -23,7 +23,7 @@ A snapshot without groups never calls into this module: decisions stay as they w
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fairpod.governance import fairshare
 from fairpod.governance.lending import cap_with_absolute, idle_lendable
@@ -38,7 +38,7 @@ def teams_below(snap: Snapshot, g: Group) -> list[Team]:
     return out
 
 
-def _sum_below(snap: Snapshot, g: Group, vec: Callable[[Team], Vec]) -> Vec:
+def _sum_below(snap: Snapshot, g: Group, vec: Callable[[Team], Sequence[int]]) -> Vec:
     """``vec`` of every team of ``g``'s subtree, summed."""
     out = [0, 0, 0]
     for t in teams_below(snap, g):
