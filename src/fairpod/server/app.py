@@ -16,7 +16,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from fairpod import __version__
+from fairpod.model.spec import ClusterSpec
 from fairpod.server import (
+    api_rules,
     diskfull,
     metrics,
     routes_admin,
@@ -93,6 +95,13 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     app = FastAPI(title="fairpod", version=__version__, lifespan=lifespan,
                   description="Share one accelerator cluster fairly between teams.")
     app.state.cp = cp
+
+    def openapi() -> dict[str, Any]:  # FastAPI's document, with the models of bodies the routes read themselves
+        if app.openapi_schema is None:
+            app.openapi_schema = api_rules.document(FastAPI.openapi(app), [ClusterSpec])
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     app.state.job_secret = job_secret  # verifies job tokens (server.jobtoken)
 
     @app.exception_handler(Problem)

@@ -10,11 +10,25 @@ import re
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
+from pydantic import BeforeValidator
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_ID = 2**63 - 1
 MAX_BODY = 1024 * 1024  # bytes of a request body (a cluster spec with thousands of teams fits)
 MAX_PAGE = 10_000  # events, audit records, health checks per request
+
+MAX_EXACT = 2**53 - 1  # the largest integer every JSON parser reads exactly
+
+
+def _whole(value: Any) -> Any:
+    """A JSON number without a fraction (``3`` or ``3.0``: one number, an ``integer`` to JSON Schema) as an int;
+    anything else goes on to a strict int check, which refuses booleans, strings and ``3.5``."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+# after Field(strict=True, ...) in Annotated (before it, pydantic writes the Field's bounds into the JSON schema
+# as they are: ge/le, not minimum/maximum): an integer as JSON Schema means it, never a boolean or a string
+Whole = BeforeValidator(_whole)
 
 SinceId = Annotated[int | None, Query(ge=0, le=MAX_ID)]
 Limit = Annotated[int, Query(ge=1, le=MAX_PAGE)]

@@ -7,8 +7,9 @@ from typing import Any
 from fastapi import APIRouter, Body, Depends
 from pydantic import BaseModel, Field
 
-from fairpod.model.spec import Policy, SpecError, Team, parse_spec
+from fairpod.model.spec import ClusterSpec, Policy, SpecError, Team, parse_spec
 from fairpod.model.users import Role
+from fairpod.server.api_rules import POLICY_RULES, SPEC_RULES, TEAM_RULES, USER_RULES, body_of, rules
 from fairpod.server.auth import Auth, require_admin, require_manager
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
@@ -52,7 +53,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     def get_spec(p: Auth) -> dict[str, Any]:
         return cp.spec.model_dump(mode="json")
 
-    @api.put("/spec", tags=["cluster"])
+    @api.put("/spec", tags=["cluster"], openapi_extra={**rules({422: [SPEC_RULES]}), **body_of(ClusterSpec)})
     def put_spec(p: Auth, body: dict[str, Any] = Body(...)) -> dict[str, Any]:
         require_admin(p)
         return _apply(cp, body, p.name, "spec.apply", "cluster")
@@ -109,7 +110,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return {"teams": [t.model_dump(mode="json") for t in cp.spec.teams
                           if visible is None or t.name in visible]}
 
-    @api.post("/teams", status_code=201, tags=["teams"])
+    @api.post("/teams", status_code=201, tags=["teams"], openapi_extra=rules({422: [TEAM_RULES]}))
     def create_team(team: Team, p: Auth) -> dict[str, Any]:
         require_manager(p, team.name, [team.group])
         if cp.spec.team(team.name):
@@ -119,7 +120,8 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         _apply(cp, data, p.name, "team.create", team.name)
         return team.model_dump(mode="json")
 
-    @api.put("/teams/{name}", tags=["teams"])
+    @api.put("/teams/{name}", tags=["teams"],
+             openapi_extra=rules({422: ["name: the team's name in the URL", TEAM_RULES]}))
     def update_team(name: str, team: Team, p: Auth) -> dict[str, Any]:
         if team.name != name:
             raise Problem(422, "invalid request", "the team's name in the body must match the URL")
@@ -147,7 +149,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     def get_policy(p: Auth) -> dict[str, Any]:
         return cp.spec.policy.model_dump(mode="json")
 
-    @api.put("/policy", tags=["policy"])
+    @api.put("/policy", tags=["policy"], openapi_extra=rules({422: [POLICY_RULES]}))
     def set_policy(policy: Policy, p: Auth) -> dict[str, Any]:
         require_admin(p)
         data = cp.spec.model_dump(mode="json")
@@ -161,7 +163,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return {"users": [{"name": u.name, "role": u.role.value, "teams": u.teams, "created_at": u.created_at}
                           for u in cp.store.list_users()]}
 
-    @api.post("/users", status_code=201, tags=["users"])
+    @api.post("/users", status_code=201, tags=["users"], openapi_extra=rules({422: [USER_RULES]}))
     def create_user(body: NewUser, p: Auth) -> dict[str, Any]:
         require_admin(p)
         if body.role == Role.GROUP_ADMIN:  # its teams are the groups it administers

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query
 
 from fairpod.governance import explain
 from fairpod.model.jobs import JobState
+from fairpod.server.api_rules import rules
 from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
@@ -40,8 +41,10 @@ def _names(cp: ControlPlane, p: Any, offers: list[dict[str, Any]]) -> None:
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
-    @api.get("/explain/teams", tags=["explain"])
-    def explain_teams(p: Auth, team: list[str] = Query(description="two teams"),
+    @api.get("/explain/teams", tags=["explain"], openapi_extra=rules({422: [
+        "instance_type: an instance type of the cluster; without it, the two teams hold quota or use of one only"]}))
+    def explain_teams(p: Auth, team: list[str] = Query(description="two different teams", min_length=2,
+                                                       max_length=2, json_schema_extra={"uniqueItems": True}),
                       instance_type: str | None = None) -> dict[str, Any]:
         if len(team) != 2 or team[0] == team[1]:
             raise Problem(422, "invalid request", "name two different teams (team=X&team=Y)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
@@ -12,11 +12,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server import array_refs
+from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, rules
 from fairpod.server.auth import Auth, Principal, current_principal, require_team
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
-from fairpod.server.limits import MAX_ID, SinceId
+from fairpod.server.limits import MAX_EXACT, MAX_ID, SinceId, Whole
 from fairpod.server.views import job_view, replicas_view
 from fairpod.store import Job
 
@@ -29,8 +30,12 @@ class ArraySubmit(BaseModel):
     array: str = Field(min_length=1, max_length=1000, description="indices, and %N: at most N tasks at a time")
 
 
+ARRAY = ("array: indices in Slurm's --array form (0-199%16, 1,3,5, 0-99:2) within the array size limit; the job's "
+         "name with its largest index is a valid job name")
+
+
 class Progress(BaseModel):
-    step: int | None = Field(default=None, ge=0, le=2**53 - 1, strict=True)  # an exact JSON number; no boolean
+    step: Annotated[int, Field(ge=0, le=MAX_EXACT, strict=True), Whole] | None = None  # an exact JSON number
     checkpoint: str | None = Field(default=None, max_length=4096)
 
 
@@ -60,7 +65,8 @@ def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
-    @api.post("/jobs", status_code=201, tags=["jobs"], response_model=dict[str, Any])
+    @api.post("/jobs", status_code=201, tags=["jobs"], response_model=dict[str, Any],
+              openapi_extra=rules({400: [JOB_FITS], 422: [JOB_FIELDS]}))
     def submit_job(spec: JobSpec, p: Auth,
                    idempotency_key: str | None = Header(default=None, max_length=255, pattern=r"^[\x21-\x7e]+$",
                                                         description="a retry with the same key returns the "
@@ -77,7 +83,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             return as_json(view, 200, {"Idempotent-Replayed": "true"})
         return as_json(view, 201)
 
-    @api.post("/jobs/array", status_code=201, tags=["jobs"])
+    @api.post("/jobs/array", status_code=201, tags=["jobs"], openapi_extra=rules({400: [JOB_FITS, ARRAY], 422: [JOB_FIELDS]}))
     def submit_job_array(body: ArraySubmit, p: Auth, response: Response,
                          idempotency_key: str | None = Header(default=None, max_length=255,
                                                               pattern=r"^[\x21-\x7e]+$"),

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query
 
 from fairpod.model.jobs import JobState
 from fairpod.model.spec import ClusterSpec
+from fairpod.server.api_rules import rules
 from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
@@ -23,6 +24,13 @@ from fairpod.store import Job
 from fairpod.store.usage import TEAM
 
 MAX_DAYS = 400
+# a period reported on lies within these (UTC): every day in it, and the day after, is a datetime
+EARLIEST = dt.datetime(1, 1, 2, tzinfo=dt.UTC).timestamp()
+LATEST = dt.datetime(9999, 12, 30, tzinfo=dt.UTC).timestamp()
+WHEN = {"anyOf": [{"type": "string", "format": "date"}, {"type": "string", "format": "date-time"},
+                  {"type": "string", "maxLength": 0, "description": "empty: the default"}]}
+RULES = rules({422: ["from is before to", f"the period is at most {MAX_DAYS} days",
+                     "from and to lie between 0001-01-02 and 9999-12-30 (UTC)"]})
 OPENS = "JobAdmitted"
 CLOSES = ("JobPreempted", "JobRestarting", "JobRequeued", "JobSucceeded", "JobFailed", "JobCancelled")
 
@@ -34,8 +42,8 @@ def parse_time(value: str, what: str, *, end: bool) -> float:
     try:
         if len(v) == 10:
             day = dt.date.fromisoformat(v)
-            t = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC)
-            return (t + dt.timedelta(days=1) if end else t).timestamp()
+            start = dt.datetime(day.year, day.month, day.day, tzinfo=dt.UTC).timestamp()
+            return start + 86400 if end else start  # the end of 9999-12-31 is no datetime, but a timestamp
         t = dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
     except ValueError:
         raise Problem(422, "invalid request", f"{what}: {value!r} is not a date (YYYY-MM-DD) or an ISO 8601 "
@@ -170,13 +178,13 @@ def group_totals(spec: ClusterSpec, totals: dict[tuple[str, str], dict[str, floa
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
-    @api.get("/reports/usage", tags=["reports"])
+    @api.get("/reports/usage", tags=["reports"], openapi_extra=RULES)
     def report_usage(
         p: Auth,
         from_: str | None = Query(default=None, alias="from", description="YYYY-MM-DD (UTC) or ISO date-time; "
-                                  "default: 7 days before 'to'"),
+                                  "default: 7 days before 'to'", json_schema_extra=WHEN),
         to: str | None = Query(default=None, description="YYYY-MM-DD (inclusive, UTC) or ISO date-time; "
-                               "default: now"),
+                               "default: now", json_schema_extra=WHEN),
         team: list[str] | None = Query(default=None, description="only these teams (repeatable)"),
     ) -> dict[str, Any]:
         until = parse_time(to, "to", end=True) if to else cp.clock()
@@ -185,6 +193,8 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             raise Problem(422, "invalid request", f"'from' ({iso(since)}) must be before 'to' ({iso(until)})")
         if until - since > MAX_DAYS * 86400:
             raise Problem(422, "invalid request", f"the period is longer than {MAX_DAYS} days; ask for less")
+        if since < EARLIEST or until > LATEST:
+            raise Problem(422, "invalid request", "'from' and 'to' must lie between 0001-01-02 and 9999-12-30")
         visible = p.visible_teams()
         if team:
             known = {t.name for t in cp.spec.teams}

@@ -3,22 +3,23 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Query
 from pydantic import BaseModel, Field
 
-from fairpod.model.spec import SpecError, parse_spec
+from fairpod.model.spec import ClusterSpec, SpecError, parse_spec
+from fairpod.server.api_rules import SPEC_RULES, body_of, rules
 from fairpod.server.auth import Auth, require_admin
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
-from fairpod.server.limits import MAX_ID
+from fairpod.server.limits import MAX_EXACT, MAX_ID, Whole
 from fairpod.server.spec_changes import diff, dry_run
 from fairpod.store import NotFound
 
 
 class Rollback(BaseModel):
-    version: int = Field(ge=1, le=2**53 - 1, strict=True, description="the spec version to go back to")
+    version: Annotated[int, Whole] = Field(ge=1, le=MAX_EXACT, strict=True, description="the spec version to go back to")
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
@@ -44,7 +45,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                 "spec": v.spec.model_dump(mode="json"), "diff_to_current": diff(cp.spec, v.spec, "current",
                                                                                 f"version {v.version}")}
 
-    @api.post("/spec/dry-run", tags=["cluster"])
+    @api.post("/spec/dry-run", tags=["cluster"], openapi_extra={**rules({422: [SPEC_RULES]}), **body_of(ClusterSpec)})
     def spec_dry_run(p: Auth, body: dict[str, Any] = Body(...)) -> dict[str, Any]:
         """What applying this spec would do now: the diff against the live spec, the running jobs the engine
         would preempt and the pending jobs it would start. Nothing is changed."""
