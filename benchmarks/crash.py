@@ -244,17 +244,7 @@ def count(jobs: list[dict[str, Any]], accepted: dict[str, int], known: dict[str,
             "lost JobStarted": lost_started, "double preemptions": int(double)}
 
 
-WINDOWS_SPEC = """
-cluster:
-  name: four
-  instance_groups:
-    - {name: g, instance_type: unit1, count: 4}
-instance_types:
-  - {name: unit1, accelerators: 1, vcpu: 2, memory_gib: 4}
-teams:
-  - {name: john, sharing: {strategy: LendAndBorrow, borrow_limit: 100}, quota: [{instance_type: unit1, count: 2}]}
-  - {name: smith, sharing: {strategy: LendAndBorrow, borrow_limit: 100}, quota: [{instance_type: unit1, count: 2}]}
-"""
+WINDOWS_SPEC = (Path(__file__).resolve().parents[1] / "examples" / "four" / "spec.yaml").read_text()
 REPLICA = ('echo "start $FAIRPOD_JOB $NODE_RANK" >> {log}; trap \'echo "term $FAIRPOD_JOB $NODE_RANK" >> {log}; '
            'exit 1\' TERM; while :; do sleep 0.1; done')
 

@@ -14,17 +14,7 @@ import pytest
 
 from .conftest import Server, running, wait_for
 
-SPEC = """
-cluster:
-  name: four
-  instance_groups:
-    - {name: g, instance_type: unit1, count: 4}
-instance_types:
-  - {name: unit1, accelerators: 1, vcpu: 2, memory_gib: 4}
-teams:
-  - {name: john, sharing: {strategy: LendAndBorrow, borrow_limit: 100}, quota: [{instance_type: unit1, count: 2}]}
-  - {name: smith, sharing: {strategy: LendAndBorrow, borrow_limit: 100}, quota: [{instance_type: unit1, count: 2}]}
-"""
+SPEC = (Path(__file__).resolve().parents[2] / "examples" / "four" / "spec.yaml").read_text()  # 4 x unit1
 
 # each replica notes its start (rank, node, the FAIRPOD_* sizes) and a SIGTERM in the shared file
 REPLICA = ('echo "start $NODE_RANK $FAIRPOD_NODE $FAIRPOD_NODES $FAIRPOD_MIN_NODES $FAIRPOD_MAX_NODES $MASTER_PORT" '
