@@ -17,10 +17,10 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from fairpod.store.checks import is_sqlite
 from fairpod.store.records import StoreError
 from fairpod.store.schema import HEAD, VERSION_TABLE, known_revisions
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 SIDE_FILES = ("-wal", "-shm", "-journal")
 
 
@@ -82,11 +82,10 @@ def check(path: Path) -> BackupInfo:
     """What the file ``path`` holds, if it is a whole fairpod database this fairpod can open; else StoreError
     with the reason in one line."""
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
+        sqlite = is_sqlite(path)
     except OSError as e:
         raise StoreError(f"cannot read {path}: {e.strerror or e}") from None
-    if head != SQLITE_MAGIC:
+    if not sqlite:
         raise StoreError(f"{path} is not a SQLite database (a PostgreSQL dump is restored with pg_restore)")
     created = [s for s in SIDE_FILES if not Path(f"{path}{s}").exists()]
     try:

@@ -26,6 +26,12 @@ SIDE_FILES = ("-wal", "-shm", "-journal")
 LEFTOVER_PATTERNS = (".backup-*.db", ".backup-*.db-*", "..backup-*.db.*.tmp", "..backup-*.db.*.tmp-*",
                      ".fairpod.db.restore.tmp", ".fairpod.db.restore.tmp-*")
 
+def is_sqlite(path: Path) -> bool:
+    """Whether the file ``path`` begins as a SQLite database does (OSError when it cannot be read)."""
+    with open(path, "rb") as f:
+        return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+
+
 _WHAT_TO_DO = "move it away, or put a backup in its place with 'fairpod restore FILE'"
 
 
@@ -46,11 +52,10 @@ def check_database(path: Path) -> None:
     if st.st_size == 0:
         raise StoreError(f"the database {path} is empty (0 bytes), not a fairpod database; {_WHAT_TO_DO}")
     try:
-        with open(path, "rb") as f:
-            head = f.read(len(SQLITE_MAGIC))
+        sqlite = is_sqlite(path)
     except OSError as e:
         raise StoreError(f"cannot read the database {path}: {e.strerror or e}") from None
-    if head != SQLITE_MAGIC:
+    if not sqlite:
         raise StoreError(f"the database {path} is not a SQLite database ({st.st_size} bytes of something else); "
                          f"{_WHAT_TO_DO}")
     created = [s for s in SIDE_FILES if not Path(f"{path}{s}").exists()]
