@@ -94,7 +94,7 @@ def test_schemathesis_finds_no_server_error_and_no_conformance_failure(tmp_path:
         r = subprocess.run(
             [sys.executable, "-m", "schemathesis.cli", "--config-file", str(tmp_path / "schemathesis.toml"),
              "run", f"{server.url}/openapi.json", "-H", f"Authorization: Bearer {server.token}",
-             "--checks", "all", "--max-time", "40", "--request-timeout", "5", "--exclude-path-regex", "logs",
+             "--checks", "all", "--max-time", "30", "--request-timeout", "5", "--exclude-path-regex", "logs",
              "--seed", "7", "--max-examples", "3", "--workers", "1"],
             capture_output=True, text=True, timeout=240, env=server.env, cwd=tmp_path)
         tail = r.stdout[-8000:]
