@@ -47,6 +47,7 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "accelerator_partition_type": "--accelerator-partition-type",
              "accelerator_partition_count": "--accelerator-partition-count",
              "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
+             "service": "the service's checks (fairpod start-service)",
              "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
