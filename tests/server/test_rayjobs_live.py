@@ -85,7 +85,7 @@ def test_a_ray_job_runs_on_its_own_ray_cluster_is_preempted_and_resumes(server: 
     assert start["gpu_ids"] == [[0], [0]] and start["node_gpus"] == [1, 1] and start["node_cpus"] == [1, 1]
     assert start["address"].startswith("127.0.0.1:") and start["address"] != "127.0.0.1:6379"
     assert start["step"] == 0
-    assert server.job("rl")["kind"] == "job"
+    assert server.job("rl")["kind"] == "ray" and "Ray job" in server.cli("get-job", "rl").stdout
 
     server.cli("start-job", "--name", "smith-a", "--team", "smith", "--node-count", "2", "--grace-seconds", "1",
                "--", "sleep", "300")  # smith reclaims the node john's Ray job borrowed

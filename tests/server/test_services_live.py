@@ -118,7 +118,7 @@ def test_a_service_grows_into_borrowed_capacity_and_a_reclaim_drains_it_with_no_
     # two of its replicas run on john's idle nodes: borrowed (the reclaim below says "john reclaims")
     text = server.cli("get-service", "chat").stdout
     assert svc["address"] in text and "4 ready" in text
-    assert "chat" in server.cli("list-services").stdout
+    assert "chat" in server.cli("list-services").stdout and "get-service chat" in server.cli("get-job", "chat").stdout
 
     client = Client(svc["address"])
     try:

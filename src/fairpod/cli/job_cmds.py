@@ -52,6 +52,8 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
 SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items() if flag.startswith("--") and field not in ("env", "array")}
+KINDS = {"service": "service ('fairpod get-service {name}': its address and ready endpoints)",
+         "ray": "Ray job (a private Ray cluster on its replicas: head on rank 0)"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
 
@@ -514,6 +516,8 @@ def get_job(a: argparse.Namespace) -> int:
         fields.insert(2, ("Array", f"{arr['name']}, task {arr['task_id']} (array job {arr['job_id']})"))
     if j.get("user"):
         fields.insert(3, ("User", j["user"]))
+    if j.get("kind") in KINDS:
+        fields.insert(2, ("Kind", KINDS[j["kind"]].format(name=j["name"])))
     for k, v in fields:
         print(f"{k + ':':16} {v if v is not None else '-'}")
     print("Events:")

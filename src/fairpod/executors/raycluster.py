@@ -88,7 +88,9 @@ class Cluster:
         self.stopping = False
 
     def start(self) -> None:
-        me = self.host if self.host.startswith("127.") else ""
+        # this node's address: the Ray executor's node agents say it (FAIRPOD_NODE_ADDRESS); on the local executor
+        # every replica runs on this machine, at the head's loopback address
+        me = self.env.get("FAIRPOD_NODE_ADDRESS") or (self.host if self.host.startswith("127.") else "")
         args = ["start", "--temp-dir", self.tmp, "--disable-usage-stats", *_sizes(self.env), *_ports()]
         if self.rank == 0:
             args += ["--head", "--port", str(self.port), "--include-dashboard", "false",
