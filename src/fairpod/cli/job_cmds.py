@@ -47,10 +47,13 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "accelerator_partition_type": "--accelerator-partition-type",
              "accelerator_partition_count": "--accelerator-partition-count",
              "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
+             "service": "the service's checks (fairpod start-service)", "ray": "--ray",
              "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
 SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items() if flag.startswith("--") and field not in ("env", "array")}
+KINDS = {"service": "service ('fairpod get-service {name}': its address and ready endpoints)",
+         "ray": "Ray job (a private Ray cluster on its replicas: head on rank 0)"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
 
@@ -229,6 +232,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run on nodes whose GPUs are split into this MIG profile (e.g. mig-1g.10gb)")
     p.add_argument("--accelerator-partition-count", type=whole(1, 1024), metavar="N",
                    help="MIG partitions per node (default 1; needs --accelerator-partition-type)")
+    p.add_argument("--ray", nargs="?", const=True, type=boolean, metavar="true|false",
+                   help="a Ray job: fairpod starts a private Ray cluster on the replicas (head on rank 0, a worker on "
+                   "each other; each Ray node offers exactly the replica's accelerators, vCPUs and memory) and runs "
+                   "the command on rank 0 with RAY_ADDRESS set")
     p.add_argument("--array", type=array_spec, metavar="SPEC",
                    help="submit a job array: one task per index (0-199, 1,3,5, 0-99:2), at most N at a time with "
                    "%%N; each task gets FAIRPOD_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID")
@@ -509,6 +516,8 @@ def get_job(a: argparse.Namespace) -> int:
         fields.insert(2, ("Array", f"{arr['name']}, task {arr['task_id']} (array job {arr['job_id']})"))
     if j.get("user"):
         fields.insert(3, ("User", j["user"]))
+    if j.get("kind") in KINDS:
+        fields.insert(2, ("Kind", KINDS[j["kind"]].format(name=j["name"])))
     for k, v in fields:
         print(f"{k + ':':16} {v if v is not None else '-'}")
     print("Events:")

@@ -1,5 +1,5 @@
-"""``fairpod apply -f job.yaml`` for Kubernetes manifests: submit each PyTorchJob as a fairpod job (read by
-``fairpod.formats.kube``)."""
+"""``fairpod apply -f job.yaml`` for Kubernetes manifests: submit each PyTorchJob (read by ``fairpod.formats.kube``)
+and each KubeRay RayJob (``fairpod.formats.kube.rayjob``) as a fairpod job."""
 
 from __future__ import annotations
 
@@ -14,24 +14,45 @@ from fairpod.cli.output import emit_json
 from fairpod.formats.kube import ManifestError, convert_all
 
 
+def _kind(d: Any) -> str:
+    return str(d.get("kind", "")) if isinstance(d, dict) else ""
+
+
 def apply_manifests(a: argparse.Namespace, docs: list[Any]) -> int:
-    try:
-        jobs, warnings = convert_all(docs, python=sys.executable, cwd=os.getcwd())
-    except ManifestError as e:
-        raise CliError(f"{a.file}: {e}") from None
+    jobs: list[Any] = []
+    warnings: list[str] = []
+    if any(_kind(d) == "RayJob" for d in docs):  # KubeRay RayJobs (fairpod.formats.kube.rayjob)
+        from fairpod.formats.kube import rayjob
+
+        try:
+            jobs = rayjob.convert_all(docs, cwd=os.getcwd())
+        except ManifestError as e:  # one line per refused field
+            raise CliError("\n".join(f"{a.file}: {line}" for line in str(e).splitlines())) from None
+        rest = [f"{_kind(d) or '(no kind)'}/{(d.get('metadata') or {}).get('name', '?')}" for d in docs
+                if _kind(d) not in ("RayJob", "PyTorchJob") and isinstance(d, dict)]
+        if rest:
+            warnings.append(f"skipped {', '.join(rest)}: fairpod runs only the RayJob and PyTorchJob documents")
+    if any(_kind(d) == "PyTorchJob" for d in docs) or not jobs:
+        try:
+            more, warned = convert_all(docs, python=sys.executable, cwd=os.getcwd())
+        except ManifestError as e:
+            raise CliError(f"{a.file}: {e}") from None
+        jobs += more
+        warnings += [w for w in warned if "RayJob/" not in w]  # said above
     for w in warnings:
         print(f"fairpod: warning: {w}", file=sys.stderr)
     c = Client()
     submitted = []
     for j in jobs:
+        kind, res = ("RayJob", "rayjob.ray.io") if j.body.get("ray") else ("PyTorchJob", "pytorchjob.kubeflow.org")
         for w in j.warnings:
-            print(f"fairpod: warning: PyTorchJob {j.body['name']}: {w}", file=sys.stderr)
+            print(f"fairpod: warning: {kind} {j.body['name']}: {w}", file=sys.stderr)
         for n in j.notes:
-            print(f"fairpod: PyTorchJob {j.body['name']}: {n}", file=sys.stderr)
+            print(f"fairpod: {kind} {j.body['name']}: {n}", file=sys.stderr)
         job = c.submit(j.body)
         submitted.append(job)
         if getattr(a, "output", "table") != "json":
-            print(f"pytorchjob.kubeflow.org/{job['name']} created: fairpod job {job['id']} for team {job['team']}, "
+            print(f"{res}/{job['name']} created: fairpod job {job['id']} for team {job['team']}, "
                   f"{job['nodes']} replica(s) — {job['state']}: {job['reason']}")
     if getattr(a, "output", "table") == "json":
         emit_json(submitted if len(submitted) > 1 else submitted[0])

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 COMMAND_MODULES = [
     "fairpod.cli.server_cmds",
     "fairpod.cli.job_cmds",
+    "fairpod.cli.service_cmds",
     "fairpod.cli.status_cmds",
     "fairpod.cli.admin_cmds",
     "fairpod.cli.node_cmds",
@@ -40,7 +41,7 @@ COMMAND_MODULES = [
 ]
 
 # commands whose own argument list ends at '--': what follows is the job's command, never parsed as flags
-COMMAND_AFTER_DASHES = {"start-job"}
+COMMAND_AFTER_DASHES = {"start-job", "start-service"}
 
 
 class Parser(argparse.ArgumentParser):

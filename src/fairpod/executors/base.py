@@ -109,6 +109,9 @@ def replica_env(job: JobLaunch, replica: ReplicaLaunch, master_addr: str, master
         MASTER_ADDR=master_addr,
         MASTER_PORT=str(master_port),
     )
+    ports = job.env.get("FAIRPOD_SERVICE_PORTS", "").split(",")  # a service's replicas: each its own port
+    if replica.rank < len(ports) and ports[replica.rank]:
+        env["PORT"] = ports[replica.rank]
     if replica.real_gpus:  # exactly the GPUs the engine placed the replica on, also for container runtimes
         visible = ",".join(replica.devices) if replica.devices else accel
         env["CUDA_VISIBLE_DEVICES"] = visible

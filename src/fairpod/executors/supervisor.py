@@ -8,7 +8,8 @@ It reads ``launch.json`` from ``replica_dir`` (layout in :mod:`fairpod.executors
 2. starts the command in its own session and process group, stdout and stderr appended to ``output.log``
    after a header line; a command that cannot start (not found, not executable, missing workdir) is
    recorded with a clear reason instead;
-3. on SIGTERM / SIGINT / a ``stop.json``: SIGTERM to the group and to every descendant, then, after the grace
+3. on SIGTERM / SIGINT / a ``stop.json``: SIGTERM to the group and to every descendant (to the group only when
+   the command's env sets ``FAIRPOD_TERM_GROUP_FIRST``: it stops its other sessions itself), then, after the grace
    period, SIGKILL to all of them, repeated until none is left;
 4. when the command ends, leftover descendants get SIGTERM and, after ``min(grace, 5 s)``, SIGKILL;
 5. when it has no child left, writes ``status.json`` atomically and exits.
@@ -32,6 +33,10 @@ from typing import Any
 from fairpod import sandbox
 from fairpod.executors import patient, procs, state
 from fairpod.sandbox import environment as isolation
+
+# a command that stops what it started in other sessions itself (a Ray job's Ray processes: fairpod.executors.raycluster)
+# sets this in its env: a stop's SIGTERM goes to its process group only; the rest gets SIGKILL after the grace period
+GROUP_FIRST = "FAIRPOD_TERM_GROUP_FIRST"
 
 LEFTOVER_GRACE = 5.0
 
@@ -225,7 +230,9 @@ class Supervisor:
             self.note(f"stop requested {_now()}: SIGTERM, SIGKILL after {grace:g}s")
             if not self.stop_asked:
                 self.stop_asked = True
-                if not self.cleanup:  # in clean-up, what is left has had its SIGTERM already
+                if not self.cleanup and self.child is not None and (self.spec.get("env") or {}).get(GROUP_FIRST):
+                    procs.signal_group(self.child.pid, signal.SIGTERM)  # the command stops what it started
+                elif not self.cleanup:  # in clean-up, what is left has had its SIGTERM already
                     self._signal_tree(signal.SIGTERM)
             self._deadline(now + grace)
         if self.wait_status is not None:

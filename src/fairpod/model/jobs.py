@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fairpod.model.catalog import InstanceType
 from fairpod.model.resources import Res, by_ratio, node_res, partition_share
+from fairpod.model.services import ServiceSpec
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, did_you_mean, no_bool_numbers
 
 
@@ -91,6 +92,11 @@ class JobSpec(BaseModel):
         description="a MIG profile (e.g. mig-1g.10gb): the replicas run on nodes whose GPUs are split into it")
     accelerator_partition_count: int | None = Field(default=None, ge=1, le=1024,
                                                     description="MIG partitions per replica (default 1)")
+    ray: bool = Field(default=False, description="a Ray job: a private Ray cluster on its replicas (head on rank 0, "
+                      "workers on the others, each with exactly its resources) and the command run against it")
+    service: ServiceSpec | None = Field(
+        default=None, description="a service: replicas run until deleted, restarted when they exit, behind a stable "
+        "address (fairpod.model.services; nodes..max_nodes are its min..max replicas)")
 
     @model_validator(mode="before")
     @classmethod

@@ -27,6 +27,7 @@ from fairpod.server import (
     routes_explain,
     routes_jobs,
     routes_reports,
+    routes_services,
     routes_spec,
     routes_static,
 )
@@ -145,6 +146,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     routes_explain.add_routes(api, cp)
     routes_backup.add_routes(api, cp)
     routes_spec.add_routes(api, cp)
+    routes_services.add_routes(api, cp)
     app.include_router(api)
     metrics.add_routes(app, cp)
     routes_static.add_routes(app)

@@ -71,6 +71,7 @@ class Run:
     shrunk_at: float | None = None  # the last shrink (the engine's hold-off before growing again)
     # what each ended replica used, read from its cgroup (fairpod.sandbox): rank -> cpu_seconds, memory_peak_bytes
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
+    ports: list[int] = field(default_factory=list)  # a service's port per rank (fairpod.server.control.serving)
 
     def record_usage(self, rank: int, cpu_seconds: float | None, memory_peak_bytes: int | None) -> dict[str, Any]:
         """Keep what a replica used; the data of its ``ReplicaUsage`` event ({} when nothing was measured)."""

@@ -39,12 +39,16 @@ class Runtime:
 
     def start(self) -> None:
         self.cp.start()
+        if self.cp.services is not None:
+            self.cp.services.start()
         if self.cp.health is not None:
             self.cp.health.start()
 
     def close(self) -> None:
         if self.cp.health is not None:
             self.cp.health.stop()
+        if self.cp.services is not None:
+            self.cp.services.stop()
         self.cp.stop()
         self.store.close()
 
@@ -54,6 +58,7 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
     from fairpod.health.manager import HealthManager
     from fairpod.server.app import create_app
     from fairpod.server.jobtoken import job_secret, launch_env
+    from fairpod.server.services import Services
 
     # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
     # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
@@ -62,6 +67,7 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
     cp = ControlPlane(store, executor, home, keepers=standard_keepers)  # a new periodic keeper: register it there
     secret = job_secret(home, store)
     cp.launch_env = launch_env(secret, api_url)  # FAIRPOD_API_URL, FAIRPOD_TOKEN
+    Services(cp)  # readiness, endpoints, addresses and drains of services (cp.services)
     notifying = capability(executor, Notifying)
     if notifying is not None:  # the executor wakes the reconcile loop when an exit is due
         notifying.set_notify(cp.wake.set)

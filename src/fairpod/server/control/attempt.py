@@ -12,7 +12,7 @@ from fairpod.governance import Admit, Preempt, Wait
 from fairpod.model.jobs import JobState
 from fairpod.sandbox import capabilities
 from fairpod.server import backoff
-from fairpod.server.control import resize
+from fairpod.server.control import rayjobs, resize
 from fairpod.server.runs import (
     STOP_CANCEL,
     STOP_DONE,
@@ -154,9 +154,10 @@ class AttemptLife:
         nodes = [job.placement[r] for r in ranks]
         devices = {n: self._partition_devices(n, list(run.slots.get(n, []))) for n in nodes}
         return JobLaunch(
-            job=job_key(job), team=job.team, attempt=job.attempt, command=list(job.spec.command),
+            job=job_key(job), team=job.team, attempt=job.attempt, command=rayjobs.command(job),
             checkpoint_dir=str(self.checkpoint_root() / job.team / job_key(job)),
-            env={**job.spec.env, **self.launch_env(job), **resize.env(job),
+            env={**job.spec.env, **self.launch_env(job), **resize.env(job), **self.service_env(job, run),
+                 **rayjobs.env(job),
                  "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team), world=len(job.placement) if grow else 0,
@@ -211,6 +212,9 @@ class AttemptLife:
         if not run.launched:  # started, but the control plane died before it recorded that
             self._started(job, run)
             job = self.store.get_job(jid) or job
+        if job.spec.service is not None and run.stopping is None and job.state == JobState.RUNNING:
+            self._service_replica_exited(job, run, e)  # a service runs until deleted: that replica starts again
+            return
         run.exits[str(e.rank)] = e.reason
         run.codes[str(e.rank)] = e.returncode
         if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):

@@ -25,6 +25,7 @@ from fairpod.server.control.loop import Keepers, Loop, standard_keepers
 from fairpod.server.control.memory import Memory
 from fairpod.server.control.nodes import NodeTransitions
 from fairpod.server.control.resize import Resize
+from fairpod.server.control.serving import Serving
 from fairpod.server.control.submit import Submitting
 from fairpod.server.core_api import Core
 from fairpod.server.errors import WrongState
@@ -44,7 +45,7 @@ log = logging.getLogger("fairpod.control")
 STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
-class ControlPlane(Memory, Submitting, AttemptLife, Resize, NodeTransitions, Loop, Core):
+class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransitions, Loop, Core):
     """The control plane's core (see :mod:`fairpod.server.control` for its transitions)."""
 
     def __init__(
@@ -81,6 +82,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, NodeTransitions, Loo
         self.history = HistoryKeeper()  # FairShareHistory kept across restarts
         self.budgets = BudgetKeeper()  # teams' accelerator-hours in the current budget periods
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
+        self.services: Any = None  # fairpod.server.services.Services: readiness, endpoints, drain (runtime.build)
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         self.restart_holds: dict[int, float] = {}  # restarts backing off (fairpod.server.backoff)
         self._groups: dict[str, Any] = {}  # node -> its instance group or None (cleared when rebuilt)

@@ -104,6 +104,10 @@ class Resize:
         if res is None:
             return
         key, attempt, grace = job_key(job), run.attempt, job.spec.termination_grace_seconds
+        if job.spec.service is not None and self.services is not None:  # drained first (server/services.py)
+            drain, jid = job.spec.service.drain_seconds, job.id
+            self.store.after_commit(lambda: self.services.drain(jid, key, attempt, ranks, grace, drain))
+            return
         self.store.after_commit(lambda: res.stop_replicas(key, attempt, ranks, grace))
 
     def grow(self, d: Grow) -> None:

@@ -7,7 +7,7 @@ from fairpod.governance import Workload, feasible
 from fairpod.model.jobs import JobSpec, ResolvedJob, resolve_job
 from fairpod.model.resources import Res
 from fairpod.server import arrays
-from fairpod.server.control import resize
+from fairpod.server.control import resize, serving
 from fairpod.server.errors import InvalidJob, JobExists, NeverFits
 from fairpod.server.submits import Submit
 from fairpod.store import AlreadyExists
@@ -103,6 +103,7 @@ class Submitting:
         if spec.command == []:
             raise InvalidJob("the job has no command: give one after --")
         resize.check(self.executor, spec)
+        serving.check(self.executor, spec)
         # a job naming several instance types (fallbacks) never fits only when none of them ever can
         nevers = [self._never_fits(resolved, spec),
                   *(self._never_fits(resolved.model_copy(update={"instance_type": it, "per_replica": per}), spec)

@@ -1,0 +1,220 @@
+"""A Ray job's own Ray cluster, started inside its replicas: ``python -m fairpod.executors.raycluster -- ENTRYPOINT``.
+
+fairpod runs a Ray job (``JobSpec.ray``) as a gang like any job; every replica's command is this program, which
+works the same under any executor since it only reads the replica's environment:
+
+- **rank 0** starts the Ray head on ``MASTER_ADDR:MASTER_PORT`` (the attempt's free port), waits until every
+  replica's node has joined (``WORLD_SIZE`` nodes), then runs the entrypoint with ``RAY_ADDRESS`` set, and exits
+  with the entrypoint's code once it has stopped the Ray cluster;
+- **the other ranks** wait for the head, join it, and stay until it is gone (then exit 0; 143 after a SIGTERM);
+- **resources**: each Ray node gets exactly what the replica was given: ``--num-gpus`` = its accelerators
+  (``FAIRPOD_ACCELERATORS``; with real GPUs ``CUDA_VISIBLE_DEVICES`` names them, so Ray's GPU ids are those
+  devices), ``--num-cpus`` = its vCPUs (``FAIRPOD_VCPU_MILLI``, rounded down, at least 1), ``--memory`` = its
+  memory (``FAIRPOD_MEMORY_MIB``); every other Ray port is a free one, and the Ray processes' files live in a
+  temporary directory of their own, so that several Ray jobs (and a Ray executor's cluster) share a machine;
+- **stop**: the Ray processes run in a session of their own, so a stop's SIGTERM (sent to the replica's process
+  group only: ``FAIRPOD_TERM_GROUP_FIRST``, see :mod:`fairpod.executors.supervisor`) reaches the entrypoint
+  while its whole Ray cluster still runs (Ray Train can checkpoint; the workers keep their nodes until the head
+  is gone); once the entrypoint has exited the head's Ray processes get SIGTERM, and SIGKILL 5 s later. The
+  supervisor's SIGKILL after the job's grace period ends whatever is left.
+
+``python -m fairpod.executors.raycluster ray ARGS`` is ``ray ARGS`` keeping a loopback ``--node-ip-address``
+(Ray's CLI would replace it with the machine's external address): a cluster on one machine stays on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
+STARTS = 3  # tries of ``ray start``
+STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL for the Ray processes once the entrypoint has exited
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _say(msg: str) -> None:
+    print(f"fairpod ray: {msg}", file=sys.stderr, flush=True)
+
+
+def _sizes(env: dict[str, str]) -> list[str]:
+    """``ray start``'s resource flags: exactly what the replica was given."""
+    gpus = len([a for a in env.get("FAIRPOD_ACCELERATORS", "").split(",") if a])
+    cpus = max(1, int(env.get("FAIRPOD_VCPU_MILLI", "1000") or 1000) // 1000)
+    mib = int(env.get("FAIRPOD_MEMORY_MIB", "0") or 0)
+    out = ["--num-cpus", str(cpus), "--num-gpus", str(gpus), "--resources", json.dumps({})]
+    if mib:
+        out += ["--memory", str(mib * 2**20), "--object-store-memory", str(max(80, mib * 3 // 10) * 2**20)]
+    return out
+
+
+def _ports() -> list[str]:
+    return ["--node-manager-port", str(_free_port()), "--object-manager-port", str(_free_port()),
+            "--dashboard-agent-listen-port", str(_free_port()), "--dashboard-agent-grpc-port", str(_free_port()),
+            "--runtime-env-agent-port", str(_free_port()), "--metrics-export-port", str(_free_port())]
+
+
+def _reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+class Cluster:
+    """This replica's Ray node: started by ``ray start`` in a session of its own, stopped by its process group."""
+
+    def __init__(self) -> None:
+        self.env = dict(os.environ)
+        self.rank = int(self.env.get("RANK", "0"))
+        self.world = int(self.env.get("WORLD_SIZE", "1"))
+        self.host = self.env.get("MASTER_ADDR", "127.0.0.1")
+        self.port = int(self.env.get("MASTER_PORT") or _free_port())
+        self.tmp = tempfile.mkdtemp(prefix="fpray-", dir="/tmp")  # short: Ray's socket paths have a length limit
+        self.pgid: int | None = None
+        self.stopping = False
+
+    def start(self) -> None:
+        # this node's address: the Ray executor's node agents say it (FAIRPOD_NODE_ADDRESS); on the local executor
+        # every replica runs on this machine, at the head's loopback address
+        me = self.env.get("FAIRPOD_NODE_ADDRESS") or (self.host if self.host.startswith("127.") else "")
+        args = ["start", "--temp-dir", self.tmp, "--disable-usage-stats", *_sizes(self.env), *_ports()]
+        if self.rank == 0:
+            args += ["--head", "--port", str(self.port), "--include-dashboard", "false",
+                     "--dashboard-port", str(_free_port())]
+        else:
+            deadline = time.monotonic() + JOIN_TIMEOUT
+            while not _reachable(self.host, self.port):
+                if self.stopping or time.monotonic() > deadline:
+                    raise SystemExit(f"fairpod ray: the head {self.host}:{self.port} did not come up")
+                time.sleep(0.5)
+            args += ["--address", f"{self.host}:{self.port}"]
+        if me:
+            args += ["--node-ip-address", me]
+        env = {k: v for k, v in self.env.items() if k != "RAY_ADDRESS"}
+        env.update(RAY_USAGE_STATS_ENABLED="0", AUTOSCALER_METRIC_PORT=str(_free_port()))
+        env.setdefault("RAY_AUTH_MODE", "disabled")  # a token file another Ray left in ~/.ray would switch it on
+        for tries in range(STARTS, 0, -1):  # a loaded machine may miss Ray's own 30 s start-up limit
+            proc = subprocess.Popen([sys.executable, "-m", "fairpod.executors.raycluster", "ray", *args], env=env,
+                                    start_new_session=True, stdout=sys.stderr, stderr=sys.stderr)
+            self.pgid = proc.pid
+            if proc.wait() == 0:
+                break
+            self.stop(keep_dir=tries > 1)
+            if tries == 1 or self.stopping:
+                raise SystemExit(f"fairpod ray: ray start failed (exit {proc.returncode}) on rank {self.rank}")
+            _say(f"rank {self.rank}: ray start failed (exit {proc.returncode}); once more")
+        _say(f"rank {self.rank}: Ray node up ({'head' if self.rank == 0 else 'worker'}, "
+             f"{' '.join(_sizes(self.env)[:4])})")
+
+    def driver_env(self) -> dict[str, str]:
+        """What a Ray driver on this node needs: ``RAY_ADDRESS``, and on 127.0.0.1 that Ray keep it (its drivers
+        would replace 127.0.0.1 with the machine's external address, where this cluster does not listen)."""
+        out = {"RAY_ADDRESS": f"{self.host}:{self.port}"}
+        if self.host == "127.0.0.1":
+            out["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # Ray's switch for "this machine only": loopback
+        return out
+
+    def wait_nodes(self) -> None:
+        """Rank 0: until every replica's Ray node has joined."""
+        os.environ.update(self.driver_env())
+        import ray
+
+        ray.init(address=f"{self.host}:{self.port}", logging_level="ERROR", log_to_driver=False)
+        try:
+            deadline = time.monotonic() + JOIN_TIMEOUT
+            while sum(1 for n in ray.nodes() if n.get("Alive")) < self.world:
+                if self.stopping or time.monotonic() > deadline:
+                    raise SystemExit(f"fairpod ray: {self.world} nodes did not join in {JOIN_TIMEOUT:g} s")
+                time.sleep(0.5)
+        finally:
+            ray.shutdown()
+
+    def stop(self, keep_dir: bool = False) -> None:
+        """SIGTERM to the Ray processes, SIGKILL to what is left after STOP_GRACE seconds."""
+        if self.pgid is not None:
+            for sig, wait in ((signal.SIGTERM, STOP_GRACE), (signal.SIGKILL, 0.0)):
+                try:
+                    os.killpg(self.pgid, sig)
+                except ProcessLookupError:
+                    break
+                deadline = time.monotonic() + wait
+                while time.monotonic() < deadline and _group_alive(self.pgid):
+                    time.sleep(0.1)
+        if not keep_dir:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def run(entrypoint: list[str]) -> int:
+    c = Cluster()
+    child: subprocess.Popen[bytes] | None = None
+
+    def term(signum: int, _frame: object) -> None:
+        c.stopping = True  # the entrypoint, in this process group, got the same SIGTERM: it ends first
+        if child is None and (c.rank == 0 or c.pgid is None):
+            raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, term)
+    try:
+        c.start()
+        if c.rank != 0:  # a worker's Ray node serves until the head is gone, also after a stop's SIGTERM:
+            while _reachable(c.host, c.port):  # the entrypoint may still use it while it saves its checkpoint
+                time.sleep(0.5)
+            return 0 if not c.stopping else 128 + signal.SIGTERM
+        c.wait_nodes()
+        signal.signal(signal.SIGTERM, term)  # the Ray driver of wait_nodes put its own handler in its place
+        _say(f"{c.world} Ray nodes joined; running the entrypoint against {c.host}:{c.port}")
+        child = subprocess.Popen(entrypoint, env={**c.env, **c.driver_env()})
+        while True:
+            try:
+                return child.wait()
+            except InterruptedError:
+                continue
+    finally:
+        c.stop()
+
+
+def ray_cli(args: list[str]) -> None:
+    import ray._private.services as services
+    from ray.scripts.scripts import main
+
+    services.resolve_ip_for_localhost = lambda host: host  # a loopback node stays on loopback
+    sys.argv = ["ray", *args]
+    main()
+
+
+def main(argv: list[str]) -> int:
+    if argv[:1] == ["ray"]:
+        ray_cli(argv[1:])
+        return 0
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print("usage: python -m fairpod.executors.raycluster -- ENTRYPOINT ...", file=sys.stderr)
+        return 2
+    return run(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

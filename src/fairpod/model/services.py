@@ -1,0 +1,49 @@
+"""Services: replicas that run until deleted (inference endpoints), with a readiness check and a stable address.
+
+A job with a ``service`` section is a service: its ``nodes``/``max_nodes`` are its minimum and maximum replicas
+(docs/workloads.md). Each replica gets ``PORT`` (its own free port) and listens there; fairpod probes it with the
+readiness check and lists only ready replicas behind the service's address.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from fairpod.model.spec import no_bool_numbers
+
+
+class ServiceSpec(BaseModel):
+    """How fairpod checks that a replica serves, and how long a replica is drained before it is stopped."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    readiness_path: str | None = Field(
+        default=None, pattern=r"^/[!-~]*$", max_length=1024,
+        description="HTTP path: a replica is ready while GET http://<replica>:$PORT<path> answers 2xx or 3xx")
+    readiness_command: list[str] | None = Field(
+        default=None, min_length=1, max_length=256,
+        description="a command run on the control plane's host with PORT set: ready while it exits 0")
+    drain_seconds: float = Field(
+        default=5.0, ge=0, le=3600,
+        description="a replica going away leaves the endpoint list, then gets SIGTERM this long after")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers(cls, data: Any) -> Any:
+        return no_bool_numbers(cls, data)
+
+    @model_validator(mode="after")
+    def _one_check(self) -> ServiceSpec:
+        if self.readiness_path is not None and self.readiness_command is not None:
+            raise ValueError("give readiness_path or readiness_command, not both")
+        return self
+
+    @property
+    def check_text(self) -> str:
+        if self.readiness_path is not None:
+            return f"GET {self.readiness_path}"
+        if self.readiness_command is not None:
+            return "command " + " ".join(self.readiness_command)
+        return "TCP connect"

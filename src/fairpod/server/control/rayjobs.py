@@ -1,0 +1,30 @@
+"""Ray jobs (``JobSpec.ray``): a private Ray cluster per job, started inside the job's replicas.
+
+A Ray job is admitted, placed, preempted and resumed as one gang like any job; only its launch differs: every
+replica runs ``python -m fairpod.executors.raycluster -- COMMAND`` (the head on rank 0, a worker on each other
+rank, the entrypoint ``COMMAND`` on rank 0 against it) and gets its vCPUs and memory in ``FAIRPOD_VCPU_MILLI`` and
+``FAIRPOD_MEMORY_MIB`` so that its Ray node offers exactly what the engine gave it (docs/workloads.md).
+"""
+
+from __future__ import annotations
+
+import sys
+
+from fairpod.store.records import Job
+
+LAUNCHER = "fairpod.executors.raycluster"
+
+
+def command(job: Job) -> list[str]:
+    """What the replicas of ``job`` run."""
+    if not job.spec.ray:
+        return list(job.spec.command)
+    return [sys.executable, "-m", LAUNCHER, "--", *job.spec.command]
+
+
+def env(job: Job) -> dict[str, str]:
+    """The sizes a Ray job's replicas give their Ray nodes (none for other jobs)."""
+    if not job.spec.ray:
+        return {}
+    return {"FAIRPOD_VCPU_MILLI": str(job.mcpu), "FAIRPOD_MEMORY_MIB": str(job.mib),
+            "FAIRPOD_TERM_GROUP_FIRST": "1"}  # the Ray processes outlive the entrypoint's SIGTERM (supervisor)

@@ -1,0 +1,73 @@
+"""Services (``JobSpec.service``): the core's part of replicas that run until deleted.
+
+- **Ports**: each replica rank gets its own free port on its node, chosen once per attempt and kept with the run
+  (``Run.ports``, index = rank); the launch carries them as ``FAIRPOD_SERVICE_PORTS`` and each replica sees its own
+  as ``PORT`` (``executors.base.replica_env``).
+- **Restart**: a replica of a running service that exits (any code) is started again on its own, the others
+  keep serving: its slots go back, its rank is added again as a growth adds one (``Run.adding``, started by
+  ``Resize._grow_ready``), and its exit is known as ended (``Run.gone``) should it be delivered again.
+- **Drain**: the replicas a shrink removes leave the service's endpoint list and get SIGTERM only after the
+  service's drain period, one at a time (``server.services.Services.drain``, after the shrink is committed).
+
+A service's size, its growth into borrowed capacity and its shrink on reclaim are those of an elastic job
+(``nodes``..``max_nodes``, engine rule 11: replicas above the minimum are the first to go).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from fairpod.executors.base import Executor, ReplicaExit, Resizing, capability
+from fairpod.model.jobs import JobSpec
+from fairpod.server.errors import InvalidJob
+from fairpod.server.runs import Run, usage_message
+from fairpod.store.records import Job
+
+log = logging.getLogger("fairpod.control")
+
+PORTS_ENV = "FAIRPOD_SERVICE_PORTS"
+
+
+def check(executor: Executor, spec: JobSpec) -> None:
+    """InvalidJob if ``executor`` cannot run ``spec`` as a service."""
+    if spec.service is not None and spec.ray:
+        raise InvalidJob("a service cannot be a Ray job: give service or ray, not both")
+    if spec.service is not None and capability(executor, Resizing) is None:
+        raise InvalidJob(f"the {executor.name} executor cannot restart one replica of a running job; services "
+                         "need the local executor")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Serving:
+    """The part of :class:`fairpod.server.control.ControlPlane` that keeps services' replicas running."""
+
+    def service_env(self, job: Job, run: Run) -> dict[str, str]:
+        """``FAIRPOD_SERVICE_PORTS`` of a service's launch (ports picked for ranks that have none yet)."""
+        if job.spec.service is None:
+            return {}
+        most = max(job.spec.max_nodes or job.spec.nodes, len(job.placement))
+        while len(run.ports) < most:
+            run.ports.append(free_port())
+        return {PORTS_ENV: ",".join(str(p) for p in run.ports)}
+
+    def _service_replica_exited(self, job: Job, run: Run, e: ReplicaExit) -> None:
+        """A replica of a running service ended on its own: it starts again, the others serve on."""
+        rank = str(e.rank)
+        if e.rank >= len(job.placement) or e.rank in run.adding:
+            return
+        node = job.placement[e.rank]
+        self.slots.give_back(node, run.slots.pop(node, []))
+        run.gone[rank] = e.ended_at
+        run.adding.append(e.rank)
+        if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):
+            self.event("ReplicaUsage", usage_message(job.name, use), job, **use)
+        self._save_run(job, run)
+        self.event("ReplicaRestarting", f"service {job.name}: replica {e.rank} {e.reason}; it starts again", job,
+                   rank=e.rank, reason=e.reason)
+        self.wake.set()

@@ -1,0 +1,222 @@
+"""Services beside the reconcile loop: readiness probes, each service's endpoint list and address, the drain.
+
+- **Readiness**: every ``interval`` seconds each live replica of a running service is probed (its
+  ``readiness_path`` over HTTP, its ``readiness_command``, else a TCP connect to its ``PORT``); the endpoint
+  list of a service is its ready replicas that are not being drained, in rank order.
+- **Address**: each service gets a round-robin proxy (``server.proxy``) on the control plane's host when it is
+  first seen running; the proxy keeps its port for the service's life (kept in ``$FAIRPOD_HOME/services/`` so a
+  restarted control plane binds the same one when it is free) and is closed once the service has ended.
+- **Drain**: the ranks a shrink removes (``Resize._stop_removed``) are taken one at a time, the highest first:
+  out of the endpoint list at once, SIGTERM (then SIGKILL after the grace period) ``drain_seconds`` later, the next
+  one once it has exited. Requests already sent to it have the drain period to finish; new ones go elsewhere.
+
+Nothing here writes a job: the probes and the endpoint lists are the server's memory, rebuilt by probing.
+"""
+
+from __future__ import annotations
+
+import http.client
+import logging
+import os
+import queue
+import socket
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from fairpod.executors.base import Resizing, capability
+from fairpod.model.jobs import JobState
+from fairpod.model.services import ServiceSpec
+from fairpod.server.proxy import Proxy
+
+log = logging.getLogger("fairpod.services")
+
+HOST = "127.0.0.1"  # the local executor's replicas listen on this machine
+PROBE_TIMEOUT = 1.0
+
+
+@dataclass(frozen=True)
+class _Target:
+    jid: int
+    name: str
+    attempt: int
+    ranks: tuple[tuple[int, int], ...]  # (rank, port) of the live replicas
+    check: ServiceSpec
+
+
+def probe(check: ServiceSpec, host: str, port: int) -> bool:
+    """Is the replica on ``host:port`` ready by ``check``?"""
+    try:
+        if check.readiness_path is not None:
+            conn = http.client.HTTPConnection(host, port, timeout=PROBE_TIMEOUT)
+            try:
+                conn.request("GET", check.readiness_path)
+                return conn.getresponse().status < 400
+            finally:
+                conn.close()
+        if check.readiness_command is not None:
+            env = {**os.environ, "PORT": str(port), "FAIRPOD_SERVICE_HOST": host}
+            done = subprocess.run(check.readiness_command, env=env, timeout=5, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL, check=False)
+            return done.returncode == 0
+        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT):
+            return True
+    except (OSError, http.client.HTTPException, subprocess.SubprocessError):
+        return False
+
+
+class Services:
+    """Readiness, endpoints, addresses and drains of the services of a control plane ``cp``."""
+
+    def __init__(self, cp: Any, interval: float = 0.25) -> None:
+        self.cp = cp
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._ready: dict[int, dict[int, int]] = {}  # job id -> rank -> port, of ready replicas
+        self._draining: set[tuple[int, int]] = set()  # (job id, rank)
+        self._turn: dict[int, int] = {}  # job id -> round-robin position
+        self.proxies: dict[int, Proxy] = {}
+        self._drains: queue.Queue[tuple[int, str, int, list[int], float, float]] = queue.Queue()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        cp.services = self
+
+    # -- what the API and the proxy read ----------------------------------------------------------------------
+
+    def endpoints(self, jid: int) -> list[tuple[int, str, int]]:
+        """(rank, host, port) of the service's replicas that take requests now, in rank order."""
+        with self._lock:
+            ready = self._ready.get(jid, {})
+            return [(r, HOST, p) for r, p in sorted(ready.items()) if (jid, r) not in self._draining]
+
+    def draining(self, jid: int) -> list[int]:
+        with self._lock:
+            return sorted(r for j, r in self._draining if j == jid)
+
+    def address(self, jid: int) -> str | None:
+        p = self.proxies.get(jid)
+        return p.address if p is not None else None
+
+    def _pick(self, jid: int, tried: set[tuple[str, int]]) -> tuple[str, int] | None:
+        eps = [(h, p) for _, h, p in self.endpoints(jid) if (h, p) not in tried]
+        if not eps:
+            return None
+        with self._lock:
+            i = self._turn.get(jid, 0)
+            self._turn[jid] = i + 1
+        return eps[i % len(eps)]
+
+    # -- threads ----------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for target, name in ((self._probe_loop, "service-probes"), (self._drain_loop, "service-drains")):
+            t = threading.Thread(target=target, name=name, daemon=True)
+            t.start()
+            self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout=10)
+        for p in list(self.proxies.values()):
+            p.close()
+        self.proxies.clear()
+
+    def drain(self, jid: int, key: str, attempt: int, ranks: list[int], grace: float, seconds: float) -> None:
+        """Take ``ranks`` of the service out one at a time (see the module doc); returns at once."""
+        self._drains.put((jid, key, attempt, ranks, grace, seconds))
+
+    def _drain_loop(self) -> None:
+        res = capability(self.cp.executor, Resizing)
+        while not self._stop.is_set():
+            try:
+                jid, key, attempt, ranks, grace, seconds = self._drains.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            for rank in sorted(ranks, reverse=True):
+                with self._lock:
+                    self._draining.add((jid, rank))
+                log.info("service %s: replica %d drained; SIGTERM in %g s", key, rank, seconds)
+                if self._stop.wait(seconds):
+                    return  # the server stops: start-up stops the removed ranks at once (ControlPlane._carry_out)
+                try:
+                    if res is not None:
+                        res.stop_replicas(key, attempt, [rank], grace)
+                    self._wait_gone(jid, rank, grace + 30)
+                finally:
+                    with self._lock:
+                        self._draining.discard((jid, rank))
+                        self._ready.get(jid, {}).pop(rank, None)
+
+    def _wait_gone(self, jid: int, rank: int, timeout: float) -> None:
+        """Until the control plane has taken the exit of the removed ``rank`` (bounded by ``timeout``)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self._stop.is_set():
+            with self.cp.lock:
+                run = self.cp.runs.get(jid)
+                if run is None or str(rank) not in run.removing:
+                    return
+            self._stop.wait(0.05)
+
+    def _probe_loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.probe_once()
+            except Exception:  # a probe round must never end the thread
+                log.exception("service probes failed")
+
+    def _targets(self) -> tuple[list[_Target], set[int]]:
+        """The live replicas of running services, and the ids of services that have ended (under the lock)."""
+        out, ended = [], set()
+        with self.cp.lock:
+            for jid, run in list(self.cp.runs.items()):
+                job = self.cp.store.get_job(jid)
+                if job is None or job.spec.service is None:
+                    continue
+                if job.state != JobState.RUNNING or not run.launched or run.stopping is not None:
+                    continue
+                skip = {*run.adding, *run.starting}
+                ranks = [r for r in range(len(job.placement)) if r not in skip]
+                ranks += [int(r) for r in run.removing]
+                out.append(_Target(jid, job.name, run.attempt,
+                                   tuple((r, run.ports[r]) for r in sorted(ranks) if r < len(run.ports)),
+                                   job.spec.service))
+            for jid in self.proxies:
+                job = self.cp.store.get_job(jid)
+                if job is None or job.state.finished:
+                    ended.add(jid)
+        return out, ended
+
+    def probe_once(self) -> None:
+        """One round: probe every live replica, update the endpoint lists, open and close proxies."""
+        targets, ended = self._targets()
+        seen: dict[int, dict[int, int]] = {}
+        for t in targets:
+            if t.jid not in self.proxies:
+                self._open(t.jid, t.name)
+            seen[t.jid] = {r: p for r, p in t.ranks if probe(t.check, HOST, p)}
+        with self._lock:
+            self._ready = seen
+        for jid in ended:
+            p = self.proxies.pop(jid, None)
+            if p is not None:
+                p.close()
+                self._port_file(jid).unlink(missing_ok=True)
+
+    def _port_file(self, jid: int) -> Any:
+        return self.cp.home / "services" / f"{jid}.port"
+
+    def _open(self, jid: int, name: str) -> None:
+        """The service's proxy, on the port it had before when that is free."""
+        f = self._port_file(jid)
+        want = int(f.read_text()) if f.exists() and f.read_text().strip().isdigit() else 0
+        try:
+            proxy = Proxy(name, lambda tried: self._pick(jid, tried), port=want)
+        except OSError:
+            proxy = Proxy(name, lambda tried: self._pick(jid, tried))
+        self.proxies[jid] = proxy
+        f.parent.mkdir(parents=True, exist_ok=True)
+        f.write_text(str(proxy.port))
+        log.info("service %s: address %s", name, proxy.address)
