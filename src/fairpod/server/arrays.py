@@ -92,16 +92,19 @@ def insert_tasks(t: Any, spec: JobSpec, resolved: Any, text: str, indices: list[
                  actor: str) -> list[Job]:
     """Insert every task of the array in the store transaction ``t`` (with its event and audit entry)."""
     tasks: list[Job] = []
+    aid: int | None = None  # the array's id is its first task's, as in Slurm: known once that one is stored
     for i, index in enumerate(indices):
-        env = {**spec.env, **task_env(0, spec.name, index, indices, limit)}
+        env = {**spec.env, **task_env(aid or 0, spec.name, index, indices, limit)}
         task = spec.model_copy(update={"name": f"{spec.name}-{index}", "env": env})
         reason = "queued" if limit is None or i < limit else HELD_REASON.format(limit=limit)
-        tasks.append(t.insert_job(task, resolved, reason=reason))
-    aid = tasks[0].id
-    for i, job in enumerate(tasks):  # the array's id is its first task's, as in Slurm
-        env = {**job.spec.env, "FAIRPOD_ARRAY_JOB_ID": str(aid), "SLURM_ARRAY_JOB_ID": str(aid)}
-        tasks[i] = t.update_job(job.id, {"spec": job.spec.model_copy(update={"env": env}), "array_id": aid,
-                                         "array_limit": limit})
+        if aid is None:
+            first = t.insert_job(task, resolved, reason=reason)
+            aid = first.id
+            env = {**first.spec.env, "FAIRPOD_ARRAY_JOB_ID": str(aid), "SLURM_ARRAY_JOB_ID": str(aid)}
+            tasks.append(t.update_job(aid, {"spec": first.spec.model_copy(update={"env": env}), "array_id": aid,
+                                            "array_limit": limit}))
+        else:  # the later tasks are stored with the array's id at once: one statement each, no update
+            tasks.append(t.insert_job(task, resolved, reason=reason, array_id=aid, array_limit=limit))
     t.append_events([{"kind": "JobSubmitted", "message": f"job array {spec.name} ({len(tasks)} tasks"
                       f"{f', {limit} at a time' if limit else ''}) submitted by {actor}",
                       "job_id": aid, "team": spec.team, "data": {"actor": actor, "array": text}}])

@@ -196,8 +196,11 @@ class JobOps(Ops):
         reason: str = "",
         submit_time: float | None = None,
         now: float | None = None,
+        array_id: int | None = None,
+        array_limit: int | None = None,
     ) -> Job:
-        """Store a new job (``resolved`` from ``fairpod.model.jobs.resolve_job``) with the next ``seq``.
+        """Store a new job (``resolved`` from ``fairpod.model.jobs.resolve_job``) with the next ``seq``
+        (``array_id``, ``array_limit``: a task of a job array whose id is known already).
 
         Raises ``AlreadyExists`` if the team has an unfinished job of that name.
         """
@@ -222,7 +225,7 @@ class JobOps(Ops):
                 started_at=None, first_started_at=None, finished_at=ts if st.finished else None,
                 attempt=0, max_retry=spec.max_retry, auto_resume=spec.auto_resume, placement=[],
                 borrowed_from={}, preemptions=0, run_state=None, checkpoint_at=None, checkpoint_step=None,
-                checkpoint_path=None, master_port=None, updated_at=ts, array_id=None, array_limit=None,
+                checkpoint_path=None, master_port=None, updated_at=ts, array_id=array_id, array_limit=array_limit,
             )  # fmt: skip
             try:
                 res = conn.execute(_INSERT_JOB, row)
