@@ -23,10 +23,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from sqlalchemy import select
+
 from fairpod.model.jobs import JobState
 from fairpod.server.core_api import Core
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run
 from fairpod.store.records import Job
+from fairpod.store.tables import JobRow
 
 log = logging.getLogger("fairpod.watchdog")
 EVERY = 1.0  # seconds between looks
@@ -60,11 +63,15 @@ class Watchdog:
         live = {jid: run.attempt for jid, run in cp.runs.items() if run.launched and run.stopping is None}
         for jid in [j for j in self.watched if j not in live]:
             del self.watched[jid]
-        new = [jid for jid, att in live.items() if self.watched.get(jid, (None,))[0] != att]
-        for job in cp.store.get_jobs(new).values():
-            limit, _ = cp.spec.runtime_limit(job.spec.max_runtime_seconds, job.spec.priority)
-            needs = limit is not None or job.spec.hang_timeout_seconds is not None or job.spec.elastic
-            self.watched[job.id] = (live[job.id], needs)
+        new = sorted(jid for jid, att in live.items() if self.watched.get(jid, (None,))[0] != att)
+        with cp.store.engine.connect() as conn:  # the stored specs as dicts: no job record (validation) each
+            for i in range(0, len(new), 500):
+                q = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(new[i:i + 500]))
+                for jid, spec in conn.execute(q):
+                    limit, _ = cp.spec.runtime_limit(spec.get("max_runtime_seconds"), spec.get("priority"))
+                    elastic = spec.get("max_nodes") is not None and spec["max_nodes"] > spec.get("nodes", 1)
+                    needs = limit is not None or spec.get("hang_timeout_seconds") is not None or elastic
+                    self.watched[jid] = (live[jid], needs)
         return [jid for jid, (_, needs) in self.watched.items() if needs]
 
     def tick(self, cp: Core) -> None:

@@ -120,6 +120,9 @@ class Memory:
     def _group_of(self, node: str) -> Any:
         """A node's instance group (None: no such node or group), remembered per node name until the snapshot
         is rebuilt (the spec or the nodes changed): one query per node, not one per launch."""
+        if not self._groups:  # the first look after a rebuild: every node's group in one query, not one each
+            groups = {g.name: g for g in self.spec.cluster.instance_groups}
+            self._groups.update((nd.name, groups.get(nd.instance_group)) for nd in self.store.list_nodes())
         if node not in self._groups:
             nd = self.store.get_node(node)
             self._groups[node] = next((g for g in self.spec.cluster.instance_groups
