@@ -42,15 +42,15 @@ class Memory:
         """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
         and pending jobs."""
         self._groups.clear()
-        self.snap = self.build_snapshot(self.spec)
-        unfinished = self.store.list_jobs(finished=False)
+        unfinished = self.store.list_jobs(finished=False)  # read once: 100,000 waiting jobs take seconds
+        self.snap = self.build_snapshot(self.spec, unfinished)
         arrays.hold_back(self, unfinished)  # throttled arrays: tasks beyond the limit
         backoff.hold_back(self, unfinished)  # restarts still backing off
 
 
-    def build_snapshot(self, spec: ClusterSpec) -> Snapshot:
+    def build_snapshot(self, spec: ClusterSpec, unfinished: list[Job] | None = None) -> Snapshot:
         """The engine's view of the store's nodes and unfinished jobs under ``spec`` (the live one, or one a
-        dry run tries); call it holding the lock."""
+        dry run tries); call it holding the lock. ``unfinished``: the store's unfinished jobs, read already."""
         snap = empty_snapshot(spec, self.clock())
         cat = spec.catalog()
         isolating = capabilities.required_gap(spec.cluster.isolation, self.executor.name) is None
@@ -65,7 +65,7 @@ class Memory:
             snap.add_team(engine_team(spec, t.name))
         history.load(snap, self.history.saved(self))  # FairShareHistory: the past borrowing goes on
         self.budgets.fill(snap.teams, spec, snap.now)  # budgets: the hours counted so far
-        for job in self.store.list_jobs(finished=False):
+        for job in self.store.list_jobs(finished=False) if unfinished is None else unfinished:
             if job.team not in snap.teams:
                 continue
             w = self.workload(job, spec)
