@@ -108,9 +108,11 @@ def fill(srv: LiveServer, teams: int, target: int, seed: int, deadline: float, d
             waiting = count(with_c, "Pending")
             if waiting >= target:
                 break
-            # per team: 4 arrays of its own shapes; sized so that one round adds about the missing jobs
-            per_array = max(1, min(1000, (target - waiting) // (teams * 4) + 1))
-            work = [(t, k) for t in range(teams) for k in range(4)]
+            # per team up to 4 arrays of its own shapes, sized so that one round adds the missing jobs and a
+            # tenth more (jobs start and finish meanwhile), in arrays of 20 to 1,000 tasks
+            missing = (target - waiting) * 11 // 10 + 1
+            per_array = max(20, min(1000, missing // (teams * 4) + 1))
+            work = [(t, k) for k in range(4) for t in range(teams)][:max(1, -(-missing // per_array))]
             rng.shuffle(work)
             it = iter(work)
 
