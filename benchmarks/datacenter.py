@@ -398,7 +398,11 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         turn_sum = delta(m0, m1, "fairpod_reconcile_turn_duration_seconds_sum")
         eng_sum = delta(m0, m1, "fairpod_scheduler_cycle_duration_seconds_sum")
         admitted = delta(m0, m1, "fairpod_admitted_jobs_total")
+        print(f"  steady: {done} submits in {took:.1f} s, submit p50/p99 {percentile(lat, 50) * 1000:.0f}/"
+              f"{percentile(lat, 99) * 1000:.0f} ms, {admitted:.0f} admitted, {turns:.0f} turns; /metrics "
+              f"{scrape_s:.1f} s, {scrape_bytes // 1024} KiB; RSS {rss:.0f} MiB", flush=True)
         paint = dashboard(srv, a.timeout) if not a.no_browser else "skipped (--no-browser)"
+        print(f"  dashboard: {paint}", flush=True)
         healthy_s, first_admit_s = (float("nan"), float("nan")) if a.no_restart else \
             restart(srv, store_url, min(300.0, a.timeout))
         rss_after, _ = rss_mib(srv.proc.pid) if srv.proc and srv.proc.poll() is None else (float("nan"), 0)
