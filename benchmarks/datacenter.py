@@ -378,11 +378,13 @@ def goal(value: float, name: str, below: bool = True) -> str:
 
 
 def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
-    env = {"FAIRPOD_DB_URL": db_url} if db_url else {}
     load0 = os.getloadavg()
     spec = spec_yaml(a.nodes, a.teams)
     t_up = time.monotonic()
-    with LiveServer(spec, executor="timed", env=env, start_timeout=min(900.0, a.timeout)) as srv:
+    srv = LiveServer(spec, executor="timed", start_timeout=min(900.0, a.timeout))
+    if db_url:  # LiveServer leaves the caller's FAIRPOD_DB_URL out of the server's environment: set it here
+        srv.env["FAIRPOD_DB_URL"] = db_url
+    with srv:
         first_start_s = time.monotonic() - t_up
         print(f"  first start (the spec's nodes stored): {first_start_s:.1f} s", flush=True)
         store_url = db_url or f"sqlite:///{srv.home / 'fairpod.db'}"
