@@ -51,8 +51,9 @@ class LiveServer:
     """``fairpod up --foreground`` with its own temporary home; ``stop()`` ends it and what it started."""
 
     def __init__(self, spec_yaml: str | None = None, *, executor: str = "local", keep: bool = False,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, start_timeout: float = 60.0) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="fairpod-bench-"))
+        self.start_timeout = start_timeout  # how long ``with LiveServer(...)`` waits for /healthz
         self.home = self.tmp / "home"
         self.keep = keep
         self.env = {**os.environ, "FAIRPOD_HOME": str(self.home), "FAIRPOD_CONFIG": str(self.tmp / "config.json"),
@@ -72,7 +73,7 @@ class LiveServer:
 
     def __enter__(self) -> LiveServer:
         try:
-            self.start()
+            self.start(self.start_timeout)
         except BaseException:
             self.stop()
             raise

@@ -75,3 +75,23 @@ def test_append_events_in_order_and_checks_jobs(store: Store, cluster: ClusterSp
     assert len(store.list_events()) == 2
     with pytest.raises(ValueError, match="kind"):
         store.append_events([{"kind": ""}])
+
+
+def test_insert_tasks_stores_an_arrays_tasks_in_one_go(store: Store, cluster: ClusterSpec):
+    from fairpod.model.jobs import JobSpec, resolve_job
+
+    first = submit(store, cluster, "arr-0")
+    specs = [JobSpec(name=f"arr-{i}", team="john", command=["true"]) for i in range(1, 4)]
+    tasks = store.insert_tasks(specs, resolve_job(specs[0], cluster), ["queued", "queued", "held"], first.id, 2,
+                               now=9.0)
+    assert [t.name for t in tasks] == ["arr-1", "arr-2", "arr-3"]
+    assert [t.seq for t in tasks] == [first.seq + 1, first.seq + 2, first.seq + 3]
+    assert [t.reason for t in tasks] == ["queued", "queued", "held"]
+    assert store.get_jobs(t.id for t in tasks) == {t.id: t for t in tasks}  # what it returned is what it stored
+    assert {(t.array_id, t.array_limit, t.submit_time) for t in tasks} == {(first.id, 2, 9.0)}
+    assert submit(store, cluster, "after").seq == first.seq + 4  # the counter moved past them
+
+    taken = [JobSpec(name=n, team="john", command=["true"]) for n in ("new", "arr-2")]
+    with pytest.raises(AlreadyExists, match="arr-2"):
+        store.insert_tasks(taken, resolve_job(taken[0], cluster), ["queued"] * 2, first.id, None)
+    assert store.get_job_by_name("john", "new") is None  # all or nothing

@@ -91,17 +91,22 @@ def plan(spec: JobSpec, text: str) -> tuple[list[int], int | None]:
 def insert_tasks(t: Any, spec: JobSpec, resolved: Any, text: str, indices: list[int], limit: int | None,
                  actor: str) -> list[Job]:
     """Insert every task of the array in the store transaction ``t`` (with its event and audit entry)."""
-    tasks: list[Job] = []
-    for i, index in enumerate(indices):
-        env = {**spec.env, **task_env(0, spec.name, index, indices, limit)}
-        task = spec.model_copy(update={"name": f"{spec.name}-{index}", "env": env})
-        reason = "queued" if limit is None or i < limit else HELD_REASON.format(limit=limit)
-        tasks.append(t.insert_job(task, resolved, reason=reason))
-    aid = tasks[0].id
-    for i, job in enumerate(tasks):  # the array's id is its first task's, as in Slurm
-        env = {**job.spec.env, "FAIRPOD_ARRAY_JOB_ID": str(aid), "SLURM_ARRAY_JOB_ID": str(aid)}
-        tasks[i] = t.update_job(job.id, {"spec": job.spec.model_copy(update={"env": env}), "array_id": aid,
-                                         "array_limit": limit})
+    def task(i: int, aid: int) -> JobSpec:
+        env = {**spec.env, **task_env(aid, spec.name, indices[i], indices, limit)}
+        return spec.model_copy(update={"name": f"{spec.name}-{indices[i]}", "env": env})
+
+    def reason(i: int) -> str:
+        return "queued" if limit is None or i < limit else HELD_REASON.format(limit=limit)
+
+    # the array's id is its first task's, as in Slurm: known once that one is stored; the later tasks are
+    # stored with it at once, in one statement
+    first = t.insert_job(task(0, 0), resolved, reason=reason(0))
+    aid = first.id
+    env = {**first.spec.env, "FAIRPOD_ARRAY_JOB_ID": str(aid), "SLURM_ARRAY_JOB_ID": str(aid)}
+    tasks = [t.update_job(aid, {"spec": first.spec.model_copy(update={"env": env}), "array_id": aid,
+                                "array_limit": limit})]
+    rest = range(1, len(indices))
+    tasks += t.insert_tasks([task(i, aid) for i in rest], resolved, [reason(i) for i in rest], aid, limit)
     t.append_events([{"kind": "JobSubmitted", "message": f"job array {spec.name} ({len(tasks)} tasks"
                       f"{f', {limit} at a time' if limit else ''}) submitted by {actor}",
                       "job_id": aid, "team": spec.team, "data": {"actor": actor, "array": text}}])

@@ -102,7 +102,8 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[
         gone = sorted(active - {t.name for t in spec.teams})
         if gone:
             raise WrongState(f"team(s) {', '.join(gone)} still have unfinished jobs", "team has jobs")
-        sync_nodes(store, spec)
+        with store.tx() as t:  # one transaction: 10,000 nodes are one commit, not 10,000
+            sync_nodes(t, spec)
         store.put_spec(spec, actor="fairpod up", action="spec.apply" if rec is None else "up --spec")
     current = spec or (rec.spec if rec is not None else None)
     if current is not None:

@@ -283,6 +283,7 @@ class FairpodCollector(Collector):
         c = CounterMetricFamily("fairpod_scheduler_cycles", "Engine cycles since this control plane started")
         c.add_metric([], cycles)
         yield c
+        yield from cp.turns.family()
 
 
 def add_routes(app_router: FastAPI | APIRouter, cp: ControlPlane) -> None:

@@ -12,7 +12,7 @@ from fairpod.executors import registry
 from fairpod.model.nodes import NodeHealth
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.errors import WrongState
-from fairpod.store import Store
+from fairpod.store import Store, Tx
 
 # what a fault calls for -> the node's health status while it waits for that
 ACTION_STATUS = {
@@ -22,7 +22,7 @@ ACTION_STATUS = {
 }
 
 
-def sync_nodes(store: Store, spec: ClusterSpec, busy: set[str] = frozenset()) -> None:  # type: ignore[assignment]
+def sync_nodes(store: Store | Tx, spec: ClusterSpec, busy: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """Make the store's nodes match the spec's instance groups (``<group>-<i>``); busy nodes are kept.
     With an executor that has its own nodes (Ray) they come from its cluster (``fairpod.server.membership``), not the spec."""
     want: dict[str, tuple[str, str]] = {}

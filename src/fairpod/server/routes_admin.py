@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Body, Depends
+from fastapi import APIRouter, Body, Depends, Query
 from pydantic import BaseModel, Field
 
 from fairpod.model.spec import ClusterSpec, Policy, SpecError, Team, parse_spec
@@ -14,6 +14,7 @@ from fairpod.server.auth import Auth, require_admin, require_manager
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.limits import Limit, SinceId
+from fairpod.server.task_index import node_page
 from fairpod.server.views import cluster_view, node_view
 
 
@@ -59,8 +60,13 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return _apply(cp, body, p.name, "spec.apply", "cluster")
 
     @api.get("/nodes", tags=["nodes"])
-    def list_nodes(p: Auth) -> dict[str, Any]:
-        return {"nodes": [node_view(n, cp, p) for n in cp.store.list_nodes()]}
+    def list_nodes(p: Auth, limit: int = Query(default=0, ge=0, le=1_000_000, description="at most N nodes (0: all)"),
+                   offset: int = Query(default=0, ge=0, le=1_000_000, description="skip the first N"),
+                   problems_first: bool = Query(default=False, description="nodes that are not schedulable first"),
+                   ) -> dict[str, Any]:
+        """The nodes by name (pool-2 before pool-10); ``total``: how many there are in all."""
+        nodes = node_page(cp.store.list_nodes(), limit, offset, problems_first)
+        return {"nodes": [node_view(n, cp, p) for n in nodes.page], "total": nodes.total}
 
     def _admin(p: Auth) -> None:  # a dependency: runs before the body is read, so a member gets 403, never 422
         require_admin(p)

@@ -16,6 +16,7 @@ from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.runs import from_engine
+from fairpod.server.task_index import TaskRow, unfinished_rows
 from fairpod.server.usage import WINDOWS, history
 from fairpod.server.views import reason_now
 from fairpod.store import Job
@@ -39,7 +40,9 @@ def _window(window: str) -> float:
 
 
 def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, states: list[JobState] | None,
-               window: str, finished_limit: int) -> dict[str, Any]:
+               window: str, finished_limit: int, limit: int = 500, offset: int = 0) -> dict[str, Any]:
+    """Counts over every unfinished job and the recent window; the unfinished tasks' rows from ``offset``, at
+    most ``limit`` (their order: running, stopping, pending; by team, queue position, submission)."""
     span = _window(window)
     now = cp.clock()
     group_nodes: set[str] = set()
@@ -52,7 +55,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         group_type = g.node_type
         group_nodes = {n.name for n in cp.store.list_nodes(instance_group=group)}
 
-    def in_group(j: Job) -> bool:
+    def in_group(j: Job | TaskRow) -> bool:
         if group is None:
             return True
         if j.placement:
@@ -65,7 +68,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
             if teams is None or name in teams:
                 for i, w in enumerate(t.queue.in_order(), 1):
                     positions[from_engine(w.id)] = i
-    active = [j for j in cp.store.list_jobs(team=teams, finished=False) if in_group(j)]
+    active = [j for j in unfinished_rows(cp.store, teams, group is not None) if in_group(j)]
     recent = [j for j in cp.store.jobs_between(now - span, now + 1, teams) if in_group(j)]
     counts = {s.value: 0 for s in JobState}
     for j in active:
@@ -82,10 +85,13 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
     rows = [j for j in active if want is None or j.state in want]
     order = {JobState.RUNNING: 0, JobState.PREEMPTED: 1, JobState.PENDING: 2}
     rows.sort(key=lambda j: (order[j.state], j.team, positions.get(j.id, 0), j.seq))
+    page_ids = [r.id for r in rows[offset:offset + limit]]
+    found = cp.store.get_jobs(page_ids)
+    page = [found[i] for i in page_ids if i in found]  # one that ended meanwhile and was deleted: left out
     done = sorted((j for j in recent if j.state.finished and (want is None or j.state in want)),
                   key=lambda j: -(j.finished_at or 0))[:finished_limit]
     out = []
-    for j in rows + done:
+    for j in page + done:
         end = j.finished_at if j.finished_at is not None else now
         out.append({
             "id": j.id, "name": j.name, "team": j.team, "priority": j.spec.priority, "priority_weight": j.priority,
@@ -104,6 +110,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         "avg_wait_seconds": round(sum(waited) / len(waited), 3) if waited else None,
         "avg_run_seconds": round(sum(ran) / len(ran), 3) if ran else None,
         "admitted_in_window": len(waited), "finished_in_window": len(ran), "tasks": out,
+        "unfinished_total": len(rows), "offset": offset, "limit": limit,
     }
 
 
@@ -188,7 +195,10 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         window: str = Query(default="1d", description="for the averages and finished counts: 1h, 6h, 1d, 7d",
                             json_schema_extra=WINDOW_ENUM),
         finished: int = Query(default=50, ge=0, le=1000, description="how many recently finished tasks to list"),
+        limit: int = Query(default=500, ge=0, le=10_000, description="unfinished tasks listed, at most (the "
+                           "counts cover all; unfinished_total says how many match)"),
+        offset: int = Query(default=0, ge=0, le=10_000_000, description="skip the first N unfinished tasks"),
     ) -> dict[str, Any]:
         """Counts by state, average wait and run time, and the task table with queue positions and reasons."""
         teams = _teams_for(cp, p.visible_teams(), team, p.name)
-        return tasks_view(cp, teams, instance_group, state, window, finished)
+        return tasks_view(cp, teams, instance_group, state, window, finished, limit, offset)

@@ -23,10 +23,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from sqlalchemy import select
+
 from fairpod.model.jobs import JobState
 from fairpod.server.core_api import Core
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run
 from fairpod.store.records import Job
+from fairpod.store.tables import JobRow
 
 log = logging.getLogger("fairpod.watchdog")
 EVERY = 1.0  # seconds between looks
@@ -46,13 +49,38 @@ class Watchdog:
         self.every = every
         self.last = float("-inf")
         self.seen: dict[int, _Seen] = {}
+        # per live attempt (job id -> attempt, watched): whether anything here can ever act on it under the
+        # spec it was judged by (a limit, a hang timeout, an elastic job); only those are read each look
+        self.watched: dict[int, tuple[int, bool]] = {}
+        self.judged_spec: object = None
+
+    def _to_watch(self, cp: Core) -> list[int]:
+        """The ids of the live attempts this look must read: a job without a runtime limit, a hang timeout or
+        elastic replicas is read once per attempt (and again when the spec changes), not once a second."""
+        if cp.spec is not self.judged_spec:
+            self.watched.clear()
+            self.judged_spec = cp.spec
+        live = {jid: run.attempt for jid, run in cp.runs.items() if run.launched and run.stopping is None}
+        for jid in [j for j in self.watched if j not in live]:
+            del self.watched[jid]
+        new = sorted(jid for jid, att in live.items() if self.watched.get(jid, (None,))[0] != att)
+        with cp.store.engine.connect() as conn:  # the stored specs as dicts: no job record (validation) each
+            for i in range(0, len(new), 500):
+                q = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(new[i:i + 500]))
+                for jid, spec in conn.execute(q):
+                    limit, _ = cp.spec.runtime_limit(spec.get("max_runtime_seconds"), spec.get("priority"))
+                    elastic = spec.get("max_nodes") is not None and spec["max_nodes"] > spec.get("nodes", 1)
+                    needs = limit is not None or spec.get("hang_timeout_seconds") is not None or elastic
+                    self.watched[jid] = (live[jid], needs)
+        return [jid for jid, (_, needs) in self.watched.items() if needs]
 
     def tick(self, cp: Core) -> None:
         now = cp.clock()
         if now - self.last < self.every:
             return
         self.last = now
-        running = [j for j in cp.store.list_jobs(state=JobState.RUNNING)]
+        found = cp.store.get_jobs(self._to_watch(cp))
+        running = [found[jid] for jid in sorted(found) if found[jid].state == JobState.RUNNING]
         for job in running:
             run = cp.runs.get(job.id)
             if run is None or not run.launched or run.stopping is not None:

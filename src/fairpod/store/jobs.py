@@ -159,6 +159,7 @@ _ACTIVE_NAMED = (select(_JOBS.c.id).where(_JOBS.c.team == bindparam("t"), _JOBS.
                                            _JOBS.c.state.not_in(FINISHED_STATES)).limit(1))  # fmt: skip
 _BUMP_SEQ = (update(_COUNTERS).where(_COUNTERS.c.name == JOB_SEQ_COUNTER)
              .values(value=_COUNTERS.c.value + 1).returning(_COUNTERS.c.value))  # fmt: skip
+_BUMP_SEQ_BY = update(_COUNTERS).where(_COUNTERS.c.name == JOB_SEQ_COUNTER).values(value=_COUNTERS.c.value + bindparam("n"))
 _UPDATES: dict[tuple[str, ...], Any] = {}  # update_jobs' statement per set of columns
 
 
@@ -196,8 +197,11 @@ class JobOps(Ops):
         reason: str = "",
         submit_time: float | None = None,
         now: float | None = None,
+        array_id: int | None = None,
+        array_limit: int | None = None,
     ) -> Job:
-        """Store a new job (``resolved`` from ``fairpod.model.jobs.resolve_job``) with the next ``seq``.
+        """Store a new job (``resolved`` from ``fairpod.model.jobs.resolve_job``) with the next ``seq``
+        (``array_id``, ``array_limit``: a task of a job array whose id is known already).
 
         Raises ``AlreadyExists`` if the team has an unfinished job of that name.
         """
@@ -222,13 +226,58 @@ class JobOps(Ops):
                 started_at=None, first_started_at=None, finished_at=ts if st.finished else None,
                 attempt=0, max_retry=spec.max_retry, auto_resume=spec.auto_resume, placement=[],
                 borrowed_from={}, preemptions=0, run_state=None, checkpoint_at=None, checkpoint_step=None,
-                checkpoint_path=None, master_port=None, updated_at=ts, array_id=None, array_limit=None,
+                checkpoint_path=None, master_port=None, updated_at=ts, array_id=array_id, array_limit=array_limit,
             )  # fmt: skip
             try:
                 res = conn.execute(_INSERT_JOB, row)
             except IntegrityError as e:
                 raise AlreadyExists(taken) from e
             return to_job(SimpleNamespace(id=res.inserted_primary_key[0], **row))
+
+    def insert_tasks(self, specs: list[JobSpec], resolved: ResolvedJob, reasons: list[str], array_id: int,
+                     array_limit: int | None, *, now: float | None = None) -> list[Job]:
+        """Store more tasks of the job array ``array_id`` (same team and shape; ``reasons`` one each) in one
+        statement, with consecutive ``seq``s: thousands of tasks in one request (``benchmarks/datacenter.py``).
+        Raises ``AlreadyExists`` if the team has an unfinished job of one of those names."""
+        if not specs:
+            return []
+        ts = self._now(now)
+        acc, mcpu, mib = resolved.per_replica
+        team = specs[0].team
+        with self._session(True) as s:
+            conn = s.connection()
+            names = [sp.name for sp in specs]
+            for i in range(0, len(names), 500):
+                hit = conn.execute(select(_JOBS.c.name).where(
+                    _JOBS.c.team == team, _JOBS.c.name.in_(names[i:i + 500]),
+                    _JOBS.c.state.not_in(FINISHED_STATES)).limit(1)).first()
+                if hit is not None:
+                    raise AlreadyExists(f"team {team!r} already has an unfinished job named {hit[0]!r}")
+            first = _next_seq(s, conn)
+            if len(specs) > 1:
+                conn.execute(_BUMP_SEQ_BY, {"n": len(specs) - 1})
+            rows = []
+            for k, (sp, reason) in enumerate(zip(specs, reasons, strict=True)):
+                vals = f.check("job", JOB_FIELDS, {"state": JobState.PENDING, "reason": reason})
+                rows.append(dict(
+                    name=sp.name, team=sp.team, spec=sp.model_dump(mode="json"), state=vals["state"],
+                    reason=vals["reason"], priority=resolved.priority, instance_type=resolved.instance_type,
+                    nodes=sp.nodes, acc=acc, mcpu=mcpu, mib=mib, submit_time=ts, seq=first + k, enqueued_at=ts,
+                    started_at=None, first_started_at=None, finished_at=None, attempt=0, max_retry=sp.max_retry,
+                    auto_resume=sp.auto_resume, placement=[], borrowed_from={}, preemptions=0, run_state=None,
+                    checkpoint_at=None, checkpoint_step=None, checkpoint_path=None, master_port=None,
+                    updated_at=ts, array_id=array_id, array_limit=array_limit,
+                ))  # fmt: skip
+            try:
+                ids = conn.execute(_INSERT_JOB.returning(_JOBS.c.id, sort_by_parameter_order=True), rows).scalars().all()
+            except IntegrityError as e:
+                raise AlreadyExists(f"team {team!r} already has an unfinished job of one of these names") from e
+        out = []
+        for jid, sp, row in zip(ids, specs, rows, strict=True):
+            if len(_SPECS) < _SPECS_MAX:
+                _SPECS[(jid, ts)] = sp  # the spec just validated: not validated again from its JSON
+            out.append(to_job(SimpleNamespace(id=jid, **row)))
+        return out
 
     def get_job(self, job_id: int) -> Job | None:
         with self._session(False) as s:

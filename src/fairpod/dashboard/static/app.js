@@ -6,6 +6,7 @@
 
 const POLL_MS = 2000;
 const API = "/api/v1";
+const NODE_ROWS = 500;  // nodes listed on the cluster page (the counts cover all)
 const PAGES = ["cluster", "teams", "tasks", "events"];
 // Okabe-Ito colours (colour-blind safe); every series also gets its own dash and marker so that the
 // charts read in greyscale.
@@ -212,7 +213,7 @@ function series(hist, values, nowValue) {
 // -- pages --------------------------------------------------------------------------------------
 async function drawCluster() {
   const win = $("#window-cluster").value;
-  const [hist, nodes] = await Promise.all([api(`/usage/history?window=${win}`), api("/nodes")]);
+  const [hist, nodes] = await Promise.all([api(`/usage/history?window=${win}`), api(`/nodes?limit=${NODE_ROWS}&problems_first=true`)]);
   const g = hist.now.groups;
   const sum = (k) => g.reduce((a, x) => a + x[k], 0);
   const acc = sum("acc"), capAcc = sum("cap_acc");
@@ -245,7 +246,13 @@ async function drawCluster() {
     if (key === "acc") layout.yaxis.tickformat = "d";
     plot($(`#${id}`), traces, layout);
   }
-  nodes.nodes.sort((a, b) => naturalCompare(a.name, b.name));
+  // a datacenter has thousands of nodes: the table shows the first NODE_ROWS (those with a problem first, then by
+  // name); the instance groups above count them all
+  const nodePage = $("#node-page");
+  nodePage.hidden = nodes.total <= nodes.nodes.length;
+  nodePage.textContent = `The first ${num(nodes.nodes.length)} of ${num(nodes.total)} nodes: unhealthy and ` +
+    "cordoned ones first, then by name (the instance groups above count all of them).";
+  nodes.nodes.sort((a, b) => (a.schedulable - b.schedulable) || naturalCompare(a.name, b.name));
   rows($("#node-table tbody"), nodes.nodes.map((n) => `<tr><td>${esc(n.name)}</td><td>${esc(n.instance_group)}</td>` +
     `<td>${esc(n.instance_type)}</td><td>${n.health_status === "Schedulable" ? esc(n.health_status) : `<span class="bad">${esc(n.health_status)}</span>`}</td>` +
     `<td>${esc(n.deep_health_check || "–")}</td><td>${n.cordoned ? '<span class="tag">cordoned</span>' : "no"}</td>` +
@@ -360,6 +367,11 @@ async function drawTasks() {
     `${t.max_nodes ? ` <span class="elastic" title="elastic: ${num(t.min_nodes)} to ${num(t.max_nodes)} nodes">(${num(t.min_nodes)}–${num(t.max_nodes)})</span>` : ""}</td><td class="num">${dur(t.wait_seconds)}</td>` +
     `<td class="num">${dur(t.run_seconds)}</td><td class="num preempted">${num(t.preemptions)} / ${num(t.restarts)}</td>` +
     `<td class="reason">${esc(t.reason)}</td></tr>`), 11, "no tasks match the filters");
+  const shownActive = Math.max(0, Math.min(d.limit, d.unfinished_total - d.offset));
+  const taskPage = $("#task-page");
+  taskPage.hidden = d.unfinished_total <= shownActive;
+  taskPage.textContent = `The first ${num(shownActive)} of ${num(d.unfinished_total)} unfinished tasks ` +
+    "(the counts above cover all of them); filter by team, instance group or state to see others.";
 }
 
 async function pollEvents() {

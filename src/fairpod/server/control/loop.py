@@ -43,6 +43,11 @@ class Loop:
     """The part of :class:`fairpod.server.control.ControlPlane` that turns."""
 
     def reconcile_once(self) -> None:
+        t_turn = time.perf_counter()
+        self._reconcile_turn()
+        self.turns.observe(time.perf_counter() - t_turn)
+
+    def _reconcile_turn(self) -> None:
         with self._turn(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
             for keep in self.keepers.before:  # budgets, node membership, held array tasks (standard_keepers)
                 keep(self)

@@ -42,7 +42,7 @@ class Memory:
         """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
         and pending jobs."""
         self._groups.clear()
-        unfinished = self.store.list_jobs(finished=False)
+        unfinished = self.store.list_jobs(finished=False)  # read once: 100,000 waiting jobs take seconds
         self.snap = self.build_snapshot(self.spec, unfinished)
         arrays.hold_back(self, unfinished)  # throttled arrays: tasks beyond the limit
         backoff.hold_back(self, unfinished)  # restarts still backing off
@@ -50,8 +50,7 @@ class Memory:
 
     def build_snapshot(self, spec: ClusterSpec, unfinished: list[Job] | None = None) -> Snapshot:
         """The engine's view of the store's nodes and unfinished jobs under ``spec`` (the live one, or one a
-        dry run tries); call it holding the lock. ``unfinished``: the store's unfinished jobs, when the caller
-        has listed them already."""
+        dry run tries); call it holding the lock. ``unfinished``: the store's unfinished jobs, read already."""
         snap = empty_snapshot(spec, self.clock())
         cat = spec.catalog()
         isolating = capabilities.required_gap(spec.cluster.isolation, self.executor.name) is None
@@ -121,6 +120,9 @@ class Memory:
     def _group_of(self, node: str) -> Any:
         """A node's instance group (None: no such node or group), remembered per node name until the snapshot
         is rebuilt (the spec or the nodes changed): one query per node, not one per launch."""
+        if not self._groups:  # the first look after a rebuild: every node's group in one query, not one each
+            groups = {g.name: g for g in self.spec.cluster.instance_groups}
+            self._groups.update((nd.name, groups.get(nd.instance_group)) for nd in self.store.list_nodes())
         if node not in self._groups:
             nd = self.store.get_node(node)
             self._groups[node] = next((g for g in self.spec.cluster.instance_groups

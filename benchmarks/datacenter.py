@@ -1,0 +1,527 @@
+#!/usr/bin/env python3
+"""A datacenter on one control plane: a live ``fairpod up --executor timed`` (no processes; each job waits out
+its duration) with the real store, at the size of a large cluster.
+
+The spec: ``--nodes`` nodes of 8 accelerators in 10 instance types (``dc0``..``dc9``, one instance group each),
+``--teams`` teams spread over the types with equal quotas, LendAndBorrow (borrow limit 200 %), FairShare for idle
+capacity. The run, bounded in time at every step:
+
+1. **fill**: job arrays through ``POST /jobs/array`` (8 client threads) until the cluster is full and
+   ``--waiting`` jobs wait (each team 4 arrays of its own shape: 1, 2, 4 or 8 accelerators on one node, or 2
+   nodes x 8; each array one duration between ``--min-duration`` and ``--max-duration``, 30-600 s);
+2. **steady**: for ``--seconds``, single submits (``POST /jobs``) at ``--rate`` per second (open loop, 8 threads;
+   a server that cannot keep up gets as many as 8 clients can send back to back until the time is up) while jobs
+   finish and others start; beside them one reader alternates a ``GET /jobs?limit=100`` page (of a
+   team) and a ``GET /jobs/{id}``;
+3. ``/metrics`` scraped (time, size) before and after steady: reconcile turns (whole turn and the engine's cycle,
+   from their histograms), admissions per second, the engine's CPU per admission;
+4. the dashboard's pages in headless Chromium (``--no-browser`` skips it): time to first paint and until the
+   page shows its data, for the cluster, teams and tasks pages;
+5. **restart**: ``kill -9`` of the server, a new one on the same store; time to ``/healthz`` and to the first
+   admission.
+
+Goals (issue 34, on a 2-core machine): submits >= 1,000/s sustained, submit p50/p99 <= 20/200 ms, list page and
+get-job p99 <= 50 ms, reconcile turn p99 <= 1 s, server RSS <= 2 GiB, restart to the first admission <= 30 s,
+dashboard first paint <= 2 s; the engine's cost per admission flat from 1,000 to 10,000 nodes.
+
+    .venv/bin/python benchmarks/datacenter.py --small                 # seconds: 100 nodes, 1,000 waiting
+    .venv/bin/python benchmarks/datacenter.py --nodes 1000 --waiting 10000
+    .venv/bin/python benchmarks/datacenter.py                         # 10,000 nodes, 100,000 waiting
+    .venv/bin/python benchmarks/datacenter.py --postgres              # the same on a private PostgreSQL server
+
+It prints a table and, last, one JSON line (``-o FILE`` writes it to a file as well).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _live import LiveServer, RawClient, exit_on_sigterm, json_line, percentile, table  # noqa: E402
+
+TYPES = 10
+ACC = 8
+SHAPES = ((1, 1), (1, 2), (1, 4), (1, 8), (2, 8))  # (nodes, accelerators per node)
+GOALS = {"submit_rate": 1000.0, "submit_p50_ms": 20.0, "submit_p99_ms": 200.0, "list_p99_ms": 50.0,
+         "get_p99_ms": 50.0, "turn_p99_s": 1.0, "rss_mib": 2048.0, "restart_s": 30.0, "paint_s": 2.0}
+
+
+def spec_yaml(nodes: int, teams: int) -> str:
+    per_type = [nodes // TYPES + (1 if i < nodes % TYPES else 0) for i in range(TYPES)]
+    lines = ["cluster:", "  name: datacenter", "  instance_groups:"]
+    lines += [f"    - {{name: g{i}, instance_type: dc{i}, count: {n}}}" for i, n in enumerate(per_type)]
+    lines += ["instance_types:"]
+    lines += [f"  - {{name: dc{i}, accelerators: {ACC}, vcpu: 192, memory_gib: 2048}}" for i in range(TYPES)]
+    lines += ["policy:", "  idle_compute_allocation: FairShare", "teams:"]
+    for t in range(teams):
+        it = t % TYPES
+        on_type = len(range(it, teams, TYPES))
+        quota = max(1, per_type[it] * ACC // on_type)
+        lines += [f"  - name: t{t:03d}", "    fair_share_weight: 50",
+                  "    sharing: {strategy: LendAndBorrow, borrow_limit: 200}",
+                  f"    quota: [{{instance_type: dc{it}, accelerators: {quota}}}]"]
+    return "\n".join(lines) + "\n"
+
+
+def job_body(name: str, team: int, shape: tuple[int, int], seconds: float) -> dict[str, Any]:
+    nodes, acc = shape
+    return {"name": name, "team": f"t{team:03d}", "instance_type": f"dc{team % TYPES}", "nodes": nodes,
+            "accelerators": acc, "command": ["sleep", f"{seconds:g}"],
+            "env": {"FAIRPOD_BENCH_DURATION": f"{seconds:g}"}, "termination_grace_seconds": 1}
+
+
+def count(c: RawClient, state: str | None = None) -> int:
+    q = "/jobs?limit=1" + (f"&state={state}" if state else "")
+    status, d = c.request("GET", q)
+    if status != 200:
+        raise RuntimeError(f"GET {q}: HTTP {status} {str(d)[:200]}")
+    return int(d["total"])
+
+
+def fill(srv: LiveServer, teams: int, target: int, seed: int, deadline: float, durations: tuple[float, float]
+         ) -> tuple[int, float]:
+    """Arrays until ``target`` jobs wait; returns (jobs submitted, seconds)."""
+    rng = random.Random(seed)
+    t0 = time.time()
+    submitted = 0
+    lock = threading.Lock()
+    errors: list[str] = []
+    batch = 0
+    with_c = RawClient(srv, timeout=600)
+    try:
+        while time.time() < deadline and not errors:
+            waiting = count(with_c, "Pending")
+            if waiting >= target:
+                break
+            # per team up to 4 arrays of its own shapes, sized so that one round adds the missing jobs and a
+            # tenth more (jobs start and finish meanwhile), in arrays of 20 to 1,000 tasks
+            missing = (target - waiting) * 11 // 10 + 1
+            per_array = max(20, min(1000, missing // (teams * 4) + 1))
+            work = [(t, k) for k in range(4) for t in range(teams)][:max(1, -(-missing // per_array))]
+            rng.shuffle(work)
+            it = iter(work)
+
+            def submit_arrays(b: int = batch, n: int = per_array, it: Iterator[tuple[int, int]] = it) -> None:
+                nonlocal submitted
+                c = RawClient(srv, timeout=600)
+                try:
+                    while not errors and time.time() < deadline:
+                        with lock:
+                            nxt = next(it, None)
+                        if nxt is None:
+                            return
+                        t, k = nxt
+                        shape = SHAPES[(t + k) % len(SHAPES)]
+                        body = {"job": job_body(f"fill{b}-{k}", t, shape, rng.uniform(*durations)),
+                                "array": f"0-{n - 1}"}
+                        status, d = c.request("POST", "/jobs/array", body)
+                        if status not in (200, 201):
+                            errors.append(f"array: HTTP {status} {str(d)[:300]}")
+                            return
+                        with lock:
+                            submitted += n
+                finally:
+                    c.close()
+
+            ts = [threading.Thread(target=submit_arrays, daemon=True) for _ in range(8)]
+            for th in ts:
+                th.start()
+            for th in ts:
+                th.join()
+            batch += 1
+    finally:
+        with_c.close()
+    if errors:
+        raise RuntimeError(errors[0])
+    return submitted, time.time() - t0
+
+
+def scrape(srv: LiveServer) -> tuple[dict[str, float], float, int]:
+    """The sums of /metrics' series by name (and of histogram buckets by ``name{le}``), scrape seconds, bytes."""
+    c = RawClient(srv, timeout=600)
+    try:
+        t0 = time.perf_counter()
+        c.conn.request("GET", "/metrics", headers=c.headers)
+        r = c.conn.getresponse()
+        raw = r.read()
+        dt = time.perf_counter() - t0
+    finally:
+        c.close()
+    out: dict[str, float] = {}
+    for line in raw.decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, val = line.rpartition(" ")
+        name = key.split("{", 1)[0]
+        if name.endswith("_bucket"):
+            le = key.rsplit('le="', 1)[1].split('"', 1)[0]
+            name = f"{name}{{{le}}}"
+        out[name] = out.get(name, 0.0) + float(val)
+    return out, dt, len(raw)
+
+
+def hist_quantile(before: dict[str, float], after: dict[str, float], name: str, q: float) -> float:
+    """The ``q`` quantile of a histogram's observations between two scrapes (the upper bound of its bucket;
+    inf if above the last bound)."""
+    bounds = sorted((float(k.split("{", 1)[1][:-1]), k) for k in after
+                    if k.startswith(name + "_bucket{") and not k.endswith("{+Inf}"))
+    total = after.get(f"{name}_count", 0.0) - before.get(f"{name}_count", 0.0)
+    if total <= 0:
+        return float("nan")
+    for b, k in bounds:
+        if after[k] - before.get(k, 0.0) >= q * total:
+            return b
+    return float("inf")
+
+
+def delta(before: dict[str, float], after: dict[str, float], name: str) -> float:
+    return after.get(name, 0.0) - before.get(name, 0.0)
+
+
+def rss_mib(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a process in MiB."""
+    vals = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                vals[line.split(":")[0]] = int(line.split()[1]) / 1024
+    return vals.get("VmRSS", float("nan")), vals.get("VmHWM", float("nan"))
+
+
+def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, durations: tuple[float, float]
+           ) -> tuple[list[float], int, list[float], list[float], float]:
+    """Submits at ``rate``/s for ``seconds`` (8 threads, open loop) and one reader; returns (submit latencies,
+    submits done, list latencies, get latencies, seconds the submits took)."""
+    rng = random.Random(seed)
+    bodies = [job_body(f"s{i}", rng.randrange(teams), SHAPES[rng.randrange(len(SHAPES))], rng.uniform(*durations))
+              for i in range(int(rate * seconds))]
+    lat: list[float] = []
+    lists: list[float] = []
+    gets: list[float] = []
+    ids: list[int] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    nxt = iter(range(len(bodies)))
+    t_start = time.time()
+    stop = threading.Event()
+
+    def submitter() -> None:
+        c = RawClient(srv)
+        try:
+            while not errors:
+                with lock:
+                    i = next(nxt, None)
+                if i is None:
+                    return
+                delay = t_start + i / rate - time.time()
+                if delay > 0:
+                    time.sleep(delay)
+                elif time.time() > t_start + seconds:  # behind and out of time: what was sent is the figure
+                    return
+                t0 = time.perf_counter()
+                status, d = c.request("POST", "/jobs", bodies[i])
+                dt = time.perf_counter() - t0
+                if status != 201:
+                    errors.append(f"submit: HTTP {status} {str(d)[:300]}")
+                    return
+                with lock:
+                    lat.append(dt)
+                    ids.append(int(d["id"]))
+        finally:
+            c.close()
+
+    def reader() -> None:
+        c = RawClient(srv)
+        try:
+            k = 0
+            while not stop.is_set() and not errors:
+                k += 1
+                t0 = time.perf_counter()
+                if k % 2:
+                    status, d = c.request("GET", f"/jobs?team=t{rng.randrange(teams):03d}&limit=100")
+                    (lists if status == 200 else errors).append(time.perf_counter() - t0 if status == 200
+                                                                else f"list: HTTP {status}")  # type: ignore[arg-type]
+                elif ids:
+                    status, d = c.request("GET", f"/jobs/{rng.choice(ids)}")
+                    (gets if status == 200 else errors).append(time.perf_counter() - t0 if status == 200
+                                                               else f"get: HTTP {status}")  # type: ignore[arg-type]
+                time.sleep(0.02)
+        finally:
+            c.close()
+
+    ts = [threading.Thread(target=submitter, daemon=True) for _ in range(8)]
+    rd = threading.Thread(target=reader, daemon=True)
+    for th in [*ts, rd]:
+        th.start()
+    for th in ts:
+        th.join(timeout=seconds + 120)  # a submit in flight at the end finishes (bounded by its timeout)
+    took = time.time() - t_start
+    stop.set()
+    rd.join(timeout=60)
+    if errors:
+        raise RuntimeError(str(errors[0]))
+    return lat, len(lat), lists, gets, took
+
+
+def dashboard(srv: LiveServer, timeout: float) -> dict[str, tuple[float, float]] | str:
+    """Per page: (first paint, data shown) in seconds from navigation, in headless Chromium; or why not."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        return "playwright is not installed"
+    pages = {"cluster": "#kpi-acc .value", "teams": "#team-table tr[data-team]", "tasks": "#task-table tr[data-task]"}
+    out: dict[str, tuple[float, float]] = {}
+    try:
+        with sync_playwright() as pw:
+            exe = shutil.which("chromium") or shutil.which("chromium-browser")
+            browser = pw.chromium.launch(executable_path=exe, args=["--no-sandbox", "--disable-gpu"])
+            try:
+                page = browser.new_page(viewport={"width": 1440, "height": 900})
+                page.set_default_timeout(timeout * 1000)
+                page.goto(srv.url + "/")
+                page.wait_for_selector("#login-form", state="visible")
+                page.fill("#token", srv.token)
+                page.click("#login-form button[type=submit]")
+                page.wait_for_selector("#nav", state="visible")
+                for name, ready in pages.items():
+                    page.goto("about:blank")
+                    t0 = time.perf_counter()
+                    page.goto(f"{srv.url}/#/{name}")
+                    page.wait_for_selector(ready)
+                    shown = time.perf_counter() - t0
+                    paint = page.evaluate("() => (performance.getEntriesByName('first-contentful-paint')[0] "
+                                          "|| {startTime: NaN}).startTime / 1000")
+                    out[name] = (float(paint), shown)
+            finally:
+                browser.close()
+    except Exception as e:  # noqa: BLE001 - a missing browser is a figure not taken, said so
+        return f"not measured: {str(e).splitlines()[0][:200]}"
+    return out
+
+
+def restart(srv: LiveServer, db_url: str, timeout: float) -> tuple[float, float]:
+    """kill -9 the server, start a new one on the same store; (seconds to /healthz, to the first admission)."""
+    from sqlalchemy import create_engine, text
+
+    eng = create_engine(db_url)
+    q = text("SELECT COALESCE(MAX(id), 0) FROM events WHERE kind = 'JobAdmitted'")
+    with eng.connect() as conn:
+        last = int(conn.execute(q).scalar_one())
+    assert srv.proc is not None
+    srv.proc.send_signal(signal.SIGKILL)
+    srv.proc.wait(timeout=60)
+    t0 = time.monotonic()
+    try:
+        srv.start(timeout=timeout)
+    except RuntimeError as e:  # not up in time: the figure is "more than the timeout", said so
+        print(f"  restart: {str(e).splitlines()[0]}", flush=True)
+        return float("inf"), float("inf")
+    healthy = time.monotonic() - t0
+    deadline = t0 + timeout
+    try:
+        while time.monotonic() < deadline:
+            with eng.connect() as conn:
+                if int(conn.execute(q).scalar_one()) > last:
+                    return healthy, time.monotonic() - t0
+            time.sleep(0.05)
+    finally:
+        eng.dispose()
+    return healthy, float("inf")
+
+
+@contextmanager
+def postgres() -> Iterator[str]:
+    """A private PostgreSQL server in a temporary directory (Unix socket only), stopped at the end."""
+    def pg_bin(name: str) -> str:
+        found = shutil.which(name) or (sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")) or [None])[-1]
+        if not found:
+            raise SystemExit(f"--postgres: no {name} found (install PostgreSQL's server binaries)")
+        return found
+
+    initdb, pg_ctl = pg_bin("initdb"), pg_bin("pg_ctl")
+    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    d = tempfile.mkdtemp(prefix="fairpod-bench-pg-")
+    if prefix:
+        shutil.chown(d, "postgres")
+    data = os.path.join(d, "data")
+    port = 54000 + os.getpid() % 1000
+    try:
+        subprocess.run([*prefix, initdb, "-A", "trust", "-U", "fairpod", "-D", data], check=True,
+                       capture_output=True, timeout=120)
+        subprocess.run([*prefix, pg_ctl, "-D", data, "-o", f"-k {d} -c listen_addresses='' -p {port}",
+                        "-l", os.path.join(d, "log"), "-w", "start"], check=True, capture_output=True, timeout=60)
+        yield f"postgresql+psycopg://fairpod@/postgres?host={d}&port={port}"
+    finally:
+        subprocess.run([*prefix, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def goal(value: float, name: str, below: bool = True) -> str:
+    g = GOALS[name]
+    ok = value <= g if below else value >= g
+    return f"(goal {'<=' if below else '>='} {g:g}: {'met' if ok else 'MISSED'})"
+
+
+def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
+    load0 = os.getloadavg()
+    spec = spec_yaml(a.nodes, a.teams)
+    t_up = time.monotonic()
+    srv = LiveServer(spec, executor="timed", start_timeout=min(900.0, a.timeout))
+    if db_url:  # LiveServer leaves the caller's FAIRPOD_DB_URL out of the server's environment: set it here
+        srv.env["FAIRPOD_DB_URL"] = db_url
+    with srv:
+        first_start_s = time.monotonic() - t_up
+        print(f"  first start (the spec's nodes stored): {first_start_s:.1f} s", flush=True)
+        store_url = db_url or f"sqlite:///{srv.home / 'fairpod.db'}"
+        deadline = time.time() + a.timeout
+        assert srv.proc is not None
+        t_boot = time.time()
+        submitted, fill_s = fill(srv, a.teams, a.waiting, a.seed, deadline, (a.min_duration, a.max_duration))
+        print(f"  filled: {submitted} jobs in {fill_s:.1f} s ({submitted / max(fill_s, 1e-9):.0f}/s through "
+              f"arrays)", flush=True)
+        m0, _, _ = scrape(srv)
+        cpu0 = srv.server_cpu_seconds() or 0.0
+        lat, done, lists, gets, took = steady(srv, a.teams, a.rate, a.seconds, a.seed + 1, (a.min_duration, a.max_duration))
+        cpu1 = srv.server_cpu_seconds() or 0.0
+        m1, scrape_s, scrape_bytes = scrape(srv)
+        with srv.client() as c:
+            waiting = c.get("/jobs", params={"state": "Pending", "limit": 1}).json()["total"]
+            running = c.get("/jobs", params={"state": "Running", "limit": 1}).json()["total"]
+        rss, hwm = rss_mib(srv.proc.pid)
+        turns = delta(m0, m1, "fairpod_reconcile_turn_duration_seconds_count")
+        turn_sum = delta(m0, m1, "fairpod_reconcile_turn_duration_seconds_sum")
+        eng_sum = delta(m0, m1, "fairpod_scheduler_cycle_duration_seconds_sum")
+        admitted = delta(m0, m1, "fairpod_admitted_jobs_total")
+        print(f"  steady: {done} submits in {took:.1f} s, submit p50/p99 {percentile(lat, 50) * 1000:.0f}/"
+              f"{percentile(lat, 99) * 1000:.0f} ms, list p99 {percentile(lists, 99) * 1000:.0f} ms, get p99 "
+              f"{percentile(gets, 99) * 1000:.0f} ms ({len(lists) + len(gets)} reads), {admitted:.0f} admitted, "
+              f"{turns:.0f} turns; /metrics {scrape_s:.1f} s, {scrape_bytes // 1024} KiB; RSS {rss:.0f} MiB; "
+              f"server CPU {cpu1 - cpu0:.1f} s", flush=True)
+        paint = dashboard(srv, a.timeout) if not a.no_browser else "skipped (--no-browser)"
+        print(f"  dashboard: {paint}", flush=True)
+        healthy_s, first_admit_s = (float("nan"), float("nan")) if a.no_restart else \
+            restart(srv, store_url, min(300.0, a.timeout))
+        rss_after, _ = rss_mib(srv.proc.pid) if srv.proc and srv.proc.poll() is None else (float("nan"), 0)
+        load1 = os.getloadavg()
+    r: dict[str, Any] = {
+        "benchmark": "datacenter", "store": "postgresql" if db_url else "sqlite", "nodes": a.nodes,
+        "first_start_s": first_start_s,
+        "accelerators": a.nodes * ACC, "teams": a.teams, "waiting_target": a.waiting, "fill_jobs": submitted,
+        "fill_s": fill_s, "waiting_after": waiting, "running_after": running, "rate_asked": a.rate,
+        "submits": done, "submit_s": took, "submit_rate": done / took if took else float("nan"),
+        "submit_p50_ms": percentile(lat, 50) * 1000, "submit_p99_ms": percentile(lat, 99) * 1000,
+        "list_p50_ms": percentile(lists, 50) * 1000, "list_p99_ms": percentile(lists, 99) * 1000,
+        "get_p50_ms": percentile(gets, 50) * 1000, "get_p99_ms": percentile(gets, 99) * 1000,
+        "reads": len(lists) + len(gets),
+        "turns": turns, "turn_p50_s": hist_quantile(m0, m1, "fairpod_reconcile_turn_duration_seconds", 0.5),
+        "turn_p99_s": hist_quantile(m0, m1, "fairpod_reconcile_turn_duration_seconds", 0.99),
+        "engine_share": eng_sum / turn_sum if turn_sum else float("nan"),
+        "engine_p99_s": hist_quantile(m0, m1, "fairpod_scheduler_cycle_duration_seconds", 0.99),
+        "admitted": admitted, "admissions_per_s": admitted / took if took else float("nan"),
+        "engine_us_per_admission": eng_sum / admitted * 1e6 if admitted else float("nan"),
+        "server_cpu_s": cpu1 - cpu0, "rss_mib": rss, "rss_peak_mib": hwm, "rss_after_restart_mib": rss_after,
+        "metrics_scrape_s": scrape_s, "metrics_bytes": scrape_bytes,
+        "restart_healthz_s": healthy_s, "restart_first_admission_s": first_admit_s,
+        "dashboard": paint, "load_before": load0[0], "load_after": load1[0], "boot_to_end_s": time.time() - t_boot,
+    }
+    return r
+
+
+def report(r: dict[str, Any]) -> str:
+    paint = r["dashboard"]
+    rows = [
+        ("store / size", f"{r['store']}: {r['nodes']} nodes x {ACC} = {r['accelerators']} accelerators, "
+                         f"{r['teams']} teams"),
+        ("first start", f"{r['first_start_s']:.1f} s to /healthz (the spec's nodes stored)"),
+        ("fill", f"{r['fill_jobs']} jobs through arrays in {r['fill_s']:.1f} s; after steady: "
+                 f"{r['waiting_after']} waiting, {r['running_after']} running"),
+        ("sustained submits", f"{r['submit_rate']:.0f}/s ({r['submits']} at {r['rate_asked']:g}/s asked) "
+                              f"{goal(r['submit_rate'], 'submit_rate', below=False)}"),
+        ("submit p50 / p99", f"{r['submit_p50_ms']:.1f} / {r['submit_p99_ms']:.1f} ms "
+                             f"{goal(r['submit_p50_ms'], 'submit_p50_ms')} {goal(r['submit_p99_ms'], 'submit_p99_ms')}"),
+        ("list page of 100 p50 / p99", f"{r['list_p50_ms']:.1f} / {r['list_p99_ms']:.1f} ms "
+                                       f"{goal(r['list_p99_ms'], 'list_p99_ms')}"),
+        ("get-job p50 / p99", f"{r['get_p50_ms']:.1f} / {r['get_p99_ms']:.1f} ms {goal(r['get_p99_ms'], 'get_p99_ms')}"),
+        ("reconcile turn p50 / p99", f"<= {r['turn_p50_s']:g} / <= {r['turn_p99_s']:g} s over {r['turns']:.0f} turns; "
+                                     f"engine {r['engine_share'] * 100:.0f} % of it {goal(r['turn_p99_s'], 'turn_p99_s')}"),
+        ("admissions", f"{r['admissions_per_s']:.1f}/s ({r['admitted']:.0f}); engine "
+                       f"{r['engine_us_per_admission']:.0f} us of cycle per admission"),
+        ("server CPU in steady", f"{r['server_cpu_s']:.1f} s"),
+        ("server RSS / peak", f"{r['rss_mib']:.0f} / {r['rss_peak_mib']:.0f} MiB {goal(r['rss_peak_mib'], 'rss_mib')}"),
+        ("/metrics scrape", f"{r['metrics_scrape_s'] * 1000:.0f} ms, {r['metrics_bytes'] / 1024:.0f} KiB"),
+        ("restart (kill -9)", f"healthz {r['restart_healthz_s']:.1f} s, first admission "
+                              f"{r['restart_first_admission_s']:.1f} s {goal(r['restart_first_admission_s'], 'restart_s')}"),
+    ]
+    if isinstance(paint, dict):
+        for name, (fcp, shown) in paint.items():
+            rows.append((f"dashboard {name}", f"first paint {fcp:.2f} s, data shown {shown:.2f} s "
+                                              f"{goal(shown, 'paint_s')}"))
+    else:
+        rows.append(("dashboard", str(paint)))
+    rows.append(("load average", f"{r['load_before']:.1f} before, {r['load_after']:.1f} after "
+                                 f"({os.cpu_count()} cores)"))
+    return table(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--nodes", type=int, default=10_000, help="nodes of 8 accelerators (default 10,000)")
+    ap.add_argument("--teams", type=int, default=500, help="teams (default 500)")
+    ap.add_argument("--waiting", type=int, default=100_000, help="jobs to keep waiting (default 100,000)")
+    ap.add_argument("--rate", type=float, default=1000.0, help="single submits per second in steady (1,000)")
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of the steady phase (default 30 s)")
+    ap.add_argument("--min-duration", type=float, default=30.0, help="shortest job in seconds (default 30)")
+    ap.add_argument("--max-duration", type=float, default=600.0, help="longest job in seconds (default 600)")
+    ap.add_argument("--small", action="store_true",
+                    help="100 nodes, 20 teams, 1,000 waiting, 50 submits/s for 3 s (seconds; the suite runs it)")
+    ap.add_argument("--postgres", action="store_true", help="a private PostgreSQL server instead of SQLite")
+    ap.add_argument("--no-browser", action="store_true", help="skip the dashboard's pages in Chromium")
+    ap.add_argument("--no-restart", action="store_true", help="skip the kill -9 and restart")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds (default 1800)")
+    ap.add_argument("-o", "--output", type=Path, help="also write the JSON line to this file")
+    a = ap.parse_args()
+    if a.small:
+        a.nodes, a.teams, a.waiting, a.rate, a.seconds = 100, 20, 1000, 50.0, 3.0
+        a.min_duration, a.max_duration = 1.0, 10.0
+    if not 0 <= a.min_duration <= a.max_duration:
+        print("datacenter: --min-duration must be >= 0 and <= --max-duration", file=sys.stderr)
+        return 2
+    for flag, v in (("--nodes", a.nodes), ("--teams", a.teams), ("--rate", a.rate), ("--seconds", a.seconds)):
+        if v <= 0:
+            print(f"datacenter: {flag} must be > 0, got {v:g}", file=sys.stderr)
+            return 2
+    exit_on_sigterm()
+    print(f"datacenter: {a.nodes} nodes x {ACC} in {TYPES} types, {a.teams} teams, {a.waiting} waiting, "
+          f"{a.rate:g} submits/s for {a.seconds:g} s; timed executor (no processes); "
+          f"{'PostgreSQL' if a.postgres else 'SQLite'}", flush=True)
+    if a.postgres:
+        with postgres() as url:
+            r = run(a, url)
+    else:
+        r = run(a, None)
+    print(report(r))
+    line = json_line(r)
+    print(line)
+    if a.output:
+        a.output.write_text(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

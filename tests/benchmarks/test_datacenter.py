@@ -1,0 +1,35 @@
+"""benchmarks/datacenter.py at its small size runs in the suite: a live server (timed executor, SQLite), the
+fill, the steady submits and reads, /metrics, the kill -9 and restart. It checks that the figures were taken,
+not that goals are met (speed targets live in benchmarks/, not in tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_small_datacenter_runs_and_prints_every_figure(tmp_path: Path):
+    out = tmp_path / "dc.json"
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "datacenter.py"), "--small", "--no-browser",
+                        "--timeout", "150", "-o", str(out)], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    d = json.loads(out.read_text())
+    assert d["nodes"] == 100 and d["store"] == "sqlite"
+    assert d["fill_jobs"] >= 1000 and 0 < d["submits"] <= 150
+    assert d["waiting_after"] > 0 and d["running_after"] > 0
+    assert d["turns"] > 0 and d["turn_p99_s"] is not None and 0 < d["engine_share"] <= 1
+    assert d["admitted"] > 0 and d["reads"] > 0
+    assert d["list_p99_ms"] > 0 and d["get_p99_ms"] > 0
+    assert d["metrics_bytes"] > 0 and d["rss_mib"] > 0
+    assert 0 < d["restart_healthz_s"] <= d["restart_first_admission_s"] < 150
+    assert "sustained submits" in r.stdout and "restart (kill -9)" in r.stdout
+
+
+def test_bad_sizes_are_one_line_on_stderr():
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "datacenter.py"), "--nodes", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip() == "datacenter: --nodes must be > 0, got 0"
