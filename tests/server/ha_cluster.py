@@ -204,7 +204,8 @@ class HaCluster:
 
     # -- the API, through whichever node leads ----------------------------------------------------
     def request(self, method: str, path: str, timeout: float = 60.0, **kw: Any) -> httpx.Response:
-        """``method path`` answered by the leader, following failovers (connection errors, 503 of a standby)."""
+        """``method path`` answered by the leader, following failovers (connection errors, 503 of a standby, 500
+        of a leader cut off from the database). Only for requests that may be repeated (reads, keyed submits)."""
         headers = {"Authorization": f"Bearer {self.token}", **kw.pop("headers", {})}
         deadline = time.monotonic() + timeout
         last = "no answer"
@@ -215,7 +216,7 @@ class HaCluster:
                 except httpx.HTTPError as e:
                     last = f"{node.url}: {e!r}"
                     continue
-                if r.status_code not in (502, 503):
+                if r.status_code < 500:
                     return r
                 last = f"{node.url}: {r.status_code} {r.text[:200]}"
             time.sleep(0.05)

@@ -93,8 +93,9 @@ def test_failovers_run_every_job_once_and_no_fenced_leader_writes(ha: HaCluster)
         wait_for(lambda: len(names) >= 3, 60, "the first jobs")
         for kind in ("kill", "stop", "cut"):
             took.append(failover(ha, kind))
-            wait_for(lambda seen=len(names): len(names) >= seen + 2, 60,  # noqa: B008 - the count now
+            wait_for(lambda seen=len(names): errors or len(names) >= seen + 2, 60,  # noqa: B008 - the count now
                      "more jobs after the takeover")
+            assert not errors, errors
     finally:
         stop.set()
         t.join(timeout=60)
