@@ -5,6 +5,7 @@ leader's app (:func:`fairpod.server.app.create_app`, built when this node wins).
   standbys (:meth:`fairpod.server.leader.Elector.status`);
 - ``GET /healthz``: the leader's own answer; a standby's says ``"role": "standby"`` and the leader's address;
 - ``GET /metrics``: the leader's metrics followed by the election's; a standby answers the election's only;
+- the dashboard's pages (GET outside ``/api/``) on a standby: a redirect (307) to the leader;
 - everything else on a standby (and on a leader that stepped down): 503 with the leader's address in the
   detail and in the ``X-Fairpod-Leader`` header, which the CLI and the SDK follow.
 """
@@ -89,6 +90,13 @@ class HaApp:
         if path == "/healthz":
             await _send_json(send, 200, {"ok": True, "version": __version__, "pid": os.getpid(),
                                          "role": self.elector.role, "leader": url})
+            return
+        if url and scope.get("method") == "GET" and not path.startswith("/api/"):  # the dashboard: to the leader
+            query = scope.get("query_string", b"")
+            target = (url + path + (f"?{query.decode()}" if query else "")).encode()
+            await send({"type": "http.response.start", "status": 307,
+                        "headers": [(b"location", target), (b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
             return
         where = f"the leader is at {url}" if url else "no leader is known yet; try again in a few seconds"
         await _send_json(send, 503, {"type": "about:blank", "title": "standby", "status": 503,

@@ -37,10 +37,13 @@ def lead(home: Path, url: str, elector: Elector, app: HaApp, executor_name: str,
          ray_namespace: str, my_url: str) -> Any:
     """Build and start the runtime of a new leader; None if it stepped down meanwhile."""
     from fairpod.server.runtime import build, make_executor
+    from fairpod.store import lease
 
     t0 = time.monotonic()
     executor = make_executor(home, executor_name, ray_address, ray_namespace, exclusive=False)
-    rt = build(home, url, executor, my_url, elector=elector)
+    with elector.engine.connect() as conn:  # replicas get every address, this one first (the SDK follows)
+        others = [m.url for m in lease.members(conn)[0] if m.url != my_url]
+    rt = build(home, url, executor, ",".join([my_url, *others]), elector=elector)
     rt.start()
     app.inner = rt.app
     took = time.monotonic() - t0
