@@ -16,12 +16,13 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 from sqlalchemy import text
 
 from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
 
-from .ha_cluster import HaCluster, wait_for
+from .ha_cluster import HaCluster, free_port, wait_for
 
 
 @pytest.fixture
@@ -142,3 +143,54 @@ def test_ha_needs_postgresql(tmp_path: Path):
     assert r.returncode == 2
     assert r.stderr.count("\n") == 1 and "needs a PostgreSQL database" in r.stderr
     assert not (tmp_path / "h").exists()
+
+
+def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
+    ha.boot()
+    lead = ha.leader()
+    standby = next(n for n in ha.nodes if n is not lead)
+    assert standby.standing_by()
+    r = httpx.get(standby.url + "/api/v1/jobs", headers={"Authorization": f"Bearer {ha.token}"}, timeout=5)
+    assert r.status_code == 503 and r.headers["x-fairpod-leader"] == lead.url and lead.url in r.json()["detail"]
+    page = httpx.get(standby.url + "/", timeout=5)
+    assert page.status_code == 307 and page.headers["location"] == lead.url + "/"
+    env = {**standby.env, "FAIRPOD_URL": f"{standby.url},{lead.url}", "FAIRPOD_TOKEN": ha.token}
+    cli = [sys.executable, "-m", "fairpod.cli.main"]
+    st = subprocess.run([*cli, "status"], env=env, capture_output=True, text=True, timeout=60)
+    assert st.returncode == 0, st.stderr
+    line = next(ln for ln in st.stdout.splitlines() if ln.startswith("leader:"))
+    assert lead.url in line and "epoch 1" in line and f"standbys: {standby.url}" in line
+    sub = subprocess.run([*cli, "start-job", "--name", "via-standby", "--team", "john", "--", "true"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    assert ha.request("GET", "/jobs/via-standby").status_code == 200
+    # a dead first address: the CLI goes on to the next one
+    dead = f"http://127.0.0.1:{free_port()}"
+    got = subprocess.run([*cli, "get-job", "via-standby", "-o", "json"], capture_output=True, text=True,
+                         env={**env, "FAIRPOD_URL": f"{dead},{standby.url}"}, timeout=60)
+    assert got.returncode == 0, got.stderr
+    # metrics: the election's on both, events of the leader's election
+    m = httpx.get(standby.url + "/metrics", timeout=5).text
+    assert "fairpod_leader 0" in m and "fairpod_fenced_writes_total 0" in m
+    m = httpx.get(lead.url + "/metrics", headers={"Authorization": f"Bearer {ha.token}"}, timeout=5).text
+    assert "fairpod_leader 1" in m and "fairpod_build_info" in m
+    evs = ha.request("GET", "/events", params={"limit": 1000}).json()["events"]
+    assert any(e["kind"] == "LeaderElected" and lead.url in e["message"] for e in evs)
+
+
+
+def test_the_sdk_follows_the_leader(ha: HaCluster):
+    from fairpod.server.jobtoken import issue
+
+    ha.boot()
+    lead = ha.leader()
+    standby = next(n for n in ha.nodes if n is not lead)
+    jid = ha.submit("reporting", seconds=60, code=0)
+    wait_for(lambda: ha.request("GET", "/jobs/reporting").json()["state"] == "Running", 30, "the job to run")
+    secret = bytes.fromhex((ha.nodes[0].home / "job-token.key").read_text().strip())
+    env = {**standby.env, "FAIRPOD_API_URL": f"{standby.url},{lead.url}", "FAIRPOD_TOKEN": issue(secret, jid),
+           "FAIRPOD_JOB_ID": str(jid)}
+    r = subprocess.run([sys.executable, "-c", "import fairpod.sdk as s; s.report_progress(step=7, checkpoint='ck', strict=True)"],
+                       env=env, capture_output=True, text=True, timeout=60, cwd=ha.tmp)
+    assert r.returncode == 0, r.stderr
+    assert ha.request("GET", "/jobs/reporting").json()["checkpoint"]["step"] == 7
