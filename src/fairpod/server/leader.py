@@ -97,6 +97,7 @@ class Elector:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_renewal = 0.0
+        self._fenced_told = 0  # refusals already added to this node's row of ha_members
 
     # -- the loop -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -160,9 +161,11 @@ class Elector:
 
     def heartbeat(self) -> None:
         try:
+            fenced = self.counters.fenced
             with self.engine.begin() as conn:
                 lease.heartbeat(conn, self.node, self.my_url, os.getpid(), self.role, self.started_at,
-                                self.counters.fenced)
+                                fenced - self._fenced_told)
+            self._fenced_told = fenced
         except SQLAlchemyError as e:
             log.warning("heartbeat failed: %s", str(e).splitlines()[0])
 
@@ -219,7 +222,8 @@ class Elector:
         return {"node": self.node, "role": self.role, "leader": leader,
                 "lease_seconds": self.settings.lease,
                 "standbys": [{"node": m.node, "url": m.url, "pid": m.pid, "seen_ago": round(now - m.seen_at, 3)}
-                             for m in live if m.role == "standby" and (cur is None or m.node != cur.holder)]}
+                             for m in live if m.role == "standby" and (cur is None or m.node != cur.holder)],
+                "fenced_total": {m.node: m.fenced for m in members if m.fenced}}
 
     def metrics(self) -> str:
         c = self.counters

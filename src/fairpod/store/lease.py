@@ -122,11 +122,13 @@ def current(conn: Connection) -> Lease | None:
 
 
 def heartbeat(conn: Connection, node: str, url: str, pid: int, role: str, started_at: float, fenced: int) -> None:
-    """Record that ``node`` is alive in ``role`` (``leader`` or ``standby``)."""
+    """Record that ``node`` is alive in ``role`` (``leader`` or ``standby``); ``fenced``: how many more of its
+    writes and actions were refused since its last heartbeat (the row keeps the sum across restarts)."""
     conn.execute(text(
         f"INSERT INTO ha_members (node, url, pid, role, started_at, seen_at, fenced) "
         f"VALUES (:node, :url, :pid, :role, :started, {NOW}, :fenced) ON CONFLICT (node) DO UPDATE SET "
-        f"url = :url, pid = :pid, role = :role, started_at = :started, seen_at = {NOW}, fenced = :fenced"),
+        f"url = :url, pid = :pid, role = :role, started_at = :started, seen_at = {NOW}, "
+        f"fenced = ha_members.fenced + :fenced"),
         {"node": node, "url": url, "pid": pid, "role": role, "started": started_at, "fenced": fenced})
 
 
