@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -237,3 +238,83 @@ class HaCluster:
         assert r.status_code == 200, r.text
         body = r.json()
         return list(body["jobs"] if isinstance(body, dict) else body)
+
+
+def failover(ha: HaCluster, kind: str) -> float:
+    """One failover of ``kind``; the seconds from the fault until another node serves as the leader."""
+    old = ha.leader()
+    assert old.proc is not None
+    t0 = time.monotonic()
+    if kind == "kill":
+        ha.kill(old)
+    elif kind == "stop":
+        old.proc.send_signal(signal.SIGSTOP)
+    else:
+        ha.cut(old)
+    new = ha.leader(timeout=60, besides=old)
+    took = time.monotonic() - t0
+    if kind == "kill":
+        ha.start(old.i)
+    elif kind == "stop":
+        old.proc.send_signal(signal.SIGCONT)
+    else:
+        ha.heal(old)
+    wait_for(old.standing_by, 60, f"node {old.i} to stand by again after {kind}")
+    assert new.leading()
+    return took
+
+
+class JobStream:
+    """Jobs submitted one after another (``pause`` seconds apart) through whichever node leads: every fifth
+    exits 3 (it must end Failed), the others 0 (Succeeded); each runs 0.5 to 3.5 s."""
+
+    def __init__(self, ha: HaCluster, pause: float = 0.3, limit: int = 2000) -> None:
+        self.ha, self.pause, self.limit = ha, pause, limit
+        self.expect: dict[str, str] = {}
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __len__(self) -> int:
+        return len(self.expect)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+    def _run(self) -> None:
+        for k in range(self.limit):
+            if self._stop.is_set():
+                return
+            code = 3 if k % 5 == 4 else 0
+            try:
+                self.ha.submit(f"j{k}", seconds=0.5 + (k % 4), code=code)
+            except BaseException as e:  # noqa: BLE001 - the caller reports it
+                self.errors.append(e)
+                return
+            self.expect[f"j{k}"] = "Failed" if code else "Succeeded"
+            self._stop.wait(self.pause)
+
+    def grown(self, by: int, timeout: float = 60.0) -> None:
+        seen = len(self)
+        wait_for(lambda: self.errors or len(self) >= seen + by, timeout, "more jobs to be accepted")
+        assert not self.errors, self.errors
+
+
+def check_outcome(ha: HaCluster, stream: JobStream, timeout: float = 180.0) -> int:
+    """Every accepted job is one job, ended in its right state, run exactly once (one mark); no write by a
+    node without the lease. Returns the number of jobs."""
+    final = ("Succeeded", "Failed", "Cancelled")
+    jobs = wait_for(lambda: (js := ha.jobs()) and all(j["state"] in final for j in js) and js, timeout,
+                    "every job to finish", step=0.5)
+    by_name = {j["name"]: j for j in jobs}
+    assert sorted(by_name) == sorted(stream.expect), "a job lost or accepted twice"
+    for name, state in stream.expect.items():
+        assert by_name[name]["state"] == state, (name, by_name[name])
+        runs = (ha.marks / name).read_text().splitlines()
+        assert len(runs) == 1, (name, runs)  # no job launched twice, none restarted by a takeover
+    assert ha.violations() == [], "a write by a control plane that did not hold the lease"
+    return len(jobs)

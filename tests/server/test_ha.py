@@ -11,8 +11,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +20,7 @@ from sqlalchemy import text
 
 from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
 
-from .ha_cluster import HaCluster, free_port, wait_for
+from .ha_cluster import HaCluster, JobStream, check_outcome, failover, free_port, wait_for
 
 
 @pytest.fixture
@@ -41,76 +39,21 @@ def ha(tmp_path: Path, pg_url: str) -> Iterator[HaCluster]:  # noqa: F811
         cluster.stop_all()
 
 
-def failover(ha: HaCluster, kind: str) -> float:
-    """One failover of ``kind``; the seconds from the fault until another node serves as the leader."""
-    old = ha.leader()
-    assert old.proc is not None
-    t0 = time.monotonic()
-    if kind == "kill":
-        ha.kill(old)
-    elif kind == "stop":
-        old.proc.send_signal(signal.SIGSTOP)
-    else:
-        ha.cut(old)
-    new = ha.leader(timeout=60, besides=old)
-    took = time.monotonic() - t0
-    if kind == "kill":
-        ha.start(old.i)
-    elif kind == "stop":
-        old.proc.send_signal(signal.SIGCONT)
-    else:
-        ha.heal(old)
-    wait_for(old.standing_by, 60, f"node {old.i} to stand by again after {kind}")
-    assert new.leading()
-    return took
-
-
 def test_failovers_run_every_job_once_and_no_fenced_leader_writes(ha: HaCluster):
+    """One failover of each kind here (the benchmark runs 20: benchmarks/takeover.py)."""
     ha.boot()
-    names: list[str] = []
-    expect: dict[str, str] = {}
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def stream() -> None:
-        k = 0
-        while not stop.is_set() and k < 200:
-            name = f"j{k}"
-            code = 3 if k % 5 == 4 else 0
-            try:
-                ha.submit(name, seconds=0.5 + (k % 4), code=code)
-            except BaseException as e:  # noqa: BLE001 - reported by the test
-                errors.append(e)
-                return
-            names.append(name)
-            expect[name] = "Failed" if code else "Succeeded"
-            k += 1
-            stop.wait(0.3)
-
-    t = threading.Thread(target=stream, daemon=True)
-    t.start()
+    stream = JobStream(ha)
+    stream.start()
     took = []
     try:
-        wait_for(lambda: len(names) >= 3, 60, "the first jobs")
+        stream.grown(3)
         for kind in ("kill", "stop", "cut"):
             took.append(failover(ha, kind))
-            wait_for(lambda seen=len(names): errors or len(names) >= seen + 2, 60,  # noqa: B008 - the count now
-                     "more jobs after the takeover")
-            assert not errors, errors
+            stream.grown(2)
     finally:
-        stop.set()
-        t.join(timeout=60)
-    assert not errors, errors
-    final = ("Succeeded", "Failed", "Cancelled")
-    jobs = wait_for(lambda: (js := ha.jobs()) and all(j["state"] in final for j in js) and js, 120,
-                    "every job to finish")
-    by_name = {j["name"]: j for j in jobs}
-    assert sorted(by_name) == sorted(names)  # every accepted submit is one job, none twice
-    for name in names:
-        assert by_name[name]["state"] == expect[name], (name, by_name[name])
-        runs = (ha.marks / name).read_text().split("\n")[:-1]
-        assert len(runs) == 1, (name, runs)  # run exactly once: no job was restarted or launched twice
-    assert ha.violations() == []  # no write by a control plane that did not hold the lease
+        stream.stop()
+    assert not stream.errors, stream.errors
+    check_outcome(ha, stream)
     stepped = [n for n in ha.nodes if "stepping down" in n.log_text()]
     assert stepped, "the stopped and the cut leader say in their log that they stepped down"
     assert all(t < 30 for t in took), took
