@@ -34,7 +34,6 @@ from sqlalchemy import create_engine, text
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from _live import exit_on_sigterm, percentile  # noqa: E402
 from tests.server.ha_cluster import (  # noqa: E402
     SEED_SPEC,
     HaCluster,
@@ -45,6 +44,8 @@ from tests.server.ha_cluster import (  # noqa: E402
     wait_for,
 )
 from tests.store.conftest import private_postgres, wipe  # noqa: E402
+
+from _live import exit_on_sigterm, percentile  # noqa: E402
 
 
 def fresh(url: str) -> None:
