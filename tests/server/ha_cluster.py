@@ -109,7 +109,9 @@ class HaCluster:
         nvml.write_text(json.dumps({"gpus": []}))
         inherited = {k: v for k, v in os.environ.items()
                      if k not in ("FAIRPOD_URL", "FAIRPOD_TOKEN", "FAIRPOD_DB_URL", "FAIRPOD_API_URL")}
-        self.env = {**inherited, "FAIRPOD_RUNS_DIR": str(self.runs), "FAIRPOD_FAKE_NVML": str(nvml)}
+        # replicas write their marks under /tmp: limits only, no private /tmp (docs/isolation.md)
+        self.env = {"FAIRPOD_SANDBOX": "limits", **inherited, "FAIRPOD_RUNS_DIR": str(self.runs),
+                    "FAIRPOD_FAKE_NVML": str(nvml)}
         self.admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
         self.nodes = [Node(self, i) for i in range(n)]
         with self.admin.connect() as c:
