@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
 
-from .ha_cluster import HaCluster, JobStream, check_outcome, failover, free_port, wait_for
+from .ha_cluster import SEED_SPEC, HaCluster, JobStream, check_outcome, failover, free_port, wait_for
 
 
 @pytest.fixture
@@ -119,6 +119,13 @@ def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
     assert "fairpod_leader 1" in m and "fairpod_build_info" in m
     evs = ha.request("GET", "/events", params={"limit": 1000}).json()["events"]
     assert any(e["kind"] == "LeaderElected" and lead.url in e["message"] for e in evs)
+    # a standby started with another spec would write it beside the leader: refused in one line
+    other = ha.tmp / "other.yaml"
+    other.write_text(SEED_SPEC.read_text().replace("fair_share_weight: 100", "fair_share_weight: 90"))
+    third = {**standby.env, "FAIRPOD_HOME": str(ha.tmp / "third"), "FAIRPOD_CONFIG": str(ha.tmp / "third.json")}
+    r = subprocess.run([*cli, "up", "--ha", "--db", standby.db, "--spec", str(other), "--port", str(free_port())],
+                       env=third, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "applies only to a new database" in r.stderr
 
 
 

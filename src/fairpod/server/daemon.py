@@ -87,8 +87,10 @@ def secure_home(home: Path, searchable: bool | None = None) -> None:
                     os.chmod(os.path.join(top, f), 0o600)
 
 
-def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[Store, str | None]:
-    """Create the database on first start; apply ``spec_file`` if given; create the admin user and token."""
+def initialize(home: Path, url: str, spec_file: str | None, port: int,
+               shared: bool = False) -> tuple[Store, str | None]:
+    """Create the database on first start; apply ``spec_file`` if given; create the admin user and token.
+    ``shared`` (``--ha``: a leader may be running): a spec file is applied to a new database only."""
     secure_home(home, None)
     store = Store(url)
     store.create_all()
@@ -98,6 +100,9 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[
         spec = load_spec(spec_file)
     elif rec is None:
         spec = detect_cluster()
+    if spec is not None and rec is not None and rec.spec != spec and shared:
+        raise WrongState("with --ha, --spec applies only to a new database; this one has a spec: change it "
+                         "through the leader with 'fairpod apply'", "spec exists")
     if spec is not None and (rec is None or rec.spec != spec):
         active = {j.team for j in store.list_jobs(finished=False)}
         gone = sorted(active - {t.name for t in spec.teams})
@@ -329,7 +334,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     url = db_url(home, db)
     try:
         check_state(home, url)
-        store, token = initialize(home, url, spec_file, port)
+        store, token = initialize(home, url, spec_file, port, shared=ha is not None)
     except StoreError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
         return 1

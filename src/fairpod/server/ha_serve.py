@@ -30,7 +30,11 @@ def _restart_as_standby(why: str) -> None:
         h.flush()
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execv(sys.executable, [sys.executable, *sys.orig_argv[1:]])
+    args = list(sys.orig_argv[1:])
+    if "--spec" in args:  # applied at the first start; the spec may have changed through the API since
+        at = args.index("--spec")
+        del args[at:at + 2]
+    os.execv(sys.executable, [sys.executable, *args])
 
 
 def lead(home: Path, url: str, elector: Elector, app: HaApp, executor_name: str, ray_address: str,

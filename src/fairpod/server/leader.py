@@ -29,12 +29,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import Engine, create_engine
+from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from fairpod.executors.base import ExecutorError
-from fairpod.store import lease
+from fairpod.store import Store, lease
 from fairpod.store.lease import Fenced, Lease
 
 log = logging.getLogger("fairpod.leader")
@@ -189,7 +189,22 @@ class Elector:
     def refuse(self, what: str, why: str) -> None:
         self.counters.fenced += 1
         log.error("fenced: %s refused: %s", what, why)
+        if self.epoch is None:  # never led: nothing to step down from
+            return
         threading.Thread(target=self.step_down, args=(why,), name="fairpod-step-down", daemon=True).start()
+
+    def guard(self, store: Store) -> None:
+        """Fence ``store``'s writes by the lease, and have the database end a transaction of this process that
+        stays idle for a lease (a process stopped inside one would hold the lease row and keep a standby from
+        taking over)."""
+        store.fence = self.check_tx
+        ms = int(self.settings.lease * 1000)
+
+        @event.listens_for(store.engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            with dbapi_conn.cursor() as cur:
+                cur.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+            dbapi_conn.commit()
 
     def check_tx(self, session: Session) -> None:
         """``Store.fence``: a write transaction goes on only while this node holds the lease."""

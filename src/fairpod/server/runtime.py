@@ -64,10 +64,10 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
     # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
     # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
     store = Store(url, synchronous="NORMAL")
-    store.create_all()
     if elector is not None:
-        store.fence = elector.check_tx
+        elector.guard(store)
         executor = cast(Executor, FencedExecutor(executor, elector))
+    store.create_all()
     cp = ControlPlane(store, executor, home, keepers=standard_keepers)  # a new periodic keeper: register it there
     secret = job_secret(home, store)
     cp.launch_env = launch_env(secret, api_url)  # FAIRPOD_API_URL, FAIRPOD_TOKEN
