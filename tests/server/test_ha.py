@@ -89,6 +89,8 @@ def test_ha_needs_postgresql(tmp_path: Path):
 
 
 def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
+    from fairpod.server.jobtoken import issue
+
     ha.boot()
     lead = ha.leader()
     standby = next(n for n in ha.nodes if n is not lead)
@@ -126,21 +128,15 @@ def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
     r = subprocess.run([*cli, "up", "--ha", "--db", standby.db, "--spec", str(other), "--port", str(free_port())],
                        env=third, capture_output=True, text=True, timeout=60)
     assert r.returncode == 1 and r.stderr.count("\n") == 1 and "applies only to a new database" in r.stderr
-
-
-
-def test_the_sdk_follows_the_leader(ha: HaCluster):
-    from fairpod.server.jobtoken import issue
-
-    ha.boot()
-    lead = ha.leader()
-    standby = next(n for n in ha.nodes if n is not lead)
+    # the SDK: a replica's FAIRPOD_API_URL with a standby first
     jid = ha.submit("reporting", seconds=60, code=0)
     wait_for(lambda: ha.request("GET", "/jobs/reporting").json()["state"] == "Running", 30, "the job to run")
     secret = bytes.fromhex((ha.nodes[0].home / "job-token.key").read_text().strip())
     env = {**standby.env, "FAIRPOD_API_URL": f"{standby.url},{lead.url}", "FAIRPOD_TOKEN": issue(secret, jid),
            "FAIRPOD_JOB_ID": str(jid)}
-    r = subprocess.run([sys.executable, "-c", "import fairpod.sdk as s; s.report_progress(step=7, checkpoint='ck', strict=True)"],
-                       env=env, capture_output=True, text=True, timeout=60, cwd=ha.tmp)
+    r = subprocess.run([sys.executable, "-c", "import fairpod.sdk as s; s.report_progress(step=7, checkpoint='ck', "
+                        "strict=True)"], env=env, capture_output=True, text=True, timeout=60, cwd=ha.tmp)
     assert r.returncode == 0, r.stderr
     assert ha.request("GET", "/jobs/reporting").json()["checkpoint"]["step"] == 7
+
+
