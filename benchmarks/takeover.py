@@ -10,8 +10,9 @@ Reported:
   the lease's expiry, the standby's next try, and the rebuild of memory with re-attaching to the replicas);
 - the outcome (all must hold, else exit 1): every accepted job is one job, ended Succeeded/Failed as its command
   makes it, run exactly once; no write by a node that did not hold the lease (a trigger in the database);
-- what HA costs a submit: ``--submits`` sequential POST /jobs on one keep-alive connection to a single
-  ``fairpod up`` on the same PostgreSQL, then to the leader of ``--ha`` (p50, p99, ms).
+- what HA costs a submit: ``--submits`` POST /jobs on one keep-alive connection each to a single ``fairpod up``
+  (its own database on the same PostgreSQL server) and to the leader of ``--ha``, alternated one by one so that
+  the machine's load weighs on both alike (p50, p99, ms). ``--failovers 0`` measures only this.
 
 Run: ``.venv/bin/python benchmarks/takeover.py [--failovers 20] [--lease 6] [--submits 300]``
 (about 8 minutes for 20 failovers). It uses the test helpers of tests/server/ha_cluster.py.
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -56,22 +58,19 @@ def fresh(url: str) -> None:
     engine.dispose()
 
 
-def submit_latencies(base: str, token: str, n: int) -> list[float]:
-    out = []
-    with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as c:
-        for k in range(n):
-            t0 = time.perf_counter()
-            r = c.post("/api/v1/jobs", json={"name": f"s{k}", "team": "john", "command": ["true"]})
-            out.append((time.perf_counter() - t0) * 1000)
-            assert r.status_code == 201, r.text
-    return out
+def timed_submit(c: httpx.Client, name: str) -> float:
+    t0 = time.perf_counter()
+    r = c.post("/api/v1/jobs", json={"name": name, "team": "john", "command": ["true"]})
+    took = (time.perf_counter() - t0) * 1000
+    assert r.status_code == 201, r.text
+    return took
 
 
-def single(url: str, tmp: Path, n: int) -> list[float]:
-    """Submit latencies of one ``fairpod up`` (no --ha) on ``url``."""
+def single(url: str, tmp: Path) -> tuple[subprocess.Popen[bytes], str, str]:
+    """One ``fairpod up`` (no --ha) on ``url``: its process, address and admin token."""
     home, port = tmp / "single", free_port()
-    env = {k: v for k, v in __import__("os").environ.items() if k not in ("FAIRPOD_URL", "FAIRPOD_TOKEN")}
-    env.update(FAIRPOD_HOME=str(home), FAIRPOD_CONFIG=str(home / "config.json"))
+    env = {k: v for k, v in os.environ.items() if k not in ("FAIRPOD_URL", "FAIRPOD_TOKEN")}
+    env.update(FAIRPOD_HOME=str(home), FAIRPOD_CONFIG=str(home / "config.json"), FAIRPOD_SANDBOX="limits")
     nvml = tmp / "no-gpus.json"
     nvml.write_text(json.dumps({"gpus": []}))
     env["FAIRPOD_FAKE_NVML"] = str(nvml)
@@ -80,14 +79,33 @@ def single(url: str, tmp: Path, n: int) -> list[float]:
         proc = subprocess.Popen([sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(port),
                                  "--db", url, "--spec", str(SEED_SPEC)], env=env, stdout=log, stderr=log,
                                 start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    wait_for(lambda: _ok(base), 60, "the single control plane")
+    return proc, base, json.loads((home / "config.json").read_text())["token"]
+
+
+def submit_costs(url: str, ha: HaCluster, tmp: Path, n: int) -> tuple[list[float], list[float]]:
+    """``n`` submits to a single control plane (its own database on the same server) and ``n`` to the leader,
+    alternated, so that the machine's load weighs on both alike."""
+    admin = create_engine(url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as c:
+        c.execute(text("DROP DATABASE IF EXISTS fairpod_single"))
+        c.execute(text("CREATE DATABASE fairpod_single"))
+    admin.dispose()
+    proc, base, token = single(url.replace("/postgres?", "/fairpod_single?"), tmp)
+    plain: list[float] = []
+    with_ha: list[float] = []
     try:
-        base = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _ok(base), 60, "the single control plane")
-        token = json.loads((home / "config.json").read_text())["token"]
-        return submit_latencies(base, token, n)
+        lead = ha.leader()
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}, timeout=30) as a, \
+                httpx.Client(base_url=lead.url, headers={"Authorization": f"Bearer {ha.token}"}, timeout=30) as b:
+            for k in range(n):
+                plain.append(timed_submit(a, f"s{k}"))
+                with_ha.append(timed_submit(b, f"s{k}"))
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+    return plain, with_ha
 
 
 def _ok(base: str) -> bool:
@@ -109,19 +127,25 @@ def main() -> int:
     a = ap.parse_args()
     exit_on_sigterm()
     tmp = Path(tempfile.mkdtemp(prefix="fairpod-takeover-"))
+    try:
+        return run(a, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(a: argparse.Namespace, tmp: Path) -> int:
     with private_postgres() as url:
-        fresh(url)
-        plain = single(url, tmp, a.submits)
         fresh(url)
         ha = HaCluster(tmp / "ha", url, n=2, lease=a.lease)
         try:
             ha.boot()
-            lead = ha.leader()
-            with_ha = submit_latencies(lead.url, ha.token, a.submits)
+            plain, with_ha = submit_costs(url, ha, tmp, a.submits)
             print(f"submit, single control plane on PostgreSQL: {ms(plain)}")
             print(f"submit, leader of fairpod up --ha:           {ms(with_ha)}  "
                   f"(+{percentile(with_ha, 50) - percentile(plain, 50):.1f} ms p50, "
                   f"+{percentile(with_ha, 99) - percentile(plain, 99):.1f} ms p99)", flush=True)
+            if not a.failovers:
+                return 0
             stream = JobStream(ha)
             stream.start()
             took: dict[str, list[float]] = {"kill": [], "stop": [], "cut": []}
@@ -145,7 +169,6 @@ def main() -> int:
             print(f"outcome: {jobs} jobs, every one in its right state and run once; no write without the lease")
         finally:
             ha.stop_all()
-    shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
