@@ -10,6 +10,7 @@ Reported:
   the lease's expiry, the standby's next try, and the rebuild of memory with re-attaching to the replicas);
 - the outcome (all must hold, else exit 1): every accepted job is one job, ended Succeeded/Failed as its command
   makes it, run exactly once; no write by a node that did not hold the lease (a trigger in the database);
+- what the fence costs one write transaction (a store with it and one without, alternated, in-process);
 - what HA costs a submit: ``--submits`` POST /jobs on one keep-alive connection each to a single ``fairpod up``
   (its own database on the same PostgreSQL server) and to the leader of ``--ha``, alternated one by one so that
   the machine's load weighs on both alike (p50, p99, ms). ``--failovers 0`` measures only this.
@@ -108,6 +109,32 @@ def submit_costs(url: str, ha: HaCluster, tmp: Path, n: int) -> tuple[list[float
     return plain, with_ha
 
 
+def fence_cost(url: str, n: int) -> tuple[list[float], list[float]]:
+    """The fence alone: ``n`` one-event write transactions of a store without it and of one fenced by a held
+    lease, alternated (in this process, on the same database)."""
+    from fairpod.server.leader import Elector
+    from fairpod.store import Store
+
+    elector = Elector(url, "bench", "http://bench")
+    elector.start()  # renews the lease in its thread, as a leader's does
+    wait_for(elector.holds, 30, "the lease")
+    plain_store, fenced = Store(url), Store(url)
+    elector.guard(fenced)
+    plain: list[float] = []
+    with_fence: list[float] = []
+    try:
+        for k in range(n):
+            for store, out in ((plain_store, plain), (fenced, with_fence)):
+                t0 = time.perf_counter()
+                store.append_event("FenceBench", f"{k}")
+                out.append((time.perf_counter() - t0) * 1000)
+    finally:
+        plain_store.close()
+        fenced.close()
+        elector.stop(release=True)
+    return plain, with_fence
+
+
 def _ok(base: str) -> bool:
     try:
         return httpx.get(base + "/healthz", timeout=1).status_code == 200
@@ -135,6 +162,13 @@ def main() -> int:
 
 def run(a: argparse.Namespace, tmp: Path) -> int:
     with private_postgres() as url:
+        fresh(url)
+        from fairpod.store import Store
+
+        with Store(url) as s:
+            s.create_all()
+        plain, fenced = fence_cost(url, a.submits)
+        print(f"write transaction, unfenced: {ms(plain)}; fenced: {ms(fenced)}", flush=True)
         fresh(url)
         ha = HaCluster(tmp / "ha", url, n=2, lease=a.lease)
         try:
