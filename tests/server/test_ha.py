@@ -140,3 +140,13 @@ def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
     assert ha.request("GET", "/jobs/reporting").json()["checkpoint"]["step"] == 7
 
 
+
+
+def test_the_cli_names_every_address_it_could_not_reach(tmp_path: Path):
+    urls = f"http://127.0.0.2:{free_port()},http://127.0.0.3:{free_port()}"
+    env = {"FAIRPOD_URL": urls, "FAIRPOD_TOKEN": "fp_none", "FAIRPOD_CONFIG": str(tmp_path / "c.json"),
+           "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "list-jobs"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1
+    assert f"cannot reach any fairpod server of {urls.replace(',', ', ')}" in r.stderr

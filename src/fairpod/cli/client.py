@@ -160,6 +160,9 @@ class Client:
 
     def unreachable(self, e: BaseException | None = None) -> CliError:
         why = f" ({e.strerror or e})" if isinstance(e, OSError) and (e.strerror or str(e)) else ""
+        if len(self.urls) > 1:  # fairpod up --ha: none of the control planes answered
+            return CliError(f"cannot reach any fairpod server of {', '.join(self.urls)}{why}: start them with "
+                            f"'fairpod up --ha', or point FAIRPOD_URL (or {config_path()}) at the ones that run")
         return CliError(f"cannot reach the fairpod server at {self.url}{why}: start it with 'fairpod up --port "
                         f"{self.port}', or point FAIRPOD_URL (or {config_path()}) at the one that runs")
 
