@@ -43,6 +43,7 @@ LEASE_SECONDS = 6.0
 RENEW_SECONDS = 1.5
 POLL_SECONDS = 1.0
 MARGIN_SECONDS = 0.5
+MIN_LEASE_SECONDS = 2.0  # the leader's local margin and a renewal or two must fit in it
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,9 @@ class HaSettings:
         return cls(lease, lease / 4, min(POLL_SECONDS, lease / 4))
 
     def check(self) -> None:
-        if not (self.lease > 0 and 0 < self.renew <= self.lease / 2 and self.poll > 0):
+        if not self.lease >= MIN_LEASE_SECONDS:
+            raise ValueError(f"--lease-seconds {self.lease:g} is too short: at least {MIN_LEASE_SECONDS:g}")
+        if not (0 < self.renew <= self.lease / 2 and self.poll > 0):
             raise ValueError(f"--lease-seconds {self.lease:g} must be at least twice the renewal interval "
                              f"({self.renew:g} s)")
 
