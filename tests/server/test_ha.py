@@ -64,6 +64,9 @@ def test_a_paused_leader_is_fenced_and_steps_down(ha: HaCluster):
     old = ha.leader()
     ha.submit("long", seconds=30, code=0)
     wait_for(lambda: (ha.marks / "long").exists(), 30, "the job to run")
+    for k in range(3):  # they end while the leader is stopped: it finds their exits when it comes back
+        ha.submit(f"short{k}", seconds=1, code=0)
+    wait_for(lambda: all((ha.marks / f"short{k}").exists() for k in range(3)), 30, "the short jobs to run")
     assert old.proc is not None
     old.proc.send_signal(signal.SIGSTOP)
     new = ha.leader(timeout=60, besides=old)
@@ -76,6 +79,8 @@ def test_a_paused_leader_is_fenced_and_steps_down(ha: HaCluster):
     r = ha.request("GET", "/jobs/long")
     assert r.json()["state"] == "Running"  # the takeover re-attached to it; nothing stopped it
     assert len((ha.marks / "long").read_text().splitlines()) == 1
+    for k in range(3):
+        assert ha.request("GET", f"/jobs/short{k}").json()["state"] == "Succeeded"
 
 
 def test_ha_needs_postgresql(tmp_path: Path):
