@@ -81,3 +81,17 @@ def test_the_executor_acts_only_while_the_lease_holds(url: str):
     assert inner.calls == ["launch"] and ex.running() == {}
     assert a.counters.fenced == 2
     a.stop(release=False)
+
+
+def test_a_late_renewal_is_counted_and_told(url: str):
+    a = Elector(url, "a", "http://a", HaSettings(lease=4.0, renew=0.25, poll=0.25))
+    told: list[float] = []
+    a.on_late = told.append
+    a.step()
+    a.step()  # on time
+    assert told == [] and a.counters.renewals_late == 0
+    a._last_renewal -= 1.0  # as if this renewal came a second after the previous one (twice the interval: late)
+    a.step()
+    assert len(told) == 1 and told[0] >= 1.0 and a.counters.renewals_late == 1
+    assert "fairpod_lease_renewals_late_total 1" in a.metrics()
+    a.stop(release=True)

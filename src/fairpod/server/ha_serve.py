@@ -52,12 +52,23 @@ def lead(home: Path, url: str, elector: Elector, app: HaApp, executor_name: str,
     app.inner = rt.app
     took = time.monotonic() - t0
     elector.counters.takeovers.append(took)
-    prev = elector.last
-    rt.store.append_event("LeaderElected", f"{elector.node} leads at epoch {elector.epoch}; memory rebuilt from "
-                          f"the store and replicas re-attached in {took:.2f} s",
+    prev = elector.previous
+    after = f" after {prev.holder} (epoch {prev.epoch})" if prev is not None and prev.holder != elector.node else ""
+    rt.store.append_event("LeaderElected", f"{elector.node} leads at epoch {elector.epoch}{after}; memory rebuilt "
+                          f"from the store and replicas re-attached in {took:.2f} s",
                           data={"node": elector.node, "url": my_url, "epoch": elector.epoch,
-                                "rebuild_seconds": round(took, 3), "lease_seconds": elector.settings.lease,
-                                "since": prev.since if prev else None})
+                                "previous": prev.holder if prev else None, "rebuild_seconds": round(took, 3),
+                                "lease_seconds": elector.settings.lease})
+
+    def late(gap: float) -> None:
+        try:
+            rt.store.append_event("LeaseRenewalLate", f"{elector.node} renewed its lease {gap:.1f} s after the "
+                                  f"previous renewal (every {elector.settings.renew:g} s; the lease lasts "
+                                  f"{elector.settings.lease:g} s)", data={"node": elector.node, "gap_seconds": gap})
+        except Exception as e:  # a fenced or failed write: the metric and the log still say it
+            log.warning("could not record the late renewal: %s", e)
+
+    elector.on_late = late
     log.warning("leading: serving as the control plane after %.2f s of recovery", took)
     return rt
 

@@ -96,6 +96,8 @@ class Elector:
         self.counters = Counters()
         self.on_lead: Callable[[int], None] = lambda epoch: None
         self.on_step_down: Callable[[str], None] = lambda why: None
+        self.on_late: Callable[[float], None] = lambda gap: None  # a renewal came late (seconds since the last)
+        self.previous: Lease | None = None  # the lease before the last change of leader this node saw
         self._down = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -142,6 +144,7 @@ class Elector:
             return
         if self.last is not None and got.epoch != self.last.epoch:
             self.counters.leader_changes += 1
+            self.previous = self.last
         self.last = got
         mine = got.holder == self.node
         if self.epoch is not None:
@@ -151,6 +154,7 @@ class Elector:
             if self._last_renewal and t0 - self._last_renewal > self.settings.renew * 2:
                 self.counters.renewals_late += 1
                 log.warning("lease renewed late: %.1f s after the previous renewal", t0 - self._last_renewal)
+                self.on_late(t0 - self._last_renewal)
             self.valid_until = t0 + self.settings.lease - MARGIN_SECONDS
             self._last_renewal = t0
         elif mine:
