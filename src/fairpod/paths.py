@@ -4,7 +4,8 @@
   WAL), ``server.pid``, ``server.log``, ``runs/`` (replica state and logs), ``checkpoints/``;
 - ``$FAIRPOD_CONFIG`` (default ``$XDG_CONFIG_HOME/fairpod/config.json``, ``~/.config/fairpod/config.json``
   without ``XDG_CONFIG_HOME``): the CLI's server URL and token (mode 0600);
-- ``$FAIRPOD_DB_URL``: a database URL instead of the SQLite file under the home.
+- ``$FAIRPOD_DB_URL``: a database URL instead of the SQLite file under the home;
+- ``$FAIRPOD_RUNS_DIR``: the runs directory instead of ``runs/`` under the home (docs/ha.md).
 """
 
 from __future__ import annotations
@@ -33,4 +34,7 @@ def db_url(home: Path, url: str | None = None) -> str:
 
 
 def runs_dir(home: Path) -> Path:
-    return home / "runs"
+    """``$FAIRPOD_RUNS_DIR``, else ``home/runs``: where the local executor keeps replicas' state and logs
+    (standby control planes on one machine share it, so that the leader of the day re-attaches to them)."""
+    shared = os.environ.get("FAIRPOD_RUNS_DIR")
+    return Path(shared).absolute() if shared else home / "runs"

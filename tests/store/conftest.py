@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -49,12 +50,10 @@ def _pg_bin(name: str) -> str | None:
     return cands[-1] if cands else None
 
 
-@pytest.fixture(scope="module")
-def pg_url() -> Iterator[str]:
-    url = os.environ.get("FAIRPOD_TEST_PG_URL")
-    if url:
-        yield url
-        return
+@contextmanager
+def private_postgres() -> Iterator[str]:
+    """A PostgreSQL server of its own in a temporary directory (a Unix socket only), its URL; pytest.skip
+    (or, outside pytest, Skipped) when the binaries or a user to run it as are missing."""
     pytest.importorskip("psycopg")
     initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     if not initdb or not pg_ctl:
@@ -85,3 +84,13 @@ def pg_url() -> Iterator[str]:
             [*prefix, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60
         )
         shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pg_url() -> Iterator[str]:
+    url = os.environ.get("FAIRPOD_TEST_PG_URL")
+    if url:
+        yield url
+        return
+    with private_postgres() as got:
+        yield got

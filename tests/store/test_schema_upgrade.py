@@ -14,7 +14,10 @@ from fairpod.store.schema import HEAD
 
 
 def _back_to_0006(con: sqlite3.Connection) -> None:
-    """Undo 0007 (the array columns) by hand, as a database of revision 0006 has its jobs table."""
+    """Undo 0012 (the lease tables) and 0007 (the array columns) by hand, as a database of revision 0006 has
+    its tables."""
+    con.execute("DROP TABLE ha_lease")
+    con.execute("DROP TABLE ha_members")
     con.execute("DROP INDEX ix_jobs_array_id")
     con.execute("ALTER TABLE jobs DROP COLUMN array_limit")
     con.execute("ALTER TABLE jobs DROP COLUMN array_id")

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8470"
+LEADER_HEADER = "x-fairpod-leader"  # a standby's 503 names the leader (fairpod.server.ha_app)
 SUBMIT_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a submit (7.75 s in all)
 
 
@@ -119,19 +120,38 @@ class Client:
     def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0,
                  fields: Mapping[str, str] | None = None) -> None:
         cfg_url, cfg_token = load_config()
-        self.url = (url or cfg_url).rstrip("/")
-        try:
-            scheme, self.host, self.port, self.prefix = split_url(self.url)
-        except ValueError:
-            raise CliError(f"the server URL {self.url!r} is not an http:// URL (FAIRPOD_URL or {config_path()})"
-                           ) from None
-        self.https = scheme == "https"
+        # several control planes (fairpod up --ha): "http://a:8470,http://b:8470"; the leader is followed
+        self.urls = [u.strip().rstrip("/") for u in (url or cfg_url).split(",") if u.strip()] or [DEFAULT_URL]
+        self._conn: Connection | HttpsConnection | None = None
+        self._tried: set[str] = set()
+        self._use(self.urls[0])
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {token or cfg_token}", "Accept": "application/json"}
         self.fields = fields
-        self._conn: Connection | HttpsConnection | None = None
 
     # -- the connection -------------------------------------------------------------------------------
+    def _use(self, url: str) -> None:
+        try:
+            scheme, host, port, prefix = split_url(url)
+        except ValueError:
+            raise CliError(f"the server URL {url!r} is not an http:// URL (FAIRPOD_URL or {config_path()})"
+                           ) from None
+        self.close()
+        self.url, self.https, self.host, self.port, self.prefix = url, scheme == "https", host, port, prefix
+
+    def _next(self, leader: str | None) -> bool:
+        """Go on to the leader a standby named, else to the next address not tried yet; False when none is left.
+        Only where nothing was done: the connection was refused, or a standby answered."""
+        if leader and leader.rstrip("/") not in self._tried:
+            self._use(leader.rstrip("/"))
+        else:
+            left = [u for u in self.urls if u not in self._tried]
+            if not left:
+                return False
+            self._use(left[0])
+        self._tried.add(self.url)
+        return True
+
     def _connection(self, timeout: float | None) -> Connection | HttpsConnection:
         if self._conn is None:
             cls = HttpsConnection if self.https else Connection
@@ -140,6 +160,9 @@ class Client:
 
     def unreachable(self, e: BaseException | None = None) -> CliError:
         why = f" ({e.strerror or e})" if isinstance(e, OSError) and (e.strerror or str(e)) else ""
+        if len(self.urls) > 1:  # fairpod up --ha: none of the control planes answered
+            return CliError(f"cannot reach any fairpod server of {', '.join(self.urls)}{why}: start them with "
+                            f"'fairpod up --ha', or point FAIRPOD_URL (or {config_path()}) at the ones that run")
         return CliError(f"cannot reach the fairpod server at {self.url}{why}: start it with 'fairpod up --port "
                         f"{self.port}', or point FAIRPOD_URL (or {config_path()}) at the one that runs")
 
@@ -170,16 +193,23 @@ class Client:
                 headers: Mapping[str, str] | None = None, raw_path: str | None = None) -> Any:
         """``path`` under /api/v1 (or ``raw_path`` from the server's root); the decoded JSON answer."""
         data = None if body is None else json.dumps(body).encode()
-        full = self.prefix + (raw_path if raw_path is not None else "/api/v1" + path) + _params(params)
-        try:
-            r = self._send(method, full, data, headers or {}, self.timeout)
-            raw = r.read()
-        except (ConnectionRefusedError, _socket.gaierror) as e:
-            self.close()
-            raise self.unreachable(e) from None
-        except (OSError, ValueError) as e:  # TransportError, timeouts, resets; a bad chunk size
-            self.close()
-            raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None
+        self._tried = {self.url}
+        while True:
+            full = self.prefix + (raw_path if raw_path is not None else "/api/v1" + path) + _params(params)
+            try:
+                r = self._send(method, full, data, headers or {}, self.timeout)
+                raw = r.read()
+            except (ConnectionRefusedError, _socket.gaierror) as e:
+                self.close()
+                if self._next(None):
+                    continue
+                raise self.unreachable(e) from None
+            except (OSError, ValueError) as e:  # TransportError, timeouts, resets; a bad chunk size
+                self.close()
+                raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None
+            if r.status == 503 and LEADER_HEADER in r.headers and self._next(r.headers[LEADER_HEADER]):
+                continue  # a standby: it did nothing; the leader it names will
+            break
         if r.status >= 400:
             raise self.error(r.status, raw)
         try:

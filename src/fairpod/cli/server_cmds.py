@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -13,9 +14,14 @@ DEFAULT_PORT = 8470  # fairpod.server.daemon.DEFAULT_PORT (the server is importe
 
 def _up(a: argparse.Namespace) -> Any:
     from fairpod.server import daemon
+    from fairpod.server.leader import HaSettings
 
+    if a.lease_seconds is not None and not a.ha:
+        print("fairpod: error: --lease-seconds goes with --ha", file=sys.stderr)
+        return 2
+    ha = HaSettings.of(a.lease_seconds) if a.ha else None
     return daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, a.ray_address, a.ray_namespace,
-                     a.advertise_address)
+                     a.advertise_address, ha)
 
 
 def _down(a: argparse.Namespace) -> Any:
@@ -51,6 +57,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--advertise-address", metavar="IP", default=None,
                    help="also listen on this address of this machine and give it to replicas as FAIRPOD_API_URL, so "
                    "replicas on other hosts (Ray nodes) reach the control plane; default: 127.0.0.1 only")
+    p.add_argument("--ha", action="store_true",
+                   help="take part in the election of the control plane on a PostgreSQL database shared with other "
+                   "'fairpod up --ha' (other machines, or other homes and ports here): one leads, the others "
+                   "stand by and take over when it fails (docs/ha.md)")
+    p.add_argument("--lease-seconds", type=float, default=None, metavar="S",
+                   help="with --ha: how long the leader's lease lasts without renewal (default 6; renewed every "
+                   "quarter of it); a failed leader is replaced within about this plus one second and recovery")
     p.set_defaults(func=_up)
     d = sub.add_parser("down", help="stop the control plane (jobs keep running and are adopted on the next up)",
                        description="Stop the control plane started by 'fairpod up' (SIGTERM, then SIGKILL after "

@@ -51,7 +51,12 @@ def gather(c: Client) -> dict[str, Any]:
     teams = set(me["teams"] if me["role"] == "member" else me["visible_teams"])
     jobs = c.get("/jobs", state=ACTIVE, limit=0)["jobs"]
     nodes = c.get("/nodes")["nodes"]
-    return {"enforced": {n["name"]: n.get("enforced") for n in nodes},
+    try:
+        ha = c.get("/ha")  # standby control planes (fairpod up --ha); 404 from a single one
+    except CliError:
+        ha = None
+    return {"ha": ha,
+            "enforced": {n["name"]: n.get("enforced") for n in nodes},
             "server": {"url": c.url, "version": health.get("version"), "pid": health.get("pid"),
                        "cycles": health.get("cycles")},
             "user": {"name": me["name"], "role": me["role"], "teams": me["teams"]},
@@ -69,6 +74,20 @@ def enforced_line(per_node: dict[str, dict[str, bool] | None]) -> str:
     return "enforced: " + "; ".join(f"{k} ({n} node{'s' if n != 1 else ''})" for k, n in groups.items())
 
 
+def ha_line(ha: dict[str, Any]) -> str:
+    """``leader: URL since … (epoch N); standbys: …`` of standby control planes (docs/ha.md)."""
+    import time
+
+    lead = ha.get("leader")
+    if not lead:
+        head = "leader:  none yet"
+    else:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lead["since"]))
+        head = f"leader:  {lead['url']} since {since} ({ago(lead['since'])} ago, epoch {lead['epoch']})"
+    standbys = ", ".join(f"{m['url']} (pid {m['pid']})" for m in ha.get("standbys", [])) or "none"
+    return f"{head}; standbys: {standbys}"
+
+
 def status(a: argparse.Namespace) -> int:
     c = Client()
     st = gather(c)
@@ -76,6 +95,8 @@ def status(a: argparse.Namespace) -> int:
         return 0
     s, u = st["server"], st["user"]
     print(f"server:  {s['url']} is up (fairpod {s['version']}, pid {s['pid']})")
+    if st["ha"] is not None:
+        print(ha_line(st["ha"]))
     print(f"you:     {u['name']} ({u['role']}" + (f", teams {', '.join(u['teams'])})" if u["teams"] else ")"))
     per_node: dict[str, int | None] = {}
     for it, cap in st["cluster"]["capacity"].items():

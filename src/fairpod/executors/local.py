@@ -87,7 +87,8 @@ class LocalExecutor(ThisHostGpus):
     name = "local"
 
     def __init__(
-        self, root: str | Path, *, master_addr: str = "127.0.0.1", python: str | None = None
+        self, root: str | Path, *, master_addr: str = "127.0.0.1", python: str | None = None,
+        exclusive: bool = True,
     ) -> None:
         self.root = Path(root).absolute()
         self.master_addr = master_addr
@@ -95,7 +96,8 @@ class LocalExecutor(ThisHostGpus):
         self.root.mkdir(parents=True, exist_ok=True)
         self._lock = open(self.root / ".lock", "a")  # noqa: SIM115 - held until close()
         try:
-            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if exclusive:  # without: another guard keeps executors apart (the lease of fairpod up --ha)
+                fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             self._lock.close()
             raise ExecutorError(f"another executor is using {self.root}") from None

@@ -66,7 +66,7 @@ def node_labels() -> list[str]:
 def _local(root: Path, **options: Any) -> Any:
     from fairpod.executors.local import LocalExecutor
 
-    return LocalExecutor(root)
+    return LocalExecutor(root, exclusive=bool(options.get("exclusive", True)))
 
 
 def _ray(root: Path, *, ray_address: str = "auto", ray_namespace: str = "fairpod", **options: Any) -> Any:

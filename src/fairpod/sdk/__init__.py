@@ -226,18 +226,30 @@ def report_progress(
     body: dict[str, Any] = {"step": step}
     if checkpoint is not None:
         body["checkpoint"] = str(Path(checkpoint).absolute())
-    req = urllib.request.Request(
-        f"{url.rstrip('/')}/api/v1/jobs/{job}/progress", data=json.dumps(body).encode(), method="POST",
-        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - the URL fairpod gave us
-            r.read()
-        return True
-    except urllib.error.HTTPError as e:
-        msg = f"HTTP {e.code}: {_detail(e)}"
-    except (urllib.error.URLError, OSError) as e:
-        msg = str(getattr(e, "reason", e))
+    data = json.dumps(body).encode()
+    # several control planes (fairpod up --ha): each address in turn, and the leader a standby names
+    urls = [u.strip().rstrip("/") for u in url.split(",") if u.strip()]
+    msg = "no address"
+    for _ in range(len(urls) + 1):
+        if not urls:
+            break
+        base = urls.pop(0)
+        req = urllib.request.Request(
+            f"{base}/api/v1/jobs/{job}/progress", data=data, method="POST",
+            headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - the URL fairpod gave us
+                r.read()
+            return True
+        except urllib.error.HTTPError as e:
+            msg = f"HTTP {e.code}: {_detail(e)}"
+            leader = e.headers.get("X-Fairpod-Leader") if e.code == 503 else None
+            if leader is None:
+                break
+            urls.insert(0, leader)
+        except (urllib.error.URLError, OSError) as e:
+            msg = str(getattr(e, "reason", e))
     if strict:
         raise RuntimeError(f"fairpod: could not report progress: {msg}")
     _warn_once(f"fairpod: could not report progress to {url} ({msg}); training goes on")

@@ -25,6 +25,7 @@ from fairpod.model.users import Role
 from fairpod.paths import db_url, fairpod_home
 from fairpod.server import cli_config
 from fairpod.server.errors import DomainError, WrongState
+from fairpod.server.leader import HaSettings
 from fairpod.server.nodes import sync_nodes
 from fairpod.store import Store, StoreError
 
@@ -86,8 +87,10 @@ def secure_home(home: Path, searchable: bool | None = None) -> None:
                     os.chmod(os.path.join(top, f), 0o600)
 
 
-def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[Store, str | None]:
-    """Create the database on first start; apply ``spec_file`` if given; create the admin user and token."""
+def initialize(home: Path, url: str, spec_file: str | None, port: int,
+               shared: bool = False) -> tuple[Store, str | None]:
+    """Create the database on first start; apply ``spec_file`` if given; create the admin user and token.
+    ``shared`` (``--ha``: a leader may be running): a spec file is applied to a new database only."""
     secure_home(home, None)
     store = Store(url)
     store.create_all()
@@ -97,6 +100,9 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int) -> tuple[
         spec = load_spec(spec_file)
     elif rec is None:
         spec = detect_cluster()
+    if spec is not None and rec is not None and rec.spec != spec and shared:
+        raise WrongState("with --ha, --spec applies only to a new database; this one has a spec: change it "
+                         "through the leader with 'fairpod apply'", "spec exists")
     if spec is not None and (rec is None or rec.spec != spec):
         active = {j.team for j in store.list_jobs(finished=False)}
         gone = sorted(active - {t.name for t in spec.teams})
@@ -229,7 +235,7 @@ def _listen(addresses: list[str], port: int) -> list[socket.socket]:
 
 
 def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_address: str = "auto",
-          ray_namespace: str = "fairpod", advertise: str = "127.0.0.1") -> None:
+          ray_namespace: str = "fairpod", advertise: str = "127.0.0.1", ha: HaSettings | None = None) -> None:
     """Run the control plane in the foreground until SIGTERM/SIGINT."""
     import uvicorn
 
@@ -238,6 +244,13 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
 
     secure_home(home)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if ha is not None:  # standby until elected (server.ha_serve)
+        from fairpod.server.ha_serve import serve_ha
+
+        socks = _listen([LOOPBACK, advertise], port)
+        write_pid(home, port)
+        serve_ha(home, url, port, socks, executor_name, ray_address, ray_namespace, api_url(advertise, port), ha)
+        return
     try:
         executor = make_executor(home, executor_name, ray_address, ray_namespace)
     except (ExecutorError, ValueError) as e:
@@ -293,14 +306,23 @@ def can_listen(addresses: list[str], port: int) -> str | None:
 
 
 def up(port: int, spec_file: str | None, db: str | None, executor: str | None, foreground: bool,
-       ray_address: str | None = None, ray_namespace: str | None = None, advertise_address: str | None = None) -> int:
+       ray_address: str | None = None, ray_namespace: str | None = None, advertise_address: str | None = None,
+       ha: HaSettings | None = None) -> int:
     try:
         advertise = check_advertise_address(advertise_address)
+        if ha is not None:
+            ha.check()
     except ValueError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
         return 2
     home = fairpod_home()
+    if ha is not None and not db_url(home, db).startswith("postgresql"):
+        print("fairpod: error: --ha (standby control planes) needs a PostgreSQL database (--db or FAIRPOD_DB_URL "
+              "postgresql+psycopg://…); SQLite serves a single control plane", file=sys.stderr)
+        return 2
     running = read_pid(home)
+    if running and running[0] == os.getpid():  # a leader that stepped down and started again as a standby
+        running = None
     if running:
         print(f"fairpod is already running (pid {running[0]}) at http://127.0.0.1:{running[1]}")
         return 0
@@ -313,7 +335,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     url = db_url(home, db)
     try:
         check_state(home, url)
-        store, token = initialize(home, url, spec_file, port)
+        store, token = initialize(home, url, spec_file, port, shared=ha is not None)
     except StoreError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
         return 1
@@ -350,7 +372,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     else:
         cli_config.update_config_url(server_url, home)
     if foreground:
-        serve(home, url, port, executor, ray_address, ray_namespace, advertise)
+        serve(home, url, port, executor, ray_address, ray_namespace, advertise, ha)
         return 0
     log = open(home / "server.log", "ab")  # noqa: SIM115 - handed to the child
     cmd = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(port), "--executor", executor]
@@ -360,6 +382,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         cmd += ["--db", db]
     if advertise != LOOPBACK:
         cmd += ["--advertise-address", advertise]
+    if ha is not None:
+        cmd += ["--ha", "--lease-seconds", f"{ha.lease:g}"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     if not wait_healthy(port, proc):
         tail = (home / "server.log").read_text(errors="replace")[-2000:]
@@ -378,6 +402,9 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     if advertise != LOOPBACK:
         print(f"  replicas:  {api_url(advertise, port)}   (--advertise-address)")
     print(f"  state:     {home}")
+    if ha is not None:
+        print(f"  HA:        {api_url(advertise, port)} takes part in the election (lease {ha.lease:g} s); "
+              "'fairpod status' shows who leads")
     if executor in (None, "local"):
         from fairpod.sandbox import capabilities
 

@@ -11,22 +11,26 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fairpod.executors import registry
 from fairpod.executors.base import Executor, Notifying, capability
 from fairpod.paths import runs_dir
 from fairpod.server.control import ControlPlane
 from fairpod.server.control.loop import standard_keepers
+from fairpod.server.leader import Elector, FencedExecutor
 from fairpod.store import Store
 
 log = logging.getLogger("fairpod")
 
 
-def make_executor(home: Path, kind: str, ray_address: str = "auto", ray_namespace: str = "fairpod") -> Executor:
+def make_executor(home: Path, kind: str, ray_address: str = "auto", ray_namespace: str = "fairpod",
+                  exclusive: bool = True) -> Executor:
     """The executor of ``kind`` (:mod:`fairpod.executors.registry`) on ``home``; ExecutorError or ValueError with
-    one line if it cannot be had."""
-    return registry.get(kind).make(runs_dir(home), ray_address=ray_address, ray_namespace=ray_namespace)
+    one line if it cannot be had. ``exclusive=False``: the lease of ``--ha`` keeps other control planes off
+    the runs directory, not the executor's own lock (a stopped old leader may still hold that)."""
+    return registry.get(kind).make(runs_dir(home), ray_address=ray_address, ray_namespace=ray_namespace,
+                                   exclusive=exclusive)
 
 
 @dataclass
@@ -53,8 +57,10 @@ class Runtime:
         self.store.close()
 
 
-def build(home: Path, url: str, executor: Executor, api_url: str, *, health: bool = True) -> Runtime:
-    """Store (``url``), control plane over ``executor``, node health, and the app; nothing runs yet."""
+def build(home: Path, url: str, executor: Executor, api_url: str, *, health: bool = True,
+          elector: Elector | None = None) -> Runtime:
+    """Store (``url``), control plane over ``executor``, node health, and the app; nothing runs yet. With an
+    ``elector`` (``fairpod up --ha``), every store write and executor action is fenced by its lease."""
     from fairpod.health.manager import HealthManager
     from fairpod.server.app import create_app
     from fairpod.server.jobtoken import job_secret, launch_env
@@ -63,6 +69,9 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
     # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
     # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
     store = Store(url, synchronous="NORMAL")
+    if elector is not None:
+        elector.guard(store)
+        executor = cast(Executor, FencedExecutor(executor, elector))
     store.create_all()
     cp = ControlPlane(store, executor, home, keepers=standard_keepers)  # a new periodic keeper: register it there
     secret = job_secret(home, store)

@@ -4,7 +4,7 @@ gives a ``Tx`` with the same methods that all run in one transaction (committed 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 
@@ -64,6 +64,8 @@ class Store(_AllOps):
             url, synchronous=synchronous, busy_timeout_ms=busy_timeout_ms, echo=echo
         )
         self._read, self._write = session_makers(self.engine)
+        # run at the start of every write transaction; raises to refuse it (a standby's lease: store.lease)
+        self.fence: Callable[[Session], None] | None = None
 
     @property
     def dialect(self) -> str:
@@ -71,12 +73,19 @@ class Store(_AllOps):
         return self.engine.dialect.name
 
     def _session(self, write: bool) -> AbstractContextManager[Session]:
-        return transaction(self._write if write else self._read)
+        return self._fenced() if write else transaction(self._read)
+
+    @contextmanager
+    def _fenced(self) -> Iterator[Session]:
+        with transaction(self._write) as s:
+            if self.fence is not None:
+                self.fence(s)
+            yield s
 
     @contextmanager
     def tx(self, *, write: bool = True) -> Iterator[Tx]:
         """``with store.tx() as t: t.update_job(…); t.append_event(…)`` — all or nothing."""
-        with transaction(self._write if write else self._read) as s:
+        with self._fenced() if write else transaction(self._read) as s:
             t = Tx(s, write)
             try:
                 yield t
