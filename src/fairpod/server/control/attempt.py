@@ -32,6 +32,13 @@ from fairpod.store.records import Job
 log = logging.getLogger("fairpod.control")
 
 
+def container_of(image: str | None, pull: str | None, mounts: list[str], workdir: str | None) -> dict[str, Any] | None:
+    """The ``container`` of a job's launch (fairpod.sandbox.container), None for a host command."""
+    if not image:
+        return None
+    return {"image": image, "pull": pull, "mounts": list(mounts), "workdir": workdir}
+
+
 class AttemptLife:
     """The part of :class:`fairpod.server.control.ControlPlane` that takes a job's attempt through its life."""
 
@@ -160,6 +167,7 @@ class AttemptLife:
                  "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team), world=len(job.placement) if grow else 0,
+            container=container_of(job.spec.image, job.spec.image_pull_policy, job.spec.mounts, job.spec.workdir),
             replicas=tuple(ReplicaLaunch(rank=r, node=n, accelerators=tuple(run.slots.get(n, [])),
                                          real_gpus=self._gpus_are_real(n), devices=devices[n],
                                          mcpu=job.mcpu, mib=job.mib)
