@@ -16,7 +16,8 @@ from fairpod.formats.kube import ManifestError, convert_all
 
 def apply_manifests(a: argparse.Namespace, docs: list[Any]) -> int:
     try:
-        jobs, warnings = convert_all(docs, python=sys.executable, cwd=os.getcwd())
+        jobs, warnings = convert_all(docs, python=sys.executable, cwd=os.getcwd(),
+                                     on_host=bool(getattr(a, "on_host", False)))
     except ManifestError as e:
         raise CliError(f"{a.file}: {e}") from None
     for w in warnings:

@@ -188,9 +188,16 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
     argv += gpu_flags(tuple(int(g) for g in lim.get("gpus") or ()))
     for k, v in sorted(env.items()):
         if k != "PATH" or "PATH" in (spec.get("env") or {}):  # the image's PATH unless the job set one
-            argv += ["--env", f"{k}={v}"]
+            argv += ["--env", f"{k}={expand(v, env)}"]
     argv.append(c["image"])
-    return argv + list(spec.get("command") or [])
+    return argv + [expand(a, env) for a in spec.get("command") or []]
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' ``$(VAR)`` in a container's env and args: the variable's value; ``$$(VAR)`` stays
+    ``$(VAR)``; an unknown variable is left as written."""
+    return re.sub(r"\$(\$?)\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                  lambda m: f"$({m.group(2)})" if m.group(1) else env.get(m.group(2), m.group(0)), text)
 
 
 def _own_dirs(spec: dict[str, Any]) -> list[str]:
