@@ -74,6 +74,29 @@ def _python(e: container.Engine, ref: str, tmp: Path) -> str | None:
 _BUILDERS = {"busybox": _busybox, "python": _python}
 
 
+def derived(ref: str, base: str, files: dict[str, str]) -> str:
+    """``ref`` (tagged locally, e.g. with a registry's name the tests cannot reach): ``base`` plus ``files``
+    (path in the image -> text; executable), built once."""
+    e = engine()
+    if _exists(e, ref):
+        return ref
+    with open(LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _exists(e, ref):
+            with tempfile.TemporaryDirectory(prefix="fairpod-image-") as tmp:
+                lines = [f"FROM {base}"]
+                for i, (path, text) in enumerate(files.items()):
+                    (Path(tmp) / f"f{i}").write_text(text)
+                    (Path(tmp) / f"f{i}").chmod(0o755)
+                    lines.append(f"COPY f{i} {path}")
+                (Path(tmp) / "Containerfile").write_text("\n".join(lines) + "\n")
+                p = subprocess.run([e.path, "build", "-q", "-t", ref, tmp], capture_output=True, text=True,
+                                   timeout=300)
+                if p.returncode:
+                    pytest.skip(f"cannot build the test image {ref}: {p.stderr.strip()[-300:]}")
+    return ref
+
+
 def busybox() -> str:
     return _build(engine(), BUSYBOX, "busybox")
 

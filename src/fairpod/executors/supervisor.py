@@ -243,6 +243,11 @@ class Supervisor:
                     os.chmod(own, 0o700)
         except (isolation.RunAsError, OSError) as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
+        try:  # a hostPath directory that does not exist yet is made, as the kubelet and ``docker run -v`` do
+            for m in c.get("mounts") or ():
+                os.makedirs(m.split(":")[0], exist_ok=True)
+        except OSError as e:
+            return {"returncode": 126, "signal": None, "reason": f"cannot make mount source: {e}"}
         workdir = c.get("workdir")
         if workdir and not os.path.isdir(workdir):
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {workdir}"}
