@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.sandbox import images
 
-from .conftest import Server, server, wait_for  # noqa: F401
+from .conftest import Server
 
 SEED = Path(__file__).parent / "seed" / "fsdp-image.yaml"
 IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/hyprpd-tskgvrn-fsdp:pytorch2.2"
