@@ -260,7 +260,7 @@ class Supervisor:
             return {"returncode": None, "signal": None, "reason": failed, "image_pull_failed": True}
         self.note(f"{said}; engine {engine.describe()}")
         pids = box.pids_max if box is not None else None
-        argv = ctr.run_argv(engine, {**s, "workdir": workdir}, env, pids=pids,
+        argv = ctr.run_argv(engine, s, env, pids=pids,
                             user=(user.uid, user.gid) if user is not None else None,
                             cgroup_parent=box.container_parent() if box is not None else None)
         try:

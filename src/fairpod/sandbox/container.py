@@ -177,14 +177,15 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
     if user is not None:
         argv += ["--user", f"{user[0]}:{user[1]}"]
     seen: set[str] = set()
-    for d in [*_own_dirs(spec), spec.get("workdir")]:
+    workdir = c.get("workdir")  # the job's own, if it named one: mounted at its path (else the image's)
+    for d in [*_own_dirs(spec), workdir]:
         if d and d not in seen:
             seen.add(d)
             argv += ["--volume", f"{d}:{d}"]
     for m in c.get("mounts") or ():
         argv += ["--volume", m]
-    if spec.get("workdir"):
-        argv += ["--workdir", str(spec["workdir"])]
+    if workdir:
+        argv += ["--workdir", str(workdir)]
     argv += gpu_flags(tuple(int(g) for g in lim.get("gpus") or ()))
     for k, v in sorted(env.items()):
         if k != "PATH" or "PATH" in (spec.get("env") or {}):  # the image's PATH unless the job set one
