@@ -75,3 +75,14 @@ def test_a_stop_reaches_the_process_inside_with_its_grace(
     assert e.returncode == 7, e
     assert not any(d.name.startswith("term.") for b in hierarchy.bases.values() for d in b.iterdir()), \
         "the replica's cgroup (and the container's inside it) is removed"
+
+
+def test_node_list_shows_the_engine_and_the_cached_images(tmp_path: Path, image: str) -> None:
+    from ..server.conftest import running
+
+    for server in running(tmp_path):
+        nodes = server.api("GET", "/nodes").json()["nodes"]
+        c = nodes[0]["containers"]
+        assert c["engine"].startswith("podman ") and c["runtime"] in ("runc", "crun") and image in c["images"]
+        table = server.cli("node", "list").stdout
+        assert "CONTAINERS" in table and f"{c['engine']}/{c['runtime']}, " in table

@@ -27,6 +27,7 @@ import re
 import resource
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 NVIDIA_CONTROL = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
 POLICIES = ("Always", "IfNotPresent", "Never")
 PULL_TIMEOUT = 1800.0
+VIEW_TTL = 10.0
 
 
 @dataclass(frozen=True)
@@ -215,6 +217,20 @@ def _nofile() -> str:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     hard = hard if hard != resource.RLIM_INFINITY else 1048576
     return f"{hard}:{hard}"
+
+
+_VIEW: list[Any] = [0.0, None]  # (when, what) of node_view: one engine call per VIEW_TTL, not one per node
+
+
+def node_view() -> dict[str, Any]:
+    """This host's engine and cached images, for ``fairpod node list`` (read at most every VIEW_TTL seconds)."""
+    now = time.monotonic()
+    if _VIEW[1] is None or now - _VIEW[0] > VIEW_TTL:
+        e = detect()
+        view = ({"engine": None, "why": "podman and runc (or crun) are not installed"} if e is None else
+                {"engine": f"podman {e.version}", "runtime": e.runtime, "why": e.why, "images": images(e)})
+        _VIEW[:] = [now, view]
+    return dict(_VIEW[1])
 
 
 def images(engine: Engine) -> list[str]:
