@@ -48,6 +48,7 @@ class Engine:
     version: str
     runtime: str
     why: str  # why that runtime
+    init: bool = True  # catatonit is there for --init (a stop's SIGTERM reaches the command through it)
 
     def describe(self) -> str:
         return f"podman {self.version} ({self.runtime}: {self.why})"
@@ -89,7 +90,8 @@ def detect() -> Engine | None:
     except (OSError, subprocess.SubprocessError):
         return None
     version = out.split()[-1] if out.split() else "?"
-    return Engine(path, version, chosen[0], chosen[1])
+    init = any(os.access(p, os.X_OK) for p in ("/usr/libexec/podman/catatonit", "/usr/bin/catatonit"))
+    return Engine(path, version, chosen[0], chosen[1], init)
 
 
 def default_policy(image: str) -> str:
@@ -120,10 +122,11 @@ def pull(engine: Engine, image: str, policy: str, auth_file: str | None = None) 
 
     ``Always`` asks the registry at every start; when the registry cannot be reached and the node has the image,
     the cached one runs (podman's ``newer`` policy: the log says so). ``Never`` runs only a cached image."""
-    if policy == "Never" or (policy == "IfNotPresent" and present(engine, image)):
+    if policy in ("Never", "IfNotPresent"):
         if present(engine, image):
             return None, f"image {image} cached on this node"
-        return f"image {image} is not on this node (imagePullPolicy Never)", ""
+        if policy == "Never":
+            return f"image {image} is not on this node (imagePullPolicy Never)", ""
     argv = [engine.path, "pull", "--quiet"] + (["--authfile", auth_file] if auth_file else []) + [image]
     code, out = _run(argv, PULL_TIMEOUT)
     if code == 0:
@@ -169,7 +172,7 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
     lim = spec.get("limits") or {}
     argv = [engine.path, "--runtime", engine.runtime, "--cgroup-manager", "cgroupfs", "run", "--rm",
             "--replace", "--name", name_of(spec), "--network", "host", "--pull", "never", "--log-driver", "none",
-            "--init", "--stop-signal", "TERM", "--ulimit", f"nofile={_nofile()}"]
+            "--stop-signal", "TERM", "--ulimit", f"nofile={_nofile()}"] + (["--init"] if engine.init else [])
     if pids:
         argv += ["--ulimit", f"nproc={pids}:{pids}", "--pids-limit", str(pids)]
     if cgroup_parent:
