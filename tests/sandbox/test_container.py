@@ -53,8 +53,17 @@ def test_gpu_flags_name_exactly_the_replicas_gpus(tmp_path: Path) -> None:
                      f"--device={tmp_path}/nvidia-uvm", f"--device={tmp_path}/nvidia-caps/nvidia-cap1"]
     assert container.gpu_flags((2,), cdi=True) == ["--device=nvidia.com/gpu=2"]
     assert container.gpu_flags(()) == []
+    assert container.gpu_flags((7,), dev=tmp_path, cdi=False) == []  # no such device file: none given
+
+
+def test_the_run_flags_give_the_replicas_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("nvidia0", "nvidia1", "nvidia2", "nvidiactl"):
+        (tmp_path / name).touch()
+    monkeypatch.setenv("FAIRPOD_DEV_SOURCE", str(tmp_path))
     argv = container.run_argv(ENGINE, spec(limits={"gpus": [2]}), {}, user=None, cgroup_parent=None, pids=None)
-    assert [a for a in argv if a.startswith("--device")] == container.gpu_flags((2,))
+    want = container.gpu_flags((2,))
+    assert [a for a in argv if a.startswith("--device")] == want
+    assert want in ([f"--device={tmp_path}/nvidia2", f"--device={tmp_path}/nvidiactl"], ["--device=nvidia.com/gpu=2"])
 
 
 @pytest.mark.parametrize(("have", "v1", "want"), [

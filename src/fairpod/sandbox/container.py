@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fairpod.sandbox.devices import SOURCE_ENV
+
 ENGINE_ENV = "FAIRPOD_CONTAINER_ENGINE"  # the engine's path (default: podman on PATH)
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
 NVIDIA_CONTROL = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
@@ -144,16 +146,20 @@ def _registry_answer(out: str) -> str:
     return re.sub(r"^Error:\s*", "", last)[:500]
 
 
-def gpu_flags(gpus: tuple[int, ...], dev: Path = Path("/dev"), cdi: bool | None = None) -> list[str]:
+def gpu_flags(gpus: tuple[int, ...], dev: Path | None = None, cdi: bool | None = None) -> list[str]:
     """The flags that give a container exactly ``gpus`` (CUDA indices): CDI names when the NVIDIA container
-    toolkit wrote a CDI spec on this host, else ``--device`` for ``/dev/nvidia<N>`` and the control devices."""
+    toolkit wrote a CDI spec on this host, else ``--device`` for ``/dev/nvidia<N>`` and the control devices
+    (from ``$FAIRPOD_DEV_SOURCE`` in fairpod's tests; only files that exist, as the private /dev does)."""
     if not gpus:
         return []
     if cdi is None:
         cdi = any(Path(d).is_dir() and any(Path(d).glob("nvidia*.yaml")) for d in CDI_DIRS)
     if cdi:
         return [f"--device=nvidia.com/gpu={g}" for g in gpus]
-    out = [f"--device={dev / f'nvidia{g}'}" for g in gpus]
+    dev = dev or Path(os.environ.get(SOURCE_ENV) or "/dev")
+    out = [f"--device={dev / f'nvidia{g}'}" for g in gpus if (dev / f"nvidia{g}").exists()]
+    if not out:
+        return []  # a node whose GPUs are slots of a test cluster: no device to give
     out += [f"--device={dev / c}" for c in NVIDIA_CONTROL if (dev / c).exists()]
     caps = dev / "nvidia-caps"
     if caps.is_dir():
@@ -175,8 +181,8 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
             "--stop-signal", "TERM", "--ulimit", f"nofile={_nofile()}"] + (["--init"] if engine.init else [])
     if pids:
         argv += ["--ulimit", f"nproc={pids}:{pids}", "--pids-limit", str(pids)]
-    if cgroup_parent:
-        argv += ["--cgroup-parent", cgroup_parent]
+    if cgroup_parent:  # conmon stays out of it: the OOM killer of the replica's cgroup never takes the monitor
+        argv += ["--cgroup-parent", cgroup_parent, "--cgroups", "no-conmon"]
     if lim.get("mcpu"):
         argv += ["--cpus", f"{int(lim['mcpu']) / 1000:g}"]
     if user is not None:
