@@ -255,7 +255,8 @@ class Supervisor:
         for n in box.notes if box is not None else ():
             self.note(n)
         policy = c.get("pull") or ctr.default_policy(c["image"])
-        failed, said = ctr.pull(engine, c["image"], policy, c.get("auth_file"))
+        auth = c.get("auth_file") if c.get("auth_file") and os.path.exists(c["auth_file"]) else None
+        failed, said = ctr.pull(engine, c["image"], policy, auth)
         if failed is not None:
             return {"returncode": None, "signal": None, "reason": failed, "image_pull_failed": True}
         self.note(f"{said}; engine {engine.describe()}")

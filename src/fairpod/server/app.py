@@ -19,6 +19,7 @@ from fairpod import __version__
 from fairpod.server import (
     diskfull,
     metrics,
+    registries,
     routes_admin,
     routes_backup,
     routes_dashboard,
@@ -136,6 +137,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     routes_explain.add_routes(api, cp)
     routes_backup.add_routes(api, cp)
     routes_spec.add_routes(api, cp)
+    registries.add_routes(api, cp)
     app.include_router(api)
     metrics.add_routes(app, cp)
     routes_static.add_routes(app)
