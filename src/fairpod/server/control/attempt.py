@@ -228,6 +228,8 @@ class AttemptLife:
         run.codes[str(e.rank)] = e.returncode
         if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):
             self.event("ReplicaUsage", usage_message(job.name, use), job, **use)
+        if e.reason.startswith("image pull failed"):  # the job's image, not its node (fairpod.sandbox.container)
+            self.event("ImagePullFailed", f"job {job.name} replica {e.rank}: {e.reason}", job, attempt=e.attempt)
         if run.stop_at is not None and e.ended_at < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
