@@ -86,3 +86,25 @@ def test_node_list_shows_the_engine_and_the_cached_images(tmp_path: Path, image:
         assert c["engine"].startswith("podman ") and c["runtime"] in ("runc", "crun") and image in c["images"]
         table = server.cli("node", "list").stdout
         assert "CONTAINERS" in table and f"{c['engine']}/{c['runtime']}, " in table
+
+
+def test_start_job_image_flags_and_their_bad_input(tmp_path: Path, image: str) -> None:
+    from ..server.conftest import running
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("dataset line\n")
+    (tmp_path / "srv").mkdir()
+    for server in running(tmp_path / "srv"):
+        r = server.cli("start-job", "--name", "img", "--team", "john", "--image", image, "--image-pull-policy",
+                       "Never", "--mount", f"{data}:/data:ro", "--", "sh", "-c",
+                       "cat /data/in.txt; echo x > /data/new 2>&1 || echo read-only; pwd")
+        assert "submitted for team john" in r.stdout
+        job = server.wait_state("img", "Succeeded", 120)
+        out = server.api("GET", f"/jobs/{job['id']}/logs").text
+        assert "dataset line" in out and "read-only" in out and "\n/\n" in out, out  # the image's own workdir
+        for args, words in ((["--mount", "data:/data", "--image", image], "--mount data:/data: give HOST:CONTAINER"),
+                            (["--image-pull-policy", "Never"], "go with --image"),
+                            (["--image-pull-policy", "Sometimes", "--image", image], "'Sometimes'; one of Always, IfNotPresent, Never")):
+            r = server.cli("start-job", "--name", "bad", "--team", "john", *args, "--", "true", check=False)
+            assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr

@@ -351,6 +351,12 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
         body["command"] = a.job_command
     if a.mount:
         body["mounts"] = [*(body.get("mounts") or []), *a.mount]
+    for m in a.mount:
+        parts = m.split(":")
+        if len(parts) not in (2, 3) or not all(x.startswith("/") for x in parts[:2]) or parts[2:] not in ([], ["ro"], ["rw"]):
+            raise CliError(f"--mount {m}: give HOST:CONTAINER or HOST:CONTAINER:ro, both absolute paths")
+    if (body.get("mounts") or body.get("image_pull_policy")) and not body.get("image"):
+        raise CliError("--mount and --image-pull-policy go with --image (the container image to run in)")
     src = f" (or set it in {a.config_file})" if a.config_file else " (or set it in --config-file)"
     if not body.get("name"):
         raise CliError(f"--name is required{src}")
