@@ -13,6 +13,7 @@ def test_an_image_that_cannot_be_pulled_fails_the_job_not_the_node(server: Serve
     ref = "127.0.0.1:9/fairpod-test/missing:1"
     server.submit(name="nopull", team="john", image=ref, command=["true"])
     job = server.wait_state("nopull", "Failed", 120)
+    assert job["image"] == ref and job["image_pull_policy"] is None and job["mounts"] == []
     assert job["reason"].startswith(f"replica 0 image pull failed: {ref}: "), job["reason"]
     pulls = [e for e in job["events"] if e["kind"] == "ImagePullFailed"]
     assert len(pulls) == 1 and ref in pulls[0]["message"]
