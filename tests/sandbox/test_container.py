@@ -86,6 +86,11 @@ def test_kubernetes_defaults_and_variables() -> None:
     assert container.expand("$(A):$(B) $$(A) $(C)", {"A": "1", "B": "2"}) == "1:2 $(A) $(C)"
 
 
+def test_two_fairpods_on_one_host_never_share_a_container_name() -> None:
+    a, b = container.name_of(spec(), "/home/a/runs/train-3/1/0"), container.name_of(spec(), "/home/b/runs/train-3/1/0")
+    assert a != b and a.startswith("fairpod-train-3.1.0-") and a == container.name_of(spec(), "/home/a/runs/train-3/1/0")
+
+
 def launch(ex, tmp: Path, name: str, image: str, pull: str) -> None:  # type: ignore[no-untyped-def]
     ex.launch(JobLaunch(job=name, team="a", attempt=0, command=["true"], checkpoint_dir=str(tmp / "ck" / name),
                         container={"image": image, "pull": pull, "mounts": [], "workdir": None},

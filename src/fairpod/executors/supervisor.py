@@ -98,7 +98,8 @@ class Supervisor:
         if self.spec.get("container") and sig != signal.SIGKILL and group is not None:
             engine = sandbox.container.detect()  # through the runtime to the container's init, then the command
             if engine is not None:
-                subprocess.Popen([engine.path, "kill", "--signal", str(int(sig)), sandbox.container.name_of(self.spec)],
+                name = sandbox.container.name_of(self.spec, str(self.dir.resolve()))
+                subprocess.Popen([engine.path, "kill", "--signal", str(int(sig)), name],
                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             return
         if group is not None:
@@ -261,7 +262,7 @@ class Supervisor:
             return {"returncode": None, "signal": None, "reason": failed, "image_pull_failed": True}
         self.note(f"{said}; engine {engine.describe()}")
         pids = box.pids_max if box is not None else None
-        argv = ctr.run_argv(engine, s, env, pids=pids,
+        argv = ctr.run_argv(engine, s, env, pids=pids, name=ctr.name_of(s, str(self.dir.resolve())),
                             user=(user.uid, user.gid) if user is not None else None,
                             cgroup_parent=box.container_parent() if box is not None else None)
         try:

@@ -22,6 +22,7 @@ cgroups are a v1/v2 hybrid, so on cgroup v1 hosts runc is used when installed.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import re
 import resource
@@ -167,17 +168,20 @@ def gpu_flags(gpus: tuple[int, ...], dev: Path | None = None, cdi: bool | None =
     return out
 
 
-def name_of(spec: dict[str, Any]) -> str:
-    return f"fairpod-{spec.get('job')}.{spec.get('attempt')}.{spec.get('rank')}"
+def name_of(spec: dict[str, Any], where: str = "") -> str:
+    """The container's name: the replica's, and a digest of its run directory ``where`` (two fairpods on one
+    host never share a name; the same replica started again replaces what a crash left)."""
+    tail = f"-{hashlib.sha1(where.encode()).hexdigest()[:8]}" if where else ""
+    return f"fairpod-{spec.get('job')}.{spec.get('attempt')}.{spec.get('rank')}{tail}"
 
 
 def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user: tuple[int, int] | None,
-             cgroup_parent: str | None, pids: int | None) -> list[str]:
+             cgroup_parent: str | None, pids: int | None, name: str | None = None) -> list[str]:
     """``podman run`` of one replica (see the module's docstring); ``env`` is its whole environment."""
     c = spec["container"]
     lim = spec.get("limits") or {}
     argv = [engine.path, "--runtime", engine.runtime, "--cgroup-manager", "cgroupfs", "run", "--rm",
-            "--replace", "--name", name_of(spec), "--network", "host", "--pull", "never", "--log-driver", "none",
+            "--replace", "--name", name or name_of(spec), "--network", "host", "--pull", "never", "--log-driver", "none",
             "--stop-signal", "TERM", "--ulimit", f"nofile={_nofile()}"] + (["--init"] if engine.init else [])
     if pids:
         argv += ["--ulimit", f"nproc={pids}:{pids}", "--pids-limit", str(pids)]
