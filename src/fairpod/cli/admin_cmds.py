@@ -218,6 +218,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-f", "--file", required=True, help="the cluster spec or manifest (YAML)")
     p.add_argument("--dry-run", action="store_true", help="print the diff against the live spec and what the "
                    "engine would do to running and pending jobs (who would be preempted); change nothing")
+    p.add_argument("--on-host", action="store_true", help="a PyTorchJob: run its command on the node, not in its "
+                   "container image (the image is reported only; docs/containers.md)")
     add_output(p)
     p.set_defaults(func=apply)
 

@@ -6,7 +6,7 @@ same in fairpod.
         [--node-count N] [--accelerators N] [--vcpu N] [--memory GIB] [--tasks-per-node N|auto]
         [--deep-health-check-passed-nodes-only [true|false]] [--environment JSON] [--label-selector JSON]
         [--required-topology LABEL | --preferred-topology LABEL]
-        [--accelerator-partition-type mig-1g.10gb --accelerator-partition-count N] [--image IMAGE] [--pull-policy P] --command '[python, train.py]' [--args '[--epochs, 3]']
+        [--accelerator-partition-type mig-1g.10gb --accelerator-partition-count N] [--image IMAGE [--pull-policy P] [--on-host]] [--command '[python, train.py]'] [--args '[--epochs, 3]']
     fairpod hyp list hyp-pytorch-job [-n hyperpod-ns-TEAM]
     fairpod hyp describe|delete|list-pods hyp-pytorch-job --job-name NAME [-n hyperpod-ns-TEAM]
     fairpod hyp get-logs hyp-pytorch-job --job-name NAME --pod-name NAME-pod-I [-n hyperpod-ns-TEAM]
@@ -14,8 +14,9 @@ same in fairpod.
 The team is the namespace ``hyperpod-ns-<team>`` (or the queue ``hyperpod-ns-<team>-localqueue``); a job's
 pods are its replicas, ``<job>-pod-<i>``. ``--max-retry N`` turns auto-resume on with N restarts, as
 HyperPod's training operator does. The replicas run as a PyTorchJob's pods would (``fairpod.formats.kube.pod``: the
-``PET_*`` variables torchrun reads). The container image cannot be used here: the command runs on the
-node, and the image is only reported. Flags whose meaning fairpod cannot give (volumes, service accounts,
+``PET_*`` variables torchrun reads). With ``--image`` each replica runs in that image (docs/containers.md; the
+image's entrypoint when no ``--command`` is given); ``--on-host`` (fairpod's own) runs the command on the node
+instead and only reports the image. Flags whose meaning fairpod cannot give (volumes, service accounts,
 separate limits) are refused with one line, never silently dropped.
 """
 
@@ -175,8 +176,12 @@ def _create_flags(p: argparse.ArgumentParser) -> None:
                    help="replicas in as few domains of this topology level as fit")
     p.add_argument("--accelerator-partition-type", metavar="PROFILE", help="a MIG profile, e.g. mig-1g.10gb")
     p.add_argument("--accelerator-partition-count", type=int, metavar="N", help="MIG partitions per node")
-    p.add_argument("--image", help="reported only: the command runs on the node, not in the image")
-    p.add_argument("--pull-policy", help="reported only, like --image")
+    p.add_argument("--image", help="the container image each replica runs in (podman on the node; "
+                   "docs/containers.md)")
+    p.add_argument("--pull-policy", choices=["Always", "IfNotPresent", "Never"],
+                   help="as Kubernetes' imagePullPolicy (default: Always for :latest or no tag, else IfNotPresent)")
+    p.add_argument("--on-host", action="store_true",
+                   help="fairpod's: run the command on the node, not in --image (the image is reported only)")
     p.add_argument("--command", type=_list, metavar="LIST", help="'[python, train.py]'")
     p.add_argument("--args", type=_list, metavar="LIST", help="'[--epochs, 3]'")
     p.add_argument("--version", help="the hyp flag schema version (1.0 or 1.1; both read alike)")
@@ -203,15 +208,19 @@ def team_of(namespace: str | None, queue: str | None = None) -> str | None:
 
 def create(a: argparse.Namespace) -> int:
     from fairpod.formats.kube import ENV_CONFIG
+    from fairpod.formats.kube.image import image_env
 
     team = team_of(a.namespace, a.queue_name)
     if team is None:
         raise CliError("which team? give --queue-name hyperpod-ns-<team>-localqueue (or --namespace "
                        "hyperpod-ns-<team>)")
     argv = [*(a.command or []), *(a.args or [])]
-    if not a.command:
-        raise CliError("give the command to run: --command '[python, train.py]' (the image's entrypoint cannot "
-                       "be used: the command runs on the node)")
+    in_image = bool(a.image) and not a.on_host
+    if not a.command and not in_image:
+        raise CliError("give the command to run: --command '[python, train.py]' (or --image, whose entrypoint "
+                       "runs)")
+    if not a.command and a.args:
+        raise CliError("--args without --command: give the command to run in the image")
     body: dict[str, Any] = {"name": a.job_name, "team": team}
     if a.priority:
         body["priority"] = a.priority.removesuffix("-priority")
@@ -247,13 +256,18 @@ def create(a: argparse.Namespace) -> int:
         if not re.fullmatch(r"\d+|auto|gpu|cpu", a.tasks_per_node):
             raise CliError(f"--tasks-per-node {a.tasks_per_node!r}: a number, auto, gpu or cpu")
         pet["nproc_per_node"] = a.tasks_per_node
-    env[ENV_CONFIG] = json.dumps(pet)
-    body["env"] = env
-    body["command"] = [sys.executable, "-m", "fairpod.formats.kube.pod", "--", *argv]
-    body["workdir"] = os.getcwd()
-    if a.image:
-        print(f"fairpod: note: the image {a.image} is not used: the command runs on the node, which needs its "
-              "interpreter, libraries and code", file=sys.stderr)
+    if in_image:  # the training operator's variables, expanded as the container starts
+        body.update(env={**image_env(pet, {"nodes": int(a.node_count or 1)}), **env}, command=argv, image=a.image)
+        if a.pull_policy:
+            body["image_pull_policy"] = a.pull_policy
+    else:
+        env[ENV_CONFIG] = json.dumps(pet)
+        body["env"] = env
+        body["command"] = [sys.executable, "-m", "fairpod.formats.kube.pod", "--", *argv]
+        body["workdir"] = os.getcwd()
+    if a.image and not in_image:
+        print(f"fairpod: note: the image {a.image} is not used (--on-host): the command runs on the node, which "
+              "needs its interpreter, libraries and code", file=sys.stderr)
     job = Client().submit(body)
     print(f"hyp-pytorch-job {job['name']} created in namespace hyperpod-ns-{job['team']}: fairpod job {job['id']}, "
           f"{job['state']} — {job['reason']}")

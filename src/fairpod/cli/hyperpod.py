@@ -3,7 +3,7 @@ them, on fairpod.
 
     hyperpod start-job --job-name NAME [--namespace hyperpod-ns-TEAM] [--instance-type T] [--node-count N]
         [--entry-script train.py] [--script-args '--epochs 3'] [--priority CLASS-priority] [--queue-name Q]
-        [--auto-resume true --max-retry N] [--image IMAGE] [--config-file config.yaml]
+        [--auto-resume true --max-retry N] [--image IMAGE [--pull-policy P] [--on-host]] [--config-file config.yaml]
     hyperpod get-job --job-name NAME [--namespace NS]
     hyperpod list-jobs [--namespace NS | --all-namespaces]
     hyperpod cancel-job --job-name NAME [--namespace NS]
@@ -75,8 +75,12 @@ def build_parser() -> Parser:
     p.add_argument("--auto-resume", metavar="true|false")
     p.add_argument("--max-retry", metavar="N")
     p.add_argument("--deep-health-check-passed-nodes-only", metavar="true|false")
-    p.add_argument("--image", help="reported only: the script runs on the node, not in the image")
-    p.add_argument("--pull-policy", help="accepted, as there is no image to pull")
+    p.add_argument("--image", help="the container image the script runs in (podman on the node; "
+                   "docs/containers.md)")
+    p.add_argument("--pull-policy", choices=["Always", "IfNotPresent", "Never"],
+                   help="as Kubernetes' imagePullPolicy (default: Always for :latest or no tag, else IfNotPresent)")
+    p.add_argument("--on-host", action="store_true",
+                   help="fairpod's: run the script on the node, not in the image (the image is reported only)")
     p.add_argument("--restart-policy", choices=["OnFailure", "Never"], help="OnFailure restarts only with "
                    "--auto-resume true")
     p.add_argument("--job-kind", choices=["kubeflow/PyTorchJob"], help="the only kind: kubeflow/PyTorchJob")
@@ -194,6 +198,10 @@ def _cluster_config(cc: Any, path: str, refuse: Any) -> list[str]:
                    "--deep-health-check-passed-nodes-only), not by labels")
         elif k in REFUSED:
             refuse(f"cluster.cluster_config.{k}", REFUSED[k])
+        elif k == "pullPolicy":
+            if str(v) not in ("Always", "IfNotPresent", "Never"):
+                refuse("cluster.cluster_config.pullPolicy", f"{v!r}: Always, IfNotPresent or Never")
+            args += ["--image-pull-policy", str(v)]
         elif k == "restartPolicy" and str(v) not in ("OnFailure", "Never"):
             refuse("cluster.cluster_config.restartPolicy", f"{v!r}: OnFailure or Never")
         elif k not in SAME_MEANING:
@@ -261,12 +269,28 @@ def start_job(a: argparse.Namespace) -> int:
     if command is None:
         raise CliError("give the script to run: --entry-script train.py (or training_cfg.entry_script in "
                        "--config-file)")
+    in_image = bool(image) and not a.on_host
+    if in_image:  # the script in the image, with the training operator's variables expanded as it starts
+        from fairpod.formats.kube.image import image_env
+
+        argv += ["--image", str(image)] + (["--image-pull-policy", a.pull_policy] if a.pull_policy else [])
+        nodes = int(a.node_count) if a.node_count and str(a.node_count).isdigit() else 1
+        for k, v in image_env({"elastic": False}, {"nodes": nodes}).items():
+            argv += ["--env", f"{k}={v}"]
+    else:
+        while "--image-pull-policy" in argv:  # from cluster_config.pullPolicy: there is no image to pull
+            i = argv.index("--image-pull-policy")
+            del argv[i:i + 2]
     ns = fairpod_parser("start-job").parse_args(argv)
-    ns.job_command = [sys.executable, "-m", "fairpod.formats.kube.pod", "--", sys.executable, *command[1:]]
+    if in_image:
+        ns.job_command = command
+    else:
+        ns.job_command = [sys.executable, "-m", "fairpod.formats.kube.pod", "--", sys.executable, *command[1:]]
     body = job_body(ns)
     job = Client(fields=JOB_FLAGS).submit(body)
-    if image:
-        print(f"hyperpod: note: the image {image} is not used: the script runs on the node", file=sys.stderr)
+    if image and not in_image:
+        print(f"hyperpod: note: the image {image} is not used (--on-host): the script runs on the node",
+              file=sys.stderr)
     print(f"Successfully created job {job['name']}")
     return 0
 

@@ -48,10 +48,12 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "accelerator_partition_count": "--accelerator-partition-count",
              "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
              "service": "the service's checks (fairpod start-service)", "ray": "--ray",
+             "image": "--image", "image_pull_policy": "--image-pull-policy", "mounts": "--mount",
              "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
-SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items() if flag.startswith("--") and field not in ("env", "array")}
+SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items()
+              if flag.startswith("--") and field not in ("env", "array", "mounts")}
 KINDS = {"service": "service ('fairpod get-service {name}': its address and ready endpoints)",
          "ray": "Ray job (a private Ray cluster on its replicas: head on rank 0)"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
@@ -205,7 +207,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "'--auto-resume' alone means true")
     p.add_argument("--max-retry", type=whole(0, 1000), help="restarts allowed (needs --auto-resume true)")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
-    p.add_argument("--workdir", help="working directory of the replicas (default: this directory)")
+    p.add_argument("--workdir", help="working directory of the replicas (default: this directory; in an --image: "
+                   "the image's, and a --workdir given is mounted into the container at its own path)")
+    p.add_argument("--image", metavar="REF",
+                   help="run each replica in this container image (podman on the node; docs/containers.md); with "
+                   "no command after --, the image's own entrypoint runs")
+    p.add_argument("--image-pull-policy", choices=["Always", "IfNotPresent", "Never"],
+                   help="as Kubernetes: default Always for :latest or no tag, else IfNotPresent")
+    p.add_argument("--mount", action="append", default=[], metavar="HOST:CONTAINER[:ro]",
+                   help="with --image: bind a host directory into the container (repeatable)")
     p.add_argument("--grace-seconds", type=seconds(3600),
                    help="seconds from SIGTERM to SIGKILL when the job is stopped (default 30)")
     p.add_argument("--min-runtime", type=seconds(7 * 86400),
@@ -346,16 +356,26 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
         body["env"] = {**(body.get("env") or {}), **_kv(a.env)}
     if a.job_command is not None:
         body["command"] = a.job_command
+    if a.mount:
+        body["mounts"] = [*(body.get("mounts") or []), *a.mount]
+    for m in a.mount:
+        parts = m.split(":")
+        if len(parts) not in (2, 3) or not all(x.startswith("/") for x in parts[:2]) or parts[2:] not in ([], ["ro"], ["rw"]):
+            raise CliError(f"--mount {m}: give HOST:CONTAINER or HOST:CONTAINER:ro, both absolute paths")
+    if (body.get("mounts") or body.get("image_pull_policy")) and not body.get("image"):
+        raise CliError("--mount and --image-pull-policy go with --image (the container image to run in)")
     src = f" (or set it in {a.config_file})" if a.config_file else " (or set it in --config-file)"
     if not body.get("name"):
         raise CliError(f"--name is required{src}")
     if not body.get("team"):
         body["team"] = only_team(src)
     cmd = body.get("command")
-    if not cmd:
+    if not cmd and body.get("image"):
+        cmd = body["command"] = []  # the image's own entrypoint and command
+    elif not cmd:
         raise CliError("give the job's command after --, e.g. fairpod start-job --name x --team t -- python "
                        "train.py")
-    if not isinstance(cmd, list) or not all(isinstance(w, str) for w in cmd) or not cmd[0].strip():
+    if not isinstance(cmd, list) or not all(isinstance(w, str) for w in cmd) or (cmd and not cmd[0].strip()):
         import shlex
 
         raise CliError(f"the command {shlex.join(map(str, cmd)) if isinstance(cmd, list) else cmd!r} has no "
@@ -363,7 +383,7 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     if body.get("max_retry") and not body.get("auto_resume"):
         raise CliError(f"--max-retry {body['max_retry']} does nothing without --auto-resume true: add "
                        "--auto-resume true (restarts on failure) or leave --max-retry out")
-    if body.get("workdir") is None:
+    if body.get("workdir") is None and not body.get("image"):  # in an image: the image's own WORKDIR
         body["workdir"] = os.getcwd()
     return body
 

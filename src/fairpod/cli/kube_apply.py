@@ -34,7 +34,8 @@ def apply_manifests(a: argparse.Namespace, docs: list[Any]) -> int:
             warnings.append(f"skipped {', '.join(rest)}: fairpod runs only the RayJob and PyTorchJob documents")
     if any(_kind(d) == "PyTorchJob" for d in docs) or not jobs:
         try:
-            more, warned = convert_all(docs, python=sys.executable, cwd=os.getcwd())
+            more, warned = convert_all(docs, python=sys.executable, cwd=os.getcwd(),
+                                       on_host=bool(getattr(a, "on_host", False)))
         except ManifestError as e:
             raise CliError(f"{a.file}: {e}") from None
         jobs += more

@@ -38,6 +38,7 @@ COMMAND_MODULES = [
     "fairpod.cli.kube_cmds",
     "fairpod.cli.hyp_cmds",
     "fairpod.cli.shell_cmds",
+    "fairpod.cli.registry_cmds",
 ]
 
 # commands whose own argument list ends at '--': what follows is the job's command, never parsed as flags

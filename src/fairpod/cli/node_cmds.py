@@ -60,16 +60,25 @@ def gpu_text(nd: dict[str, Any]) -> str:
     return f"{model}{mem}{real}"
 
 
+def engine_text(c: dict[str, Any] | None) -> str:
+    """'podman 4.3.1/runc, 2 images' (the list: -o json); '-' where there is none or fairpod cannot tell."""
+    if not c or not c.get("engine"):
+        return "-"
+    n = len(c.get("images") or [])
+    return f"{c['engine']}/{c['runtime']}, {n} image{'s' if n != 1 else ''}"
+
+
 def node_list(a: argparse.Namespace) -> int:
     nodes = sorted(Client().get("/nodes")["nodes"], key=lambda nd: natural(nd["name"]))
     if emit(nodes, a.output):
         return 0
     rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free", "gpus": gpu_text(nd),
              "topo": " ".join(f"{lv}={d}" for lv, d in (nd.get("topology") or {}).items()),
-             "enf": ",".join(k for k, v in (nd.get("enforced") or {}).items() if v) or "-"} for nd in nodes]
+             "enf": ",".join(k for k, v in (nd.get("enforced") or {}).items() if v) or "-",
+             "engine": engine_text(nd.get("containers"))} for nd in nodes]
     cols = [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("gpus", "GPU"), ("health_status", "HEALTH"),
             ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"), ("jobs", "JOBS"),
-            ("enf", "ENFORCED")]
+            ("enf", "ENFORCED"), ("engine", "CONTAINERS")]
     if any(nd.get("topology") for nd in nodes):
         cols.append(("topo", "TOPOLOGY"))
     table(rows, cols)

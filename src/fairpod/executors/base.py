@@ -45,6 +45,8 @@ class JobLaunch:
     grace_seconds: float = 30.0  # SIGTERM to SIGKILL on stop
     run_as: str | None = None  # OS user the replicas run as (None: fairpod's own; see sandbox.environment)
     world: int = 0  # replicas of the attempt in all, when ``replicas`` are only some of them (an elastic job grows)
+    # a job in a container image: {"image", "pull", "mounts", "workdir"} (fairpod.sandbox.container); None: host
+    container: dict[str, Any] | None = None
 
     @property
     def world_size(self) -> int:
@@ -59,7 +61,7 @@ class JobLaunch:
             raise ExecutorError(f"invalid job name {self.job!r}")
         if self.attempt < 0:
             raise ExecutorError(f"invalid attempt {self.attempt}")
-        if not self.command or not all(isinstance(a, str) for a in self.command):
+        if (not self.command and not self.container) or not all(isinstance(a, str) for a in self.command):
             raise ExecutorError(f"job {self.job} has no command")
         ranks = sorted(r.rank for r in self.replicas)
         if not ranks or ranks != list(range(len(ranks))):

@@ -325,6 +325,7 @@ class LocalExecutor(ThisHostGpus):
             "env": replica_env(job, rep, self.master_addr, port),
             "master_port": port,
             "launched_at": time.time(),
+            "container": job.container,
             "launch_ranks": [r.rank for r in job.replicas],  # started together: a launch, or a growth's new ranks
         }
 

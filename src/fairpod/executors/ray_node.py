@@ -194,7 +194,7 @@ class NodeAgent:
                 "job": job.job, "team": job.team, "attempt": job.attempt, "rank": rep.rank,
                 "world_size": job.world_size, "node": rep.node, "command": list(job.command), "workdir": workdir,
                 "grace_seconds": job.grace_seconds, "run_as": job.run_as, "env": env, "master_port": master_port,
-                "limits": sandbox.limits_of(rep.mcpu, rep.mib, accel),
+                "limits": sandbox.limits_of(rep.mcpu, rep.mib, accel), "container": job.container,
                 "launched_at": run.started_at, OWNER: [me, procs.start_time(me)],
             }  # fmt: skip
             state.write_launch(run.dir, spec)

@@ -100,6 +100,13 @@ class Supervisor:
     def _signal_tree(self, sig: int) -> None:
         """``sig`` to the command's process group, and to each descendant outside it: once per process."""
         group = self.child.pid if self.child is not None and self.wait_status is None else None
+        if self.spec.get("container") and sig != signal.SIGKILL and group is not None:
+            engine = sandbox.container.detect()  # through the runtime to the container's init, then the command
+            if engine is not None:
+                name = sandbox.container.name_of(self.spec, str(self.dir.resolve()))
+                subprocess.Popen([engine.path, "kill", "--signal", str(int(sig)), name],
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            return
         if group is not None:
             procs.signal_group(group, sig)
         others = [p for p in procs.descendants(os.getpid()) if group is None or procs.pgid(p) != group]
@@ -131,6 +138,8 @@ class Supervisor:
             f"job {s.get('job')} (team {s.get('team')}) attempt {s.get('attempt')}{resumed} replica {s.get('rank')}"
             f"/{s.get('world_size')} on node {s.get('node')} started {_now()}: {shlex.join(cmd)}"
         )
+        if self.spec.get("container"):
+            return self._start_container()
         if cwd and not os.path.isdir(cwd):
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {cwd}"}
         env = isolation.base_env(os.environ)
@@ -214,6 +223,58 @@ class Supervisor:
             return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]}: {e.strerror or e}"}
         except subprocess.SubprocessError as e:  # the sandbox could not be entered
             return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]} in its sandbox: {e}"}
+        state.write_pid(self.dir / state.CHILD_PID, self.child.pid, procs.start_time(self.child.pid))
+        return None
+
+    def _start_container(self) -> dict[str, Any] | None:
+        """The replica in its image (fairpod.sandbox.container): its cgroup, user, environment and GPUs as for a
+        host command; the engine itself runs outside the replica's cgroup, the container inside it."""
+        s, ctr = self.spec, sandbox.container
+        c = s["container"]
+        engine = ctr.detect()
+        if engine is None:
+            return {"returncode": 127, "signal": None,
+                    "reason": f"no container engine on node {s.get('node')}: install podman and runc (or crun)"}
+        env = isolation.base_env(os.environ)
+        try:
+            user = isolation.resolve(s.get("run_as"))
+            if user is None and not s.get("run_as") and os.geteuid() == 0:
+                user = sandbox.users.team_user(str(s.get("team")))
+            env.update(user.env if user is not None else {})
+            env.update(s.get("env", {}))
+            for own in sandbox.own_dirs(s):
+                own.mkdir(parents=True, exist_ok=True)
+                if user is not None:
+                    os.chown(own, user.uid, user.gid)
+                    os.chmod(own, 0o700)
+        except (isolation.RunAsError, OSError) as e:
+            return {"returncode": 126, "signal": None, "reason": str(e)}
+        try:  # a hostPath directory that does not exist yet is made, as the kubelet and ``docker run -v`` do
+            for m in c.get("mounts") or ():
+                os.makedirs(m.split(":")[0], exist_ok=True)
+        except OSError as e:
+            return {"returncode": 126, "signal": None, "reason": f"cannot make mount source: {e}"}
+        workdir = c.get("workdir")
+        if workdir and not os.path.isdir(workdir):
+            return {"returncode": 127, "signal": None, "reason": f"workdir not found: {workdir}"}
+        self.sandbox = box = sandbox.Sandbox(s, None) if sandbox.mode() != "off" else None
+        for n in box.notes if box is not None else ():
+            self.note(n)
+        policy = c.get("pull") or ctr.default_policy(c["image"])
+        auth = c.get("auth_file") if c.get("auth_file") and os.path.exists(c["auth_file"]) else None
+        failed, said = ctr.pull(engine, c["image"], policy, auth)
+        if failed is not None:
+            return {"returncode": None, "signal": None, "reason": failed, "image_pull_failed": True}
+        self.note(f"{said}; engine {engine.describe()}")
+        pids = box.pids_max if box is not None else None
+        argv = ctr.run_argv(engine, s, env, pids=pids, name=ctr.name_of(s, str(self.dir.resolve())),
+                            user=(user.uid, user.gid) if user is not None else None,
+                            cgroup_parent=box.container_parent() if box is not None else None)
+        try:
+            self.child = subprocess.Popen(argv, env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=self.log,
+                                          stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
+        except OSError as e:
+            return {"returncode": 126, "signal": None, "reason": f"cannot start {engine.path}: {e.strerror or e}"}
         state.write_pid(self.dir / state.CHILD_PID, self.child.pid, procs.start_time(self.child.pid))
         return None
 

@@ -97,6 +97,12 @@ class JobSpec(BaseModel):
     service: ServiceSpec | None = Field(
         default=None, description="a service: replicas run until deleted, restarted when they exit, behind a stable "
         "address (fairpod.model.services; nodes..max_nodes are its min..max replicas)")
+    image: str | None = Field(default=None, min_length=1, max_length=1024, pattern=r"^[^\s]+$",
+                              description="a container image: each replica runs its command in it (docs/containers.md)")
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
+        default=None, description="as Kubernetes: default Always for :latest or no tag, else IfNotPresent")
+    mounts: list[str] = Field(default_factory=list, max_length=64,
+                              description="with image: HOST:CONTAINER[:ro] directories bound into the container")
 
     @model_validator(mode="before")
     @classmethod
@@ -122,6 +128,19 @@ class JobSpec(BaseModel):
         for key in self.env:
             if not ENV_KEY.fullmatch(key):
                 raise ValueError(f"env name {key[:60]!r} is not a valid variable name (letters, digits, _)")
+        return self
+
+    @model_validator(mode="after")
+    def _container(self) -> JobSpec:
+        """``image_pull_policy`` and ``mounts`` go with an ``image``; each mount is ``HOST:CONTAINER[:ro]`` with
+        absolute paths."""
+        if self.image is None and (self.mounts or self.image_pull_policy):
+            raise ValueError("image_pull_policy and mounts need an image")
+        for m in self.mounts:
+            parts = m.split(":")
+            if len(parts) not in (2, 3) or not all(x.startswith("/") for x in parts[:2]) or \
+                    (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+                raise ValueError(f"mount {m!r}: give HOST:CONTAINER or HOST:CONTAINER:ro, both absolute paths")
         return self
 
     @model_validator(mode="after")

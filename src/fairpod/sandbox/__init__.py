@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fairpod.sandbox import cgroups, devices, namespaces, reach, users  # noqa: F401 - the supervisor uses them
+from fairpod.sandbox import cgroups, container, devices, namespaces, reach, users  # noqa: F401 - the supervisor uses them
 
 PIDS_ENV = "FAIRPOD_PIDS_MAX"
 DEFAULT_PIDS = 8192
@@ -88,6 +88,8 @@ class Sandbox:
     def __init__(self, spec: dict[str, Any], view: namespaces.View | None = None) -> None:
         self.notes: list[str] = []
         self.group: cgroups.Group | None = None
+        self.oom_fd: int | None = None  # a container's replica on v1: container_parent()
+        self.engine_parent: str | None = None
         self.view = view
         lim = spec.get("limits") or {}
         self.mib = int(lim.get("mib") or 0)
@@ -95,6 +97,7 @@ class Sandbox:
             pids = int(os.environ.get(PIDS_ENV) or DEFAULT_PIDS)
         except ValueError:
             pids = DEFAULT_PIDS
+        self.pids_max = pids if pids > 0 else None
         rules = None
         if devices.cgroup_wanted():
             try:
@@ -124,16 +127,34 @@ class Sandbox:
     def pids(self) -> list[int]:
         return self.group.pids() if self.group is not None else []
 
+    def container_parent(self) -> str | None:
+        """Where a container engine makes the container's cgroup: inside this replica's (its memory cgroup's
+        path on v1), so that its memory limit and usage are this replica's. On v1 the kernel counts an
+        out-of-memory kill in the container's own cgroup, which the engine removes as it ends: the replica's
+        group is watched for out-of-memory events from here on instead."""
+        if self.group is None:
+            return None
+        if isinstance(self.group, cgroups.GroupV1) and self.oom_fd is None:
+            self.oom_fd = self.group.watch_oom()
+        d = self.group.dirs.get("memory") or self.group.dirs.get("")
+        self.engine_parent = cgroups.relative(d) if d is not None else None
+        return self.engine_parent
+
     def finish(self, result: dict[str, Any]) -> None:
         """Add the replica's usage to its exit record, say so when the memory limit killed it, remove the cgroup."""
         if self.group is None:
             return
+        parent = self.engine_parent
         use = self.group.usage()
         result["usage"] = {"cpu_seconds": use.cpu_seconds, "memory_peak_bytes": use.memory_peak_bytes}
-        if use.oom_kills and result.get("returncode") != 0 and self.mib:
+        killed = cgroups.oom_events(self.oom_fd) > 0 and result.get("returncode") == 137  # the engine's SIGKILL code
+        self.oom_fd = None
+        if (use.oom_kills or killed) and result.get("returncode") != 0 and self.mib:
             result["reason"] = f"exceeded its memory limit ({_gib(self.mib)}) and was killed"
             result["oom"] = True
         self.group.remove()
+        if parent is not None and self.group.kind == "v1":
+            cgroups.remove_at(parent)  # what the engine made at that path in the other controllers
 
 
 def discard(job: str, attempt: int, rank: int) -> None:

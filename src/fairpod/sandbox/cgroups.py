@@ -112,6 +112,32 @@ def _rmdir(path: Path) -> None:
         time.sleep(0.005)
 
 
+def _subtree(d: Path) -> list[Path]:
+    """``d`` and the cgroups below it (a container engine makes its own inside a replica's), deepest first."""
+    out: list[Path] = []
+    for top, dirs, _ in os.walk(d, topdown=False, onerror=lambda e: None):
+        out += [Path(top) / x for x in dirs]
+    return out + [d]
+
+
+def relative(path: Path) -> str:
+    """``path`` (a cgroup directory) as a path inside its cgroup mount, e.g. ``/fairpod/train-1.0.0``."""
+    points = [Path(m[0]) for m in _mounts() if path.is_relative_to(m[0])]
+    if not points:
+        return str(path)
+    return "/" + str(path.relative_to(max(points, key=lambda p: len(p.parts))))
+
+
+def remove_at(rel: str) -> None:
+    """Remove ``rel`` (and what is below it) in every v1 controller where it exists and is empty: what a
+    container engine made at the same path in controllers whose replica cgroup lies elsewhere."""
+    for point, fstype, _ in _mounts():
+        d = Path(point) / rel.lstrip("/")
+        if fstype == "cgroup" and d.is_dir():
+            for x in _subtree(d):
+                _rmdir(x)
+
+
 class Group:
     """One replica's cgroup (its directories, one per v1 controller, or one v2 directory)."""
 
@@ -133,9 +159,11 @@ class Group:
             _write(f, str(pid))
 
     def pids(self) -> list[int]:
+        """Every process in the group, also in cgroups below it."""
         out: set[int] = set()
-        for f in self.procs_file():
-            out.update(int(p) for p in (_read(f) or "").split() if p.isdigit())
+        for d in dict.fromkeys(self.dirs.values()):
+            for sub in _subtree(d):
+                out.update(int(p) for p in (_read(sub / "cgroup.procs") or "").split() if p.isdigit())
         return sorted(out)
 
     def usage(self) -> Usage:
@@ -143,7 +171,8 @@ class Group:
 
     def remove(self) -> None:
         for d in dict.fromkeys(self.dirs.values()):
-            _rmdir(d)
+            for sub in _subtree(d):
+                _rmdir(sub)
 
 
 class GroupV1(Group):
@@ -177,6 +206,33 @@ class GroupV1(Group):
             memory_peak_bytes=int(peak) if peak and peak.strip().isdigit() else None,
             oom_kills=oom or 0,
         )
+
+
+    def watch_oom(self) -> int | None:
+        """An eventfd the kernel signals each time the group is out of memory (also when a process in a cgroup
+        below it is the one killed, where ``oom_kill`` counts it); None when it cannot be set up."""
+        try:
+            efd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            ofd = os.open(self.dirs["memory"] / "memory.oom_control", os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _write(self.dirs["memory"] / "cgroup.event_control", f"{efd} {ofd}")
+            finally:
+                os.close(ofd)
+        except (OSError, KeyError):
+            return None
+        return efd
+
+
+def oom_events(efd: int | None) -> int:
+    """How many times the group of :meth:`GroupV1.watch_oom` was out of memory (the eventfd is closed)."""
+    if efd is None:
+        return 0
+    try:
+        return os.eventfd_read(efd)
+    except OSError:  # BlockingIOError: none
+        return 0
+    finally:
+        os.close(efd)
 
 
 class GroupV2(Group):

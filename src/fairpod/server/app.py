@@ -21,6 +21,7 @@ from fairpod.server import (
     api_rules,
     diskfull,
     metrics,
+    registries,
     routes_admin,
     routes_backup,
     routes_dashboard,
@@ -147,6 +148,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     routes_backup.add_routes(api, cp)
     routes_spec.add_routes(api, cp)
     routes_services.add_routes(api, cp)
+    registries.add_routes(api, cp)
     app.include_router(api)
     metrics.add_routes(app, cp)
     routes_static.add_routes(app)

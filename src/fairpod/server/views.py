@@ -86,6 +86,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             command=job.spec.command,
             env=job.spec.env if reader is None or reader.acts_for(job.team) else dict.fromkeys(job.spec.env, HIDDEN),
             workdir=job.spec.workdir,
+            image=job.spec.image, image_pull_policy=job.spec.image_pull_policy, mounts=job.spec.mounts,
             checkpoint={"at": job.checkpoint_at, "step": job.checkpoint_step, "path": job.checkpoint_path},
             master_port=job.master_port,
             termination_grace_seconds=job.spec.termination_grace_seconds,
@@ -185,6 +186,7 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
         "topology": ({lv: domain_name(snode.topo[i]) for i, lv in enumerate(cp.spec.cluster.topology_levels)}
                      if snode is not None and len(snode.topo) == len(cp.spec.cluster.topology_levels) else None),
         "enforced": enforced_view(cp),
+        "containers": containers_view(cp),
     }
 
 
@@ -196,6 +198,16 @@ def enforced_view(cp: ControlPlane) -> dict[str, bool] | None:
     from fairpod.sandbox import capabilities
 
     return capabilities.host().view()
+
+
+def containers_view(cp: ControlPlane) -> dict[str, Any] | None:
+    """The container engine of the node and the images in its cache (fairpod.sandbox.container): the local
+    executor's nodes are all this host; None where fairpod cannot tell (another executor's nodes)."""
+    if cp.executor.name != "local":
+        return None
+    from fairpod.sandbox import container
+
+    return container.node_view()
 
 
 def cluster_view(cp: ControlPlane) -> dict[str, Any]:

@@ -32,7 +32,7 @@ def one_error_line(r: subprocess.CompletedProcess) -> str:
 def test_hyp_pytorch_job_commands_on_a_live_server(server: Server, tmp_path: Path):
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    r = hyp(server, "create", "hyp-pytorch-job", "--job-name", "hello", "--image", "123.dkr.ecr/train:1",
+    r = hyp(server, "create", "hyp-pytorch-job", "--job-name", "hello", "--image", "123.dkr.ecr/train:1", "--on-host",
             "--queue-name", "hyperpod-ns-john-localqueue", "--namespace", "hyperpod-ns-john",
             "--priority", "training-priority", "--max-retry", "2", "--instance-type", "ml.g5.12xlarge",
             "--node-count", "2", "--accelerators", "2", "--tasks-per-node", "1",
@@ -40,7 +40,7 @@ def test_hyp_pytorch_job_commands_on_a_live_server(server: Server, tmp_path: Pat
             "--command", f"[{sys.executable}, {script}]", "--args", "[--epochs, 3]")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("hyp-pytorch-job hello created in namespace hyperpod-ns-john: fairpod job ")
-    assert "the image 123.dkr.ecr/train:1 is not used: the command runs on the node" in r.stderr
+    assert "the image 123.dkr.ecr/train:1 is not used (--on-host): the command runs on the node" in r.stderr
     job = server.wait_state("hello", "Running")
     assert (job["team"], job["priority"], job["nodes"], job["accelerators_per_node"]) == ("john", "training", 2, 2)
     assert job["auto_resume"] is True and job["max_retry"] == 2

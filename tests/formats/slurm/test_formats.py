@@ -164,7 +164,7 @@ def manifests(name: str) -> list:
 
 
 def test_the_seed_manifest_converts():
-    jobs, warnings = convert_all(manifests("fsdp-john.yaml"), python="/py", cwd="/work")
+    jobs, warnings = convert_all(manifests("fsdp-john.yaml"), python="/py", cwd="/work", on_host=True)
     assert len(jobs) == 1 and "skipped Service/etcd, Deployment/etcd" in warnings[0]
     j = jobs[0]
     b = j.body
@@ -174,7 +174,8 @@ def test_the_seed_manifest_converts():
     assert b["env"]["LOGLEVEL"] == "DEBUG" and b["env"]["NCCL_SOCKET_IFNAME"] == "^lo"
     assert json.loads(b["env"]["FAIRPOD_PYTORCHJOB"]) == {"elastic": True, "max_restarts": 100}
     text = "\n".join(j.warnings)
-    assert "container image 123456789012.dkr.ecr" in text and "vpc.amazonaws.com/efa" in text
+    assert "container image 123456789012.dkr.ecr" in text and "is not used (--on-host)" in text
+    assert "vpc.amazonaws.com/efa" in text
     assert "volumes are not mounted" in text and "rendezvous etcd at etcd:2379" in text
     assert any("team john (namespace hyperpod-ns-john)" in n for n in j.notes)
     # rdzvBackend etcd, minReplicas 1, maxReplicas 64: not fairpod's rendezvous, so 2 replicas exactly (preempted
@@ -208,7 +209,7 @@ def test_manifest_fields_and_errors():
     assert "which team" in broken({"metadata.namespace": "kubeflow", "metadata.labels": {},
                                    f"{tpl}.metadata.labels": {}})
     assert "different teams" in broken({"metadata.namespace": "hyperpod-ns-john"})
-    assert "no command" in broken({f"{tpl}.spec.containers.0.command": None})
+    assert "no command" in broken({f"{tpl}.spec.containers.0.command": None, f"{tpl}.spec.containers.0.image": None})
     assert "replicas must be" in broken({"spec.pytorchReplicaSpecs.Worker.replicas": 0})
     assert "unknown replica type" in broken({"spec.pytorchReplicaSpecs.Chief": {}})
     assert "not a whole number" in broken({"metadata.annotations": {

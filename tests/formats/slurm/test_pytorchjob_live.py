@@ -25,17 +25,18 @@ def manifest(tmp_path: Path, name: str, seconds: float) -> Path:
 
 
 def test_seed_manifests_share_the_cluster_and_auto_resume(server: Server, tmp_path: Path):
-    r = server.cli("apply", "-f", str(manifest(tmp_path, "fsdp-john.yaml", 60)), check=False)
+    r = server.cli("apply", "--on-host", "-f", str(manifest(tmp_path, "fsdp-john.yaml", 60)), check=False)
     assert r.returncode == 0, r.stderr
     assert re.match(r"pytorchjob\.kubeflow\.org/fsdp created: fairpod job \d+ for team john, 2 replica", r.stdout)
     assert "skipped Service/etcd, Deployment/etcd" in r.stderr
-    assert "container image 123456789012.dkr.ecr.us-west-2.amazonaws.com/hyprpd-tskgvrn-fsdp:pytorch2.2 cannot be " \
-           "used on the local executor" in r.stderr
+    assert "container image 123456789012.dkr.ecr.us-west-2.amazonaws.com/hyprpd-tskgvrn-fsdp:pytorch2.2 is not " \
+           "used (--on-host)" in r.stderr
     john = server.wait_state("fsdp", "Running")
     assert john["team"] == "john" and john["priority"] == "training" and john["accelerators_per_node"] == 4
     assert server.api("GET", "/cluster").json()["capacity"]["ml.g5.12xlarge"]["utilization"] == 0.5
 
-    r = server.cli("apply", "-f", str(manifest(tmp_path, "fsdp-smith.yaml", 60)), "-o", "json", check=False)
+    r = server.cli("apply", "--on-host", "-f", str(manifest(tmp_path, "fsdp-smith.yaml", 60)), "-o", "json",
+                   check=False)
     assert r.returncode == 0, r.stderr
     smith = json.loads(r.stdout)
     assert smith["team"] == "smith" and smith["auto_resume"] is True and smith["max_retry"] == 2

@@ -26,10 +26,16 @@ What is read (everything else is reported, never silently dropped):
   the replica count (or ``maxReplicas`` when smaller), ``PET_NNODES=MIN:MAX``. Another backend (etcd,
   etcd-v2, static) runs the replica count exactly, with a note: the rendezvous it names is not fairpod's.
 
-The container image cannot be used on the local executor: the command runs on this machine (a warning says
-so; an absolute command path that does not exist here, like ``/usr/local/bin/torchrun``, is looked up by
-name on the replica's PATH). Volumes are not mounted. Other documents in the file (the etcd Service and
+The container's ``image`` runs (docs/containers.md): ``command``/``args`` in it (the image's entrypoint when
+none is given; ``$(VAR)`` expanded as Kubernetes does), ``env``, ``imagePullPolicy``, and ``volumeMounts`` of
+``hostPath`` volumes bound at their ``mountPath``; the ``PET_*`` variables are given as ``$(VAR)`` templates of
+the replica's own. ``fairpod apply --on-host`` runs the command on the node instead, as fairpod did before
+images (a warning says the image is not used; an absolute command path that does not exist here, like
+``/usr/local/bin/torchrun``, is looked up by name on the replica's PATH; volumes are not mounted). Other documents in the file (the etcd Service and
 Deployment of the seed post) are skipped with a warning.
+
+Longer than fairpod's usual module: one PyTorchJob's conversion reads each field of the manifest in one place,
+to be checked against Kubeflow's documentation side by side.
 """
 
 from __future__ import annotations
@@ -40,6 +46,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from fairpod.formats.kube.image import host_mounts, image_env
 
 NS_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
 QUEUE_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-localqueue$")
@@ -155,12 +163,15 @@ def _resources(c: dict[str, Any], where: str, warnings: list[str]) -> dict[str, 
     return out
 
 
-def _command(c: dict[str, Any], where: str) -> list[str]:
+def _command(c: dict[str, Any], where: str, in_image: bool = False) -> list[str]:
     cmd, args = c.get("command") or [], c.get("args") or []
     if not isinstance(cmd, list) or not isinstance(args, list):
         raise ManifestError(f"{where}: command and args must be lists")
     argv = [str(x) for x in [*cmd, *args]]
-    if not cmd:
+    if not cmd and in_image and args:
+        raise ManifestError(f"{where}: args without command (the image's entrypoint with other arguments) is not "
+                            "supported; give the command")
+    if not cmd and not in_image:
         raise ManifestError(f"{where}.command: the container has no command (the image's entrypoint cannot be "
                             "used on the local executor); give the command to run")
     return argv
@@ -189,7 +200,7 @@ def _signature(c: dict[str, Any], spec: dict[str, Any]) -> str:
     return json.dumps([keep, spec.get("nodeSelector")], sort_keys=True, default=str)
 
 
-def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
+def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False) -> Converted:
     """The fairpod job (POST /jobs body) of one PyTorchJob document."""
     warnings: list[str] = []
     notes: list[str] = []
@@ -277,22 +288,27 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
         affinity = None
     if affinity or tspec.get("tolerations"):
         warnings.append("affinity and tolerations are not used: fairpod places the job by its quota rules")
-    image = c.get("image")
-    if image:
-        warnings.append(f"the container image {image} cannot be used on the local executor: the command runs on "
+    image = str(c["image"]) if c.get("image") else None
+    in_image = image is not None and not on_host
+    if image and not in_image:
+        warnings.append(f"the container image {image} is not used (--on-host): the command runs on "
                         "this machine, which needs its interpreter, libraries and code")
     mounts = [f"{m.get('mountPath')}" for m in c.get("volumeMounts") or [] if isinstance(m, dict)]
-    if mounts:
+    if mounts and not in_image:
         warnings.append(f"volumes are not mounted on the local executor ({', '.join(mounts)}): paths in the "
                         "command refer to this machine")
-    workdir = cwd
-    if c.get("workingDir"):
+    workdir: str | None = cwd
+    if in_image:
+        workdir = None
+        if c.get("workingDir"):
+            warnings.append(f"workingDir {c['workingDir']}: the image's own working directory is used")
+    elif c.get("workingDir"):
         if Path(str(c["workingDir"])).is_dir():
             workdir = str(c["workingDir"])
         else:
             warnings.append(f"workingDir {c['workingDir']} does not exist here; the job runs in {cwd}")
-    argv = _command(c, where)
-    if argv[0].startswith("/") and not Path(argv[0]).exists():
+    argv = _command(c, where, in_image)
+    if not in_image and argv[0].startswith("/") and not Path(argv[0]).exists():
         warnings.append(f"{argv[0]} does not exist on this machine: each replica runs "
                         f"{os.path.basename(argv[0])} from its PATH instead")
     env = _env(c, where, warnings)
@@ -321,11 +337,26 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str) -> Converted:
         pet["nproc_per_node"] = str(spec["nprocPerNode"])
     if spec.get("runPolicy"):
         warnings.append("runPolicy is not used; restarts come from the auto-resume annotations")
-    env[ENV_CONFIG] = json.dumps(pet)
+    if in_image:
+        env = {**image_env(pet, size), **env}
+        command = argv
+    else:
+        env[ENV_CONFIG] = json.dumps(pet)
+        command = [python, "-m", "fairpod.formats.kube.pod", "--", *argv]
     body: dict[str, Any] = {
-        "name": name, "team": team, "priority": priority, "instance_type": instance_type, **size, **res, "command": [python, "-m", "fairpod.formats.kube.pod", "--", *argv], "env": env, "workdir": workdir,
+        "name": name, "team": team, "priority": priority, "instance_type": instance_type, **size, **res, "command": command, "env": env, "workdir": workdir,
         "auto_resume": auto, "max_retry": max_retry,
     }  # fmt: skip
+    if in_image:
+        try:
+            body.update(image=image, mounts=host_mounts(c, tspec, where, warnings))
+        except ValueError as e:
+            raise ManifestError(str(e)) from None
+        if c.get("imagePullPolicy"):
+            if c["imagePullPolicy"] not in ("Always", "IfNotPresent", "Never"):
+                raise ManifestError(f"{where}.imagePullPolicy: {c['imagePullPolicy']!r} is not Always, IfNotPresent "
+                                    "or Never")
+            body["image_pull_policy"] = c["imagePullPolicy"]
     grace = tspec.get("terminationGracePeriodSeconds")
     if grace is not None:
         body["termination_grace_seconds"] = float(grace)
@@ -395,7 +426,8 @@ def _topology(annotations: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def convert_all(docs: list[Any], *, python: str, cwd: str) -> tuple[list[Converted], list[str]]:
+def convert_all(docs: list[Any], *, python: str, cwd: str, on_host: bool = False
+                ) -> tuple[list[Converted], list[str]]:
     """Every PyTorchJob of a file, and warnings about the documents that are skipped."""
     jobs, skipped = [], []
     for i, d in enumerate(docs):
@@ -404,7 +436,7 @@ def convert_all(docs: list[Any], *, python: str, cwd: str) -> tuple[list[Convert
         kind = str(d.get("kind", ""))
         if kind == "PyTorchJob":
             try:
-                jobs.append(convert(d, python=python, cwd=cwd))
+                jobs.append(convert(d, python=python, cwd=cwd, on_host=on_host))
             except ManifestError as e:
                 name = _map(d.get("metadata"), "metadata").get("name", "?")
                 raise ManifestError(f"PyTorchJob {name}: {e}") from None

@@ -69,7 +69,8 @@ NO_EFFECT_VALUE = {
     "--tmp": "no scratch accounting", "-L": "no licenses", "--licenses": "no licenses",
     "--reservation": "no reservations", "--wckey": "no accounting keys", "-w": "fairpod places the job",
     "--nodelist": "fairpod places the job", "-x": "fairpod places the job", "--exclude": "fairpod places the job",
-    "--container-image": "the local executor runs on the host", "--ntasks-per-gpu": "no per-GPU tasks",
+    "--container-image": "the batch script runs on the node (an image job: fairpod start-job --image, docs/containers.md)",
+    "--ntasks-per-gpu": "no per-GPU tasks",
     "--mpi": "no MPI plugin", "--cpu-bind": "no CPU binding",
 }  # fmt: skip
 NO_EFFECT_FLAGS = {

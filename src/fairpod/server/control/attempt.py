@@ -5,6 +5,7 @@ replicas' exits, a stop begun, every replica stopped, finished. Grow and shrink 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 from fairpod.executors.base import ExecutorError, HostGpus, JobLaunch, ReplicaExit, ReplicaLaunch, capability
@@ -30,6 +31,16 @@ from fairpod.server.runs import (
 from fairpod.store.records import Job
 
 log = logging.getLogger("fairpod.control")
+
+
+def container_of(image: str | None, pull: str | None, mounts: list[str], workdir: str | None,
+                 auth: Path) -> dict[str, Any] | None:
+    """The ``container`` of a job's launch (fairpod.sandbox.container), None for a host command; ``auth`` is the
+    team's registry logins (fairpod.server.registries), passed on only when the team has some."""
+    if not image:
+        return None
+    return {"image": image, "pull": pull, "mounts": list(mounts), "workdir": workdir,
+            "auth_file": str(auth) if auth.exists() else None}
 
 
 class AttemptLife:
@@ -161,6 +172,8 @@ class AttemptLife:
                  "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
             run_as=self.spec.run_as(job.team), world=len(job.placement) if grow else 0,
+            container=container_of(job.spec.image, job.spec.image_pull_policy, job.spec.mounts, job.spec.workdir,
+                                   self.home / "registries" / f"{job.team}.json"),
             replicas=tuple(ReplicaLaunch(rank=r, node=n, accelerators=tuple(run.slots.get(n, [])),
                                          real_gpus=self._gpus_are_real(n), devices=devices[n],
                                          mcpu=job.mcpu, mib=job.mib)
@@ -219,6 +232,8 @@ class AttemptLife:
         run.codes[str(e.rank)] = e.returncode
         if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):
             self.event("ReplicaUsage", usage_message(job.name, use), job, **use)
+        if e.reason.startswith("image pull failed"):  # the job's image, not its node (fairpod.sandbox.container)
+            self.event("ImagePullFailed", f"job {job.name} replica {e.rank}: {e.reason}", job, attempt=e.attempt)
         if run.stop_at is not None and e.ended_at < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:

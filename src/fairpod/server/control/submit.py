@@ -100,7 +100,7 @@ class Submitting:
             resolved = resolve_job(spec, self.spec)
         except ValueError as e:
             raise InvalidJob(str(e)) from None
-        if spec.command == []:
+        if spec.command == [] and not spec.image:  # in an image: its own entrypoint
             raise InvalidJob("the job has no command: give one after --")
         resize.check(self.executor, spec)
         serving.check(self.executor, spec)

@@ -1,0 +1,110 @@
+"""Replicas in container images on the local executor, with real podman (no mock): the replica's cgroup holds the
+container (its memory limit kills a hog with the memory reason), the container sees neither the host's fairpod
+state nor another team's files, runs as the team's user with the job's environment, and a stop's SIGTERM reaches
+the process inside."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fairpod.executors import LocalExecutor
+from fairpod.executors.base import JobLaunch, ReplicaExit, ReplicaLaunch
+from fairpod.sandbox import cgroups
+
+from . import images
+from .conftest import wait_for
+from .test_limits import exit_of, output
+
+
+@pytest.fixture
+def image() -> str:
+    return images.busybox()
+
+
+def launch(ex: LocalExecutor, tmp: Path, name: str, team: str, script: str, image: str, mib: int = 256) -> None:
+    ex.launch(JobLaunch(job=name, team=team, attempt=0, command=["sh", "-c", script],
+                        checkpoint_dir=str(tmp / "ckpt" / team / name), grace_seconds=5.0,
+                        container={"image": image, "pull": "Never", "mounts": [], "workdir": None},
+                        replicas=(ReplicaLaunch(rank=0, node="n0", mcpu=1000, mib=mib),)))
+
+
+def test_a_memory_hog_in_a_container_is_stopped_with_the_memory_reason(
+        ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy, image: str) -> None:
+    got: list[ReplicaExit] = []
+    launch(ex, tmp_path, "hog", "a", "dd if=/dev/zero of=/dev/null bs=400M count=1 && echo survived", image, mib=128)
+    e = exit_of(ex, "hog", got, 120.0)
+    assert not e.ok
+    assert e.reason == "exceeded its memory limit (0.125 GiB) and was killed", output(tmp_path, "hog")
+    assert "\nsurvived" not in output(tmp_path, "hog")
+
+
+def test_a_container_sees_no_host_state_and_no_other_teams_files(
+        ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy, image: str) -> None:
+    secret = tmp_path / "ckpt" / "b" / "their-job"
+    secret.mkdir(parents=True)
+    (secret / "weights.pt").write_text("team b's weights")
+    home = Path(os.environ.get("FAIRPOD_HOME", tmp_path))
+    script = (f"cat {secret}/weights.pt; ls {tmp_path / 'runs'}; ls {home}; ls /root; "
+              'echo "user $(id -u):$(id -g) job $FAIRPOD_JOB rank $RANK world $WORLD_SIZE"; '
+              'echo mine > "$FAIRPOD_CHECKPOINT_DIR/own" && echo wrote own checkpoint')
+    launch(ex, tmp_path, "peek", "a", script, image)
+    e = exit_of(ex, "peek", [], 120.0)
+    out = output(tmp_path, "peek")
+    assert "team b's weights" not in out and "output.log" not in out, out
+    assert out.count("No such file or directory") >= 3, out
+    assert "job peek rank 0 world 1" in out and "wrote own checkpoint" in out, out
+    assert (tmp_path / "ckpt" / "a" / "peek" / "own").read_text() == "mine\n"
+    if os.geteuid() == 0:  # as root: the team's own user, not root
+        import pwd
+        u = pwd.getpwnam("fairpod-a")
+        assert f"user {u.pw_uid}:{u.pw_gid} " in out, out
+    assert e.ok or e.returncode == 1, e  # ls of what is absent exits 1 before the last lines run
+
+
+def test_a_stop_reaches_the_process_inside_with_its_grace(
+        ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy, image: str) -> None:
+    script = "trap 'echo got SIGTERM; exit 7' TERM; echo ready; while true; do sleep 0.2; done"
+    launch(ex, tmp_path, "term", "a", script, image)
+    wait_for(lambda: "\nready" in output(tmp_path, "term"), 120.0)
+    ex.stop("term", 0, 5.0)
+    e = exit_of(ex, "term", [], 60.0)
+    assert "got SIGTERM" in output(tmp_path, "term")
+    assert e.returncode == 7, e
+    assert not any(d.name.startswith("term.") for b in hierarchy.bases.values() for d in b.iterdir()), \
+        "the replica's cgroup (and the container's inside it) is removed"
+
+
+def test_node_list_shows_the_engine_and_the_cached_images(tmp_path: Path, image: str) -> None:
+    from ..server.conftest import running
+
+    for server in running(tmp_path):
+        nodes = server.api("GET", "/nodes").json()["nodes"]
+        c = nodes[0]["containers"]
+        assert c["engine"].startswith("podman ") and c["runtime"] in ("runc", "crun") and image in c["images"]
+        table = server.cli("node", "list").stdout
+        assert "CONTAINERS" in table and f"{c['engine']}/{c['runtime']}, " in table
+
+
+def test_start_job_image_flags_and_their_bad_input(tmp_path: Path, image: str) -> None:
+    from ..server.conftest import running
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "in.txt").write_text("dataset line\n")
+    (tmp_path / "srv").mkdir()
+    for server in running(tmp_path / "srv"):
+        r = server.cli("start-job", "--name", "img", "--team", "john", "--image", image, "--image-pull-policy",
+                       "Never", "--mount", f"{data}:/data:ro", "--", "sh", "-c",
+                       "cat /data/in.txt; echo x > /data/new 2>&1 || echo read-only; pwd")
+        assert "submitted for team john" in r.stdout
+        job = server.wait_state("img", "Succeeded", 120)
+        out = server.api("GET", f"/jobs/{job['id']}/logs").text
+        assert "dataset line" in out and "read-only" in out and "\n/\n" in out, out  # the image's own workdir
+        for args, words in ((["--mount", "data:/data", "--image", image], "--mount data:/data: give HOST:CONTAINER"),
+                            (["--image-pull-policy", "Never"], "go with --image"),
+                            (["--image-pull-policy", "Sometimes", "--image", image], "'Sometimes'; one of Always, IfNotPresent, Never")):
+            r = server.cli("start-job", "--name", "bad", "--team", "john", *args, "--", "true", check=False)
+            assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
