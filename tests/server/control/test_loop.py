@@ -13,7 +13,7 @@ from fairpod.model.jobs import JobState
 from fairpod.server.runs import STOP_CANCEL, job_key
 from fairpod.server.turn_gate import TurnGate
 
-from .inproc import InProc
+from ..inproc import InProc
 
 
 def during_launch(h: InProc, action: Any) -> list[Any]:

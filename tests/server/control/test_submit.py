@@ -16,7 +16,7 @@ from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.errors import InvalidJob, JobExists
 from fairpod.store import StoreError
 
-from .inproc import InProc
+from ..inproc import InProc
 
 
 def queued(h: InProc, calls: list[Callable[[], Any]]) -> list[Any]:

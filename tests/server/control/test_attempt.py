@@ -15,7 +15,7 @@ from fairpod.model.jobs import JobState
 from fairpod.server.control import ControlPlane
 from fairpod.server.runs import Slots, SlotsBusy
 
-from .inproc import InProc
+from ..inproc import InProc
 
 
 class Crash(BaseException):

@@ -12,7 +12,7 @@ from fairpod.model.jobs import JobState
 from fairpod.model.nodes import NodeHealth
 from fairpod.server.views import cluster_view
 
-from .inproc import InProc
+from ..inproc import InProc
 
 
 def in_step(h: InProc) -> None:
