@@ -63,8 +63,8 @@ def group_of(path: Path) -> str | None:
     return next((g for p, g in GROUPS.items() if rel == p or (p.endswith("/") and rel.startswith(p))), None)
 
 
-# the groups that take longest, first: a worker starts each as soon as the run starts instead of at its end
-FIRST = ("ray", "native")
+# what takes longest, first (groups, then folders): workers start these as the run starts, not at its end
+FIRST = ("ray", "native", "training/")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
@@ -76,7 +76,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
         m = item.get_closest_marker("xdist_group")
         g = (m.args[0] if m.args else m.kwargs.get("name")) if m else None
-        return FIRST.index(g) if g in FIRST else len(FIRST)
+        if g in FIRST:
+            return FIRST.index(g)
+        rel = item.path.resolve().relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+        return next((i for i, p in enumerate(FIRST) if p.endswith("/") and rel.startswith(p)), len(FIRST))
 
     items.sort(key=rank)  # stable: collection order within each
 
