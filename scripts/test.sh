@@ -41,4 +41,8 @@ fi
 echo "== ruff"
 .venv/bin/ruff check src tests benchmarks examples
 echo "== pytest"
-.venv/bin/python -m pytest "$@"
+# in parallel (pytest-xdist): most tests wait on processes and I/O, so twice as many workers as cores (at least 4);
+# --dist loadgroup keeps each group of tests that share a fixed resource on one worker (tests/conftest.py).
+# FAIRPOD_TEST_WORKERS overrides the count; arguments given here come last, so `-n 0` runs serially.
+WORKERS=${FAIRPOD_TEST_WORKERS:-$(( $(nproc) * 2 > 4 ? $(nproc) * 2 : 4 ))}
+.venv/bin/python -m pytest -n "$WORKERS" --dist loadgroup "$@"

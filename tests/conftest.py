@@ -1,12 +1,49 @@
-"""Suite-wide: the report header says which engine runs (``fairpod.governance.engine_name``: native or pure Python)."""
+"""Suite-wide: the report header says which engine runs (``fairpod.governance.engine_name``: native or pure Python),
+and what makes the suite safe to run in parallel (``scripts/test.sh`` runs it with pytest-xdist, ``--dist loadgroup``).
+
+Parallel workers share the machine, so a test that needs a resource there is one of is in an ``xdist_group``: the
+tests of one group run one after another on one worker. The groups (given here by path, so a new test file under
+these paths is in its group without saying so; a test may also carry ``@pytest.mark.xdist_group(NAME)`` itself):
+
+- ``ray``: the loopback Ray cluster on 127.0.0.2, 127.0.0.3, ... (tests/ray: the session cluster of
+  tests/ray/conftest.py, and tests/ray/test_ray_files.py's own), and the per-team OS users ``fairpod-<team>``
+  (``fairpod-smith``, ``fairpod-john``...) that the whole sandbox creates as root: the tests that make them remove the
+  ``fairpod-*`` users that appeared while they ran, which would be another worker's (tests/sandbox's files, reach,
+  devices and live tests, tests/server/test_isolation.py; test_ray_files.py needs both, hence one group).
+- ``native``: the compiled engine of tests/governance/test_native.py, built once by a module-scoped fixture (minutes
+  of mypyc): spread over workers, each would build it again.
+
+Made unique per worker instead: the cgroups of the replicas. They are named ``<job>-<id>.<attempt>.<rank>``, the same
+in every test server (job ``a``, id 1...), and a server kills what is left in a group of its job's name; so each
+worker gets its own cgroup subtree (``FAIRPOD_CGROUP_ROOT``: fairpod's subtree of this host, then the worker's id,
+e.g. ``fairpod/gw1``), inherited by every server, executor and Ray node the worker starts. Everything else a test
+uses is its own already: free ports, ``tmp_path`` homes and config paths (``FAIRPOD_HOME``, ``FAIRPOD_CONFIG``,
+``HOME``), a fresh Chromium profile, a build folder per native build test.
+
+One file without workers: ``.venv/bin/python -m pytest -p no:xdist tests/some/test_file.py`` (or ``-n 0``).
+"""
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
 from fairpod import governance
+from fairpod.sandbox import cgroups
+
+TESTS = Path(__file__).resolve().parent
+# path under tests/ (a folder ends with "/") -> its xdist group (see the docstring)
+GROUPS = {
+    "ray/": "ray",
+    "sandbox/test_files.py": "ray",
+    "sandbox/test_reach.py": "ray",
+    "sandbox/test_devices.py": "ray",
+    "sandbox/test_live.py": "ray",
+    "server/test_isolation.py": "ray",
+    "governance/test_native.py": "native",
+}
 
 
 def pytest_report_header() -> str:
@@ -16,6 +53,74 @@ def pytest_report_header() -> str:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get("FAIRPOD_EXPECT_NATIVE") == "1" and not governance.is_native():
         raise pytest.UsageError("FAIRPOD_EXPECT_NATIVE=1 but the engine loaded is pure Python")
+
+
+def group_of(path: Path) -> str | None:
+    try:
+        rel = path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return None
+    return next((g for p, g in GROUPS.items() if rel == p or (p.endswith("/") and rel.startswith(p))), None)
+
+
+# what takes longest, first (groups, then folders): workers start these as the run starts, not at its end
+FIRST = ("ray", "native", "training/")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None and (g := group_of(item.path)):
+            item.add_marker(pytest.mark.xdist_group(g))
+
+    def rank(item: pytest.Item) -> int:
+        m = item.get_closest_marker("xdist_group")
+        g = (m.args[0] if m.args else m.kwargs.get("name")) if m else None
+        if g in FIRST:
+            return FIRST.index(g)
+        rel = item.path.resolve().relative_to(TESTS).as_posix() if item.path.is_relative_to(TESTS) else ""
+        return next((i for i, p in enumerate(FIRST) if p.endswith("/") and rel.startswith(p)), len(FIRST))
+
+    items.sort(key=rank)  # stable: collection order within each
+
+
+def _subtree_root(worker: str) -> str | None:
+    """``FAIRPOD_CGROUP_ROOT`` for this worker: fairpod's subtree of this host (relative to its mount; on cgroup v1
+    the memory controller's, which may be nested in the host's own group), then the worker's id."""
+    try:
+        h = cgroups.detect()
+    except cgroups.CgroupError:
+        return None
+    base = h.bases.get("memory", next(iter(h.bases.values())))
+    mount = base
+    while not os.path.ismount(mount) and mount != mount.parent:
+        mount = mount.parent
+    return f"/{base.relative_to(mount).as_posix()}/{worker}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and cgroups.ROOT_ENV not in os.environ and (root := _subtree_root(worker)):
+        os.environ[cgroups.ROOT_ENV] = root
+        config.stash[_OWN_ROOT] = root
+
+
+_OWN_ROOT = pytest.StashKey[str]()
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove this worker's cgroup subtree (empty by now: every test removes the groups it made)."""
+    if _OWN_ROOT not in config.stash:
+        return
+    try:
+        h = cgroups.detect()
+    except cgroups.CgroupError:
+        return
+    for b in h.bases.values():
+        try:
+            b.rmdir()
+        except OSError:
+            pass
 
 
 @pytest.fixture(autouse=True)

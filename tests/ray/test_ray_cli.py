@@ -68,8 +68,8 @@ def test_help_explains_the_ray_executor(tmp_path: Path):
 def test_up_in_the_background_with_the_ray_flags(ray_cluster: RayTestCluster, ray_driver, tmp_path: Path):
     port = free_port()
     ns = f"cli-{uuid.uuid4().hex[:8]}"
-    r = fairpod(tmp_path, "up", "--port", str(port), "--ray-address", ray_cluster.address, "--ray-namespace", ns)
-    try:
+    try:  # the up too: one that timed out has started a server, which the finally stops
+        r = fairpod(tmp_path, "up", "--port", str(port), "--ray-address", ray_cluster.address, "--ray-namespace", ns)
         assert r.returncode == 0, r.stderr + r.stdout
         assert f"nodes from the Ray cluster at {ray_cluster.address} (namespace {ns})" in r.stdout
 

@@ -26,13 +26,12 @@ def test_up_on_a_taken_port_fails_and_writes_nothing(tmp_path: Path):
     a = Server(tmp_path / "a")
     a.env.pop("FAIRPOD_CONFIG")
     a.env.update(HOME=str(xdg_home), XDG_CONFIG_HOME=str(tmp_path / "xdg"))
-    r = _cli(a.env, "up", "--port", str(a.port))
-    assert r.returncode == 0, r.stderr
-    cfg_path = tmp_path / "xdg" / "fairpod" / "config.json"  # XDG_CONFIG_HOME, not ~/.config
-    assert cfg_path.exists() and not (xdg_home / ".config").exists()
-    cfg_before = cfg_path.read_text()
-    pid_a = int((a.home / "server.pid").read_text().split()[0])
     try:
+        r = _cli(a.env, "up", "--port", str(a.port))
+        assert r.returncode == 0, r.stderr
+        cfg_path = tmp_path / "xdg" / "fairpod" / "config.json"  # XDG_CONFIG_HOME, not ~/.config
+        assert cfg_path.exists() and not (xdg_home / ".config").exists()
+        cfg_before = cfg_path.read_text()
         # a second home, the same user, the same port
         b_env = {**a.env, "FAIRPOD_HOME": str(tmp_path / "b-home")}
         r = _cli(b_env, "up", "--port", str(a.port))
@@ -46,7 +45,7 @@ def test_up_on_a_taken_port_fails_and_writes_nothing(tmp_path: Path):
         assert r.returncode != 0 and "not of this FAIRPOD_HOME" in r.stderr, r.stdout + r.stderr
         r = _cli(b_env, "down")
         assert "not running" in r.stdout
-        os.kill(pid_a, 0)  # still alive
+        os.kill(int((a.home / "server.pid").read_text().split()[0]), 0)  # still alive
         assert _cli(a.env, "status").returncode == 0
         # a second home that does start (another port) keeps the first one's config and token
         b = Server(tmp_path / "b")
@@ -62,9 +61,9 @@ def test_up_on_a_taken_port_fails_and_writes_nothing(tmp_path: Path):
             assert _cli({**b_env2, "FAIRPOD_CONFIG": str(own)}, "status").returncode == 0
         finally:
             _cli(b_env2, "down")
-    finally:
+    finally:  # also when the first up failed or timed out: the server it started in the background is stopped
         _cli(a.env, "down")
         try:
-            os.kill(pid_a, signal.SIGKILL)
-        except ProcessLookupError:
+            os.kill(int((a.home / "server.pid").read_text().split()[0]), signal.SIGKILL)
+        except (OSError, ValueError, IndexError):
             pass

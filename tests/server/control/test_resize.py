@@ -26,7 +26,7 @@ from fairpod.server.runs import job_key
 from fairpod.store import Store
 from fairpod.store.records import Job
 
-from .faults import fail_writes
+from ..faults import fail_writes
 
 SPEC = (Path(__file__).resolve().parents[2] / "examples" / "four" / "spec.yaml").read_text()  # 4 x unit1
 

@@ -10,9 +10,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.executors.base import JobLaunch
 from fairpod.model.jobs import JobState
 from fairpod.model.nodes import NodeHealth
+from fairpod.server.control import ControlPlane
+from fairpod.server.core_api import Core
 from fairpod.server.views import cluster_view
 
-from .inproc import InProc
+from ..inproc import InProc
 
 
 def in_step(h: InProc) -> None:
@@ -124,3 +126,14 @@ def test_a_failed_store_write_puts_the_memory_back_to_the_store(h: InProc) -> No
     h.cp.cancel(h.job("a"), "tester")
     h.turn()
     assert h.job("a").state == JobState.CANCELLED
+
+
+# -- from tests/server/test_core_api.py:
+# ControlPlane names the Core protocol among its bases, and implements every method Core lists (none is left
+# to the protocol's empty body).
+def test_the_control_plane_implements_core_explicitly() -> None:
+    assert Core in ControlPlane.__mro__
+    methods = [n for n, v in vars(Core).items() if callable(v) and not n.startswith("__")]
+    assert "set_labels" in methods and "check_failed" in methods
+    left = [n for n in methods if next(c for c in ControlPlane.__mro__ if n in vars(c)) is Core]
+    assert left == []
