@@ -23,6 +23,8 @@ from fairpod import native
 
 ROOT = Path(__file__).resolve().parents[2]
 ITP = ROOT.parent / "shared" / "traces" / "itp"
+# the first test builds the engine (a module fixture, counted in its time): minutes of mypyc on a busy 2-core machine
+pytestmark = pytest.mark.timeout(1500)
 
 
 def _env(build_root: Path, on: bool) -> dict[str, str]:

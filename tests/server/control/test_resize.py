@@ -28,7 +28,7 @@ from fairpod.store.records import Job
 
 from ..faults import fail_writes
 
-SPEC = (Path(__file__).resolve().parents[2] / "examples" / "four" / "spec.yaml").read_text()  # 4 x unit1
+SPEC = (Path(__file__).resolve().parents[3] / "examples" / "four" / "spec.yaml").read_text()  # 4 x unit1
 
 
 class Died(BaseException):
