@@ -11,7 +11,7 @@ After a scheduling cycle, idle accelerators are put in one bucket until the next
 The buckets are shares of the whole cluster's accelerator-seconds over the makespan, so the rule buckets add
 up to the gap between allocated utilization and what the cluster could have run at once.
 
-Run: ``.venv/bin/python benchmarks/idle_while_waiting.py [--contended] [--fcfs] [--until S] [--top N]``
+Run: ``.venv/bin/python benchmarks/idle_while_waiting.py [--contended [--weights quota]] [--spec YAML] [--fcfs] [--until S] [--top N]``
 (the contended ITP replay takes as long as ``itp_replay.py --contended``). ``--fcfs``: the same trace under
 one global FCFS queue (the bound ``fairpod simulate --compare fcfs`` reports).
 """
@@ -90,13 +90,15 @@ def main() -> None:
     ap.add_argument("--trace", type=Path, default=ROOT.parent / "shared" / "traces" / "itp")
     ap.add_argument("--spec", type=Path, default=ROOT / "examples" / "itp" / "spec.yaml")
     ap.add_argument("--contended", action="store_true", help="128 x p4d, quotas from the traces (itp_replay.py)")
+    ap.add_argument("--weights", choices=["equal", "quota"], default="equal",
+                    help="with --contended: fair-share weights equal, or each team's quota in nodes")
     ap.add_argument("--fcfs", action="store_true", help="one global FCFS queue instead of the teams")
     ap.add_argument("--until", type=float, help="only jobs submitted in the first S seconds (a quick slice)")
     ap.add_argument("--every", type=float, default=300.0, help="look at most every S seconds of trace time")
     ap.add_argument("--top", type=int, default=12, help="print the N largest buckets")
     args = ap.parse_args()
     w0 = time.perf_counter()
-    spec = contended_spec(args.trace) if args.contended else load_spec(args.spec)
+    spec = contended_spec(args.trace, weights=args.weights) if args.contended else load_spec(args.spec)
     jobs = load_trace(args.trace, spec)
     if args.until is not None and jobs:
         jobs = [j for j in jobs if j.submit - jobs[0].submit < args.until]

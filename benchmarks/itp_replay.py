@@ -6,7 +6,7 @@ share of the remaining 48 by GPU-hours, LendAndBorrow 100 %, FairShare (``fairpo
 Prints the wall time, the CPU time of the whole process and of the engine alone, makespan, utilization,
 lost work, the most preemptions of one job, Jain's index, and each team's wait. Target: <= 60 s wall.
 
-Run: ``.venv/bin/python benchmarks/itp_replay.py [--contended] [--compare private|fcfs|history] [--until S]
+Run: ``.venv/bin/python benchmarks/itp_replay.py [--contended [--weights quota]] [--compare private|fcfs|history] [--until S]
 [--fair-share-history HALF_LIFE_S] [--profile FILE] [--decisions-out FILE] [-o report.json]``. ``--compare`` also replays on private
 quotas / one global FCFS queue / under the other fair share (FairShare <-> FairShareHistory) and prints each
 team's mean wait and JCT under each and rho = JCT shared / JCT private.
@@ -61,6 +61,9 @@ def main() -> None:
     ap.add_argument("--contended", action="store_true", help="128 x p4d, quotas from the traces (see above)")
     ap.add_argument("--borrow-limit-applies", choices=["Always", "WhileOthersWait"], default="WhileOthersWait",
                     help="with --contended: when the teams' 100 %% borrow limit binds (default: while others wait)")
+    ap.add_argument("--weights", choices=["equal", "quota"], default="equal",
+                    help="with --contended: equal fair-share weights, or each team's quota in nodes "
+                         "(examples/itp/contended-weighted.yaml)")
     ap.add_argument("--until", type=float, help="only jobs submitted in the first S seconds (a quick slice)")
     ap.add_argument("--profile", type=Path, help="write cProfile statistics of the simulation here")
     ap.add_argument("--compare", action="append", choices=["private", "fcfs", "history"],
@@ -73,7 +76,8 @@ def main() -> None:
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON report here")
     args = ap.parse_args()
     w0, c0 = time.perf_counter(), time.process_time()
-    spec = (contended_spec(args.trace, borrow_limit_applies=args.borrow_limit_applies) if args.contended
+    spec = (contended_spec(args.trace, borrow_limit_applies=args.borrow_limit_applies, weights=args.weights)
+            if args.contended
             else load_spec(args.spec))
     if args.fair_share_history is not None:
         doc = spec.model_dump(mode="json")

@@ -47,9 +47,9 @@ def make(nodes: int, teams: list[dict[str, Any]], groups: list[dict[str, Any]] |
 
 
 def submit(snap: Snapshot, jid: str, team: str, acc: int, *, n: int = 1, t: float | None = None,
-           prio: int = -1, min_runtime: float = 0.0, user: str = "") -> Workload:
+           prio: int = -1, min_runtime: float = 0.0, user: str = "", preemptions: int = 0) -> Workload:
     w = Workload(jid, team, T, n, per(acc), priority=prio, submit=snap.now if t is None else t,
-                 min_runtime=min_runtime, user=user)
+                 min_runtime=min_runtime, user=user, preemptions=preemptions)
     snap.add_pending(w)
     return w
 

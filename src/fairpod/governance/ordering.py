@@ -18,14 +18,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from operator import itemgetter
 
-from fairpod.governance.snapshot import Workload
+from fairpod.governance.snapshot import PROTECTED_AFTER, Workload
 
-# A job preempted this often is protected (rule 2 above; the scheduler no longer lets it borrow when it fits its
-# team's quota, so it is not reclaimed again). Protection trades idle capacity for saved work: a protected job
-# that fits on idle nodes waits for room in its own quota. On the contended ITP replay (docs/simulator.md) 3 left
-# 3.4 % of the cluster idle behind protected jobs (useful utilization 94 % of one global FCFS queue); 5 gives
-# 96 % with 0.81 % of the work lost and at most 5 preemptions of one job; no protection loses 1.07 %.
-PROTECTED_AFTER = 5
+# ``PROTECTED_AFTER`` (in ``snapshot``, which queues protected jobs apart): a job preempted this often is protected
+# (rule 2 above; the scheduler starts it only while its team's protected jobs, it included, fit within the team's
+# quota, so a reclaim, which takes the team's other jobs first and stops once the team is back within its quota,
+# does not take it again). On the contended ITP replay (docs/simulator.md) 3 left 3.4 % of the cluster idle
+# behind protected jobs when they could not borrow at all; 5 kept 0.81 % of the work lost and at most 5
+# preemptions of one job; no protection loses 1.07 %.
+__all__ = ["PROTECTED_AFTER", "sort_victims", "victim_key"]
 
 
 def victim_key(

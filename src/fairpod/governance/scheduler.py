@@ -77,10 +77,35 @@ def _entitled(team: Team, w: Workload) -> bool:
 
 
 def _protected(team: Team, w: Workload) -> bool:
-    """Rule 7: a job preempted ``PROTECTED_AFTER`` times that fits its team's quota runs only within it (so
-    reclaim, which takes only borrowed work, does not take it again); one that needs more than the quota may
+    """Rule 7: a job preempted ``PROTECTED_AFTER`` times that fits its team's quota runs only while the team's
+    protected jobs, it included, fit within that quota (``_harboured``); one that needs more than the quota may
     still borrow, and goes last among the victims (``ordering``)."""
     return w.preemptions >= PROTECTED_AFTER and _entitled(team, w)
+
+
+def _protected_use(snap: Snapshot, team: Team, itype: str) -> tuple[int, int, int]:
+    """What the team's running protected jobs hold of ``itype``; once per usage of the team."""
+    key = ("protected", itype, team.name, team.version)
+    got: tuple[int, int, int] | None = snap.memo.get(key)
+    if got is None:
+        a = c = m = 0
+        for v in snap.running_by.get((itype, team.name), {}).values():
+            if v.preemptions >= PROTECTED_AFTER:
+                t = v.total
+                a, c, m = a + t[0], c + t[1], m + t[2]
+        got = snap.memo[key] = (a, c, m)
+    return got
+
+
+def _harboured(snap: Snapshot, team: Team, w: Workload) -> bool:
+    """Rule 7: would the team's running protected jobs and the protected ``w`` fit within the team's quota? Then
+    ``w`` may start even by borrowing: a reclaim takes a team's jobs only while the team uses more than its
+    quota, and its unprotected jobs first (``ordering``), so it stops before it reaches a protected one (the
+    unprotected jobs hold at least what the team borrows)."""
+    q = team.q(w.itype)
+    r = _protected_use(snap, team, w.itype)
+    t = w.total
+    return r[0] + t[0] <= q[0] and r[1] + t[1] <= q[1] and r[2] + t[2] <= q[2]
 
 
 def _within_or_undo(snap: Snapshot, w: Workload, plan: tuple[list[tuple[Workload, str]], list[str]],
@@ -203,6 +228,13 @@ class _Cycle:
         team = self.snap.teams[w.team]
         if w.itype != h.itype:
             return True
+        if _protected(team, h):
+            # H waits for room beside the team's protected jobs (``_harboured``): only a protected job takes it
+            if w.preemptions < PROTECTED_AFTER:
+                return True
+            r = _protected_use(self.snap, team, h.itype)
+            q = team.q(h.itype)
+            return all(r[d] + w.total[d] + h.total[d] <= q[d] for d in range(3))
         both = tuple(a + b for a, b in zip(w.total, h.total, strict=True))
         if _entitled(team, h):
             return quota.within_quota(team, h.itype, both)
@@ -348,10 +380,11 @@ class _Cycle:
 
     def _team_check(self, w: Workload) -> tuple[bool, bool, str]:
         ok, within, why = quota.team_check(self.snap, w, self.lifted)
-        if ok and not within and _protected(self.snap.teams[w.team], w):
+        team = self.snap.teams[w.team]
+        if ok and not within and _protected(team, w) and not _harboured(self.snap, team, w):
             return False, False, (
-                f"waiting for room within team {w.team}'s quota: preempted {w.preemptions} times, the job no "
-                "longer runs on borrowed capacity (so it is not reclaimed again)")
+                f"waiting for room within team {w.team}'s quota: preempted {w.preemptions} times, the job runs only "
+                "while the team's protected jobs fit within its quota (so it is not reclaimed again)")
         return ok, within, why
 
     def hold(self, w: Workload) -> None:
@@ -535,13 +568,15 @@ class _Cycle:
         self.rounds(teams, failed, within_only=False)
         elastic.grow(self)
         for v, pre in self.victims:
+            again = v.id in self.started  # admitted and taken back in this cycle: it never ran, its wait goes on
+            if not again:
+                v.preemptions += 1  # before the requeue: a job protected now is queued as such
             snap.requeue(v, snap.now)
-            if v.id in self.started:  # admitted and taken back in this cycle: it never ran, its wait goes on
+            if again:
                 v.enqueued = self.started[v.id]
                 v.reason = displaced_reason(pre)
             else:
                 v.reason = pre.reason
-                v.preemptions += 1
         history.record(snap)
         return self.out
 

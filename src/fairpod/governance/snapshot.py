@@ -24,6 +24,12 @@ from fairpod.model.resources import Res
 
 Vec = list[int]  # a mutable resource vector [acc, mcpu, mib]
 
+# A job preempted this often is protected (engine rule 7, ``ordering`` and ``scheduler``). Its queue shape carries
+# ``PROTECTED`` (``Snapshot.add_pending``, ``requeue``): a protected job that waits for room for its team's
+# protected jobs fails apart from the team's other jobs of its size, which may still borrow.
+PROTECTED_AFTER = 5
+PROTECTED = ("protected",)
+
 
 @dataclass(slots=True, eq=False)
 class Node:
@@ -513,8 +519,10 @@ class Snapshot:
             w.set_n(w.min_n)
         if w.choices and w.itype != w.choices[0][0]:
             w.choose(0)  # waits for its first choice
-        if self.teams[w.team].per_user and w.shape[-1] != ("user", w.user):
+        if self.teams[w.team].per_user and ("user", w.user) not in w.shape:
             w.shape = (*w.shape, ("user", w.user))  # one user's jobs fail or fit apart from another's (per-user cap)
+        if w.preemptions >= PROTECTED_AFTER and PROTECTED not in w.shape:
+            w.shape = (*w.shape, PROTECTED)
         self.pending[w.id] = w
         self.teams[w.team].queue.push(w, self.queue_key(w))
 
@@ -603,6 +611,8 @@ class Snapshot:
             w.set_n(w.min_n)  # an elastic job waits for (and starts with) its minimum
         if w.choices and w.itype != w.choices[0][0]:
             w.choose(0)  # waits for its first choice again
+        if w.preemptions >= PROTECTED_AFTER and PROTECTED not in w.shape:
+            w.shape = (*w.shape, PROTECTED)  # protected from now on: queued apart from its unprotected kind
         self.pending[w.id] = w
         self.teams[w.team].queue.push(w, self.queue_key(w))
 

@@ -3,7 +3,8 @@
 ``contended_spec(trace_dir)``: ``nodes`` x ml.p4d.24xlarge (128 by default, 1,024 GPUs); every team (one per
 ``*.csv`` file) gets ``base`` nodes (8) of quota plus a share of the remaining nodes in proportion to its
 GPU-hours (largest remainder, ties by name), LendAndBorrow with a 100 % borrow limit that binds only while
-another team waits (``borrow_limit_applies: WhileOthersWait``; ``Always`` on request), equal fair-share weights,
+another team waits (``borrow_limit_applies: WhileOthersWait``; ``Always`` on request), equal fair-share weights
+(``weights="quota"``: each team's weight is its quota in nodes, the spec of ``examples/itp/contended-weighted.yaml``),
 FairShare for idle capacity. The spec is derived from the files, so the benchmark and the docs
 replay the same cluster without a second copy of the traces' figures.
 """
@@ -29,8 +30,11 @@ def gpu_hours(path: Path) -> float:
 
 
 def contended_doc(trace_dir: Path, *, nodes: int = 128, base: int = 8, borrow_limit: int = 100,
-                  borrow_limit_applies: str = "WhileOthersWait") -> dict[str, Any]:
-    """The spec as a plain document (for ``yaml.safe_dump``)."""
+                  borrow_limit_applies: str = "WhileOthersWait", weights: str = "equal") -> dict[str, Any]:
+    """The spec as a plain document (for ``yaml.safe_dump``). ``weights``: ``equal`` (50 each) or ``quota`` (a team's
+    fair-share weight is its quota in nodes)."""
+    if weights not in ("equal", "quota"):
+        raise ValueError(f"weights must be equal or quota, not {weights!r}")
     files = sorted(Path(trace_dir).glob("*.csv"))
     if not files:
         raise ValueError(f"{trace_dir}: no *.csv trace files")
@@ -44,12 +48,12 @@ def contended_doc(trace_dir: Path, *, nodes: int = 128, base: int = 8, borrow_li
     for t in sorted(exact, key=lambda t: (-(exact[t] - extra[t]), t))[: rest - sum(extra.values())]:
         extra[t] += 1
     return {
-        "cluster": {"name": "itp-contended",
+        "cluster": {"name": "itp-contended" + ("-weighted" if weights == "quota" else ""),
                     "instance_groups": [{"name": "p4d", "instance_type": P4D, "count": nodes}]},
         "policy": {"task_prioritization": "FirstComeFirstServe", "idle_compute_allocation": "FairShare",
                    "idle_resource_sharing": "Disabled", "borrow_limit_applies": borrow_limit_applies},
         "teams": [
-            {"name": t, "fair_share_weight": 50,
+            {"name": t, "fair_share_weight": base + extra[t] if weights == "quota" else 50,
              "sharing": {"strategy": "LendAndBorrow", "borrow_limit": borrow_limit},
              "quota": [{"instance_type": P4D, "count": base + extra[t]}]}
             for t in sorted(hours)
