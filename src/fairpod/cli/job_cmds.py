@@ -47,6 +47,8 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "accelerator_partition_type": "--accelerator-partition-type",
              "accelerator_partition_count": "--accelerator-partition-count",
              "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
+             "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
+             "restarts_in_place": "--restarts-in-place", "restart_eval_period_seconds": "--restart-eval-period",
              "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
@@ -221,6 +223,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or only idle GPUs")
     p.add_argument("--hang-action", choices=["notify", "restart", "cancel"],
                    help="what a hang does: an event (default), a restart (counts against --max-retry), a cancel")
+    p.add_argument("--ready-timeout", type=seconds(7 * 86400), metavar="SECONDS",
+                   help="gang readiness: every replica ready within this long of the start, else the attempt is "
+                   "stopped and requeued with backoff (default: the policy's ready_timeout_seconds)")
+    p.add_argument("--ready-signal", choices=["started", "sdk"],
+                   help="what makes a replica ready: its process started (default), or its call of "
+                   "fairpod.sdk.ready() or a progress report")
+    p.add_argument("--restarts-in-place", type=whole(0, 100), metavar="N",
+                   help="restart a failed replica's process on its node (the others keep running) up to N times "
+                   "within --restart-eval-period before the job restarts whole (--max-retry)")
+    p.add_argument("--restart-eval-period", type=seconds(30 * 86400), metavar="SECONDS",
+                   help="the window --restarts-in-place counts restarts in (default 3600)")
     p.add_argument("--required-topology", type=topology_level, metavar="LEVEL",
                    help="all replicas in one domain of this topology level (e.g. rack), else the job waits")
     p.add_argument("--preferred-topology", type=topology_level, metavar="LEVEL",

@@ -91,6 +91,21 @@ class JobSpec(BaseModel):
         description="a MIG profile (e.g. mig-1g.10gb): the replicas run on nodes whose GPUs are split into it")
     accelerator_partition_count: int | None = Field(default=None, ge=1, le=1024,
                                                     description="MIG partitions per replica (default 1)")
+    # resilience (docs/resilience.md): gang readiness and restarts in place
+    ready_timeout_seconds: float | None = Field(
+        default=None, ge=1, le=7 * 86400,
+        description="gang readiness: every replica must have started (with ready_signal sdk: called "
+        "fairpod.sdk.ready()) within this long of the start, else the attempt is stopped and requeued with "
+        "backoff; default policy.ready_timeout_seconds")
+    ready_signal: Literal["started", "sdk"] = Field(
+        default="started", description="what makes a replica ready: its process started, or (sdk) its call of "
+        "fairpod.sdk.ready() or a progress report")
+    restarts_in_place: int = Field(
+        default=0, ge=0, le=100,
+        description="a failed replica's process is restarted on its node, the others left running, up to this "
+        "many times within restart_eval_period_seconds; then the job restarts whole (max_retry)")
+    restart_eval_period_seconds: float = Field(
+        default=3600.0, ge=1, le=30 * 86400, description="the window restarts_in_place counts restarts in")
 
     @model_validator(mode="before")
     @classmethod

@@ -229,6 +229,14 @@ class Policy(_Strict):
     # or it is hung (its replicas did not re-form their group: e.g. a torchrun rendezvous still waiting for the
     # replica that left); the job's hang_action says what follows (fairpod.server.watchdog). null: never.
     elastic_regroup_timeout_seconds: float | None = Field(default=300.0, ge=1, le=86400)
+    # Gang readiness (fairpod.server.readiness, as Kueue's waitForPodsReady): an attempt whose replicas are not all
+    # ready this long after its start is stopped, its capacity given back, and requeued after a backoff of base x
+    # 2^(k-1) seconds (at most max) for its k-th readiness timeout; after requeue_limit timeouts it fails (null: no
+    # limit). A job's ready_timeout_seconds overrides the timeout; null here and there: no readiness check.
+    ready_timeout_seconds: float | None = Field(default=None, ge=1, le=7 * 86400)
+    ready_backoff_base_seconds: float = Field(default=60.0, ge=0, le=86400)
+    ready_backoff_max_seconds: float = Field(default=3600.0, ge=0, le=7 * 86400)
+    ready_requeue_limit: int | None = Field(default=None, ge=0, le=10_000)
     # Interactive shells (fairpod shell, salloc, srun --pty): a shell that saw no input or output this long is
     # ended, and none lasts longer than the maximum; a user may ask for less, never more.
     shell_idle_timeout_seconds: float = Field(default=3600.0, ge=10, le=7 * 86400)

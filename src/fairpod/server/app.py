@@ -25,6 +25,7 @@ from fairpod.server import (
     routes_explain,
     routes_jobs,
     routes_reports,
+    routes_resilience,
     routes_spec,
     routes_static,
 )
@@ -130,6 +131,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     app.add_middleware(BodyLimit)
     api = APIRouter(prefix="/api/v1", responses=PROBLEM_RESPONSES)
     routes_jobs.add_routes(api, cp)
+    routes_resilience.add_routes(api, cp)
     routes_admin.add_routes(api, cp)
     routes_dashboard.add_routes(api, cp)
     routes_reports.add_routes(api, cp)
