@@ -115,3 +115,73 @@ def test_a_replica_that_never_gets_ready_is_requeued_with_backoff_then_fails(srv
     assert s.job("fine")["state"] == "Running" and not kinds(s, "fine", "JobNotReady")
     (tmp_path / "fine" / "done").touch()
     s.wait_state("fine", "Succeeded", 30)
+
+
+# A replica that prints a NaN loss on its first run only (rank 1), then loss lines until the test lets it end.
+NAN = """
+import os, sys, time, pathlib
+d, r = pathlib.Path(sys.argv[1]), int(os.environ.get("RANK", "0"))
+(d / f"pid-{r}-{os.getpid()}").touch()
+n = d / f"runs-{r}"
+k = int(n.read_text()) if n.exists() else 0
+n.write_text(str(k + 1))
+print("starting", flush=True)
+if sys.argv[2] == "cuda":
+    print("RuntimeError: CUDA error: an illegal memory access was encountered", flush=True)
+for step in range(300):
+    if (d / "done").exists():
+        break
+    if sys.argv[2] == "loss":
+        loss = float("nan") if r == 1 and k == 0 and step == 3 else 1.0 / (step + 1)
+        print(f"step {step} loss={loss:.3f}", flush=True)
+    time.sleep(0.2)
+"""
+
+
+@pytest.fixture
+def logsrv(tmp_path: Path) -> Iterator[Server]:
+    """The training class has two log rules: a CUDA error fails the job; no step line within 3 s notifies."""
+    spec = yaml.safe_load(SEED_SPEC.read_text())
+    spec["policy"]["priority_classes"][1]["log_rules"] = [
+        {"name": "cuda", "pattern": "CUDA error", "action": "fail"},
+        {"name": "steps", "pattern": "^step ", "within_seconds": 3, "action": "notify"}]
+    yield from running(tmp_path, yaml.safe_dump(spec))
+
+
+def test_a_nan_line_restarts_its_replica_in_place_and_a_cuda_error_fails_the_job(logsrv: Server,
+                                                                                   tmp_path: Path) -> None:
+    s = logsrv
+    script = tmp_path / "nan.py"
+    script.write_text(NAN)
+    for name in ("nan", "cuda", "quiet"):
+        (tmp_path / name).mkdir()
+    s.cli("start-job", "--name", "nan", "--team", "john", "--priority", "training", "--node-count", "2",
+          "--grace-seconds", "1", "--log-rule", "nan", "restart_in_place", r"loss=nan",
+          "--", sys.executable, str(script), str(tmp_path / "nan"), "loss")
+    s.submit(name="cuda", team="smith", priority="training", termination_grace_seconds=1,
+             command=[sys.executable, str(script), str(tmp_path / "cuda"), "cuda"])
+    s.submit(name="quiet", team="smith", priority="training", termination_grace_seconds=1,
+             command=[sys.executable, str(script), str(tmp_path / "quiet"), "none"])
+    failed = s.wait_state("cuda", "Failed", 30)
+    assert failed["reason"].startswith("log rule 'cuda' (a line matching /CUDA error/): replica 0 printed "
+                                       "'RuntimeError: CUDA error: an illegal memory access"), failed["reason"]
+    d = tmp_path / "nan"
+    wait_for(lambda: (d / "runs-1").exists() and (d / "runs-1").read_text() == "2", 30, "rank 1's second run")
+    fired = kinds(s, "nan", "LogRule")
+    assert fired[0]["data"]["rule"] == "nan" and "replica 1 printed 'step 3 loss=nan'" in fired[0]["message"]
+    restarting = kinds(s, "nan", "ReplicaRestarting")
+    assert restarting[0]["data"]["restart"] == "in-place"
+    assert "replica 1 log rule 'nan' (a line matching /loss=nan/): replica 1 printed" in restarting[0]["message"]
+    assert len(pids(d, 0)) == 1 and len(pids(d, 1)) == 2  # rank 0 kept running
+    assert s.job("nan")["state"] == "Running"
+    wait_for(lambda: kinds(s, "quiet", "LogRule"), 30, "the class's start rule to notify of quiet")
+    (note,) = kinds(s, "quiet", "LogRule")
+    assert "log rule 'steps' (no line matching /^step / within 3 s of the start)" in note["message"]
+    assert note["message"].endswith("; notify") and s.job("quiet")["state"] == "Running"
+    bad = s.cli("start-job", "--name", "x", "--team", "john", "--log-rule", "nan", "fail", "loss=(", "--",
+                "true", check=False)
+    assert bad.returncode == 1 and bad.stderr.startswith("fairpod: error: --log-rule nan: pattern 'loss=(' is not a valid regular ") and "Traceback" not in \
+        bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    for name in ("nan", "quiet"):
+        (tmp_path / name / "done").touch()
+        s.wait_state(name, "Succeeded", 30)

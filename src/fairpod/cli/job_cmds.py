@@ -49,10 +49,12 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
              "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
              "restarts_in_place": "--restarts-in-place", "restart_eval_period_seconds": "--restart-eval-period",
+             "log_rules": "--log-rule",
              "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
-SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items() if flag.startswith("--") and field not in ("env", "array")}
+SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items()
+              if flag.startswith("--") and field not in ("env", "array", "log_rules")}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 
 
@@ -232,6 +234,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--restarts-in-place", type=whole(0, 100), metavar="N",
                    help="restart a failed replica's process on its node (the others keep running) up to N times "
                    "within --restart-eval-period before the job restarts whole (--max-retry)")
+    p.add_argument("--log-rule", action="append", nargs=3, default=[], metavar=("NAME", "ACTION", "REGEX"),
+                   help="a rule over the replicas' output (repeatable). ACTION is notify, restart_in_place, restart "
+                   "or fail, and may end in :within=S (no matching line within S s of the start is a fault) or "
+                   ":every=S (no matching line for S s is); without either a matching line is the fault. "
+                   "E.g. --log-rule nan fail 'loss[=:] *nan' --log-rule loss restart:every=600 'loss[=:]'")
     p.add_argument("--restart-eval-period", type=seconds(30 * 86400), metavar="SECONDS",
                    help="the window --restarts-in-place counts restarts in (default 3600)")
     p.add_argument("--required-topology", type=topology_level, metavar="LEVEL",
@@ -350,6 +357,8 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     body.update({k: v for k, v in flags.items() if v is not None})
     if a.env:
         body["env"] = {**(body.get("env") or {}), **_kv(a.env)}
+    if getattr(a, "log_rule", None):
+        body["log_rules"] = [*(body.get("log_rules") or []), *_log_rules(a.log_rule)]
     if a.job_command is not None:
         body["command"] = a.job_command
     src = f" (or set it in {a.config_file})" if a.config_file else " (or set it in --config-file)"
@@ -372,6 +381,24 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     if body.get("workdir") is None:
         body["workdir"] = os.getcwd()
     return body
+
+
+def _log_rules(given: list[list[str]]) -> list[dict[str, Any]]:
+    from pydantic import ValidationError
+
+    from fairpod.model.logrules import parse_flag
+
+    out = []
+    for name, what, pattern in given:
+        try:
+            out.append(parse_flag(name, what, pattern).model_dump(exclude_none=True))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where, msg = ".".join(str(x) for x in err["loc"]), str(err["msg"]).removeprefix("Value error, ")
+            raise CliError(f"--log-rule {name}: {where + ': ' if where and where not in msg else ''}{msg}") from None
+        except ValueError as e:
+            raise CliError(f"--log-rule {name}: {e}") from None
+    return out
 
 
 def only_team(src: str = "") -> str:

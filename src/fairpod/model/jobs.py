@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fairpod.model.catalog import InstanceType
+from fairpod.model.logrules import LogRule
 from fairpod.model.resources import Res, by_ratio, node_res, partition_share
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, did_you_mean, no_bool_numbers
 
@@ -106,6 +107,10 @@ class JobSpec(BaseModel):
         "many times within restart_eval_period_seconds; then the job restarts whole (max_retry)")
     restart_eval_period_seconds: float = Field(
         default=3600.0, ge=1, le=30 * 86400, description="the window restarts_in_place counts restarts in")
+    log_rules: list[LogRule] = Field(
+        default_factory=list, max_length=20,
+        description="rules over the replicas' output, each with an action (docs/resilience.md); added to the "
+        "priority class's")
 
     @model_validator(mode="before")
     @classmethod

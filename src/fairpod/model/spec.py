@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, GpuThresholds, InstanceType, partitioned
+from fairpod.model.logrules import LogRule
 from fairpod.model.resources import ZERO, Res, by_ratio, node_res
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -187,6 +188,8 @@ class PriorityClass(_Strict):
     default_max_runtime_seconds: float | None = Field(default=None, ge=1, le=365 * 86400)
     max_runtime_seconds: float | None = Field(default=None, ge=1, le=365 * 86400)
     on_runtime_limit: Literal["fail", "requeue"] = "fail"
+    # rules over the output of the class's jobs (fairpod.model.logrules); a job's rule of the same name wins
+    log_rules: list[LogRule] = Field(default_factory=list, max_length=20)
 
     @model_validator(mode="after")
     def _default_within_max(self) -> PriorityClass:

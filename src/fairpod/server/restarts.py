@@ -44,20 +44,30 @@ def recent(job: Job, run: Run, now: float) -> int:
     return sum(1 for _, at in run.restarts if now - at < job.spec.restart_eval_period_seconds)
 
 
+def why(run: Run, e: ReplicaExit) -> str:
+    """Why the replica ended: the log rule that stopped it (``fairpod.server.logrules``), else its exit."""
+    return run.log_faults.pop(str(e.rank), None) or e.reason
+
+
 def decide(cp: Core, job: Job, run: Run, e: ReplicaExit) -> bool:
-    """A replica failed while the attempt runs: True when it is to be restarted in place (``Run.restart_due``)."""
+    """A replica failed while the attempt runs: True when it is to be restarted in place (``Run.restart_due``).
+    A log rule's ``restart_in_place`` gets at least one restart in place per evaluation period."""
     n = job.spec.restarts_in_place
+    if str(e.rank) in run.log_faults:
+        n = max(n, 1)
     if n <= 0 or job.spec.elastic or capability(cp.executor, RestartingInPlace) is None:
         return False
     now = cp.clock()
     done = recent(job, run, now) + len(run.restart_due)
+    reason = why(run, e)
     if done >= n:
-        cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {e.reason}; {done} restart"
+        run.log_faults[str(e.rank)] = reason  # the full restart's reason names it too
+        cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; {done} restart"
                  f"{'s' if done != 1 else ''} in place within {job.spec.restart_eval_period_seconds:g} s "
                  "already: the job restarts whole", job, rank=e.rank, restart="full", in_place=done)
         return False
     run.restart_due.append(e.rank)
-    cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {e.reason}; restarting it in place "
+    cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; restarting it in place "
              f"({done + 1} of {n} within {job.spec.restart_eval_period_seconds:g} s; the other replicas keep "
              "running)", job, rank=e.rank, restart="in-place", in_place=done + 1)
     return True

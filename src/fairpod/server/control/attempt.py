@@ -219,10 +219,11 @@ class AttemptLife:
         if run.stop_at is not None and e.ended_at < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
-            if not e.ok and restarts.decide(self, job, run, e):  # restart that replica only (server/restarts.py)
+            faulted = not e.ok or str(e.rank) in run.log_faults  # a log rule stopped it (server/logrules.py)
+            if faulted and restarts.decide(self, job, run, e):  # restart that replica only (server/restarts.py)
                 pass
-            elif not e.ok:
-                self.begin_stop(job, run, failure_kind(job), f"replica {e.rank} {e.reason}")
+            elif faulted:
+                self.begin_stop(job, run, failure_kind(job), f"replica {e.rank} {restarts.why(run, e)}")
             elif len(run.exits) == job.nodes and not run.restart_due:
                 self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
                 return

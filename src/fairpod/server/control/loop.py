@@ -15,6 +15,7 @@ from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
 from fairpod.server import arrays, backoff, diskfull, membership, readiness, restarts
+from fairpod.server.logrules import LogWatch
 from fairpod.server.runs import from_engine, job_id_of
 
 log = logging.getLogger("fairpod.control")
@@ -35,10 +36,11 @@ def standard_keepers(cp: Any) -> Keepers:
     leaving the executor's cluster (Ray; no-op otherwise), held tasks of throttled job arrays, restarts whose
     backoff ran out (:mod:`fairpod.server.backoff`); then the usage
     sampler, retention, the watchdog (runtime limits, hangs), the fair-share history, restarts in place that are
-    due (:mod:`fairpod.server.restarts`) and gang readiness (:mod:`fairpod.server.readiness`)."""
+    due (:mod:`fairpod.server.restarts`), gang readiness (:mod:`fairpod.server.readiness`) and log rules
+    (:mod:`fairpod.server.logrules`)."""
     return Keepers(before=[cp.budgets.apply, membership.sync, arrays.release, backoff.release],
                    after=[cp.usage.tick, cp.retention.tick, cp.watchdog.tick, cp.history.tick,
-                          restarts.launch_due, readiness.tick])
+                          restarts.launch_due, readiness.tick, LogWatch().tick])
 
 
 class Loop:
