@@ -100,12 +100,12 @@ def test_restarts_in_place_run_out_then_the_job_restarts_whole_then_fails(srv: S
 
 def test_a_replica_that_never_gets_ready_is_requeued_with_backoff_then_fails(srv: Server, tmp_path: Path) -> None:
     s, d = srv, tmp_path / "slow"
-    s.submit(**job(tmp_path, "slow", crashes=0, ready="never", nodes=2, ready_signal="sdk", ready_timeout_seconds=2))
-    s.submit(**job(tmp_path, "fine", crashes=0, nodes=2, ready_signal="sdk", ready_timeout_seconds=2))
+    s.submit(**job(tmp_path, "slow", crashes=0, ready="never", nodes=2, ready_signal="sdk", ready_timeout_seconds=5))
+    s.submit(**job(tmp_path, "fine", crashes=0, nodes=2, ready_signal="sdk", ready_timeout_seconds=30))
     wait_for(lambda: kinds(s, "slow", "JobNotReady"), 30, "slow's readiness timeout")
     back = wait_for(lambda: (j := s.job("slow"))["state"] == "Pending" and j, 30, "slow back in its queue")
     assert back["reason"].startswith("requeued: not ready: replica 1 of 2 not reported ready within the "
-                                     "readiness timeout of 2 s; backing off 1 s"), back["reason"]
+                                     "readiness timeout of 5 s; backing off 1 s"), back["reason"]
     assert back["restarts"] == 0  # a readiness timeout spends no retry
     failed = s.wait_state("slow", "Failed", 40)  # ready_requeue_limit 1: the second timeout fails it
     assert failed["reason"].startswith("not ready: replica 1 of 2")
