@@ -256,9 +256,15 @@ class FairpodCollector(Collector):
                                      labels=["instance_group", "instance_type"])
         schedulable = GaugeMetricFamily("fairpod_nodes_schedulable", "Nodes jobs may start on (healthy and not "
                                         "cordoned)", labels=["instance_group", "instance_type"])
+        status = GaugeMetricFamily("fairpod_node_status", "A node's state (1 per node) with its health status and, "
+                                   "when it has a fault (pending reboot, pending replacement, quarantined), the fault's "
+                                   "type and reason", labels=["node", "instance_group", "health_status", "fault_type",
+                                                              "fault_reason"])
         by_health: dict[tuple[str, str, str], int] = {}
         by_group: dict[tuple[str, str], list[int]] = {}
         for n in cp.store.list_nodes():
+            status.add_metric([n.name, n.instance_group, n.health_status.value, n.fault_type or "",
+                               n.fault_reason or ""], 1)
             k = (n.instance_group, n.instance_type, n.health_status.value)
             by_health[k] = by_health.get(k, 0) + 1
             g = by_group.setdefault((n.instance_group, n.instance_type), [0, 0])
@@ -269,7 +275,7 @@ class FairpodCollector(Collector):
         for (grp, it), (c, s) in sorted(by_group.items()):
             cordoned.add_metric([grp, it], c)
             schedulable.add_metric([grp, it], s)
-        yield from (nodes_f, cordoned, schedulable)
+        yield from (nodes_f, cordoned, schedulable, status)
 
         counts_c, total, summ = hist_snapshot
         cyc = HistogramMetricFamily("fairpod_scheduler_cycle_duration_seconds",

@@ -11,6 +11,7 @@ from fairpod.server.arrays import array_view
 from fairpod.server.auth import Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.figures import group_figures, instance_types, team_figures
+from fairpod.server.nodes import status_labels
 from fairpod.server.runs import to_engine
 from fairpod.store import Job, Node
 
@@ -174,6 +175,7 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
         "fault_reason": node.fault_reason,
         "last_check_at": node.last_check_at,
         "labels": node.labels,
+        "status_labels": status_labels(node.health_status.value, node.fault_type, node.fault_reason),
         "accelerators": snode.cap[0] if snode else None,
         "accelerators_free": snode.free[0] if snode else None,
         "jobs": [int(j) for j in jobs],
