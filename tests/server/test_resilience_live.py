@@ -77,6 +77,7 @@ def test_a_replica_that_crashes_twice_is_restarted_in_place_while_the_others_kee
     assert len(pids(d, 1)) == 3
     got = s.job("inplace")
     assert got["state"] == "Running" and got["restarts"] == 0  # no full restart: still attempt 0
+    assert got["goodput"]["lost_accelerator_seconds"]["restart"] > 0  # no checkpoint: each restart loses it all
     restarting = kinds(s, "inplace", "ReplicaRestarting")
     assert [e["data"]["restart"] for e in restarting] == ["in-place", "in-place"]
     assert "replica 1 exited 3; restarting it in place (1 of 2 within 600 s" in restarting[0]["message"]

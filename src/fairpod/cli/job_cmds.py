@@ -401,6 +401,15 @@ def _log_rules(given: list[list[str]]) -> list[dict[str, Any]]:
     return out
 
 
+def goodput_text(g: dict[str, Any] | None) -> str | None:
+    """'92.0 % (3.1 accelerator-hours kept; lost: 0.3 to preemption)' from get-job's goodput."""
+    if not g or g.get("goodput") is None:
+        return None
+    lost = [f"{v / 3600:.2f} to {c}" for c, v in g["lost_accelerator_seconds"].items() if v]
+    return (f"{g['goodput'] * 100:.1f} % ({g['kept_accelerator_seconds'] / 3600:.2f} accelerator-hours kept"
+            + (f"; lost: {', '.join(lost)}" if lost else "") + ")")
+
+
 def only_team(src: str = "") -> str:
     """The team of a member of exactly one team (who then needs no --team); else the error that asks for it."""
     me = Client().get("/me")
@@ -544,6 +553,7 @@ def get_job(a: argparse.Namespace) -> int:
               ("Restarts", f"{j['restarts']} of {j['max_retry']}" + (" (auto-resume)" if j["auto_resume"] else
                                                                      " (no auto-resume)")),
               ("Preemptions", j["preemptions"]), ("Checkpoint", _checkpoint(j["checkpoint"])),
+              ("Goodput", goodput_text(j.get("goodput"))),
               ("Command", " ".join(j["command"]))]
     if arr:
         fields.insert(2, ("Array", f"{arr['name']}, task {arr['task_id']} (array job {arr['job_id']})"))

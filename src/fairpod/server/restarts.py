@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from fairpod.executors.base import ExecutorError, ReplicaExit, Resizing, RestartingInPlace, capability
 from fairpod.model.jobs import JobState
+from fairpod.server import goodput
 from fairpod.server.runs import Run, failure_kind, job_key
 from fairpod.store.records import Job
 
@@ -108,6 +109,7 @@ def launch_due(cp: Core) -> None:
             run.restart_due = []
             cp.begin_stop(job, run, failure_kind(job), f"replica {ranks[0]} could not be restarted in place: {err}")
             continue
+        goodput.account(cp, job, run, "restart", restart_in_place=True)  # the job goes back to its checkpoint
         now = cp.clock()
         for r in ranks:
             run.exits.pop(str(r), None)

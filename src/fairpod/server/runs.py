@@ -78,6 +78,7 @@ class Run:
     ready_at: float | None = None
     restarts: list[list[float]] = field(default_factory=list)
     restart_due: list[int] = field(default_factory=list)
+    good_from: float | None = None  # work before this is accounted for (server.goodput): the last restart in place
     log_faults: dict[str, str] = field(default_factory=dict)  # rank -> the log rule that stopped it (server.logrules)
 
     def record_usage(self, rank: int, cpu_seconds: float | None, memory_peak_bytes: int | None) -> dict[str, Any]:

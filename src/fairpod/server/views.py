@@ -7,6 +7,7 @@ from typing import Any
 from fairpod.governance.topology import domain_name
 from fairpod.model.catalog import InstanceType
 from fairpod.model.jobs import JobState
+from fairpod.server import goodput
 from fairpod.server.arrays import array_view
 from fairpod.server.auth import Principal
 from fairpod.server.control import ControlPlane
@@ -92,6 +93,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             exit=(job.run_state or {}).get("exits"),
             usage=usage_view(job),
             limits=limits_view(cp, job),
+            goodput=goodput.of_job(cp, job),
         )
     return out
 

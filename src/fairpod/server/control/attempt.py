@@ -11,7 +11,7 @@ from fairpod.executors.base import ExecutorError, HostGpus, JobLaunch, ReplicaEx
 from fairpod.governance import Admit, Preempt, Wait
 from fairpod.model.jobs import JobState
 from fairpod.sandbox import capabilities
-from fairpod.server import backoff, readiness, restarts
+from fairpod.server import backoff, goodput, readiness, restarts
 from fairpod.server.control import resize
 from fairpod.server.runs import (
     STOP_CANCEL,
@@ -283,6 +283,8 @@ class AttemptLife:
         return gpus.gpu_utilization(held)
 
     def finish(self, job: Job, run: Run, state: JobState, reason: str) -> None:
+        goodput.account(self, job, run, None if state == JobState.SUCCEEDED else
+                        "cancelled" if state == JobState.CANCELLED else goodput.cause_of(run.stopping, reason))
         self._release(job, run)
         if state == JobState.SUCCEEDED:
             self.eta.typical.observe(job, self.clock())
@@ -318,6 +320,7 @@ class AttemptLife:
         elif kind == STOP_FAIL:
             self.finish(job, run, JobState.FAILED, run.stop_reason)
         elif kind in (STOP_PREEMPT, STOP_RESTART, STOP_NOT_READY):
+            goodput.account(self, job, run, goodput.cause_of(kind, run.stop_reason))
             self._release(job, run)
             now = self.clock()
             changes: dict[str, Any] = {"state": JobState.PENDING, "enqueued_at": now, "run_state": run.to_json(),
