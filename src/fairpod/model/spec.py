@@ -240,6 +240,11 @@ class Policy(_Strict):
     ready_backoff_base_seconds: float = Field(default=60.0, ge=0, le=86400)
     ready_backoff_max_seconds: float = Field(default=3600.0, ge=0, le=7 * 86400)
     ready_requeue_limit: int | None = Field(default=None, ge=0, le=10_000)
+    # Preemption that costs least (fairpod.governance.preemption): a running job whose next checkpoint is due within
+    # this many seconds (it said so: fairpod.sdk.report_progress(next_checkpoint_in=...)) is not preempted before
+    # it; and a pending job may trigger preemption only once it has waited preemption_min_wait_seconds. 0: off.
+    preemption_checkpoint_wait_seconds: float = Field(default=0.0, ge=0, le=86400)
+    preemption_min_wait_seconds: float = Field(default=0.0, ge=0, le=7 * 86400)
     # Interactive shells (fairpod shell, salloc, srun --pty): a shell that saw no input or output this long is
     # ended, and none lasts longer than the maximum; a user may ask for less, never more.
     shell_idle_timeout_seconds: float = Field(default=3600.0, ge=10, le=7 * 86400)

@@ -206,6 +206,7 @@ def report_progress(
     any_rank: bool = False,
     timeout: float = 5.0,
     strict: bool = False,
+    next_checkpoint_in: float | None = None,
 ) -> bool:
     """Tell the control plane the job's progress: ``step``, and ``checkpoint`` (a path) when one was just
     written. The control plane records when (its ``get-job`` shows it) and, when it must preempt, prefers
@@ -227,6 +228,8 @@ def report_progress(
                                "(FAIRPOD_API_URL, FAIRPOD_TOKEN and FAIRPOD_JOB_ID are not all set)")
         return False
     body: dict[str, Any] = {"step": step}
+    if next_checkpoint_in is not None:  # a preemption may wait this long for it (policy)
+        body["next_checkpoint_in"] = float(next_checkpoint_in)
     if checkpoint is not None:
         body["checkpoint"] = str(Path(checkpoint).absolute())
     req = urllib.request.Request(

@@ -197,7 +197,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, NodeTransitions, Loo
         self.wake.set()
         return job
 
-    def report_progress(self, job: Job, step: int | None, checkpoint: str | None) -> Job:
+    def report_progress(self, job: Job, step: int | None, checkpoint: str | None,
+                        next_checkpoint_in: float | None = None) -> Job:
         with self._change():
             now = self.clock()
             changes: dict[str, Any] = {"checkpoint_step": step}
@@ -207,6 +208,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, NodeTransitions, Loo
             w = self.snap.running.get(to_engine(job.id))
             if w is not None and checkpoint:
                 w.checkpoint = now
+            if w is not None and next_checkpoint_in is not None:  # preemption may wait for it (policy)
+                w.checkpoint_due = now + next_checkpoint_in
             return job
 
     def replica_ready(self, job: Job, rank: int, attempt: int) -> bool:
