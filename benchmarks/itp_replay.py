@@ -117,6 +117,8 @@ def main() -> None:
     print(f"utilization       {c['utilization']:.1%} allocated, {c['useful_utilization']:.1%} useful")
     print(f"preemptions       {c['preemptions']} (most of one job: {c['max_preemptions_of_a_job']})")
     print(f"lost work         {c['lost_share']:.2%} of allocated GPU-seconds")
+    print(f"goodput           {c['goodput'] or 0:.2%} of allocated GPU-seconds kept (by team: "
+          + ", ".join(f"{n} {t['goodput']:.2%}" for n, t in r["teams"].items() if t["goodput"] is not None) + ")")
     print(f"jain              {r['fairness']['jain']}")
     print(f"{'team':10} {'jobs':>6} {'quota':>5} {'used':>6} {'wait mean':>9} {'wait p50':>9} {'wait p95':>9} "
           f"{'preempt':>7}")

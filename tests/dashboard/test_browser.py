@@ -29,6 +29,8 @@ def sign_in(page: Any, url: str, token: str) -> None:
 
 
 def test_dashboard_shows_the_seed_scenario(server: Server, browser_context: Any, tmp_path: Path):
+    server.submit(name="quick", team="john", command=["sleep", "0.5"])  # an attempt that ended: goodput to chart
+    server.wait_state("quick", "Succeeded")
     server.submit(name="john-train", team="john", nodes=2, command=["sleep", "120"])
     server.wait_state("john-train", "Running")
     server.submit(name="smith-train", team="smith", nodes=2, priority="training", termination_grace_seconds=2,
@@ -60,6 +62,8 @@ def test_dashboard_shows_the_seed_scenario(server: Server, browser_context: Any,
     util.filter(has_text="100 %").wait_for()
     assert util.inner_text().strip() == "100 %"
     page.wait_for_selector("#team-charts .main-svg")  # the chart of usage against quota is drawn
+    page.wait_for_selector("#goodput-chart .main-svg")  # and the goodput per team
+    assert "john (100 %)" in page.locator("#goodput-chart").inner_text()
     shot(page, tmp_path, "teams")
 
     page.goto(server.url + "/#/cluster")

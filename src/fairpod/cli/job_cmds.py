@@ -49,11 +49,14 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
              "service": "the service's checks (fairpod start-service)", "ray": "--ray",
              "image": "--image", "image_pull_policy": "--image-pull-policy", "mounts": "--mount",
+             "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
+             "restarts_in_place": "--restarts-in-place", "restart_eval_period_seconds": "--restart-eval-period",
+             "log_rules": "--log-rule",
              "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
 SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items()
-              if flag.startswith("--") and field not in ("env", "array", "mounts")}
+              if flag.startswith("--") and field not in ("env", "array", "mounts", "log_rules")}
 KINDS = {"service": "service ('fairpod get-service {name}': its address and ready endpoints)",
          "ray": "Ray job (a private Ray cluster on its replicas: head on rank 0)"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
@@ -234,6 +237,22 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "or only idle GPUs")
     p.add_argument("--hang-action", choices=["notify", "restart", "cancel"],
                    help="what a hang does: an event (default), a restart (counts against --max-retry), a cancel")
+    p.add_argument("--ready-timeout", type=seconds(7 * 86400), metavar="SECONDS",
+                   help="gang readiness: every replica ready within this long of the start, else the attempt is "
+                   "stopped and requeued with backoff (default: the policy's ready_timeout_seconds)")
+    p.add_argument("--ready-signal", choices=["started", "sdk"],
+                   help="what makes a replica ready: its process started (default), or its call of "
+                   "fairpod.sdk.ready() or a progress report")
+    p.add_argument("--restarts-in-place", type=whole(0, 100), metavar="N",
+                   help="restart a failed replica's process on its node (the others keep running) up to N times "
+                   "within --restart-eval-period before the job restarts whole (--max-retry)")
+    p.add_argument("--log-rule", action="append", nargs=3, default=[], metavar=("NAME", "ACTION", "REGEX"),
+                   help="a rule over the replicas' output (repeatable). ACTION is notify, restart_in_place, restart "
+                   "or fail, and may end in :within=S (no matching line within S s of the start is a fault) or "
+                   ":every=S (no matching line for S s is); without either a matching line is the fault. "
+                   "E.g. --log-rule nan fail 'loss[=:] *nan' --log-rule loss restart:every=600 'loss[=:]'")
+    p.add_argument("--restart-eval-period", type=seconds(30 * 86400), metavar="SECONDS",
+                   help="the window --restarts-in-place counts restarts in (default 3600)")
     p.add_argument("--required-topology", type=topology_level, metavar="LEVEL",
                    help="all replicas in one domain of this topology level (e.g. rack), else the job waits")
     p.add_argument("--preferred-topology", type=topology_level, metavar="LEVEL",
@@ -354,6 +373,8 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     body.update({k: v for k, v in flags.items() if v is not None})
     if a.env:
         body["env"] = {**(body.get("env") or {}), **_kv(a.env)}
+    if getattr(a, "log_rule", None):
+        body["log_rules"] = [*(body.get("log_rules") or []), *_log_rules(a.log_rule)]
     if a.job_command is not None:
         body["command"] = a.job_command
     if a.mount:
@@ -386,6 +407,33 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     if body.get("workdir") is None and not body.get("image"):  # in an image: the image's own WORKDIR
         body["workdir"] = os.getcwd()
     return body
+
+
+def _log_rules(given: list[list[str]]) -> list[dict[str, Any]]:
+    from pydantic import ValidationError
+
+    from fairpod.model.logrules import parse_flag
+
+    out = []
+    for name, what, pattern in given:
+        try:
+            out.append(parse_flag(name, what, pattern).model_dump(exclude_none=True))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where, msg = ".".join(str(x) for x in err["loc"]), str(err["msg"]).removeprefix("Value error, ")
+            raise CliError(f"--log-rule {name}: {where + ': ' if where and where not in msg else ''}{msg}") from None
+        except ValueError as e:
+            raise CliError(f"--log-rule {name}: {e}") from None
+    return out
+
+
+def goodput_text(g: dict[str, Any] | None) -> str | None:
+    """'92.0 % (3.1 accelerator-hours kept; lost: 0.3 to preemption)' from get-job's goodput."""
+    if not g or g.get("goodput") is None:
+        return None
+    lost = [f"{v / 3600:.2f} to {c}" for c, v in g["lost_accelerator_seconds"].items() if v]
+    return (f"{g['goodput'] * 100:.1f} % ({g['kept_accelerator_seconds'] / 3600:.2f} accelerator-hours kept"
+            + (f"; lost: {', '.join(lost)}" if lost else "") + ")")
 
 
 def only_team(src: str = "") -> str:
@@ -531,6 +579,7 @@ def get_job(a: argparse.Namespace) -> int:
               ("Restarts", f"{j['restarts']} of {j['max_retry']}" + (" (auto-resume)" if j["auto_resume"] else
                                                                      " (no auto-resume)")),
               ("Preemptions", j["preemptions"]), ("Checkpoint", _checkpoint(j["checkpoint"])),
+              ("Goodput", goodput_text(j.get("goodput"))),
               ("Command", " ".join(j["command"]))]
     if arr:
         fields.insert(2, ("Array", f"{arr['name']}, task {arr['task_id']} (array job {arr['job_id']})"))

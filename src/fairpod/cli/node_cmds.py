@@ -29,6 +29,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         p = n.add_parser(action, help=f"{hlp} (admin)", description=f"{hlp[0].upper()}{hlp[1:]}.")
         p.add_argument("node", nargs="+", help="node name(s)")
         p.set_defaults(func=lambda a, act=action: node_do(a.node, act))
+    p = n.add_parser("quarantine", help="no new work on a suspect node; its jobs keep running (admin)",
+                     description="Quarantine nodes: the engine places no new work there, the jobs on them keep "
+                     "running, and the fault type and reason are shown in 'node list', -o json (status_labels) and "
+                     "the metric fairpod_node_status until 'node unquarantine', a reboot or a replacement.")
+    p.add_argument("node", nargs="+", help="node name(s)")
+    p.add_argument("--fault-type", default="Quarantined", metavar="TYPE", help="e.g. NvidiaXid (default %(default)s)")
+    p.add_argument("--reason", default="", metavar="TEXT", help="why (default: quarantined by you)")
+    p.set_defaults(func=node_quarantine)
+    p = n.add_parser("unquarantine", help="let the engine place work on a quarantined node again (admin)",
+                     description="Release quarantined nodes: they take new work again and their fault is cleared.")
+    p.add_argument("node", nargs="+", help="node name(s)")
+    p.set_defaults(func=lambda a: node_do(a.node, "unquarantine"))
     p = n.add_parser("drain", help="cordon nodes and wait until their running jobs have ended (admin)",
                      description="Slurm's 'scontrol update nodename=N state=drain': cordon the nodes (no new work), "
                      "then wait until no job runs on them; the jobs are not stopped. Exit 1 if --timeout passes "
@@ -75,10 +87,12 @@ def node_list(a: argparse.Namespace) -> int:
     rows = [{**nd, "acc": f"{nd['accelerators_free']}/{nd['accelerators']} free", "gpus": gpu_text(nd),
              "topo": " ".join(f"{lv}={d}" for lv, d in (nd.get("topology") or {}).items()),
              "enf": ",".join(k for k, v in (nd.get("enforced") or {}).items() if v) or "-",
-             "engine": engine_text(nd.get("containers"))} for nd in nodes]
+             "engine": engine_text(nd.get("containers")),
+             "fault": f"{nd['fault_type']}: {nd.get('fault_reason') or ''}" if nd.get("fault_type") else "-"}
+            for nd in nodes]
     cols = [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("gpus", "GPU"), ("health_status", "HEALTH"),
             ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"), ("jobs", "JOBS"),
-            ("enf", "ENFORCED"), ("engine", "CONTAINERS")]
+            ("enf", "ENFORCED"), ("fault", "FAULT"), ("engine", "CONTAINERS")]
     if any(nd.get("topology") for nd in nodes):
         cols.append(("topo", "TOPOLOGY"))
     table(rows, cols)
@@ -89,8 +103,18 @@ def node_do(nodes: list[str], action: str) -> int:
     c = Client()
     for name in nodes:
         nd = c.post(f"/nodes/{name}/{action}")
-        print(f"node {nd['name']}: {action} " + ("done" if action in ("cordon", "uncordon") else "requested")
+        print(f"node {nd['name']}: {action} " + ("done" if action in ("cordon", "uncordon", "unquarantine")
+                                                 else "requested")
               + f" (health {nd['health_status']})")
+    return 0
+
+
+def node_quarantine(a: argparse.Namespace) -> int:
+    c = Client()
+    for name in a.node:
+        body = {"fault_type": a.fault_type, **({"reason": a.reason} if a.reason else {})}
+        nd = c.post(f"/nodes/{name}/quarantine", body)
+        print(f"node {nd['name']}: quarantined ({nd['fault_type']}: {nd['fault_reason']}); its jobs keep running")
     return 0
 
 

@@ -98,6 +98,17 @@ def report_usage(a: argparse.Namespace) -> int:
         tot = [{**r, "date": "all", "utilization": None if r["utilization"] is None else
                 f"{round(r['utilization'] * 100)} %"} for r in rep["totals"]]
         table(tot, USAGE_COLS)
+    gp = {t: g for t, g in (rep.get("goodput") or {}).items() if g["goodput"] is not None}
+    if gp:
+        print()
+        print("Goodput (accelerator-hours whose progress was kept, and lost since the last checkpoint, by cause)")
+        causes = sorted({c for g in gp.values() for c, v in g["lost_accelerator_seconds"].items() if v})
+        table([{"team": "all teams" if t == "*" else t, "kept": round(g["kept_accelerator_seconds"] / 3600, 3),
+                "goodput": f"{g['goodput'] * 100:.1f} %",
+                **{c: round(g["lost_accelerator_seconds"].get(c, 0.0) / 3600, 3) for c in causes}}
+               for t, g in gp.items()],
+              [("team", "TEAM"), ("kept", "KEPT ACC-H"), *((c, f"LOST: {c.upper()}") for c in causes),
+               ("goodput", "GOODPUT")])
     if rep.get("groups"):
         print()
         print("Totals by group (the teams below each group)")

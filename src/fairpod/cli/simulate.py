@@ -37,10 +37,14 @@ def _summary(r: dict) -> str:
     e = r["engine"]
     jain = r["fairness"]["jain"]
     return (f"{c['completed']}/{c['jobs']} jobs completed, makespan {r['makespan']:,.0f} s, utilization "
-            f"{c['utilization']:.1%}, {c['preemptions']} preemption(s), jain {jain if jain is not None else '-'}, "
+            f"{c['utilization']:.1%}, goodput {_pct(c.get('goodput'))}, {c['preemptions']} preemption(s), jain {jain if jain is not None else '-'}, "
             f"engine {e['cpu_seconds']:.3f} CPU s for {e['decisions']} decisions"
             f" ({'native' if e.get('native') else 'Python; python -m fairpod.native build runs it ~2x faster'})"
             + (f"; {len(r['never_ran'])} job(s) never ran" if r["never_ran"] else ""))
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2%}"
 
 
 PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")

@@ -132,7 +132,7 @@ class Executor(Protocol):
 
     What some executors can do beyond this is declared by the capability protocols below (:class:`Notifying`,
     :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Resizing`, :class:`HostGpus`,
-    :class:`Discarding`);
+    :class:`Discarding`, :class:`Starting`, :class:`RestartingInPlace`);
     :func:`capability` finds one.
     """
 
@@ -227,6 +227,26 @@ class Resizing(Protocol):
     def replica_ranks(self, job: str, attempt: int) -> set[int]:
         """The ranks of the attempt that were started and are known here (alive, or ended with an exit not yet
         acknowledged): after a crash, which ranks of a growth still need starting."""
+        ...
+
+
+@runtime_checkable
+class Starting(Protocol):
+    """Says which replicas of an attempt have started their process (gang readiness, ``server/readiness.py``)."""
+
+    def started_ranks(self, job: str, attempt: int) -> set[int]:
+        """The ranks of the attempt whose process was started (alive or ended since)."""
+        ...
+
+
+@runtime_checkable
+class RestartingInPlace(Protocol):
+    """Starts a failed replica of a live attempt again on its node, the attempt's other replicas left running
+    (``server/restarts.py``)."""
+
+    def restart_replicas(self, job: JobLaunch) -> None:
+        """Start ``job.replicas`` (ranks of attempt ``job.attempt`` whose replica ended and whose exit was
+        acknowledged) again, with the attempt's rendezvous address; raises :class:`ExecutorError`."""
         ...
 
 

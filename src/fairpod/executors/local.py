@@ -39,6 +39,7 @@ from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replic
 from fairpod.executors.exitwatch import ExitWatch
 from fairpod.executors.forkclient import Forked, ForkServerClient
 from fairpod.executors.hostgpus import ThisHostGpus
+from fairpod.executors.inplace import InPlace
 
 log = logging.getLogger("fairpod.executors.local")
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
@@ -81,7 +82,7 @@ class _Run:
     port: int
 
 
-class LocalExecutor(ThisHostGpus):
+class LocalExecutor(InPlace, ThisHostGpus):
     """Executor of replicas as local process groups; ``root`` is where runs are kept (``$FAIRPOD_HOME/runs``)."""
 
     name = "local"

@@ -41,6 +41,8 @@ def _policy_snapshot(spec: ClusterSpec, now: float) -> Snapshot:
         starvation_guard=p.starvation_guard_seconds,
         borrow_limit_while_others_wait=p.borrow_limit_applies == "WhileOthersWait",
         fallback_borrows=p.fallback_when_can_borrow == "Borrow",
+        checkpoint_wait=p.preemption_checkpoint_wait_seconds,
+        preempt_min_wait=p.preemption_min_wait_seconds,
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),
     )

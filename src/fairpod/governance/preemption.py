@@ -84,6 +84,14 @@ def _gate(v: Workload, now: float) -> tuple[float, float, bool]:
     return loses, stop, not (v.min_runtime and st is not None and now - st < v.min_runtime)
 
 
+def _checkpoint_soon(v: Workload, now: float, until: float) -> bool:
+    """Is ``v``'s next checkpoint due after now and by ``until`` (the preemptor's wait in the queue plus the
+    policy's checkpoint wait)? Then it is not taken before it (KAI's preemption delay): stopped just after its
+    checkpoint it loses almost nothing, and the preemptor waits at most that long for it."""
+    due = v.checkpoint_due
+    return due is not None and now < due <= until
+
+
 def _borrowers(snap: Snapshot, itype: str) -> list[tuple[str, float]]:
     """The teams that borrow ``itype`` now, in name order, with their share (``fairshare.share``, no history);
     computed once per cycle and usage (plans of one cycle read the same)."""
@@ -238,6 +246,9 @@ def plan(
     is as before.
     """
     now = snap.now
+    waited_since = w.enqueued if w.enqueued is not None else w.submit
+    if snap.preempt_min_wait and now - waited_since < snap.preempt_min_wait:
+        return None  # it has not waited long enough to stop another job
     team = snap.teams[w.team]
     pool = snap.pool(w.itype)
     others_borrow = pool.over[0] > 0 or pool.over[1] > 0 or pool.over[2] > 0
@@ -284,6 +295,8 @@ def plan(
                     continue
                 if blocked and all(n in blocked for n in v.nodes or ()):
                     continue  # stopping it frees nothing ``w`` may use
+                if snap.checkpoint_wait and _checkpoint_soon(v, now, waited_since + snap.checkpoint_wait):
+                    continue
                 cands.append(v)
             continue
         for v in running.values():
@@ -294,6 +307,8 @@ def plan(
                 continue
             if blocked and all(n in blocked for n in v.nodes or ()):
                 continue  # stopping it frees nothing ``w`` may use
+            if snap.checkpoint_wait and _checkpoint_soon(v, now, waited_since + snap.checkpoint_wait):
+                continue
             cands.append(v)
     if not cands or (w.req.acc > 0 and not _acc_could_fit(snap, w, cands)):
         return None  # most plans end here: too few nodes would have the accelerators even with every candidate gone

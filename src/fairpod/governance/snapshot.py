@@ -74,6 +74,7 @@ class Workload:
     nodes: list[str] | None = None
     started: float | None = None
     checkpoint: float | None = None  # time of the last reported checkpoint
+    checkpoint_due: float | None = None  # when its next checkpoint is due, as it said (fairpod.sdk); None: unknown
     # bookkeeping for users
     reason: str = ""
     borrowed_from: dict[str, int] = field(default_factory=dict)
@@ -302,7 +303,14 @@ class Snapshot:
         history_half_life: float | None = None,
         borrow_limit_while_others_wait: bool = False,
         fallback_borrows: bool = True,
+        checkpoint_wait: float = 0.0,
+        preempt_min_wait: float = 0.0,
     ) -> None:
+        # preemption that costs least (``governance.preemption.plan``): a victim whose next checkpoint is due within
+        # ``checkpoint_wait`` seconds is not taken before it; a pending job triggers preemption only once it has
+        # waited ``preempt_min_wait`` seconds (0: both off)
+        self.checkpoint_wait = checkpoint_wait
+        self.preempt_min_wait = preempt_min_wait
         # fallback instance types (``Workload.choices``): take the first type the job fits now even by borrowing
         # (Kueue's whenCanBorrow: Borrow), or a later type that fits within quota first (TryNextFlavor)
         self.fallback_borrows = fallback_borrows

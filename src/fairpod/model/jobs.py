@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from fairpod.model.catalog import InstanceType
+from fairpod.model.logrules import LogRule
 from fairpod.model.resources import Res, by_ratio, node_res, partition_share
 from fairpod.model.services import ServiceSpec
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, did_you_mean, no_bool_numbers
@@ -103,6 +104,25 @@ class JobSpec(BaseModel):
         default=None, description="as Kubernetes: default Always for :latest or no tag, else IfNotPresent")
     mounts: list[str] = Field(default_factory=list, max_length=64,
                               description="with image: HOST:CONTAINER[:ro] directories bound into the container")
+    # resilience (docs/resilience.md): gang readiness and restarts in place
+    ready_timeout_seconds: float | None = Field(
+        default=None, ge=1, le=7 * 86400,
+        description="gang readiness: every replica must have started (with ready_signal sdk: called "
+        "fairpod.sdk.ready()) within this long of the start, else the attempt is stopped and requeued with "
+        "backoff; default policy.ready_timeout_seconds")
+    ready_signal: Literal["started", "sdk"] = Field(
+        default="started", description="what makes a replica ready: its process started, or (sdk) its call of "
+        "fairpod.sdk.ready() or a progress report")
+    restarts_in_place: int = Field(
+        default=0, ge=0, le=100,
+        description="a failed replica's process is restarted on its node, the others left running, up to this "
+        "many times within restart_eval_period_seconds; then the job restarts whole (max_retry)")
+    restart_eval_period_seconds: float = Field(
+        default=3600.0, ge=1, le=30 * 86400, description="the window restarts_in_place counts restarts in")
+    log_rules: list[LogRule] = Field(
+        default_factory=list, max_length=20,
+        description="rules over the replicas' output, each with an action (docs/resilience.md); added to the "
+        "priority class's")
 
     @model_validator(mode="before")
     @classmethod

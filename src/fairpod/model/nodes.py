@@ -10,6 +10,7 @@ class NodeHealth(StrEnum):
     UNSCHEDULABLE = "Unschedulable"
     PENDING_REBOOT = "UnschedulablePendingReboot"
     PENDING_REPLACEMENT = "UnschedulablePendingReplacement"
+    QUARANTINED = "UnschedulableQuarantined"  # no new work; the jobs on it keep running (fairpod node quarantine)
 
 
 class DeepHealthCheck(StrEnum):

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, GpuThresholds, InstanceType, partitioned
+from fairpod.model.logrules import LogRule
 from fairpod.model.resources import ZERO, Res, by_ratio, node_res
 
 NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -187,6 +188,8 @@ class PriorityClass(_Strict):
     default_max_runtime_seconds: float | None = Field(default=None, ge=1, le=365 * 86400)
     max_runtime_seconds: float | None = Field(default=None, ge=1, le=365 * 86400)
     on_runtime_limit: Literal["fail", "requeue"] = "fail"
+    # rules over the output of the class's jobs (fairpod.model.logrules); a job's rule of the same name wins
+    log_rules: list[LogRule] = Field(default_factory=list, max_length=20)
 
     @model_validator(mode="after")
     def _default_within_max(self) -> PriorityClass:
@@ -229,6 +232,19 @@ class Policy(_Strict):
     # or it is hung (its replicas did not re-form their group: e.g. a torchrun rendezvous still waiting for the
     # replica that left); the job's hang_action says what follows (fairpod.server.watchdog). null: never.
     elastic_regroup_timeout_seconds: float | None = Field(default=300.0, ge=1, le=86400)
+    # Gang readiness (fairpod.server.readiness, as Kueue's waitForPodsReady): an attempt whose replicas are not all
+    # ready this long after its start is stopped, its capacity given back, and requeued after a backoff of base x
+    # 2^(k-1) seconds (at most max) for its k-th readiness timeout; after requeue_limit timeouts it fails (null: no
+    # limit). A job's ready_timeout_seconds overrides the timeout; null here and there: no readiness check.
+    ready_timeout_seconds: float | None = Field(default=None, ge=1, le=7 * 86400)
+    ready_backoff_base_seconds: float = Field(default=60.0, ge=0, le=86400)
+    ready_backoff_max_seconds: float = Field(default=3600.0, ge=0, le=7 * 86400)
+    ready_requeue_limit: int | None = Field(default=None, ge=0, le=10_000)
+    # Preemption that costs least (fairpod.governance.preemption): a running job whose next checkpoint is due within
+    # this many seconds (it said so: fairpod.sdk.report_progress(next_checkpoint_in=...)) is not preempted before
+    # it; and a pending job may trigger preemption only once it has waited preemption_min_wait_seconds. 0: off.
+    preemption_checkpoint_wait_seconds: float = Field(default=0.0, ge=0, le=86400)
+    preemption_min_wait_seconds: float = Field(default=0.0, ge=0, le=7 * 86400)
     # Interactive shells (fairpod shell, salloc, srun --pty): a shell that saw no input or output this long is
     # ended, and none lasts longer than the maximum; a user may ask for less, never more.
     shell_idle_timeout_seconds: float = Field(default=3600.0, ge=10, le=7 * 86400)

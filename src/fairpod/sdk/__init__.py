@@ -46,8 +46,11 @@ __all__ = [
     "is_resuming",
     "job_name",
     "last_checkpoint",
+    "peer_restarts",
     "preemption_requested",
     "rank",
+    "ready",
+    "replica_restarts",
     "report_progress",
     "restart_count",
 ]
@@ -203,6 +206,7 @@ def report_progress(
     any_rank: bool = False,
     timeout: float = 5.0,
     strict: bool = False,
+    next_checkpoint_in: float | None = None,
 ) -> bool:
     """Tell the control plane the job's progress: ``step``, and ``checkpoint`` (a path) when one was just
     written. The control plane records when (its ``get-job`` shows it) and, when it must preempt, prefers
@@ -224,6 +228,8 @@ def report_progress(
                                "(FAIRPOD_API_URL, FAIRPOD_TOKEN and FAIRPOD_JOB_ID are not all set)")
         return False
     body: dict[str, Any] = {"step": step}
+    if next_checkpoint_in is not None:  # a preemption may wait this long for it (policy)
+        body["next_checkpoint_in"] = float(next_checkpoint_in)
     if checkpoint is not None:
         body["checkpoint"] = str(Path(checkpoint).absolute())
     data = json.dumps(body).encode()
@@ -254,6 +260,54 @@ def report_progress(
         raise RuntimeError(f"fairpod: could not report progress: {msg}")
     _warn_once(f"fairpod: could not report progress to {url} ({msg}); training goes on")
     return False
+
+
+# -- resilience: gang readiness, restarts in place (docs/resilience.md) -----------------------------------
+
+
+def _call(method: str, path: str, body: dict[str, Any] | None, timeout: float) -> dict[str, Any] | None:
+    """A call of the job's own routes with its token; None outside fairpod or when the server cannot be reached
+    (warned once on stderr: training goes on)."""
+    url, token, job = (os.environ.get("FAIRPOD_API_URL"), os.environ.get("FAIRPOD_TOKEN"),
+                       os.environ.get("FAIRPOD_JOB_ID"))
+    if not (url and token and job):
+        return None
+    req = urllib.request.Request(
+        f"{url.rstrip('/')}/api/v1/jobs/{job}/{path}", method=method,
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:  # noqa: S310 - the URL fairpod gave us
+            answer = json.loads(r.read().decode() or "{}")
+            return answer if isinstance(answer, dict) else {}
+    except urllib.error.HTTPError as e:
+        msg = f"HTTP {e.code}: {_detail(e)}"
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        msg = str(getattr(e, "reason", e))
+    _warn_once(f"fairpod: could not reach {url} ({msg}); training goes on")
+    return None
+
+
+def ready(timeout: float = 5.0) -> bool:
+    """Tell the control plane this replica is ready (its data loaded, its group formed): for jobs submitted with
+    ``ready_signal: sdk`` (``--ready-signal sdk``) an attempt whose replicas have not all said so within its
+    readiness timeout is stopped and requeued. Every rank calls it. True when it was taken."""
+    return _call("POST", "ready", {"rank": rank(), "attempt": restart_count()}, timeout) is not None
+
+
+def peer_restarts(timeout: float = 5.0) -> int:
+    """How many replicas of this attempt were restarted in place so far (0 outside fairpod or when the server
+    cannot be reached). A rank that sees it grow knows a peer came back: it re-forms its process group (a
+    torchrun-elastic agent does so by itself; a plain DDP program destroys and re-initialises it)."""
+    answer = _call("GET", "restarts", None, timeout)
+    return int(answer.get("generation", 0)) if answer else 0
+
+
+def replica_restarts() -> int:
+    """How often this replica was restarted in place within its attempt (``FAIRPOD_REPLICA_RESTARTS``; 0 at
+    first)."""
+    return _int_env("FAIRPOD_REPLICA_RESTARTS", 0)
 
 
 def _detail(e: urllib.error.HTTPError) -> str:

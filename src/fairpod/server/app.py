@@ -29,6 +29,7 @@ from fairpod.server import (
     routes_jobs,
     routes_reports,
     routes_services,
+    routes_resilience,
     routes_spec,
     routes_static,
 )
@@ -141,6 +142,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     app.add_middleware(BodyLimit)
     api = APIRouter(prefix="/api/v1", responses=PROBLEM_RESPONSES)
     routes_jobs.add_routes(api, cp)
+    routes_resilience.add_routes(api, cp)
     routes_admin.add_routes(api, cp)
     routes_dashboard.add_routes(api, cp)
     routes_reports.add_routes(api, cp)

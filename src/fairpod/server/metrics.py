@@ -33,7 +33,7 @@ RUN_BUCKETS = (10.0, 30.0, 60.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 14400.0, 
 # The engine's reasons for a job it tried and could not start (fairpod.governance: quota, placement, scheduler).
 INADMISSIBLE_PREFIXES = ("over quota", "borrow limit reached", "waiting for reclaim", "no idle", "no healthy",
                          "needs ", "waiting for capacity")  # fmt: skip
-COUNTED_EVENTS = ("JobAdmitted", "JobPreempted", "JobRestarting", "ReplicaUsage")
+COUNTED_EVENTS = ("JobAdmitted", "JobPreempted", "JobRestarting", "ReplicaUsage", "Goodput")
 PREEMPT_REASONS = ("reclaim", "priority", "fair-share")  # fairpod.governance.decisions.Preempt.kind
 FINAL_STATES = tuple(s.value for s in JobState if s.finished)
 RESOURCES = (("accelerators", 1.0), ("cpu", 1 / 1000), ("memory", 1024 * 1024))  # from (acc, mcpu, MiB)
@@ -55,6 +55,8 @@ class EventCounters:
         self.restarts: dict[str, int] = {}
         self.cpu_seconds: dict[str, float] = {}  # what ended replicas used (fairpod.sandbox), per team
         self.memory_peak: dict[str, int] = {}
+        self.kept: dict[str, float] = {}  # accelerator-seconds that produced kept progress (server.goodput), per team
+        self.lost: dict[tuple[str, str], float] = {}  # (team, cause) -> accelerator-seconds lost
         self.lock = threading.Lock()
 
     def update(self, cp: ControlPlane) -> None:
@@ -71,6 +73,12 @@ class EventCounters:
                         self.cpu_seconds[team] = self.cpu_seconds.get(team, 0.0) + float(d["cpu_seconds"])
                     if isinstance(d.get("memory_peak_bytes"), int):
                         self.memory_peak[team] = max(self.memory_peak.get(team, 0), d["memory_peak_bytes"])
+                elif kind == "Goodput":
+                    d = data or {}
+                    self.kept[team] = self.kept.get(team, 0.0) + float(d.get("kept") or 0.0)
+                    if d.get("cause"):
+                        key2 = (team, str(d["cause"]))
+                        self.lost[key2] = self.lost.get(key2, 0.0) + float(d.get("lost") or 0.0)
                 elif kind == "JobPreempted":
                     key = (team, str((data or {}).get("preemption") or "unknown"))
                     self.preempted[key] = self.preempted.get(key, 0) + 1
@@ -239,7 +247,18 @@ class FairpodCollector(Collector):
         for team in known:
             cpu.add_metric([team], ev.cpu_seconds.get(team, 0.0))
             peak.add_metric([team], ev.memory_peak.get(team, 0))
-        yield from (adm, pre, rst, fin, cpu, peak)
+        kept = CounterMetricFamily("fairpod_goodput_kept_accelerator_seconds", "Accelerator-seconds whose progress "
+                                   "was kept (up to the last checkpoint, or the whole of a finished attempt)",
+                                   labels=["team"])
+        lost = CounterMetricFamily("fairpod_goodput_lost_accelerator_seconds", "Accelerator-seconds lost (work since "
+                                   "the last checkpoint) by cause: preemption, failure, restart, readiness, hang, "
+                                   "cancelled", labels=["team", "cause"])
+        for team in sorted({*known, *(t for t in ev.kept if shown(t))}):
+            kept.add_metric([team], ev.kept.get(team, 0.0))
+        for (team, cause), v in sorted(ev.lost.items()):
+            if shown(team):
+                lost.add_metric([team, cause], v)
+        yield from (adm, pre, rst, fin, cpu, peak, kept, lost)
 
         wait = _histogram(cp, JobRow.first_started_at - JobRow.submit_time, JobRow.first_started_at.is_not(None),
                           WAIT_BUCKETS)
@@ -256,9 +275,15 @@ class FairpodCollector(Collector):
                                      labels=["instance_group", "instance_type"])
         schedulable = GaugeMetricFamily("fairpod_nodes_schedulable", "Nodes jobs may start on (healthy and not "
                                         "cordoned)", labels=["instance_group", "instance_type"])
+        status = GaugeMetricFamily("fairpod_node_status", "A node's state (1 per node) with its health status and, "
+                                   "when it has a fault (pending reboot, pending replacement, quarantined), the fault's "
+                                   "type and reason", labels=["node", "instance_group", "health_status", "fault_type",
+                                                              "fault_reason"])
         by_health: dict[tuple[str, str, str], int] = {}
         by_group: dict[tuple[str, str], list[int]] = {}
         for n in cp.store.list_nodes():
+            status.add_metric([n.name, n.instance_group, n.health_status.value, n.fault_type or "",
+                               n.fault_reason or ""], 1)
             k = (n.instance_group, n.instance_type, n.health_status.value)
             by_health[k] = by_health.get(k, 0) + 1
             g = by_group.setdefault((n.instance_group, n.instance_type), [0, 0])
@@ -269,7 +294,7 @@ class FairpodCollector(Collector):
         for (grp, it), (c, s) in sorted(by_group.items()):
             cordoned.add_metric([grp, it], c)
             schedulable.add_metric([grp, it], s)
-        yield from (nodes_f, cordoned, schedulable)
+        yield from (nodes_f, cordoned, schedulable, status)
 
         counts_c, total, summ = hist_snapshot
         cyc = HistogramMetricFamily("fairpod_scheduler_cycle_duration_seconds",

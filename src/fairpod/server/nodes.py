@@ -22,6 +22,22 @@ ACTION_STATUS = {
 }
 
 
+# the labels a node's state is shown with (HyperPod's sagemaker.amazonaws.com/node-health-status, fault-types and
+# fault-reasons): in node list, -o json (``status_labels``) and the metric fairpod_node_status
+HEALTH_LABEL, FAULT_TYPE_LABEL, FAULT_REASON_LABEL = ("fairpod.io/node-health-status", "fairpod.io/fault-type",
+                                                      "fairpod.io/fault-reason")
+
+
+def status_labels(health_status: str, fault_type: str | None, fault_reason: str | None) -> dict[str, str]:
+    """A node's state as labels: its health status, and its fault's type and reason when it has one."""
+    out = {HEALTH_LABEL: health_status}
+    if fault_type:
+        out[FAULT_TYPE_LABEL] = fault_type
+    if fault_reason:
+        out[FAULT_REASON_LABEL] = fault_reason
+    return out
+
+
 def sync_nodes(store: Store | Tx, spec: ClusterSpec, busy: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """Make the store's nodes match the spec's instance groups (``<group>-<i>``); busy nodes are kept.
     With an executor that has its own nodes (Ray) they come from its cluster (``fairpod.server.membership``), not the spec."""

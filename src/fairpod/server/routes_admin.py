@@ -19,7 +19,9 @@ from fairpod.server.views import cluster_view, node_view
 
 
 class FaultBody(BaseModel):
-    kind: str
+    kind: str = Field(default="", max_length=40)  # inject-fault: the fault
+    fault_type: str = Field(default="Quarantined", max_length=80)  # quarantine: why
+    reason: str = Field(default="quarantined by an admin", max_length=500)
 
 
 class NewUser(BaseModel):
@@ -73,7 +75,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
 
     @api.post("/nodes/{name}/{action}", tags=["nodes"], dependencies=[Depends(_admin)])
     def node_action(name: str, action: str, p: Auth, body: FaultBody | None = None) -> dict[str, Any]:
-        actions = ("cordon", "uncordon", "check", "reboot", "replace", "inject-fault")
+        actions = ("cordon", "uncordon", "check", "reboot", "replace", "inject-fault", "quarantine", "unquarantine")
         if action not in actions:
             raise Problem(404, "unknown action", f"unknown node action {action!r} ({', '.join(actions)})")
         node = cp.store.get_node(name)
@@ -82,13 +84,18 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if action in ("cordon", "uncordon"):
             node = cp.cordon(name, action == "cordon")
             cp.event(f"Node{action.capitalize()}ed", f"node {name} {action}ed by {p.name}", node=name)
+        elif action == "quarantine":
+            why = body or FaultBody()
+            node = cp.quarantine(name, why.fault_type or "Quarantined", why.reason or f"quarantined by {p.name}")
+        elif action == "unquarantine":
+            node = cp.release(name)
         else:
             if cp.health is None:
                 raise Problem(409, "node health is off", "this control plane runs without node health")
             if action == "check":
                 cp.health.request_check(name)
             elif action == "inject-fault":
-                if body is None:
+                if body is None or not body.kind:
                     raise Problem(422, "invalid request", 'give the fault kind: {"kind": "xid"}')
                 try:
                     cp.health.inject(name, body.kind)

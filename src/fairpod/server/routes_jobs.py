@@ -37,6 +37,7 @@ ARRAY = ("array: indices in Slurm's --array form (0-199%16, 1,3,5, 0-99:2) withi
 class Progress(BaseModel):
     step: Annotated[int, Field(ge=0, le=MAX_EXACT, strict=True), Whole] | None = None  # an exact JSON number
     checkpoint: str | None = Field(default=None, max_length=4096)
+    next_checkpoint_in: float | None = Field(default=None, ge=0, le=7 * 86400)  # seconds to its next checkpoint
 
 
 def as_json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -180,7 +181,8 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             p = current_principal(request)
             job = find_job(cp, p, ref, team)
             require_team(p, job.team)
-        return job_view(cp, cp.report_progress(job, body.step, body.checkpoint), detail=True)
+        return job_view(cp, cp.report_progress(job, body.step, body.checkpoint, body.next_checkpoint_in),
+                        detail=True)
 
     @api.get("/jobs/{ref}/logs", tags=["jobs"])
     async def get_logs(ref: str, p: Auth, team: str | None = None, replica: int = Query(default=0, ge=0),

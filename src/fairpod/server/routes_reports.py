@@ -15,6 +15,7 @@ from fastapi import APIRouter, Query
 
 from fairpod.model.jobs import JobState
 from fairpod.model.spec import ClusterSpec
+from fairpod.server import goodput
 from fairpod.server.api_rules import rules
 from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
@@ -136,6 +137,8 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
             "preemptions": j.preemptions, "restarts": j.attempt,
             "running_now": j.state in (JobState.RUNNING, JobState.PREEMPTED),
         })  # fmt: skip
+    gp = [e for e in cp.store.list_events(kind=goodput.EVENT, limit=None) if since <= e.ts < until
+          and (teams is None or e.team in teams)]
     first, last = cp.store.usage_span()
     return {
         "from": iso(since), "to": iso(until), "timezone": "UTC",
@@ -146,6 +149,7 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
                     if tot["quota_hours"] else None} for (t, it), tot in sorted(totals.items())],
         "groups": group_totals(cp.spec, totals),
         "tasks": tasks,
+        "goodput": goodput.by_team(gp),  # per team, and the cluster's under "*" (fairpod.server.goodput)
         "budgets": cp.budgets.rows(cp, teams),  # the current period of every budget (docs/policies.md)
     }  # fmt: skip
 

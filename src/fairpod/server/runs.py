@@ -18,6 +18,7 @@ STOP_CANCEL = "cancel"  # Cancelled
 STOP_RESTART = "restart"  # auto-resume: Pending again with attempt + 1
 STOP_FAIL = "fail"  # Failed
 STOP_DONE = "done"  # an elastic job whose training finished (a replica exited 0): Succeeded once all stopped
+STOP_NOT_READY = "not_ready"  # gang readiness timed out: Pending again after a backoff (fairpod.server.readiness)
 
 
 def job_key(job: Job) -> str:
@@ -72,6 +73,14 @@ class Run:
     # what each ended replica used, read from its cgroup (fairpod.sandbox): rank -> cpu_seconds, memory_peak_bytes
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
     ports: list[int] = field(default_factory=list)  # a service's port per rank (fairpod.server.control.serving)
+    # resilience: ranks that said they are ready (fairpod.sdk.ready), when the whole gang was (server.readiness);
+    # restarts in place of this attempt ([rank, when]) and the ranks whose restart is due (server.restarts)
+    ready: list[str] = field(default_factory=list)
+    ready_at: float | None = None
+    restarts: list[list[float]] = field(default_factory=list)
+    restart_due: list[int] = field(default_factory=list)
+    good_from: float | None = None  # work before this is accounted for (server.goodput): the last restart in place
+    log_faults: dict[str, str] = field(default_factory=dict)  # rank -> the log rule that stopped it (server.logrules)
 
     def record_usage(self, rank: int, cpu_seconds: float | None, memory_peak_bytes: int | None) -> dict[str, Any]:
         """Keep what a replica used; the data of its ``ReplicaUsage`` event ({} when nothing was measured)."""

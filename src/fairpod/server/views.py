@@ -7,10 +7,12 @@ from typing import Any
 from fairpod.governance.topology import domain_name
 from fairpod.model.catalog import InstanceType
 from fairpod.model.jobs import JobState
+from fairpod.server import goodput
 from fairpod.server.arrays import array_view
 from fairpod.server.auth import Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.figures import group_figures, instance_types, team_figures
+from fairpod.server.nodes import status_labels
 from fairpod.server.runs import to_engine
 from fairpod.store import Job, Node
 
@@ -93,6 +95,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             exit=(job.run_state or {}).get("exits"),
             usage=usage_view(job),
             limits=limits_view(cp, job),
+            goodput=goodput.of_job(cp, job),
         )
     return out
 
@@ -176,6 +179,7 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
         "fault_reason": node.fault_reason,
         "last_check_at": node.last_check_at,
         "labels": node.labels,
+        "status_labels": status_labels(node.health_status.value, node.fault_type, node.fault_reason),
         "accelerators": snode.cap[0] if snode else None,
         "accelerators_free": snode.free[0] if snode else None,
         "jobs": [int(j) for j in jobs],

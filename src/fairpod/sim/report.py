@@ -65,7 +65,7 @@ def _reason(sj: SimJob) -> str:
 
 def _team(res: SimResult, name: str, jobs: list[SimJob]) -> dict[str, Any]:
     waits = [w for w in (sj.wait for sj in jobs) if w is not None]
-    return {
+    out: dict[str, Any] = {
         "quota_accelerators": res.quota[name],
         "jobs": len(jobs),
         "completed": sum(1 for sj in jobs if sj.end is not None),
@@ -81,6 +81,10 @@ def _team(res: SimResult, name: str, jobs: list[SimJob]) -> dict[str, Any]:
         "grows": sum(sj.grows for sj in jobs),
         "lost_accelerator_seconds": _round(sum(sj.lost_seconds * sj.job.accelerators for sj in jobs)),
     }
+    used = sum(sj.run_seconds * sj.job.accelerators for sj in jobs)
+    lost = sum(sj.lost_seconds * sj.job.accelerators for sj in jobs)
+    out["goodput"] = _round((used - lost) / used, 5) if used else None
+    return out
 
 
 def _topology(jobs: list[SimJob]) -> dict[str, Any]:
@@ -126,6 +130,8 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
             "max_preemptions_of_a_job": max((sj.preemptions for sj in res.jobs), default=0),
             "lost_accelerator_seconds": _round(lost_all),
             "lost_share": _round(lost_all / used_all if used_all else 0.0, 5),
+            # goodput: the share of allocated accelerator-seconds whose progress was kept (fairpod.server.goodput)
+            "goodput": _round((used_all - lost_all) / used_all, 5) if used_all else None,
             "useful_utilization": _round((used_all - lost_all) / (res.capacity * span)
                                          if res.capacity and span else 0.0, 4),
         },

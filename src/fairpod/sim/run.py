@@ -172,6 +172,7 @@ class Simulation:
         self.meter = budget_meter(spec) if any(t.budgets for t in spec.teams) else None
         self.periods = sorted({b.period for t in spec.teams for b in t.budgets})
         self.woken: set[float] = set()
+        self.due_woken: set[tuple[str, float]] = set()  # checkpoints due that a cycle wakes up for
 
     # -- events ------------------------------------------------------------------------------------
     def _push(self, t: float, jid: str, version: int) -> None:
@@ -233,6 +234,12 @@ class Simulation:
             assert iv and sj.run_start is not None and sj.w is not None
             k = math.floor((t - sj.run_start) / iv + 1e-9)
             sj.w.checkpoint = _r(sj.run_start + k * iv) if k > 0 else None
+            wait = self.snap.checkpoint_wait
+            if wait > 0:  # it says when its next checkpoint is due; a preemption may wait for it (a wake-up then)
+                due = sj.w.checkpoint_due = _r(sj.run_start + (k + 1) * iv)
+                if self.snap.pending and due <= t + wait and (sj.job.name, due) not in self.due_woken:  # an upper bound
+                    self.due_woken.add((sj.job.name, due))
+                    self._push(due, sj.job.name, -1)
 
     # -- the loop ----------------------------------------------------------------------------------
     def run(self) -> SimResult:
@@ -273,6 +280,8 @@ class Simulation:
                     changed = True
             while ai < len(arrivals) and arrivals[ai].w.submit == t:  # type: ignore[union-attr]
                 snap.add_pending(arrivals[ai].w)  # type: ignore[arg-type]
+                if snap.preempt_min_wait > 0:  # it may trigger preemption from then on: a cycle then
+                    self._push(_r(t + snap.preempt_min_wait), arrivals[ai].job.name, -1)
                 ai += 1
                 changed = True
             if not changed:
@@ -298,6 +307,8 @@ class Simulation:
                 elif isinstance(d, Preempt):
                     res.preemptions += 1
                     self._stop(sj, t, preempted=True)
+                    if snap.preempt_min_wait > 0:  # requeued: it may trigger preemption again from then on
+                        self._push(_r(t + snap.preempt_min_wait), sj.job.name, -1)
                 elif isinstance(d, Grow | Shrink):
                     self._resize(sj, t, d.nodes, isinstance(d, Grow))
                 elif isinstance(d, Wait):

@@ -319,6 +319,30 @@ async function drawTeams() {
     layout.yaxis.tickformat = "d";
     plot($(`#${ids[k]}`), traces, layout);
   });
+  await drawGoodput();
+}
+
+// goodput per team (fairpod.server.goodput, GET /reports/usage): kept and lost accelerator-hours, stacked
+async function drawGoodput() {
+  const el = $("#goodput-chart");
+  let gp = {};
+  try { gp = (await api("/reports/usage")).goodput || {}; } catch (e) { el.textContent = `Goodput: ${e.message || e}`; return; }
+  const teams = Object.keys(gp).filter((t) => t !== "*" && gp[t].goodput !== null).sort(naturalCompare);
+  if (!teams.length) { el.innerHTML = `<p class="empty">No attempt has ended in the last 7 days.</p>`; return; }
+  if (!window.Plotly) { el.textContent = "Loading the charting library…"; return; }
+  const label = teams.map((t) => `${t} (${pct(gp[t].goodput)})`);
+  const causes = [...new Set(teams.flatMap((t) => Object.keys(gp[t].lost_accelerator_seconds)
+    .filter((c) => gp[t].lost_accelerator_seconds[c] > 0)))].sort();
+  const traces = [{type: "bar", name: "kept", x: label, y: teams.map((t) => gp[t].kept_accelerator_seconds / 3600),
+                   marker: {color: COLOURS[0]}}];
+  causes.forEach((c, i) => traces.push({type: "bar", name: `lost: ${c}`, x: label,
+    y: teams.map((t) => (gp[t].lost_accelerator_seconds[c] || 0) / 3600),
+    marker: {color: COLOURS[(i + 1) % COLOURS.length], pattern: {shape: ["/", "x", ".", "-", "|", "+"][i % 6]}}}));
+  const layout = baseLayout("Accelerator-hours kept and lost since the last checkpoint, per team (goodput)", "accelerator-hours");
+  layout.xaxis = {type: "category"};
+  layout.barmode = "stack";
+  layout.hovermode = "closest";
+  Plotly.react(el, traces, layout, {displayModeBar: false, responsive: true});
 }
 
 // "why does team X get more than team Y": GET /explain/teams (fairpod explain teams X Y)

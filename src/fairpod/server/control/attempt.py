@@ -12,12 +12,13 @@ from fairpod.executors.base import ExecutorError, HostGpus, JobLaunch, ReplicaEx
 from fairpod.governance import Admit, Preempt, Wait
 from fairpod.model.jobs import JobState
 from fairpod.sandbox import capabilities
-from fairpod.server import backoff
+from fairpod.server import backoff, goodput, readiness, restarts
 from fairpod.server.control import rayjobs, resize
 from fairpod.server.runs import (
     STOP_CANCEL,
     STOP_DONE,
     STOP_FAIL,
+    STOP_NOT_READY,
     STOP_PREEMPT,
     STOP_RESTART,
     Run,
@@ -237,9 +238,12 @@ class AttemptLife:
         if run.stop_at is not None and e.ended_at < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
-            if not e.ok:
-                self.begin_stop(job, run, failure_kind(job), f"replica {e.rank} {e.reason}")
-            elif len(run.exits) == job.nodes:
+            faulted = not e.ok or str(e.rank) in run.log_faults  # a log rule stopped it (server/logrules.py)
+            if faulted and restarts.decide(self, job, run, e):  # restart that replica only (server/restarts.py)
+                pass
+            elif faulted:
+                self.begin_stop(job, run, failure_kind(job), f"replica {e.rank} {restarts.why(run, e)}")
+            elif len(run.exits) == job.nodes and not run.restart_due:
                 self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
                 return
             elif job.spec.elastic:  # torchrun's elastic agents exit 0 only once the group's training is done
@@ -298,6 +302,8 @@ class AttemptLife:
         return gpus.gpu_utilization(held)
 
     def finish(self, job: Job, run: Run, state: JobState, reason: str) -> None:
+        goodput.account(self, job, run, None if state == JobState.SUCCEEDED else
+                        "cancelled" if state == JobState.CANCELLED else goodput.cause_of(run.stopping, reason))
         self._release(job, run)
         if state == JobState.SUCCEEDED:
             self.eta.typical.observe(job, self.clock())
@@ -332,7 +338,8 @@ class AttemptLife:
             self.finish(job, run, JobState.CANCELLED, run.stop_reason)
         elif kind == STOP_FAIL:
             self.finish(job, run, JobState.FAILED, run.stop_reason)
-        elif kind in (STOP_PREEMPT, STOP_RESTART):
+        elif kind in (STOP_PREEMPT, STOP_RESTART, STOP_NOT_READY):
+            goodput.account(self, job, run, goodput.cause_of(kind, run.stop_reason))
             self._release(job, run)
             now = self.clock()
             changes: dict[str, Any] = {"state": JobState.PENDING, "enqueued_at": now, "run_state": run.to_json(),
@@ -342,10 +349,12 @@ class AttemptLife:
                 changes["reason"] = f"restarting: {run.stop_reason}"
                 changes.update(backoff.restart_changes(self.spec.policy, job, changes["run_state"], run.stop_reason,
                                                        now))
+            elif kind == STOP_NOT_READY:  # back to its queue after a backoff, same attempt (server/readiness.py)
+                changes.update(readiness.requeue_changes(self, job, changes["run_state"], run.stop_reason, now))
             job = self.store.update_job(job.id, changes)
             if kind == STOP_RESTART:
                 self.event("JobRestarting", f"job {job.name}: {run.stop_reason} (restart {job.attempt} of "
-                           f"{job.max_retry})", job, attempt=job.attempt)
+                           f"{job.max_retry})", job, attempt=job.attempt, restart="full")
             else:
                 self.event("JobRequeued", f"job {job.name} stopped and is back in its queue", job)
             if not backoff.hold(self, job):

@@ -14,7 +14,8 @@ from typing import Any
 from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
-from fairpod.server import arrays, backoff, diskfull, membership
+from fairpod.server import arrays, backoff, diskfull, membership, readiness, restarts
+from fairpod.server.logrules import LogWatch
 from fairpod.server.runs import from_engine, job_id_of
 
 log = logging.getLogger("fairpod.control")
@@ -34,9 +35,12 @@ def standard_keepers(cp: Any) -> Keepers:
     """fairpod's keepers: the hours used in each budget period (rule 10, before the exits), nodes joining and
     leaving the executor's cluster (Ray; no-op otherwise), held tasks of throttled job arrays, restarts whose
     backoff ran out (:mod:`fairpod.server.backoff`); then the usage
-    sampler, retention, the watchdog (runtime limits, hangs) and the fair-share history."""
+    sampler, retention, the watchdog (runtime limits, hangs), the fair-share history, restarts in place that are
+    due (:mod:`fairpod.server.restarts`), gang readiness (:mod:`fairpod.server.readiness`) and log rules
+    (:mod:`fairpod.server.logrules`)."""
     return Keepers(before=[cp.budgets.apply, membership.sync, arrays.release, backoff.release],
-                   after=[cp.usage.tick, cp.retention.tick, cp.watchdog.tick, cp.history.tick])
+                   after=[cp.usage.tick, cp.retention.tick, cp.watchdog.tick, cp.history.tick,
+                          restarts.launch_due, readiness.tick, LogWatch().tick])
 
 
 class Loop:

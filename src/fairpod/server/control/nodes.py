@@ -55,6 +55,27 @@ class NodeTransitions:
         """An admin takes the node out of placements (or gives it back: ``cordoned=False``)."""
         return self._update_node(name, {"cordoned": cordoned})
 
+    def quarantine(self, name: str, fault_type: str, reason: str) -> Node:
+        """An admin (or a rule) suspects the node: no new work goes there, the jobs on it keep running, and its
+        fault type and reason are shown (``node list``, metrics) until :meth:`release`, a reboot or a replacement."""
+        with self._change():
+            node = self._update_node(name, {"health_status": NodeHealth.QUARANTINED, "fault_type": fault_type,
+                                            "fault_reason": reason, "last_check_at": self.clock()})
+            self.event("NodeQuarantined", f"node {name} quarantined: {fault_type}: {reason} (no new work; its "
+                       f"{len(self.jobs_on(name))} job(s) keep running)", node=name, fault_type=fault_type)
+        return node
+
+    def release(self, name: str) -> Node:
+        """A quarantined node takes work again (a node in another state is left as it is)."""
+        with self._change():
+            node = self.store.get_node(name)
+            if node is None or node.health_status != NodeHealth.QUARANTINED:
+                return node
+            node = self._update_node(name, {"health_status": NodeHealth.SCHEDULABLE, "fault_type": None,
+                                            "fault_reason": None, "last_check_at": self.clock()})
+            self.event("NodeReleased", f"node {name} released from quarantine", node=name)
+        return node
+
     def set_labels(self, name: str, labels: dict[str, Any]) -> Node:
         """The node's labels are now ``labels`` (injected faults, a GPU reading, a Ray node's topology)."""
         return self._update_node(name, {"labels": labels})

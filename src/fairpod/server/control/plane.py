@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.executors.base import Executor, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import arrays, eta
+from fairpod.server import arrays, eta, readiness, restarts
 from fairpod.server.batch import BatchingStore
 from fairpod.server.budgets import BudgetKeeper
 from fairpod.server.control.attempt import AttemptLife
@@ -201,7 +201,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.wake.set()
         return job
 
-    def report_progress(self, job: Job, step: int | None, checkpoint: str | None) -> Job:
+    def report_progress(self, job: Job, step: int | None, checkpoint: str | None,
+                        next_checkpoint_in: float | None = None) -> Job:
         with self._change():
             now = self.clock()
             changes: dict[str, Any] = {"checkpoint_step": step}
@@ -211,7 +212,23 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
             w = self.snap.running.get(to_engine(job.id))
             if w is not None and checkpoint:
                 w.checkpoint = now
+            if w is not None and next_checkpoint_in is not None:  # preemption may wait for it (policy)
+                w.checkpoint_due = now + next_checkpoint_in
             return job
+
+    def replica_ready(self, job: Job, rank: int, attempt: int) -> bool:
+        """A replica said it is ready (``fairpod.sdk.ready``; gang readiness, ``server/readiness.py``)."""
+        with self._change():
+            return readiness.mark_ready(self, job, rank, attempt)
+
+    def replica_restarts(self, job: Job) -> dict[str, Any]:
+        """The restarts in place of the job's live attempt (``fairpod.sdk.peer_restarts``)."""
+        with self.lock:
+            run = self.runs.get(job.id)
+            if run is None:
+                return {"attempt": job.attempt, "generation": 0, "restarts": []}
+            return {"attempt": run.attempt, "generation": restarts.generation(run),
+                    "restarts": [{"rank": int(r), "at": at} for r, at in run.restarts]}
 
     def replace_spec(self, spec: ClusterSpec, actor: str = "fairpod", action: str = "spec.apply") -> None:
         """Take a new (validated) cluster spec: store it (a new version in the history), sync nodes, rebuild

@@ -1,0 +1,84 @@
+"""Log rules over a job's replicas' output (HyperPod's ``logMonitoringConfiguration``), set per job or per
+priority class. A rule has a regular expression and one of three forms:
+
+- neither ``within_seconds`` nor ``every_seconds``: a line matching it is a fault (``nan`` loss, ``CUDA error``);
+- ``within_seconds: S``: no line matching it within S seconds of the start is a fault (the job never got going);
+- ``every_seconds: S``: no line matching it for S seconds is a fault (the loss lines stopped).
+
+Each has an ``action``: ``notify`` (an event), ``restart_in_place`` (that replica's process is restarted on its
+node, as :mod:`fairpod.server.restarts` does for a crash; a rule over the time since the start or the last line,
+which no replica alone broke, restarts the job), ``restart`` (the job restarts whole: auto-resume, counts against
+``max_retry``) or ``fail``. ``fairpod.server.logrules`` applies them."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+RULE_NAME = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$"
+Action = Literal["notify", "restart_in_place", "restart", "fail"]
+
+
+class LogRule(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str = Field(pattern=RULE_NAME, max_length=40)
+    pattern: str = Field(min_length=1, max_length=1000, description="a regular expression (Python re) a line is "
+                         "searched for")
+    action: Action = "notify"
+    within_seconds: float | None = Field(default=None, gt=0, le=7 * 86400,
+                                         description="a matching line must come within this long of the start")
+    every_seconds: float | None = Field(default=None, gt=0, le=7 * 86400,
+                                        description="a matching line must come at least this often")
+
+    @field_validator("pattern")
+    @classmethod
+    def _compiles(cls, v: str) -> str:
+        try:
+            re.compile(v)
+        except re.error as e:
+            raise ValueError(f"pattern {v!r} is not a valid regular expression: {e}") from None
+        return v
+
+    @model_validator(mode="after")
+    def _one_form(self) -> LogRule:
+        if self.within_seconds is not None and self.every_seconds is not None:
+            raise ValueError(f"log rule {self.name}: give within_seconds or every_seconds, not both")
+        return self
+
+    @property
+    def kind(self) -> Literal["match", "within", "every"]:
+        if self.within_seconds is not None:
+            return "within"
+        return "every" if self.every_seconds is not None else "match"
+
+    def describe(self) -> str:
+        if self.kind == "within":
+            return f"no line matching /{self.pattern}/ within {self.within_seconds:g} s of the start"
+        if self.kind == "every":
+            return f"no line matching /{self.pattern}/ for {self.every_seconds:g} s"
+        return f"a line matching /{self.pattern}/"
+
+
+def parse_flag(name: str, what: str, pattern: str) -> LogRule:
+    """``--log-rule NAME ACTION[:within=S|:every=S] REGEX`` as a rule; ValueError in the flag's words."""
+    action, _, when = what.partition(":")
+    fields: dict[str, object] = {"name": name, "action": action, "pattern": pattern}
+    if when:
+        key, _, value = when.partition("=")
+        if key not in ("within", "every"):
+            raise ValueError(f"{what!r}: after the action give :within=SECONDS or :every=SECONDS")
+        try:
+            fields[f"{key}_seconds"] = float(value)
+        except ValueError:
+            raise ValueError(f"{what!r}: {value!r} is not a number of seconds") from None
+    return LogRule.model_validate(fields)
+
+
+def effective(job_rules: list[LogRule], class_rules: list[LogRule]) -> list[LogRule]:
+    """The rules that apply to a job: its priority class's, then its own (a rule of the job replaces the
+    class's rule of the same name)."""
+    own = {r.name for r in job_rules}
+    return [r for r in class_rules if r.name not in own] + list(job_rules)

@@ -1,0 +1,109 @@
+"""Goodput: of the accelerator-seconds a job's attempts held, those that produced progress it kept, and those lost
+(work since its last checkpoint when the attempt, or a replica of it, was stopped), by cause.
+
+Each time work is given up the control plane writes a ``Goodput`` event with the figures (:func:`account`): when
+an attempt ends (preempted, restarted, failed, cancelled, requeued after a readiness timeout, or finished) and
+when a replica is restarted in place (the job goes back to its checkpoint; the attempt goes on). Work is counted
+from the attempt's start, or the last restart in place (``Run.good_from``), to the end: a finished attempt keeps
+it all; otherwise what came before the job's last checkpoint in that span (``fairpod.sdk.report_progress(step,
+checkpoint=...)``) is kept and the rest is lost. A job that never reports a checkpoint loses all of an attempt
+that does not finish.
+
+Causes: ``preemption`` (also a runtime limit that requeues), ``failure`` (a replica exited non-zero, a node
+fault, could not start), ``restart`` (in place, or a restart a log rule asked for), ``readiness`` (a readiness
+timeout), ``hang``, ``cancelled``. ``get-job``, ``report usage``, the metrics (``fairpod_goodput_*``), the
+dashboard and ``fairpod simulate`` show them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from fairpod.server.runs import STOP_CANCEL, STOP_NOT_READY, STOP_PREEMPT, Run
+from fairpod.store.records import Job
+
+if TYPE_CHECKING:
+    from fairpod.server.core_api import Core
+
+EVENT = "Goodput"
+CAUSES = ("preemption", "failure", "restart", "readiness", "hang", "cancelled")
+
+
+def cause_of(kind: str | None, reason: str) -> str:
+    """The cause of lost work for a stop of ``kind`` (``server.runs.STOP_*``) with ``reason``."""
+    if kind == STOP_PREEMPT:
+        return "preemption"
+    if kind == STOP_NOT_READY:
+        return "readiness"
+    if kind == STOP_CANCEL:
+        return "cancelled"
+    if reason.startswith("hung:"):
+        return "hang"
+    if reason.startswith("log rule") or "log rule" in reason.split(";")[0]:
+        return "restart"
+    return "failure"
+
+
+def split(start: float, end: float, checkpoint: float | None, done: bool) -> tuple[float, float]:
+    """(kept, lost) seconds of the span ``start``..``end``: all kept when ``done``, else up to the checkpoint."""
+    span = max(0.0, end - start)
+    if done:
+        return span, 0.0
+    kept = min(span, max(0.0, checkpoint - start)) if checkpoint is not None else 0.0
+    return kept, span - kept
+
+
+def account(cp: Core, job: Job, run: Run, cause: str | None, *, restart_in_place: bool = False) -> None:
+    """Write the ``Goodput`` event of the span that ends now (``cause`` None: the attempt finished its work)."""
+    if not run.launched or job.started_at is None:
+        return
+    acc = job.acc * max(1, len(job.placement) or job.nodes)
+    now = cp.clock()
+    start = max(float(job.started_at), float(run.good_from or 0.0))
+    kept, lost = split(start, now, job.checkpoint_at, cause is None)
+    run.good_from = now
+    if acc <= 0 or kept + lost <= 0:
+        return
+    lost_acc = lost * acc
+    what = ("restart in place" if restart_in_place else f"attempt {run.attempt}")
+    tail = f", {lost_acc:.0f} lost to {cause}" if cause is not None else ""
+    cp.event(EVENT, f"job {job.name} {what}: {kept * acc:.0f} accelerator-seconds kept{tail}", job,
+             attempt=run.attempt, kept=round(kept * acc, 3), lost=round(lost_acc, 3), cause=cause or "")
+
+
+def summarize(events: list[Any], live: float = 0.0) -> dict[str, Any]:
+    """The figures of ``Goodput`` events (those of a job, a team or the cluster): accelerator-seconds kept and lost
+    by cause, and goodput (kept / all, None without any); ``live``: the running attempts' seconds not counted yet."""
+    kept = 0.0
+    lost = dict.fromkeys(CAUSES, 0.0)
+    for e in events:
+        d = e.data or {}
+        kept += float(d.get("kept") or 0.0)
+        c = str(d.get("cause") or "")
+        if c:
+            lost[c] = lost.get(c, 0.0) + float(d.get("lost") or 0.0)
+    total = kept + sum(lost.values())
+    return {"kept_accelerator_seconds": round(kept, 3),
+            "lost_accelerator_seconds": {k: round(v, 3) for k, v in lost.items()},
+            "running_accelerator_seconds": round(live, 3),
+            "goodput": round(kept / total, 4) if total > 0 else None}
+
+
+def of_job(cp: Core, job: Job) -> dict[str, Any]:
+    """A job's goodput (``get-job``)."""
+    events = cp.store.list_events(job_id=job.id, kind=EVENT, limit=None)
+    run = cp.runs.get(job.id)
+    live = 0.0
+    if run is not None and run.launched and job.started_at is not None:
+        live = max(0.0, cp.clock() - max(float(job.started_at), float(run.good_from or 0.0))) * job.acc * job.nodes
+    return summarize(events, live)
+
+
+def by_team(events: list[Any]) -> dict[str, dict[str, Any]]:
+    """Goodput per team of ``events``, and the cluster's under ``"*"``."""
+    teams: dict[str, list[Any]] = {}
+    for e in events:
+        teams.setdefault(e.team or "(none)", []).append(e)
+    out = {t: summarize(evs) for t, evs in sorted(teams.items())}
+    out["*"] = summarize(events)
+    return out

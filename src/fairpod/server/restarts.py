@@ -1,0 +1,123 @@
+"""Restart in place before restarting the job (HyperPod's ``numRestartBeforeFullJobRestart``,
+``evalPeriodSeconds``, ``maxFullJobRestarts``).
+
+When a replica of a job with ``restarts_in_place: N`` fails, and fewer than N replicas of its attempt were
+restarted in place within the last ``restart_eval_period_seconds``, only that replica's process is started
+again on its node: the other replicas keep running (their PIDs do not change). Otherwise the job restarts
+whole as before (auto-resume: ``max_retry`` full restarts, then Failed).
+
+The transition has two steps, so that an exit is never acknowledged on a restarted replica's run:
+
+1. :func:`decide` (from :meth:`AttemptLife.exit`, under the lock, in the turn's batch): the rank is due for a
+   restart (``Run.restart_due``, stored with the run) and a ``ReplicaRestarting`` event says so. Its exit stays
+   in ``Run.exits`` (an exit delivered again changes nothing);
+2. :func:`launch_due` (a keeper after the turn's commit and the exits' acknowledgement): the executor starts the
+   rank again (:class:`fairpod.executors.base.RestartingInPlace`), the rank's exit is forgotten, the restart
+   recorded (``Run.restarts``) and a ``ReplicaRestarted`` event written. A rank the executor already runs (a
+   crash between the start and its record) is only recorded.
+
+The other ranks learn of it from :func:`fairpod.sdk.peer_restarts` (the count of restarts in place of the attempt,
+``GET /jobs/{job}/restarts``) and the restarted one from ``FAIRPOD_REPLICA_RESTARTS`` (its own count) and
+``FAIRPOD_RESTART_GENERATION``, so torchrun-elastic and plain DDP programs can re-form their group. Executors
+without the capability, and elastic jobs (they shrink instead), always restart whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import TYPE_CHECKING
+
+from fairpod.executors.base import ExecutorError, ReplicaExit, Resizing, RestartingInPlace, capability
+from fairpod.model.jobs import JobState
+from fairpod.server import goodput
+from fairpod.server.runs import Run, failure_kind, job_key
+from fairpod.store.records import Job
+
+if TYPE_CHECKING:
+    from fairpod.server.core_api import Core
+
+log = logging.getLogger("fairpod.restarts")
+
+
+def recent(job: Job, run: Run, now: float) -> int:
+    """Restarts in place of the attempt within the job's evaluation period."""
+    return sum(1 for _, at in run.restarts if now - at < job.spec.restart_eval_period_seconds)
+
+
+def why(run: Run, e: ReplicaExit) -> str:
+    """Why the replica ended: the log rule that stopped it (``fairpod.server.logrules``), else its exit."""
+    return run.log_faults.pop(str(e.rank), None) or e.reason
+
+
+def decide(cp: Core, job: Job, run: Run, e: ReplicaExit) -> bool:
+    """A replica failed while the attempt runs: True when it is to be restarted in place (``Run.restart_due``).
+    A log rule's ``restart_in_place`` gets at least one restart in place per evaluation period."""
+    n = job.spec.restarts_in_place
+    if str(e.rank) in run.log_faults:
+        n = max(n, 1)
+    if n <= 0 or job.spec.elastic or capability(cp.executor, RestartingInPlace) is None:
+        return False
+    now = cp.clock()
+    done = recent(job, run, now) + len(run.restart_due)
+    reason = why(run, e)
+    if done >= n:
+        run.log_faults[str(e.rank)] = reason  # the full restart's reason names it too
+        cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; {done} restart"
+                 f"{'s' if done != 1 else ''} in place within {job.spec.restart_eval_period_seconds:g} s "
+                 "already: the job restarts whole", job, rank=e.rank, restart="full", in_place=done)
+        return False
+    run.restart_due.append(e.rank)
+    cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; restarting it in place "
+             f"({done + 1} of {n} within {job.spec.restart_eval_period_seconds:g} s; the other replicas keep "
+             "running)", job, rank=e.rank, restart="in-place", in_place=done + 1)
+    return True
+
+
+def generation(run: Run) -> int:
+    """How many restarts in place the attempt has had: what :func:`fairpod.sdk.peer_restarts` returns."""
+    return len(run.restarts)
+
+
+def launch_due(cp: Core) -> None:
+    """Start the replicas due for a restart in place (a keeper: after the turn's commit, exits acknowledged)."""
+    for jid, run in list(cp.runs.items()):
+        if not run.restart_due or run.stopping is not None:
+            continue
+        job = cp.store.get_job(jid)
+        if job is None or job.state != JobState.RUNNING:
+            continue
+        ranks = sorted(set(run.restart_due))
+        ex = capability(cp.executor, RestartingInPlace)
+        sizing = capability(cp.executor, Resizing)
+        live = sizing.replica_ranks(job_key(job), run.attempt) if sizing is not None else set()
+        todo = [r for r in ranks if r not in live]  # a rank already live: started before a crash, record it
+        try:
+            if ex is None:
+                raise ExecutorError(f"the {cp.executor.name} executor cannot restart a replica in place")
+            if todo:
+                own = {r: sum(1 for rr, _ in run.restarts if int(rr) == r) + 1 for r in todo}
+                launch = cp.build_launch(job, run, todo)
+                for r in todo:
+                    env = {**launch.env, "FAIRPOD_REPLICA_RESTARTS": str(own[r]),
+                           "FAIRPOD_RESTART_GENERATION": str(generation(run) + len(ranks))}
+                    one = dataclasses.replace(launch, env=env, replicas=tuple(x for x in launch.replicas
+                                                                             if x.rank == r))
+                    ex.restart_replicas(one)
+        except ExecutorError as err:
+            log.warning("job %s: restart in place of ranks %s failed: %s", job.name, ranks, err)
+            run.restart_due = []
+            cp.begin_stop(job, run, failure_kind(job), f"replica {ranks[0]} could not be restarted in place: {err}")
+            continue
+        goodput.account(cp, job, run, "restart", restart_in_place=True)  # the job goes back to its checkpoint
+        now = cp.clock()
+        for r in ranks:
+            run.exits.pop(str(r), None)
+            run.codes.pop(str(r), None)
+            run.restarts.append([r, now])
+        run.restart_due = []
+        job = cp.store.update_job(job.id, {"run_state": run.to_json()})
+        cp.event("ReplicaRestarted", f"job {job.name}: replica{'s' if len(ranks) > 1 else ''} "
+                 f"{', '.join(map(str, ranks))} restarted in place on {', '.join(job.placement[r] for r in ranks)} "
+                 f"(restart in place {generation(run)} of the attempt)", job, ranks=ranks, restart="in-place",
+                 generation=generation(run))

@@ -1,0 +1,47 @@
+"""Routes a job's replicas call with its job token (``fairpod.sdk``): ``ready`` (gang readiness,
+``server/readiness.py``) and ``restarts`` (restarts in place of its attempt, ``server/restarts.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from fairpod.server.auth import current_principal, require_team
+from fairpod.server.control import ControlPlane
+from fairpod.server.errors import Problem
+from fairpod.server.jobtoken import JobTokenJob, job_for_token
+from fairpod.server.routes_jobs import find_job
+from fairpod.store import Job
+
+
+class Ready(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    rank: int = Field(ge=0, le=10_000, strict=True)
+    attempt: int = Field(ge=0, le=1_000_000, strict=True)
+
+
+def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+    def the_job(ref: str, request: Request, job_token: int | None, team: str | None) -> Job:
+        if job_token is not None:
+            return job_for_token(cp, job_token, ref)
+        p = current_principal(request)
+        job = find_job(cp, p, ref, team)
+        require_team(p, job.team)
+        return job
+
+    @api.post("/jobs/{ref}/ready", tags=["jobs"])
+    def replica_ready(ref: str, body: Ready, request: Request, job_token: JobTokenJob,
+                      team: str | None = None) -> dict[str, Any]:
+        job = the_job(ref, request, job_token, team)
+        if not cp.replica_ready(job, body.rank, body.attempt):
+            raise Problem(409, "not the live attempt",
+                          f"job {job.name} has no live attempt {body.attempt} with a replica {body.rank}")
+        return {"job": job.name, "rank": body.rank, "attempt": body.attempt, "ready": True}
+
+    @api.get("/jobs/{ref}/restarts", tags=["jobs"])
+    def replica_restarts(ref: str, request: Request, job_token: JobTokenJob,
+                         team: str | None = None) -> dict[str, Any]:
+        job = the_job(ref, request, job_token, team)
+        return {"job": job.name, **cp.replica_restarts(job)}
