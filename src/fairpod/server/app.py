@@ -28,8 +28,8 @@ from fairpod.server import (
     routes_explain,
     routes_jobs,
     routes_reports,
-    routes_services,
     routes_resilience,
+    routes_services,
     routes_spec,
     routes_static,
 )
