@@ -130,3 +130,16 @@ def _sandbox_limits_only(monkeypatch: pytest.MonkeyPatch) -> None:
     test programs leave their results. tests/sandbox turns the whole sandbox on for its own tests, the README's
     tour included (tests/sandbox/test_reach.py)."""
     monkeypatch.setenv("FAIRPOD_SANDBOX", "limits")
+
+
+_SUITE_UMASK = os.umask(0o022)  # read it (os.umask has no getter), then put it back
+os.umask(_SUITE_UMASK)
+
+
+@pytest.fixture(autouse=True)
+def _umask_kept() -> object:
+    """Each test ends with the umask the suite started with: an in-process control plane makes its process's
+    files private (``daemon.secure_home``: umask 077), which in a test process would carry over to the next
+    tests on the same worker (a dataset made 0700 that a team's replica then cannot read)."""
+    yield
+    os.umask(_SUITE_UMASK)

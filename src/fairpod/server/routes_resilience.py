@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
@@ -12,14 +12,15 @@ from fairpod.server.auth import current_principal, require_team
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
+from fairpod.server.limits import Whole
 from fairpod.server.routes_jobs import find_job
 from fairpod.store import Job
 
 
 class Ready(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    rank: int = Field(ge=0, le=10_000, strict=True)
-    attempt: int = Field(ge=0, le=1_000_000, strict=True)
+    rank: Annotated[int, Field(ge=0, le=10_000, strict=True), Whole]  # 3.0 is 3, as JSON Schema's integer
+    attempt: Annotated[int, Field(ge=0, le=1_000_000, strict=True), Whole]
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
