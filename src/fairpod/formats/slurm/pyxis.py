@@ -175,11 +175,12 @@ def srun_container_line(text: str) -> tuple[int, list[str]] | None:
         other = next(n for n, _ in lines if n != no)
         raise PyxisError(f"line {no}: srun --container-image runs on fairpod when it is the script's only command "
                          f"(each node's task becomes the job's replica in the image); line {other} is another one")
+    s = re.split(r"\s#", s, maxsplit=1)[0]  # a comment starts a word, as in the shell (REGISTRY#IMAGE is none)
     try:
-        words = shlex.split(s, comments=True)
+        words = shlex.split(s)
     except ValueError as e:
         raise PyxisError(f"line {no}: cannot read the srun command: {e}") from None
-    bad = SHELL_SYNTAX.search(re.sub(r"'[^']*'", "", s.split(" #", 1)[0]))  # single quotes are plain words
+    bad = SHELL_SYNTAX.search(re.sub(r"'[^']*'", "", s))  # single-quoted words are plain words
     if bad:
         raise PyxisError(f"line {no}: srun --container-image runs without a shell on the node: write the command "
                          f"in plain words (not {bad.group(0)!r}), or quote a shell's script for the image: "
@@ -250,8 +251,10 @@ def to_image_job(body: dict[str, Any], sbatch_flags: dict[str, Any], origin: str
         slurm.update(SLURM_PROCID="$(RANK)", SLURM_LOCALID="0", SLURM_NTASKS=str(nodes), SLURM_STEP_ID="0",
                      SLURM_STEPID="0", SLURM_STEP_NUM_TASKS=str(nodes), SLURM_STEP_NUM_NODES=str(nodes),
                      LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+        notes += [f"line {no}: srun {n}" for n in o.notes]
         notes.append(f"line {no}: srun --container-image: each node's task runs {shlex.join(command)} in the image")
         if sbatch_flags:
+            _check(sbatch_flags, f"{origin}: ")
             flags = {**sbatch_flags, **flags}
     ref = image_ref(str(flags["container_image"]))
     keep = {n.strip() for n in str(flags.get("container_env") or "").split(",") if n.strip()}

@@ -225,7 +225,8 @@ def read_script(path: str | Path, text: str | None = None) -> BatchScript:
         if not m:
             continue
         try:
-            tokens = shlex.split(stripped[len(m.group(0)) :], comments=True)
+            # a comment starts a word, as in the shell: pyxis's REGISTRY#IMAGE is no comment
+            tokens = shlex.split(re.split(r"(?:^|\s)#", stripped[len(m.group(0)) :], maxsplit=1)[0])
         except ValueError as e:
             raise BatchError(f"line {no}: cannot read the directive: {e}") from None
         settings, warnings = parse_options(tokens, f"line {no}", fairpod=m.group(1) == "FAIRPOD", strict=False)
