@@ -3,6 +3,7 @@ server: the image reference, mounts, environment and command of the job, and the
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -91,3 +92,20 @@ def test_what_cannot_be_honoured_is_refused_in_one_line(tmp_path: Path, text: st
 def test_srun_refuses_container_flags_it_would_not_honour():
     with pytest.raises(SrunError, match="only command is srun --container-image"):
         parse(["--container-image=ubuntu", "hostname"])
+
+
+def test_sbatch_command_line_takes_pyxis_flags(tmp_path: Path):
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "job.sh").write_text("#!/bin/sh\necho hi\n")
+    env = {**os.environ, "FAIRPOD_HOME": str(tmp_path / "home"), "FAIRPOD_CONFIG": str(tmp_path / "config.yaml"),
+           "HOME": str(tmp_path)}
+    r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "sbatch", "--test-only", "--json", "--team", "john",
+                        "--container-image=docker://alpine:3.19", "--container-mounts=/data:/data", "job.sh"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)["job"]
+    assert job["image"] == "docker.io/library/alpine:3.19" and job["mounts"] == ["/data:/data"]
+    assert job["command"][:2] == ["/bin/sh", "-c"]
