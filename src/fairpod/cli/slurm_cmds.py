@@ -52,6 +52,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         g.add_argument(*flags, dest=f"s_{key}", metavar=key.upper())
     for flag, key in (("--exclusive", "exclusive"), ("--requeue", "requeue"), ("--no-requeue", "no_requeue")):
         g.add_argument(flag, dest=f"s_{key}", action="store_true", default=None)
+    from fairpod.formats.slurm import pyxis
+
+    c = p.add_argument_group("pyxis's options: the batch script runs in the image (docs/slurm.md)")
+    for flag, key in pyxis.VALUE.items():
+        c.add_argument(flag, dest=f"s_{key}", metavar=key.split("_")[-1].upper())
+    for flag, key in pyxis.FLAGS.items():
+        c.add_argument(flag, dest=f"s_{key}", action="store_true", default=None)
     f = p.add_argument_group("fairpod options (override the script's #FAIRPOD lines)")
     for flag, key in (("--team", "team"), ("--priority", "priority"), ("--max-retry", "max_retry"),
                       ("--instance-type", "instance_type"), ("--accelerators", "accelerators"),

@@ -21,6 +21,8 @@ does with each option:
 ``-q, --qos``                      the priority class
 ``-D, --chdir``                    working directory
 ``--export``                       ALL (default; credential-like variables are left out), NONE, or a list
+``--container-image`` and pyxis's  the job runs in the image (fairpod.formats.slurm.pyxis; also srun's, when it
+other ``--container-*`` flags      is the script's only command)
 =================================  ==============================================================================
 
 ``#FAIRPOD`` lines: ``--team``, ``--priority``, ``--auto-resume`` / ``--no-auto-resume``, ``--max-retry N``,
@@ -43,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fairpod.formats.slurm import pyxis
+
 MAX_SCRIPT = 256 * 1024
 DEFAULT_MAX_RETRY = 3
 
@@ -53,9 +57,9 @@ VALUE_OPTS = {
     "-e": "error", "--error": "error", "--open-mode": "open_mode", "--wait-all-nodes": "wait_all_nodes",
     "-A": "account", "--account": "account", "-p": "partition", "--partition": "partition", "-q": "qos",
     "--qos": "qos", "-D": "chdir", "--chdir": "chdir", "--export": "export", "-a": "array", "--array": "array",
-    "--mem": "mem", "-c": "cpus_per_task", "--cpus-per-task": "cpus_per_task",
+    "--mem": "mem", "-c": "cpus_per_task", "--cpus-per-task": "cpus_per_task", **pyxis.VALUE,
 }  # fmt: skip
-FLAG_OPTS = {"--exclusive": "exclusive", "--requeue": "requeue", "--no-requeue": "no_requeue"}
+FLAG_OPTS = {"--exclusive": "exclusive", "--requeue": "requeue", "--no-requeue": "no_requeue", **pyxis.FLAGS}
 NO_EFFECT_VALUE = {
     "-t": "fairpod has no time limits", "--time": "fairpod has no time limits", "--time-min": "no time limits",
     "--mem-per-cpu": "use --mem (per node)", "--mem-per-gpu": "use --mem (per node)",
@@ -69,7 +73,6 @@ NO_EFFECT_VALUE = {
     "--tmp": "no scratch accounting", "-L": "no licenses", "--licenses": "no licenses",
     "--reservation": "no reservations", "--wckey": "no accounting keys", "-w": "fairpod places the job",
     "--nodelist": "fairpod places the job", "-x": "fairpod places the job", "--exclude": "fairpod places the job",
-    "--container-image": "the batch script runs on the node (an image job: fairpod start-job --image, docs/containers.md)",
     "--ntasks-per-gpu": "no per-GPU tasks",
     "--mpi": "no MPI plugin", "--cpu-bind": "no CPU binding",
 }  # fmt: skip
@@ -222,7 +225,8 @@ def read_script(path: str | Path, text: str | None = None) -> BatchScript:
         if not m:
             continue
         try:
-            tokens = shlex.split(stripped[len(m.group(0)) :], comments=True)
+            # a comment starts a word, as in the shell: pyxis's REGISTRY#IMAGE is no comment
+            tokens = shlex.split(re.split(r"(?:^|\s)#", stripped[len(m.group(0)) :], maxsplit=1)[0])
         except ValueError as e:
             raise BatchError(f"line {no}: cannot read the directive: {e}") from None
         settings, warnings = parse_options(tokens, f"line {no}", fairpod=m.group(1) == "FAIRPOD", strict=False)
@@ -396,7 +400,18 @@ def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str
     for key in ("required_topology", "preferred_topology"):
         if g(key) is not None:
             body[key] = g(key)
-    return {k: v for k, v in body.items() if v is not None}, notes
+    body = {k: v for k, v in body.items() if v is not None}
+    keys = [*pyxis.VALUE.values(), *pyxis.FLAGS.values()]
+    flags = {k: g(k) for k in keys if g(k) is not None}
+    origin = bs.origin("container_image") or next((bs.origin(k) for k in flags), None) or "sbatch"
+    try:
+        image_job = pyxis.to_image_job(body, flags, origin, bs.text, bs.path, args, cwd, ntpn or 1)
+    except pyxis.PyxisError as e:
+        raise BatchError(str(e)) from None
+    if image_job is not None:
+        body, more = image_job
+        notes += more
+    return body, notes
 
 
 def unknown_patterns(pattern: str | None) -> list[str]:

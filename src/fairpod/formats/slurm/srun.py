@@ -35,8 +35,7 @@ KILL_GRACE = 10.0
 # srun options fairpod accepts and ignores: they are about CPU binding, MPI or accounting on a real cluster
 IGNORED_WITH_VALUE = {"--mpi", "--cpu-bind", "--cpu_bind", "-c", "--cpus-per-task", "--gpus-per-task", "--gres",
                       "--mem", "--mem-per-cpu", "--mem-per-gpu", "-t", "--time", "-p", "--partition", "-J",
-                      "--job-name", "--export", "-m", "--distribution", "--container-image", "--container-mounts",
-                      "--container-name", "--container-workdir", "--gpus", "-G", "--gpus-per-node", "--hint",
+                      "--job-name", "--export", "-m", "--distribution", "--gpus", "-G", "--gpus-per-node", "--hint",
                       "--comment", "--exclude", "-x", "--het-group", "--mem-bind", "--network", "--wait"}
 IGNORED_FLAGS = {"--exclusive", "--overlap", "-u", "--unbuffered", "--overcommit", "-O", "--no-kill", "-k",
                  "--quiet", "-Q", "--verbose", "-v", "--pty", "--export-file"}
@@ -123,6 +122,9 @@ def parse(argv: list[str]) -> Options:
             o.auto_resume = v.lower() in ("1", "true", "yes")
         elif name in ("-D", "--chdir"):
             o.chdir, i = _take(argv, i, name, eq, val, short_val)
+        elif name.startswith(("--container-", "--no-container-")):
+            raise SrunError(f"{name}: pyxis's flags run when the batch script's only command is srun "
+                            "--container-image=REF … CMD, or with #SBATCH --container-image (docs/slurm.md)")
         elif name in IGNORED_WITH_VALUE:
             _, i = _take(argv, i, name, eq, val, short_val)
             o.notes.append(f"{name} has no effect on fairpod's local executor (ignored)")
