@@ -37,7 +37,7 @@ ARRAY = ("array: indices in Slurm's --array form (0-199%16, 1,3,5, 0-99:2) withi
 class Progress(BaseModel):
     step: Annotated[int, Field(ge=0, le=MAX_EXACT, strict=True), Whole] | None = None  # an exact JSON number
     checkpoint: str | None = Field(default=None, max_length=4096)
-    next_checkpoint_in: float | None = Field(default=None, ge=0, le=7 * 86400)  # seconds to its next checkpoint
+    next_checkpoint_in: float | None = Field(default=None, ge=0, le=7 * 86400, strict=True)  # seconds; never a boolean
 
 
 def as_json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str] | None = None) -> JSONResponse:
