@@ -7,13 +7,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fairpod.executors import procs
+from fairpod.executors import ExecutorError, JobLaunch, ReplicaLaunch, procs
+from fairpod.executors.ray import RayExecutor
 
 from ..server.conftest import wait_for
 from .cluster import RayTestCluster
@@ -158,3 +161,46 @@ def test_a_replica_that_crashes_twice_is_restarted_in_place_on_its_ray_node(srv:
     assert "rank 1 up (replica restarts 2)" in log, log
     (d / "done").touch()
     assert s.wait_state("inplace", "Succeeded", 30)["restarts"] == 0
+
+
+# exits with $EXIT once the file $GATE exists (at most 60 s), after a line naming its run, node and rendezvous
+ONE = ('echo "run ${FAIRPOD_REPLICA_RESTARTS:-0} node $FAIRPOD_RAY_NODE_ID port $MASTER_PORT"; '
+       'for i in $(seq 600); do [ -e "$GATE" ] && break; sleep 0.1; done; exit "$EXIT"')
+
+
+def test_the_executor_restarts_a_lone_replica_in_place_also_after_a_restart_of_the_control_plane(
+        ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path) -> None:
+    all_gpus_free(ray_driver)
+    ns, root, nodes = f"x-{uuid.uuid4().hex[:10]}", tmp_path / "runs", tmp_path / "nodes"
+    gate = tmp_path / "gate"
+    gate.touch()
+    job = JobLaunch(job="lone", team="t", attempt=0, command=["sh", "-c", ONE], checkpoint_dir=str(tmp_path / "ck"),
+                    grace_seconds=1.0, env={"EXIT": "3", "GATE": str(gate)},
+                    replicas=(ReplicaLaunch(rank=0, node="w2", accelerators=(1, 2)),))
+    ex = RayExecutor(root, address=ray_cluster.address, namespace=ns, node_dir=str(nodes))
+    try:
+        ex.launch(job)
+        (first,) = wait_for(lambda: ex.poll(), 30, "the first run's exit")  # acknowledged: the attempt is forgotten
+        assert first.returncode == 3 and ex.started_ranks("lone", 0) == {0} and not ex.running()
+        gate.unlink()
+        ex.restart_replicas(replace(job, env={**job.env, "EXIT": "0", "FAIRPOD_REPLICA_RESTARTS": "1"}))
+        assert ex.running() == {"lone": 0}
+        with pytest.raises(ExecutorError, match="have not ended"):
+            ex.restart_replicas(job)
+        log = root / "lone" / "0" / "0" / "output.log"
+        wait_for(lambda: "run 1 node" in log.read_text(), 30, "the second run's first line")
+        ex.close()  # the control plane goes; the restarted replica keeps running on its node
+        ex = RayExecutor(root, address=ray_cluster.address, namespace=ns, node_dir=str(nodes))
+        assert ex.adopt() == [] and ex.running() == {"lone": 0}
+        gate.touch()
+        (second,) = wait_for(lambda: ex.poll(), 30, "the second run's exit")
+        assert second.returncode == 0 and second.rank == 0, second
+        lines = [ln for ln in log.read_text().splitlines() if ln.startswith("run ")]
+        node = ray_cluster.nodes["w2"].node_id
+        assert [ln.split()[:4] for ln in lines] == [["run", "0", "node", node], ["run", "1", "node", node]], lines
+        assert lines[0].split()[-1] == lines[1].split()[-1]  # the same MASTER_PORT
+        assert_clean(ray_driver, ns)
+    finally:
+        ex.close()
+        remove_agents(ray_driver, ns)
+        kill_recorded(nodes)

@@ -43,6 +43,7 @@ class _Rep:
     stop_at: float | None = None  # monotonic
     stop_grace: float = 0.0
     running: bool = False  # its agent said its command's process started (``STARTED`` written)
+    restarts: int = 0  # restarts in place of this rank in its attempt (this run's number)
 
 
 @dataclass(slots=True)
@@ -111,7 +112,8 @@ class Attempts:
                     continue
                 adir = rec_path.parent
                 reps = [_Rep(job, attempt, int(r["rank"]), str(r["node"]), str(r["node_id"]), str(r.get("key", "")),
-                             adir / str(r["rank"]), log_base=int(r.get("log_base", 0)))
+                             adir / str(r["rank"]), log_base=int(r.get("log_base", 0)),
+                             restarts=int(r.get("restarts", 0)))
                         for r in rec.get("replicas", [])]
                 if not reps or all((r.dir / state.REPORTED).exists() for r in reps):
                     continue

@@ -56,19 +56,25 @@ class InPlace:
     def restart_replicas(self, job: JobLaunch) -> None:
         """Start ``job.replicas`` (ended ranks of the live attempt ``job.attempt``, their exits acknowledged) again
         on their nodes, through the same node agents, with the attempt's rendezvous address; the attempt's other
-        replicas are not touched. Raises :class:`ExecutorError` (the control plane then restarts the job whole)."""
+        replicas are not touched. A rank already running its restart number ``FAIRPOD_REPLICA_RESTARTS`` (the
+        control plane stopped between this call and its record of it) is left as it is. Raises
+        :class:`ExecutorError` (the control plane then restarts the job whole)."""
         if not state.NAME_RE.fullmatch(job.job) or (not job.command and not job.container) or not job.replicas:
             raise ExecutorError(f"job {job.job}: nothing to restart")
         ranks = sorted(r.rank for r in job.replicas)
+        wanted = int(job.env.get("FAIRPOD_REPLICA_RESTARTS", "0") or 0)
         with self._lock:
             att = self._attempts.get((job.job, job.attempt)) or self._revive(job.job, job.attempt)
             if att is None:
                 raise ExecutorError(f"job {job.job} attempt {job.attempt} is not known to the Ray executor")
             by_rank = {r.rank: r for r in att.reps}
-            for launch in job.replicas:
+            todo = []
+            for launch in sorted(job.replicas, key=lambda r: r.rank):
                 old = by_rank.get(launch.rank)
                 if old is None:
                     raise ExecutorError(f"job {job.job} attempt {job.attempt} has no replica {launch.rank}")
+                if old.final is None and 0 < wanted <= old.restarts:
+                    continue  # started already
                 if old.final is None or not (old.dir / state.REPORTED).exists():
                     raise ExecutorError(f"job {job.job}: ranks {ranks} have not ended (or their exits are not "
                                         "acknowledged yet)")
@@ -81,31 +87,31 @@ class InPlace:
                         or agent.lost is not None):
                     raise ExecutorError(f"job {job.job}: node {old.node} of replica {launch.rank} is not usable "
                                         f"({rn.death if rn is not None and rn.death else 'its agent is not live'})")
+                todo.append((launch, old, agent, rn.address))
             port: Any = att.master_port or att.port_ref
-            if not att.master_addr or not port:
+            if todo and (not att.master_addr or not port):
                 raise ExecutorError(f"job {job.job}: the rendezvous address of attempt {job.attempt} is not known")
             run = uuid.uuid4().hex[:8]
             now = time.monotonic()
-            keys: dict[int, tuple[str, int]] = {}
-            for launch in sorted(job.replicas, key=lambda r: r.rank):
-                old = by_rank[launch.rank]
-                agent = self._agents[old.node_id]
+            new = {launch.rank: _Rep(job.job, job.attempt, launch.rank, old.node, old.node_id,
+                                     f"{job.job}/{job.attempt}/{launch.rank}-{run}", old.dir, agent=agent,
+                                     log_base=(old.dir / state.OUTPUT).stat().st_size
+                                     if (old.dir / state.OUTPUT).exists() else 0,
+                                     started=now, stop_grace=job.grace_seconds, restarts=old.restarts + 1)
+                   for launch, old, agent, _ in todo}
+            self._record(att, new)  # first: a control plane that stops from here on re-attaches to the new runs
+            for launch, old, agent, address in todo:
+                rep = new[launch.rank]
                 for name in (state.STATUS, state.REPORTED, STARTED):
                     (old.dir / name).unlink(missing_ok=True)
-                out = old.dir / state.OUTPUT
-                out.touch()
-                new = _Rep(job.job, job.attempt, launch.rank, old.node, old.node_id,
-                           f"{job.job}/{job.attempt}/{launch.rank}-{run}", old.dir, agent=agent,
-                           log_base=out.stat().st_size, started=now, stop_grace=job.grace_seconds)
+                (old.dir / state.OUTPUT).touch()
                 if old.agent_final and old.agent is agent:
                     agent.handle.finish.remote([old.key])  # the control plane has all of the old run
-                att.reps[att.reps.index(old)] = new
-                keys[launch.rank] = (new.key, new.log_base)
-                address = self._by_name[old.node].address
-                new.start_ref = agent.handle.start.remote(new.key, job, launch, att.master_addr, port, os.getcwd(),
+                att.reps[att.reps.index(old)] = rep
+                rep.start_ref = agent.handle.start.remote(rep.key, job, launch, att.master_addr, port, os.getcwd(),
                                                           address)
-            att.cleaned, att.cleanup_refs, att.cleanup_at = False, None, None
-            self._record_keys(att, keys)
+            if todo:
+                att.cleaned, att.cleanup_refs, att.cleanup_at = False, None, None
         self._wake.set()
 
     # -- helpers -------------------------------------------------------------------------------------------
@@ -116,7 +122,7 @@ class InPlace:
             return None
         adir = self.root / job / str(attempt)
         reps = [_Rep(job, attempt, int(r["rank"]), str(r["node"]), str(r["node_id"]), str(r.get("key", "")),
-                     adir / str(r["rank"]), log_base=int(r.get("log_base", 0)),
+                     adir / str(r["rank"]), log_base=int(r.get("log_base", 0)), restarts=int(r.get("restarts", 0)),
                      stop_grace=float(rec.get("grace_seconds", 30.0))) for r in rec["replicas"]]
         for rep in reps:
             rep.final = state.read_json(rep.dir / state.STATUS)
@@ -127,13 +133,14 @@ class InPlace:
         self._attempts[(job, attempt)] = att
         return att
 
-    def _record_keys(self, att: _Attempt, keys: dict[int, tuple[str, int]]) -> None:
+    def _record(self, att: _Attempt, reps: dict[int, _Rep]) -> None:
         """The attempt's record names the new runs of restarted ranks (a restarted control plane finds them)."""
         path = self.root / att.job / str(att.attempt) / RECORD
         rec = state.read_json(path)
-        if rec is None:
+        if rec is None or not reps:
             return
         for r in rec.get("replicas", []):
-            if int(r["rank"]) in keys:
-                r["key"], r["log_base"] = keys[int(r["rank"])]
+            rep = reps.get(int(r["rank"]))
+            if rep is not None:
+                r.update(key=rep.key, log_base=rep.log_base, restarts=rep.restarts)
         state.write_json(path, rec)
