@@ -156,9 +156,9 @@ def test_a_replica_that_crashes_twice_is_restarted_in_place_on_its_ray_node(srv:
     assert [e["data"]["restart"] for e in restarting] == ["in-place", "in-place"]
     assert "replica 1 exited 3; restarting it in place (1 of 2 within 600 s" in restarting[0]["message"]
     assert len(kinds(s, "inplace", "ReplicaRestarted")) == 2 and not kinds(s, "inplace", "JobRestarting")
-    log = s.cli("get-logs", "inplace", "--replica", "1").stdout  # every run's output, in one log
-    assert "rank 1 run 0: crashing" in log and "rank 1 run 1: crashing" in log, log
-    assert "rank 1 up (replica restarts 2)" in log, log
+    log = wait_for(lambda: "rank 1 up (replica restarts 2)" in (t := s.cli("get-logs", "inplace", "--replica", "1")
+                                                                .stdout) and t, 30, "the third run's output")
+    assert "rank 1 run 0: crashing" in log and "rank 1 run 1: crashing" in log, log  # every run's, in one log
     (d / "done").touch()
     assert s.wait_state("inplace", "Succeeded", 30)["restarts"] == 0
 
