@@ -17,10 +17,14 @@ job ``j`` has the *run key* ``<j>/<a>/<rank>-<run>`` and, on the node, the run d
    would leave the command's ``setsid`` descendants running. The supervisor is the local executor's, plus one
    rule: when the agent's process is gone (agent killed, node lost), it stops the replica as if a stop had
    been asked (SIGTERM to the whole tree, SIGKILL after the grace period);
-2. ``sync``: for each of the node's replicas the control plane asks about, the new bytes of ``output.log``
-   and, once the replica has ended, its exit; it is also the agent's heartbeat (its PID and node id);
+2. ``sync``: for each of the node's replicas the control plane asks about, the new bytes of ``output.log``,
+   whether its command's process has started (its supervisor wrote ``child.pid``: gang readiness) and, once
+   the replica has ended, its exit; it is also the agent's heartbeat (its PID and node id);
 3. ``stop(key, grace)``: ``stop.json`` and SIGTERM to the supervisor (exactly as the local executor);
 4. ``finish(keys)``: deletes run directories once the control plane has the whole log and the exit.
+
+A restart in place of a replica is a ``start`` of a new run key for the same rank on the same agent, with the
+attempt's rendezvous address (``fairpod.executors.ray.inplace``); the replica's other runs are not touched.
 
 The replica's base environment is the one its Ray node (the raylet) was started with, as the local
 executor's is the control plane's: the variables Ray sets for its own worker processes are left out.
@@ -224,8 +228,9 @@ class NodeAgent:
                 procs.signal_all([rec[0]], signal.SIGKILL)
 
     def sync(self, asks: list[tuple[str, int, int]]) -> dict[str, Any]:
-        """For each ``(key, offset, limit)``: log bytes from ``offset`` (at most ``limit``), the log's size and
-        the exit once there is one (``None`` for a key this agent has never heard of); and who answers."""
+        """For each ``(key, offset, limit)``: log bytes from ``offset`` (at most ``limit``), the log's size,
+        whether the command's process was started and the exit once there is one (``None`` for a key this agent
+        has never heard of); and who answers."""
         out: dict[str, Any] = {}
         for key, offset, limit in asks:
             run = self._run(key, create=False)
@@ -243,7 +248,8 @@ class NodeAgent:
                         data = f.read(limit)
             except FileNotFoundError:
                 pass
-            out[key] = {"data": data, "size": size, "status": st}
+            started = st is not None or (run.dir / state.CHILD_PID).exists()
+            out[key] = {"data": data, "size": size, "status": st, "started": started}
         return {"pid": os.getpid(), "node_id": self.node_id, "replicas": out}
 
     def finish(self, keys: list[str]) -> None:

@@ -1,6 +1,7 @@
 """The Ray executor (a package: :mod:`.connection` connects and checks Ray, :mod:`.nodes` keeps the
 node table, :mod:`.agents` keeps one node agent per node, :mod:`.attempts` launches and adopts attempts,
-:mod:`.pump` pulls logs and exits, :mod:`.executor` ties them together): the replicas of fairpod's jobs run on
+:mod:`.pump` pulls logs and exits, :mod:`.inplace` says which replicas really started and restarts one in
+place, :mod:`.executor` ties them together): the replicas of fairpod's jobs run on
 the nodes of an existing Ray cluster.
 
 fairpod's engine decides which job runs on which nodes and which accelerator slots of each node; this executor

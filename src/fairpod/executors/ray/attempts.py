@@ -20,6 +20,7 @@ from fairpod.executors.ray.nodes import RayNode
 log = logging.getLogger("fairpod.executors.ray")
 
 RECORD = "ray.json"
+STARTED = "started"  # in a replica's dir on the control plane: its agent said its command's process started
 
 
 @dataclass(slots=True)
@@ -41,6 +42,8 @@ class _Rep:
     agent_final: bool = False  # the exit came from the agent (it still has its run dir to delete)
     stop_at: float | None = None  # monotonic
     stop_grace: float = 0.0
+    running: bool = False  # its agent said its command's process started (``STARTED`` written)
+    restarts: int = 0  # restarts in place of this rank in its attempt (this run's number)
 
 
 @dataclass(slots=True)
@@ -52,6 +55,9 @@ class _Attempt:
     cleanup_refs: list[Any] | None = None
     cleanup_at: float | None = None
     cleaned: bool = False
+    master_addr: str = ""  # the rendezvous address of the attempt (a restart in place gets it again)
+    master_port: int = 0  # 0: not known yet (``port_ref`` is)
+    port_ref: Any = None
 
 
 class Attempts:
@@ -72,7 +78,7 @@ class Attempts:
         reps = sorted(job.replicas, key=lambda r: r.rank)
         record = {
             "job": job.job, "team": job.team, "attempt": job.attempt, "namespace": self.namespace,
-            "launched_at": time.time(), "grace_seconds": job.grace_seconds,
+            "launched_at": time.time(), "grace_seconds": job.grace_seconds, "master_addr": nodes[0].address,
             "replicas": [{"rank": r.rank, "node": r.node, "node_id": n.node_id, "key": rep.key,
                           "log_base": rep.log_base} for r, n, rep in zip(reps, nodes, att.reps, strict=True)],
         }  # fmt: skip
@@ -80,6 +86,7 @@ class Attempts:
         agents = [self._agents[n.node_id] for n in nodes]
         master_addr = nodes[0].address
         port_ref = agents[0].handle.free_port.remote(master_addr)
+        att.master_addr, att.port_ref = master_addr, port_ref
         workdir = os.getcwd()
         now = time.monotonic()
         for rep, r, agent, n in zip(att.reps, reps, agents, nodes, strict=True):
@@ -105,11 +112,13 @@ class Attempts:
                     continue
                 adir = rec_path.parent
                 reps = [_Rep(job, attempt, int(r["rank"]), str(r["node"]), str(r["node_id"]), str(r.get("key", "")),
-                             adir / str(r["rank"]), log_base=int(r.get("log_base", 0)))
+                             adir / str(r["rank"]), log_base=int(r.get("log_base", 0)),
+                             restarts=int(r.get("restarts", 0)))
                         for r in rec.get("replicas", [])]
                 if not reps or all((r.dir / state.REPORTED).exists() for r in reps):
                     continue
-                att = _Attempt(job, attempt, time.monotonic(), reps)
+                att = _Attempt(job, attempt, time.monotonic(), reps, master_addr=str(rec.get("master_addr", "")),
+                               master_port=int(rec.get("master_port", 0)))
                 grace = float(rec.get("grace_seconds", 30.0))
                 for rep in reps:
                     size = (rep.dir / state.OUTPUT).stat().st_size if (rep.dir / state.OUTPUT).exists() else 0

@@ -17,8 +17,9 @@ from fairpod.executors import state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
 from fairpod.executors.hostgpus import ThisHostMig
 from fairpod.executors.ray.agents import Agents, _Agent
-from fairpod.executors.ray.attempts import Attempts, _Attempt, _Rep
+from fairpod.executors.ray.attempts import STARTED, Attempts, _Attempt, _Rep
 from fairpod.executors.ray.connection import _import_ray, connect
+from fairpod.executors.ray.inplace import InPlace
 from fairpod.executors.ray.nodes import NodeTable, RayNode
 from fairpod.executors.ray.pump import Pump, _first_line
 from fairpod.executors.ray_node import NodeAgent
@@ -30,7 +31,7 @@ DEFAULT_NODE_DIR = "/tmp/fairpod-ray"  # on each node: replicas' run dirs (or $F
 T = TypeVar("T")
 
 
-class RayExecutor(Agents, NodeTable, Attempts, Pump, ThisHostMig):
+class RayExecutor(Agents, NodeTable, Attempts, Pump, InPlace, ThisHostMig):
     """Executor on a Ray cluster (see the module doc). Thread-safe; one per ``root`` and Ray namespace."""
 
     name = "ray"
@@ -114,7 +115,7 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump, ThisHostMig):
             for rep, rn in zip(sorted(job.replicas, key=lambda r: r.rank), nodes, strict=True):
                 rdir = adir / str(rep.rank)
                 rdir.mkdir(parents=True, exist_ok=True)
-                for name in (state.STATUS, state.REPORTED):
+                for name in (state.STATUS, state.REPORTED, STARTED):
                     (rdir / name).unlink(missing_ok=True)  # a relaunch of the same attempt: same log, fresh run
                 (rdir / state.OUTPUT).touch()
                 att.reps.append(_Rep(job.job, job.attempt, rep.rank, rep.node, rn.node_id if rn else "",

@@ -14,7 +14,7 @@ from fairpod import sandbox
 from fairpod.executors import state
 from fairpod.executors.base import ReplicaExit
 from fairpod.executors.ray.agents import AGENT_TIMEOUT, PING_EVERY, _Agent, _first_line, task_error  # noqa: F401
-from fairpod.executors.ray.attempts import _Attempt, _Rep
+from fairpod.executors.ray.attempts import RECORD, STARTED, _Attempt, _Rep
 from fairpod.executors.ray.nodes import RayNode
 
 log = logging.getLogger("fairpod.executors.ray")
@@ -147,7 +147,22 @@ class Pump:
             rep.start_ref = None
             if rep.stop_at is not None and rep.stop_ref is None and rep.agent is not None:
                 rep.stop_ref = rep.agent.handle.stop.remote(rep.key, rep.stop_grace)
+            self._note_port(self._attempts.get((rep.job, rep.attempt)))
         self._wake.set()  # sync it at once
+
+    def _note_port(self, att: _Attempt | None) -> None:
+        """Once a replica's start has returned, its attempt's MASTER_PORT is known: kept in memory and in the
+        attempt's record (a restart in place uses it again, also after a restart of the control plane)."""
+        if att is None or att.master_port or att.port_ref is None:
+            return
+        try:
+            att.master_port = int(self._ray.get(att.port_ref, timeout=0))
+        except Exception:  # noqa: BLE001 - not resolved (its agent was lost): a restart in place asks the ref
+            return
+        path = self.root / att.job / str(att.attempt) / RECORD
+        rec = state.read_json(path)
+        if rec is not None:
+            state.write_json(path, {**rec, "master_port": att.master_port})
 
     def _collect_sync(self, agent: _Agent, ref: Any) -> None:
         reps = agent.sync_reps
@@ -166,6 +181,9 @@ class Pump:
                     self._finalize(rep, {"returncode": None, "signal": None, "reason": (
                         f"lost: the fairpod agent on node {rep.node} has no record of it")})
                     continue
+                if ans.get("started", True) and not rep.running:  # an agent of an older fairpod does not say
+                    rep.running = True
+                    state.write_atomic(rep.dir / STARTED, f"{time.time()}\n")
                 data: bytes = ans.get("data", b"")
                 if data:
                     with open(rep.dir / state.OUTPUT, "ab") as f:
