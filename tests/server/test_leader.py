@@ -61,6 +61,9 @@ class _Recorder:
     def launch(self, job: object) -> None:
         self.calls.append("launch")
 
+    def restart_replicas(self, job: object) -> None:
+        self.calls.append("restart_replicas")
+
     def running(self) -> dict[str, int]:
         return {}
 
@@ -78,8 +81,10 @@ def test_the_executor_acts_only_while_the_lease_holds(url: str):
     a.valid_until = time.monotonic() - 1  # as after a pause longer than the lease
     with pytest.raises(ExecutorError, match="no longer leads"):
         ex.launch(None)
+    with pytest.raises(ExecutorError, match="no longer leads"):
+        ex.restart_replicas(None)  # a restart in place starts a process too
     assert inner.calls == ["launch"] and ex.running() == {}
-    assert a.counters.fenced == 2
+    assert a.counters.fenced == 3
     a.stop(release=False)
 
 

@@ -267,11 +267,12 @@ class Elector:
         return "\n".join(lines) + "\n"
 
 
-FENCED_ACTIONS = frozenset({"launch", "stop", "add_replicas", "stop_replicas", "ack", "discard"})
+# every executor action that starts, stops or forgets a process (restart_replicas: a restart in place)
+FENCED_ACTIONS = frozenset({"launch", "stop", "add_replicas", "stop_replicas", "restart_replicas", "ack", "discard"})
 
 
 class FencedExecutor:
-    """An executor whose actions (launch, stop, resize, acknowledging exits) go through only while ``elector``
+    """An executor whose actions (launch, stop, resize, restarts in place, acknowledging exits) go through only while ``elector``
     holds the lease; everything else passes through. Capabilities are the wrapped executor's."""
 
     def __init__(self, inner: Any, elector: Elector) -> None:
