@@ -45,4 +45,4 @@ echo "== pytest"
 # --dist loadgroup keeps each group of tests that share a fixed resource on one worker (tests/conftest.py).
 # FAIRPOD_TEST_WORKERS overrides the count; arguments given here come last, so `-n 0` runs serially.
 WORKERS=${FAIRPOD_TEST_WORKERS:-$(( $(nproc) * 2 > 4 ? $(nproc) * 2 : 4 ))}
-.venv/bin/python -m pytest -n "$WORKERS" --dist loadgroup "$@"
+.venv/bin/python -m pytest -n "$WORKERS" --dist loadgroup --durations=25 "$@"  # the 25 slowest, for the wall time
