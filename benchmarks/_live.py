@@ -210,10 +210,12 @@ class RawClient:
 
 def submit_all(server: LiveServer, bodies: Sequence[dict[str, Any]], threads: int,
                on_submitted: Callable[[int, float, float, dict[str, Any]], None] | None = None,
-               pace: float | None = None) -> list[tuple[float, float, int]]:
+               pace: float | None = None, until: float | None = None) -> list[tuple[float, float, int]]:
     """POST every body to /jobs from ``threads`` concurrent clients, in order of the list (each thread takes
     the next body). ``pace``: jobs per second in all (open loop: job i is sent no earlier than i / pace after
-    the start). Returns, per body, (time before the request, time after the response, job id)."""
+    the start). ``until`` (with ``pace``): seconds after the start past which a client that is behind its pace
+    sends no more (what was sent is the figure). Returns, per body sent, (time before the request, time after
+    the response, job id)."""
     out: list[tuple[float, float, int] | None] = [None] * len(bodies)
     nxt = iter(range(len(bodies)))
     lock = threading.Lock()
@@ -232,6 +234,8 @@ def submit_all(server: LiveServer, bodies: Sequence[dict[str, Any]], threads: in
                     delay = t_start + i / pace - time.time()
                     if delay > 0:
                         time.sleep(delay)
+                    elif until is not None and time.time() > t_start + until:
+                        return
                 t0 = time.time()
                 try:
                     status, job = c.request("POST", "/jobs", bodies[i])

@@ -52,7 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _live import LiveServer, RawClient, exit_on_sigterm, json_line, percentile, table  # noqa: E402
+from _live import LiveServer, RawClient, exit_on_sigterm, json_line, percentile, submit_all, table  # noqa: E402
 
 TYPES = 10
 ACC = 8
@@ -210,40 +210,11 @@ def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, 
     rng = random.Random(seed)
     bodies = [job_body(f"s{i}", rng.randrange(teams), SHAPES[rng.randrange(len(SHAPES))], rng.uniform(*durations))
               for i in range(int(rate * seconds))]
-    lat: list[float] = []
     lists: list[float] = []
     gets: list[float] = []
     ids: list[int] = []
     errors: list[str] = []
-    lock = threading.Lock()
-    nxt = iter(range(len(bodies)))
-    t_start = time.time()
     stop = threading.Event()
-
-    def submitter() -> None:
-        c = RawClient(srv)
-        try:
-            while not errors:
-                with lock:
-                    i = next(nxt, None)
-                if i is None:
-                    return
-                delay = t_start + i / rate - time.time()
-                if delay > 0:
-                    time.sleep(delay)
-                elif time.time() > t_start + seconds:  # behind and out of time: what was sent is the figure
-                    return
-                t0 = time.perf_counter()
-                status, d = c.request("POST", "/jobs", bodies[i])
-                dt = time.perf_counter() - t0
-                if status != 201:
-                    errors.append(f"submit: HTTP {status} {str(d)[:300]}")
-                    return
-                with lock:
-                    lat.append(dt)
-                    ids.append(int(d["id"]))
-        finally:
-            c.close()
 
     def reader() -> None:
         c = RawClient(srv)
@@ -264,17 +235,19 @@ def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, 
         finally:
             c.close()
 
-    ts = [threading.Thread(target=submitter, daemon=True) for _ in range(8)]
     rd = threading.Thread(target=reader, daemon=True)
-    for th in [*ts, rd]:
-        th.start()
-    for th in ts:
-        th.join(timeout=seconds + 120)  # a submit in flight at the end finishes (bounded by its timeout)
-    took = time.time() - t_start
-    stop.set()
-    rd.join(timeout=60)
+    rd.start()
+    t_start = time.time()
+    try:
+        sent = submit_all(srv, bodies, 8, on_submitted=lambda i, t0, t1, job: ids.append(int(job["id"])),
+                          pace=rate, until=seconds)
+    finally:
+        took = time.time() - t_start
+        stop.set()
+        rd.join(timeout=60)
     if errors:
         raise RuntimeError(str(errors[0]))
+    lat = [t1 - t0 for t0, t1, _ in sent]
     return lat, len(lat), lists, gets, took
 
 

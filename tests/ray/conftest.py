@@ -157,8 +157,15 @@ def seed_spec_data() -> dict[str, Any]:
 
 @pytest.fixture
 def ray_server(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path) -> Iterator[RayServer]:
+    yield from serving(ray_cluster, ray_driver, tmp_path)
+
+
+def serving(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path,
+            spec: dict[str, Any] | None = None) -> Iterator[RayServer]:
+    """A started server on the test Ray cluster (``spec``: the seed's by default), for a fixture to yield from;
+    after the test its jobs are cancelled, the cluster is checked clean, its agents and processes are gone."""
     all_gpus_free(ray_driver)  # the previous test gave every GPU back
-    s = RayServer(tmp_path, ray_cluster)
+    s = RayServer(tmp_path, ray_cluster, spec)
     s.start()
     try:
         yield s

@@ -29,6 +29,7 @@ from .conftest import (
     kill_recorded,
     remove_agents,
     seed_spec_data,
+    serving,
 )
 
 pytestmark = pytest.mark.xdist_group("ray")
@@ -59,20 +60,9 @@ for _ in range(300):
 @pytest.fixture
 def srv(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path) -> Iterator[RayServer]:
     """A server on the test Ray cluster with a short readiness backoff (2 s)."""
-    all_gpus_free(ray_driver)
     data = seed_spec_data()
     data["policy"]["ready_backoff_base_seconds"] = 2
-    s = RayServer(tmp_path, ray_cluster, data)
-    s.start()
-    try:
-        yield s
-        if s.proc is not None and s.proc.poll() is None:
-            s.cancel_all()
-        assert_clean(ray_driver, s.namespace)
-    finally:
-        s.kill(signal.SIGTERM)
-        remove_agents(ray_driver, s.namespace)
-        kill_recorded(s.node_dir)
+    yield from serving(ray_cluster, ray_driver, tmp_path, data)
 
 
 def job(tmp: Path, name: str, crashes: int = 0, **extra: object) -> dict[str, Any]:
