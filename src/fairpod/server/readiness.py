@@ -50,35 +50,54 @@ def not_ready(cp: Core, job: Job, run: Run) -> list[int]:
     return [r for r in ranks if r not in started and str(r) not in run.exits]
 
 
-def tick(cp: Core) -> None:
-    """A keeper (after the turn's commit): stop and requeue attempts not ready in time."""
-    now = cp.clock()
-    for jid, run in list(cp.runs.items()):
-        if run.ready_at is not None or not run.launched or run.stopping is not None or run.restart_due:
-            continue
-        job = cp.store.get_job(jid)
-        if job is None or job.state != JobState.RUNNING or job.started_at is None:
-            continue
-        timeout = timeout_of(cp, job)
-        if timeout is None:
-            continue
-        missing = not_ready(cp, job, run)
-        if not missing:
-            run.ready_at = now
-            cp.store.update_job(job.id, {"run_state": run.to_json()})
-            continue
-        if now - job.started_at < timeout:
-            continue
-        timeouts = len(cp.store.list_events(job_id=job.id, kind=EVENT, limit=None)) + 1
-        limit = cp.spec.policy.ready_requeue_limit
-        what = "started" if job.spec.ready_signal == "started" else "reported ready"
-        why = (f"not ready: replica{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of "
-               f"{job.nodes} not {what} within the readiness timeout of {timeout:g} s")
-        gives_up = limit is not None and timeouts > limit
-        then = (f"readiness timeout {timeouts} of at most {limit}: it fails" if gives_up
-                else f"its capacity is given back and it is requeued (readiness timeout {timeouts})")
-        cp.event(EVENT, f"job {job.name}: {why}; {then}", job, ranks=missing, timeout=timeout, count=timeouts)
-        cp.begin_stop(job, run, STOP_FAIL if gives_up else STOP_NOT_READY, why)
+class Readiness:
+    """The keeper (after the turn's commit): stop and requeue attempts not ready in time. It remembers the
+    attempts no timeout applies to (neither their job nor the policy sets one: the default), so that a turn reads
+    from the store only the jobs it may act on, not every running job."""
+
+    def __init__(self) -> None:
+        self.unchecked: dict[int, tuple[int, float | None]] = {}  # job id -> (attempt, the policy's timeout then)
+
+    def tick(self, cp: Core) -> None:
+        now, policy = cp.clock(), cp.spec.policy.ready_timeout_seconds
+        for jid in [j for j in self.unchecked if j not in cp.runs]:
+            del self.unchecked[jid]
+        for jid, run in list(cp.runs.items()):
+            if self.unchecked.get(jid) == (run.attempt, policy):
+                continue
+            _check(cp, jid, run, now, self.unchecked, policy)
+
+
+def _check(cp: Core, jid: int, run: Run, now: float, unchecked: dict[int, tuple[int, float | None]],
+           policy: float | None) -> None:
+    """One attempt: ready now (noted once), or past its timeout (stopped: requeued, or failed past the limit);
+    an attempt no timeout applies to goes into ``unchecked``."""
+    if run.ready_at is not None or not run.launched or run.stopping is not None or run.restart_due:
+        return
+    job = cp.store.get_job(jid)
+    if job is None or job.state != JobState.RUNNING or job.started_at is None:
+        return
+    timeout = timeout_of(cp, job)
+    if timeout is None:
+        unchecked[jid] = (run.attempt, policy)
+        return
+    missing = not_ready(cp, job, run)
+    if not missing:
+        run.ready_at = now
+        cp.store.update_job(job.id, {"run_state": run.to_json()})
+        return
+    if now - job.started_at < timeout:
+        return
+    timeouts = len(cp.store.list_events(job_id=job.id, kind=EVENT, limit=None)) + 1
+    limit = cp.spec.policy.ready_requeue_limit
+    what = "started" if job.spec.ready_signal == "started" else "reported ready"
+    why = (f"not ready: replica{'s' if len(missing) > 1 else ''} {', '.join(map(str, missing))} of "
+           f"{job.nodes} not {what} within the readiness timeout of {timeout:g} s")
+    gives_up = limit is not None and timeouts > limit
+    then = (f"readiness timeout {timeouts} of at most {limit}: it fails" if gives_up
+            else f"its capacity is given back and it is requeued (readiness timeout {timeouts})")
+    cp.event(EVENT, f"job {job.name}: {why}; {then}", job, ranks=missing, timeout=timeout, count=timeouts)
+    cp.begin_stop(job, run, STOP_FAIL if gives_up else STOP_NOT_READY, why)
 
 
 def delay(cp: Core, job: Job) -> float:

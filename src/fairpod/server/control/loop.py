@@ -14,8 +14,9 @@ from typing import Any
 from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
-from fairpod.server import arrays, backoff, diskfull, membership, readiness, restarts
+from fairpod.server import arrays, backoff, diskfull, membership, restarts
 from fairpod.server.logrules import LogWatch
+from fairpod.server.readiness import Readiness
 from fairpod.server.runs import from_engine, job_id_of
 
 log = logging.getLogger("fairpod.control")
@@ -40,7 +41,7 @@ def standard_keepers(cp: Any) -> Keepers:
     (:mod:`fairpod.server.logrules`)."""
     return Keepers(before=[cp.budgets.apply, membership.sync, arrays.release, backoff.release],
                    after=[cp.usage.tick, cp.retention.tick, cp.watchdog.tick, cp.history.tick,
-                          restarts.launch_due, readiness.tick, LogWatch().tick])
+                          restarts.launch_due, Readiness().tick, LogWatch().tick])
 
 
 class Loop:
