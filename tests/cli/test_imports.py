@@ -18,6 +18,9 @@ from ..server.conftest import SEED_SPEC, Server
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     s = Server(tmp_path_factory.mktemp("imports"), SEED_SPEC)
     s.start()
+    # the job the read commands show: made here, not by an earlier test (a parallel run spreads a module's tests
+    # over workers, each with its own server)
+    s.submit(name="seeded", team="john", command=["true"])
     yield s
     s.kill(signal.SIGTERM)
     s.kill_replicas()
@@ -47,7 +50,8 @@ def run(server: Server, *args: str) -> dict:
     ["--version"], ["--help"], ["start-job", "--help"],
     ["start-job", "--name", "t", "--team", "john", "--", "true"],
     ["start-job", "--name", "arr", "--team", "john", "--array", "0-2", "--", "true"],
-    ["list-jobs"], ["get-job", "t"], ["describe", "t"], ["list-pods", "t"], ["get-logs", "t"], ["cancel-job", "t"],
+    ["list-jobs"], ["get-job", "seeded"], ["describe", "seeded"], ["list-pods", "seeded"], ["get-logs", "seeded"],
+    ["cancel-job", "t"],
     ["status"], ["cluster", "show"], ["node", "list"], ["team", "list"], ["policy", "show"], ["user", "list"],
     ["squeue"], ["sinfo"], ["scancel", "999"], ["report", "usage"], ["dashboard"], ["completion", "bash"],
     ["list-jobs", "-o", "json"],
@@ -65,7 +69,7 @@ def test_the_check_sees_a_heavy_import(shared: Server):
 
 
 @pytest.mark.parametrize("args", [
-    ["start-job", "--name", "s", "--team", "john", "--", "true"], ["list-jobs"], ["get-job", "s"],
+    ["start-job", "--name", "s", "--team", "john", "--", "true"], ["list-jobs"], ["get-job", "seeded"],
 ])
 def test_the_commonest_commands_skip_modules_they_do_not_need(shared: Server, args: list[str]):
     # argparse's formatters import shutil (bz2, lzma, fnmatch) for the width unless the parser gives one;
