@@ -28,15 +28,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    last = None
-    while time.monotonic() < deadline:
+def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition",
+             progress: Callable[[], Any] | None = None, limit: float = 900.0) -> Any:
+    """Poll ``pred`` until it is truthy. Without ``progress``, for at most ``timeout`` seconds. With it (for work
+    that takes as long as the machine is slow, such as training), ``timeout`` bounds a stall: the wait goes on
+    while ``progress()`` keeps changing (a log that grows), up to ``limit`` seconds in all."""
+    start = time.monotonic()
+    deadline = start + timeout
+    last = seen = None
+    checked = 0.0
+    while (now := time.monotonic()) < deadline and now - start < limit:
         last = pred()
         if last:
             return last
+        if progress is not None and now - checked >= 1.0:
+            checked = now
+            if (p := progress()) != seen:
+                seen, deadline = p, now + timeout
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout:g} s waiting for {what}; last value: {last!r}")
+    stalled = f" (no progress for {timeout:g} s; last progress: {seen!r})" if progress is not None else ""
+    raise AssertionError(f"timed out after {time.monotonic() - start:.0f} s waiting for {what}{stalled}; "
+                         f"last value: {last!r}")
 
 
 SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
@@ -119,8 +131,21 @@ class Server:
         assert r.status_code == 201, r.text
         return r.json()
 
-    def wait_state(self, name: str, state: str, timeout: float = 30.0) -> dict[str, Any]:
-        return wait_for(lambda: (j := self.job(name))["state"] == state and j, timeout, f"{name} to be {state}")
+    def wait_state(self, name: str, state: str, timeout: float = 30.0,
+                   progress: Callable[[], Any] | None = None) -> dict[str, Any]:
+        return wait_for(lambda: (j := self.job(name))["state"] == state and j, timeout, f"{name} to be {state}",
+                        progress)
+
+    def activity(self) -> int:
+        """How much the replicas have written to their logs so far: it grows while they work (a progress measure
+        for ``wait_for``)."""
+        total = 0
+        for f in (self.home / "runs").glob("*/*/*/output.log"):
+            try:
+                total += f.stat().st_size
+            except OSError:
+                pass
+        return total
 
     def kill_replicas(self) -> None:
         """Stop every replica and supervisor this server's executor started (by recorded PID), and remove their

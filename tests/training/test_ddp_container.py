@@ -36,14 +36,16 @@ def log(server: Server, job: dict, attempt: int, rank: int = 0) -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # training takes as long as the machine is slow: its waits are bounded by stalls (no log
+# output for 120 s) and 900 s each, not by the suite's 300 s per test
 def test_ddp_in_an_image_is_preempted_and_resumes_from_its_checkpoint(server: Server):
     image = images.python()
     smith = server.submit(name="smith-img", team="smith", nodes=2, image=image, image_pull_policy="Never",
                           workdir=str(REPO), mounts=[f"{SITE}:{SITE}:ro"], command=ddp_command(),
                           env={"PYTHONPATH": f"{SITE}:{REPO / 'src'}"}, termination_grace_seconds=30)
     server.wait_state("smith-img", "Running", 60)
-    first = wait_for(lambda: (x := server.job("smith-img")["checkpoint"])["step"] and x, 180,
-                     "smith's first snapshot report, from inside the container")
+    first = wait_for(lambda: (x := server.job("smith-img")["checkpoint"])["step"] and x, 120,
+                     "smith's first snapshot report, from inside the container", server.activity)
     assert first["path"].endswith("snapshot.pt")
     out0 = log(server, smith, 0)
     assert "engine podman" in out0 and f"image {image} cached on this node" in out0
@@ -51,17 +53,17 @@ def test_ddp_in_an_image_is_preempted_and_resumes_from_its_checkpoint(server: Se
     john = server.submit(name="john-big", team="john", nodes=3, command=["sleep", "600"])
     j = wait_for(lambda: (x := server.job("smith-img"))["preemptions"] == 1 and x, 60, "the reclaim")
     assert "reclaimed by team john" in j["reason"]
-    out = wait_for(lambda: "preempted at step" in (o := log(server, smith, 0)) and o, 90, "smith's snapshot")
+    out = wait_for(lambda: "preempted at step" in (o := log(server, smith, 0)) and o, 90, "smith's snapshot", server.activity)
     preempted_at = int(re.search(r"preempted at step (\d+)", out).group(1))
     wait_for(lambda: "JobRequeued" in [e["kind"] for e in server.job("smith-img")["events"]], 90,
              "smith's containers to stop and the job to go back to its queue")
     assert server.api("POST", f"/jobs/{john['id']}/cancel").status_code == 200
 
     out = wait_for(lambda: "Resuming training" in (o := log(server, smith, 0).split("preempted at step")[-1]) and o,
-                   180, "smith's resume (the attempt goes on after a preemption: the same log)")
+                   120, "smith's resume (the attempt goes on after a preemption: the same log)", server.activity)
     resumed_at = int(re.search(r"Resuming training from snapshot .*\(step (\d+), restart 0\)", out).group(1))
     assert resumed_at == preempted_at
-    done = server.wait_state("smith-img", "Succeeded", 300)
+    done = server.wait_state("smith-img", "Succeeded", 120, server.activity)
     assert done["preemptions"] == 1 and done["checkpoint"]["step"] == EPOCHS * DATASET // 2 // BATCH
     snap = Path(done["checkpoint"]["path"])
     assert snap.is_relative_to(server.home / "checkpoints" / "smith") and snap.exists()

@@ -45,6 +45,8 @@ def descendants(pid: int) -> list[tuple[int, bytes]]:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1500)  # training takes as long as the machine is slow: its waits are bounded by stalls (no log
+# output for 120 s) and 900 s each, not by the suite's 300 s per test
 def test_seed_sbatch_script_runs_ddp_and_auto_resumes(server: Server, tmp_path: Path):
     shutil.copy(REPO / "examples" / "ddp" / "ddp.py", tmp_path / "ddp.py")  # $(dirname "$PWD")/ddp.py
     work = tmp_path / "slurm"
@@ -59,10 +61,14 @@ def test_seed_sbatch_script_runs_ddp_and_auto_resumes(server: Server, tmp_path: 
     jid = int(re.fullmatch(r"Submitted batch job (\d+)\n", r.stdout).group(1))
     assert "auto-resume on: the script runs srun --auto-resume=1 (line 21)" in r.stderr
     job = server.wait_state(str(jid), "Running")
+
+    def written() -> int:  # what the script's tasks have written so far (srun's output file): grows while they train
+        return sum(f.stat().st_size for f in (work / "logs").glob("*.out")) if (work / "logs").is_dir() else 0
     assert job["name"] == "cpu-ddp-conda" and job["nodes"] == 2 and job["auto_resume"] is True
 
     # the DDP processes report their snapshots through fairpod.sdk from inside srun's tasks
-    wait_for(lambda: (server.job(str(jid))["checkpoint"]["step"] or 0) >= INTERVAL, 150, "the first snapshot")
+    wait_for(lambda: (server.job(str(jid))["checkpoint"]["step"] or 0) >= INTERVAL, 120, "the first snapshot",
+             written)
     out_file = work / "logs" / f"cpu-ddp-conda_{jid}.out"
     text = out_file.read_text()
     assert re.search(r"srun: torchrun --rdzv_endpoint workers-\d+ -> 127\.0\.0\.1:\d+", text), text[:2000]
@@ -71,7 +77,7 @@ def test_seed_sbatch_script_runs_ddp_and_auto_resumes(server: Server, tmp_path: 
     assert len(workers) == 2, workers
     os.kill(workers[0], signal.SIGKILL)
 
-    done = server.wait_state(str(jid), "Succeeded", 240)
+    done = server.wait_state(str(jid), "Succeeded", 120, written)
     # one restart for the kill; gloo on a loaded CPU has been seen to abort a rank on its own once (SIGABRT,
     # "terminate called without an active exception"), which auto-resume then also survives
     assert 1 <= done["restarts"] <= done["max_retry"] and done["checkpoint"]["step"] == TOTAL, done
