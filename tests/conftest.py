@@ -26,6 +26,8 @@ One file without workers: ``.venv/bin/python -m pytest -p no:xdist tests/some/te
 from __future__ import annotations
 
 import os
+import resource
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,23 @@ def _umask_kept() -> object:
     tests on the same worker (a dataset made 0700 that a team's replica then cannot read)."""
     yield
     os.umask(_SUITE_UMASK)
+
+
+# FAIRPOD_TEST_CPU=FILE: each test's CPU seconds (this process's and its children's that ended during the test: the
+# servers it started, their replicas, the CLI it ran), appended to FILE as "seconds<TAB>test id" by every worker;
+# `sort -rn FILE | head` shows where the suite's CPU goes (on 2 cores, its wall time is mostly CPU)
+_CPU_FILE = os.environ.get("FAIRPOD_TEST_CPU")
+
+
+def _cpu() -> float:
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    before = _cpu() if _CPU_FILE else 0.0
+    yield
+    if _CPU_FILE:
+        with open(_CPU_FILE, "a") as f:
+            f.write(f"{_cpu() - before:.2f}\t{item.nodeid}\n")
