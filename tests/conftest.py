@@ -48,6 +48,11 @@ GROUPS = {
 }
 
 
+# the servers the tests start never compile the engine in the background (fairpod.native.build_in_background):
+# one build per test home would cost the suite minutes of CPU; tests/governance/test_native.py builds it once
+os.environ["FAIRPOD_NATIVE_BUILD"] = "0"
+
+
 def pytest_report_header() -> str:
     return f"native engine: {governance.engine_name()}"
 
@@ -55,6 +60,17 @@ def pytest_report_header() -> str:
 def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get("FAIRPOD_EXPECT_NATIVE") == "1" and not governance.is_native():
         raise pytest.UsageError("FAIRPOD_EXPECT_NATIVE=1 but the engine loaded is pure Python")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a worker of ``--dist loadgroup``, every test of a group must carry the group in its id (xdist schedules by
+    it): a pytest that xdist cannot mark so would spread a group over workers (two Ray clusters on one address)."""
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not session.config.getvalue("loadgroup"):
+        return
+    for item in session.items:
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:
+            raise pytest.UsageError(f"pytest-xdist did not put {item.nodeid} in its xdist_group: this pytest "
+                                    f"({pytest.__version__}) and pytest-xdist do not work together; see pyproject.toml")
 
 
 def group_of(path: Path) -> str | None:

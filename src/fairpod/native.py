@@ -2,8 +2,8 @@
 source, the same decisions, about twice as fast on a contended cluster; see docs/architecture.md "The native
 engine").
 
-    python -m fairpod.native build     # compile: needs a C compiler, Python's headers and mypy
-                                       # (pip install 'fairpod[native]'; Debian: apt install gcc python3-dev)
+    python -m fairpod.native build     # compile: needs a C compiler, Python's headers and mypy (a dependency
+                                       # of fairpod; Debian: apt install gcc python3-dev)
     python -m fairpod.native status    # which engine runs, native or pure Python, and where the build is
     python -m fairpod.native clean     # remove every build
 
@@ -11,11 +11,16 @@ A build lives in ``$FAIRPOD_NATIVE_DIR`` (default ``~/.cache/fairpod/native``), 
 the compiled source files, the Python version and the platform. ``fairpod.governance`` and ``fairpod.sim`` load it
 only when that hash matches the ``.py`` files next to them, so an edited module never runs stale native code;
 ``FAIRPOD_NATIVE=0`` turns it off. Nothing else changes: without a build the engine is the pure-Python one.
+
+Nobody has to know this: ``fairpod up`` starts the build in the background when there is none for this source and
+it can be made here (``FAIRPOD_NATIVE_BUILD=0`` stops that), and the README's main command builds it before it
+starts the demo.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import importlib.util
 import json
@@ -41,6 +46,7 @@ MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproje
 # fairpod's other modules took 3 of the build's 4 minutes on 2 cores, for no change in the compiled code's speed
 MYPY_CONFIG = "[mypy]\nfollow_imports = skip\n[mypy-fairpod.*]\nfollow_imports = normal\n"
 _MARK = "fairpod-native.json"
+_LOCK = "building.lock"  # held by the build under way
 _PACKAGE = Path(__file__).resolve().parent
 
 
@@ -103,7 +109,7 @@ def loads() -> bool:
 def missing() -> str | None:
     """Why a build cannot run here (a one-line reason), or None."""
     if importlib.util.find_spec("mypyc") is None:
-        return f"mypyc is not installed: pip install 'fairpod[native]' (or {MYPY!r})"
+        return f"mypyc is not installed: pip install {MYPY!r}"
     cc = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "cc").split()[0]
     if shutil.which(cc) is None:
         return f"no C compiler ({cc}) on PATH: on Debian, apt install gcc"
@@ -113,8 +119,9 @@ def missing() -> str | None:
     return None
 
 
-def build(*, quiet: bool = False) -> Path:
-    """Compile the engine's modules into ``build_dir()``; returns it. Raises RuntimeError with the reason."""
+def build(*, quiet: bool = False, wait: bool = True) -> Path | None:
+    """Compile the engine's modules into ``build_dir()``; returns it. Raises RuntimeError with the reason. One build
+    at a time per build folder: another waits for it (``wait``) or returns None at once."""
     why = missing()
     if why:
         raise RuntimeError(why)
@@ -123,6 +130,71 @@ def build(*, quiet: bool = False) -> Path:
     if (dest / _MARK).is_file():
         return dest
     base = _mkdir(root())  # before a minute of compiling: a folder that cannot be made fails now
+    lock = os.open(base / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            return None  # another process is building it
+        if (dest / _MARK).is_file():  # built by the process this one waited for
+            return dest
+        return _compile(digest, dest, base, quiet)
+    finally:
+        os.close(lock)
+
+
+def build_in_background() -> str | None:
+    """Start compiling the engine for this source in a process of its own (low priority, detached, its output in
+    the build folder's ``build.log``), unless a build exists, one is under way, it cannot be built here, or
+    ``FAIRPOD_NATIVE=0`` / ``FAIRPOD_NATIVE_BUILD=0``. Processes started after it ends run the engine natively;
+    this one goes on in Python. Returns a line saying that it started, or None."""
+    if "0" in (os.environ.get("FAIRPOD_NATIVE", "1"), os.environ.get("FAIRPOD_NATIVE_BUILD", "1")):
+        return None
+    try:
+        if (build_dir() / _MARK).is_file() or missing():
+            return None
+        base = _mkdir(root())
+        if _building(base):
+            return "the engine is being compiled to C in the background"
+        with open(base / "build.log", "ab") as log:
+            subprocess.Popen([sys.executable, "-m", "fairpod.native", "build", "--if-idle"], stdin=subprocess.DEVNULL,
+                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                             preexec_fn=lambda: os.nice(10))
+    except OSError:
+        return None  # no build folder or no process: the engine runs as Python, as before
+    return f"compiling the engine to C in the background (a minute; log: {base / 'build.log'})"
+
+
+def _building(base: Path) -> bool:
+    """Is a build under way in ``base`` (its lock held by another process)?"""
+    try:
+        fd = os.open(base / _LOCK, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def on_start() -> str:
+    """What ``fairpod up`` says of its engine, after starting its build in the background where it can."""
+    if loads():
+        return "native (mypyc)"
+    for var in ("FAIRPOD_NATIVE", "FAIRPOD_NATIVE_BUILD"):
+        if os.environ.get(var, "1") == "0":
+            return f"pure Python ({var}=0)"
+    started = build_in_background()
+    if started:
+        return f"pure Python; {started}: the next start runs it natively"
+    why = missing()
+    return f"pure Python ({why})" if why else "pure Python (python -m fairpod.native status)"
+
+
+def _compile(digest: str, dest: Path, base: Path, quiet: bool) -> Path:
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fairpod-native-") as tmp:
         work = Path(tmp)
@@ -183,14 +255,16 @@ def _mkdir(p: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fairpod.native", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("build", help="compile the engine for this source and interpreter")
+    b = sub.add_parser("build", help="compile the engine for this source and interpreter")
+    b.add_argument("--if-idle", action="store_true",
+                   help="do nothing when another build is under way (default: wait for it)")
     st = sub.add_parser("status", help="which engine runs here, and where its build is")
     st.add_argument("--json", action="store_true", help="print a JSON object")
     sub.add_parser("clean", help="remove every build from the build folder (and nothing else there)")
     args = ap.parse_args(argv)
     if args.cmd == "build":
         try:
-            build()
+            build(wait=not args.if_idle)
         except (RuntimeError, OSError) as e:
             print(f"error: cannot build the native engine: {e}", file=sys.stderr)
             return 1

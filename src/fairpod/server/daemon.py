@@ -409,6 +409,9 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         from fairpod.sandbox import capabilities
 
         print(f"  enforced:  {capabilities.host().line()}")
+    from fairpod import native
+
+    print(f"  engine:    {native.on_start()}")
     print("  stop it with: fairpod down")
     return 0
 
