@@ -165,7 +165,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
                 continue
             if run.starting:
                 self._finish_growth(job, run)
-            if run.removing and run.stopping is None and res is not None:
+            if run.removing and run.stopping is None and res is not None and job.spec.service is None:
+                # a service's are drained again instead, each until its stored time (Services._resume_drains)
                 res.stop_replicas(job_key(job), run.attempt, sorted(int(r) for r in run.removing),
                                   job.spec.termination_grace_seconds)
             if run.stopping is not None:
