@@ -105,3 +105,20 @@ def test_a_drain_goes_on_across_a_restart_of_the_control_plane(server: Server, t
     server.wait_state("john-a", "Running", timeout=30)
     j = server.job("chat")
     assert j["state"] == "Running" and j["nodes"] == 1 and j["preemptions"] == 0
+
+
+def test_a_service_whose_only_replica_backs_off_survives_a_restart_of_the_control_plane(server: Server,
+                                                                                         tmp_path: Path):
+    log = tmp_path / "svc.log"
+    script = tmp_path / "serve.py"
+    script.write_text(REPLICA.replace('note("start")', 'note("start")\nif len(open(log).read().split("start ")) '
+                                      '<= 2: os._exit(3)'))  # exits on its first start, then serves
+    server.cli("start-service", "--name", "solo", "--team", "smith", "--restart-backoff-seconds", "15",
+               "--grace-seconds", "1", "--", "python", str(script), str(log))
+    wait_for(lambda: server.api("GET", "/services/solo").json()["restarts"], 30, "the replica's exit")
+    server.kill(signal.SIGKILL)  # while no replica of it is live
+    server.start()
+    assert server.job("solo")["state"] == "Running"
+    wait_for(lambda: server.api("GET", "/services/solo").json()["ready_replicas"] == 1, 40, "a ready replica")
+    j = server.job("solo")
+    assert j["state"] == "Running" and j["restarts"] == 0 and len(lines(log, "start")) == 2
