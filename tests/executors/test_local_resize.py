@@ -40,3 +40,18 @@ def test_add_replicas_joins_the_live_attempt_and_stop_replicas_stops_only_those(
     assert sorted(x.rank for x in wait_exits(ex, 2)) == [0, 1]
     with pytest.raises(ExecutorError, match="no live replica"):
         ex.add_replicas(more)
+
+
+def test_a_service_replica_starts_again_when_none_of_its_replicas_is_live(ex: LocalExecutor, tmp_path: Path):
+    base = job("svc", CMD, tmp_path, n=1)
+    base = dataclasses.replace(base, env={**base.env, "FAIRPOD_SERVICE_PORTS": "41000"})
+    ex.launch(base)
+    seen(tmp_path, "svc", 0)
+    ex.stop("svc", 0, 0.0)
+    wait_exits(ex, 1)
+    (tmp_path / "ckpt" / "svc" / "r0").unlink()
+    ex.add_replicas(base)  # a service's only replica, restarted after its exit (its restart backoff)
+    assert seen(tmp_path, "svc", 0)[:2] == ["0", "1"]
+    assert ex.running() == {"svc": 0}
+    ex.stop("svc", 0, 0.0)
+    wait_exits(ex, 1)

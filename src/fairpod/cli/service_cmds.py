@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
@@ -31,6 +32,9 @@ SERVICE_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "
                  "command": "the command after --", "env": "--env", "workdir": "--workdir",
                  "termination_grace_seconds": "--grace-seconds", "service.readiness_path": "--readiness-path",
                  "service.readiness_command": "--readiness-command", "service.drain_seconds": "--drain-seconds",
+                 "service.restart_backoff_seconds": "--restart-backoff-seconds",
+                 "service.restart_backoff_max_seconds": "--restart-backoff-max-seconds",
+                 "service.restart_reset_seconds": "--restart-reset-seconds",
                  "service": "the service", "job": "the service"}
 
 
@@ -66,6 +70,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--drain-seconds", type=seconds(3600), metavar="SECONDS",
                    help="a replica that goes leaves the endpoint list and gets SIGTERM this long after (default 5)")
     p.add_argument("--grace-seconds", type=seconds(3600), help="seconds from SIGTERM to SIGKILL (default 30)")
+    p.add_argument("--restart-backoff-seconds", type=seconds(3600), metavar="SECONDS",
+                   help="a replica that exits starts again this long after, twice as long after each further exit "
+                   "in a row (default 1; 0: at once)")
+    p.add_argument("--restart-backoff-max-seconds", type=seconds(86400), metavar="SECONDS",
+                   help="the longest a replica's restart waits (default 60)")
+    p.add_argument("--restart-reset-seconds", type=seconds(86400), metavar="SECONDS",
+                   help="a replica ready this long in a row starts its backoff over (default 60)")
     p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
     p.add_argument("--workdir", help="working directory of the replicas (default: this directory)")
     add_output(p)
@@ -108,8 +119,10 @@ def service_body(a: argparse.Namespace) -> dict[str, Any]:
         svc["readiness_path"] = a.readiness_path
     if a.readiness_command is not None:
         svc["readiness_command"] = ["sh", "-c", a.readiness_command]
-    if a.drain_seconds is not None:
-        svc["drain_seconds"] = a.drain_seconds
+    for field in ("drain_seconds", "restart_backoff_seconds", "restart_backoff_max_seconds",
+                  "restart_reset_seconds"):
+        if getattr(a, field) is not None:
+            svc[field] = getattr(a, field)
     body: dict[str, Any] = {"name": a.name, "team": a.team or only_team(), "nodes": lo, "command": a.job_command,
                             "service": svc, "workdir": a.workdir or os.getcwd()}
     if hi > lo:
@@ -153,6 +166,12 @@ def get_service(a: argparse.Namespace) -> int:
         print(f"  replica {e['rank']}  {e['address']}")
     if s["draining"]:
         print(f"draining:   replicas {', '.join(str(r) for r in s['draining'])}")
+    now = time.time()
+    for c in s.get("restarts", []):
+        due = c["next_start_at"]
+        when = (f"starts again at {time.strftime('%H:%M:%S', time.localtime(due))} (in {due - now:.0f} s)"
+                if due > now else "started again")
+        print(f"restarts:   replica {c['rank']}: {c['exits_in_a_row']} exits in a row, {when}")
     return 0
 
 

@@ -43,6 +43,7 @@ from fairpod.executors.inplace import InPlace
 
 log = logging.getLogger("fairpod.executors.local")
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
+SERVICE_ENV = "FAIRPOD_SERVICE_PORTS"  # in a service's launch (server.control.serving.PORTS_ENV)
 ORPHAN_WAIT = 5.0  # at adoption: how long a run without a supervisor PID file may still be starting
 _SPAWNED: dict[Path, subprocess.Popen[bytes] | Forked] = {}  # supervisors this process started, by replica dir
 
@@ -152,16 +153,17 @@ class LocalExecutor(InPlace, ThisHostGpus):
 
     @_serialized
     def add_replicas(self, job: JobLaunch) -> None:
-        """An elastic job grows: start the new ranks ``job.replicas`` of its live attempt on the attempt's port."""
+        """An elastic job grows: start the new ranks ``job.replicas`` of its live attempt on the attempt's port (a
+        service's also when none of its replicas is live: all of them were restarting)."""
         if not state.NAME_RE.fullmatch(job.job) or not job.command or not job.replicas:
             raise ExecutorError(f"job {job.job}: nothing to add")
         live = [r for r in list(self._open.values()) if r.job == job.job and r.attempt == job.attempt
                 and self._alive(r)]
-        if not live:
+        if not live and SERVICE_ENV not in job.env:  # a service's replica restarts alone (server.control.serving)
             raise ExecutorError(f"job {job.job} attempt {job.attempt} has no live replica to grow beside")
         if {r.rank for r in live} & {r.rank for r in job.replicas}:
             raise ExecutorError(f"job {job.job}: ranks {sorted(r.rank for r in job.replicas)} overlap live ones")
-        port = min(r.port for r in live)
+        port = min(r.port for r in live) if live else self._free_port({r.port for r in self._open.values()})
         try:
             for rep in job.replicas:
                 self._spawn(job, rep.rank, self._spec(job, rep.rank, port))

@@ -30,7 +30,8 @@ from typing import Protocol
 from fairpod.governance import budget, fairshare, quota, topology, users
 from fairpod.governance.decisions import Decision, Grow, Shrink
 from fairpod.governance.ordering import victim_key
-from fairpod.governance.preemption import borrowing, fits_now
+from fairpod.governance.preemption import borrowing
+from fairpod.governance.preemption import fits_now as _fits_now
 from fairpod.governance.snapshot import Snapshot, Workload
 
 
@@ -180,6 +181,14 @@ def shrink_to_fit(cyc: _Cycle, w: Workload, within: bool, reserved: dict[str, st
     cands.sort(key=victim_key(w.team, snap.now, team_share, lambda v: budget.priority(snap.teams[v.team], v)))
     removed: list[tuple[Workload, str, str]] = []  # (job, node of its replica, kind), in the order taken
     nodes: list[str] | None = None
+    if w.quota_bound and not within:
+        team = snap.teams[w.team]
+
+        def fits_now(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | None) -> list[str] | None:
+            # a quota-bound job fits only once its own team's shrunk replicas leave room within its quota
+            return _fits_now(snap, w, reserved, holder) if quota.within_quota(team, w.itype, w.total) else None
+    else:
+        fits_now = _fits_now
     for v in cands:
         while nodes is None and v.n > v.min_n:
             kind = _kind(snap, v, w, within)

@@ -2,8 +2,9 @@
 
 Among the candidates of one preemption, a job is picked before another when, in this order:
   1. it belongs to another team that is borrowing (borrowed work goes before the team's own jobs);
-  2. it was preempted fewer than ``PROTECTED_AFTER`` times (a job preempted that often goes after every other
-     candidate: its team's other borrowed jobs go first);
+  2. it was preempted fewer than ``PROTECTED_AFTER`` times and is not ``quota_bound`` (such a job goes after every
+     other candidate: its team's other borrowed jobs go first; a quota-bound job, a service's minimum replicas,
+     was admitted within its team's quota, so a reclaim ends before it reaches it);
   3. its team's fair share is higher (only when competing for idle capacity under FairShare);
   4. its priority is lower (a team past 80 % of its budget counts as the lowest, rule 10);
   5. it loses less work: less time since its last reported checkpoint (or since its start);
@@ -38,7 +39,7 @@ def victim_key(
     def key(v: Workload) -> tuple:
         return (
             v.team == preemptor_team,  # 1
-            v.preemptions >= PROTECTED_AFTER,  # 2
+            v.preemptions >= PROTECTED_AFTER or v.quota_bound,  # 2
             -team_share(v.team),  # 3
             priority(v) if priority is not None else v.priority,  # 4
             v.lost_work(now),  # 5
@@ -64,7 +65,7 @@ def sort_victims(cands: list[Workload], preemptor_team: str, now: float, team_sh
             prios[v.team] = team_priority(v.team)
     keyed = [
         ((v.team == preemptor_team,  # 1
-          v.preemptions >= PROTECTED_AFTER,  # 2
+          v.preemptions >= PROTECTED_AFTER or v.quota_bound,  # 2
           shares[v.team],  # 3 (negated above)
           v.priority if (p := prios[v.team]) is None else p,  # 4
           v.lost_work(now),  # 5

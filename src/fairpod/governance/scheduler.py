@@ -331,7 +331,7 @@ class _Cycle:
         if snap.elastic and elastic.shrink_to_fit(self, w, within, reserved, holder, ok):
             return True  # replicas above elastic jobs' minimum go before any job is stopped whole
         plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
-        if plan is not None and not ok and _protected(snap.teams[w.team], w):
+        if plan is not None and not ok and (w.quota_bound or _protected(snap.teams[w.team], w)):
             plan = _within_or_undo(snap, w, plan)  # its own lower-priority jobs, only to run within quota
         if plan is not None:
             victims, nodes = plan
@@ -360,7 +360,7 @@ class _Cycle:
             ok, within, _ = self.team_check(w)
             holder = w.id if w.id in self.holders else None
             plan = preemption.plan(self.snap, w, within, self.reserved_for(w, within), holder, cross_team=False)
-            if plan is not None and not ok and _protected(team, w):
+            if plan is not None and not ok and (w.quota_bound or _protected(team, w)):
                 plan = _within_or_undo(self.snap, w, plan)
             if plan is not None:
                 victims, nodes = plan
@@ -380,6 +380,10 @@ class _Cycle:
 
     def _team_check(self, w: Workload) -> tuple[bool, bool, str]:
         ok, within, why = quota.team_check(self.snap, w, self.lifted)
+        if ok and not within and w.quota_bound:
+            return False, False, (
+                f"waiting for room within team {w.team}'s quota: a service's minimum replicas run only within "
+                "its team's quota, never on borrowed capacity (so a reclaim never takes it below its minimum)")
         team = self.snap.teams[w.team]
         if ok and not within and _protected(team, w) and not _harboured(self.snap, team, w):
             return False, False, (

@@ -70,6 +70,9 @@ class Workload:
     min_n: int = 0
     max_n: int = 0
     resized: float | None = None  # when it last shrank (no growth again for a while: no grow/shrink cycles)
+    # its (minimum) gang is admitted only within its team's quota, never by borrowing, and goes last among a
+    # reclaim's victims, as a protected job (a service's minimum replicas; replicas grown above it may borrow)
+    quota_bound: bool = False
     # while running
     nodes: list[str] | None = None
     started: float | None = None
@@ -99,6 +102,8 @@ class Workload:
             self.shape += (("elastic", self.max_n),)
         if self.topology is not None:
             self.shape += (self.topology, self.topology_required)
+        if self.quota_bound:
+            self.shape += ("quota_bound",)
 
     def choose(self, i: int) -> None:
         """Take choice ``i`` of ``choices`` as its instance type and request (its shape follows)."""

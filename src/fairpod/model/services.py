@@ -28,6 +28,16 @@ class ServiceSpec(BaseModel):
     drain_seconds: float = Field(
         default=5.0, ge=0, le=3600,
         description="a replica going away leaves the endpoint list, then gets SIGTERM this long after")
+    restart_backoff_seconds: float = Field(
+        default=1.0, ge=0, le=3600,
+        description="a replica that exits starts again this long after its first exit, twice as long after each "
+        "further exit in a row (0: at once, always)")
+    restart_backoff_max_seconds: float = Field(
+        default=60.0, ge=0, le=86400, description="the longest a replica's restart waits")
+    restart_reset_seconds: float = Field(
+        default=60.0, ge=0, le=86400,
+        description="a replica ready this long in a row has its exits in a row forgotten (the next waits "
+        "restart_backoff_seconds again)")
 
     @model_validator(mode="before")
     @classmethod
@@ -39,6 +49,12 @@ class ServiceSpec(BaseModel):
         if self.readiness_path is not None and self.readiness_command is not None:
             raise ValueError("give readiness_path or readiness_command, not both")
         return self
+
+    def restart_delay(self, exits: int) -> float:
+        """Seconds before a replica starts again after its ``exits``-th exit in a row (1 for the first)."""
+        if self.restart_backoff_seconds <= 0 or exits < 1:
+            return 0.0
+        return float(min(self.restart_backoff_max_seconds, self.restart_backoff_seconds * 2.0 ** min(exits - 1, 60)))
 
     @property
     def check_text(self) -> str:

@@ -29,7 +29,19 @@ def service_view(cp: ControlPlane, job: Job) -> dict[str, Any]:
         "endpoints": [{"rank": r, "address": f"http://{h}:{p}"} for r, h, p in eps],
         "draining": live.draining(job.id) if live is not None else [],
         "readiness": svc.check_text, "drain_seconds": svc.drain_seconds,
+        "restarts": restarts(job) if not job.state.finished else [],
+        "restart_backoff_seconds": svc.restart_backoff_seconds,
+        "restart_backoff_max_seconds": svc.restart_backoff_max_seconds,
+        "restart_reset_seconds": svc.restart_reset_seconds,
     }
+
+
+def restarts(job: Job) -> list[dict[str, Any]]:
+    """The replicas that exited in a row (a crash loop backs off): rank, exits in a row, and when the replica
+    starts again (its restart backoff; in the past once it has started again), as stored with the run."""
+    crashes = (job.run_state or {}).get("crashes") or {}
+    return [{"rank": int(r), "exits_in_a_row": int(c[0]), "next_start_at": c[1]}
+            for r, c in sorted(crashes.items(), key=lambda kv: int(kv[0])) if int(r) < job.nodes]
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:

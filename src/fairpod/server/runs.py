@@ -73,6 +73,10 @@ class Run:
     # what each ended replica used, read from its cgroup (fairpod.sandbox): rank -> cpu_seconds, memory_peak_bytes
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
     ports: list[int] = field(default_factory=list)  # a service's port per rank (fairpod.server.control.serving)
+    # a service's replicas that exited in a row: rank -> [exits in a row, when it may start again] (serving)
+    crashes: dict[str, list[float]] = field(default_factory=dict)
+    # a service's replicas being drained: rank -> when their SIGTERM is due (server.services)
+    drain_until: dict[str, float] = field(default_factory=dict)
     # resilience: ranks that said they are ready (fairpod.sdk.ready), when the whole gang was (server.readiness);
     # restarts in place of this attempt ([rank, when]) and the ranks whose restart is due (server.restarts)
     ready: list[str] = field(default_factory=list)

@@ -9,8 +9,11 @@
 - **Drain**: the ranks a shrink removes (``Resize._stop_removed``) are taken one at a time, the highest first:
   out of the endpoint list at once, SIGTERM (then SIGKILL after the grace period) ``drain_seconds`` later, the next
   one once it has exited. Requests already sent to it have the drain period to finish; new ones go elsewhere.
+  When a rank's drain begins its SIGTERM time is stored with the run (``ControlPlane.drain_begun``), so a
+  restarted control plane keeps it out of the endpoint list and stops it then (``_resume_drains``).
 
-Nothing here writes a job: the probes and the endpoint lists are the server's memory, rebuilt by probing.
+The probes and the endpoint lists are the server's memory, rebuilt by probing; what is kept in the store goes
+through the control plane's own transitions (``drain_begun``, ``forget_exits`` in ``control.serving``).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from fairpod.executors.base import Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.services import ServiceSpec
 from fairpod.server.proxy import Proxy
+from fairpod.server.runs import job_key
 
 log = logging.getLogger("fairpod.services")
 
@@ -44,6 +48,7 @@ class _Target:
     attempt: int
     ranks: tuple[tuple[int, int], ...]  # (rank, port) of the live replicas
     check: ServiceSpec
+    crashed: frozenset[int] = frozenset()  # ranks with exits in a row (``Run.crashes``)
 
 
 def probe(check: ServiceSpec, host: str, port: int) -> bool:
@@ -77,11 +82,13 @@ class Services:
         self._ready: dict[int, dict[int, int]] = {}  # job id -> rank -> port, of ready replicas
         self._draining: set[tuple[int, int]] = set()  # (job id, rank)
         self._turn: dict[int, int] = {}  # job id -> round-robin position
+        self._ready_since: dict[tuple[int, int], float] = {}  # (job id, rank) -> ready since (in a row)
         self.proxies: dict[int, Proxy] = {}
-        self._drains: queue.Queue[tuple[int, str, int, list[int], float, float]] = queue.Queue()
+        self._drains: queue.Queue[tuple[int, str, int, list[int], float, float, dict[int, float]]] = queue.Queue()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         cp.services = self
+        self._resume_drains()
 
     # -- what the API and the proxy read ----------------------------------------------------------------------
 
@@ -124,23 +131,50 @@ class Services:
             p.close()
         self.proxies.clear()
 
-    def drain(self, jid: int, key: str, attempt: int, ranks: list[int], grace: float, seconds: float) -> None:
-        """Take ``ranks`` of the service out one at a time (see the module doc); returns at once."""
-        self._drains.put((jid, key, attempt, ranks, grace, seconds))
+    def drain(self, jid: int, key: str, attempt: int, ranks: list[int], grace: float, seconds: float,
+              until: dict[int, float] | None = None) -> None:
+        """Take ``ranks`` of the service out one at a time (see the module doc); returns at once. ``until``: the
+        SIGTERM times of ranks whose drain had begun before a restart of the control plane."""
+        self._drains.put((jid, key, attempt, ranks, grace, seconds, dict(until or {})))
+
+    def _resume_drains(self) -> None:
+        """Start-up: the ranks a shrink was removing when the control plane stopped are drained again
+        (``ControlPlane._carry_out`` leaves a service's to this). A rank whose drain had begun stays out of the
+        endpoint list and gets its SIGTERM at the time stored when its drain began (``Run.drain_until``); the
+        others are drained in turn after it, each for the whole drain period."""
+        with self.cp.lock:
+            for jid, run in self.cp.runs.items():
+                job = self.cp.store.get_job(jid)
+                if (job is None or job.spec.service is None or job.state != JobState.RUNNING or not run.launched
+                        or run.stopping is not None or not run.removing):
+                    continue
+                until = {int(r): t for r, t in run.drain_until.items() if r in run.removing}
+                with self._lock:
+                    self._draining.update((jid, r) for r in until)
+                self.drain(jid, job_key(job), run.attempt, sorted(int(r) for r in run.removing),
+                           job.spec.termination_grace_seconds, job.spec.service.drain_seconds, until)
 
     def _drain_loop(self) -> None:
         res = capability(self.cp.executor, Resizing)
         while not self._stop.is_set():
             try:
-                jid, key, attempt, ranks, grace, seconds = self._drains.get(timeout=0.5)
+                jid, key, attempt, ranks, grace, seconds, until = self._drains.get(timeout=0.5)
             except queue.Empty:
                 continue
             for rank in sorted(ranks, reverse=True):
                 with self._lock:
                     self._draining.add((jid, rank))
-                log.info("service %s: replica %d drained; SIGTERM in %g s", key, rank, seconds)
-                if self._stop.wait(seconds):
-                    return  # the server stops: start-up stops the removed ranks at once (ControlPlane._carry_out)
+                due = until.get(rank)
+                if due is None:
+                    due = self.cp.clock() + seconds
+                    try:  # kept with the run: a restarted control plane keeps it drained until then
+                        self.cp.drain_begun(jid, rank, due)
+                    except Exception:  # the drain goes on; only its survival of a restart is lost
+                        log.exception("service %s: could not store the drain of replica %d", key, rank)
+                wait = max(0.0, due - self.cp.clock())
+                log.info("service %s: replica %d drained; SIGTERM in %.3g s", key, rank, wait)
+                if self._stop.wait(wait):
+                    return  # the server stops: start-up drains the removed ranks again (_resume_drains)
                 try:
                     if res is not None:
                         res.stop_replicas(key, attempt, [rank], grace)
@@ -182,7 +216,7 @@ class Services:
                 ranks += [int(r) for r in run.removing]
                 out.append(_Target(jid, job.name, run.attempt,
                                    tuple((r, run.ports[r]) for r in sorted(ranks) if r < len(run.ports)),
-                                   job.spec.service))
+                                   job.spec.service, frozenset(int(r) for r in run.crashes)))
             for jid in self.proxies:
                 job = self.cp.store.get_job(jid)
                 if job is None or job.state.finished:
@@ -199,11 +233,27 @@ class Services:
             seen[t.jid] = {r: p for r, p in t.ranks if probe(t.check, HOST, p)}
         with self._lock:
             self._ready = seen
+        self._forget_exits(targets, seen)
         for jid in ended:
             p = self.proxies.pop(jid, None)
             if p is not None:
                 p.close()
                 self._port_file(jid).unlink(missing_ok=True)
+
+    def _forget_exits(self, targets: list[_Target], seen: dict[int, dict[int, int]]) -> None:
+        """Replicas with exits in a row that have been ready ``restart_reset_seconds`` in a row (by this
+        control plane's probes): their restart backoff starts over (``ControlPlane.forget_exits``)."""
+        now = self.cp.clock()
+        since = {k: v for k, v in self._ready_since.items() if k[1] in seen.get(k[0], {})}
+        for jid, ready in seen.items():
+            for r in ready:
+                since.setdefault((jid, r), now)
+        self._ready_since = since
+        for t in targets:
+            due = [r for r in sorted(t.crashed)
+                   if (t.jid, r) in since and now - since[(t.jid, r)] >= t.check.restart_reset_seconds]
+            if due:
+                self.cp.forget_exits(t.jid, due)
 
     def _port_file(self, jid: int) -> Any:
         return self.cp.home / "services" / f"{jid}.port"

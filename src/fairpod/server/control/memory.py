@@ -35,6 +35,7 @@ class Memory:
             topology=job.spec.required_topology or job.spec.preferred_topology,
             topology_required=job.spec.required_topology is not None, **resize.workload_fields(job),
             choices=fallback_choices(job.spec, spec),
+            quota_bound=job.spec.service is not None,  # a service's minimum replicas: within quota only
         )  # fmt: skip
 
 

@@ -137,6 +137,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
             job = self.store.get_job(jid)
             if job is None or not run.launched or live.get(job_key(job)) == run.attempt:
                 continue
+            if job.spec.service is not None and set(range(job.nodes)) <= set(run.adding):
+                continue  # every replica of the service waits to start again (its restart backoff): it runs on
             for rank in range(job.nodes):
                 run.exits.setdefault(str(rank), "ended while the control plane was down")
                 run.codes.setdefault(str(rank), None)
@@ -165,7 +167,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
                 continue
             if run.starting:
                 self._finish_growth(job, run)
-            if run.removing and run.stopping is None and res is not None:
+            if run.removing and run.stopping is None and res is not None and job.spec.service is None:
+                # a service's are drained again instead, each until its stored time (Services._resume_drains)
                 res.stop_replicas(job_key(job), run.attempt, sorted(int(r) for r in run.removing),
                                   job.spec.termination_grace_seconds)
             if run.stopping is not None:

@@ -26,6 +26,7 @@ from fairpod.executors.base import Executor, ExecutorError, ReplicaExit, Resizin
 from fairpod.governance import Grow, Shrink
 from fairpod.governance import elastic as rules
 from fairpod.model.jobs import JobSpec, JobState
+from fairpod.server.control import serving
 from fairpod.server.errors import InvalidJob
 from fairpod.server.runs import Run, SlotsBusy, from_engine, job_key, to_engine
 from fairpod.store.records import Job
@@ -88,6 +89,7 @@ class Resize:
                 self.slots.give_back(node, run.slots.pop(node, []))
             if r in run.adding:
                 run.adding.remove(r)
+            run.crashes.pop(str(r), None)  # a service's restart backoff goes with the rank
         run.nodes = list(d.nodes)
         run.shrunk_at = self.clock()
         self._save_run(job, run, placement=list(d.nodes), nodes=len(d.nodes))
@@ -135,7 +137,10 @@ class Resize:
             job = self.store.get_job(jid)
             if job is None or job.state != JobState.RUNNING:
                 continue
-            ranks = sorted(r for r in run.adding if r < len(job.placement))
+            now = self.clock()  # a service's replica in its restart backoff waits (control.serving)
+            ranks = sorted(r for r in run.adding if r < len(job.placement) and not serving.backing_off(run, r, now))
+            if not ranks:
+                continue
             taken: dict[str, list[int]] = {}
             try:
                 for r in ranks:
@@ -150,7 +155,7 @@ class Resize:
             run.slots.update(taken)
             for r in ranks:
                 run.gone.pop(str(r), None)
-            run.adding = []
+            run.adding = [r for r in run.adding if r not in ranks]
             run.starting = ranks  # stored with their slots: after a crash, start-up finishes starting them
             self._save_run(job, run)
             out.append((job, run, ranks))
@@ -209,6 +214,7 @@ class Resize:
         if str(e.rank) not in run.removing:
             return  # taken already
         node = run.removing.pop(str(e.rank))
+        run.drain_until.pop(str(e.rank), None)  # a service's drain (server.services) is over
         run.gone[str(e.rank)] = e.ended_at  # the same exit again (until acknowledged) is known
         self.slots.give_back(node, run.slots.pop(node, []))
         job = self.store.get_job(jid)

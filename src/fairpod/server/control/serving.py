@@ -6,6 +6,12 @@
 - **Restart**: a replica of a running service that exits (any code) is started again on its own, the others
   keep serving: its slots go back, its rank is added again as a growth adds one (``Run.adding``, started by
   ``Resize._grow_ready``), and its exit is known as ended (``Run.gone``) should it be delivered again.
+- **Backoff**: a replica that keeps exiting (a crash loop) starts again later each time: after its k-th exit in a
+  row it waits ``ServiceSpec.restart_delay(k)`` (``restart_backoff_seconds`` x 2^(k-1), at most
+  ``restart_backoff_max_seconds``). The count and the time are kept with the run (``Run.crashes``), so they survive
+  a restart of the control plane; its rank waits in ``Run.adding`` until then (``Resize._grow_ready`` skips it).
+  A replica ready ``restart_reset_seconds`` in a row has its count forgotten (``forget_exits``, asked by
+  ``server.services``' probes).
 - **Drain**: the replicas a shrink removes leave the service's endpoint list and get SIGTERM only after the
   service's drain period, one at a time (``server.services.Services.drain``, after the shrink is committed).
 
@@ -19,7 +25,7 @@ import logging
 import socket
 
 from fairpod.executors.base import Executor, ReplicaExit, Resizing, capability
-from fairpod.model.jobs import JobSpec
+from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.errors import InvalidJob
 from fairpod.server.runs import Run, usage_message
 from fairpod.store.records import Job
@@ -65,9 +71,46 @@ class Serving:
         self.slots.give_back(node, run.slots.pop(node, []))
         run.gone[rank] = e.ended_at
         run.adding.append(e.rank)
+        svc = job.spec.service
+        assert svc is not None
+        exits = int(run.crashes.get(rank, [0, 0.0])[0]) + 1
+        wait = svc.restart_delay(exits)
+        run.crashes[rank] = [exits, self.clock() + wait]
         if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):
             self.event("ReplicaUsage", usage_message(job.name, use), job, **use)
         self._save_run(job, run)
-        self.event("ReplicaRestarting", f"service {job.name}: replica {e.rank} {e.reason}; it starts again", job,
-                   rank=e.rank, reason=e.reason)
+        when = f"in {wait:g} s" if wait > 0 else "now"
+        self.event("ReplicaRestarting", f"service {job.name}: replica {e.rank} {e.reason}; it starts again {when} "
+                   f"(exit {exits} in a row)", job, rank=e.rank, reason=e.reason, exits=exits, delay=wait)
         self.wake.set()
+
+    def forget_exits(self, jid: int, ranks: list[int]) -> None:
+        """``ranks`` of service ``jid`` stayed ready ``restart_reset_seconds``: their exits in a row are forgotten."""
+        with self._change():
+            run = self.runs.get(jid)
+            job = self.store.get_job(jid)
+            if run is None or job is None or job.state != JobState.RUNNING:
+                return
+            gone = [r for r in ranks if run.crashes.pop(str(r), None) is not None]
+            if gone:
+                self._save_run(job, run)
+                log.info("service %s: replicas %s ready long enough, their restart backoff starts over", job.name,
+                         gone)
+
+
+    def drain_begun(self, jid: int, rank: int, until: float) -> None:
+        """The drain of ``rank`` of service ``jid`` has begun; its SIGTERM is due at ``until`` (``Run.drain_until``,
+        read again by a restarted control plane: ``server.services.Services._resume_drains``)."""
+        with self._change():
+            run = self.runs.get(jid)
+            job = self.store.get_job(jid)
+            if run is None or job is None or str(rank) not in run.removing:
+                return
+            run.drain_until[str(rank)] = until
+            self._save_run(job, run)
+
+
+def backing_off(run: Run, rank: int, now: float) -> bool:
+    """Does ``rank`` of a service wait for its restart backoff (``Run.crashes``) at ``now``?"""
+    c = run.crashes.get(str(rank))
+    return c is not None and c[1] > now
