@@ -8,7 +8,9 @@ plane (the timed executor: no processes) is built on the store and turns until i
 prints the time to build it (reading the jobs back, the engine's snapshot) and to the first admission, with the
 process's CPU. The cache of built specs is emptied first (a restarted process has none).
 
-Run: ``.venv/bin/python benchmarks/recovery.py [--nodes 1000] [--teams 500] [--waiting 100000]``.
+Run: ``.venv/bin/python benchmarks/recovery.py [--nodes 1000] [--teams 500] [--waiting 100000] [--compare-reads 2]``
+(``--compare-reads``: the store's read of the unfinished jobs, with the specs validated again and built from the
+stored dump, alternately; ``--profile FILE``: a cProfile of the restart).
 Goal (issue 34): the first admission <= 30 s after the restart with 100,000 jobs waiting.
 """
 
@@ -40,6 +42,9 @@ def main() -> None:
     ap.add_argument("--teams", type=int, default=500)
     ap.add_argument("--waiting", type=int, default=100_000)
     ap.add_argument("--profile", type=Path, help="write a cProfile of the restart to this file")
+    ap.add_argument("--compare-reads", type=int, default=0, metavar="N",
+                    help="first read the unfinished jobs back N times each way, specs validated again (as before "
+                         "store.jobs.stored_spec) and built from the stored dump, alternately, and print the CPU")
     args = ap.parse_args()
     rng = random.Random(34)
     with tempfile.TemporaryDirectory(prefix="fairpod-recovery-") as tmp:
@@ -66,6 +71,15 @@ def main() -> None:
             store.update_node(nd.name, {"cordoned": True})
         print(f"stored            {stored} waiting jobs, {len(nodes)} nodes ({len(nodes) - 1} cordoned) "
               f"in {time.perf_counter() - t0:.1f} s")
+        built_from_store = store_jobs.stored_spec
+        for _ in range(args.compare_reads):
+            for how, fn in (("validated", JobSpec.model_validate), ("from the dump", built_from_store)):
+                store_jobs.stored_spec = fn  # type: ignore[assignment]
+                store_jobs._SPECS.clear()
+                c = time.process_time()
+                store.list_jobs(finished=False)
+                print(f"read back         {stored} jobs, specs {how}: {time.process_time() - c:.2f} s CPU")
+        store_jobs.stored_spec = built_from_store
         store_jobs._SPECS.clear()  # a restarted process has built none
         prof = cProfile.Profile() if args.profile else None
         if prof:
