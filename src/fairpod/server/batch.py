@@ -35,11 +35,12 @@ TOKEN_CACHE_S = 2.0
 
 
 class _Pending:
-    __slots__ = ("events", "jobs", "changes", "after")
+    __slots__ = ("events", "jobs", "changes", "after", "runs")
 
     def __init__(self) -> None:
         self.jobs: dict[int, Job] = {}  # the latest version of every job read or written in this batch
         self.changes: dict[int, dict[str, Any]] = {}  # job id -> fields to write
+        self.runs: dict[int, Any] = {}  # job id -> its Run (fairpod.server.runs), written as run_state at the flush
         self.events: list[dict[str, Any]] = []
         self.after: list[Callable[[], None]] = []  # what carries out the collected intents, once committed
 
@@ -91,8 +92,13 @@ class BatchingStore:
         p = self._pending()
         if p is None:
             return
+        for jid, run in p.runs.items():  # each run saved in this batch: serialized once, as it is now
+            state = run.to_json()
+            p.changes.setdefault(jid, {})["run_state"] = state
+            if jid in p.jobs:
+                p.jobs[jid] = replace(p.jobs[jid], run_state=state)
         changes, events, after = p.changes, p.events, p.after
-        p.changes, p.events, p.after = {}, [], []
+        p.changes, p.events, p.after, p.runs = {}, [], [], {}
         if changes or events:
             with self._store.tx() as t:
                 t.update_jobs(changes)
@@ -182,6 +188,8 @@ class BatchingStore:
                 p.jobs.pop(job_id, None)
             return self._store.update_job(job_id, changes, **kw)
         f.check("job", JOB_FIELDS, changes)  # bad values fail here, as they would in update_job
+        if "run_state" in changes:
+            p.runs.pop(job_id, None)  # written now: it replaces a run saved earlier in the batch
         job = self.get_job(job_id)
         if job is None:
             raise NotFound(f"job {job_id} does not exist")
@@ -191,6 +199,22 @@ class BatchingStore:
         job = replace(job, **rec, updated_at=time.time())
         p.jobs[job_id] = job
         p.changes.setdefault(job_id, {}).update(changes)
+        return job
+
+    def save_run(self, job_id: int, run: Any, changes: Mapping[str, Any]) -> Job:
+        """``update_job(job_id, {"run_state": run.to_json(), **changes})``; inside ``batch()`` the run is
+        serialized once, at the flush, however many times the batch saves it (an admission saves its run when
+        admitted and again with its slots: one ``run_state`` written per transaction). Until then the record's
+        ``run_state`` is the run's own fields (read, never changed, by the batch's readers)."""
+        p = self._pending()
+        if p is None:
+            return self._store.update_job(job_id, {"run_state": run.to_json(), **changes})
+        job = self.update_job(job_id, changes) if changes else self.get_job(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} does not exist")
+        job = replace(job, run_state=run.__dict__)
+        p.jobs[job_id] = job
+        p.runs[job_id] = run
         return job
 
     def append_event(self, kind: str, message: str = "", **kw: Any) -> Event | None:

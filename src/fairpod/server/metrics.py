@@ -2,7 +2,8 @@
 
 Gauges come from the engine's snapshot and the store at scrape time. Counters and the wait/run-time
 histograms are derived from the store (events and job records), so they survive a control-plane restart
-unchanged; only the engine-cycle histogram and ``fairpod_scheduler_cycles_total`` live in memory and
+unchanged; each scrape reads only the events and the jobs' starts and ends since the previous one
+(:mod:`fairpod.server.job_tallies`); only the engine-cycle histogram and ``fairpod_scheduler_cycles_total`` live in memory and
 start again from zero (Prometheus' ``rate()`` handles such resets).
 """
 
@@ -10,14 +11,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
 
 from fastapi import APIRouter, FastAPI, Response
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select
 
 from fairpod import __version__
 from fairpod.model.jobs import JobState
@@ -25,6 +25,7 @@ from fairpod.server import diskfull
 from fairpod.server.auth import Auth, Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.figures import instance_types, team_figures
+from fairpod.server.job_tallies import JobTallies
 from fairpod.store.tables import EventRow, JobRow
 
 WAIT_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
@@ -87,18 +88,6 @@ class EventCounters:
                 self.last_id = eid
 
 
-def _histogram(cp: ControlPlane, value: Any, cond: Any, buckets: tuple[float, ...]
-               ) -> dict[str, tuple[list[int], int, float]]:
-    """Per team: (cumulative bucket counts, count, sum) of ``value`` over the jobs matching ``cond``."""
-    cols = [func.sum(case((value <= b, 1), else_=0)) for b in buckets]
-    q = select(JobRow.team, func.count(), func.sum(value), *cols).where(cond).group_by(JobRow.team)
-    out = {}
-    with cp.store.engine.connect() as conn:
-        for row in conn.execute(q):
-            out[row[0]] = ([int(x or 0) for x in row[3:]], int(row[1]), float(row[2] or 0.0))
-    return out
-
-
 def _hist_family(name: str, doc: str, data: dict[str, tuple[list[int], int, float]],
                  buckets: tuple[float, ...], teams: list[str]) -> HistogramMetricFamily:
     """One histogram per team of ``teams`` (all zero for a team without observations yet)."""
@@ -117,6 +106,7 @@ class FairpodCollector(Collector):
     def __init__(self, cp: ControlPlane) -> None:
         self.cp = cp
         self.events = EventCounters()
+        self.jobs = JobTallies(WAIT_BUCKETS, RUN_BUCKETS)
         self.principal: Principal | None = None
 
     def describe(self) -> Iterable[Metric]:
@@ -189,9 +179,11 @@ class FairpodCollector(Collector):
             cycle_hist = cp.usage.cycles
             hist_snapshot = (list(cycle_hist.counts), cycle_hist.total, cycle_hist.sum)
             last_cycle, cycles = cp.cycle_seconds, cp.cycles
-        for job in cp.store.list_jobs(state=JobState.PREEMPTED):
-            if job.team in counts:
-                counts[job.team][3] += 1
+        q_stop = select(JobRow.team, func.count()).where(JobRow.state == JobState.PREEMPTED.value).group_by(JobRow.team)
+        with cp.store.engine.connect() as conn:
+            for team, n in conn.execute(q_stop):
+                if team in counts:
+                    counts[team][3] += n
         for name, (act, inad, run, stop) in sorted(counts.items()):
             pending.add_metric([name, "active"], act)
             pending.add_metric([name, "inadmissible"], inad)
@@ -231,13 +223,9 @@ class FairpodCollector(Collector):
                 pre.add_metric([team, reason], ev.preempted.get((team, reason), 0))
         fin = CounterMetricFamily("fairpod_finished_jobs", "Jobs that finished, by final state",
                                   labels=["team", "state"])
+        self.jobs.update(cp.store.engine)
         finished = {(t, st): 0 for t in known for st in FINAL_STATES}
-        q = (select(JobRow.team, JobRow.state, func.count())
-             .where(JobRow.state.in_(FINAL_STATES)).group_by(JobRow.team, JobRow.state))
-        with cp.store.engine.connect() as conn:
-            for team, state, n in conn.execute(q):
-                if shown(team):
-                    finished[(team, state)] = n
+        finished.update((k, n) for k, n in self.jobs.finished.items() if shown(k[0]))
         for (team, state), n in sorted(finished.items()):
             fin.add_metric([team, state], n)
         cpu = CounterMetricFamily("fairpod_job_cpu_seconds", "CPU-seconds used by the ended replicas of the "
@@ -260,12 +248,10 @@ class FairpodCollector(Collector):
                 lost.add_metric([team, cause], v)
         yield from (adm, pre, rst, fin, cpu, peak, kept, lost)
 
-        wait = _histogram(cp, JobRow.first_started_at - JobRow.submit_time, JobRow.first_started_at.is_not(None),
-                          WAIT_BUCKETS)
+        wait = self.jobs.wait.teams
         yield _hist_family("fairpod_admission_wait_time_seconds", "From submission to the first admission",
                            wait, WAIT_BUCKETS, sorted(set(known) | {t for t in wait if shown(t)}))
-        run_t = _histogram(cp, JobRow.finished_at - JobRow.first_started_at,
-                           JobRow.first_started_at.is_not(None) & JobRow.finished_at.is_not(None), RUN_BUCKETS)
+        run_t = self.jobs.run.teams
         yield _hist_family("fairpod_job_run_time_seconds", "From the first admission to the end, of finished jobs",
                            run_t, RUN_BUCKETS, sorted(set(known) | {t for t in run_t if shown(t)}))
 

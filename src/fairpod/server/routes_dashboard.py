@@ -15,7 +15,7 @@ from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
-from fairpod.server.runs import from_engine
+from fairpod.server.queue_positions import QueuePositions
 from fairpod.server.task_index import TaskRow, unfinished_rows
 from fairpod.server.usage import WINDOWS, history
 from fairpod.server.views import reason_now
@@ -40,9 +40,11 @@ def _window(window: str) -> float:
 
 
 def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, states: list[JobState] | None,
-               window: str, finished_limit: int, limit: int = 500, offset: int = 0) -> dict[str, Any]:
+               window: str, finished_limit: int, limit: int = 500, offset: int = 0,
+               queues: QueuePositions | None = None) -> dict[str, Any]:
     """Counts over every unfinished job and the recent window; the unfinished tasks' rows from ``offset``, at
-    most ``limit`` (their order: running, stopping, pending; by team, queue position, submission)."""
+    most ``limit`` (their order: running, stopping, pending; by team, queue position, submission). The queue
+    positions come from ``queues`` (the route's: what it remembers of them while a turn holds the lock)."""
     span = _window(window)
     now = cp.clock()
     group_nodes: set[str] = set()
@@ -62,12 +64,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
             return any(n in group_nodes for n in j.placement)
         return j.instance_type == group_type
 
-    with cp.lock:
-        positions: dict[int, int] = {}
-        for name, t in cp.snap.teams.items():
-            if teams is None or name in teams:
-                for i, w in enumerate(t.queue.in_order(), 1):
-                    positions[from_engine(w.id)] = i
+    positions, positions_at = (queues or QueuePositions()).read(cp, teams)  # never waits for a long turn
     active = [j for j in unfinished_rows(cp.store, teams, group is not None) if in_group(j)]
     recent = [j for j in cp.store.jobs_between(now - span, now + 1, teams) if in_group(j)]
     counts = {s.value: 0 for s in JobState}
@@ -110,7 +107,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         "avg_wait_seconds": round(sum(waited) / len(waited), 3) if waited else None,
         "avg_run_seconds": round(sum(ran) / len(ran), 3) if ran else None,
         "admitted_in_window": len(waited), "finished_in_window": len(ran), "tasks": out,
-        "unfinished_total": len(rows), "offset": offset, "limit": limit,
+        "unfinished_total": len(rows), "offset": offset, "limit": limit, "queue_positions_at": positions_at,
     }
 
 
@@ -147,6 +144,7 @@ class Redeem(BaseModel):
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     links = SignInLinks()
+    queues = QueuePositions()  # the queue positions the tasks page read last (served while a turn runs)
 
     @api.post("/dashboard/links", status_code=201, tags=["dashboard"])
     def new_signin_link(p: Auth) -> dict[str, Any]:
@@ -201,4 +199,4 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     ) -> dict[str, Any]:
         """Counts by state, average wait and run time, and the task table with queue positions and reasons."""
         teams = _teams_for(cp, p.visible_teams(), team, p.name)
-        return tasks_view(cp, teams, instance_group, state, window, finished, limit, offset)
+        return tasks_view(cp, teams, instance_group, state, window, finished, limit, offset, queues)

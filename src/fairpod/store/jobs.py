@@ -20,6 +20,8 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fairpod.model.jobs import JobSpec, JobState, ResolvedJob
+from fairpod.model.logrules import LogRule
+from fairpod.model.services import ServiceSpec
 from fairpod.store import fields as f
 from fairpod.store.cluster import next_counter
 from fairpod.store.db import Ops
@@ -72,13 +74,41 @@ _SPECS: dict[tuple[int, float], JobSpec] = {}  # (id, updated_at) -> the validat
 _SPECS_MAX = 20_000
 
 
+_SPEC_FIELDS = tuple(JobSpec.model_fields)
+_SPEC_KEYS = frozenset(_SPEC_FIELDS)
+
+
+def stored_spec(data: dict[str, Any]) -> JobSpec:
+    """A JobSpec built from what the store holds, without validating it again: every writer of the ``spec``
+    column stores ``model_dump(mode="json")`` of a validated spec (``insert_job``, ``insert_tasks``,
+    ``update_job``'s ``_spec``), so when the row has every field (what this fairpod writes) the object is
+    built from them as they are, as pydantic's ``model_construct`` builds one, and only the nested models
+    (``service``, ``log_rules``) are validated, when a job has them. A row an older fairpod wrote (a field
+    missing) is validated, as before. Validating each of 100,000 waiting jobs' specs again was most of a
+    restart (``benchmarks/recovery.py``)."""
+    if not data.keys() >= _SPEC_KEYS:
+        return JobSpec.model_validate(data)
+    d = {k: data[k] for k in _SPEC_FIELDS}
+    if d["service"] is not None:
+        d["service"] = ServiceSpec.model_validate(d["service"])
+    if d["log_rules"]:
+        d["log_rules"] = [LogRule.model_validate(x) for x in d["log_rules"]]
+    spec = JobSpec.__new__(JobSpec)
+    object.__setattr__(spec, "__dict__", d)
+    object.__setattr__(spec, "__pydantic_fields_set__", set(_SPEC_FIELDS))
+    object.__setattr__(spec, "__pydantic_extra__", None)
+    object.__setattr__(spec, "__pydantic_private__", None)
+    return spec
+
+
 def _spec_of(r: Any) -> JobSpec:
-    """The row's JobSpec, validated once per row version (reads of long job lists are the API's hot path). A
-    spec's update bumps ``updated_at``, so a cached spec is never stale; callers never mutate a Job's spec."""
+    """The row's JobSpec (``stored_spec``), built once per row version (reads of long job lists are the API's
+    hot path). A spec's update bumps ``updated_at``, so a cached spec is never stale; callers never mutate a
+    Job's spec."""
     key = (r.id, r.updated_at)
     spec = _SPECS.get(key)
     if spec is None:
-        spec = JobSpec.model_validate(r.spec)
+        spec = stored_spec(r.spec)
         if len(_SPECS) >= _SPECS_MAX:
             _SPECS.clear()
         _SPECS[key] = spec

@@ -98,6 +98,7 @@ class JobRow(Base):
         Index("ix_jobs_team_name", "team", "name"),
         Index("ix_jobs_state_seq", "state", "seq"),
         Index("ix_jobs_finished_at", "finished_at"),
+        Index("ix_jobs_first_started_at", "first_started_at"),  # /metrics: the jobs admitted since a scrape
         Index("ix_jobs_team_seq", "team", "seq"),  # a team's newest jobs
         Index("ix_jobs_array_id", "array_id"),  # the tasks of a job array
         {"sqlite_autoincrement": True},

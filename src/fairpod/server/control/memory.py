@@ -95,7 +95,9 @@ class Memory:
 
 
     def _save_run(self, job: Job, run: Run, **changes: Any) -> Job:
-        return self.store.update_job(job.id, {"run_state": run.to_json(), **changes})
+        """Store the run with ``changes``; in the turn's batch, one ``run_state`` per job per commit
+        (``BatchingStore.save_run``)."""
+        return self.store.save_run(job.id, run, changes)
 
 
     def _unsnap(self, jid: int) -> None:

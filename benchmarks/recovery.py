@@ -1,0 +1,107 @@
+"""Restart to the first admission with many waiting jobs in the store (issue 34), in-process.
+
+A SQLite store in a temporary directory with the datacenter benchmark's spec (``--nodes`` nodes of 8
+accelerators in 10 instance types, ``--teams`` teams; ``benchmarks/datacenter.py``) and ``--waiting`` pending
+jobs of one node and 1-8 accelerators (stored as job arrays, 5,000 per statement). Every node but one is
+cordoned, so the first turn admits a few jobs, not thousands. Then, as a restarted server does, a new control
+plane (the timed executor: no processes) is built on the store and turns until it admits a job; the script
+prints the time to build it (reading the jobs back, the engine's snapshot) and to the first admission, with the
+process's CPU. The cache of built specs is emptied first (a restarted process has none).
+
+Run: ``.venv/bin/python benchmarks/recovery.py [--nodes 1000] [--teams 500] [--waiting 100000] [--compare-reads 2]``
+(``--compare-reads``: the store's read of the unfinished jobs, with the specs validated again and built from the
+stored dump, alternately; ``--profile FILE``: a cProfile of the restart).
+Goal (issue 34): the first admission <= 30 s after the restart with 100,000 jobs waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from datacenter import TYPES, spec_yaml  # noqa: E402
+from fairpod.executors.timed import TimedExecutor  # noqa: E402
+from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
+from fairpod.model.spec import load_spec  # noqa: E402
+from fairpod.server.control import ControlPlane  # noqa: E402
+from fairpod.server.nodes import sync_nodes  # noqa: E402
+from fairpod.store import Store  # noqa: E402
+from fairpod.store import jobs as store_jobs  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--teams", type=int, default=500)
+    ap.add_argument("--waiting", type=int, default=100_000)
+    ap.add_argument("--profile", type=Path, help="write a cProfile of the restart to this file")
+    ap.add_argument("--compare-reads", type=int, default=0, metavar="N",
+                    help="first read the unfinished jobs back N times each way, specs validated again (as before "
+                         "store.jobs.stored_spec) and built from the stored dump, alternately, and print the CPU")
+    args = ap.parse_args()
+    rng = random.Random(34)
+    with tempfile.TemporaryDirectory(prefix="fairpod-recovery-") as tmp:
+        path = Path(tmp) / "spec.yaml"
+        path.write_text(spec_yaml(args.nodes, args.teams))
+        spec = load_spec(str(path))
+        store = Store(f"sqlite:///{tmp}/fairpod.db")
+        store.create_all()
+        sync_nodes(store, spec)
+        store.put_spec(spec)
+        t0 = time.perf_counter()
+        stored, array = 0, 1
+        while stored < args.waiting:
+            k = min(5000, args.waiting - stored)
+            team = rng.randrange(args.teams)
+            acc = rng.choice([1, 2, 4, 8])
+            specs = [JobSpec(name=f"w{stored + i}", team=f"t{team:03d}", instance_type=f"dc{team % TYPES}",
+                             accelerators=acc, command=["sleep", "600"]) for i in range(k)]
+            store.insert_tasks(specs, resolve_job(specs[0], spec), ["queued"] * k, array, None)
+            stored += k
+            array += k
+        nodes = store.list_nodes()
+        for nd in nodes[1:]:
+            store.update_node(nd.name, {"cordoned": True})
+        print(f"stored            {stored} waiting jobs, {len(nodes)} nodes ({len(nodes) - 1} cordoned) "
+              f"in {time.perf_counter() - t0:.1f} s")
+        built_from_store = store_jobs.stored_spec
+        for _ in range(args.compare_reads):
+            for how, fn in (("validated", JobSpec.model_validate), ("from the dump", built_from_store)):
+                store_jobs.stored_spec = fn  # type: ignore[assignment]
+                store_jobs._SPECS.clear()
+                c = time.process_time()
+                store.list_jobs(finished=False)
+                print(f"read back         {stored} jobs, specs {how}: {time.process_time() - c:.2f} s CPU")
+        store_jobs.stored_spec = built_from_store
+        store_jobs._SPECS.clear()  # a restarted process has built none
+        prof = cProfile.Profile() if args.profile else None
+        if prof:
+            prof.enable()
+        cpu0, t0 = time.process_time(), time.perf_counter()
+        cp = ControlPlane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
+        built, built_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        turns = 0
+        while not cp.snap.running and turns < 20:
+            cp.reconcile_once()
+            turns += 1
+        first, first_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        if prof:
+            prof.disable()
+            prof.dump_stats(args.profile)
+        print(f"control plane     built in {built:.2f} s ({built_cpu:.2f} s CPU): {len(cp.snap.pending)} pending "
+              f"in the engine's snapshot")
+        print(f"first admission   {first:.2f} s after the restart ({first_cpu:.2f} s CPU, {turns} turn(s), "
+              f"{len(cp.snap.running)} admitted) (goal <= 30 s)")
+        cp.stop()
+        store.close()
+
+
+if __name__ == "__main__":
+    main()

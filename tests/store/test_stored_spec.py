@@ -1,0 +1,68 @@
+"""A job's spec read back from the store is built without validating it again (it was validated when it was
+stored): a restarted control plane with many waiting jobs builds their specs, it does not validate them, and
+what it builds is the spec that was stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from fairpod.model.jobs import JobSpec
+from fairpod.server.control import ControlPlane
+from fairpod.store import jobs as store_jobs
+from fairpod.store.jobs import stored_spec
+
+from ..server.inproc import InProc
+
+
+class Validations:
+    """Counts ``JobSpec.model_validate`` calls (the real one runs)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.n = 0
+        real = JobSpec.model_validate.__func__  # type: ignore[attr-defined]
+
+        def counted(cls: type[JobSpec], obj: Any, *a: Any, **kw: Any) -> JobSpec:
+            self.n += 1
+            return real(cls, obj, *a, **kw)
+
+        monkeypatch.setattr(JobSpec, "model_validate", classmethod(counted))
+
+
+SPECS = [
+    JobSpec(name="plain", team="john", command=["sleep", "1"]),
+    JobSpec(name="elastic", team="john", command=["x"], min_nodes=1, max_nodes=3, env={"A": "1"}),
+    JobSpec(name="image", team="john", command=["x"], image="r/x:1", mounts=["/a:/b:ro"], hang_action="cancel",
+            log_rules=[{"name": "oom", "pattern": "out of memory", "action": "fail"}]),
+]
+
+
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+def test_a_stored_spec_is_the_spec_that_was_stored(spec: JobSpec) -> None:
+    data = spec.model_dump(mode="json")
+    built = stored_spec(data)
+    assert built == JobSpec.model_validate(data) and built.model_dump(mode="json") == data
+    assert built.model_fields_set == JobSpec.model_validate(data).model_fields_set
+    assert built.elastic == spec.elastic and built.nodes == spec.nodes
+
+
+def test_a_row_without_every_field_is_validated_as_before() -> None:
+    data = {"name": "old", "team": "john", "command": ["true"]}  # as an older fairpod may have stored it
+    assert stored_spec(data) == JobSpec.model_validate(data)
+
+
+def test_a_restart_with_waiting_jobs_validates_none_of_their_specs(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    h = InProc(tmp_path)
+    for i in range(40):
+        h.submit(f"w{i}", "john", 60, nodes=4)  # more than the team may run: most of them wait
+    h.turn()
+    store_jobs._SPECS.clear()  # a restarted process has built none
+    seen = Validations(monkeypatch)
+    h.cp = ControlPlane(h.store, h.executor, h.tmp, clock=h.clock)
+    assert len(h.cp.snap.pending) >= 30
+    assert seen.n == 0, f"{seen.n} specs validated again at the restart"
+    assert {j.spec.command[0] for j in h.store.list_jobs(finished=False)} == {"sleep"}
+    h.close()
