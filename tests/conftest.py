@@ -65,8 +65,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """On a worker of ``--dist loadgroup``, every test of a group must carry the group in its id (xdist schedules by
     it): a pytest that xdist cannot mark so would spread a group over workers (two Ray clusters on one address)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") or not session.config.getvalue("loadgroup"):
-        return
+    if not os.environ.get("PYTEST_XDIST_WORKER") or not session.config.getoption("loadgroup", False):
+        return  # (a pytest started by a test inherits PYTEST_XDIST_WORKER: it has no such option)
     for item in session.items:
         if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid:
             raise pytest.UsageError(f"pytest-xdist did not put {item.nodeid} in its xdist_group: this pytest "

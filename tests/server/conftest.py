@@ -136,16 +136,31 @@ class Server:
         return wait_for(lambda: (j := self.job(name))["state"] == state and j, timeout, f"{name} to be {state}",
                         progress)
 
-    def activity(self) -> int:
-        """How much the replicas have written to their logs so far: it grows while they work (a progress measure
-        for ``wait_for``)."""
-        total = 0
+    def activity(self) -> tuple[int, int]:
+        """A progress measure for ``wait_for``: what the replicas have written to their logs, and the CPU time their
+        live processes have used (clock ticks; a replica's processes carry this server's ``FAIRPOD_API_URL``).
+        One or the other grows while they work: starting 8 training processes on a loaded machine prints nothing
+        for minutes while they import torch."""
+        written = 0
         for f in (self.home / "runs").glob("*/*/*/output.log"):
             try:
-                total += f.stat().st_size
+                written += f.stat().st_size
             except OSError:
                 pass
-        return total
+        ticks = 0
+        mark = f"FAIRPOD_API_URL={self.url}\0".encode()
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit():
+                continue
+            try:
+                if mark not in (d / "environ").read_bytes():
+                    continue
+                stat = (d / "stat").read_text()
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()
+            ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        return written, ticks
 
     def kill_replicas(self) -> None:
         """Stop every replica and supervisor this server's executor started (by recorded PID), and remove their
