@@ -123,8 +123,11 @@ class Simulation:
     """One replay of ``jobs`` on a fresh cluster built from ``spec``; call ``run()`` once."""
 
     def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
-                 on_cycle: Callable[[float, list[Decision]], None] | None = None) -> None:
+                 on_cycle: Callable[[float, list[Decision]], None] | None = None,
+                 on_progress: Callable[[float, int, int], None] | None = None) -> None:
         self.spec = spec
+        self.on_progress = on_progress  # told (virtual time, jobs completed, jobs runnable) every 1,000 cycles and at the end
+        self.done = 0
         self.on_cycle = on_cycle  # told each cycle's time and decisions (as applied), e.g. to log them
         self.snap = snapshot_from_spec(spec)
         self._sampled: tuple[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] | None = None
@@ -222,6 +225,7 @@ class Simulation:
             del on[sj.job.team]
         self._dirty.add(sj.on)
         if not preempted:
+            self.done += 1
             sj.left = 0.0
             sj.end = t
             return
@@ -314,6 +318,8 @@ class Simulation:
             res.cpu_seconds += time.process_time() - c0
             res.cycles += 1
             res.decisions += len(decisions)
+            if self.on_progress is not None and not res.cycles % 1000:
+                self.on_progress(t, self.done, len(arrivals))
             if self.on_cycle is not None:
                 self.on_cycle(t, decisions)
             for d in decisions:
@@ -344,6 +350,8 @@ class Simulation:
                         self.woken.add(nxt)
                         self._push(nxt, "", -1)
         res.end = max(res.end, last_t)
+        if self.on_progress is not None:
+            self.on_progress(last_t, self.done, len(arrivals))
         return res
 
     def _sample(self, t: float) -> None:
@@ -417,10 +425,12 @@ class Simulation:
 
 
 def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
-             on_cycle: Callable[[float, list[Decision]], None] | None = None) -> SimResult:
+             on_cycle: Callable[[float, list[Decision]], None] | None = None,
+             on_progress: Callable[[float, int, int], None] | None = None) -> SimResult:
     """Replay ``jobs`` on the cluster of ``spec``; see the module doc. ``on_cycle(t, decisions)`` is called after
-    each scheduling cycle with the decisions the simulation applies."""
-    sim = Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle)
+    each scheduling cycle with the decisions the simulation applies; ``on_progress(t, completed, runnable)`` every
+    1,000 cycles and once at the end."""
+    sim = Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle, on_progress=on_progress)
     # The engine's short-lived tuples are freed by reference counting, so while the replay runs the garbage
     # collector's young pass runs every 50,000 allocations instead of every 700 and finds as much (the contended ITP
     # replay: ~8 % less time); the caller's setting is restored when it returns.
