@@ -365,7 +365,7 @@ class Simulation:
 
     def _lend_type(self, it: str) -> None:
         snap = self.snap
-        names = sorted(self._quota_teams.get(it, frozenset()) | self._running_on.get(it, {}).keys())
+        names = sorted({*self._quota_teams.get(it, ()), *self._running_on.get(it, {})})
         key = (it, tuple(names), tuple(snap.teams[n].used[it][0] if it in snap.teams[n].used else 0 for n in names))
         got = self._lent.get(key)
         if got is None:
