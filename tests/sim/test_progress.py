@@ -52,5 +52,3 @@ def test_on_a_terminal_the_line_is_shown_by_default_and_rewritten_in_place():
     assert json.loads(p.stdout)["cluster"]["completed"] == 3
     text = seen.decode()
     assert text.startswith("\r\x1b[Ksimulate: 1,140 s simulated, 3/3 jobs completed, ") and text.endswith("\n"), text
-    p2 = subprocess.run([*CMD, "--no-progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
-    assert p2.stderr == b""
