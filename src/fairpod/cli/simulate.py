@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
+from typing import TextIO
 
 from fairpod.cli.errors import CliError
 
@@ -29,7 +32,53 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also replay with every team on its private quota (private), one global FCFS queue "
                    "(fcfs) or the other fair share, FairShare <-> FairShareHistory (history), and report per team "
                    "wait, completion time and rho = JCT shared / JCT private")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress line on stderr while it runs (simulated time, jobs completed, wall time, "
+                   "rate); default: only when stderr is a terminal")
     p.set_defaults(func=run)
+
+
+class Progress:
+    """The progress line: on a terminal one line rewritten in place every second, else a line every 10 s; a last
+    line when the replay ends. Only ever on ``out`` (stderr), never mixed into the report."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.tty = out.isatty()
+        self.every = 1.0 if self.tty else 10.0
+        self.t0 = self.last = time.monotonic()
+        self.state: tuple[float, int, int] | None = None
+        self.open = False  # a line written on the terminal without its newline
+
+    def __call__(self, t: float, done: int, total: int) -> None:
+        self.state = (t, done, total)
+        now = time.monotonic()
+        final = done == total
+        if now - self.last < self.every and not final:
+            return
+        self.last = now
+        self._write(now, t, done, total, final)
+
+    def close(self) -> None:
+        """After the replay: the last state, if it was not shown, and the terminal's line ended."""
+        if self.state is not None and self.state[1] != self.state[2]:
+            self._write(time.monotonic(), *self.state, True)
+        elif self.open:
+            self.out.write("\n")
+            self.out.flush()
+        self.open = False
+
+    def _write(self, now: float, t: float, done: int, total: int, final: bool) -> None:
+        wall = now - self.t0
+        rate = done / wall if wall > 0 else 0.0
+        line = (f"simulate: {t:,.0f} s simulated, {done:,}/{total:,} jobs completed, {wall:,.1f} s wall, "
+                f"{rate:,.0f} jobs/s")
+        if self.tty:
+            self.out.write("\r\x1b[K" + line + ("\n" if final else ""))
+            self.open = not final
+        else:
+            self.out.write(line + "\n")
+        self.out.flush()
 
 
 def _summary(r: dict) -> str:
@@ -78,9 +127,11 @@ def run(args: argparse.Namespace) -> int:
     from fairpod.sim.replay import replay
     from fairpod.sim.trace import TraceError
 
+    show = sys.stderr.isatty() if args.progress is None else args.progress
+    progress = Progress(sys.stderr) if show else None
     try:
         report = replay(args.spec, args.trace, timeline=args.timeline, jobs=args.jobs, plot=args.plot,
-                        compare=args.compare)
+                        compare=args.compare, on_progress=progress)
     except SpecError as e:
         more = f" (and {len(e.problems) - 1} more problem(s); see fairpod validate)" if len(e.problems) > 1 else ""
         first = e.problems[0]
@@ -89,6 +140,9 @@ def run(args: argparse.Namespace) -> int:
         raise CliError(str(e)) from None
     except OSError as e:
         raise CliError(f"{e.filename or args.plot}: cannot write the plot: {e.strerror or e}") from None
+    finally:
+        if progress is not None:
+            progress.close()
     text = json.dumps(report, indent=2)
     if args.output in (None, "-"):
         print(text)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,15 +20,17 @@ def replay(
     jobs: bool = False,
     plot: str | Path | None = None,
     compare: list[str] | None = None,
+    on_progress: Callable[[float, int, int], None] | None = None,
 ) -> dict[str, Any]:
     """Load the spec and the trace, simulate, optionally plot, and return the report (with ``compare``: the
-    same trace also under the other rules named, see ``fairpod.sim.compare``).
+    same trace also under the other rules named, see ``fairpod.sim.compare``). ``on_progress``: see ``simulate``
+    (the main replay only).
 
     Raises ``SpecError`` or ``TraceError`` for bad input, ``OSError`` if the plot cannot be written.
     """
     spec = load_spec(spec_path)
     trace = load_trace(trace_path, spec)
-    res = simulate(spec, trace, record_timeline=timeline or plot is not None)
+    res = simulate(spec, trace, record_timeline=timeline or plot is not None, on_progress=on_progress)
     if plot is not None:
         from fairpod.sim.plot import plot_usage
 

@@ -75,6 +75,7 @@ class SimJob:
     shrinks: int = 0  # elastic: replicas taken away while it ran (not preemptions)
     grows: int = 0
     lost_resize_seconds: float = 0.0  # work lost to restarts from a checkpoint at grows and shrinks
+    on: str = ""  # the instance type of its current run
 
     @property
     def rate(self) -> float:
@@ -122,14 +123,27 @@ class Simulation:
     """One replay of ``jobs`` on a fresh cluster built from ``spec``; call ``run()`` once."""
 
     def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
-                 on_cycle: Callable[[float, list[Decision]], None] | None = None) -> None:
+                 on_cycle: Callable[[float, list[Decision]], None] | None = None,
+                 on_progress: Callable[[float, int, int], None] | None = None) -> None:
         self.spec = spec
+        self.on_progress = on_progress  # told (virtual time, jobs completed, jobs runnable) every 1,000 cycles and at the end
+        self.done = 0
         self.on_cycle = on_cycle  # told each cycle's time and decisions (as applied), e.g. to log them
         self.snap = snapshot_from_spec(spec)
         self._sampled: tuple[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] | None = None
-        self._lent: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = {}
+        # who borrows from whom, kept per instance type and recomputed only for the types whose usage a cycle
+        # changed, from the teams that can take part (quota on the type, or jobs running on it); the sums over
+        # types per team (no zeros) are what is integrated over time
+        self._lent: dict[tuple, tuple[dict[str, int], dict[str, int]]] = {}
+        self._by_type: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+        self._borrow_sum: dict[str, int] = {}
+        self._lend_sum: dict[str, int] = {}
+        self._dirty: set[str] = set()  # instance types whose usage changed since the last sample
+        self._running_on: dict[str, dict[str, int]] = {}  # instance type -> team -> jobs running on it
         self.team_names = [t.name for t in spec.teams]
         self.itypes = sorted(self.snap.pools)
+        self._quota_teams = {it: frozenset(t.name for t in self.snap.teams.values() if t.q(it)[0] > 0)
+                             for it in self.itypes}
         self.record_timeline = record_timeline
         empty = snapshot_from_spec(spec)
         verdicts: dict[tuple, str | None] = {}
@@ -180,6 +194,11 @@ class Simulation:
         heapq.heappush(self.events, (t, self.seq, jid, version))
 
     def _start(self, sj: SimJob, t: float) -> None:
+        assert sj.w is not None
+        it = sj.on = sj.w.itype
+        on = self._running_on.setdefault(it, {})
+        on[sj.job.team] = on.get(sj.job.team, 0) + 1
+        self._dirty.add(it)
         sj.run_start = t
         if sj.first_start is None:
             sj.first_start = t
@@ -200,7 +219,13 @@ class Simulation:
         sj.run_start = None
         sj.version += 1
         self.ckpt.pop(sj.job.name, None)
+        on = self._running_on[sj.on]
+        on[sj.job.team] -= 1
+        if not on[sj.job.team]:
+            del on[sj.job.team]
+        self._dirty.add(sj.on)
         if not preempted:
+            self.done += 1
             sj.left = 0.0
             sj.end = t
             return
@@ -247,7 +272,7 @@ class Simulation:
         arrivals = [sj for sj in self.jobs if sj.w is not None]
         ai = 0
         last_t = res.start
-        rates: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]] | None = None
+        sampled = False
         while True:
             while self.events and ((not self.events[0][2] and not snap.pending) or (
                     self.events[0][3] >= 0 and self.events[0][2]
@@ -259,8 +284,8 @@ class Simulation:
             t = min(t_ev, t_arr)
             if t == math.inf:
                 break
-            if rates is not None:
-                self._integrate(rates, t - last_t)
+            if sampled:
+                self._integrate(t - last_t)
             if self.meter is not None:  # budget hours of the usage held until now, before anything ends
                 self.meter.accrue(snap.teams, t)
             last_t = t
@@ -293,6 +318,8 @@ class Simulation:
             res.cpu_seconds += time.process_time() - c0
             res.cycles += 1
             res.decisions += len(decisions)
+            if self.on_progress is not None and not res.cycles % 1000:
+                self.on_progress(t, self.done, len(arrivals))
             if self.on_cycle is not None:
                 self.on_cycle(t, decisions)
             for d in decisions:
@@ -314,7 +341,8 @@ class Simulation:
                 elif isinstance(d, Wait):
                     res.waits += 1
                     sj.reason = d.reason
-            rates = self._sample(t)
+            self._sample(t)
+            sampled = True
             if self.meter is not None and snap.pending:  # held jobs are looked at again when a period begins
                 for period in self.periods:
                     nxt = _r(next_period(period, t))
@@ -322,64 +350,87 @@ class Simulation:
                         self.woken.add(nxt)
                         self._push(nxt, "", -1)
         res.end = max(res.end, last_t)
+        if self.on_progress is not None:
+            self.on_progress(last_t, self.done, len(arrivals))
         return res
 
-    def _sample(self, t: float) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-        """Accelerators allocated, borrowed and lent per team now (teams in spec order)."""
+    def _sample(self, t: float) -> None:
+        """Bring who borrows and lends how much up to date (and the timeline, when it is recorded)."""
+        if self._dirty:
+            for it in self._dirty:
+                self._lend_type(it)
+            self._dirty.clear()
+        if self.record_timeline:
+            self._record(t)
+
+    def _lend_type(self, it: str) -> None:
+        snap = self.snap
+        names = sorted({*self._quota_teams.get(it, ()), *self._running_on.get(it, {})})
+        key = (it, tuple(names), tuple(snap.teams[n].used[it][0] if it in snap.teams[n].used else 0 for n in names))
+        got = self._lent.get(key)
+        if got is None:
+            borrowed: dict[str, int] = {}
+            lent: dict[str, int] = {}
+            for borrower, lenders in lending(snap, it, names).items():
+                for lender, n in lenders.items():
+                    borrowed[borrower] = borrowed.get(borrower, 0) + n
+                    if lender in snap.teams:
+                        lent[lender] = lent.get(lender, 0) + n
+            if len(self._lent) >= 8192:
+                self._lent.clear()
+            got = self._lent[key] = (borrowed, lent)
+        old = self._by_type.get(it)
+        if old is got:
+            return
+        for new, was, total in ((got[0], old[0] if old else {}, self._borrow_sum),
+                                (got[1], old[1] if old else {}, self._lend_sum)):
+            for name, n in was.items():
+                total[name] -= n
+                if not total[name]:
+                    del total[name]
+            for name, n in new.items():
+                total[name] = total.get(name, 0) + n
+        self._by_type[it] = got
+
+    def _record(self, t: float) -> None:
+        """The timeline's point at ``t``: accelerators allocated and borrowed per team (teams in spec order)."""
         snap = self.snap
         cached = self._sampled
         if cached is not None and cached[0] == snap.version:
             out = cached[1]
-            if self.record_timeline:
-                tl = self.result.timeline
-                if not tl or tl[-1][1] != out[0] or tl[-1][2] != out[1]:
-                    tl.append((t, out[0], out[1]))
-            return out
-        teams = [snap.teams[name] for name in self.team_names]
-        # who lends to whom depends on the teams' accelerators in use only (and the capacity, fixed here)
-        key = tuple(t.used[it][0] if it in t.used else 0 for it in self.itypes for t in teams)
-        got = self._lent.get(key)
-        if got is not None:
-            out = got
-        else:
-            idx = {n: i for i, n in enumerate(self.team_names)}
-            alloc = [sum(v[0] for v in t.used.values()) for t in teams]
-            borrowed = [0] * len(self.team_names)
-            lent = [0] * len(self.team_names)
-            for it in self.itypes:
-                for borrower, lenders in lending(snap, it).items():
-                    for lender, n in lenders.items():
-                        borrowed[idx[borrower]] += n
-                        if lender in idx:
-                            lent[idx[lender]] += n
-            if len(self._lent) >= 8192:
-                self._lent.clear()
-            out = self._lent[key] = (tuple(alloc), tuple(borrowed), tuple(lent))
-        self._sampled = (snap.version, out)
-        if self.record_timeline:
             tl = self.result.timeline
-            if tl and tl[-1][0] == t:
-                tl.pop()
             if not tl or tl[-1][1] != out[0] or tl[-1][2] != out[1]:
                 tl.append((t, out[0], out[1]))
-        return out
+            return
+        teams = [snap.teams[name] for name in self.team_names]
+        alloc = tuple(sum(v[0] for v in tm.used.values()) for tm in teams)
+        borrowed = tuple(self._borrow_sum.get(name, 0) for name in self.team_names)
+        lent = tuple(self._lend_sum.get(name, 0) for name in self.team_names)
+        out = (alloc, borrowed, lent)
+        self._sampled = (snap.version, out)
+        tl = self.result.timeline
+        if tl and tl[-1][0] == t:
+            tl.pop()
+        if not tl or tl[-1][1] != out[0] or tl[-1][2] != out[1]:
+            tl.append((t, out[0], out[1]))
 
-    def _integrate(self, rates: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]], dt: float) -> None:
+    def _integrate(self, dt: float) -> None:
         if dt <= 0:
             return
-        _, borrowed, lent = rates
-        for i, name in enumerate(self.team_names):
-            if borrowed[i]:
-                self.result.borrowed[name] += borrowed[i] * dt
-            if lent[i]:
-                self.result.lent[name] += lent[i] * dt
+        res = self.result
+        for name, n in self._borrow_sum.items():
+            res.borrowed[name] += n * dt
+        for name, n in self._lend_sum.items():
+            res.lent[name] += n * dt
 
 
 def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
-             on_cycle: Callable[[float, list[Decision]], None] | None = None) -> SimResult:
+             on_cycle: Callable[[float, list[Decision]], None] | None = None,
+             on_progress: Callable[[float, int, int], None] | None = None) -> SimResult:
     """Replay ``jobs`` on the cluster of ``spec``; see the module doc. ``on_cycle(t, decisions)`` is called after
-    each scheduling cycle with the decisions the simulation applies."""
-    sim = Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle)
+    each scheduling cycle with the decisions the simulation applies; ``on_progress(t, completed, runnable)`` every
+    1,000 cycles and once at the end."""
+    sim = Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle, on_progress=on_progress)
     # The engine's short-lived tuples are freed by reference counting, so while the replay runs the garbage
     # collector's young pass runs every 50,000 allocations instead of every 700 and finds as much (the contended ITP
     # replay: ~8 % less time); the caller's setting is restored when it returns.
