@@ -352,9 +352,9 @@ def plan(
                 snap.assign(v, v.nodes or [])
             removed = []
     if nodes is None and a > 0:
-        again = _node_by_node(snap, w, cands, usable)
-        if again and (not tried or again != cands) and _reaches(snap, w, again, within, fitting, reserved):
-            nodes = _take(snap, w, within, team, again, reserved, holder, set(fitting), fits, removed)
+        by_node = _node_by_node(snap, w, cands, usable)
+        if by_node and (not tried or by_node != cands) and _reaches(snap, w, by_node, within, fitting, reserved):
+            nodes = _take(snap, w, within, team, by_node, reserved, holder, set(fitting), fits, removed)
     if nodes is None:
         for v, _ in reversed(removed):
             snap.assign(v, v.nodes or [])
