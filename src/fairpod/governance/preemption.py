@@ -339,8 +339,9 @@ def plan(
 
     fitting = ({name for names in snap.with_free(w.itype, a) for name in names if fits(name)} if a > 0
                else {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)})
-    # victim order first; where it would free a slice of many nodes but not enough whole ones (fragmented
-    # reclaim), the same candidates node by node (``_node_by_node``)
+    # victim order first; where a reclaim for a multi-node job would free a slice of many nodes but not enough
+    # whole ones (fragmented reclaim), the same candidates node by node (``_node_by_node``). Not for fair share or
+    # a single node: on the contended ITP replay that took 10 % more victims (lost work 0.83 % -> 0.96 %)
     removed: list[tuple[Workload, str]] = []
     nodes: list[str] | None = None
     tried = False
@@ -351,7 +352,7 @@ def plan(
             for v, _ in reversed(removed):
                 snap.assign(v, v.nodes or [])
             removed = []
-    if nodes is None and a > 0:
+    if nodes is None and within and w.n > 1 and a > 0:  # a reclaim for a multi-node job only (docs/placement.md)
         by_node = _node_by_node(snap, w, cands, usable)
         if by_node and (not tried or by_node != cands) and _reaches(snap, w, by_node, within, fitting, reserved):
             nodes = _take(snap, w, within, team, by_node, reserved, holder, set(fitting), fits, removed)
