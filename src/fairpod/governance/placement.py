@@ -1,11 +1,7 @@
 """Gang placement (engine rule 1): all replicas of a job on distinct schedulable nodes, or none.
 
 Best fit: each replica goes to the fitting node with the least room left, so that whole nodes stay free
-for large jobs. Among equal fits, nodes that passed their deep health check come first; then, for a job that
-borrows, the nodes that run only borrowed work, then those that run both kinds, then those that run only work
-within its team's quota; for a job within quota, the other way round (an empty node counts as within quota); then by
-free CPU, memory and name. Consolidation at no cost: borrowed work gathers on its own nodes, so that a reclaim,
-which takes only borrowed work, frees whole nodes for a multi-node job instead of a slice of every node.
+for large jobs. Among equal fits, nodes that passed their deep health check come first, then by name.
 """
 
 from __future__ import annotations
@@ -16,20 +12,14 @@ from itertools import islice
 from fairpod.governance import topology
 from fairpod.governance.snapshot import Snapshot, Workload
 
-# the order in which place() looks at a bucket's heaps (``Snapshot.fit_index``: 3 * not passed + mix): deep-check-
-# passed nodes first, then the nodes whose work is most of the job's own kind
-_WITHIN = (0, 1, 2, 3, 4, 5)
-_BORROWED = (2, 1, 0, 5, 4, 3)
-
 
 def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -> list[str] | None:
     """Node names for the replicas of ``w`` (one each), or None if the gang does not fit now.
 
     ``reserved`` maps node name to the job it is held for; other jobs may not use it. Nodes are taken in
-    best-fit order, (free accelerators, not deep-check-passed, the kind of work on the node as ``w`` prefers it
-    (module doc; ``w.borrows``), free mCPU, free MiB, name), from the snapshot's fit index, so a placement looks
-    at the fitting nodes only, not at every node. In a cluster with topology levels,
-    ``fairpod.governance.topology`` chooses instead (domains first, then nodes).
+    best-fit order, (free accelerators, not deep-check-passed, free mCPU, free MiB, name), from the
+    snapshot's fit index, so a placement looks at the fitting nodes only, not at every node. In a cluster
+    with topology levels, ``fairpod.governance.topology`` chooses instead (domains first, then nodes).
     """
     r = w.req
     n = w.n
@@ -42,27 +32,24 @@ def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -
     buckets = snap.fit_index.get(w.itype, {})
     fits: list[str] = []
     popped: list[tuple[list, tuple]] = []
-    order = _BORROWED if w.borrows else _WITHIN
     try:
         for b in sorted(k for k in buckets if k >= a):
-            heaps = buckets[b]
-            for i in order:
-                h = heaps[i]
-                while h:
-                    e = heapq.heappop(h)
-                    nd = snap.nodes.get(e[3])
-                    if nd is None or nd.stamp != e[4] or nd.free[0] != b:
-                        continue  # stale: the node changed since (its current entry is elsewhere)
-                    if e[0] != (not nd.health_passed):
-                        snap.index(nd, compact=False)  # its health changed since it was entered: re-enter it
-                        continue
-                    popped.append((h, e))
-                    if (nd.free[1] >= c and nd.free[2] >= m and nd.schedulable
-                            and (nd.health_passed or not w.passed_only)
-                            and (not reserved or reserved.get(nd.name, w.id) == w.id)):
-                        fits.append(nd.name)
-                        if len(fits) == n:
-                            return fits
+            h = buckets[b]
+            while h:
+                e = heapq.heappop(h)
+                nd = snap.nodes.get(e[3])
+                if nd is None or nd.stamp != e[4] or nd.free[0] != b:
+                    continue  # stale: the node changed since (its current entry is elsewhere)
+                if e[0] != (not nd.health_passed):
+                    snap.index(nd, compact=False)  # its health changed since it was entered: re-enter it in order
+                    continue
+                popped.append((h, e))
+                if (nd.free[1] >= c and nd.free[2] >= m and nd.schedulable
+                        and (nd.health_passed or not w.passed_only)
+                        and (not reserved or reserved.get(nd.name, w.id) == w.id)):
+                    fits.append(nd.name)
+                    if len(fits) == n:
+                        return fits
         return None
     finally:
         for h, e in popped:

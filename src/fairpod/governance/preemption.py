@@ -16,12 +16,12 @@ Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from fairpod.governance import budget, fairshare, groups, quota, topology, users
 from fairpod.governance.ordering import sort_victims
 from fairpod.governance.placement import place
-from fairpod.governance.snapshot import Node, Snapshot, Team, Workload
+from fairpod.governance.snapshot import Node, Snapshot, Workload
 
 # A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
 FAIR_SHARE_MAX_PREEMPTIONS = 2
@@ -326,60 +326,20 @@ def plan(
 
     lowest = {name: budget.LOWEST if budget.demoted(snap.teams[name], w.itype) else None for name in teams}
     sort_victims(cands, w.team, now, team_share, lowest.__getitem__)  # the order of ``victim_key``
+    removed: list[tuple[Workload, str]] = []
+    nodes: list[str] | None = None
     a, c, m = w.req
-
-    def usable(name: str) -> bool:  # may take a replica of ``w`` once it has the room
-        nd = snap.nodes.get(name)
-        return (nd is not None and nd.schedulable and (nd.health_passed or not w.passed_only)
-                and (not reserved or reserved.get(name, w.id) == w.id))
 
     def fits(name: str) -> bool:
         nd = snap.nodes.get(name)
-        return nd is not None and nd.free[0] >= a and nd.free[1] >= c and nd.free[2] >= m and usable(name)
+        return (nd is not None and nd.schedulable and (nd.health_passed or not w.passed_only)
+                and (not reserved or reserved.get(name, w.id) == w.id)
+                and nd.free[0] >= a and nd.free[1] >= c and nd.free[2] >= m)
 
     fitting = ({name for names in snap.with_free(w.itype, a) for name in names if fits(name)} if a > 0
                else {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)})
-    # victim order first; where a reclaim for a multi-node job would free a slice of many nodes but not enough
-    # whole ones (fragmented reclaim), the same candidates node by node (``_node_by_node``). Not for fair share or
-    # a single node: on the contended ITP replay that took 10 % more victims (lost work 0.83 % -> 0.96 %)
-    removed: list[tuple[Workload, str]] = []
-    nodes: list[str] | None = None
-    tried = False
-    if _reaches(snap, w, cands, within, fitting, reserved):
-        tried = True
-        nodes = _take(snap, w, within, team, cands, reserved, holder, set(fitting), fits, removed)
-        if nodes is None:
-            for v, _ in reversed(removed):
-                snap.assign(v, v.nodes or [])
-            removed = []
-    if nodes is None and within and w.n > 1 and a > 0:  # a reclaim for a multi-node job only (docs/placement.md)
-        by_node = _node_by_node(snap, w, cands, usable)
-        if by_node and (not tried or by_node != cands) and _reaches(snap, w, by_node, within, fitting, reserved):
-            nodes = _take(snap, w, within, team, by_node, reserved, holder, set(fitting), fits, removed)
-    if nodes is None:
-        for v, _ in reversed(removed):
-            snap.assign(v, v.nodes or [])
-        return None
-    # give back every victim that is not needed, most valuable first
-    for i in range(len(removed) - 2, -1, -1):
-        v, _ = removed[i]
-        snap.assign(v, v.nodes or [])
-        again = fits_now(snap, w, reserved, holder)
-        if again is None:
-            snap.unassign(v)
-        else:
-            nodes = again
-            removed.pop(i)
-    final = fits_now(snap, w, reserved, holder)
-    assert final is not None
-    return removed, final
-
-
-def _take(snap: Snapshot, w: Workload, within: bool, team: Team, cands: list[Workload], reserved: dict[str, str],
-          holder: str | None, fitting: set[str], fits: Callable[[str], bool],
-          removed: list[tuple[Workload, str]]) -> list[str] | None:
-    """Stop ``cands`` in their order (unassigned, appended to ``removed`` with their kind) until ``w`` fits; its
-    nodes, or None (the caller gives the victims back)."""
+    if not _reaches(snap, w, cands, within, fitting, reserved):
+        return None  # the loop below would never have enough nodes to ask placement
     for v in cands:
         if v.team == w.team:
             kind = "priority"
@@ -407,43 +367,21 @@ def _take(snap: Snapshot, w: Workload, within: bool, team: Team, cands: list[Wor
             continue  # not enough nodes yet: no need to ask placement
         nodes = fits_now(snap, w, reserved, holder)
         if nodes is not None:
-            return nodes
-    return None
-
-
-def _node_by_node(snap: Snapshot, w: Workload, cands: list[Workload], usable: Callable[[str], bool]) -> list[Workload]:
-    """The candidates in the order that frees whole nodes for ``w``: for each node ``w`` may use, the first of its
-    candidates (in victim order) that together make room for one replica; the nodes whose last such candidate
-    comes earliest in victim order first (then by name); candidates on no such node are left out."""
-    a, c, m = w.req
-    rank = {v.id: i for i, v in enumerate(cands)}
-    on: dict[str, list[Workload]] = {}
-    for v in cands:
-        for name in v.nodes or ():
-            on.setdefault(name, []).append(v)
-    ways: list[tuple[int, str, list[Workload]]] = []
-    for name, vs in on.items():
-        if not usable(name):
-            continue
-        nd = snap.nodes[name]
-        f = [nd.free[0], nd.free[1], nd.free[2]]
-        need: list[Workload] = []
-        for v in vs:
-            if f[0] >= a and f[1] >= c and f[2] >= m:
-                break
-            need.append(v)
-            r = v.req
-            f[0] += r.acc
-            f[1] += r.mcpu
-            f[2] += r.mib
-        if need and f[0] >= a and f[1] >= c and f[2] >= m:
-            ways.append((rank[need[-1].id], name, need))
-    ways.sort(key=lambda e: (e[0], e[1]))
-    out: list[Workload] = []
-    seen: set[str] = set()
-    for _, _, need in ways:
-        for v in need:
-            if v.id not in seen:
-                seen.add(v.id)
-                out.append(v)
-    return out
+            break
+    if nodes is None:
+        for v, _ in reversed(removed):
+            snap.assign(v, v.nodes or [])
+        return None
+    # give back every victim that is not needed, most valuable first
+    for i in range(len(removed) - 2, -1, -1):
+        v, _ = removed[i]
+        snap.assign(v, v.nodes or [])
+        again = fits_now(snap, w, reserved, holder)
+        if again is None:
+            snap.unassign(v)
+        else:
+            nodes = again
+            removed.pop(i)
+    final = fits_now(snap, w, reserved, holder)
+    assert final is not None
+    return removed, final

@@ -175,7 +175,6 @@ class _Cycle:
             self.out.append(p)
             self.victims.append((v, p))  # back in its queue at the end of the cycle, not offered again in it
             after.append(v.id)
-        w.borrows = not within and need > 0  # placement keeps it apart from within-quota work (placement.py)
         snap.start(w, nodes, snap.now)
         if w.max_n:
             elastic.add_replicas(self, w, borrow=False)  # the largest size that fits within quota now
@@ -266,7 +265,6 @@ class _Cycle:
             if not ok:
                 why.append(f"{w.itype}: {no}")
                 continue
-            w.borrows = not within
             if not quota.pool_ok(snap, w, holder):
                 why.append(f"{w.itype}: " + ("no idle capacity to borrow" if not within else
                                              "its idle quota is lent to other teams (waiting for reclaim)"))
@@ -284,7 +282,6 @@ class _Cycle:
                 borrows = i
         if borrows >= 0:
             w.choose(borrows)
-            w.borrows = True
             nodes = place(snap, w, self.reserved_for(w, False))
             if nodes is not None:
                 self.passed = "; ".join(why[:borrows]) + ("; " if borrows else "") + \
@@ -320,7 +317,6 @@ class _Cycle:
             return False
         holder = w.id if w.id in self.holders else None
         ok, within, why = self.team_check(w)
-        w.borrows = not within  # placement's tie-break (placement.py); admit sets what it started as
         reserved = self.reserved_for(w, within)
         if holder is None and self.borrow_until is not None and self.ends_before(w, self.borrow_until):
             holder = w.id  # ends before a held borrower could start: may use what is held for it
@@ -362,7 +358,6 @@ class _Cycle:
         team = self.snap.teams[w.team]
         if users.may_displace_own(self.snap, team, w) and self.team_may_start(w):
             ok, within, _ = self.team_check(w)
-            w.borrows = not within
             holder = w.id if w.id in self.holders else None
             plan = preemption.plan(self.snap, w, within, self.reserved_for(w, within), holder, cross_team=False)
             if plan is not None and not ok and _protected(team, w):

@@ -40,7 +40,6 @@ class Node:
     schedulable: bool = True
     health_passed: bool = False  # deep health check Passed
     jobs: set[str] = field(default_factory=set)
-    borrowing: int = 0  # how many of ``jobs`` were admitted borrowing (``Workload.borrows``): placement's tie-break
     stamp: int = 0  # bumped when its free room changes: older entries of it in the fit index are stale
     bucket: int = -1  # its free accelerators when last indexed (its set in ``Snapshot.by_free``)
     topo: tuple[str, ...] = ()  # its domain at each topology level, outermost first ("b1", "b1/r3"; see topology)
@@ -79,7 +78,6 @@ class Workload:
     # bookkeeping for users
     reason: str = ""
     borrowed_from: dict[str, int] = field(default_factory=dict)
-    borrows: bool = False  # admitted borrowing (beyond its team's quota): placed apart from within-quota work
     # fallback instance types: every (instance type, request per replica) it may run on, in order of preference
     # (the first is ``itype``/``req`` as given); empty: only ``itype``. ``choose`` switches between them.
     choices: tuple[tuple[str, Res], ...] = ()
@@ -331,11 +329,9 @@ class Snapshot:
         self.nodes: dict[str, Node] = {}
         self.by_type: dict[str, list[Node]] = {}
         self.unschedulable: set[str] = set()  # names of nodes that take no new replicas
-        # per instance type and free accelerators: six heaps of (not passed, free mcpu, free mib, name, stamp), one
-        # per (not passed, mix) (``mix_of``; heap 3 * not passed + mix), so placement finds the best fit without
-        # looking at every node, and among equal fits the nodes whose work is of the job's kind, borrowed or within
-        # quota (stale entries are dropped lazily)
-        self.fit_index: dict[str, dict[int, list[list[tuple[bool, int, int, str, int]]]]] = {}
+        # per instance type and free accelerators: a heap of (not passed, free mcpu, free mib, name, stamp), so
+        # placement finds the best fit without looking at every node (stale entries are dropped lazily)
+        self.fit_index: dict[str, dict[int, list[tuple[bool, int, int, str, int]]]] = {}
         self._index_size: dict[str, int] = {}
         # per instance type and count of free accelerators: the names of the nodes with that many free (kept with
         # the fit index), so the nodes with at least k free (or the nearest to it) are found without looking at the
@@ -460,10 +456,7 @@ class Snapshot:
                 names = buckets[f[0]] = set()
             names.add(n.name)
             n.bucket = f[0]
-        heaps = self.fit_index.setdefault(n.itype, {}).get(f[0])
-        if heaps is None:
-            heaps = self.fit_index[n.itype][f[0]] = [[], [], [], [], [], []]
-        heapq.heappush(heaps[(3 if not n.health_passed else 0) + mix_of(n)],
+        heapq.heappush(self.fit_index.setdefault(n.itype, {}).setdefault(f[0], []),
                        (not n.health_passed, f[1], f[2], n.name, n.stamp))
         size = self._index_size[n.itype] = self._index_size.get(n.itype, 0) + 1
         if compact and size > 4 * len(self.by_type[n.itype]) + 64:
@@ -558,8 +551,6 @@ class Snapshot:
             f[1] -= r.mcpu
             f[2] -= r.mib
             node.jobs.add(w.id)
-            if w.borrows:
-                node.borrowing += 1
             self.index(node)
             if node.schedulable:
                 pf[0] -= r.acc
@@ -587,8 +578,6 @@ class Snapshot:
             f[0] += r.acc
             f[1] += r.mcpu
             f[2] += r.mib
-            if w.id in node.jobs and w.borrows:
-                node.borrowing -= 1
             node.jobs.discard(w.id)
             self.index(node)
             if node.schedulable:
@@ -647,12 +636,6 @@ class Snapshot:
             return list(p.quota_lend)
         ua = self.unallocated(itype)
         return [p.quota_lend[d] + ua[d] for d in range(3)]
-
-
-def mix_of(n: Node) -> int:
-    """What work node ``n`` runs: 0 none or only within-quota work, 1 both kinds, 2 only borrowed work."""
-    b = n.borrowing
-    return 0 if not b else 2 if b == len(n.jobs) else 1
 
 
 def domain_ids(node: str, values: tuple[str, ...], levels: int) -> tuple[str, ...]:
