@@ -53,8 +53,9 @@ def test_agent_sees_a_lost_heartbeat(probe):
 
 
 def test_ring_connectivity_measures_bandwidth_and_latency():
-    results = instance_connectivity(["a", "b", "c"], mib=4)
-    assert all(r.passed for r in results)
+    # floors any loaded machine meets (the defaults, 50 MiB/s and 20 ms, are for a node, not a busy test run)
+    results = instance_connectivity(["a", "b", "c"], mib=4, min_mib_per_s=1, max_latency_ms=2000)
+    assert all(r.passed for r in results), [r.events for r in results]
     for r in results:
         (e,) = r.events
         assert e["mib_per_s"] > 0 and e["latency_ms"] >= 0

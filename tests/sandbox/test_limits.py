@@ -91,8 +91,9 @@ def test_spinner_gets_its_vcpu_share(ex: LocalExecutor, tmp_path: Path, hierarch
     wall = time.monotonic() - t0
     assert e.ok, e.reason
     assert e.cpu_seconds is not None
-    # three busy processes, a quarter of a vCPU: 0.25 x wall, not 3 x 4 s (20 % either way)
-    assert 0.8 * 0.25 * 4 <= e.cpu_seconds <= 1.2 * 0.25 * wall, (e.cpu_seconds, wall)
+    # three busy processes, a quarter of a vCPU: at most 0.25 x wall (20 % over for the accounting's grain), not up
+    # to 3 x 4 s; the limit is a ceiling, not a floor: on a busy machine they get less, so below it only "measured"
+    assert 0.05 <= e.cpu_seconds <= 1.2 * 0.25 * wall, (e.cpu_seconds, wall)
     assert not group_dirs(hierarchy, "spin")
 
 
