@@ -9,7 +9,10 @@ these paths is in its group without saying so; a test may also carry ``@pytest.m
   tests/ray/conftest.py, and tests/ray/test_ray_files.py's own), and the per-team OS users ``fairpod-<team>``
   (``fairpod-smith``, ``fairpod-john``...) that the whole sandbox creates as root: the tests that make them remove the
   ``fairpod-*`` users that appeared while they ran, which would be another worker's (tests/sandbox's files, reach,
-  devices and live tests, tests/server/test_isolation.py; test_ray_files.py needs both, hence one group).
+  devices and live tests, tests/server/test_isolation.py; test_ray_files.py needs both, hence one group). Also the
+  standby control planes of tests/server/test_ha.py and test_leader.py, which listen on 127.0.0.2 and .3 and bind
+  their ports there again after a restart (a Ray node on 127.0.0.2 may hold one meanwhile), and the Ray clusters a
+  Ray job starts (tests/server/test_rayjobs_live.py: Ray's agents bind ports on every address).
 - ``native``: the compiled engine of tests/governance/test_native.py, built once by a module-scoped fixture (minutes
   of mypyc): spread over workers, each would build it again.
 
@@ -44,6 +47,9 @@ GROUPS = {
     "sandbox/test_devices.py": "ray",
     "sandbox/test_live.py": "ray",
     "server/test_isolation.py": "ray",
+    "server/test_ha.py": "ray",
+    "server/test_leader.py": "ray",
+    "server/test_rayjobs_live.py": "ray",
     "governance/test_native.py": "native",
 }
 
