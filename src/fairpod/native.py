@@ -40,7 +40,7 @@ MODULES = {
                    "topology", "users", "budget", "elastic", "history", "decisions", "groups"),
     "sim": ("run",),
 }
-MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproject.toml's native extra)
+MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproject.toml's dependencies)
 # mypy's settings for the build: fairpod's own modules are type-checked with the compiled ones (their types make the
 # compiled code fast), third-party packages are not (typed Any): following the whole of torch and Ray from
 # fairpod's other modules took 3 of the build's 4 minutes on 2 cores, for no change in the compiled code's speed
@@ -147,8 +147,8 @@ def build_in_background() -> str | None:
     """Start compiling the engine for this source in a process of its own (low priority, detached, its output in
     the build folder's ``build.log``), unless a build exists, one is under way, it cannot be built here, or
     ``FAIRPOD_NATIVE=0`` / ``FAIRPOD_NATIVE_BUILD=0``. Processes started after it ends run the engine natively;
-    this one goes on in Python. Returns a line saying that it started, or None."""
-    if "0" in (os.environ.get("FAIRPOD_NATIVE", "1"), os.environ.get("FAIRPOD_NATIVE_BUILD", "1")):
+    this one goes on in Python. Returns a line saying that a build is under way (started now or before), or None."""
+    if _turned_off():
         return None
     try:
         if (build_dir() / _MARK).is_file() or missing():
@@ -163,6 +163,12 @@ def build_in_background() -> str | None:
     except OSError:
         return None  # no build folder or no process: the engine runs as Python, as before
     return f"compiling the engine to C in the background (a minute; log: {base / 'build.log'})"
+
+
+def _turned_off() -> str | None:
+    """The variable that keeps a background build from starting (``FAIRPOD_NATIVE=0`` or
+    ``FAIRPOD_NATIVE_BUILD=0``), or None."""
+    return next((v for v in ("FAIRPOD_NATIVE", "FAIRPOD_NATIVE_BUILD") if os.environ.get(v, "1") == "0"), None)
 
 
 def _building(base: Path) -> bool:
@@ -184,9 +190,9 @@ def on_start() -> str:
     """What ``fairpod up`` says of its engine, after starting its build in the background where it can."""
     if loads():
         return "native (mypyc)"
-    for var in ("FAIRPOD_NATIVE", "FAIRPOD_NATIVE_BUILD"):
-        if os.environ.get(var, "1") == "0":
-            return f"pure Python ({var}=0)"
+    off = _turned_off()
+    if off:
+        return f"pure Python ({off}=0)"
     started = build_in_background()
     if started:
         return f"pure Python; {started}: the next start runs it natively"
