@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 from fairpod import sandbox
+from fairpod.sandbox import cgroups
 
 from .api import Api
 from .inproc import InProc
@@ -58,6 +60,33 @@ def fake_nvml(path: Path, gpus: list[dict[str, Any]]) -> Path:
     """A FAKE NVML file (tests only; see fairpod.executors.nvml) listing ``gpus``."""
     path.write_text(json.dumps({"gpus": gpus}))
     return path
+
+
+def _ticks(pid: int) -> int:
+    """The CPU time ``pid`` has used (clock ticks: utime + stime); 0 when it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+@dataclass(frozen=True)
+class Activity:
+    """What :meth:`Server.activity` measured: equal when nothing moved; its repr ends a stalled wait's message with
+    the end of each replica's log (what it was doing when it stopped)."""
+
+    log_bytes: int
+    cpu_ticks: int
+    cgroup_cpu_ticks: int
+    tails: dict[str, str] = field(compare=False, default_factory=dict)
+    jobs: str = field(compare=False, default="")
+
+    def __repr__(self) -> str:
+        logs = "".join(f"\n--- {name} (last 400 bytes) ---\n{tail}" for name, tail in sorted(self.tails.items()))
+        return (f"log bytes {self.log_bytes}, CPU ticks of processes with this API URL {self.cpu_ticks}, "
+                f"CPU ticks of processes in replica cgroups {self.cgroup_cpu_ticks}; jobs: {self.jobs}{logs}")
 
 
 class Server:
@@ -136,17 +165,31 @@ class Server:
         return wait_for(lambda: (j := self.job(name))["state"] == state and j, timeout, f"{name} to be {state}",
                         progress)
 
-    def activity(self) -> tuple[int, int]:
-        """A progress measure for ``wait_for``: what the replicas have written to their logs, and the CPU time their
-        live processes have used (clock ticks; a replica's processes carry this server's ``FAIRPOD_API_URL``).
-        One or the other grows while they work: starting 8 training processes on a loaded machine prints nothing
-        for minutes while they import torch."""
+    def activity(self) -> Activity:
+        """A progress measure for ``wait_for``: what the replicas have written to their logs, the CPU time their
+        live processes have used (clock ticks; a replica's processes carry this server's ``FAIRPOD_API_URL``), and
+        the CPU time of the processes in the replicas' cgroups (ticks; also a container's processes, whose cgroup is
+        made inside the replica's, and processes whose environment this process may not read). One or the other grows
+        while they work: starting 8 training processes on a loaded machine prints nothing for minutes while they
+        import torch."""
         written = 0
-        for f in (self.home / "runs").glob("*/*/*/output.log"):
+        in_groups: set[int] = set()
+        tails: dict[str, str] = {}
+        try:
+            hier: cgroups.Hierarchy | None = cgroups.detect()
+        except cgroups.CgroupError:
+            hier = None
+        for rdir in (self.home / "runs").glob("*/*/*"):
             try:
-                written += f.stat().st_size
+                log = rdir / "output.log"
+                written += log.stat().st_size
+                with log.open("rb") as f:
+                    f.seek(max(0, f.seek(0, os.SEEK_END) - 400))
+                    tails[str(rdir.relative_to(self.home / "runs"))] = f.read().decode(errors="replace")
             except OSError:
                 pass
+            if hier is not None and rdir.parent.name.isdigit() and rdir.name.isdigit():
+                in_groups.update(hier.group(f"{rdir.parent.parent.name}.{rdir.parent.name}.{rdir.name}").pids())
         ticks = 0
         mark = f"FAIRPOD_API_URL={self.url}\0".encode()
         for d in Path("/proc").iterdir():
@@ -155,12 +198,19 @@ class Server:
             try:
                 if mark not in (d / "environ").read_bytes():
                     continue
-                stat = (d / "stat").read_text()
             except OSError:  # gone meanwhile, or not ours to read
                 continue
-            fields = stat[stat.rfind(")") + 2 :].split()
-            ticks += int(fields[11]) + int(fields[12])  # utime, stime
-        return written, ticks
+            ticks += _ticks(int(d.name))
+        return Activity(written, ticks, sum(_ticks(pid) for pid in in_groups), tails, self._jobs_line())
+
+    def _jobs_line(self) -> str:
+        """Each job's state, preemptions, last reported step and reason, for a stalled wait's message."""
+        try:
+            jobs = [self.api("GET", f"/jobs/{j['id']}").json() for j in self.api("GET", "/jobs?limit=20").json()["jobs"]]
+            return "; ".join(f"{j['name']}: {j['state']} preemptions {j.get('preemptions')} step "
+                             f"{(j.get('checkpoint') or {}).get('step')} ({j.get('reason') or ''})" for j in jobs)
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as e:
+            return f"jobs not read: {e!r}"
 
     def kill_replicas(self) -> None:
         """Stop every replica and supervisor this server's executor started (by recorded PID), and remove their

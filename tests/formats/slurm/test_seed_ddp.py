@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import Server, wait_for
+from .conftest import Activity, Server, wait_for
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the DDP example cannot run")
 
@@ -62,7 +62,7 @@ def test_seed_sbatch_script_runs_ddp_and_auto_resumes(server: Server, tmp_path: 
     assert "auto-resume on: the script runs srun --auto-resume=1 (line 21)" in r.stderr
     job = server.wait_state(str(jid), "Running")
 
-    def written() -> tuple[int, tuple[int, int]]:  # srun's output file and the replicas' CPU: grow while they train
+    def written() -> tuple[int, Activity]:  # srun's output file and the replicas' CPU: grow while they train
         out = sum(f.stat().st_size for f in (work / "logs").glob("*.out")) if (work / "logs").is_dir() else 0
         return out, server.activity()
     assert job["name"] == "cpu-ddp-conda" and job["nodes"] == 2 and job["auto_resume"] is True
