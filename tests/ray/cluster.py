@@ -23,7 +23,10 @@ from fairpod.executors import procs
 
 RAYSTART = Path(__file__).with_name("raystart.py")
 ITYPE = "ml.g5.12xlarge"
-HEAD_IP = "127.0.0.2"
+# the /24 of loopback the test Ray clusters and standby control planes use (127.0.0.2, .3, ...); another
+# checkout of fairpod running its Ray tests on this machine at the same time sets another, e.g. 127.0.1
+NET = os.environ.get("FAIRPOD_TEST_LOOPBACK_NET", "127.0.0")
+HEAD_IP = f"{NET}.2"
 # a lost node is noticed in ~5 s (10 missed checks, 500 ms apart): fast for the tests that lose one, and not on
 # a raylet that is only slow for a moment on a loaded 2-core machine (3 missed checks marked live nodes dead there)
 HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "10",
@@ -115,7 +118,7 @@ class RayTestCluster:
         if "--head" in args:
             ip = HEAD_IP
         else:
-            ip = self.ips.get(name) or f"127.0.0.{self._next_ip}"
+            ip = self.ips.get(name) or f"{NET}.{self._next_ip}"
             self._next_ip += 0 if name in self.ips else 1
         self.ips[name] = ip
         cmd = [sys.executable, str(RAYSTART), "start", "--block", "--node-ip-address", ip,

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .cluster import HEAD_IP, RayTestCluster
+from .cluster import HEAD_IP, NET, RayTestCluster
 from .conftest import WORKERS, RayServer, all_gpus_free, assert_clean, kill_recorded, remove_agents
 
-CONTROL_PLANE = "127.0.0.30"  # the control plane's own "host", neither the head's nor a worker's
+CONTROL_PLANE = f"{NET}.30"  # the control plane's own "host", neither the head's nor a worker's
 
 REPORT = """
 import os

@@ -25,6 +25,8 @@ from typing import Any
 import httpx
 from sqlalchemy import create_engine, text
 
+from tests.ray.cluster import NET  # the loopback /24 of the test clusters (FAIRPOD_TEST_LOOPBACK_NET)
+
 SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
 
 
@@ -67,7 +69,7 @@ class Node:
         self.i = i
         self.role = f"fairpod_node{i}"
         self.home = cluster.tmp / f"node{i}"
-        self.address = f"127.0.0.{2 + i}"
+        self.address = f"{NET}.{2 + i}"
         self.port = free_port()
         self.url = f"http://{self.address}:{self.port}"
         self.db = re.sub(r"://[^@/]*@", f"://{self.role}@", cluster.pg_url, count=1)

@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
 
-from .ha_cluster import SEED_SPEC, HaCluster, JobStream, check_outcome, failover, free_port, wait_for
+from .ha_cluster import NET, SEED_SPEC, HaCluster, JobStream, check_outcome, failover, free_port, wait_for
 
 
 @pytest.fixture
@@ -151,7 +151,7 @@ def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
 
 
 def test_the_cli_names_every_address_it_could_not_reach(tmp_path: Path):
-    urls = f"http://127.0.0.2:{free_port()},http://127.0.0.3:{free_port()}"
+    urls = f"http://{NET}.2:{free_port()},http://{NET}.3:{free_port()}"
     env = {"FAIRPOD_URL": urls, "FAIRPOD_TOKEN": "fp_none", "FAIRPOD_CONFIG": str(tmp_path / "c.json"),
            "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
     r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "list-jobs"], env=env, capture_output=True,
