@@ -9,7 +9,6 @@ saves, and the job resumes from that step once smith's job is gone.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import Server, running, wait_for
+from .rayjob_program import PROGRAM, notes
 
 SPEC = """
 cluster:
@@ -30,48 +30,9 @@ teams:
   - {name: smith, sharing: {strategy: LendAndBorrow, borrow_limit: 100}, quota: [{instance_type: unit1, count: 2}]}
 """
 
-PROGRAM = '''
-import json, os, signal, sys, time
-import ray
-out, ckpt = sys.argv[1], os.path.join(os.environ["FAIRPOD_CHECKPOINT_DIR"], "step")
-def note(**kw):
-    with open(out, "a") as f:
-        f.write(json.dumps(kw) + "\\n")
-stop = []
-first = int(open(ckpt).read()) if os.path.exists(ckpt) else 0
-ray.init(log_to_driver=False)
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))  # after ray.init, which sets a handler of its own
-@ray.remote(num_gpus=1)
-def where():
-    time.sleep(1)
-    return ray.get_runtime_context().get_node_id(), ray.get_gpu_ids()
-got = ray.get([where.remote() for _ in range(2)])
-alive = [n for n in ray.nodes() if n["Alive"]]
-note(event="start", step=first, address=os.environ["RAY_ADDRESS"], nodes=len(alive),
-     task_nodes=len({n for n, _ in got}), gpu_ids=[g for _, g in got],
-     node_gpus=sorted(n["Resources"].get("GPU", 0) for n in alive),
-     node_cpus=sorted(n["Resources"].get("CPU", 0) for n in alive))
-step = first
-while not stop and (first == 0 or step < first + 3):
-    time.sleep(0.2)
-    step += 1
-    with open(ckpt, "w") as f:
-        f.write(str(step))
-if stop:
-    note(event="term", step=step, nodes=len([n for n in ray.nodes() if n["Alive"]]))
-    sys.exit(0)
-note(event="done", step=step)
-'''
-
-
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
     yield from running(tmp_path, SPEC)
-
-
-def notes(out: Path, event: str) -> list[dict]:
-    return [d for ln in out.read_text().splitlines() if (d := json.loads(ln))["event"] == event] \
-        if out.exists() else []
 
 
 def test_a_ray_job_runs_on_its_own_ray_cluster_is_preempted_and_resumes(server: Server, tmp_path: Path):
@@ -82,7 +43,7 @@ def test_a_ray_job_runs_on_its_own_ray_cluster_is_preempted_and_resumes(server: 
     (start,) = wait_for(lambda: notes(out, "start") or server.job("rl")["state"] not in ("Pending", "Running")
                         and [server.job("rl")], 180, "the Ray program to start")
     assert start["nodes"] == 2 and start["task_nodes"] == 2  # one task on each Ray node: head and worker
-    assert start["gpu_ids"] == [[0], [0]] and start["node_gpus"] == [1, 1] and start["node_cpus"] == [1, 1]
+    assert start["gpu_ids"] == [["0"], ["0"]] and start["node_gpus"] == [1, 1] and start["node_cpus"] == [1, 1]
     assert start["address"].startswith("127.0.0.1:") and start["address"] != "127.0.0.1:6379"
     assert start["step"] == 0
     assert server.job("rl")["kind"] == "ray" and "Ray job" in server.cli("get-job", "rl").stdout
