@@ -8,6 +8,7 @@ Every process is started here and stopped here by its PID.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,12 +19,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, text
 
 from tests.ray.cluster import NET  # the loopback /24 of the test clusters (FAIRPOD_TEST_LOOPBACK_NET)
 
@@ -169,6 +170,22 @@ class HaCluster:
                                       and n.proc.poll() is None and n.leading()), None),
                         timeout, "a leader", step=0.02)
 
+    @property
+    def resume_hold(self) -> float:
+        """How long a continued old leader's renewals may be held up: less than the new leader's local margin
+        (lease - margin - renewal interval), so the new leader keeps its lease meanwhile."""
+        return min(1.2, self.lease * 0.4)
+
+    @contextlib.contextmanager
+    def admin_tx(self) -> Iterator[Connection]:
+        """A transaction of the database's admin (its locks held until the block ends)."""
+        eng = create_engine(self.pg_url)
+        try:
+            with eng.begin() as c:
+                yield c
+        finally:
+            eng.dispose()
+
     def violations(self) -> list[tuple[Any, ...]]:
         with self.admin.connect() as c:
             return [tuple(r) for r in c.execute(text("SELECT * FROM ha_test_violations ORDER BY ts")).all()]
@@ -245,9 +262,20 @@ class HaCluster:
 
 
 def failover(ha: HaCluster, kind: str) -> float:
-    """One failover of ``kind``; the seconds from the fault until another node serves as the leader."""
+    """One failover of ``kind``; the seconds from the fault until another node serves as the leader.
+
+    ``stop`` is the fence's own test: the leader is stopped while it has work it is about to do (a job queued,
+    jobs running that end while it is stopped), the standby takes over and launches a job the stopped leader
+    still believes queued, then the old leader is continued while its renewals are held up (the lease row
+    locked for ``resume_hold`` s, as a slow database would). Fenced, it does nothing and steps down at once; not
+    fenced (``FAIRPOD_TEST_FAULT_NO_FENCE=1``), it acts in that window: a write the database records as a
+    violation, a job launched a second time (check_outcome)."""
     old = ha.leader()
     assert old.proc is not None
+    queued: list[str] = []
+    if kind == "stop":  # work it holds: a queued job behind running ones (the stream keeps the cluster full)
+        queued = wait_for(lambda: [j["name"] for j in ha.jobs() if j["state"] == "Pending"], 60,
+                          "a queued job before the pause")
     t0 = time.monotonic()
     if kind == "kill":
         ha.kill(old)
@@ -260,7 +288,16 @@ def failover(ha: HaCluster, kind: str) -> float:
     if kind == "kill":
         ha.start(old.i)
     elif kind == "stop":
-        old.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: any(j["name"] in queued and j["state"] != "Pending" for j in ha.jobs()), 60,
+                 "the new leader to start a job the stopped one holds queued")
+        seen = len(old.log_text())
+        with ha.admin_tx() as c:  # the old leader's renewals wait for this lock; its fence must not
+            c.execute(text("SELECT 1 FROM ha_lease WHERE id = 1 FOR UPDATE"))
+            old.proc.send_signal(signal.SIGCONT)
+            try:
+                wait_for(lambda: "stepping down" in old.log_text()[seen:], ha.resume_hold, "")
+            except AssertionError:
+                pass  # not fenced: it acted for resume_hold s; its next renewal finds the new leader
     else:
         ha.heal(old)
     wait_for(old.standing_by, 60, f"node {old.i} to stand by again after {kind}")

@@ -59,8 +59,13 @@ class Pump:
         with self._pump_lock:  # one pass at a time (the thread, and adopt)
             self._pump(wait)
 
+    _may: Callable[[str], bool]
+
     def _pump(self, wait: float) -> None:
-        """One pass: node table (and agents), then one sync per agent for all its replicas, then clean-ups."""
+        """One pass: node table (and agents), then one sync per agent for all its replicas, then clean-ups.
+        None while fenced (``set_fence``): a pass may kill, stop, clean up and record exits."""
+        if not self._may("the Ray executor's pass (exits, kills, clean-ups)"):
+            return
         ray = self._ray
         self._refresh_nodes()
         now = time.monotonic()
