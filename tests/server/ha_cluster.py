@@ -101,7 +101,8 @@ class Node:
 class HaCluster:
     """``n`` control planes on one PostgreSQL server (``pg_url``, whose user may create roles)."""
 
-    def __init__(self, tmp: Path, pg_url: str, n: int = 2, lease: float = 3.0) -> None:
+    def __init__(self, tmp: Path, pg_url: str, n: int = 2, lease: float = 3.0,
+                 env: dict[str, str] | None = None) -> None:
         self.tmp = tmp
         self.pg_url = pg_url
         self.lease = lease
@@ -114,7 +115,7 @@ class HaCluster:
                      if k not in ("FAIRPOD_URL", "FAIRPOD_TOKEN", "FAIRPOD_DB_URL", "FAIRPOD_API_URL")}
         # replicas write their marks under /tmp: limits only, no private /tmp (docs/isolation.md)
         self.env = {"FAIRPOD_SANDBOX": "limits", **inherited, "FAIRPOD_RUNS_DIR": str(self.runs),
-                    "FAIRPOD_FAKE_NVML": str(nvml)}
+                    "FAIRPOD_FAKE_NVML": str(nvml), **(env or {})}
         self.admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
         self.nodes = [Node(self, i) for i in range(n)]
         with self.admin.connect() as c:
