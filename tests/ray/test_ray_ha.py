@@ -87,3 +87,51 @@ def test_ray_failovers_reattach_to_the_agents_and_run_every_job_once(ray_ha: tup
     assert len((ha.marks / "long").read_text().splitlines()) == 1  # never stopped, never started again
     evs = ha.request("GET", "/events", params={"limit": 2000}).json()["events"]
     assert sum(e["kind"] == "LeaderElected" for e in evs) == 3
+
+
+def test_a_fenced_ray_executor_kills_nothing_of_its_own_accord(ray_cluster: RayTestCluster, ray_driver: Any,
+                                                               tmp_path: Path):
+    """What a control plane stopped past its lease sees when it is continued: every agent silent for longer than
+    AGENT_TIMEOUT. Fenced (``set_fence``, as ``fairpod up --ha`` sets it), the executor's background pass kills no
+    agent and records no exit; unfenced, the same pass kills them (so it is the fence that kept it from acting)."""
+    from fairpod.executors import ExecutorError, JobLaunch, ReplicaLaunch, procs
+    from fairpod.executors.ray import RayExecutor
+    from fairpod.executors.ray.agents import AGENT_TIMEOUT
+
+    all_gpus_free(ray_driver)
+    ns = f"x-{uuid.uuid4().hex[:10]}"
+    ex = RayExecutor(tmp_path / "runs", address=ray_cluster.address, namespace=ns, node_dir=str(tmp_path / "nodes"),
+                     exclusive=False)
+    try:
+        out = tmp_path / "pid"
+        ex.launch(JobLaunch(job="steady", team="t", attempt=0, checkpoint_dir=str(tmp_path / "ck"),
+                            command=["sh", "-c", f"echo $$ > {out}; exec sleep 300"],
+                            replicas=(ReplicaLaunch(rank=0, node="w1", accelerators=(0,)),)))
+        wait_for(lambda: out.exists() and out.read_text().strip(), 60, "the replica to start")
+        pid = int(out.read_text())
+        ids = {w: ray_cluster.nodes[w].node_id for w in WORKERS}
+        before = {w: agent_pid(ray_driver, ns, ids[w]) for w in WORKERS}
+        refused: list[str] = []
+
+        def fence(what: str) -> None:
+            refused.append(what)
+            raise ExecutorError(f"{what} refused: this control plane no longer leads")
+
+        ex.set_fence(fence)
+        with ex._lock:  # as after a pause: the last sync went out long ago and has not been taken in
+            for agent in ex._agents.values():
+                agent.sync_ref = agent.sync_ref or agent.handle.sync.remote([])
+                agent.sync_sent -= AGENT_TIMEOUT + 1
+        for _ in range(2):
+            ex._pump_once(wait=0.5)
+        assert ex.poll(ack=False) == [] and ex.running() == {"steady": 0}
+        assert {w: agent_pid(ray_driver, ns, ids[w]) for w in WORKERS} == before and procs.alive(pid, None)
+        assert refused and all(w.startswith("the Ray executor's pass") for w in refused), refused
+        ex.set_fence(None)  # the control: the same pass, unfenced, takes every agent for lost and kills it
+        ex._pump_once(wait=0.5)
+        lost = wait_for(lambda: ex.poll(ack=False), 30, "the replica's exit")
+        assert "node lost" in lost[0].reason and "stopped answering" in lost[0].reason, lost
+    finally:
+        ex.close()
+        remove_agents(ray_driver, ns)
+        kill_recorded(tmp_path / "nodes")
