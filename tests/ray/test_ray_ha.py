@@ -21,6 +21,7 @@ import pytest
 import yaml
 from sqlalchemy import text
 
+from fairpod.executors.ray.agents import AGENT_TIMEOUT
 from tests.server.ha_cluster import HaCluster, JobStream, check_outcome, failover, wait_for
 from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
 
@@ -70,8 +71,8 @@ def test_ray_failovers_reattach_to_the_agents_and_run_every_job_once(ray_ha: tup
     stream.start()
     try:
         stream.grown(3)
-        for kind in ("kill", "stop"):
-            failover(ha, kind)
+        for kind in ("kill", "stop"):  # stopped past AGENT_TIMEOUT: continued, it finds every agent silent
+            failover(ha, kind, stopped_for=AGENT_TIMEOUT + 1)
             assert ha.request("GET", "/jobs/long").json()["state"] == "Running"
             stream.grown(2)
     finally:
@@ -96,8 +97,6 @@ def test_a_fenced_ray_executor_kills_nothing_of_its_own_accord(ray_cluster: RayT
     agent and records no exit; unfenced, the same pass kills them (so it is the fence that kept it from acting)."""
     from fairpod.executors import ExecutorError, JobLaunch, ReplicaLaunch, procs
     from fairpod.executors.ray import RayExecutor
-    from fairpod.executors.ray.agents import AGENT_TIMEOUT
-
     all_gpus_free(ray_driver)
     ns = f"x-{uuid.uuid4().hex[:10]}"
     ex = RayExecutor(tmp_path / "runs", address=ray_cluster.address, namespace=ns, node_dir=str(tmp_path / "nodes"),

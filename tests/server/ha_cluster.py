@@ -262,7 +262,7 @@ class HaCluster:
         return list(body["jobs"] if isinstance(body, dict) else body)
 
 
-def failover(ha: HaCluster, kind: str) -> float:
+def failover(ha: HaCluster, kind: str, stopped_for: float = 0.0) -> float:
     """One failover of ``kind``; the seconds from the fault until another node serves as the leader.
 
     ``stop`` is the fence's own test: the leader is stopped while it has work it is about to do (a job queued,
@@ -270,7 +270,8 @@ def failover(ha: HaCluster, kind: str) -> float:
     still believes queued, then the old leader is continued while its renewals are held up (the lease row
     locked for ``resume_hold`` s, as a slow database would). Fenced, it does nothing and steps down at once; not
     fenced (``FAIRPOD_TEST_FAULT_NO_FENCE=1``), it acts in that window: a write the database records as a
-    violation, a job launched a second time (check_outcome)."""
+    violation, a job launched a second time (check_outcome). ``stopped_for``: the least seconds it stays stopped
+    (the Ray executor takes agents silent for longer than its AGENT_TIMEOUT for lost)."""
     old = ha.leader()
     assert old.proc is not None
     queued: list[str] = []
@@ -291,6 +292,8 @@ def failover(ha: HaCluster, kind: str) -> float:
     elif kind == "stop":
         wait_for(lambda: any(j["name"] in queued and j["state"] != "Pending" for j in ha.jobs()), 60,
                  "the new leader to start a job the stopped one holds queued")
+        while time.monotonic() < t0 + stopped_for:  # the fault's length, not a wait for an event
+            time.sleep(0.1)
         seen = len(old.log_text())
         with ha.admin_tx() as c:  # the old leader's renewals wait for this lock; its fence must not
             c.execute(text("SELECT 1 FROM ha_lease WHERE id = 1 FOR UPDATE"))
