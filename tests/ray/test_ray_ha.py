@@ -69,10 +69,11 @@ def test_ray_failovers_reattach_to_the_agents_and_run_every_job_once(ray_ha: tup
     wait_for(lambda: (ha.marks / "long").exists(), 60, "the long job to start")
     stream = JobStream(ha)
     stream.start()
+    took = {}
     try:
         stream.grown(3)
         for kind in ("kill", "stop"):  # stopped past AGENT_TIMEOUT: continued, it finds every agent silent
-            failover(ha, kind, stopped_for=AGENT_TIMEOUT + 1)
+            took[kind] = failover(ha, kind, stopped_for=AGENT_TIMEOUT + 1)
             assert ha.request("GET", "/jobs/long").json()["state"] == "Running"
             stream.grown(2)
     finally:
@@ -88,6 +89,9 @@ def test_ray_failovers_reattach_to_the_agents_and_run_every_job_once(ray_ha: tup
     assert len((ha.marks / "long").read_text().splitlines()) == 1  # never stopped, never started again
     evs = ha.request("GET", "/events", params={"limit": 2000}).json()["events"]
     assert sum(e["kind"] == "LeaderElected" for e in evs) == 3
+    print("takeover with the Ray executor (lease 3 s):", ", ".join(f"{k} {t:.2f} s" for k, t in took.items()),
+          [e["message"].split("; ")[-1] for e in evs if e["kind"] == "LeaderElected"])
+    assert all(t < 30 for t in took.values()), took
 
 
 def test_a_fenced_ray_executor_kills_nothing_of_its_own_accord(ray_cluster: RayTestCluster, ray_driver: Any,
