@@ -42,6 +42,7 @@ class Pump:
     _refresh_nodes: Callable[[], None]
     _agent_answer: Callable[[_Agent, Any], dict[str, Any] | None]
     _agent_lost: Callable[[_Agent, str], None]
+    _may: Callable[[str], bool]  # the fence (Agents.set_fence)
 
     # -- the background thread -----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -58,8 +59,6 @@ class Pump:
     def _pump_once(self, wait: float) -> None:
         with self._pump_lock:  # one pass at a time (the thread, and adopt)
             self._pump(wait)
-
-    _may: Callable[[str], bool]
 
     def _pump(self, wait: float) -> None:
         """One pass: node table (and agents), then one sync per agent for all its replicas, then clean-ups.
