@@ -8,6 +8,7 @@ Every process is started here and stopped here by its PID.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -18,12 +19,12 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-from sqlalchemy import create_engine, text
+from sqlalchemy import Connection, create_engine, text
 
 from tests.ray.cluster import NET  # the loopback /24 of the test clusters (FAIRPOD_TEST_LOOPBACK_NET)
 
@@ -100,7 +101,8 @@ class Node:
 class HaCluster:
     """``n`` control planes on one PostgreSQL server (``pg_url``, whose user may create roles)."""
 
-    def __init__(self, tmp: Path, pg_url: str, n: int = 2, lease: float = 3.0) -> None:
+    def __init__(self, tmp: Path, pg_url: str, n: int = 2, lease: float = 3.0,
+                 env: dict[str, str] | None = None) -> None:
         self.tmp = tmp
         self.pg_url = pg_url
         self.lease = lease
@@ -113,7 +115,7 @@ class HaCluster:
                      if k not in ("FAIRPOD_URL", "FAIRPOD_TOKEN", "FAIRPOD_DB_URL", "FAIRPOD_API_URL")}
         # replicas write their marks under /tmp: limits only, no private /tmp (docs/isolation.md)
         self.env = {"FAIRPOD_SANDBOX": "limits", **inherited, "FAIRPOD_RUNS_DIR": str(self.runs),
-                    "FAIRPOD_FAKE_NVML": str(nvml)}
+                    "FAIRPOD_FAKE_NVML": str(nvml), **(env or {})}
         self.admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
         self.nodes = [Node(self, i) for i in range(n)]
         with self.admin.connect() as c:
@@ -168,6 +170,22 @@ class HaCluster:
         return wait_for(lambda: next((n for n in self.nodes if n is not besides and n.proc is not None
                                       and n.proc.poll() is None and n.leading()), None),
                         timeout, "a leader", step=0.02)
+
+    @property
+    def resume_hold(self) -> float:
+        """How long a continued old leader's renewals may be held up: less than the new leader's local margin
+        (lease - margin - renewal interval), so the new leader keeps its lease meanwhile."""
+        return min(1.2, self.lease * 0.4)
+
+    @contextlib.contextmanager
+    def admin_tx(self) -> Iterator[Connection]:
+        """A transaction of the database's admin (its locks held until the block ends)."""
+        eng = create_engine(self.pg_url)
+        try:
+            with eng.begin() as c:
+                yield c
+        finally:
+            eng.dispose()
 
     def violations(self) -> list[tuple[Any, ...]]:
         with self.admin.connect() as c:
@@ -244,10 +262,22 @@ class HaCluster:
         return list(body["jobs"] if isinstance(body, dict) else body)
 
 
-def failover(ha: HaCluster, kind: str) -> float:
-    """One failover of ``kind``; the seconds from the fault until another node serves as the leader."""
+def failover(ha: HaCluster, kind: str, stopped_for: float = 0.0) -> float:
+    """One failover of ``kind``; the seconds from the fault until another node serves as the leader.
+
+    ``stop`` is the fence's own test: the leader is stopped while it has work it is about to do (a job queued,
+    jobs running that end while it is stopped), the standby takes over and launches a job the stopped leader
+    still believes queued, then the old leader is continued while its renewals are held up (the lease row
+    locked for ``resume_hold`` s, as a slow database would). Fenced, it does nothing and steps down at once; not
+    fenced (``FAIRPOD_TEST_FAULT_NO_FENCE=1``), it acts in that window: a write the database records as a
+    violation, a job launched a second time (check_outcome). ``stopped_for``: the least seconds it stays stopped
+    (the Ray executor takes agents silent for longer than its AGENT_TIMEOUT for lost)."""
     old = ha.leader()
     assert old.proc is not None
+    queued: list[str] = []
+    if kind == "stop":  # work it holds: a queued job behind running ones (the stream keeps the cluster full)
+        queued = wait_for(lambda: [j["name"] for j in ha.jobs() if j["state"] == "Pending"], 60,
+                          "a queued job before the pause")
     t0 = time.monotonic()
     if kind == "kill":
         ha.kill(old)
@@ -260,7 +290,18 @@ def failover(ha: HaCluster, kind: str) -> float:
     if kind == "kill":
         ha.start(old.i)
     elif kind == "stop":
-        old.proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: any(j["name"] in queued and j["state"] != "Pending" for j in ha.jobs()), 60,
+                 "the new leader to start a job the stopped one holds queued")
+        while time.monotonic() < t0 + stopped_for:  # the fault's length, not a wait for an event
+            time.sleep(0.1)
+        seen = len(old.log_text())
+        with ha.admin_tx() as c:  # the old leader's renewals wait for this lock; its fence must not
+            c.execute(text("SELECT 1 FROM ha_lease WHERE id = 1 FOR UPDATE"))
+            old.proc.send_signal(signal.SIGCONT)
+            try:
+                wait_for(lambda: "stepping down" in old.log_text()[seen:], ha.resume_hold, "")
+            except AssertionError:
+                pass  # not fenced: it acted for resume_hold s; its next renewal finds the new leader
     else:
         ha.heal(old)
     wait_for(old.standing_by, 60, f"node {old.i} to stand by again after {kind}")

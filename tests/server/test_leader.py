@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 
 from fairpod.executors.base import ExecutorError
 from fairpod.model.spec import seed_spec
-from fairpod.server.leader import Elector, FencedExecutor, HaSettings
+from fairpod.server.leader import NO_FENCE_ENV, Elector, FencedExecutor, HaSettings
 from fairpod.store import Store
 from tests.store.conftest import pg_url, wipe  # noqa: F401
 
@@ -100,3 +100,37 @@ def test_a_late_renewal_is_counted_and_told(url: str):
     assert len(told) == 1 and told[0] >= 1.0 and a.counters.renewals_late == 1
     assert "fairpod_lease_renewals_late_total 1" in a.metrics()
     a.stop(release=True)
+
+
+def test_the_fault_switch_turns_the_fence_off_only_when_set(url: str, monkeypatch: pytest.MonkeyPatch):
+    """FAIRPOD_TEST_FAULT_NO_FENCE=1 (fault injection for the chaos test): writes and actions of a leader whose
+    lease a newer one holds go through; a renewal still makes it step down. Unset: the fence holds."""
+    monkeypatch.delenv(NO_FENCE_ENV, raising=False)
+    a = Elector(url, "a", "http://a", FAST)
+    assert not a.unfenced
+    a.on_step_down = lambda why: None
+    a.step()
+    a.valid_until = time.monotonic() - 1
+    with pytest.raises(ExecutorError):
+        a.check_action("launch")
+    a.stop(release=False)
+    monkeypatch.setenv(NO_FENCE_ENV, "1")
+    b, c = Elector(url, "b", "http://b", FAST), Elector(url, "c", "http://c", FAST)
+    downs: list[str] = []
+    b.on_step_down = downs.append
+    wait_for(lambda: (b.step(), b.epoch)[1] is not None, 20, "b to take a's expired lease", step=0.25)
+    assert b.unfenced and b.epoch == 2
+    wait_for(lambda: (c.step(), c.epoch)[1] is not None, 20, "c to take the expired lease", step=0.25)
+    store = Store(url)
+    b.guard(store)
+    try:
+        b.check_action("launch")  # b's lease ran out and c leads: unfenced, it goes through
+        store.append_event("Unfenced", "written by a leader that no longer holds the lease")
+    finally:
+        store.close()
+    with c.engine.connect() as conn:
+        assert conn.execute(text("SELECT count(*) FROM events WHERE kind = 'Unfenced'")).scalar_one() == 1
+    b.step()  # its renewal finds c
+    assert downs and "c holds the lease at epoch 3" in downs[0]
+    b.stop(release=False)
+    c.stop(release=True)

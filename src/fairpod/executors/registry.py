@@ -74,7 +74,7 @@ def _ray(root: Path, *, ray_address: str = "auto", ray_namespace: str = "fairpod
 
     from fairpod.executors.ray import RayExecutor
 
-    ex = RayExecutor(root, address=ray_address, namespace=ray_namespace)
+    ex = RayExecutor(root, address=ray_address, namespace=ray_namespace, exclusive=bool(options.get("exclusive", True)))
     logging.getLogger("fairpod").info("executor ray: cluster %s, namespace %s", ex.address, ray_namespace)
     return ex
 

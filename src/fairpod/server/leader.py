@@ -17,6 +17,11 @@ Fencing, the two places where a leader acts:
 A refused write or action, a lease that was not renewed in time, or a renewal that finds a newer epoch makes
 the control plane step down: it says so in its log and ``on_step_down`` runs (``fairpod up`` starts again as a
 standby, by exec, so nothing of the old memory survives).
+
+Fault injection, for tests only: ``FAIRPOD_TEST_FAULT_NO_FENCE=1`` (:data:`NO_FENCE_ENV`, read here and nowhere
+else, never set by fairpod) switches the fence off, so that the chaos test can show that it fails without it:
+the leader then trusts its last renewal (no local lease clock) and its writes and actions are not checked; it
+still steps down when a renewal finds a newer epoch. Unset (the default), nothing of this changes a code path.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ RENEW_SECONDS = 1.5
 POLL_SECONDS = 1.0
 MARGIN_SECONDS = 0.5
 MIN_LEASE_SECONDS = 2.0  # the leader's local margin and a renewal or two must fit in it
+NO_FENCE_ENV = "FAIRPOD_TEST_FAULT_NO_FENCE"  # fault injection for tests: "1" switches the fence off (module doc)
 
 
 @dataclass(frozen=True)
@@ -103,6 +109,10 @@ class Elector:
         self._thread: threading.Thread | None = None
         self._last_renewal = 0.0
         self._fenced_told = 0  # refusals already added to this node's row of ha_members
+        self.unfenced = os.environ.get(NO_FENCE_ENV) == "1"  # a test's fault injection (module doc)
+        if self.unfenced:
+            log.error("%s=1: the fence is OFF (fault injection for tests; never run a cluster like this)",
+                      NO_FENCE_ENV)
 
     # -- the loop -----------------------------------------------------------------------------------
     def start(self) -> None:
@@ -183,7 +193,8 @@ class Elector:
 
     def holds(self) -> bool:
         """True while this node leads and its lease holds by the local clock."""
-        return self.epoch is not None and not self._down.is_set() and time.monotonic() < self.valid_until
+        return (self.epoch is not None and not self._down.is_set()
+                and (self.unfenced or time.monotonic() < self.valid_until))
 
     def step_down(self, why: str) -> None:
         if self._down.is_set():
@@ -215,6 +226,8 @@ class Elector:
 
     def check_tx(self, session: Session) -> None:
         """``Store.fence``: a write transaction goes on only while this node holds the lease."""
+        if self.unfenced:
+            return
         if not self.holds() or self.epoch is None:
             why = f"lease not held (epoch {self.epoch})"
             self.refuse("a store write", why)
@@ -273,11 +286,16 @@ FENCED_ACTIONS = frozenset({"launch", "stop", "add_replicas", "stop_replicas", "
 
 class FencedExecutor:
     """An executor whose actions (launch, stop, resize, restarts in place, acknowledging exits) go through only while ``elector``
-    holds the lease; everything else passes through. Capabilities are the wrapped executor's."""
+    holds the lease; everything else passes through. Capabilities are the wrapped executor's. An executor that
+    also acts on its own (the Ray executor's background thread kills lost agents and overdue replicas, starts
+    agents, cleans up) gets the same check through its ``set_fence``."""
 
     def __init__(self, inner: Any, elector: Elector) -> None:
         self._inner = inner
         self._elector = elector
+        set_fence = getattr(inner, "set_fence", None)
+        if set_fence is not None:
+            set_fence(elector.check_action)
 
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._inner, name)

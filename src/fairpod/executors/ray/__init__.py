@@ -45,7 +45,9 @@ plane was down: ..."`` when the node's agent had disappeared at start-up; ``"kil
 replica has not ended ``STOP_MARGIN`` seconds after its grace period (its agent SIGKILLs its supervisor and
 process group).
 
-Only one fairpod control plane may use a Ray namespace: at start-up, actors other than its agents and
+Only one fairpod control plane may use a Ray namespace at a time (``fairpod up --ha``: the leader, whose
+executor's own actions are fenced by its lease, see :meth:`~fairpod.executors.ray.agents.Agents.set_fence`;
+the standbys do not connect to Ray): at start-up, actors other than its agents and
 placement groups of the namespace (left by older versions) are removed.
 """
 

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from fairpod.executors.base import ExecutorError
 from fairpod.executors.ray.nodes import RayNode
 
 log = logging.getLogger("fairpod.executors.ray")
@@ -53,6 +54,25 @@ class Agents:
     _nodes: dict[str, RayNode]
     _by_name: dict[str, RayNode]
     nodes_version: int
+    _fence: Callable[[str], None] | None
+
+    def set_fence(self, fence: Callable[[str], None] | None) -> None:
+        """``fence(what)`` raises :class:`ExecutorError` when this executor may no longer act (``fairpod up --ha``:
+        the lease is lost, :class:`fairpod.server.leader.FencedExecutor`); it is asked before every action the
+        executor takes on its own, in its background thread: a pass that may kill an overdue replica or a lost
+        agent, stop a replica whose stop came before its start, or clean up; the start of a new agent."""
+        self._fence = fence
+
+    def _may(self, what: str) -> bool:
+        """Whether the fence lets this executor act on its own now (the fence logs and counts a refusal)."""
+        fence = self._fence
+        if fence is None:
+            return True
+        try:
+            fence(what)
+        except ExecutorError:
+            return False
+        return True
 
     def _with_agents(self, table: dict[str, RayNode]) -> dict[str, RayNode]:
         """Start (or find) the agents of live fairpod nodes, forget those of dead nodes; a live Ray node is live
@@ -68,9 +88,15 @@ class Agents:
                     continue
                 agent = self._agents.get(nid)
                 if agent is not None and agent.lost is not None and now - agent.lost_at >= AGENT_HOLD:
+                    if not self._may("the start of a node agent"):
+                        out[nid] = dataclasses.replace(rn, alive=False, death=agent.lost)
+                        continue
                     del self._agents[nid]  # replace it
                     agent = None
                 if agent is None:
+                    if not self._may("the start of a node agent"):
+                        out[nid] = dataclasses.replace(rn, alive=False, death=STARTING)
+                        continue
                     agent = self._agents[nid] = self._start_agent(rn)
                 if agent.lost is not None:
                     out[nid] = dataclasses.replace(rn, alive=False, death=agent.lost)
@@ -146,7 +172,10 @@ class Agents:
 
     def _agent_lost(self, agent: _Agent, why: str) -> None:
         """A node fault: the agent died or stops answering. Its replicas end ``node lost``; a live agent that
-        stopped answering is killed, so that its supervisors stop what is left."""
+        stopped answering is killed, so that its supervisors stop what is left. Not while fenced: a control plane
+        that was paused sees every agent silent for as long as it was stopped, and must not kill them."""
+        if agent.lost is None and not self._may("the kill of a lost node agent"):
+            return
         with self._lock:
             if agent.lost is not None:
                 return

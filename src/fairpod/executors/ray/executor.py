@@ -46,6 +46,7 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump, InPlace, ThisHostMig):
         poll_interval: float = 0.25,
         startup_timeout: float = 120.0,
         connect_timeout: float = 10.0,
+        exclusive: bool = True,
     ) -> None:
         if not NAMESPACE_RE.fullmatch(namespace) or len(namespace) > 60:
             raise ExecutorError(f"invalid Ray namespace {namespace!r}: lower-case letters, digits and '-'")
@@ -57,7 +58,8 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump, InPlace, ThisHostMig):
         self.root.mkdir(parents=True, exist_ok=True)
         self._flock = open(self.root / ".lock", "a")  # noqa: SIM115 - held until close()
         try:
-            fcntl.flock(self._flock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if exclusive:  # without: the lease of fairpod up --ha keeps control planes apart (a stopped old
+                fcntl.flock(self._flock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # leader may still hold this lock)
         except BlockingIOError:
             self._flock.close()
             raise ExecutorError(f"another executor is using {self.root}") from None
@@ -75,6 +77,7 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump, InPlace, ThisHostMig):
         self._exits: list[ReplicaExit] = []
         self._unacked: dict[tuple[str, int, int], ReplicaExit] = {}  # polled, not acknowledged yet
         self._notify: Callable[[], None] | None = None
+        self._fence: Callable[[str], None] | None = None  # set_fence (fairpod up --ha)
         self._nodes: dict[str, RayNode] = {}  # by node id
         self._by_name: dict[str, RayNode] = {}
         self._agents: dict[str, _Agent] = {}  # by node id

@@ -42,6 +42,7 @@ class Pump:
     _refresh_nodes: Callable[[], None]
     _agent_answer: Callable[[_Agent, Any], dict[str, Any] | None]
     _agent_lost: Callable[[_Agent, str], None]
+    _may: Callable[[str], bool]  # the fence (Agents.set_fence)
 
     # -- the background thread -----------------------------------------------------------------------------
     def _loop(self) -> None:
@@ -60,7 +61,10 @@ class Pump:
             self._pump(wait)
 
     def _pump(self, wait: float) -> None:
-        """One pass: node table (and agents), then one sync per agent for all its replicas, then clean-ups."""
+        """One pass: node table (and agents), then one sync per agent for all its replicas, then clean-ups.
+        None while fenced (``set_fence``): a pass may kill, stop, clean up and record exits."""
+        if not self._may("the Ray executor's pass (exits, kills, clean-ups)"):
+            return
         ray = self._ray
         self._refresh_nodes()
         now = time.monotonic()
