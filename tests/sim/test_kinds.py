@@ -5,6 +5,9 @@ or not at all. Each scenario also runs the same row as a plain (elastic) job, wh
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,8 @@ def _spec(tmp: Path) -> Path:
     # 4 nodes of 8 accelerators; john and smith 2 nodes of quota each, both lend and borrow
     doc = {
         "cluster": {"name": "t", "instance_groups": [{"name": "p4d", "instance_type": P4D, "count": 4}]},
+        "policy": {"task_prioritization": "TaskRanking",
+                   "priority_classes": [{"name": "high", "weight": 100}, {"name": "low", "weight": 10}]},
         "teams": [{"name": n, "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 100},
                    "quota": [{"instance_type": P4D, "count": 2}]} for n in ("john", "smith")],
     }
@@ -75,6 +80,20 @@ def test_replicas_above_the_minimum_go_first_on_reclaim(tmp_path):
     assert r["cluster"]["lost_accelerator_seconds"] == 0.0
 
 
+def test_a_service_preempted_whole_loses_no_work_and_is_up_for_its_duration(tmp_path):
+    header = HEADER + ",priority"
+    rows = ["0,john,1000,16,2,john-a,,,,,",  # john's whole quota: nothing to borrow
+            "0,smith,500,8,,web,service,,2,2,low",  # smith's whole quota, up for 500 s
+            "100,smith,200,16,2,urgent,,,,,high"]  # takes smith's quota from it by priority
+    r = replay(_spec(tmp_path), write_trace(tmp_path, rows, header=header), jobs=True)
+    web = {j["name"]: j for j in r["jobs"]}["web"]
+    assert web["preemptions"] == 1 and web["lost_seconds"] == 0.0
+    assert (web["start"], web["end"]) == (0.0, 700.0)  # down from 100 to 300, then up for its 400 s left
+    assert web["replica_seconds_at_min"] == 2 * 500 and web["replica_seconds_above_min"] == 0.0
+    assert r["teams"]["smith"]["kinds"]["service"]["preemptions"] == 1
+    assert r["teams"]["smith"]["lost_accelerator_seconds"] == 0.0
+
+
 def test_a_ray_job_is_admitted_whole_or_not_at_all(tmp_path):
     rows = ["0,smith,1000,16,2,smith-a,,,,",  # smith's quota until t=1000
             "0,john,400,8,1,john-a,,,,",  # one of john's nodes until t=400
@@ -115,3 +134,21 @@ def test_a_services_minimum_beyond_its_teams_quota_never_runs(tmp_path):
 def test_kind_columns_are_checked(tmp_path, row, msg):
     with pytest.raises(TraceError, match=":2: " + msg.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
         load_trace(write_trace(tmp_path, [row], header=HEADER), load_spec(_spec(tmp_path)))
+
+
+def test_the_cli_reports_the_kinds_of_the_example_trace(tmp_path):
+    # examples/seed/trace-kinds.csv as docs/simulator.md shows it
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "report.json"
+    p = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "simulate", str(root / "examples/seed/spec.yaml"),
+                        str(root / "examples/seed/trace-kinds.csv"), "--jobs", "--no-progress", "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    r = json.loads(out.read_text())
+    svc = r["cluster"]["kinds"]["service"]
+    assert (svc["jobs"], svc["completed"], svc["shrinks"], svc["grows"]) == (2, 1, 1, 1)
+    assert (svc["replica_hours_at_min"], svc["replica_hours_above_min"]) == (2.0, 1.1667)
+    assert set(r["teams"]["john"]["kinds"]) == {"job", "ray"} and set(r["teams"]["smith"]["kinds"]) == {"service"}
+    jobs = {j["name"]: j for j in r["jobs"]}
+    assert (jobs["john-rl"]["start"], jobs["john-rl"]["kind"]) == (3600.0, "ray")
+    assert [n["name"] for n in r["never_ran"]] == ["smith-big"] and r["makespan"] == 7200.0
