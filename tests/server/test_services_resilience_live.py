@@ -37,14 +37,18 @@ def server(tmp_path: Path) -> Iterator[Server]:
 def test_the_minimum_replicas_wait_for_quota_instead_of_borrowing(server: Server, tmp_path: Path):
     script = tmp_path / "serve.py"
     script.write_text(REPLICA)
-    # smith's quota is one node, john's node is idle: a job of two nodes would borrow it, a service's two
-    # minimum replicas do not
-    server.cli("start-service", "--name", "big", "--team", "smith", "--min-replicas", "2", "--", "python",
+    # smith's quota is one node, which its job uses; john's node is idle: a second job would borrow it, a
+    # service's minimum replica does not
+    plain(server, "busy", "smith")
+    server.wait_state("busy", "Running")
+    server.cli("start-service", "--name", "big", "--team", "smith", "--min-replicas", "1", "--", "python",
                str(script), str(tmp_path / "big.log"))
     j = wait_for(lambda: "quota" in (j := server.job("big"))["reason"] and j, 20, "big's reason")
     assert j["state"] == "Pending" and "never on borrowed capacity" in j["reason"], j["reason"]
     server.cli("delete-service", "big")
     server.wait_state("big", "Cancelled")
+    server.cli("cancel-job", "busy")
+    server.wait_state("busy", "Cancelled")
     # within its quota it runs, and its replica above the minimum borrows john's idle node
     server.cli("start-service", "--name", "web", "--team", "smith", "--min-replicas", "1", "--max-replicas", "2",
                "--", "python", str(script), str(tmp_path / "web.log"))

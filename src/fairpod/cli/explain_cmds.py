@@ -83,6 +83,9 @@ def explain_job(a: argparse.Namespace) -> int:
     if r.get("queue_position") is not None:
         print(f"place in team {r['team']}'s queue: {r['queue_position']}"
               + ("" if r.get("team_head") else " (jobs of its team ahead of it are offered first)"))
+    check = r.get("team_check")
+    if check and check["why_not"]:
+        print(f"held back by its team's check: {check['why_not']}")
     if r.get("levels"):
         print()
         print(f"team {r['team']} on {r['instance_type']}, from the top of the tree down:")

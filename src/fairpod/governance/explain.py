@@ -4,6 +4,8 @@
   team itself: weight, quota, in use, borrowed (use beyond quota) and weighted dominant share (rule 5, 2b).
 - ``next_idle``: who gets the next idle capacity of an instance type: every team's first waiting job on it, in the
   order the engine offers them (``scheduler._Cycle.rank``), and the rule that puts the first before the second.
+- ``holds``: whether a waiting job's team may hold it now, and what holds it back (the engine's own check: quota,
+  borrow limit, budget, a service's minimum that never borrows, a protected job).
 - ``compare``: why team X gets more than team Y: both teams' levels, where their paths part, and the rule that
   decides between them there.
 """
@@ -12,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairpod.governance import fairshare, groups, quota, users
-from fairpod.governance.scheduler import offer_rank
+from fairpod.governance import fairshare, groups, users
+from fairpod.governance.scheduler import offer_rank, team_check
 from fairpod.governance.snapshot import Snapshot, Team, Workload
 
 
@@ -88,7 +90,7 @@ def next_idle(snap: Snapshot, itype: str) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for i, (rank, name, w) in enumerate(offers):
         team = snap.teams[name]
-        ok, within, why = quota.team_check(snap, w)
+        ok, within, why = team_check(snap, w)
         out.append({"team": name, "job": w.id, "accelerators": w.total.acc, "within_quota": within,
                     "may_hold": ok, "why_not": why or None,
                     "share_after": [_share_text(s) for s in rank[1]] if isinstance(rank[1], tuple)
@@ -96,6 +98,12 @@ def next_idle(snap: Snapshot, itype: str) -> list[dict[str, Any]]:
                     "rule": "first" if i == 0 else _rule(offers[i - 1][0], rank, snap),
                     "in_use": team.u(itype)[0], "quota": team.q(itype)[0]})
     return out
+
+
+def holds(snap: Snapshot, w: Workload) -> dict[str, Any]:
+    """Whether ``w``'s team may hold it now (``scheduler.team_check``, as the cycle asks), and why not."""
+    ok, within, why = team_check(snap, w)
+    return {"within_quota": within, "may_hold": ok, "quota_bound": w.quota_bound, "why_not": why or None}
 
 
 def compare(snap: Snapshot, a: str, b: str, itype: str) -> dict[str, Any]:

@@ -13,6 +13,9 @@ and by the simulator when it loads a trace (such a job is reported "never runnab
   its limit what the others could lend, and no per-user cap may bar it. On a live cluster quotas change by spec
   and the engine says why a job waits at every cycle (``placement.why_not``), so these are not reasons to refuse
   a submit.
+- **the team's quota** (both): a quota-bound job (``Workload.quota_bound``, a service's minimum replicas) never
+  borrows, so it can never run when its gang is more than its team's whole quota of its instance type
+  (:func:`beyond_quota`). On a live cluster a spec that raises the quota lets it be submitted again.
 
 The engine's own per-cycle checks (``placement.never_fits`` on the healthy nodes now, ``quota.ever_fits_quota``)
 say why a queued job waits; they are the same rules applied to the cluster as it is at that cycle.
@@ -32,6 +35,9 @@ def never_fits(snap: Snapshot, w: Workload, *, fixed: bool = False, declared: in
                quota_types: Set[str] = frozenset()) -> str | None:
     """Why ``w`` can never run on the cluster of ``snap``, or None if it could (see the module doc). ``fixed``:
     ``snap`` is the whole cluster, empty (the simulator); else a live one whose nodes may still join."""
+    over = beyond_quota(snap, w)
+    if over:
+        return f"a service's minimum of {w.n} replicas {over} (its minimum replicas never borrow)"
     if fixed:
         return _never_on_fixed(snap, w)
     nodes = snap.by_type.get(w.itype, [])
@@ -56,4 +62,26 @@ def _never_on_fixed(snap: Snapshot, w: Workload) -> str | None:
     if not pool_ok(snap, w):
         return f"no idle {w.itype} capacity to borrow: the job needs more than its team's quota and what " \
                "the lending teams could ever lend"
+    return None
+
+
+def beyond_quota(snap: Snapshot, w: Workload) -> str | None:
+    """Why the quota-bound ``w`` can never run within its team's whole quota of ``w.itype`` (it never borrows),
+    or None: ``needs 5 nodes of ml.x; team T's quota is 4`` (in accelerators when a replica is not a whole node,
+    in vCPUs or memory when those are what does not fit)."""
+    team = snap.teams.get(w.team)
+    if not w.quota_bound or team is None:
+        return None
+    q, t, r = team.q(w.itype), w.total, w.req
+    nodes = snap.by_type.get(w.itype)
+    cap = nodes[0].cap if nodes else None
+    if t.acc > q.acc:
+        if cap is not None and r == cap and q.acc % cap.acc == 0:
+            return f"needs {w.n} nodes of {w.itype}; team {w.team}'s quota is {q.acc // cap.acc}"
+        return (f"needs {t.acc} {w.itype} accelerators ({w.n} x {r.acc}); team {w.team}'s quota is {q.acc} "
+                "accelerators")
+    if t.mcpu > q.mcpu:
+        return f"needs {t.mcpu / 1000:g} vCPUs of {w.itype}; team {w.team}'s quota is {q.mcpu / 1000:g}"
+    if t.mib > q.mib:
+        return f"needs {t.mib / 1024:g} GiB of {w.itype} memory; team {w.team}'s quota is {q.mib / 1024:g}"
     return None

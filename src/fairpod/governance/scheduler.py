@@ -379,17 +379,7 @@ class _Cycle:
         return got
 
     def _team_check(self, w: Workload) -> tuple[bool, bool, str]:
-        ok, within, why = quota.team_check(self.snap, w, self.lifted)
-        if ok and not within and w.quota_bound:
-            return False, False, (
-                f"waiting for room within team {w.team}'s quota: a service's minimum replicas run only within "
-                "its team's quota, never on borrowed capacity (so a reclaim never takes it below its minimum)")
-        team = self.snap.teams[w.team]
-        if ok and not within and _protected(team, w) and not _harboured(self.snap, team, w):
-            return False, False, (
-                f"waiting for room within team {w.team}'s quota: preempted {w.preemptions} times, the job runs only "
-                "while the team's protected jobs fit within its quota (so it is not reclaimed again)")
-        return ok, within, why
+        return team_check(self.snap, w, self.lifted)
 
     def hold(self, w: Workload) -> None:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
@@ -613,6 +603,22 @@ class _Cycle:
                     failed.setdefault(name, set()).add(w.shape)
                 nxt.append(t)
             active = nxt
+
+
+def team_check(snap: Snapshot, w: Workload, lifted: dict[tuple, bool] | None = None) -> tuple[bool, bool, str]:
+    """``quota.team_check``, except that a quota-bound job (a service's minimum) and a protected job (rule 7) do
+    not borrow: (may hold, within quota, reason if not). The cycle's check, and ``explain``'s."""
+    ok, within, why = quota.team_check(snap, w, lifted)
+    if ok and not within and w.quota_bound:
+        return False, False, (
+            f"waiting for room within team {w.team}'s quota: a service's minimum replicas run only within "
+            "its team's quota, never on borrowed capacity (so a reclaim never takes it below its minimum)")
+    team = snap.teams[w.team]
+    if ok and not within and _protected(team, w) and not _harboured(snap, team, w):
+        return False, False, (
+            f"waiting for room within team {w.team}'s quota: preempted {w.preemptions} times, the job runs only "
+            "while the team's protected jobs fit within its quota (so it is not reclaimed again)")
+    return ok, within, why
 
 
 def offer_rank(snap: Snapshot, team: Team, w: Workload) -> tuple:

@@ -186,6 +186,11 @@ class JobSpec(BaseModel):
     def elastic(self) -> bool:
         return self.max_nodes is not None and self.max_nodes > self.nodes
 
+    @property
+    def kind(self) -> str:
+        """``service``, ``ray`` or ``job`` (``fairpod.governance.kinds``: what each means to the engine)."""
+        return "service" if self.service is not None else "ray" if self.ray else "job"
+
 
 class ResolvedJob(BaseModel):
     """A JobSpec checked against a cluster spec: the instance type, the request per replica, the priority."""

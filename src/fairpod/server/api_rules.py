@@ -26,6 +26,8 @@ JOB_FITS = ("the job fits the cluster spec: its team, priority class, instance t
 JOB_FIELDS = ("rules between fields of the job: min_nodes needs max_nodes, nodes equals min_nodes, min_nodes is "
               "at most max_nodes; command and env are valid UTF-8 without NUL bytes, within the size limits; "
               "env names are variable names")
+SERVICE_QUOTA = ("a service's minimum replicas (nodes) fit its team's own quota of at least one instance type it "
+                 "names: its minimum never borrows, so beyond that it could never run")
 SPEC_RULES = ("the spec holds together: names are unique (instance groups, instance types, topology levels, groups, "
               "teams, priority classes, a team's quota entries); every instance type, group, parent, deep health "
               "check and MIG profile named exists; groups form a tree; a quota or limit gives count or "

@@ -34,6 +34,12 @@ class NeverFits(DomainError):
     title = "job can never run"
 
 
+class BeyondQuota(NeverFits):
+    """A service whose minimum replicas are more than its team's whole quota: it never borrows, so it never runs."""
+
+    title = "service minimum beyond quota"
+
+
 class JobExists(DomainError):
     """A job of that name is already active in the team."""
 
@@ -50,6 +56,7 @@ class WrongState(DomainError):
 # has none of its own (a store error). Most specific first; any other DomainError is a 409 with its own title.
 HTTP_STATUS: dict[type[Exception], tuple[int, str | None]] = {
     InvalidJob: (400, None),
+    BeyondQuota: (422, None),
     NeverFits: (400, None),
     JobExists: (409, None),
     WrongState: (409, None),

@@ -73,6 +73,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             out["levels"] = explain.levels(cp.snap, t, it)
             if job.state == JobState.PENDING and w is not None:
                 out["queue_position"] = t.queue.position(w.id)
+                out["team_check"] = explain.holds(cp.snap, w)
                 offers = explain.next_idle(cp.snap, it)
                 out["next_idle"] = offers
                 head = next((o for o in offers if o["team"] == job.team), None)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server import array_refs
-from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, rules
+from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, SERVICE_QUOTA, rules
 from fairpod.server.auth import Auth, Principal, current_principal, require_team
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
@@ -67,7 +67,7 @@ def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     @api.post("/jobs", status_code=201, tags=["jobs"], response_model=dict[str, Any],
-              openapi_extra=rules({400: [JOB_FITS], 422: [JOB_FIELDS]}))
+              openapi_extra=rules({400: [JOB_FITS], 422: [JOB_FIELDS, SERVICE_QUOTA]}))
     def submit_job(spec: JobSpec, p: Auth,
                    idempotency_key: str | None = Header(default=None, max_length=255, pattern=r"^[\x21-\x7e]+$",
                                                         description="a retry with the same key returns the "
@@ -84,7 +84,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             return as_json(view, 200, {"Idempotent-Replayed": "true"})
         return as_json(view, 201)
 
-    @api.post("/jobs/array", status_code=201, tags=["jobs"], openapi_extra=rules({400: [JOB_FITS, ARRAY], 422: [JOB_FIELDS]}))
+    @api.post("/jobs/array", status_code=201, tags=["jobs"], openapi_extra=rules({400: [JOB_FITS, ARRAY], 422: [JOB_FIELDS, SERVICE_QUOTA]}))
     def submit_job_array(body: ArraySubmit, p: Auth, response: Response,
                          idempotency_key: str | None = Header(default=None, max_length=255,
                                                               pattern=r"^[\x21-\x7e]+$"),

@@ -81,7 +81,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
         "estimated_start": cp.eta.get(job),  # an estimate (fairpod.server.eta); None: unknown or not pending
         "expected_duration_seconds": job.spec.expected_duration_seconds,
         "array": array_view(job),
-        "kind": "service" if job.spec.service is not None else "ray" if job.spec.ray else "job",
+        "kind": job.spec.kind,
     }
     if detail:
         out.update(

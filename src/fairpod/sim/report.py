@@ -18,6 +18,9 @@ Definitions:
   (always 1 for required), with the mean number of domains.
 - ``shrinks``/``grows`` (cluster, teams, engine): elastic jobs' Shrink and Grow decisions, counted apart from
   ``preemptions`` (a shrunk job keeps running); work lost to their restarts from a checkpoint is in ``lost``.
+- ``kinds`` (cluster, teams): per kind of workload in the trace (job, service, ray): jobs, completed, never ran,
+  preemptions, lost accelerator-seconds; for services also shrinks and grows and the replica-hours run at (up
+  to) their minimum and above it (a service loses no work: see ``sim.run``).
 - ``never_ran``: jobs that never started, each with its reason (why it can never run on this cluster, or its
   last Wait reason); ``unfinished``: jobs that started but never completed (empty unless the engine leaves
   a job pending on an empty cluster).
@@ -28,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from fairpod import governance
+from fairpod.governance.kinds import KINDS
 from fairpod.sim.run import SimJob, SimResult
 
 JAIN_DEFINITION = (
@@ -84,6 +88,28 @@ def _team(res: SimResult, name: str, jobs: list[SimJob]) -> dict[str, Any]:
     used = sum(sj.run_seconds * sj.job.accelerators for sj in jobs)
     lost = sum(sj.lost_seconds * sj.job.accelerators for sj in jobs)
     out["goodput"] = _round((used - lost) / used, 5) if used else None
+    out["kinds"] = _kinds(jobs)
+    return out
+
+
+def _kinds(jobs: list[SimJob]) -> dict[str, Any]:
+    """Figures per kind of workload present in ``jobs`` (see the module doc)."""
+    out: dict[str, Any] = {}
+    for kind in KINDS:
+        js = [sj for sj in jobs if sj.job.kind == kind]
+        if not js:
+            continue
+        d: dict[str, Any] = {
+            "jobs": len(js), "completed": sum(1 for sj in js if sj.end is not None),
+            "never_ran": sum(1 for sj in js if sj.first_start is None),
+            "preemptions": sum(sj.preemptions for sj in js),
+            "lost_accelerator_seconds": _round(sum(sj.lost_seconds * sj.job.accelerators for sj in js))}
+        if kind == "service":
+            d["shrinks"] = sum(sj.shrinks for sj in js)
+            d["grows"] = sum(sj.grows for sj in js)
+            d["replica_hours_at_min"] = _round(sum(sj.at_min_seconds for sj in js) / 3600, 4)
+            d["replica_hours_above_min"] = _round(sum(sj.above_min_seconds for sj in js) / 3600, 4)
+        out[kind] = d
     return out
 
 
@@ -134,6 +160,7 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
             "goodput": _round((used_all - lost_all) / used_all, 5) if used_all else None,
             "useful_utilization": _round((used_all - lost_all) / (res.capacity * span)
                                          if res.capacity and span else 0.0, 4),
+            "kinds": _kinds(res.jobs),
         },
         "teams": teams,
         "fairness": {"jain": _round(jain(xs), 4), "definition": JAIN_DEFINITION},
@@ -167,7 +194,10 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
             {"name": sj.job.name, "team": sj.job.team, "accelerators": sj.job.accelerators,
              "nodes": sj.job.nodes, "submit": sj.job.submit, "start": sj.first_start, "end": sj.end,
              "wait": _round(sj.wait), "preemptions": sj.preemptions, "shrinks": sj.shrinks, "grows": sj.grows,
-             "run_seconds": _round(sj.run_seconds), "lost_seconds": _round(sj.lost_seconds)}
+             "run_seconds": _round(sj.run_seconds), "lost_seconds": _round(sj.lost_seconds), "kind": sj.job.kind,
+             **({"min_replicas": sj.job.min_replicas, "max_replicas": sj.job.nodes,
+                 "replica_seconds_at_min": _round(sj.at_min_seconds),
+                 "replica_seconds_above_min": _round(sj.above_min_seconds)} if sj.job.kind == "service" else {})}
             for sj in res.jobs
         ]
     return report

@@ -20,7 +20,18 @@ shrinks, torchrun's elastic agents restart its workers from the last checkpoint 
 restarts all workers on a membership change): the work since the last checkpoint is lost, as in a preemption,
 but the job keeps running. Shrinks and grows are counted apart from preemptions.
 
+A service (``kind`` service in the trace) is a long-lived elastic job whose minimum replicas are quota-bound, as
+the control plane makes it (``governance.kinds``): its minimum starts only within its team's quota, never on
+borrowed capacity; the replicas above it may borrow and are the first to go on reclaim. It is up for its
+``duration`` of running time at any size (its size does not speed it up), and it has no work to lose: a shrink
+drains replicas and a preemption of the whole service stops it until it starts again, so neither counts as lost
+work (its preemptions and shrinks are counted). Its replica-seconds at and above its minimum are summed apart.
+A Ray job (``kind`` ray) is one gang of its ``nodes``, as any job of a fixed size.
+
 The run ends when nothing more can happen: no arrivals left and nothing running.
+
+Longer than fairpod's usual module (~470 lines): a job's events, its accounting per kind (work, lost work, a
+service's replica-seconds) and the engine's view of it change together at each start and stop.
 """
 
 from __future__ import annotations
@@ -46,6 +57,7 @@ from fairpod.governance import (
 )
 from fairpod.governance.budget import next_period
 from fairpod.governance.build import budget_meter, snapshot_from_spec
+from fairpod.governance.kinds import kind_fields
 from fairpod.governance.quota import lending
 from fairpod.model.spec import ClusterSpec
 from fairpod.sim.trace import TraceJob
@@ -76,11 +88,20 @@ class SimJob:
     grows: int = 0
     lost_resize_seconds: float = 0.0  # work lost to restarts from a checkpoint at grows and shrinks
     on: str = ""  # the instance type of its current run
+    # a service: replica-seconds of its runs at (up to) its minimum and above it
+    at_min_seconds: float = 0.0
+    above_min_seconds: float = 0.0
 
     @property
     def rate(self) -> float:
-        """Work per second of its current run: k/nodes for an elastic job on k replicas, else 1."""
+        """Accelerators in use per second of its current run as a share of ``job.accelerators``: k/nodes for an
+        elastic job (or a service) on k replicas, else 1. An elastic job's work goes at this rate too."""
         return len(self.nodes) / self.job.nodes if self.job.min_nodes and self.nodes else 1.0
+
+    @property
+    def progress(self) -> float:
+        """Work per second of its current run: a service is up at any size (1), else ``rate``."""
+        return 1.0 if self.job.kind == "service" else self.rate
 
     @property
     def wait(self) -> float | None:
@@ -114,8 +135,11 @@ class SimResult:
         return max(0.0, self.end - self.start)
 
 
-def _expected(j: TraceJob, left: float) -> float:
-    """What the engine is told a job runs for: an elastic job's time at its minimum size (at most that)."""
+def _expected(j: TraceJob, left: float) -> float | None:
+    """What the engine is told a job runs for: an elastic job's time at its minimum size (at most that); a service
+    declares none (it runs until deleted, as the control plane's services)."""
+    if j.kind == "service":
+        return None
     return left * j.nodes / j.min_nodes if j.min_nodes else left
 
 
@@ -150,12 +174,12 @@ class Simulation:
         self.jobs: list[SimJob] = []
         self.by_id: dict[str, SimJob] = {}
         for j in jobs:
-            w = Workload(j.name, j.team, j.itype, j.min_nodes or j.nodes, j.per_replica, priority=j.priority,
+            w = Workload(j.name, j.team, j.itype, j.min_replicas, j.per_replica, priority=j.priority,
                          submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds),
                          expected=_expected(j, j.duration), user=j.user,  # the trace's duration: as declared
                          topology=j.topology, topology_required=j.topology_required,
-                         min_n=j.min_nodes or 0, max_n=j.nodes if j.min_nodes else 0,
-                         choices=((j.itype, j.per_replica), *j.fallbacks) if j.fallbacks else ())
+                         choices=((j.itype, j.per_replica), *j.fallbacks) if j.fallbacks else (),
+                         **kind_fields(j.kind, j.min_replicas, j.nodes))  # elastic, quota-bound: as the server
             whys = []
             for i in range(len(w.choices) or 1):  # with fallback instance types: runnable on one of them
                 if w.choices:
@@ -203,7 +227,7 @@ class Simulation:
         if sj.first_start is None:
             sj.first_start = t
         sj.version += 1
-        self._push(_r(t + sj.left / sj.rate), sj.job.name, sj.version)
+        self._push(_r(t + sj.left / sj.progress), sj.job.name, sj.version)
         if sj.job.min_runtime > 0:
             self._push(_r(t + sj.job.min_runtime), sj.job.name, -1)
         if sj.job.checkpoint_interval:
@@ -216,6 +240,10 @@ class Simulation:
         run = t - sj.run_start
         rate = sj.rate
         sj.run_seconds += run * rate
+        if sj.job.kind == "service":
+            k, lo = len(sj.nodes), sj.job.min_replicas
+            sj.at_min_seconds += run * min(k, lo)
+            sj.above_min_seconds += run * max(0, k - lo)
         sj.run_start = None
         sj.version += 1
         self.ckpt.pop(sj.job.name, None)
@@ -228,6 +256,10 @@ class Simulation:
             self.done += 1
             sj.left = 0.0
             sj.end = t
+            return
+        if sj.job.kind == "service":  # up for what it ran; nothing lost (see the module doc)
+            sj.left = _r(sj.left - run)
+            sj.preemptions += 1
             return
         iv = sj.job.checkpoint_interval
         saved = math.floor(run / iv + 1e-9) * iv if iv else 0.0

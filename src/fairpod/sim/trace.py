@@ -7,8 +7,11 @@ Two formats, told apart by the header:
   the first that fits, with the same replica count), ``priority`` (a priority class of the spec), ``name``,
   ``checkpoint_interval`` (s), ``min_runtime`` (s), ``required_topology`` or ``preferred_topology`` (a level
   of the spec's ``topology_levels``), ``user`` (who submitted it, for a team's per-user limits) and ``min_nodes``
-  (an elastic job: it runs with min_nodes..nodes replicas; ``duration`` is its run time at ``nodes``). An
-  empty cell means the column's default.
+  (an elastic job: it runs with min_nodes..nodes replicas; ``duration`` is its run time at ``nodes``), ``kind``
+  (``job``, the default; ``service``; ``ray``: see ``fairpod.governance.kinds``), and for a service
+  ``min_replicas`` (default 1) and ``max_replicas`` (default ``min_replicas``): a service's ``accelerators`` are
+  each replica's (one replica per node) and ``duration`` is how long it is up; a Ray job is ``nodes`` Ray nodes,
+  one gang of a fixed size. An empty cell means the column's default.
 - ITP traces (``job_id,submission_time,duration,num_gpu``): one team per file, named after the file stem.
 
 A trace path may be one file or a directory of ``*.csv`` files (each in either format). Problems raise
@@ -22,13 +25,14 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from fairpod.governance.kinds import KINDS
 from fairpod.model.catalog import PARTITIONED, InstanceType
 from fairpod.model.resources import Res, by_ratio, partition_share
 from fairpod.model.spec import ClusterSpec
 
 REQUIRED = ("submit_time", "team", "duration", "accelerators")
 OPTIONAL = ("nodes", "instance_type", "priority", "name", "checkpoint_interval", "min_runtime", "required_topology",
-            "preferred_topology", "user", "min_nodes")
+            "preferred_topology", "user", "min_nodes", "kind", "min_replicas", "max_replicas")
 ITP = ("job_id", "submission_time", "duration", "num_gpu")
 
 
@@ -57,6 +61,14 @@ class TraceJob:
     user: str = ""  # who submitted it (a team's per-user limits)
     min_nodes: int | None = None  # elastic: runs with min_nodes..nodes replicas (None: always ``nodes``)
     fallbacks: tuple[tuple[str, Res], ...] = ()  # instance types it may run on instead, in order, with their request
+    # job, service or ray (``governance.kinds``); a service's ``nodes`` is its max_replicas, ``min_nodes`` its
+    # min_replicas (when below), ``accelerators`` its total at max_replicas and ``duration`` how long it is up
+    kind: str = "job"
+
+    @property
+    def min_replicas(self) -> int:
+        """The gang it starts with: min_nodes of an elastic job, a service's min_replicas, else ``nodes``."""
+        return self.min_nodes or self.nodes
 
 
 def _number(text: str, where: str, col: str, *, integer: bool = False, positive: bool = False) -> float:
@@ -131,14 +143,23 @@ class _Resolver:
             raise TraceError(f"{where}: column instance_type: {cell['instance_type']!r}: name each instance type "
                              "once, comma-separated")
         t = self.itype(names[0], where)
+        kind = self.kind(cell, where)
         acc = int(_number(cell["accelerators"], where, "accelerators", integer=True, positive=True))
-        n_text = cell.get("nodes", "")
-        nodes = int(_number(n_text, where, "nodes", integer=True, positive=True)) if n_text else None
+        if kind == "service":  # each replica's accelerators, on min_replicas..max_replicas nodes
+            lo, nodes = self.replicas(cell, where)
+            if acc > t.accelerators:
+                raise TraceError(f"{where}: column accelerators: a service's accelerators are each replica's (one "
+                                 f"node): {acc}, but a {t.name} node has {t.accelerators}")
+            min_nodes: int | None = lo
+            acc *= nodes
+        else:
+            n_text = cell.get("nodes", "")
+            nodes = int(_number(n_text, where, "nodes", integer=True, positive=True)) if n_text else None
+            mn_text = cell.get("min_nodes", "")
+            min_nodes = int(_number(mn_text, where, "min_nodes", integer=True, positive=True)) if mn_text else None
         nodes, per = self.shape(t, acc, nodes, where)
         fallbacks = tuple((ft.name, self.shape(ft, acc, nodes, where)[1])
                           for ft in (self.itype(x, where) for x in names[1:]))
-        mn_text = cell.get("min_nodes", "")
-        min_nodes = int(_number(mn_text, where, "min_nodes", integer=True, positive=True)) if mn_text else None
         if min_nodes is not None and min_nodes > nodes:
             raise TraceError(f"{where}: column min_nodes: {min_nodes} is more than the job's {nodes} nodes (an "
                              "elastic job runs with min_nodes..nodes replicas)")
@@ -170,7 +191,39 @@ class _Resolver:
             where=where,
             user=cell.get("user", ""),
             min_nodes=min_nodes if min_nodes is not None and min_nodes < nodes else None,
+            kind=kind,
         )
+
+    @staticmethod
+    def kind(cell: dict[str, str], where: str) -> str:
+        """The row's kind; the columns that go with another kind are refused."""
+        kind = cell.get("kind") or "job"
+        if kind not in KINDS:
+            raise TraceError(f"{where}: column kind: {kind!r} is not a kind (kinds: {', '.join(KINDS)})")
+        if kind == "service":
+            for col in ("nodes", "min_nodes"):
+                if cell.get(col):
+                    raise TraceError(f"{where}: column {col}: a service's size is min_replicas..max_replicas "
+                                     f"(its accelerators are each replica's); leave {col} empty")
+        else:
+            for col in ("min_replicas", "max_replicas"):
+                if cell.get(col):
+                    raise TraceError(f"{where}: column {col}: only a service has replicas (kind service); a "
+                                     f"{kind}'s size is nodes")
+        if kind == "ray" and cell.get("min_nodes"):
+            raise TraceError(f"{where}: column min_nodes: a Ray job is one gang of a fixed size (nodes); leave "
+                             "min_nodes empty")
+        return kind
+
+    @staticmethod
+    def replicas(cell: dict[str, str], where: str) -> tuple[int, int]:
+        """A service's (min_replicas, max_replicas)."""
+        lo_text, hi_text = cell.get("min_replicas", ""), cell.get("max_replicas", "")
+        lo = int(_number(lo_text, where, "min_replicas", integer=True, positive=True)) if lo_text else 1
+        hi = int(_number(hi_text, where, "max_replicas", integer=True, positive=True)) if hi_text else lo
+        if hi < lo:
+            raise TraceError(f"{where}: column max_replicas: {hi} is less than min_replicas {lo}")
+        return lo, hi
 
 
 def _read_file(path: Path, res: _Resolver, out: list[TraceJob]) -> None:

@@ -33,9 +33,9 @@ class Memory:
             passed_only=job.spec.deep_health_check_passed_nodes_only, user=job.spec.user or "",
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
             topology=job.spec.required_topology or job.spec.preferred_topology,
-            topology_required=job.spec.required_topology is not None, **resize.workload_fields(job),
+            topology_required=job.spec.required_topology is not None,
+            **resize.workload_fields(job),  # kind and size (governance.kinds: a service's minimum is quota-bound)
             choices=fallback_choices(job.spec, spec),
-            quota_bound=job.spec.service is not None,  # a service's minimum replicas: within quota only
         )  # fmt: skip
 
 

@@ -25,6 +25,7 @@ from typing import Any
 from fairpod.executors.base import Executor, ExecutorError, ReplicaExit, Resizing, capability
 from fairpod.governance import Grow, Shrink
 from fairpod.governance import elastic as rules
+from fairpod.governance.kinds import kind_fields
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.control import serving
 from fairpod.server.errors import InvalidJob
@@ -42,11 +43,11 @@ def check(executor: Executor, spec: JobSpec) -> None:
 
 
 def workload_fields(job: Job) -> dict[str, Any]:
-    """The engine's elastic fields of a job (none for a job of a fixed size)."""
-    if not job.spec.elastic:
-        return {}
-    shrunk = (job.run_state or {}).get("shrunk_at") if job.state == JobState.RUNNING else None
-    return {"min_n": job.spec.nodes, "max_n": job.spec.max_nodes, "resized": shrunk}
+    """The engine's fields of a job's kind and size (``governance.kinds``) and, elastic, when it last shrank."""
+    out = kind_fields(job.spec.kind, job.spec.nodes, job.spec.max_nodes)
+    if out["max_n"]:
+        out["resized"] = (job.run_state or {}).get("shrunk_at") if job.state == JobState.RUNNING else None
+    return out
 
 
 def env(job: Job, count: int | None = None) -> dict[str, str]:

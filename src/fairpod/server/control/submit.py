@@ -4,11 +4,12 @@ together are written in one transaction (group commit, :mod:`fairpod.server.subm
 from __future__ import annotations
 
 from fairpod.governance import Workload, feasible
+from fairpod.governance.kinds import kind_fields
 from fairpod.model.jobs import JobSpec, ResolvedJob, resolve_job
 from fairpod.model.resources import Res
 from fairpod.server import arrays
 from fairpod.server.control import resize, serving
-from fairpod.server.errors import InvalidJob, JobExists, NeverFits
+from fairpod.server.errors import BeyondQuota, InvalidJob, JobExists, NeverFits
 from fairpod.server.submits import Submit
 from fairpod.store import AlreadyExists
 from fairpod.store.records import Job
@@ -109,6 +110,14 @@ class Submitting:
                   *(self._never_fits(resolved.model_copy(update={"instance_type": it, "per_replica": per}), spec)
                     for it, per in resolved.fallbacks)]
         if all(nevers):
+            overs = [self._beyond_quota(resolved, spec),
+                     *(self._beyond_quota(resolved.model_copy(update={"instance_type": it, "per_replica": per}), spec)
+                       for it, per in resolved.fallbacks)]
+            if any(overs):  # a service's minimum that no type's quota can ever hold: 422, in the field's words
+                raise BeyondQuota("; ".join(f"min_nodes {spec.nodes} {o}" if o else n
+                                            for o, n in zip(overs, nevers, strict=True) if o or n)
+                                  + "; a service's minimum replicas run only within its team's quota, never on "
+                                  "borrowed capacity, so it could never run")
             raise NeverFits("; ".join(n for n in nevers if n))
         return resolved
 
@@ -136,10 +145,20 @@ class Submitting:
         self.wake.set()
         return tasks
 
+    def _workload(self, resolved: ResolvedJob, spec: JobSpec) -> Workload:
+        """The engine's view of a job being submitted (its minimum gang, on one of its types)."""
+        f = kind_fields(spec.kind, spec.nodes, spec.max_nodes)
+        return Workload("", spec.team, resolved.instance_type, spec.nodes, Res(*resolved.per_replica),
+                        quota_bound=f["quota_bound"])
+
+    def _beyond_quota(self, resolved: ResolvedJob, spec: JobSpec) -> str | None:
+        """:func:`fairpod.governance.feasible.beyond_quota`: a service's minimum beyond its team's whole quota."""
+        return feasible.beyond_quota(self.snap, self._workload(resolved, spec))
+
     def _never_fits(self, resolved: ResolvedJob, spec: JobSpec) -> str | None:
         """:func:`fairpod.governance.feasible.never_fits` on the live cluster (nodes may still join)."""
         itype = resolved.instance_type
-        w = Workload("", spec.team, itype, spec.nodes, Res(*resolved.per_replica))
+        w = self._workload(resolved, spec)
         quota_types = set() if self.snap.by_type.get(itype) else {
             q for t in self.spec.teams for q in self.spec.team_quota(t)}
         declared = sum(g.count for g in self.spec.cluster.instance_groups if g.node_type == itype)
