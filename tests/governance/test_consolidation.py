@@ -97,19 +97,16 @@ def test_also_borrowing_moves_for_a_job_that_borrows():
 
 
 def test_nothing_moves_when_the_moved_jobs_could_not_restart_elsewhere():
-    # c's jobs take 3 of n0 and n1 each (c's quota 8 here): 4 accelerators are free in all, J needs 8 - no move
-    # could make room for J and for the moved jobs both
-    snap = make(4, [{"name": "a", "quota": 8}, {"name": "b", "quota": 0}, {"name": "c", "quota": 8}],
+    # b1 takes a whole node (4, borrowed) and n3 is empty: moving b1 would give J two whole nodes, but b1 itself
+    # would then find no node with 4 free (2 beside each of c's jobs): that is no move, so nothing moves
+    snap = make(4, [{"name": "a", "quota": 8}, {"name": "b", "quota": 4}, {"name": "c", "quota": 4}],
                 consolidation="WithinQuota")
     names = sorted(snap.nodes)
-    for jid, node in (("c1", names[0]), ("c2", names[1])):
-        w = Workload(jid, "c", T, 1, per(3), submit=0.0)
-        snap.assign(w, [node])
-        w.started = 0.0
-    for jid, node in (("b1", names[2]), ("b2", names[3])):
-        w = Workload(jid, "b", T, 1, per(2), submit=0.0)
-        snap.assign(w, [node])
-        w.started, w.checkpoint, w.borrowed_from = 0.0, 999.0, {"a": 2}
+    _run(snap, "c1", "c", names[0], borrowed=False)
+    _run(snap, "c2", "c", names[1], borrowed=False)
+    b1 = Workload("b1", "b", T, 1, per(4), submit=0.0)
+    snap.assign(b1, [names[2]])
+    b1.started, b1.checkpoint, b1.borrowed_from = 0.0, 999.0, {"a": 4}
     snap.add_pending(Workload("J", "a", T, 2, per(4), submit=0.0))
     ds = cycle(snap, NOW)
-    assert [d for d in ds if isinstance(d, Preempt) and d.kind == "move"] == []
+    assert preempted(ds) == [] and "J" in snap.pending and "b1" in snap.running
