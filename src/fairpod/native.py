@@ -37,7 +37,8 @@ from pathlib import Path
 # pydantic model or run rarely) and the simulator's event loop
 MODULES = {
     "governance": ("snapshot", "scheduler", "preemption", "quota", "fairshare", "ordering", "placement", "lending",
-                   "topology", "users", "budget", "elastic", "history", "decisions", "groups"),
+                   "topology", "users", "budget", "elastic", "history", "decisions", "groups",
+                   "consolidation"),
     "sim": ("run",),
 }
 MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproject.toml's dependencies)

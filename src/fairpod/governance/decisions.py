@@ -27,7 +27,7 @@ class Preempt:
 
     job: str
     by: str
-    kind: str  # "reclaim" | "priority" | "fair-share"
+    kind: str  # "reclaim" | "priority" | "fair-share" | "move" (``consolidation``)
     reason: str
 
 

@@ -37,6 +37,7 @@ import math
 from collections.abc import Iterable, Set
 
 from fairpod.governance import budget, elastic, fairshare, groups, history, preemption, quota, topology, users
+from fairpod.governance.consolidation import OFF, consolidate, moved_reason
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.ordering import PROTECTED_AFTER
 from fairpod.governance.placement import never_fits, place, why_not
@@ -169,6 +170,8 @@ class _Cycle:
                 why = f"reclaimed by team {w.team} for job {w.id}"
             elif kind == "priority":
                 why = f"preempted by higher-priority job {w.id} of team {w.team}"
+            elif kind == "move":
+                why = moved_reason(w)
             else:
                 why = f"preempted for fair share: team {w.team} (job {w.id}) has the lower share of idle capacity"
             p = Preempt(v.id, w.id, kind, why)
@@ -560,6 +563,8 @@ class _Cycle:
         teams = [t for t in snap.teams.values() if t.queue]
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
+        if snap.consolidation != OFF:  # rule 12: move borrowed jobs to free whole nodes for a waiting one
+            consolidate(self, failed, snap.consolidation)
         elastic.grow(self)
         for v, pre in self.victims:
             again = v.id in self.started  # admitted and taken back in this cycle: it never ran, its wait goes on

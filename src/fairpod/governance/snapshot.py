@@ -310,7 +310,11 @@ class Snapshot:
         fallback_borrows: bool = True,
         checkpoint_wait: float = 0.0,
         preempt_min_wait: float = 0.0,
+        consolidation: str = "Off",
     ) -> None:
+        # rule 12 (``governance.consolidation``): move borrowed jobs to free whole nodes for a waiting multi-node
+        # job: "Off", "WithinQuota" (for a job within its team's quota) or "AlsoBorrowing" (for one that borrows too)
+        self.consolidation = consolidation
         # preemption that costs least (``governance.preemption.plan``): a victim whose next checkpoint is due within
         # ``checkpoint_wait`` seconds is not taken before it; a pending job triggers preemption only once it has
         # waited ``preempt_min_wait`` seconds (0: both off)

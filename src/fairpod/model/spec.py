@@ -253,6 +253,11 @@ class Policy(_Strict):
     # by borrowing counts (Kueue's whenCanBorrow: Borrow); TryNextInstanceType: a later type that fits within the
     # team's quota goes first, the first that borrows only if none does (Kueue's TryNextFlavor).
     fallback_when_can_borrow: Literal["Borrow", "TryNextInstanceType"] = "Borrow"
+    # Consolidation (fairpod.governance.consolidation): move running borrowed jobs (checkpoint, requeue, restart on
+    # another node) to free whole nodes for a waiting multi-node job whose type has enough free accelerators spread
+    # over nodes, when the moved jobs lose less work than the waiting job gains. Off; WithinQuota: for a job within
+    # its team's quota; AlsoBorrowing: for a job that borrows too.
+    consolidation: Literal["Off", "WithinQuota", "AlsoBorrowing"] = "Off"
 
 
 class QuotaEntry(_Strict):

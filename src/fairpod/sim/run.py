@@ -62,6 +62,10 @@ from fairpod.governance.quota import lending
 from fairpod.model.spec import ClusterSpec
 from fairpod.sim.trace import TraceJob
 
+# a job moved to free whole nodes (``governance.consolidation``) is looked at again this long after, about when the
+# live control plane could start it again (its loop cycles every quarter second; the moved replicas stop first)
+MOVE_RESTART_SECONDS = 1.0
+
 
 def _r(t: float) -> float:
     return round(t, 6)
@@ -368,6 +372,8 @@ class Simulation:
                     self._stop(sj, t, preempted=True)
                     if snap.preempt_min_wait > 0:  # requeued: it may trigger preemption again from then on
                         self._push(_r(t + snap.preempt_min_wait), sj.job.name, -1)
+                    if d.kind == "move":  # moved (rule 12): looked at again in the next cycle
+                        self._push(_r(t + MOVE_RESTART_SECONDS), sj.job.name, -1)
                 elif isinstance(d, Grow | Shrink):
                     self._resize(sj, t, d.nodes, isinstance(d, Grow))
                 elif isinstance(d, Wait):

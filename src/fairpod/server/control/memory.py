@@ -32,6 +32,7 @@ class Memory:
             min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
             passed_only=job.spec.deep_health_check_passed_nodes_only, user=job.spec.user or "",
             checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
+            borrowed_from=dict(job.borrowed_from or {}),  # admitted by borrowing: consolidation may move it
             topology=job.spec.required_topology or job.spec.preferred_topology,
             topology_required=job.spec.required_topology is not None,
             **resize.workload_fields(job),  # kind and size (governance.kinds: a service's minimum is quota-bound)
