@@ -40,9 +40,20 @@ STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL for the Ray processes once t
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return _free_ports(1)[0]
+
+
+def _free_ports(n: int) -> list[int]:
+    """``n`` different ports free on every address of this machine (Ray binds some of its ports on all of them):
+    held open together while they are chosen, so that no two are the same."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def _say(msg: str) -> None:
@@ -60,10 +71,16 @@ def _sizes(env: dict[str, str]) -> list[str]:
     return out
 
 
-def _ports() -> list[str]:
-    return ["--node-manager-port", str(_free_port()), "--object-manager-port", str(_free_port()),
-            "--dashboard-agent-listen-port", str(_free_port()), "--dashboard-agent-grpc-port", str(_free_port()),
-            "--runtime-env-agent-port", str(_free_port()), "--metrics-export-port", str(_free_port())]
+PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
+              "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port", "--dashboard-port")
+
+
+def _ports(head: bool) -> tuple[list[str], str]:
+    """``ray start``'s port flags (the dashboard's on the head only) and the autoscaler's metrics port: all
+    different, chosen again for each try of ``ray start`` (a port taken meanwhile fails one try, not all)."""
+    flags = PORT_FLAGS if head else PORT_FLAGS[:-1]
+    *ports, metrics = _free_ports(len(flags) + 1)
+    return [a for flag, port in zip(flags, ports, strict=True) for a in (flag, str(port))], str(metrics)
 
 
 def _reachable(host: str, port: int) -> bool:
@@ -91,10 +108,9 @@ class Cluster:
         # this node's address: the Ray executor's node agents say it (FAIRPOD_NODE_ADDRESS); on the local executor
         # every replica runs on this machine, at the head's loopback address
         me = self.env.get("FAIRPOD_NODE_ADDRESS") or (self.host if self.host.startswith("127.") else "")
-        args = ["start", "--temp-dir", self.tmp, "--disable-usage-stats", *_sizes(self.env), *_ports()]
+        args = ["start", "--temp-dir", self.tmp, "--disable-usage-stats", *_sizes(self.env)]
         if self.rank == 0:
-            args += ["--head", "--port", str(self.port), "--include-dashboard", "false",
-                     "--dashboard-port", str(_free_port())]
+            args += ["--head", "--port", str(self.port), "--include-dashboard", "false"]
         else:
             deadline = time.monotonic() + JOIN_TIMEOUT
             while not _reachable(self.host, self.port):
@@ -105,18 +121,19 @@ class Cluster:
         if me:
             args += ["--node-ip-address", me]
         env = {k: v for k, v in self.env.items() if k != "RAY_ADDRESS"}
-        env.update(RAY_USAGE_STATS_ENABLED="0", AUTOSCALER_METRIC_PORT=str(_free_port()))
+        env.update(RAY_USAGE_STATS_ENABLED="0")
         env.setdefault("RAY_AUTH_MODE", "disabled")  # a token file another Ray left in ~/.ray would switch it on
         for tries in range(STARTS, 0, -1):  # a loaded machine may miss Ray's own 30 s start-up limit
-            proc = subprocess.Popen([sys.executable, "-m", "fairpod.executors.raycluster", "ray", *args], env=env,
-                                    start_new_session=True, stdout=sys.stderr, stderr=sys.stderr)
+            ports, env["AUTOSCALER_METRIC_PORT"] = _ports(self.rank == 0)
+            proc = subprocess.Popen([sys.executable, "-m", "fairpod.executors.raycluster", "ray", *args, *ports],
+                                    env=env, start_new_session=True, stdout=sys.stderr, stderr=sys.stderr)
             self.pgid = proc.pid
             if proc.wait() == 0:
                 break
             self.stop(keep_dir=tries > 1)
             if tries == 1 or self.stopping:
                 raise SystemExit(f"fairpod ray: ray start failed (exit {proc.returncode}) on rank {self.rank}")
-            _say(f"rank {self.rank}: ray start failed (exit {proc.returncode}); once more")
+            _say(f"rank {self.rank}: ray start failed (exit {proc.returncode}); once more, on other ports")
         _say(f"rank {self.rank}: Ray node up ({'head' if self.rank == 0 else 'worker'}, "
              f"{' '.join(_sizes(self.env)[:4])})")
 
