@@ -49,7 +49,7 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
         ua = snap.unallocated(w.itype)[0]
         if ua > 0:
             idle.append((-(10**12), "(unallocated)", ua))
-    for t in snap.teams.values():
+    for t in snap.lenders_of.get(w.itype, ()):  # a team without quota on the type lends none of it
         if t.name != w.team:
             left = t.lendable_now(w.itype)[0]
             if left > 0:
@@ -378,18 +378,49 @@ class _Cycle:
             got = self.checked[key] = self._team_check(w)
         return got
 
+    def quota_stamp(self, team: Team, w: Workload) -> tuple | None:
+        """What ``quota.team_check`` reads when it fails on the team's own quota or borrow limit: the team's
+        usage (its version) and limits, and the job's size; None where a failure may also depend on budgets (the
+        clock), on other teams' queues (``borrow_limit_while_others_wait``) or on the groups above the team."""
+        if team.budget or team.path or self.snap.borrow_limit_while_others_wait:
+            return None
+        it = w.itype
+        return (team.version, it, w.total, team.q(it), team.borrows, team.lends, team.borrow_limit,
+                team.borrow_abs.get(it))
+
     def _team_check(self, w: Workload) -> tuple[bool, bool, str]:
+        team = self.snap.teams[w.team]
+        stamp = self.quota_stamp(team, w)
+        if stamp is not None:
+            got = self.snap.quota_blocked.get(w.id)
+            if got is not None and got[0] == stamp:
+                return got[1]  # failed on the team's quota before, and nothing it read has changed since
         ok, within, why = quota.team_check(self.snap, w, self.lifted)
+        if not ok and stamp is not None:
+            self.snap.quota_blocked[w.id] = (stamp, (ok, within, why))
         if ok and not within and w.quota_bound:
             return False, False, (
                 f"waiting for room within team {w.team}'s quota: a service's minimum replicas run only within "
                 "its team's quota, never on borrowed capacity (so a reclaim never takes it below its minimum)")
-        team = self.snap.teams[w.team]
         if ok and not within and _protected(team, w) and not _harboured(self.snap, team, w):
             return False, False, (
                 f"waiting for room within team {w.team}'s quota: preempted {w.preemptions} times, the job runs only "
                 "while the team's protected jobs fit within its quota (so it is not reclaimed again)")
         return ok, within, why
+
+    def known_to_fail(self, w: Workload) -> bool:
+        """Would ``try_start(w)`` fail now on its team's quota or borrow limit, and leave everything as it is (no
+        decision: ``w`` already waits with that reason)? Exact, not a guess: the same checks as ``try_one``'s way
+        to that failure, with the team check remembered across cycles (``quota_stamp``). Where a failed team
+        check could still end in a preemption plan (own lower-priority jobs, elastic jobs) or the job has
+        fallback types or a per-user cap, this says False and ``try_start`` runs."""
+        snap = self.snap
+        team = snap.teams[w.team]
+        if (len(w.choices) > 1 or team.user_cap is not None or snap.elastic
+                or (team.preempt_lower and snap.task_ranking) or not self.team_may_start(w)):
+            return False
+        ok, _, why = self.team_check(w)
+        return not ok and w.reason == (self.never_fits(w) or why)
 
     def hold(self, w: Workload) -> None:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
@@ -555,7 +586,7 @@ class _Cycle:
         history.advance(snap)
         guard = snap.starvation_guard
         starving = []
-        for team in snap.teams.values():
+        for team in list(snap.waiting.values()):
             if team.queue:
                 h = self.first_runnable(team)
                 if h is not None and snap.now - (h.enqueued if h.enqueued is not None else h.submit) >= guard:
@@ -563,11 +594,11 @@ class _Cycle:
         starving.sort(key=lambda w: (w.enqueued, w.seq))
         failed: dict[str, set] = {}
         for w in starving:
-            if not self.try_start(w):
+            if self.known_to_fail(w) or not self.try_start(w):
                 self.strict[w.team] = w
                 failed[w.team] = {w.shape}
                 self.hold(w)
-        teams = [t for t in snap.teams.values() if t.queue]
+        teams = [t for t in snap.waiting.values() if t.queue]
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
         elastic.grow(self)
@@ -609,7 +640,7 @@ class _Cycle:
             offers.sort(key=lambda o: (o[0], o[1]))
             nxt = []
             for _, name, t, w in offers:
-                if not self.try_start(w):
+                if self.known_to_fail(w) or not self.try_start(w):
                     failed.setdefault(name, set()).add(w.shape)
                 nxt.append(t)
             active = nxt

@@ -348,6 +348,11 @@ class Snapshot:
         self.running: dict[str, Workload] = {}
         self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
         self.pending: dict[str, Workload] = {}
+        self.waiting: dict[str, Team] = {}  # the teams with jobs queued (``scheduler.run`` looks at these only)
+        self.lenders_of: dict[str, list[Team]] = {}  # per instance type: the teams with quota on it, in team order
+        # team checks that failed on the team's own quota or borrow limit, by job: (what the check read, its
+        # result); ``scheduler`` reuses one across cycles while the team's usage and limits stay as they were
+        self.quota_blocked: dict[str, tuple[tuple, tuple[bool, bool, str]]] = {}
         self.elastic: dict[str, Workload] = {}  # running elastic jobs (``governance.elastic``)
         self.elastic_holdoff = 60.0  # seconds after a shrink in which an elastic job does not grow again
         self._seq = 0
@@ -418,6 +423,10 @@ class Snapshot:
         if team.name in self.teams:
             raise ValueError(f"team {team.name!r} already exists")
         self.teams[team.name] = team
+        if team.queue:
+            self.waiting[team.name] = team
+        for itype in team.quota:
+            self.lenders_of.setdefault(itype, []).append(team)
         if team.path:
             self.groups[team.path[0]].teams.append(team.name)
         for itype, q in team.quota.items():
@@ -537,12 +546,18 @@ class Snapshot:
         if w.preemptions >= PROTECTED_AFTER and PROTECTED not in w.shape:
             w.shape = (*w.shape, PROTECTED)
         self.pending[w.id] = w
-        self.teams[w.team].queue.push(w, self.queue_key(w))
+        team = self.teams[w.team]
+        team.queue.push(w, self.queue_key(w))
+        self.waiting[team.name] = team
 
     def remove_pending(self, wid: str) -> Workload | None:
         w = self.pending.pop(wid, None)
         if w is not None:
-            self.teams[w.team].queue.discard(wid)
+            team = self.teams[w.team]
+            team.queue.discard(wid)
+            if not team.queue:
+                self.waiting.pop(team.name, None)
+            self.quota_blocked.pop(wid, None)
         return w
 
     def assign(self, w: Workload, nodes: list[str]) -> None:
@@ -600,6 +615,9 @@ class Snapshot:
         self.pending.pop(w.id, None)
         team = self.teams[w.team]
         team.queue.pop(w)
+        if not team.queue:
+            self.waiting.pop(team.name, None)
+        self.quota_blocked.pop(w.id, None)
         self.assign(w, nodes)
         w.started = now
         if team.round_robin:
@@ -627,7 +645,9 @@ class Snapshot:
         if w.preemptions >= PROTECTED_AFTER and PROTECTED not in w.shape:
             w.shape = (*w.shape, PROTECTED)  # protected from now on: queued apart from its unprotected kind
         self.pending[w.id] = w
-        self.teams[w.team].queue.push(w, self.queue_key(w))
+        team = self.teams[w.team]
+        team.queue.push(w, self.queue_key(w))
+        self.waiting[team.name] = team
 
     # -- views ---------------------------------------------------------------------------------
     def unallocated(self, itype: str) -> Vec:
