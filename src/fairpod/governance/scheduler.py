@@ -146,6 +146,7 @@ class _Cycle:
         self.checked: dict[tuple, tuple[bool, bool, str]] = {}
         self.lifted: dict[tuple, bool] = {}
         self.ranks: dict[tuple, tuple] = {}  # rank of an offer, by job and its team's usage version
+        self.lends: dict[str, list[int]] = {}  # ``lendable`` per instance type
         self.held_version = 0  # counts the calls of ``hold`` (the held nodes and their times change only there)
         self.held_views: dict[tuple, dict[str, str]] = {}  # ``reserved_for``, by what it depends on
         self.collect: list[str] | None = None  # while trying fallback instance types: the reasons of each
@@ -415,12 +416,15 @@ class _Cycle:
         check could still end in a preemption plan (own lower-priority jobs, elastic jobs) or the job has
         fallback types or a per-user cap, this says False and ``try_start`` runs."""
         snap = self.snap
+        got = snap.quota_blocked.get(w.id)
+        if got is None:
+            return False
         team = snap.teams[w.team]
         if (len(w.choices) > 1 or team.user_cap is not None or snap.elastic
-                or (team.preempt_lower and snap.task_ranking) or not self.team_may_start(w)):
+                or (team.preempt_lower and snap.task_ranking) or got[0] != self.quota_stamp(team, w)
+                or not self.team_may_start(w)):
             return False
-        ok, _, why = self.team_check(w)
-        return not ok and w.reason == (self.never_fits(w) or why)
+        return w.reason == (self.never_fits(w) or got[1][2])
 
     def hold(self, w: Workload) -> None:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
@@ -549,6 +553,13 @@ class _Cycle:
                 return h
             skip.add(h.shape)
 
+    def lendable(self, itype: str) -> list[int]:
+        """``snap.lendable``, once per instance type and cycle (quotas and nodes do not change within one)."""
+        got = self.lends.get(itype)
+        if got is None:
+            got = self.lends[itype] = self.snap.lendable(itype)
+        return got
+
     def rank(self, team: Team, w: Workload) -> tuple:
         """The order key of ``w`` among the teams' offers; once per job and usage of its team in the cycle (the
         rounds offer the same heads again and again)."""
@@ -565,7 +576,7 @@ class _Cycle:
             second = 0.0
         elif snap.fair_share:
             # after admission (weight decides at once); under FairShareHistory with the team's past borrowing
-            second = fairshare.share(snap, team, w.itype, w.total, with_history=True)
+            second = fairshare.share(snap, team, w.itype, w.total, with_history=True, lend=self.lendable(w.itype))
         else:
             second = 0.0
         prio = -budget.priority(team, w) if snap.task_ranking else 0  # past 80 % of a budget: the lowest
