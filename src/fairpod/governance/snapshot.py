@@ -217,11 +217,14 @@ class PendingQueue:
     A job's key never changes, so a preempted job re-enters at its original place.
     """
 
-    __slots__ = ("heaps", "live")
+    __slots__ = ("heaps", "live", "tops")
 
     def __init__(self) -> None:
         self.heaps: dict[tuple, list[tuple[tuple, str]]] = {}
         self.live: dict[str, Workload] = {}
+        # the first job of each shape in queue order, (key, job id, shape); None once the queue changed: a cycle
+        # asks for the head of each team's queue round after round, and most queues change far less often
+        self.tops: list[tuple[tuple, str, tuple]] | None = None
 
     def __len__(self) -> int:
         return len(self.live)
@@ -230,10 +233,12 @@ class PendingQueue:
         return {w.user for w in self.live.values()}
 
     def push(self, w: Workload, key: tuple) -> None:
+        self.tops = None
         self.live[w.id] = w
         heapq.heappush(self.heaps.setdefault(w.shape, []), (key, w.id))
 
     def discard(self, wid: str) -> Workload | None:
+        self.tops = None
         return self.live.pop(wid, None)  # its heap entry is dropped lazily
 
     def _top(self, shape: tuple) -> tuple[tuple, str] | None:
@@ -248,6 +253,15 @@ class PendingQueue:
     def head(self, skip: set | None = None, user_rank: Callable[[str], tuple] | None = None) -> Workload | None:
         """The first job in queue order whose shape is not in ``skip``; with ``user_rank`` (round-robin across
         users, ``governance.users``), the job of the user with the lowest rank first, then by queue order."""
+        if user_rank is None:
+            tops = self.tops
+            if tops is None:
+                tops = self.tops = sorted((*top, shape) for shape in list(self.heaps)
+                                          for top in (self._top(shape),) if top is not None)
+            for _, wid, shape in tops:
+                if not skip or shape not in skip:
+                    return self.live[wid]
+            return None
         best: tuple[Any, ...] | None = None
         for shape in list(self.heaps):
             if skip and shape in skip:
@@ -268,6 +282,7 @@ class PendingQueue:
                 yield self.live[top[1]]
 
     def pop(self, w: Workload) -> None:
+        self.tops = None
         self.live.pop(w.id, None)
         if w.shape in self.heaps:  # (a job starting on a fallback instance type is queued under its first)
             self._top(w.shape)  # drop it from its heap if on top
