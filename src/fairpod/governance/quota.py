@@ -179,9 +179,15 @@ def lending(snap: Snapshot, itype: str, names: Collection[str] | None = None) ->
             idle["(unallocated)"] = ua
     teams = snap.teams if names is None else {n: snap.teams[n] for n in names}
     for t in teams.values():
-        left = t.lendable_now(itype)[0]
-        if left > 0:
-            idle[t.name] = left
+        # ``t.lendable_now(itype)[0]``, on accelerators alone
+        u = t.u(itype)
+        if t.lends:
+            left = t.q(itype)[0] - u[0]
+            limit = t.lend_limit.get(itype)
+            if limit is not None and limit[0] < left:
+                left = limit[0]
+            if left > 0:
+                idle[t.name] = left
     out: dict[str, dict[str, int]] = {}
     if not snap.groups:
         return _lending_flat(snap, itype, teams, idle, out)

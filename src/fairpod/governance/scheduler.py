@@ -136,7 +136,11 @@ class _Cycle:
         self.holders: set[str] = set()
         self.held_for_borrower: dict[str, str] = {}  # nodes held for a starving job that must borrow
         self.victims: list[tuple[Workload, Preempt]] = []
-        self.never: dict[tuple, str | None] = {}
+        # never-fits verdicts by job shape: they read the nodes alone, so they hold across cycles until the nodes change
+        if snap.never_at != snap.nodes_version or len(snap.never_fit) > 4096:
+            snap.never_fit = {}
+            snap.never_at = snap.nodes_version
+        self.never = snap.never_fit
         self.until: dict[str, float] = {}  # starving job -> when it is expected to start on its held nodes
         self.borrow_until: float | None = None  # earliest such time of a starving job that must borrow
         self.strict: dict[str, Workload] = {}  # team -> its starving job that could not start
@@ -535,7 +539,7 @@ class _Cycle:
         return math.inf
 
     def never_fits(self, w: Workload) -> str | None:
-        """``placement.never_fits``, once per job shape and cycle (the nodes do not change within one)."""
+        """``placement.never_fits``, once per job shape while the nodes stay as they are (``Snapshot.nodes_version``)."""
         if w.shape not in self.never:
             self.never[w.shape] = never_fits(self.snap, w)
         return self.never[w.shape]

@@ -368,6 +368,11 @@ class Snapshot:
         # team checks that failed on the team's own quota or borrow limit, by job: (what the check read, its
         # result); ``scheduler`` reuses one across cycles while the team's usage and limits stay as they were
         self.quota_blocked: dict[str, tuple[tuple, tuple[bool, bool, str]]] = {}
+        # counts changes of the nodes alone (added, removed, schedulable, health, topology): what
+        # ``placement.never_fits`` reads; ``scheduler`` keeps its verdicts per job shape while it stays
+        self.nodes_version = 0
+        self.never_fit: dict[tuple, str | None] = {}
+        self.never_at = 0
         self.elastic: dict[str, Workload] = {}  # running elastic jobs (``governance.elastic``)
         self.elastic_holdoff = 60.0  # seconds after a shrink in which an elastic job does not grow again
         self._seq = 0
@@ -390,6 +395,7 @@ class Snapshot:
             raise ValueError(f"node {name!r} already exists")
         n = Node(name, itype, cap, list(cap), schedulable, passed, topo=domain_ids(name, topology, len(self.levels)))
         self.version += 1
+        self.nodes_version += 1
         self.nodes[name] = n
         self.by_type.setdefault(itype, []).append(n)
         self.index(n)
@@ -404,6 +410,7 @@ class Snapshot:
         n = self.nodes[name]
         if n.schedulable != schedulable:
             self.version += 1
+            self.nodes_version += 1
             n.schedulable = schedulable
             if schedulable:
                 self.unschedulable.discard(name)
@@ -418,6 +425,7 @@ class Snapshot:
             raise ValueError(f"node {name!r} still runs {sorted(n.jobs)}")
         self.set_schedulable(name, False)
         self.version += 1
+        self.nodes_version += 1
         del self.nodes[name]
         self.unschedulable.discard(name)
         self._unbucket(n)
@@ -430,6 +438,7 @@ class Snapshot:
         topo = n.topo if topology is None else domain_ids(name, topology, len(self.levels))
         if n.health_passed != passed or n.topo != topo:
             self.version += 1
+            self.nodes_version += 1
             n.health_passed = passed
             n.topo = topo
             self.index(n)
