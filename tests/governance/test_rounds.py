@@ -65,3 +65,25 @@ def test_a_job_over_its_teams_borrow_limit_starts_once_its_team_uses_less():
     snap.finish("a1")
     assert usage(snap, "a") == 4
     assert [d.job for d in cycle(snap, 6) if isinstance(d, Admit)] == ["a3"]
+
+
+def test_a_job_left_unranked_as_known_to_fail_is_tried_after_a_preemption_takes_from_its_team():
+    """In one round, team a's job a3 is known to fail on a's borrow limit, so the round does not rank it; b's job
+    before it in the round's order preempts one of a's jobs for fair share, and a3, whose turn comes after, then
+    fits a's limit and starts in that round, as in a fresh engine."""
+    snap = make(4, [{"name": "a", "quota": 4, "limit": 200, "weight": 1}, {"name": "b", "quota": 4, "weight": 1},
+                    {"name": "lender", "quota": 8, "weight": 1}], idle_compute_allocation="FairShare")
+    for jid, team, acc in (("a1", "a", 4), ("a2", "a", 4), ("a4", "a", 4), ("bx", "b", 3)):
+        submit(snap, jid, team, acc, t=0)
+    cycle(snap, 0)
+    assert (usage(snap, "a"), usage(snap, "b")) == (12, 3)  # a at its limit (4 + 200 %)
+    submit(snap, "a3", "a", 1, t=1)
+    assert [d.reason for d in cycle(snap, 1)][0].startswith("borrow limit reached")
+    submit(snap, "b1", "b", 4, t=0)  # waited since 0: may take a job that lost little work for fair share
+    for w in snap.running.values():
+        w.checkpoint = 199.5
+    fresh = _forgetful(snap)
+    ds = cycle(snap, 200)
+    assert repr(ds) == repr(cycle(fresh, 200))
+    assert [type(d).__name__ for d in ds if not isinstance(d, Wait)] == ["Preempt", "Admit", "Admit"]
+    assert {d.job for d in ds if isinstance(d, Admit)} == {"b1", "a3"}

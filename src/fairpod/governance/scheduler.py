@@ -151,6 +151,12 @@ class _Cycle:
         self.lifted: dict[tuple, bool] = {}
         self.ranks: dict[tuple, tuple] = {}  # rank of an offer, by job and its team's usage version
         self.lends: dict[str, list[int]] = {}  # ``lendable`` per instance type
+        # the round being tried (``rounds``): its offers in order, the one being tried, the offers known to fail
+        # that were left unranked, and those of them found to come before the one being tried (``rank_deferred``)
+        self.offers: list[tuple[tuple, str, Team, Workload]] = []
+        self.at = 0
+        self.deferred: list[tuple[str, Team, Workload]] = []
+        self.settled: list[tuple[str, Team, Workload]] = []
         self.held_version = 0  # counts the calls of ``hold`` (the held nodes and their times change only there)
         self.held_views: dict[tuple, dict[str, str]] = {}  # ``reserved_for``, by what it depends on
         self.collect: list[str] | None = None  # while trying fallback instance types: the reasons of each
@@ -333,6 +339,7 @@ class _Cycle:
                 return True
         else:
             pool_ok = True
+        self.rank_deferred()  # other teams' jobs may be stopped from here on
         if snap.elastic and elastic.shrink_to_fit(self, w, within, reserved, holder, ok):
             return True  # replicas above elastic jobs' minimum go before any job is stopped whole
         plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
@@ -364,6 +371,7 @@ class _Cycle:
         if users.may_displace_own(self.snap, team, w) and self.team_may_start(w):
             ok, within, _ = self.team_check(w)
             holder = w.id if w.id in self.holders else None
+            self.rank_deferred()
             plan = preemption.plan(self.snap, w, within, self.reserved_for(w, within), holder, cross_team=False)
             if plan is not None and not ok and (w.quota_bound or _protected(team, w)):
                 plan = _within_or_undo(self.snap, w, plan)
@@ -636,6 +644,7 @@ class _Cycle:
         is lent only after every team has taken what it is entitled to in this cycle."""
         borrowing: dict[str, set] = {}
         active = teams
+        defer = not self.snap.groups  # with groups, a team's rank reads the usage of others too
         while active:
             offers = []
             for t in active:
@@ -649,16 +658,51 @@ class _Cycle:
                     borrowing[t.name].add(h.shape)  # a shape that borrows now borrows all this phase
                     skip = skip | {h.shape}
                 if h is not None:
-                    offers.append((self.rank(t, h), t.name, t, h))
-            if not offers:
+                    if defer and self.known_to_fail(h):
+                        self.deferred.append((t.name, t, h))  # fails where it stands in the order: no rank needed
+                    else:
+                        offers.append((self.rank(t, h), t.name, t, h))
+            if not offers and not self.deferred:
                 break
             offers.sort(key=lambda o: (o[0], o[1]))
+            self.offers = offers
             nxt = []
-            for _, name, t, w in offers:
+            i = 0
+            while i < len(offers):  # (``rank_deferred`` may insert offers after the i-th)
+                _, name, t, w = offers[i]
+                self.at = i
                 if self.known_to_fail(w) or not self.try_start(w):
                     failed.setdefault(name, set()).add(w.shape)
                 nxt.append(t)
+                i += 1
+            for name, t, w in self.deferred + self.settled:
+                failed.setdefault(name, set()).add(w.shape)
+                nxt.append(t)
+            self.deferred = []
+            self.settled = []
             active = nxt
+
+    def rank_deferred(self) -> None:
+        """Before a try may stop other teams' jobs (a preemption plan, an elastic shrink): give the offers deferred
+        in this round (``known_to_fail`` when gathered) their place in its order. A deferred team's rank reads its own
+        usage and what is fixed in the cycle, and its usage has not changed since the round gathered it (a team
+        offers one job a round, and nothing was stopped before now), so the rank is the one it had then. Those
+        before the offer being tried failed there, as they would have; those after it are tried in their turn,
+        when the stopped jobs may have changed their team's usage."""
+        if not self.deferred:
+            return
+        offers, at = self.offers, self.at
+        cur = (offers[at][0], offers[at][1])
+        later = offers[at + 1:]
+        for name, t, w in self.deferred:
+            r = self.rank(t, w)
+            if (r, name) < cur:
+                self.settled.append((name, t, w))
+            else:
+                later.append((r, name, t, w))
+        self.deferred = []
+        later.sort(key=lambda o: (o[0], o[1]))
+        offers[at + 1:] = later
 
 
 def offer_rank(snap: Snapshot, team: Team, w: Workload) -> tuple:
