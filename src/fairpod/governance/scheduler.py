@@ -434,9 +434,9 @@ class _Cycle:
         team = snap.teams[w.team]
         if (len(w.choices) > 1 or team.user_cap is not None or snap.elastic
                 or (team.preempt_lower and snap.task_ranking) or got[0] != self.quota_stamp(team, w)
-                or not self.team_may_start(w)):
+                or w.reason != (self.never_fits(w) or got[1][2])):
             return False
-        return w.reason == (self.never_fits(w) or got[1][2])
+        return self.team_may_start(w)
 
     def hold(self, w: Workload) -> None:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
