@@ -4,7 +4,7 @@
 the decisions. It reads no clock (``snap.now`` is the time) and does no I/O; it leaves ``snap`` in the
 state after its decisions (admitted jobs running, victims back in their queues).
 
-Longer than fairpod's usual module (~490 lines): the cycle's steps share one ``_Cycle`` object and its
+Longer than fairpod's usual module (~720 lines): the cycle's steps share one ``_Cycle`` object and its
 per-cycle caches (shapes that failed, team checks, never-fits verdicts); split across modules they would pass
 that state around on the engine's hottest path, which the native build compiles as one unit.
 
@@ -24,6 +24,9 @@ A cycle:
    first); then priority; then submit time.
    Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
    engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
+   A job whose team check failed on its team's own quota or borrow limit in an earlier cycle, with nothing it
+   read changed since, is known to fail again with the same reason (``known_to_fail``): it is neither ranked nor
+   tried, and keeps its turn (docs/architecture.md, "The engine").
    In a team with per-user rules (rule 9, ``users``) a job over its user's cap waits without trying, and a
    RoundRobin team offers the job of the user who runs the fewest accelerators first.
 Under FairShareHistory (rule 5b, ``history``) the cycle first folds the time since the last cycle into each
@@ -648,15 +651,7 @@ class _Cycle:
         while active:
             offers = []
             for t in active:
-                skip = failed.get(t.name, set())
-                if within_only:
-                    skip = skip | borrowing.setdefault(t.name, set())
-                while True:
-                    h = t.queue.head(skip, users.order(t))
-                    if h is None or not within_only or quota.within_quota(t, h.itype, h.total):
-                        break
-                    borrowing[t.name].add(h.shape)  # a shape that borrows now borrows all this phase
-                    skip = skip | {h.shape}
+                h = self.offer_of(t, failed.get(t.name), borrowing.setdefault(t.name, set()) if within_only else None)
                 if h is not None:
                     if defer and self.known_to_fail(h):
                         self.deferred.append((t.name, t, h))  # fails where it stands in the order: no rank needed
@@ -681,6 +676,29 @@ class _Cycle:
             self.deferred = []
             self.settled = []
             active = nxt
+
+    def offer_of(self, t: Team, failed: set | None, borrowing: set | None) -> Workload | None:
+        """The team's first job whose shape has not ``failed`` in this cycle; with ``borrowing`` (the rounds within
+        quota), the first that fits its team's quota, each shape passed over for borrowing added to it (a shape that
+        borrows now borrows all this phase)."""
+        order = users.order(t)
+        if order is not None:  # round-robin across users: the queue's order changes with their use
+            skip = set(failed or ())
+            while True:
+                h = t.queue.head(skip | borrowing if borrowing is not None else skip, order)
+                if h is None or borrowing is None or quota.within_quota(t, h.itype, h.total):
+                    return h
+                borrowing.add(h.shape)
+        live = t.queue.live
+        for _, wid, shape in t.queue.ordered():
+            if (failed and shape in failed) or (borrowing is not None and shape in borrowing):
+                continue
+            w = live[wid]
+            if borrowing is not None and not quota.within_quota(t, w.itype, w.total):
+                borrowing.add(shape)
+                continue
+            return w
+        return None
 
     def rank_deferred(self) -> None:
         """Before a try may stop other teams' jobs (a preemption plan, an elastic shrink): give the offers deferred

@@ -6,7 +6,7 @@ costs time in the number of teams and candidate jobs, not in the number of queue
 changes the snapshot it is given into the state after its decisions; callers build one from their store
 (the control plane) or keep one across events (the simulator).
 
-Longer than fairpod's usual module (~580 lines): the aggregates and the queues they are kept from must change
+Longer than fairpod's usual module (~710 lines): the aggregates and the queues they are kept from must change
 together in every mutator (assign, finish, add/remove pending, node changes); one class keeps that invariant
 in one place (``tests/governance`` checks the aggregates against a recount).
 """
@@ -254,11 +254,7 @@ class PendingQueue:
         """The first job in queue order whose shape is not in ``skip``; with ``user_rank`` (round-robin across
         users, ``governance.users``), the job of the user with the lowest rank first, then by queue order."""
         if user_rank is None:
-            tops = self.tops
-            if tops is None:
-                tops = self.tops = sorted((*top, shape) for shape in list(self.heaps)
-                                          for top in (self._top(shape),) if top is not None)
-            for _, wid, shape in tops:
+            for _, wid, shape in self.ordered():
                 if not skip or shape not in skip:
                     return self.live[wid]
             return None
@@ -273,6 +269,14 @@ class PendingQueue:
             if best is None or top < best:
                 best = top
         return self.live[best[-1]] if best else None
+
+    def ordered(self) -> list[tuple[tuple, str, tuple]]:
+        """The first job of each shape in queue order: (key, job id, shape); kept until the queue changes."""
+        tops = self.tops
+        if tops is None:
+            tops = self.tops = sorted((*top, shape) for shape in list(self.heaps)
+                                      for top in (self._top(shape),) if top is not None)
+        return tops
 
     def heads(self) -> Iterator[Workload]:
         """The first job of each shape."""
