@@ -406,14 +406,14 @@ class _Cycle:
 
     def _team_check(self, w: Workload) -> tuple[bool, bool, str]:
         team = self.snap.teams[w.team]
-        stamp = self.quota_stamp(team, w)
-        if stamp is not None:
-            got = self.snap.quota_blocked.get(w.id)
-            if got is not None and got[0] == stamp:
-                return got[1]  # failed on the team's quota before, and nothing it read has changed since
+        got = self.snap.quota_blocked.get(w.id)
+        if got is not None and got[0] == self.quota_stamp(team, w):
+            return got[1]  # failed on the team's quota before, and nothing it read has changed since
         ok, within, why = quota.team_check(self.snap, w, self.lifted)
-        if not ok and stamp is not None:
-            self.snap.quota_blocked[w.id] = (stamp, (ok, within, why))
+        if not ok:
+            stamp = self.quota_stamp(team, w)
+            if stamp is not None:
+                self.snap.quota_blocked[w.id] = (stamp, (ok, within, why))
         if ok and not within and w.quota_bound:
             return False, False, (
                 f"waiting for room within team {w.team}'s quota: a service's minimum replicas run only within "
