@@ -4,7 +4,7 @@
 the decisions. It reads no clock (``snap.now`` is the time) and does no I/O; it leaves ``snap`` in the
 state after its decisions (admitted jobs running, victims back in their queues).
 
-Longer than fairpod's usual module (~490 lines): the cycle's steps share one ``_Cycle`` object and its
+Longer than fairpod's usual module (~720 lines): the cycle's steps share one ``_Cycle`` object and its
 per-cycle caches (shapes that failed, team checks, never-fits verdicts); split across modules they would pass
 that state around on the engine's hottest path, which the native build compiles as one unit.
 
@@ -24,6 +24,9 @@ A cycle:
    first); then priority; then submit time.
    Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
    engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
+   A job whose team check failed on its team's own quota or borrow limit in an earlier cycle, with nothing it
+   read changed since, is known to fail again with the same reason (``known_to_fail``): it is neither ranked nor
+   tried, and keeps its turn (docs/architecture.md, "The engine").
    In a team with per-user rules (rule 9, ``users``) a job over its user's cap waits without trying, and a
    RoundRobin team offers the job of the user who runs the fewest accelerators first.
 Under FairShareHistory (rule 5b, ``history``) the cycle first folds the time since the last cycle into each
@@ -50,7 +53,7 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
         ua = snap.unallocated(w.itype)[0]
         if ua > 0:
             idle.append((-(10**12), "(unallocated)", ua))
-    for t in snap.teams.values():
+    for t in snap.lenders_of.get(w.itype, ()):  # a team without quota on the type lends none of it
         if t.name != w.team:
             left = t.lendable_now(w.itype)[0]
             if left > 0:
@@ -137,7 +140,11 @@ class _Cycle:
         self.holders: set[str] = set()
         self.held_for_borrower: dict[str, str] = {}  # nodes held for a starving job that must borrow
         self.victims: list[tuple[Workload, Preempt]] = []
-        self.never: dict[tuple, str | None] = {}
+        # never-fits verdicts by job shape: they read the nodes alone, so they hold across cycles until the nodes change
+        if snap.never_at != snap.nodes_version or len(snap.never_fit) > 4096:
+            snap.never_fit = {}
+            snap.never_at = snap.nodes_version
+        self.never = snap.never_fit
         self.until: dict[str, float] = {}  # starving job -> when it is expected to start on its held nodes
         self.borrow_until: float | None = None  # earliest such time of a starving job that must borrow
         self.strict: dict[str, Workload] = {}  # team -> its starving job that could not start
@@ -147,6 +154,13 @@ class _Cycle:
         self.checked: dict[tuple, tuple[bool, bool, str]] = {}
         self.lifted: dict[tuple, bool] = {}
         self.ranks: dict[tuple, tuple] = {}  # rank of an offer, by job and its team's usage version
+        self.lends: dict[str, list[int]] = {}  # ``lendable`` per instance type
+        # the round being tried (``rounds``): its offers in order, the one being tried, the offers known to fail
+        # that were left unranked, and those of them found to come before the one being tried (``rank_deferred``)
+        self.offers: list[tuple[tuple, str, Team, Workload]] = []
+        self.at = 0
+        self.deferred: list[tuple[str, Team, Workload]] = []
+        self.settled: list[tuple[str, Team, Workload]] = []
         self.held_version = 0  # counts the calls of ``hold`` (the held nodes and their times change only there)
         self.held_views: dict[tuple, dict[str, str]] = {}  # ``reserved_for``, by what it depends on
         self.collect: list[str] | None = None  # while trying fallback instance types: the reasons of each
@@ -331,6 +345,7 @@ class _Cycle:
                 return True
         else:
             pool_ok = True
+        self.rank_deferred()  # other teams' jobs may be stopped from here on
         if snap.elastic and elastic.shrink_to_fit(self, w, within, reserved, holder, ok):
             return True  # replicas above elastic jobs' minimum go before any job is stopped whole
         plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
@@ -362,6 +377,7 @@ class _Cycle:
         if users.may_displace_own(self.snap, team, w) and self.team_may_start(w):
             ok, within, _ = self.team_check(w)
             holder = w.id if w.id in self.holders else None
+            self.rank_deferred()
             plan = preemption.plan(self.snap, w, within, self.reserved_for(w, within), holder, cross_team=False)
             if plan is not None and not ok and (w.quota_bound or _protected(team, w)):
                 plan = _within_or_undo(self.snap, w, plan)
@@ -381,8 +397,44 @@ class _Cycle:
             got = self.checked[key] = self._team_check(w)
         return got
 
+    def quota_stamp(self, team: Team, w: Workload) -> tuple | None:
+        """What ``quota.team_check`` reads when it fails on the team's own quota or borrow limit: the team's
+        usage (its version) and limits, and the job's size; None where a failure may also depend on budgets (the
+        clock), on other teams' queues (``borrow_limit_while_others_wait``) or on the groups above the team."""
+        if team.budget or team.path or self.snap.borrow_limit_while_others_wait:
+            return None
+        it = w.itype
+        return (team.version, it, w.total, team.q(it), team.borrows, team.lends, team.borrow_limit,
+                team.borrow_abs.get(it))
+
     def _team_check(self, w: Workload) -> tuple[bool, bool, str]:
-        return team_check(self.snap, w, self.lifted)
+        team = self.snap.teams[w.team]
+        got = self.snap.quota_blocked.get(w.id)
+        if got is not None and got[0] == self.quota_stamp(team, w):
+            return got[1]  # failed on the team's quota before, and nothing it read has changed since
+        raw = quota.team_check(self.snap, w, self.lifted)
+        if not raw[0]:
+            stamp = self.quota_stamp(team, w)
+            if stamp is not None:
+                self.snap.quota_blocked[w.id] = (stamp, raw)
+        return team_check(self.snap, w, self.lifted, raw)
+
+    def known_to_fail(self, w: Workload) -> bool:
+        """Would ``try_start(w)`` fail now on its team's quota or borrow limit, and leave everything as it is (no
+        decision: ``w`` already waits with that reason)? Exact, not a guess: the same checks as ``try_one``'s way
+        to that failure, with the team check remembered across cycles (``quota_stamp``). Where a failed team
+        check could still end in a preemption plan (own lower-priority jobs, elastic jobs) or the job has
+        fallback types or a per-user cap, this says False and ``try_start`` runs."""
+        snap = self.snap
+        got = snap.quota_blocked.get(w.id)
+        if got is None:
+            return False
+        team = snap.teams[w.team]
+        if (len(w.choices) > 1 or team.user_cap is not None or snap.elastic
+                or (team.preempt_lower and snap.task_ranking) or got[0] != self.quota_stamp(team, w)
+                or w.reason != (self.never_fits(w) or got[1][2])):
+            return False
+        return self.team_may_start(w)
 
     def hold(self, w: Workload) -> None:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
@@ -493,7 +545,7 @@ class _Cycle:
         return math.inf
 
     def never_fits(self, w: Workload) -> str | None:
-        """``placement.never_fits``, once per job shape and cycle (the nodes do not change within one)."""
+        """``placement.never_fits``, once per job shape while the nodes stay as they are (``Snapshot.nodes_version``)."""
         if w.shape not in self.never:
             self.never[w.shape] = never_fits(self.snap, w)
         return self.never[w.shape]
@@ -511,6 +563,13 @@ class _Cycle:
                 return h
             skip.add(h.shape)
 
+    def lendable(self, itype: str) -> list[int]:
+        """``snap.lendable``, once per instance type and cycle (quotas and nodes do not change within one)."""
+        got = self.lends.get(itype)
+        if got is None:
+            got = self.lends[itype] = self.snap.lendable(itype)
+        return got
+
     def rank(self, team: Team, w: Workload) -> tuple:
         """The order key of ``w`` among the teams' offers; once per job and usage of its team in the cycle (the
         rounds offer the same heads again and again)."""
@@ -527,7 +586,7 @@ class _Cycle:
             second = 0.0
         elif snap.fair_share:
             # after admission (weight decides at once); under FairShareHistory with the team's past borrowing
-            second = fairshare.share(snap, team, w.itype, w.total, with_history=True)
+            second = fairshare.share(snap, team, w.itype, w.total, with_history=True, lend=self.lendable(w.itype))
         else:
             second = 0.0
         prio = -budget.priority(team, w) if snap.task_ranking else 0  # past 80 % of a budget: the lowest
@@ -548,7 +607,7 @@ class _Cycle:
         history.advance(snap)
         guard = snap.starvation_guard
         starving = []
-        for team in snap.teams.values():
+        for team in list(snap.waiting.values()):
             if team.queue:
                 h = self.first_runnable(team)
                 if h is not None and snap.now - (h.enqueued if h.enqueued is not None else h.submit) >= guard:
@@ -556,11 +615,11 @@ class _Cycle:
         starving.sort(key=lambda w: (w.enqueued, w.seq))
         failed: dict[str, set] = {}
         for w in starving:
-            if not self.try_start(w):
+            if self.known_to_fail(w) or not self.try_start(w):
                 self.strict[w.team] = w
                 failed[w.team] = {w.shape}
                 self.hold(w)
-        teams = [t for t in snap.teams.values() if t.queue]
+        teams = [t for t in snap.waiting.values() if t.queue]
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
         if snap.consolidation != OFF:  # rule 12: move borrowed jobs to free whole nodes for a waiting one
@@ -585,35 +644,88 @@ class _Cycle:
         is lent only after every team has taken what it is entitled to in this cycle."""
         borrowing: dict[str, set] = {}
         active = teams
+        defer = not self.snap.groups  # with groups, a team's rank reads the usage of others too
         while active:
             offers = []
             for t in active:
-                skip = failed.get(t.name, set())
-                if within_only:
-                    skip = skip | borrowing.setdefault(t.name, set())
-                while True:
-                    h = t.queue.head(skip, users.order(t))
-                    if h is None or not within_only or quota.within_quota(t, h.itype, h.total):
-                        break
-                    borrowing[t.name].add(h.shape)  # a shape that borrows now borrows all this phase
-                    skip = skip | {h.shape}
+                h = self.offer_of(t, failed.get(t.name), borrowing.setdefault(t.name, set()) if within_only else None)
                 if h is not None:
-                    offers.append((self.rank(t, h), t.name, t, h))
-            if not offers:
+                    if defer and self.known_to_fail(h):
+                        self.deferred.append((t.name, t, h))  # fails where it stands in the order: no rank needed
+                    else:
+                        offers.append((self.rank(t, h), t.name, t, h))
+            if not offers and not self.deferred:
                 break
             offers.sort(key=lambda o: (o[0], o[1]))
+            self.offers = offers
             nxt = []
-            for _, name, t, w in offers:
-                if not self.try_start(w):
+            i = 0
+            while i < len(offers):  # (``rank_deferred`` may insert offers after the i-th)
+                _, name, t, w = offers[i]
+                self.at = i
+                if self.known_to_fail(w) or not self.try_start(w):
                     failed.setdefault(name, set()).add(w.shape)
                 nxt.append(t)
+                i += 1
+            for name, t, w in self.deferred + self.settled:
+                failed.setdefault(name, set()).add(w.shape)
+                nxt.append(t)
+            self.deferred = []
+            self.settled = []
             active = nxt
 
+    def offer_of(self, t: Team, failed: set | None, borrowing: set | None) -> Workload | None:
+        """The team's first job whose shape has not ``failed`` in this cycle; with ``borrowing`` (the rounds within
+        quota), the first that fits its team's quota, each shape passed over for borrowing added to it (a shape that
+        borrows now borrows all this phase)."""
+        order = users.order(t)
+        if order is not None:  # round-robin across users: the queue's order changes with their use
+            skip = set(failed or ())
+            while True:
+                h = t.queue.head(skip | borrowing if borrowing is not None else skip, order)
+                if h is None or borrowing is None or quota.within_quota(t, h.itype, h.total):
+                    return h
+                borrowing.add(h.shape)
+        live = t.queue.live
+        for _, wid, shape in t.queue.ordered():
+            if (failed and shape in failed) or (borrowing is not None and shape in borrowing):
+                continue
+            w = live[wid]
+            if borrowing is not None and not quota.within_quota(t, w.itype, w.total):
+                borrowing.add(shape)
+                continue
+            return w
+        return None
 
-def team_check(snap: Snapshot, w: Workload, lifted: dict[tuple, bool] | None = None) -> tuple[bool, bool, str]:
-    """``quota.team_check``, except that a quota-bound job (a service's minimum) and a protected job (rule 7) do
-    not borrow: (may hold, within quota, reason if not). The cycle's check, and ``explain``'s."""
-    ok, within, why = quota.team_check(snap, w, lifted)
+    def rank_deferred(self) -> None:
+        """Before a try may stop other teams' jobs (a preemption plan, an elastic shrink): give the offers deferred
+        in this round (``known_to_fail`` when gathered) their place in its order. A deferred team's rank reads its own
+        usage and what is fixed in the cycle, and its usage has not changed since the round gathered it (a team
+        offers one job a round, and nothing was stopped before now), so the rank is the one it had then. Those
+        before the offer being tried failed there, as they would have; those after it are tried in their turn,
+        when the stopped jobs may have changed their team's usage."""
+        if not self.deferred:
+            return
+        offers, at = self.offers, self.at
+        cur = (offers[at][0], offers[at][1])
+        later = offers[at + 1:]
+        for name, t, w in self.deferred:
+            r = self.rank(t, w)
+            if (r, name) < cur:
+                self.settled.append((name, t, w))
+            else:
+                later.append((r, name, t, w))
+        self.deferred = []
+        later.sort(key=lambda o: (o[0], o[1]))
+        offers[at + 1:] = later
+
+
+def team_check(snap: Snapshot, w: Workload, lifted: dict[tuple, bool] | None = None,
+               checked: tuple[bool, bool, str] | None = None) -> tuple[bool, bool, str]:
+    """``quota.team_check`` (or what it said: ``checked``), except that a quota-bound job (a service's minimum)
+    and a protected job (rule 7) do not borrow: (may hold, within quota, reason if not). The cycle's check, and
+    ``explain``'s."""
+    ok, within, why = checked if checked is not None else quota.team_check(snap, w, lifted)
     if ok and not within and w.quota_bound:
         return False, False, (
             f"waiting for room within team {w.team}'s quota: a service's minimum replicas run only within "

@@ -6,7 +6,7 @@ costs time in the number of teams and candidate jobs, not in the number of queue
 changes the snapshot it is given into the state after its decisions; callers build one from their store
 (the control plane) or keep one across events (the simulator).
 
-Longer than fairpod's usual module (~580 lines): the aggregates and the queues they are kept from must change
+Longer than fairpod's usual module (~710 lines): the aggregates and the queues they are kept from must change
 together in every mutator (assign, finish, add/remove pending, node changes); one class keeps that invariant
 in one place (``tests/governance`` checks the aggregates against a recount).
 """
@@ -217,11 +217,14 @@ class PendingQueue:
     A job's key never changes, so a preempted job re-enters at its original place.
     """
 
-    __slots__ = ("heaps", "live")
+    __slots__ = ("heaps", "live", "tops")
 
     def __init__(self) -> None:
         self.heaps: dict[tuple, list[tuple[tuple, str]]] = {}
         self.live: dict[str, Workload] = {}
+        # the first job of each shape in queue order, (key, job id, shape); None once the queue changed: a cycle
+        # asks for the head of each team's queue round after round, and most queues change far less often
+        self.tops: list[tuple[tuple, str, tuple]] | None = None
 
     def __len__(self) -> int:
         return len(self.live)
@@ -230,10 +233,12 @@ class PendingQueue:
         return {w.user for w in self.live.values()}
 
     def push(self, w: Workload, key: tuple) -> None:
+        self.tops = None
         self.live[w.id] = w
         heapq.heappush(self.heaps.setdefault(w.shape, []), (key, w.id))
 
     def discard(self, wid: str) -> Workload | None:
+        self.tops = None
         return self.live.pop(wid, None)  # its heap entry is dropped lazily
 
     def _top(self, shape: tuple) -> tuple[tuple, str] | None:
@@ -248,6 +253,11 @@ class PendingQueue:
     def head(self, skip: set | None = None, user_rank: Callable[[str], tuple] | None = None) -> Workload | None:
         """The first job in queue order whose shape is not in ``skip``; with ``user_rank`` (round-robin across
         users, ``governance.users``), the job of the user with the lowest rank first, then by queue order."""
+        if user_rank is None:
+            for _, wid, shape in self.ordered():
+                if not skip or shape not in skip:
+                    return self.live[wid]
+            return None
         best: tuple[Any, ...] | None = None
         for shape in list(self.heaps):
             if skip and shape in skip:
@@ -260,6 +270,14 @@ class PendingQueue:
                 best = top
         return self.live[best[-1]] if best else None
 
+    def ordered(self) -> list[tuple[tuple, str, tuple]]:
+        """The first job of each shape in queue order: (key, job id, shape); kept until the queue changes."""
+        tops = self.tops
+        if tops is None:
+            tops = self.tops = sorted((*top, shape) for shape in list(self.heaps)
+                                      for top in (self._top(shape),) if top is not None)
+        return tops
+
     def heads(self) -> Iterator[Workload]:
         """The first job of each shape."""
         for shape in list(self.heaps):
@@ -268,6 +286,7 @@ class PendingQueue:
                 yield self.live[top[1]]
 
     def pop(self, w: Workload) -> None:
+        self.tops = None
         self.live.pop(w.id, None)
         if w.shape in self.heaps:  # (a job starting on a fallback instance type is queued under its first)
             self._top(w.shape)  # drop it from its heap if on top
@@ -352,6 +371,16 @@ class Snapshot:
         self.running: dict[str, Workload] = {}
         self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
         self.pending: dict[str, Workload] = {}
+        self.waiting: dict[str, Team] = {}  # the teams with jobs queued (``scheduler.run`` looks at these only)
+        self.lenders_of: dict[str, list[Team]] = {}  # per instance type: the teams with quota on it, in team order
+        # team checks that failed on the team's own quota or borrow limit, by job: (what the check read, its
+        # result); ``scheduler`` reuses one across cycles while the team's usage and limits stay as they were
+        self.quota_blocked: dict[str, tuple[tuple, tuple[bool, bool, str]]] = {}
+        # counts changes of the nodes alone (added, removed, schedulable, health, topology): what
+        # ``placement.never_fits`` reads; ``scheduler`` keeps its verdicts per job shape while it stays
+        self.nodes_version = 0
+        self.never_fit: dict[tuple, str | None] = {}
+        self.never_at = 0
         self.elastic: dict[str, Workload] = {}  # running elastic jobs (``governance.elastic``)
         self.elastic_holdoff = 60.0  # seconds after a shrink in which an elastic job does not grow again
         self._seq = 0
@@ -374,6 +403,7 @@ class Snapshot:
             raise ValueError(f"node {name!r} already exists")
         n = Node(name, itype, cap, list(cap), schedulable, passed, topo=domain_ids(name, topology, len(self.levels)))
         self.version += 1
+        self.nodes_version += 1
         self.nodes[name] = n
         self.by_type.setdefault(itype, []).append(n)
         self.index(n)
@@ -388,6 +418,7 @@ class Snapshot:
         n = self.nodes[name]
         if n.schedulable != schedulable:
             self.version += 1
+            self.nodes_version += 1
             n.schedulable = schedulable
             if schedulable:
                 self.unschedulable.discard(name)
@@ -402,6 +433,7 @@ class Snapshot:
             raise ValueError(f"node {name!r} still runs {sorted(n.jobs)}")
         self.set_schedulable(name, False)
         self.version += 1
+        self.nodes_version += 1
         del self.nodes[name]
         self.unschedulable.discard(name)
         self._unbucket(n)
@@ -414,6 +446,7 @@ class Snapshot:
         topo = n.topo if topology is None else domain_ids(name, topology, len(self.levels))
         if n.health_passed != passed or n.topo != topo:
             self.version += 1
+            self.nodes_version += 1
             n.health_passed = passed
             n.topo = topo
             self.index(n)
@@ -422,6 +455,10 @@ class Snapshot:
         if team.name in self.teams:
             raise ValueError(f"team {team.name!r} already exists")
         self.teams[team.name] = team
+        if team.queue:
+            self.waiting[team.name] = team
+        for itype in team.quota:
+            self.lenders_of.setdefault(itype, []).append(team)
         if team.path:
             self.groups[team.path[0]].teams.append(team.name)
         for itype, q in team.quota.items():
@@ -541,12 +578,18 @@ class Snapshot:
         if w.preemptions >= PROTECTED_AFTER and PROTECTED not in w.shape:
             w.shape = (*w.shape, PROTECTED)
         self.pending[w.id] = w
-        self.teams[w.team].queue.push(w, self.queue_key(w))
+        team = self.teams[w.team]
+        team.queue.push(w, self.queue_key(w))
+        self.waiting[team.name] = team
 
     def remove_pending(self, wid: str) -> Workload | None:
         w = self.pending.pop(wid, None)
         if w is not None:
-            self.teams[w.team].queue.discard(wid)
+            team = self.teams[w.team]
+            team.queue.discard(wid)
+            if not team.queue:
+                self.waiting.pop(team.name, None)
+            self.quota_blocked.pop(wid, None)
         return w
 
     def assign(self, w: Workload, nodes: list[str]) -> None:
@@ -604,6 +647,9 @@ class Snapshot:
         self.pending.pop(w.id, None)
         team = self.teams[w.team]
         team.queue.pop(w)
+        if not team.queue:
+            self.waiting.pop(team.name, None)
+        self.quota_blocked.pop(w.id, None)
         self.assign(w, nodes)
         w.started = now
         if team.round_robin:
@@ -631,7 +677,9 @@ class Snapshot:
         if w.preemptions >= PROTECTED_AFTER and PROTECTED not in w.shape:
             w.shape = (*w.shape, PROTECTED)  # protected from now on: queued apart from its unprotected kind
         self.pending[w.id] = w
-        self.teams[w.team].queue.push(w, self.queue_key(w))
+        team = self.teams[w.team]
+        team.queue.push(w, self.queue_key(w))
+        self.waiting[team.name] = team
 
     # -- views ---------------------------------------------------------------------------------
     def unallocated(self, itype: str) -> Vec:
