@@ -123,14 +123,20 @@ def check_invariants(snap, whole_nodes: bool) -> None:
                     raise AssertionError(f"{w.id} fits in team {team.name}'s unused quota but waits: {w.reason}")
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(clusters(), events, st.booleans())
-def test_invariants_hold_over_random_event_sequences(cluster, evs, whole_nodes):
+def snapshot_of(cluster: tuple) -> tuple:
+    """The engine's snapshot of a drawn cluster (its teams' budgets set), and the drawn teams."""
     nodes, teams, policy = cluster
     snap = make(nodes, teams, **policy)
     for t in teams:
         if t["budget"] is not None:
             snap.teams[t["name"]].budget[T] = (100.0 * t["budget"][0], 100.0, t["budget"][1])
+    return snap, teams
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), events, st.booleans())
+def test_invariants_hold_over_random_event_sequences(cluster, evs, whole_nodes):
+    snap, teams = snapshot_of(cluster)
     preempted_by: set[tuple[str, str]] = set()
     now = 0.0
     for i, ev in enumerate(evs):

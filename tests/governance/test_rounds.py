@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from fairpod.governance.decisions import Admit, Wait
 
-from .helpers import T, cycle, make, submit, usage
-from .test_properties import clusters, events
+from .helpers import cycle, make, submit, usage
+from .test_properties import clusters, events, snapshot_of
 
 
 def _forgetful(snap):
@@ -29,11 +29,7 @@ def _forgetful(snap):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters(), events, st.booleans())
 def test_a_snapshot_kept_across_cycles_decides_as_a_fresh_one(cluster, evs, whole_nodes):
-    nodes, teams, policy = cluster
-    snap = make(nodes, teams, **policy)
-    for t in teams:
-        if t["budget"] is not None:
-            snap.teams[t["name"]].budget[T] = (100.0 * t["budget"][0], 100.0, t["budget"][1])
+    snap, teams = snapshot_of(cluster)
     now = 0.0
     for i, ev in enumerate(evs * 2):  # the same events again: more cycles over queues that wait
         now += 1
