@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from fairpod.governance.decisions import Admit, Preempt, net_changes
 from fairpod.governance.quota import borrow_cap
+from fairpod.governance.snapshot import Snapshot
 
 from .helpers import T, cycle, make, submit
 
@@ -133,6 +134,17 @@ def snapshot_of(cluster: tuple) -> tuple:
     return snap, teams
 
 
+def apply(snap: Snapshot, teams: list, ev: tuple, name: str, now: float, whole_nodes: bool) -> None:
+    """A drawn event: a job ``name`` submitted, or a running job (picked by the event's number) finished."""
+    if ev[0] == "submit":
+        _, ti, acc, n, prio, expected, user = ev
+        team = teams[ti % len(teams)]["name"]
+        w = submit(snap, name, team, 4 if whole_nodes else acc, n=n, t=now, prio=prio, user=user)
+        w.expected = expected
+    elif snap.running:
+        snap.finish(sorted(snap.running)[ev[1] % len(snap.running)])
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(clusters(), events, st.booleans())
 def test_invariants_hold_over_random_event_sequences(cluster, evs, whole_nodes):
@@ -141,14 +153,7 @@ def test_invariants_hold_over_random_event_sequences(cluster, evs, whole_nodes):
     now = 0.0
     for i, ev in enumerate(evs):
         now += 1
-        if ev[0] == "submit":
-            _, ti, acc, n, prio, expected, user = ev
-            team = teams[ti % len(teams)]["name"]
-            w = submit(snap, f"j{i}", team, 4 if whole_nodes else acc, n=n, t=now, prio=prio, user=user)
-            w.expected = expected
-        elif snap.running:
-            jid = sorted(snap.running)[ev[1] % len(snap.running)]
-            snap.finish(jid)
+        apply(snap, teams, ev, f"j{i}", now, whole_nodes)
         raw = cycle(snap, now)
         for i, d in enumerate(raw):  # a victim is not offered again in the cycle that preempted it
             if isinstance(d, Preempt):

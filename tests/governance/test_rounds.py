@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from fairpod.governance.decisions import Admit, Wait
 
 from .helpers import cycle, make, submit, usage
-from .test_properties import clusters, events, snapshot_of
+from .test_properties import apply, clusters, events, snapshot_of
 
 
 def _forgetful(snap):
@@ -33,13 +33,7 @@ def test_a_snapshot_kept_across_cycles_decides_as_a_fresh_one(cluster, evs, whol
     now = 0.0
     for i, ev in enumerate(evs * 2):  # the same events again: more cycles over queues that wait
         now += 1
-        if ev[0] == "submit":
-            _, ti, acc, n, prio, expected, user = ev
-            team = teams[ti % len(teams)]["name"]
-            w = submit(snap, f"j{i}", team, 4 if whole_nodes else acc, n=n, t=now, prio=prio, user=user)
-            w.expected = expected
-        elif snap.running:
-            snap.finish(sorted(snap.running)[ev[1] % len(snap.running)])
+        apply(snap, teams, ev, f"j{i}", now, whole_nodes)
         fresh = _forgetful(snap)
         kept = cycle(snap, now)
         assert repr(kept) == repr(cycle(fresh, now)), f"cycle {i}"
