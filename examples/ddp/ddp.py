@@ -190,11 +190,17 @@ def main(argv: list[str] | None = None) -> int:
     ran = trainer.step - trainer.started_at_step
     trainer.log(f"{outcome} at step {trainer.step} (epoch {trainer.epoch}); this run trained {ran} steps "
                 f"from step {trainer.started_at_step} in {time.monotonic() - t0:.1f}s on {backend} x {trainer.world}")
-    dist.destroy_process_group()
     # a node of an elastic job left: this node's workers exit non-zero, so that its torchrun agent restarts them
     # and they rendezvous again with the nodes that stay (torchrun --max-restarts counts these)
     return REGROUP if outcome == "regroup" else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # The work is done and saved (every way out of train() ends with the snapshot's barrier). Leave without the
+    # process group's teardown and the interpreter's: with gloo, torch's C++ threads of a group being torn down
+    # while its peers exit can abort the process ("terminate called without an active exception", SIGABRT; seen
+    # once on torch 2.13 with a run finished at its last step), and torchrun would report a finished run as failed.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
