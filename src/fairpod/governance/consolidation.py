@@ -80,8 +80,7 @@ def lost(v: Workload, now: float) -> float:
 
 def gain(w: Workload, now: float) -> float:
     """What starting the waiting ``w`` now is worth, in accelerator-seconds: its accelerators x its wait so far."""
-    since = w.enqueued if w.enqueued is not None else w.submit
-    return max(0.0, now - since) * w.total.acc
+    return max(0.0, now - w.waiting_since()) * w.total.acc
 
 
 def _node_cost(snap: Snapshot, nd: Node, w: Workload) -> tuple[float, list[Workload]] | None:
@@ -204,7 +203,7 @@ def consolidate(cyc: _Cycle, failed: dict[str, set], mode: str) -> None:
         team = snap.teams[name]
         for w in team.queue.heads():
             if w.shape in shapes and w.n >= 2:
-                waiting.append((w.enqueued if w.enqueued is not None else w.submit, w.seq, w))
+                waiting.append((w.waiting_since(), w.seq, w))
     waiting.sort(key=lambda e: (e[0], e[1]))
     for _, _, w in waiting:
         if w.id in snap.pending and gain(w, snap.now) > 0.0:

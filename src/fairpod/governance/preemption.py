@@ -246,7 +246,7 @@ def plan(
     is as before.
     """
     now = snap.now
-    waited_since = w.enqueued if w.enqueued is not None else w.submit
+    waited_since = w.waiting_since()
     if snap.preempt_min_wait and now - waited_since < snap.preempt_min_wait:
         return None  # it has not waited long enough to stop another job
     team = snap.teams[w.team]
@@ -276,7 +276,7 @@ def plan(
         blocked.update(nd.name for nd in snap.by_type.get(w.itype, ()) if not nd.health_passed)
     cands: list[Workload] = []
     teams = ([w.team] if own else []) + borrowers  # borrowers are in name order
-    waited_acc = (now - (w.enqueued if w.enqueued is not None else w.submit)) * w.total.acc
+    waited_acc = (now - w.waiting_since()) * w.total.acc
     for name in teams:
         fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
         mine_only = name == w.team  # own jobs: only those of lower priority

@@ -610,7 +610,7 @@ class _Cycle:
         for team in list(snap.waiting.values()):
             if team.queue:
                 h = self.first_runnable(team)
-                if h is not None and snap.now - (h.enqueued if h.enqueued is not None else h.submit) >= guard:
+                if h is not None and snap.now - h.waiting_since() >= guard:
                     starving.append(h)
         starving.sort(key=lambda w: (w.enqueued, w.seq))
         failed: dict[str, set] = {}

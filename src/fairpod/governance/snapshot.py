@@ -125,6 +125,10 @@ class Workload:
             return math.inf
         return self.started + self.expected
 
+    def waiting_since(self) -> float:
+        """When it last entered the queue (its submit time if it never left it)."""
+        return self.enqueued if self.enqueued is not None else self.submit
+
     def lost_work(self, now: float) -> float:
         """Seconds of work lost if stopped now: since the last checkpoint, or since the start."""
         if self.started is None:
