@@ -106,13 +106,11 @@ class Submitting:
         resize.check(self.executor, spec)
         serving.check(self.executor, spec)
         # a job naming several instance types (fallbacks) never fits only when none of them ever can
-        nevers = [self._never_fits(resolved, spec),
-                  *(self._never_fits(resolved.model_copy(update={"instance_type": it, "per_replica": per}), spec)
-                    for it, per in resolved.fallbacks)]
+        types = [resolved, *(resolved.model_copy(update={"instance_type": it, "per_replica": per})
+                             for it, per in resolved.fallbacks)]  # its instance type, then each fallback
+        nevers = [self._never_fits(r, spec) for r in types]
         if all(nevers):
-            overs = [self._beyond_quota(resolved, spec),
-                     *(self._beyond_quota(resolved.model_copy(update={"instance_type": it, "per_replica": per}), spec)
-                       for it, per in resolved.fallbacks)]
+            overs = [self._beyond_quota(r, spec) for r in types]
             if any(overs):  # a service's minimum that no type's quota can ever hold: 422, in the field's words
                 raise BeyondQuota("; ".join(f"min_nodes {spec.nodes} {o}" if o else n
                                             for o, n in zip(overs, nevers, strict=True) if o or n)
