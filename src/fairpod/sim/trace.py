@@ -83,6 +83,12 @@ def _number(text: str, where: str, col: str, *, integer: bool = False, positive:
     return v
 
 
+def _count(cell: dict[str, str], col: str, where: str) -> int | None:
+    """The whole number > 0 in ``cell[col]``, or None when the cell is empty (the column's default)."""
+    text = cell.get(col, "")
+    return int(_number(text, where, col, integer=True, positive=True)) if text else None
+
+
 class _Resolver:
     """Checks rows against the spec; caches what depends only on (type, accelerators, nodes)."""
 
@@ -153,10 +159,8 @@ class _Resolver:
             min_nodes: int | None = lo
             acc *= nodes
         else:
-            n_text = cell.get("nodes", "")
-            nodes = int(_number(n_text, where, "nodes", integer=True, positive=True)) if n_text else None
-            mn_text = cell.get("min_nodes", "")
-            min_nodes = int(_number(mn_text, where, "min_nodes", integer=True, positive=True)) if mn_text else None
+            nodes = _count(cell, "nodes", where)
+            min_nodes = _count(cell, "min_nodes", where)
         nodes, per = self.shape(t, acc, nodes, where)
         fallbacks = tuple((ft.name, self.shape(ft, acc, nodes, where)[1])
                           for ft in (self.itype(x, where) for x in names[1:]))
@@ -218,9 +222,8 @@ class _Resolver:
     @staticmethod
     def replicas(cell: dict[str, str], where: str) -> tuple[int, int]:
         """A service's (min_replicas, max_replicas)."""
-        lo_text, hi_text = cell.get("min_replicas", ""), cell.get("max_replicas", "")
-        lo = int(_number(lo_text, where, "min_replicas", integer=True, positive=True)) if lo_text else 1
-        hi = int(_number(hi_text, where, "max_replicas", integer=True, positive=True)) if hi_text else lo
+        lo = _count(cell, "min_replicas", where) or 1
+        hi = _count(cell, "max_replicas", where) or lo
         if hi < lo:
             raise TraceError(f"{where}: column max_replicas: {hi} is less than min_replicas {lo}")
         return lo, hi
