@@ -46,6 +46,7 @@ GROUPS = {
     "sandbox/test_reach.py": "ray",
     "sandbox/test_devices.py": "ray",
     "sandbox/test_live.py": "ray",
+    "sandbox/test_users.py": "ray",
     "server/test_isolation.py": "ray",
     "server/test_ha.py": "ray",
     "server/test_leader.py": "ray",
