@@ -12,7 +12,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fairpod.executors import procs
+from tests.ports import free_port
 
 RAYSTART = Path(__file__).with_name("raystart.py")
 ITYPE = "ml.g5.12xlarge"
@@ -32,11 +32,6 @@ HEAD_IP = f"{NET}.2"
 HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "10",
               "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000"}
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,9 @@ import pytest
 from fairpod import sandbox
 from fairpod.sandbox import cgroups
 
+from ..ports import free_port
 from .api import Api
 from .inproc import InProc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition",
@@ -89,6 +83,10 @@ class Activity:
                 f"CPU ticks of processes in replica cgroups {self.cgroup_cpu_ticks}; jobs: {self.jobs}{logs}")
 
 
+class PortTaken(AssertionError):
+    """The server exited because its port was taken."""
+
+
 class Server:
     """``fairpod up`` in a private home. Whatever GPUs the host has, the server sees the FAKE NVML of
     ``self.env["FAIRPOD_FAKE_NVML"]`` (none by default), so no test depends on the machine it runs on."""
@@ -117,6 +115,18 @@ class Server:
         return r
 
     def start(self) -> None:
+        """Start the server and wait until it answers. The first start that finds its port taken (another test
+        drew the same one between the probe and the bind) draws another, at most 5 times; a restart keeps the
+        port the test has already told its clients."""
+        for _ in range(4 if self.proc is None else 0):
+            try:
+                return self._start()
+            except PortTaken:
+                self.port = free_port()
+                self.url = f"http://127.0.0.1:{self.port}"
+        self._start()
+
+    def _start(self) -> None:
         args = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(self.port)]
         if self.spec:
             args += ["--spec", str(self.spec)]
@@ -135,6 +145,8 @@ class Server:
         assert self.proc is not None
         if self.proc.poll() is not None:
             out = (self.home.parent / "server.out").read_text()
+            if f"cannot listen on 127.0.0.1:{self.port}: Address already in use" in out:
+                raise PortTaken(out[-3000:])
             raise AssertionError(f"server exited {self.proc.returncode}:\n{out[-3000:]}")
         try:
             return httpx.get(self.url + "/healthz", timeout=1).status_code == 200

@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -26,15 +25,11 @@ from typing import Any
 import httpx
 from sqlalchemy import Connection, create_engine, text
 
+from tests.ports import free_port
 from tests.ray.cluster import NET  # the loopback /24 of the test clusters (FAIRPOD_TEST_LOOPBACK_NET)
 
 SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for(pred: Callable[[], Any], timeout: float, what: str, step: float = 0.05) -> Any:
@@ -302,7 +297,11 @@ def failover(ha: HaCluster, kind: str, stopped_for: float = 0.0) -> float:
                 wait_for(lambda: "stepping down" in old.log_text()[seen:], ha.resume_hold, "")
             except AssertionError:
                 pass  # not fenced: it acted for resume_hold s; its next renewal finds the new leader
-    else:
+    else:  # healed only once the old leader, stepped down, has restarted as a standby that waits for the
+        # database (it used to exit there: a standby that a database outage outlasted was gone for good)
+        wait_for(lambda: "a standby waits for it" in old.log_text(), 60,
+                 f"node {old.i} to wait for the database as a standby")
+        assert old.proc.poll() is None, old.log_text()[-3000:]
         ha.heal(old)
     wait_for(old.standing_by, 60, f"node {old.i} to stand by again after {kind}")
     assert new.leading()

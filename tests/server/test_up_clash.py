@@ -67,3 +67,38 @@ def test_up_on_a_taken_port_fails_and_writes_nothing(tmp_path: Path):
             os.kill(int((a.home / "server.pid").read_text().split()[0]), signal.SIGKILL)
         except (OSError, ValueError, IndexError):
             pass
+
+
+def test_the_fixture_draws_another_port_when_its_first_is_taken(tmp_path: Path):
+    """Another test may listen on the port this one drew between the draw and the bind (seen in CI): the first
+    start draws again instead of failing."""
+    import socket
+
+    from ..ports import _ephemeral
+
+    s = Server(tmp_path)
+    lo, hi = _ephemeral()
+    assert not lo <= s.port <= hi  # never from the range outgoing connections take their ports from
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        other.bind(("127.0.0.1", s.port))
+        other.listen()
+        taken = s.port
+        try:
+            s.start()
+            assert s.port != taken and s.url.endswith(f":{s.port}")
+            assert s.api("GET", "/jobs").status_code == 200
+        finally:
+            s.kill()
+
+
+def test_up_with_a_database_it_cannot_reach_says_so_in_one_line(tmp_path: Path):
+    from ..ports import free_port
+
+    s = Server(tmp_path)
+    db = f"postgresql+psycopg://fairpod:s3cret@127.0.0.1:{free_port()}/fairpod"  # nothing listens there
+    r = _cli(s.env, "up", "--foreground", "--port", str(s.port), "--db", db)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("fairpod: error: cannot reach the database postgresql+psycopg://fairpod:***@")
+    assert "s3cret" not in r.stderr + r.stdout

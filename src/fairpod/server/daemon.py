@@ -27,7 +27,7 @@ from fairpod.server import cli_config
 from fairpod.server.errors import DomainError, WrongState
 from fairpod.server.leader import HaSettings
 from fairpod.server.nodes import sync_nodes
-from fairpod.store import Store, StoreError
+from fairpod.store import Store, StoreError, Unreachable
 
 DEFAULT_PORT = 8470
 LOOPBACK = "127.0.0.1"
@@ -120,6 +120,22 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int,
         token = store.issue_token("admin", "created by fairpod up")
         store.append_audit("fairpod", "user.create", "admin", {"role": "admin"})
     return store, token
+
+
+def _initialize(home: Path, url: str, spec_file: str | None, port: int, shared: bool,
+                wait: bool) -> tuple[Store, str | None]:
+    """``initialize``; a leader that stepped down because the database went away (``wait``) restarts as a
+    standby that waits for it to come back (the lease cannot be had without it) instead of exiting."""
+    pause = 0.5
+    while True:
+        try:
+            return initialize(home, url, spec_file, port, shared=shared)
+        except Unreachable as e:
+            if not wait:
+                raise
+            print(f"fairpod: {e}; a standby waits for it: trying again in {pause:g} s", file=sys.stderr, flush=True)
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
 
 
 def check_state(home: Path, url: str) -> None:
@@ -321,7 +337,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
               "postgresql+psycopg://…); SQLite serves a single control plane", file=sys.stderr)
         return 2
     running = read_pid(home)
-    if running and running[0] == os.getpid():  # a leader that stepped down and started again as a standby
+    restarted = bool(running and running[0] == os.getpid())  # a leader that stepped down, now a standby
+    if restarted:
         running = None
     if running:
         print(f"fairpod is already running (pid {running[0]}) at http://127.0.0.1:{running[1]}")
@@ -335,7 +352,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     url = db_url(home, db)
     try:
         check_state(home, url)
-        store, token = initialize(home, url, spec_file, port, shared=ha is not None)
+        store, token = _initialize(home, url, spec_file, port, ha is not None, wait=restarted)
     except StoreError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
         return 1

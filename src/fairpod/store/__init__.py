@@ -24,6 +24,7 @@ from fairpod.store.records import (
     SpecVersion,
     StoreError,
     TokenInfo,
+    Unreachable,
     User,
 )
 
@@ -42,6 +43,7 @@ __all__ = [
     "StoreError",
     "TokenInfo",
     "Tx",
+    "Unreachable",
     "User",
     "hash_token",
 ]

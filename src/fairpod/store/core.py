@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 
 from sqlalchemy import Engine, func, select
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from fairpod.store.auth import AuthOps
@@ -17,7 +18,7 @@ from fairpod.store.db import make_engine, session_makers, transaction
 from fairpod.store.events import EventOps
 from fairpod.store.jobs import JOB_SEQ_COUNTER, JobOps
 from fairpod.store.nodes import NodeOps
-from fairpod.store.records import StoreError
+from fairpod.store.records import StoreError, Unreachable
 from fairpod.store.retention import RetentionOps
 from fairpod.store.schema import migrate
 from fairpod.store.tables import CounterRow, JobRow
@@ -96,8 +97,16 @@ class Store(_AllOps):
         """Create or migrate the schema to this fairpod's (``fairpod.store.schema.migrate``). Safe to call
         every start.
 
-        Raises ``StoreError`` if the database was written by a newer fairpod (a schema revision unknown here).
+        Raises ``StoreError`` if the database was written by a newer fairpod (a schema revision unknown here),
+        ``Unreachable`` if it cannot be reached.
         """
+        try:
+            with self.engine.connect():
+                pass
+        except OperationalError as e:
+            where = self.engine.url.render_as_string(hide_password=True)
+            lines = str(e.orig or e).strip().splitlines()
+            raise Unreachable(f"cannot reach the database {where}: {lines[0] if lines else type(e).__name__}") from None
         migrate(self.engine)
         with transaction(self._write) as s:
             if s.get(CounterRow, JOB_SEQ_COUNTER) is None:

@@ -18,6 +18,11 @@ class StoreError(Exception):
     """Base class of the store's own errors. The transaction that raised it has been rolled back."""
 
 
+class Unreachable(StoreError):
+    """The database did not answer (refused, unknown host, a role that may not log in): nothing was read or
+    written. The message is one line and names the database without its password."""
+
+
 class NotFound(StoreError, LookupError):
     """The row to update or read does not exist."""
 
