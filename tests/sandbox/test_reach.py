@@ -160,3 +160,32 @@ def test_the_readme_tour_runs_its_python_as_the_team_user(root_server: Server) -
     assert job["state"] == "Succeeded", f"{job.get('reason')}\n{out}"
     body = out.split(" ====\n", 1)[1]
     assert body.splitlines()[0] == f"ok {pwd.getpwnam(users.user_name('john')).pw_uid}"
+
+
+def test_a_program_under_the_hosts_tmp_is_brought_back_into_the_replicas_own(
+        as_root: None, ex: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replica's /tmp is its own and empty; fairpod's venv or a job's program in a checkout under the host's
+    /tmp is brought back into it, read-only, and nothing beside it is."""
+    base = Path(tempfile.mkdtemp(prefix="fairpod-intmp-", dir="/tmp"))
+    try:
+        base.chmod(0o755)
+        (base / "secret.txt").write_text(SECRET)
+        prog = base / "venv" / "bin" / "probe"
+        prog.parent.mkdir(parents=True)
+        prog.write_text(f"#!/bin/sh\necho \"ran as $(id -un)\"\nls {base}\ncat {base}/secret.txt 2>&1\n"
+                        f"echo written > {base}/venv/new 2>&1\necho probe-done\n")
+        prog.chmod(0o755)
+        (base / "venv" / "bin" / "python").symlink_to("probe")  # as a venv's bin/python
+        (base / "home").mkdir()
+        monkeypatch.setenv("FAIRPOD_HOME", str(base / "home"))  # hidden: never brought back
+        assert reach.from_tmp([str(base / "venv"), str(prog), str(base / "home" / "x")],
+                              (str(base / "home"),)) == (str(base / "venv"),)
+        monkeypatch.setenv("PATH", f"{base}/venv/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+        end, log = run_one(ex, tmp_path, "reach-tmp", ["python"])
+        body = log.split(" ====\n", 1)[1]
+        assert end.reason == "exited 0", log
+        assert body.splitlines()[:2] == [f"ran as {users.user_name('reach')}", "venv"], body  # nothing beside it
+        assert "probe-done" in body and SECRET not in body
+        assert not (base / "venv" / "new").exists()  # read-only
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

@@ -180,8 +180,10 @@ class Supervisor:
         except (isolation.RunAsError, OSError) as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
         self.user_name = user.name if user is not None else ""
-        if view is not None and ids:  # its interpreter and program, even under a directory the user cannot enter
+        if view is not None:  # what of its interpreter and program lies under the host's /tmp (its own is empty)
             wanted = sandbox.reach.wanted(cmd[0], env.get("PATH"), cwd)
+            view = dataclasses.replace(view, from_tmp=sandbox.reach.from_tmp(wanted, view.hide))
+        if view is not None and ids:  # its interpreter and program, even under a directory the user cannot enter
             gids = (ids["group"], *ids["extra_groups"])
             ops = sandbox.reach.plan(wanted, ids["user"], gids, view.hide)
             mine = {str(d) for d in sandbox.own_dirs(self.spec)}  # a workdir under a covered directory (which the

@@ -15,6 +15,7 @@ Set up in the forked child of the supervisor, before exec (:func:`enter`), with 
 4. for a replica run as another user: where fairpod's interpreter or the job's program lies under a directory that
    user cannot traverse, that directory covered by an empty ``tmpfs`` with only the way to them bound back,
    read-only (:mod:`fairpod.sandbox.reach`, which makes the plan; made first, so the steps above apply on top);
+   what of it lies under the host's ``/tmp`` bound back, read-only, into the private one;
 5. with a device plan (:func:`fairpod.sandbox.devices.plan`), a private ``/dev``: a fresh ``tmpfs`` (no device
    node made in it can be opened) with only the planned device files bound back from the host, so a replica
    opens no GPU but its own, also on a cgroup v2 host.
@@ -84,6 +85,7 @@ class View:
     uid: int = field(default_factory=os.getuid)
     gid: int = field(default_factory=os.getgid)
     reach: tuple[Op, ...] = ()  # mounts that let the replica's user reach its interpreter (fairpod.sandbox.reach)
+    from_tmp: tuple[str, ...] = ()  # the host's /tmp paths its interpreter and program need (reach.from_tmp)
     dev: tuple[Dev, ...] | None = None  # a private /dev (fairpod.sandbox.devices.plan); None: the host's
 
 
@@ -122,6 +124,46 @@ def _reach(ops: tuple[Op, ...]) -> tuple[list[str], list[str]]:
         for fd in staged.values():
             os.close(fd)
     return covers, back
+
+
+def _stage(paths: tuple[str, ...]) -> dict[str, tuple[int, int, str]]:
+    """Each path's ``O_PATH`` descriptor, file type and (for a symbolic link) target, before ``/tmp`` is covered."""
+    out: dict[str, tuple[int, int, str]] = {}
+    for p in paths:
+        try:
+            st = os.lstat(p)
+            target = os.readlink(p) if stat.S_ISLNK(st.st_mode) else ""
+            out[p] = (-1 if target else os.open(p, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC), st.st_mode, target)
+        except OSError:
+            pass
+    return out
+
+
+def _bring_back(staged: dict[str, tuple[int, int, str]]) -> list[str]:
+    """Bind each staged host ``/tmp`` path, read-only, at its own path in the replica's new ``/tmp`` (the way down
+    made of directories the replica's user may traverse); a symbolic link is made again."""
+    back = []
+    mask = os.umask(0o022)
+    try:
+        for p, (fd, mode, target) in staged.items():
+            os.makedirs(os.path.dirname(p), exist_ok=True)
+            if target:
+                os.symlink(target, p)
+                continue
+            if stat.S_ISDIR(mode):
+                os.mkdir(p)
+            else:
+                os.close(os.open(p, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o444))
+            mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
+            keep = os.statvfs(p).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+            back.append(p)
+    finally:
+        os.umask(mask)
+        for fd, _, _ in staged.values():
+            if fd >= 0:
+                os.close(fd)
+    return back
 
 
 def _stage_dev(ops: tuple[Dev, ...]) -> dict[str, int]:
@@ -176,9 +218,12 @@ def _mount_view(v: View) -> None:
             pass
     covers, back = _reach(v.reach)
     if v.tmp:
+        staged = _stage(v.from_tmp)
         mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+        back += _bring_back(staged)
     for p in sorted(v.hide, key=len):  # a parent first: what is under it is gone with it
-        if any(_inside(p, h) for h in v.hide if h != p and len(h) < len(p)) or (v.tmp and _inside(p, "/tmp")):
+        if any(_inside(p, h) for h in v.hide if h != p and len(h) < len(p)) or (
+                v.tmp and _inside(p, "/tmp") and not any(_inside(p, b) for b in v.from_tmp)):
             continue
         try:
             st = os.stat(p)

@@ -12,6 +12,9 @@ Needed paths (:func:`wanted`): the real paths of the supervisor's ``sys.prefix``
 directory of its interpreter and fairpod's own package, and the job's program (``argv[0]`` looked up on the
 replica's ``PATH``) with the interpreter of its ``#!`` line, each with every symbolic link met on the way to it. A path inside what the sandbox hides
 (fairpod's state directory, the runs and checkpoint roots, the CLI config) is never exposed (:func:`plan`).
+
+The replica's ``/tmp`` is its own, empty: a needed path under the host's ``/tmp`` (fairpod installed in a checkout
+there, a job's script there) is brought back into it, read-only, at its own path (:func:`from_tmp`).
 """
 
 from __future__ import annotations
@@ -150,3 +153,15 @@ def plan(paths: list[str], uid: int, gids: tuple[int, ...], hide: tuple[str, ...
             cur = child
     # a parent before what is under it; at one path, bring it back before covering what is under it
     return tuple(sorted(ops.values(), key=lambda o: (o.path.count("/"), o.kind == "cover", o.path)))
+
+
+def from_tmp(paths: list[str], hide: tuple[str, ...]) -> tuple[str, ...]:
+    """The needed ``paths`` under the host's ``/tmp`` to bring back into the replica's own: the outermost of them
+    (a venv's directory, not each file in it), none inside a hidden path."""
+    mine = sorted({p for p in paths if inside(p, "/tmp") and p != "/tmp" and not any(inside(p, h) for h in hide)},
+                  key=len)
+    out: list[str] = []
+    for p in mine:
+        if not any(inside(p, o) for o in out):
+            out.append(p)
+    return tuple(out)

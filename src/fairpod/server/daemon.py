@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import itertools
 import logging
 import os
 import re
@@ -122,12 +123,9 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int,
     return store, token
 
 
-def _initialize(home: Path, url: str, spec_file: str | None, port: int, shared: bool,
-                wait: bool) -> tuple[Store, str | None]:
-    """``initialize``; a leader that stepped down because the database went away (``wait``) restarts as a
-    standby that waits for it to come back (the lease cannot be had without it) instead of exiting."""
-    pause = 0.5
-    while True:
+def _initialize(home: Path, url: str, spec_file: str | None, port: int, shared: bool, wait: bool) -> tuple:
+    """``initialize``; a leader that stepped down as it lost the database (``wait``) waits for it as a standby."""
+    for pause in itertools.chain((0.5, 1.0, 2.0, 4.0), itertools.repeat(5.0)):
         try:
             return initialize(home, url, spec_file, port, shared=shared)
         except Unreachable as e:
@@ -135,7 +133,7 @@ def _initialize(home: Path, url: str, spec_file: str | None, port: int, shared: 
                 raise
             print(f"fairpod: {e}; a standby waits for it: trying again in {pause:g} s", file=sys.stderr, flush=True)
             time.sleep(pause)
-            pause = min(pause * 2, 5.0)
+    raise AssertionError("the pauses never end")
 
 
 def check_state(home: Path, url: str) -> None:
@@ -338,8 +336,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         return 2
     running = read_pid(home)
     restarted = bool(running and running[0] == os.getpid())  # a leader that stepped down, now a standby
-    if restarted:
-        running = None
+    running = None if restarted else running
     if running:
         print(f"fairpod is already running (pid {running[0]}) at http://127.0.0.1:{running[1]}")
         return 0
