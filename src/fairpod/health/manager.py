@@ -128,8 +128,9 @@ class HealthManager:
             self._wake.wait(min(self.interval, 0.5))
             self._wake.clear()
 
-    def probe(self, node: str) -> Probe:
-        nd = self.cp.store.get_node(node)
+    def probe(self, node: str, nd: Any = None) -> Probe:
+        """The node's probe; ``nd``: its record when the caller has just read it."""
+        nd = nd if nd is not None else self.cp.store.get_node(node)
         cat = self.cp.spec.catalog()
         itype = cat.get(nd.instance_type) if nd else None
         acc = itype.accelerators if itype else 0
@@ -147,10 +148,8 @@ class HealthManager:
     def agent_round(self) -> None:
         now = time.time()
         runner = self.cp.executor if isinstance(self.cp.executor, NodeRunner) else None
-        for nd in self.cp.store.list_nodes():
-            if nd.health_status != NodeHealth.SCHEDULABLE:
-                continue
-            probe = self.probe(nd.name)
+        for nd in self.cp.store.list_nodes(health_status=NodeHealth.SCHEDULABLE):
+            probe = self.probe(nd.name, nd)
             if runner is not None:
                 findings = self._monitor_on_node(runner, nd.name, probe, now)
             else:
@@ -181,7 +180,8 @@ class HealthManager:
 
     def recovery_round(self) -> None:
         automatic = self.cp.spec.cluster.node_recovery == NodeRecovery.AUTOMATIC
-        for nd in self.cp.store.list_nodes():
+        pending = (NodeHealth.PENDING_REBOOT, NodeHealth.PENDING_REPLACEMENT)
+        for nd in self.cp.store.list_nodes(health_status=pending):  # (read every 0.5 s: only those that wait)
             if nd.health_status == NodeHealth.PENDING_REBOOT:
                 action = "reboot"
             elif nd.health_status == NodeHealth.PENDING_REPLACEMENT:

@@ -206,6 +206,8 @@ class Services:
         out, ended = [], set()
         with self.cp.lock:
             for jid, run in list(self.cp.runs.items()):
+                if not run.ports:  # only a service's launch picks ports (control.serving): no read for a batch job
+                    continue
                 job = self.cp.store.get_job(jid)
                 if job is None or job.spec.service is None:
                     continue
