@@ -151,9 +151,11 @@ def test_a_service_grows_into_borrowed_capacity_and_a_reclaim_drains_it_with_no_
 def test_a_replica_that_exits_starts_again_and_the_others_serve_on(server: Server, tmp_path: Path):
     log = tmp_path / "svc.log"
     script = tmp_path / "serve.py"
-    # replica 1 exits 3 on its first start; started again, it serves
-    script.write_text(REPLICA.replace('note("start")', 'note("start")\nif rank == "1" and '
-                                      'len(open(log).read().split("start 1 ")) == 2: os._exit(3)'))
+    # replica 1 exits 3 on its first start, before it listens (a listening socket passes the TCP readiness check:
+    # bound first, it was counted ready in the moment before it exited); started again, it serves
+    script.write_text(REPLICA.replace('note("start")\n', '').replace(
+        'srv = http.server', 'note("start")\nif rank == "1" and len(open(log).read().split("start 1 ")) == 2:'
+        '\n    os._exit(3)\nsrv = http.server'))
     server.cli("start-service", "--name", "web", "--team", "smith", "--min-replicas", "2",
                "--grace-seconds", "1", "--", "python", str(script), str(log))
     svc = wait_for(lambda: (s := server.api("GET", "/services/web").json())["ready_replicas"] == 2 and s,
