@@ -85,7 +85,7 @@ class View:
     uid: int = field(default_factory=os.getuid)
     gid: int = field(default_factory=os.getgid)
     reach: tuple[Op, ...] = ()  # mounts that let the replica's user reach its interpreter (fairpod.sandbox.reach)
-    from_tmp: tuple[str, ...] = ()  # the host's /tmp paths its interpreter and program need (reach.from_tmp)
+    from_tmp: tuple[Op, ...] = ()  # what of its interpreter and program lies under the host's /tmp (reach.from_tmp)
     dev: tuple[Dev, ...] | None = None  # a private /dev (fairpod.sandbox.devices.plan); None: the host's
 
 
@@ -95,13 +95,7 @@ _inside = inside
 def _reach(ops: tuple[Op, ...]) -> tuple[list[str], list[str]]:
     """Cover each directory of ``ops`` with an empty tmpfs and bring back, read-only, what the replica's user must
     reach under it (staged before the first cover hides it); the covers and the paths brought back."""
-    staged: dict[str, int] = {}
-    for op in ops:
-        if op.kind in ("dir", "file"):
-            try:
-                staged[op.path] = os.open(op.path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
-                pass
+    staged = _stage(ops)
     covers: list[str] = []
     back: list[str] = []
     try:
@@ -109,16 +103,7 @@ def _reach(ops: tuple[Op, ...]) -> tuple[list[str], list[str]]:
             if op.kind == "cover":
                 mount("tmpfs", op.path, "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=64k")
                 covers.append(op.path)
-            elif op.kind == "link":
-                os.symlink(op.target, op.path)
-            elif op.path in staged:
-                if op.kind == "dir":
-                    os.mkdir(op.path, 0o755)
-                else:
-                    os.close(os.open(op.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o444))
-                mount(f"/proc/self/fd/{staged[op.path]}", op.path, None, MS_BIND | MS_REC)
-                keep = os.statvfs(op.path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
-                mount(None, op.path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+            elif _place(op, staged):
                 back.append(op.path)
     finally:
         for fd in staged.values():
@@ -126,43 +111,50 @@ def _reach(ops: tuple[Op, ...]) -> tuple[list[str], list[str]]:
     return covers, back
 
 
-def _stage(paths: tuple[str, ...]) -> dict[str, tuple[int, int, str]]:
-    """Each path's ``O_PATH`` descriptor, file type and (for a symbolic link) target, before ``/tmp`` is covered."""
-    out: dict[str, tuple[int, int, str]] = {}
-    for p in paths:
-        try:
-            st = os.lstat(p)
-            target = os.readlink(p) if stat.S_ISLNK(st.st_mode) else ""
-            out[p] = (-1 if target else os.open(p, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC), st.st_mode, target)
-        except OSError:
-            pass
-    return out
+def _stage(ops: tuple[Op, ...]) -> dict[str, int]:
+    """An ``O_PATH`` descriptor of each path to bind back, taken before a cover hides it."""
+    staged: dict[str, int] = {}
+    for op in ops:
+        if op.kind in ("dir", "file"):
+            try:
+                staged[op.path] = os.open(op.path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                pass
+    return staged
 
 
-def _bring_back(staged: dict[str, tuple[int, int, str]]) -> list[str]:
-    """Bind each staged host ``/tmp`` path, read-only, at its own path in the replica's new ``/tmp`` (the way down
-    made of directories the replica's user may traverse); a symbolic link is made again."""
+def _place(op: Op, staged: dict[str, int]) -> bool:
+    """Make a ``link`` op's symbolic link again, or bind a staged ``dir``/``file`` back at its path, read-only
+    (keeping its mount's nosuid/nodev/noexec); True when something was bound."""
+    if op.kind == "link":
+        os.symlink(op.target, op.path)
+        return False
+    if op.path not in staged:
+        return False
+    if op.kind == "dir":
+        os.mkdir(op.path, 0o755)
+    else:
+        os.close(os.open(op.path, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o444))
+    mount(f"/proc/self/fd/{staged[op.path]}", op.path, None, MS_BIND | MS_REC)
+    keep = os.statvfs(op.path).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    mount(None, op.path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
+    return True
+
+
+def _bring_back(ops: tuple[Op, ...], staged: dict[str, int]) -> list[str]:
+    """``ops`` (``reach.from_tmp``), staged before ``/tmp`` was covered, placed at their own paths in the
+    replica's new ``/tmp``: the way down made of directories the replica's user may traverse."""
     back = []
     mask = os.umask(0o022)
     try:
-        for p, (fd, mode, target) in staged.items():
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            if target:
-                os.symlink(target, p)
-                continue
-            if stat.S_ISDIR(mode):
-                os.mkdir(p)
-            else:
-                os.close(os.open(p, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o444))
-            mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC)
-            keep = os.statvfs(p).f_flag & (MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY | keep)
-            back.append(p)
+        for op in ops:
+            os.makedirs(os.path.dirname(op.path), exist_ok=True)
+            if _place(op, staged):
+                back.append(op.path)
     finally:
         os.umask(mask)
-        for fd, _, _ in staged.values():
-            if fd >= 0:
-                os.close(fd)
+        for fd in staged.values():
+            os.close(fd)
     return back
 
 
@@ -220,10 +212,10 @@ def _mount_view(v: View) -> None:
     if v.tmp:
         staged = _stage(v.from_tmp)
         mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
-        back += _bring_back(staged)
+        back += _bring_back(v.from_tmp, staged)
     for p in sorted(v.hide, key=len):  # a parent first: what is under it is gone with it
         if any(_inside(p, h) for h in v.hide if h != p and len(h) < len(p)) or (
-                v.tmp and _inside(p, "/tmp") and not any(_inside(p, b) for b in v.from_tmp)):
+                v.tmp and _inside(p, "/tmp") and not any(_inside(p, b.path) for b in v.from_tmp)):
             continue
         try:
             st = os.stat(p)

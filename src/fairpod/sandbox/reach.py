@@ -145,23 +145,29 @@ def plan(paths: list[str], uid: int, gids: tuple[int, ...], hide: tuple[str, ...
                 if cur == "/":
                     break
                 ops.setdefault(cur, Op("cover", cur))
-                if stat.S_ISLNK(st.st_mode):
-                    op = Op("link", child, os.readlink(child))
-                else:
-                    op = Op("dir" if stat.S_ISDIR(st.st_mode) else "file", child)
-                ops.setdefault(child + "\0", op)
+                ops.setdefault(child + "\0", _op(child, st))
             cur = child
     # a parent before what is under it; at one path, bring it back before covering what is under it
     return tuple(sorted(ops.values(), key=lambda o: (o.path.count("/"), o.kind == "cover", o.path)))
 
 
-def from_tmp(paths: list[str], hide: tuple[str, ...]) -> tuple[str, ...]:
+def _op(path: str, st: os.stat_result) -> Op:
+    """Bring ``path`` (``lstat``-ed as ``st``) back as it is: a symbolic link made again, else bound."""
+    if stat.S_ISLNK(st.st_mode):
+        return Op("link", path, os.readlink(path))
+    return Op("dir" if stat.S_ISDIR(st.st_mode) else "file", path)
+
+
+def from_tmp(paths: list[str], hide: tuple[str, ...]) -> tuple[Op, ...]:
     """The needed ``paths`` under the host's ``/tmp`` to bring back into the replica's own: the outermost of them
     (a venv's directory, not each file in it), none inside a hidden path."""
     mine = sorted({p for p in paths if inside(p, "/tmp") and p != "/tmp" and not any(inside(p, h) for h in hide)},
                   key=len)
-    out: list[str] = []
+    out: list[Op] = []
     for p in mine:
-        if not any(inside(p, o) for o in out):
-            out.append(p)
+        if not any(inside(p, o.path) for o in out):
+            try:
+                out.append(_op(p, os.lstat(p)))
+            except OSError:
+                pass
     return tuple(out)
