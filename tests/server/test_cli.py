@@ -32,6 +32,12 @@ def test_up_admin_commands_and_down(tmp_path: Path):
         pol = json.loads(s.cli("policy", "show", "-o", "json").stdout)
         assert pol["task_prioritization"] == "TaskRanking" and [c["name"] for c in pol["priority_classes"]] == [
             "high", "low"]
+        assert pol["preemption_cost_wait_seconds"] == 900  # the default: a costly reclaim waits 15 min at most
+        s.cli("policy", "set", "--preemption-cost-wait-seconds", "0")
+        pol = json.loads(s.cli("policy", "show", "-o", "json").stdout)
+        assert pol["preemption_cost_wait_seconds"] == 0
+        r = s.cli("policy", "set", "--preemption-cost-wait-seconds", "-5", check=False)
+        assert r.returncode == 1 and "--preemption-cost-wait-seconds" in r.stderr and "Traceback" not in r.stderr
         s.cli("node", "cordon", "workers-3")
         nodes = {n["name"]: n for n in json.loads(s.cli("node", "list", "-o", "json").stdout)}
         assert nodes["workers-3"]["cordoned"] and not nodes["workers-3"]["schedulable"]

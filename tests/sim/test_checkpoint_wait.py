@@ -47,3 +47,33 @@ def test_a_job_triggers_preemption_only_after_the_minimum_wait(tmp_path: Path) -
     john_b = next(j for j in r["jobs"] if j["name"] == "john-train-b")
     assert smith(r)["preemptions"] == 1
     assert john_b["start"] >= 195.0  # submitted at 150, it may preempt from 195 on
+
+
+# -- rule 3b (policy.preemption_cost_wait_seconds, default 900 s): a reclaim that would destroy much work waits
+# for room to free by itself, for at most that long. smith (no checkpoints) borrows a node from t=60; john's
+# second job, a whole node, wants it back at t=2,000: stopping smith would lose 8 x 1,940 accelerator-seconds,
+# more than 2 x 900 x 4.
+
+
+def rows(smith_seconds: int) -> list[str]:
+    return ["0,john,10000,8,2,john-train-a,,,", f"60,smith,{smith_seconds},8,2,smith-train,,,",
+            "2000,john,600,4,1,john-train-b,,,"]
+
+
+def test_a_costly_reclaim_waits_for_the_borrowed_job_to_end(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path, rows(2500))  # smith ends at t=2,560, within john-b's 900 s
+    r = replay(spec_with(tmp_path), trace, jobs=True)
+    john_b = next(j for j in r["jobs"] if j["name"] == "john-train-b")
+    assert smith(r)["preemptions"] == 0 and smith(r)["lost_seconds"] == 0.0
+    assert john_b["start"] == 2560.0  # the node smith gave back by ending
+    off = replay(spec_with(tmp_path, preemption_cost_wait_seconds=0), trace, jobs=True)
+    assert smith(off)["preemptions"] == 1 and smith(off)["lost_seconds"] == 1940.0  # reclaimed at once
+    assert off["cluster"]["lost_accelerator_seconds"] > r["cluster"]["lost_accelerator_seconds"] == 0.0
+
+
+def test_a_costly_reclaim_goes_once_its_job_has_waited_the_policys_time(tmp_path: Path) -> None:
+    trace = write_trace(tmp_path, rows(9000))  # smith would run until t=9,060
+    r = replay(spec_with(tmp_path), trace, jobs=True)
+    john_b = next(j for j in r["jobs"] if j["name"] == "john-train-b")
+    assert john_b["start"] == 2900.0  # 2,000 + 900: the engine is woken then, nothing else happens at that time
+    assert smith(r)["preemptions"] == 1

@@ -30,7 +30,8 @@ POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classe
                 "restart_backoff_base_seconds": "--restart-backoff-base-seconds",
                 "restart_backoff_max_seconds": "--restart-backoff-max-seconds",
                 "shell_idle_timeout_seconds": "--shell-idle-timeout-seconds",
-                "shell_max_seconds": "--shell-max-seconds"}
+                "shell_max_seconds": "--shell-max-seconds",
+                "preemption_cost_wait_seconds": "--preemption-cost-wait-seconds"}
 
 
 def _quota(items: list[str], flag: str = "--quota") -> list[dict[str, Any]]:
@@ -179,6 +180,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "long ends (default 3600)")
     p.add_argument("--shell-max-seconds", type=float, metavar="SECONDS",
                    help="the longest an interactive shell lasts (default 28800)")
+    p.add_argument("--preemption-cost-wait-seconds", type=float, metavar="SECONDS",
+                   help="a reclaim whose victims would lose at least 2 x SECONDS of work per accelerator it takes "
+                   "back waits up to SECONDS for room to free by itself (0: reclaim at once; default 900)")
     add_output(p)
     p.set_defaults(func=policy_set)
     spec_history_cmds.register_policy(pol)
@@ -286,7 +290,7 @@ def policy_set(a: argparse.Namespace) -> int:
     pol = c.get("/policy")
     for key in ("task_prioritization", "idle_compute_allocation", "idle_resource_sharing", "starvation_guard_seconds",
                 "fair_share_half_life_seconds", "restart_backoff_base_seconds", "restart_backoff_max_seconds",
-                "shell_idle_timeout_seconds", "shell_max_seconds"):
+                "shell_idle_timeout_seconds", "shell_max_seconds", "preemption_cost_wait_seconds"):
         if getattr(a, key) is not None:
             pol[key] = getattr(a, key)
     if a.priority_class is not None:

@@ -9,7 +9,7 @@
 - ``budget``     — budgets over time: accelerator-hours per period (rule 10)
 - ``placement``  — gang placement, best fit (rule 1)
 - ``ordering``   — the order of preemption victims (rules 3, 7)
-- ``preemption`` — picking victims: reclaim, priority, fair share (rules 3, 4, 5, 7)
+- ``preemption`` — picking victims: reclaim (and when a costly one waits), priority, fair share (rules 3, 3b, 4, 5, 7)
 - ``elastic``    — elastic jobs: admission at N..M replicas, growth, shrink before preemption (rule 11)
 - ``scheduler``  — one cycle over a snapshot (rules 4, 6, 8)
 - ``feasible``   — can a job ever run on this cluster (the control plane at submit, the simulator at load)

@@ -43,6 +43,7 @@ def _policy_snapshot(spec: ClusterSpec, now: float) -> Snapshot:
         fallback_borrows=p.fallback_when_can_borrow == "Borrow",
         checkpoint_wait=p.preemption_checkpoint_wait_seconds,
         preempt_min_wait=p.preemption_min_wait_seconds,
+        cost_wait=p.preemption_cost_wait_seconds,
         consolidation=p.consolidation,
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),

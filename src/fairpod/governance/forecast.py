@@ -5,7 +5,7 @@ Running jobs end at their expected time: ``Workload.expected`` seconds from thei
 only the forecast uses: the engine decides with what it is told, as the live one does); a job with neither is
 assumed never to end, and a job past its expected end is assumed to end now. The clock then
 jumps from event to event, as the simulator's does: a job's expected end, the end of a running job's
-``min_runtime`` (it becomes a possible victim). At each event the engine runs one cycle as it would then, and
+``min_runtime`` (it becomes a possible victim), the moment a reclaim held back for its cost may go ahead. At each event the engine runs one cycle as it would then, and
 a pending job's estimate is the time of the first cycle that admits it. Nothing new is assumed to arrive and
 no job ends early or fails, so the figure is an estimate: it moves as the real cluster does.
 
@@ -73,6 +73,8 @@ def estimate_starts(snap: Snapshot, *, durations: Callable[[Workload], float | N
         if not left or not sim.pending:
             break
         t = _next(sim, events)
+        if sim.retry_at != math.inf and sim.retry_at > sim.now and (t is None or sim.retry_at < t):
+            t = sim.retry_at  # a reclaim held back (rule 3b) may go ahead then
         if t is None or t - start > horizon:
             break
         sim.now = t

@@ -1,4 +1,4 @@
-"""Preemption planning (engine rules 3, 4, 5 and 7): which running jobs to stop so that a pending job fits.
+"""Preemption planning (engine rules 3, 3b, 4, 5 and 7): which running jobs to stop so that a pending job fits.
 
 Candidates, by the situation of the pending job J of team T on instance type I:
 - reclaim: J fits within T's quota, so T is entitled to it; jobs of other teams that are borrowing on I;
@@ -9,6 +9,9 @@ Candidates, by the situation of the pending job J of team T on instance type I:
 - priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority);
   with a per-user cap (rule 9) J fits only once its user is within the cap, so a job over its user's cap
   starts only in place of enough of that user's own lower-priority jobs.
+A reclaim whose victims would lose at least 2 x ``cost_wait`` seconds of work per accelerator of J waits until J
+has been in the queue ``cost_wait`` seconds (rule 3b, ``_costly``; no plan is made for J again before): room that
+frees by itself meanwhile costs nothing.
 Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
 ``ordering.victim_key`` (``sort_victims``) until J fits; then every victim that is not needed is given back (no more than needed).
 """
@@ -382,6 +385,37 @@ def plan(
         else:
             nodes = again
             removed.pop(i)
+    if within and snap.cost_wait and _costly(snap, w, removed):
+        for v, _ in reversed(removed):
+            snap.assign(v, v.nodes or [])
+        return None
     final = fits_now(snap, w, reserved, holder)
     assert final is not None
     return removed, final
+
+
+def _costly(snap: Snapshot, w: Workload, removed: list[tuple[Workload, str]]) -> bool:
+    """Rule 3b: is this reclaim held back? Its victims of other teams would lose at least 2 x ``cost_wait``
+    seconds of work per accelerator of ``w`` (a wait of ``cost_wait`` costs ``w`` less than half of it), and ``w``
+    has waited less than ``cost_wait``. Then ``w`` waits for room to free by itself (``snap.cost_held``)."""
+    acc = w.total[0]
+    if acc <= 0 or snap.now - w.waiting_since() >= snap.cost_wait:
+        return False
+    destroyed = 0.0
+    for v, kind in removed:
+        if kind == "reclaim":
+            destroyed += v.lost_work(snap.now) * v.total[0]
+    if destroyed < 2.0 * snap.cost_wait * acc:
+        return False
+    until = w.waiting_since() + snap.cost_wait
+    snap.cost_held[w.id] = (until, destroyed)
+    snap.retry_at = min(snap.retry_at, until)
+    return True
+
+
+def held_reason(snap: Snapshot, w: Workload) -> str:
+    """Why a job whose reclaim is held back (``_costly``) waits."""
+    return (f"waiting for reclaim: the borrowed jobs it would stop would lose "
+            f"{snap.cost_held[w.id][1] / 3600:.1f} accelerator-hours of work, so it waits up to "
+            f"{snap.cost_wait / 60:.0f} min in the queue for room to free by itself before they are stopped "
+            "(policy preemption_cost_wait_seconds)")

@@ -176,6 +176,8 @@ class _Cycle:
 
     def admit(self, w: Workload, nodes: list[str], within: bool, victims: list[tuple[Workload, str]]) -> None:
         snap = self.snap
+        if snap.cost_held:
+            snap.cost_held.pop(w.id, None)  # its room freed by itself while its reclaim waited
         need = quota.borrow_need(snap, w)[0]
         lenders = _lenders(snap, w, need) if need > 0 else ()
         after = []
@@ -348,13 +350,17 @@ class _Cycle:
         self.rank_deferred()  # other teams' jobs may be stopped from here on
         if snap.elastic and elastic.shrink_to_fit(self, w, within, reserved, holder, ok):
             return True  # replicas above elastic jobs' minimum go before any job is stopped whole
-        plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
+        held = within and w.id in snap.cost_held  # a costly reclaim waits (rule 3b): no plan before its time
+        plan = None if held else preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
         if plan is not None and not ok and (w.quota_bound or _protected(snap.teams[w.team], w)):
             plan = _within_or_undo(snap, w, plan)  # its own lower-priority jobs, only to run within quota
         if plan is not None:
             victims, nodes = plan
             self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
             return True
+        if within and w.id in snap.cost_held:  # it fits once its reclaim may go (a plan was found)
+            self.wait(w, preemption.held_reason(snap, w))
+            return False
         never = self.never_fits(w)
         if never:
             self.wait(w, never)
@@ -602,6 +608,11 @@ class _Cycle:
         if len(snap.memo) > 4 * len(snap.teams) + 1024:
             snap.memo.clear()  # entries of old versions
         snap.cycle += 1
+        snap.retry_at = math.inf
+        if snap.cost_held:  # reclaims held back (rule 3b): those whose wait is over are planned for again
+            for jid in [j for j, (until, _) in snap.cost_held.items() if until <= snap.now]:
+                del snap.cost_held[jid]
+            snap.retry_at = min((until for until, _ in snap.cost_held.values()), default=math.inf)
         for p in snap.pools.values():
             p.reserved_borrow = [0, 0, 0]
         history.advance(snap)

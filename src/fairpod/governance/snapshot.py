@@ -333,6 +333,7 @@ class Snapshot:
         fallback_borrows: bool = True,
         checkpoint_wait: float = 0.0,
         preempt_min_wait: float = 0.0,
+        cost_wait: float = 0.0,
         consolidation: str = "Off",
     ) -> None:
         # rule 12 (``governance.consolidation``): move borrowed jobs to free whole nodes for a waiting multi-node
@@ -343,6 +344,13 @@ class Snapshot:
         # waited ``preempt_min_wait`` seconds (0: both off)
         self.checkpoint_wait = checkpoint_wait
         self.preempt_min_wait = preempt_min_wait
+        # a reclaim whose victims would lose >= 2 x ``cost_wait`` seconds of work per accelerator of the job that
+        # reclaims waits until that job has waited ``cost_wait`` (``preemption.plan``; 0: off): the jobs held back
+        # so (id -> (until when, the accelerator-seconds their reclaim would lose)), not planned for again until
+        # then; and the earliest time one of them may go ahead (a simulator wakes the engine then)
+        self.cost_wait = cost_wait
+        self.cost_held: dict[str, tuple[float, float]] = {}
+        self.retry_at = math.inf
         # fallback instance types (``Workload.choices``): take the first type the job fits now even by borrowing
         # (Kueue's whenCanBorrow: Borrow), or a later type that fits within quota first (TryNextFlavor)
         self.fallback_borrows = fallback_borrows

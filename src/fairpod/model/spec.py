@@ -245,6 +245,11 @@ class Policy(_Strict):
     # it; and a pending job may trigger preemption only once it has waited preemption_min_wait_seconds. 0: off.
     preemption_checkpoint_wait_seconds: float = Field(default=0.0, ge=0, le=86400)
     preemption_min_wait_seconds: float = Field(default=0.0, ge=0, le=7 * 86400)
+    # A reclaim that would destroy much work waits a while for room to free by itself: when the borrowed jobs it
+    # would stop lose at least 2 x this many seconds of work (accelerator-seconds since their checkpoints) per
+    # accelerator of the job that reclaims, that job waits up to this long in the queue first (its capacity is
+    # held for it once it starves), then they are stopped. A reclaim that destroys less goes at once. 0: off.
+    preemption_cost_wait_seconds: float = Field(default=900.0, ge=0, le=86400)
     # Interactive shells (fairpod shell, salloc, srun --pty): a shell that saw no input or output this long is
     # ended, and none lasts longer than the maximum; a user may ask for less, never more.
     shell_idle_timeout_seconds: float = Field(default=3600.0, ge=10, le=7 * 86400)

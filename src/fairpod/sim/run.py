@@ -379,6 +379,11 @@ class Simulation:
                 elif isinstance(d, Wait):
                     res.waits += 1
                     sj.reason = d.reason
+            if snap.retry_at != math.inf and snap.pending:  # a reclaim held back (rule 3b): a cycle when it may go
+                nxt = _r(snap.retry_at)
+                if nxt > t and nxt not in self.woken:
+                    self.woken.add(nxt)
+                    self._push(nxt, "", -1)
             self._sample(t)
             sampled = True
             if self.meter is not None and snap.pending:  # held jobs are looked at again when a period begins

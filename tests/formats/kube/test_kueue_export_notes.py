@@ -1,4 +1,5 @@
-"""The export's notes on fairpod rules Kueue cannot hold: borrow limits lifted while no other team waits."""
+"""The export's notes on fairpod rules Kueue cannot hold: borrow limits lifted while no other team waits, a costly
+reclaim's wait."""
 
 from __future__ import annotations
 
@@ -25,3 +26,14 @@ def test_lifted_borrow_limits_are_noted_as_not_expressible(applies, noted):
 def test_an_unknown_borrow_limit_mode_is_refused():
     with pytest.raises(ValueError, match="borrow_limit_applies"):
         _spec("Sometimes")
+
+
+@pytest.mark.parametrize("wait, noted", [(None, True), (0, False)])
+def test_a_costly_reclaims_wait_is_noted_as_not_expressible(wait, noted):
+    spec = _spec("Always")
+    if wait is not None:
+        spec.policy.preemption_cost_wait_seconds = wait
+    notes = [n for n in unexpressible(spec) if n.startswith("costly reclaim:")]
+    assert bool(notes) is noted
+    if noted:  # the default, in the words of the spec
+        assert "at least 1800 s of work per accelerator" in notes[0] and "up to 900 s" in notes[0]

@@ -239,6 +239,11 @@ def unexpressible(spec: ClusterSpec) -> list[str]:
         notes.append(f"starvation guard: fairpod holds nodes for a job that fits its quota but has waited "
                      f"{p.starvation_guard_seconds:g} s; Kueue's BestEffortFIFO lets smaller workloads pass it "
                      "for as long as they fit")
+    if p.preemption_cost_wait_seconds > 0:
+        notes.append(f"costly reclaim: a reclaim whose victims would lose at least "
+                     f"{2 * p.preemption_cost_wait_seconds:g} s of work per accelerator taken back waits up to "
+                     f"{p.preemption_cost_wait_seconds:g} s for room to free by itself "
+                     "(policy.preemption_cost_wait_seconds); Kueue reclaims at once")
     if p.borrow_limit_applies == "WhileOthersWait":
         notes.append("borrow limits: fairpod lifts a team's borrow limits while no other team waits with a job it "
                      "may run (policy.borrow_limit_applies: WhileOthersWait); Kueue's borrowingLimit always "

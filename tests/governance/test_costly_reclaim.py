@@ -1,0 +1,88 @@
+"""Rule 3b: a reclaim that would destroy much work waits a while for room to free by itself
+(policy.preemption_cost_wait_seconds). Three nodes of 4 accelerators; b's 12-accelerator job borrows a's idle
+quota of 8, then a wants it back."""
+
+from __future__ import annotations
+
+import math
+
+from .helpers import admitted, cycle, make, preempted, submit, waits
+
+W = 900.0  # the policy's default
+
+
+def borrowed(ran: float, **policy: float):
+    """b1 (3 nodes x 4) borrows a's quota of 8 and runs ``ran`` seconds."""
+    snap = make(3, [{"name": "a", "quota": 8}, {"name": "b", "quota": 4, "limit": 200}], **policy)
+    submit(snap, "b1", "b", 4, n=3, t=0.0)
+    assert admitted(cycle(snap, 0.0)) == ["b1"]
+    snap.now = ran
+    return snap
+
+
+def test_a_reclaim_that_destroys_little_goes_at_once() -> None:
+    # b1 would lose 12 x 500 = 6,000 accelerator-seconds, less than 2 x 900 x 4 for a's 4-accelerator job
+    snap = borrowed(500.0)
+    submit(snap, "a1", "a", 4, t=500.0)
+    ds = cycle(snap, 500.0)
+    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
+
+
+def test_a_reclaim_that_would_destroy_much_waits_then_goes() -> None:
+    # b1 would lose 12 x 4,000 = 48,000 accelerator-seconds >= 2 x 900 x 4: a1 waits up to 900 s for room
+    snap = borrowed(4000.0)
+    submit(snap, "a1", "a", 4, t=4000.0)
+    ds = cycle(snap, 4000.0)
+    assert preempted(ds) == [] and admitted(ds) == []
+    reason = waits(ds)["a1"]
+    assert reason.startswith("waiting for reclaim: the borrowed jobs it would stop would lose 13.3 accelerator-hours")
+    assert "up to 15 min" in reason and "preemption_cost_wait_seconds" in reason
+    assert snap.retry_at == 4000.0 + W  # when it may go ahead (a simulator wakes the engine then)
+    ds = cycle(snap, 4000.0 + W - 1)  # starving by now: the guard holds nodes for it, the reclaim still waits
+    assert preempted(ds) == [] and admitted(ds) == [] and snap.pending["a1"].reason == reason
+    ds = cycle(snap, 4000.0 + W)  # it has waited the policy's time: the work is stopped after all
+    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
+    assert snap.retry_at == math.inf and not snap.cost_held
+
+
+def test_room_that_frees_by_itself_ends_the_wait_without_a_preemption() -> None:
+    snap = borrowed(4000.0)
+    submit(snap, "a1", "a", 4, t=4000.0)
+    assert preempted(cycle(snap, 4000.0)) == []
+    snap.finish("b1")  # b1 ends on its own 5 minutes later: nothing is lost
+    ds = cycle(snap, 4300.0)
+    assert admitted(ds) == ["a1"] and preempted(ds) == []
+
+
+def test_the_wait_is_counted_from_the_time_the_job_entered_the_queue() -> None:
+    snap = borrowed(4000.0)
+    submit(snap, "a1", "a", 4, t=4000.0 - W)  # it has waited 15 min already (for another reason)
+    ds = cycle(snap, 4000.0)
+    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
+
+
+def test_off_reclaims_at_once_whatever_it_costs() -> None:
+    snap = borrowed(40000.0, preemption_cost_wait_seconds=0)
+    submit(snap, "a1", "a", 4, t=40000.0)
+    ds = cycle(snap, 40000.0)
+    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
+
+
+def test_a_larger_reclaiming_job_may_destroy_more_before_it_waits() -> None:
+    # the bound is per accelerator of the job that reclaims: 12 x 1,000 = 12,000 accelerator-seconds hold a
+    # 4-accelerator job back (>= 7,200) but not an 8-accelerator one (< 14,400)
+    snap = borrowed(1000.0)
+    submit(snap, "a1", "a", 4, t=1000.0)
+    assert preempted(cycle(snap, 1000.0)) == []
+    snap = borrowed(1000.0)
+    submit(snap, "a1", "a", 4, n=2, t=1000.0)
+    ds = cycle(snap, 1000.0)
+    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
+
+
+def test_the_forecast_starts_a_held_job_when_its_wait_is_over() -> None:
+    from fairpod.governance.forecast import estimate_starts
+
+    snap = borrowed(4000.0)  # b1's end is unknown: only the end of a1's wait lets it start
+    submit(snap, "a1", "a", 4, t=4000.0)
+    assert estimate_starts(snap) == {"a1": 4000.0 + W}
