@@ -9,12 +9,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from fairpod.executors.base import JobLaunch
 from fairpod.model.jobs import JobState
 from fairpod.server.runs import STOP_CANCEL, job_key
 from fairpod.server.turn_gate import TurnGate
+from fairpod.server.turns import TurnPace
 
 from ..inproc import InProc
 
@@ -130,3 +132,60 @@ def test_a_job_admitted_and_displaced_in_one_cycle_is_never_started_nor_preempte
     assert ip.job("y3").state.value == "Running"  # the job it was given up for did start
     assert "given up again in the same cycle to job" in x4.reason or "no idle" in x4.reason, x4.reason
     ip.close()
+
+
+# -- the pace of woken turns (fairpod.server.turns.TurnPace): a burst of submits is taken in by one turn
+
+
+def test_a_woken_turn_waits_as_long_as_the_last_turn_lasted_and_no_longer_than_the_bound() -> None:
+    now = [100.0]
+    pace = TurnPace(clock=lambda: now[0], max_pause=1.0)
+    assert pace.pause() == 0.0  # no turn yet
+    pace.ran(100.0, 100.2)  # a turn of 0.2 s
+    now[0] = 100.2
+    assert pace.pause() == pytest.approx(0.2)
+    now[0] = 100.35
+    assert pace.pause() == pytest.approx(0.05)
+    now[0] = 100.5  # idle longer than the turn lasted: no wait
+    assert pace.pause() == 0.0
+    pace.ran(100.5, 105.5)  # a 5 s turn: the pause is bounded
+    now[0] = 105.5
+    assert pace.pause() == pytest.approx(1.0)
+    stop = threading.Event()
+    stop.set()
+    assert pace.wait(stop) is True  # a stop ends the wait
+
+
+class HeldPace(TurnPace):
+    """A pace the test holds shut (at most 20 s) until it lets it go."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.waiting = threading.Event()
+        self.go = threading.Event()
+
+    def wait(self, stop: threading.Event) -> bool:
+        if not self.go.is_set():
+            self.waiting.set()
+            self.go.wait(20)
+        return stop.is_set()
+
+
+def test_submits_that_arrive_while_the_loop_waits_for_its_pace_start_in_one_turn(h: InProc) -> None:
+    h.cp.pace = pace = HeldPace()
+    cycles: list[int] = []
+    admit = h.cp.admit
+    h.cp.admit = lambda d: (cycles.append(h.cp.cycles), admit(d))[1]  # type: ignore[method-assign]
+    h.cp.start(interval=0.05)
+    try:
+        assert pace.waiting.wait(20), "the loop never asked the pace"
+        for i in range(8):  # each submit wakes the loop
+            h.submit(f"j{i}", "john", 60, accelerators=1)
+        assert cycles == []  # nothing started while the pace held the turn
+        pace.go.set()
+        deadline = time.monotonic() + 20
+        while len(cycles) < 8 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        h.cp.stop()
+    assert len(cycles) == 8 and len(set(cycles)) == 1, cycles  # all eight admitted by one engine cycle

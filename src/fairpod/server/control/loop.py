@@ -48,9 +48,11 @@ class Loop:
     """The part of :class:`fairpod.server.control.ControlPlane` that turns."""
 
     def reconcile_once(self) -> None:
-        t_turn = time.perf_counter()
+        t_turn = self.pace.clock()
         self._reconcile_turn()
-        self.turns.observe(time.perf_counter() - t_turn)
+        t_end = self.pace.clock()
+        self.pace.ran(t_turn, t_end)
+        self.turns.observe(t_end - t_turn)
 
     def _reconcile_turn(self) -> None:
         with self._turn(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
@@ -101,6 +103,8 @@ class Loop:
         def loop() -> None:
             while not self._stop.is_set():
                 self.wake.wait(interval)
+                if self.pace.wait(self._stop):  # a burst of wakes: one turn for all of it (server.turns.TurnPace)
+                    break
                 self.wake.clear()
                 try:
                     diskfull.recheck(self)

@@ -35,7 +35,7 @@ from fairpod.server.retention import Retention
 from fairpod.server.runs import STOP_CANCEL, STOP_PREEMPT, Run, Slots, failure_kind, job_key, to_engine
 from fairpod.server.submits import SubmitQueue
 from fairpod.server.turn_gate import TurnGate
-from fairpod.server.turns import TurnHistogram
+from fairpod.server.turns import TurnHistogram, TurnPace
 from fairpod.server.usage import UsageSampler
 from fairpod.server.watchdog import Watchdog
 from fairpod.store import Store, StoreError
@@ -78,6 +78,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.cycles = 0
         self.cycle_seconds = 0.0
         self.turns = TurnHistogram()  # whole reconcile turns, for /metrics
+        self.pace = TurnPace()  # how soon a woken turn may follow the last one (coalesces bursts of wakes)
         self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
         self.retention = Retention()  # deletes what policy.retention_days no longer keeps
         self.watchdog = Watchdog()  # runtime limits and hang detection
