@@ -1,6 +1,6 @@
 """Rule 3b: a reclaim that would destroy much work waits a while for room to free by itself
-(policy.preemption_cost_wait_seconds). Three nodes of 4 accelerators; b's 12-accelerator job borrows a's idle
-quota of 8, then a wants it back."""
+(policy.preemption_cost_wait_seconds). Nine nodes of 4 accelerators: a (quota 32) runs 24 (3/4 of it); b's
+12-accelerator job borrows a's idle 8, then a wants them back."""
 
 from __future__ import annotations
 
@@ -11,11 +11,13 @@ from .helpers import admitted, cycle, make, preempted, submit, waits
 W = 900.0  # the policy's default
 
 
-def borrowed(ran: float, **policy: float):
-    """b1 (3 nodes x 4) borrows a's quota of 8 and runs ``ran`` seconds."""
-    snap = make(3, [{"name": "a", "quota": 8}, {"name": "b", "quota": 4, "limit": 200}], **policy)
+def borrowed(ran: float, a_runs: int = 6, **policy: float):
+    """a runs ``a_runs`` nodes; b1 (3 nodes x 4) borrows 8 of a's quota and runs ``ran`` seconds."""
+    snap = make(9, [{"name": "a", "quota": 32}, {"name": "b", "quota": 4, "limit": 200}], **policy)
+    if a_runs:
+        submit(snap, "a0", "a", 4, n=a_runs, t=0.0)
     submit(snap, "b1", "b", 4, n=3, t=0.0)
-    assert admitted(cycle(snap, 0.0)) == ["b1"]
+    assert sorted(admitted(cycle(snap, 0.0))) == (["a0", "b1"] if a_runs else ["b1"])
     snap.now = ran
     return snap
 
@@ -77,6 +79,13 @@ def test_a_larger_reclaiming_job_may_destroy_more_before_it_waits() -> None:
     snap = borrowed(1000.0)
     submit(snap, "a1", "a", 4, n=2, t=1000.0)
     ds = cycle(snap, 1000.0)
+    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
+
+
+def test_a_team_that_lends_most_of_its_quota_gets_it_back_at_once() -> None:
+    snap = borrowed(4000.0, a_runs=3)  # a runs 12 of 32: less than half (3 nodes stay idle)
+    submit(snap, "a1", "a", 4, n=4, t=4000.0)  # the idle nodes and one of b1's: 48,000 would be lost
+    ds = cycle(snap, 4000.0)
     assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
 
 

@@ -50,14 +50,14 @@ def test_a_job_triggers_preemption_only_after_the_minimum_wait(tmp_path: Path) -
 
 
 # -- rule 3b (policy.preemption_cost_wait_seconds, default 900 s): a reclaim that would destroy much work waits
-# for room to free by itself, for at most that long. smith (no checkpoints) borrows a node from t=60; john's
-# second job, a whole node, wants it back at t=2,000: stopping smith would lose 8 x 1,940 accelerator-seconds,
-# more than 2 x 900 x 4.
+# for room to free by itself, for at most that long. john runs 9 of his 12 accelerators (at least half of his quota); smith
+# (no checkpoints) runs 3 on each of two nodes from t=60, borrowing 2 of john's; john's third job (3 accelerators)
+# wants them back at t=2,000: stopping smith would lose 6 x 1,940 accelerator-seconds, more than 2 x 900 x 3.
 
 
 def rows(smith_seconds: int) -> list[str]:
-    return ["0,john,10000,8,2,john-train-a,,,", f"60,smith,{smith_seconds},8,2,smith-train,,,",
-            "2000,john,600,4,1,john-train-b,,,"]
+    return ["0,john,10000,8,2,john-train-a,,,", "0,john,10000,1,1,john-c,,,",
+            f"60,smith,{smith_seconds},6,2,smith-train,,,", "2000,john,600,3,1,john-train-b,,,"]
 
 
 def test_a_costly_reclaim_waits_for_the_borrowed_job_to_end(tmp_path: Path) -> None:
