@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from .helpers import admitted, cycle, make, preempted, submit, waits
 
 W = 900.0  # the policy's default
@@ -20,14 +22,6 @@ def borrowed(ran: float, a_runs: int = 6, **policy: float):
     assert sorted(admitted(cycle(snap, 0.0))) == (["a0", "b1"] if a_runs else ["b1"])
     snap.now = ran
     return snap
-
-
-def test_a_reclaim_that_destroys_little_goes_at_once() -> None:
-    # b1 would lose 12 x 500 = 6,000 accelerator-seconds, less than 2 x 900 x 4 for a's 4-accelerator job
-    snap = borrowed(500.0)
-    submit(snap, "a1", "a", 4, t=500.0)
-    ds = cycle(snap, 500.0)
-    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
 
 
 def test_a_reclaim_that_would_destroy_much_waits_then_goes() -> None:
@@ -56,37 +50,24 @@ def test_room_that_frees_by_itself_ends_the_wait_without_a_preemption() -> None:
     assert admitted(ds) == ["a1"] and preempted(ds) == []
 
 
-def test_the_wait_is_counted_from_the_time_the_job_entered_the_queue() -> None:
-    snap = borrowed(4000.0)
-    submit(snap, "a1", "a", 4, t=4000.0 - W)  # it has waited 15 min already (for another reason)
-    ds = cycle(snap, 4000.0)
+@pytest.mark.parametrize("ran, submitted, n, a_runs, policy", [
+    pytest.param(500.0, 500.0, 1, 6, {}, id="it destroys little: 12 x 500 < 2 x 900 x 4"),
+    pytest.param(4000.0, 4000.0 - W, 1, 6, {}, id="the job has been in the queue 15 min already"),
+    pytest.param(40000.0, 40000.0, 1, 6, {"preemption_cost_wait_seconds": 0}, id="off"),
+    pytest.param(1000.0, 1000.0, 2, 6, {}, id="per accelerator: 12 x 1,000 < 2 x 900 x 8"),
+    pytest.param(4000.0, 4000.0, 4, 3, {}, id="a runs 12 of 32, less than half: it lends most of it"),
+])
+def test_a_reclaim_goes_at_once(ran: float, submitted: float, n: int, a_runs: int, policy: dict) -> None:
+    snap = borrowed(ran, a_runs=a_runs, **policy)
+    submit(snap, "a1", "a", 4, n=n, t=submitted)
+    ds = cycle(snap, ran)
     assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
 
 
-def test_off_reclaims_at_once_whatever_it_costs() -> None:
-    snap = borrowed(40000.0, preemption_cost_wait_seconds=0)
-    submit(snap, "a1", "a", 4, t=40000.0)
-    ds = cycle(snap, 40000.0)
-    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
-
-
-def test_a_larger_reclaiming_job_may_destroy_more_before_it_waits() -> None:
-    # the bound is per accelerator of the job that reclaims: 12 x 1,000 = 12,000 accelerator-seconds hold a
-    # 4-accelerator job back (>= 7,200) but not an 8-accelerator one (< 14,400)
-    snap = borrowed(1000.0)
+def test_where_an_8_accelerator_job_reclaims_at_once_a_4_accelerator_one_waits() -> None:
+    snap = borrowed(1000.0)  # 12 x 1,000 >= 2 x 900 x 4
     submit(snap, "a1", "a", 4, t=1000.0)
-    assert preempted(cycle(snap, 1000.0)) == []
-    snap = borrowed(1000.0)
-    submit(snap, "a1", "a", 4, n=2, t=1000.0)
-    ds = cycle(snap, 1000.0)
-    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
-
-
-def test_a_team_that_lends_most_of_its_quota_gets_it_back_at_once() -> None:
-    snap = borrowed(4000.0, a_runs=3)  # a runs 12 of 32: less than half (3 nodes stay idle)
-    submit(snap, "a1", "a", 4, n=4, t=4000.0)  # the idle nodes and one of b1's: 48,000 would be lost
-    ds = cycle(snap, 4000.0)
-    assert preempted(ds) == ["b1"] and admitted(ds) == ["a1"]
+    assert preempted(cycle(snap, 1000.0)) == [] and "a1" in snap.cost_held
 
 
 def test_the_forecast_starts_a_held_job_when_its_wait_is_over() -> None:
