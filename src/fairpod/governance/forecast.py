@@ -5,9 +5,10 @@ Running jobs end at their expected time: ``Workload.expected`` seconds from thei
 only the forecast uses: the engine decides with what it is told, as the live one does); a job with neither is
 assumed never to end, and a job past its expected end is assumed to end now. The clock then
 jumps from event to event, as the simulator's does: a job's expected end, the end of a running job's
-``min_runtime`` (it becomes a possible victim), the moment a reclaim held back for its cost may go ahead. At each event the engine runs one cycle as it would then, and
-a pending job's estimate is the time of the first cycle that admits it. Nothing new is assumed to arrive and
-no job ends early or fails, so the figure is an estimate: it moves as the real cluster does.
+``min_runtime`` (it becomes a possible victim), the moment a reclaim held back for its cost may go ahead. At each
+event the engine runs one cycle as it would then, and a pending job's estimate is the time of the first cycle that
+admits it. Nothing new is assumed to arrive and no job ends early or fails, so the figure is an estimate: it moves
+as the real cluster does.
 
 The cost is bounded: at most ``max_cycles`` engine cycles and ``horizon`` seconds ahead; the run stops as
 soon as every pending job has an estimate. Pure and deterministic: the snapshot given is not changed (unless

@@ -10,8 +10,8 @@ Candidates, by the situation of the pending job J of team T on instance type I:
   with a per-user cap (rule 9) J fits only once its user is within the cap, so a job over its user's cap
   starts only in place of enough of that user's own lower-priority jobs.
 A reclaim whose victims would lose at least 2 x ``cost_wait`` seconds of work per accelerator of J, for a team that
-already runs half of its quota, waits until J has been in the queue ``cost_wait`` seconds (rule 3b, ``_costly``; no plan is made for J again before): room that
-frees by itself meanwhile costs nothing.
+already runs half of its quota, waits until J has been in the queue ``cost_wait`` seconds (rule 3b, ``_costly``; no
+plan is made for J again before): room that frees by itself meanwhile costs nothing.
 Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
 ``ordering.victim_key`` (``sort_victims``) until J fits; then every victim that is not needed is given back (no more than needed).
 """

@@ -89,12 +89,13 @@ def secure_home(home: Path, searchable: bool | None = None) -> None:
 
 
 def initialize(home: Path, url: str, spec_file: str | None, port: int,
-               shared: bool = False) -> tuple[Store, str | None]:
+               shared: bool = False, wait: bool = False) -> tuple[Store, str | None]:
     """Create the database on first start; apply ``spec_file`` if given; create the admin user and token.
-    ``shared`` (``--ha``: a leader may be running): a spec file is applied to a new database only."""
+    ``shared`` (``--ha``: a leader may be running): a spec file is applied to a new database only. ``wait``: a
+    leader that stepped down as it lost the database waits for it as a standby (``_create``)."""
     secure_home(home, None)
     store = Store(url)
-    store.create_all()
+    _create(store, wait)
     rec = store.get_spec()
     spec: ClusterSpec | None = None
     if spec_file:
@@ -123,17 +124,16 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int,
     return store, token
 
 
-def _initialize(home: Path, url: str, spec_file: str | None, port: int, shared: bool, wait: bool) -> tuple:
-    """``initialize``; a leader that stepped down as it lost the database (``wait``) waits for it as a standby."""
+def _create(store: Store, wait: bool) -> None:
+    """``store.create_all``; with ``wait``, until the database answers (again at 0.5, 1, 2, 4 s, then every 5 s)."""
     for pause in itertools.chain((0.5, 1.0, 2.0, 4.0), itertools.repeat(5.0)):
         try:
-            return initialize(home, url, spec_file, port, shared=shared)
+            return store.create_all()
         except Unreachable as e:
             if not wait:
                 raise
             print(f"fairpod: {e}; a standby waits for it: trying again in {pause:g} s", file=sys.stderr, flush=True)
             time.sleep(pause)
-    raise AssertionError("the pauses never end")
 
 
 def check_state(home: Path, url: str) -> None:
@@ -349,7 +349,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     url = db_url(home, db)
     try:
         check_state(home, url)
-        store, token = _initialize(home, url, spec_file, port, ha is not None, wait=restarted)
+        store, token = initialize(home, url, spec_file, port, ha is not None, wait=restarted)
     except StoreError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
         return 1
