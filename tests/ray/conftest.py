@@ -88,14 +88,19 @@ def assert_clean(ray: Any, namespace: str, timeout: float = 30.0) -> None:
     wait_for(lambda: ray_state(ray, namespace) == ([], []), timeout, f"namespace {namespace} to be empty in Ray")
 
 
-def remove_agents(ray: Any, namespace: str, timeout: float = 30.0) -> None:
-    """Kill the node agents of ``namespace`` (once its control plane is gone) and wait until every GPU of the
-    cluster is free again (each agent holds its node's GPUs)."""
-    for handle in agents(ray, namespace).values():
-        try:
-            ray.kill(handle, no_restart=True)
-        except Exception:  # noqa: BLE001 - gone meanwhile
-            pass
+def remove_agents(ray: Any, namespace: str, node_dir: Path | None = None, timeout: float = 30.0) -> None:
+    """Kill the node agents of ``namespace`` (once its control plane is gone) and, with ``node_dir``, every process
+    recorded under it (``kill_recorded``, also when the wait fails), then wait until every GPU of the cluster is
+    free again (each agent holds its node's GPUs): a failed test leaves nothing that fails the next one."""
+    try:
+        for handle in agents(ray, namespace).values():
+            try:
+                ray.kill(handle, no_restart=True)
+            except Exception:  # noqa: BLE001 - gone meanwhile
+                pass
+    finally:
+        if node_dir is not None:
+            kill_recorded(node_dir)
     all_gpus_free(ray, timeout)
 
 
@@ -174,5 +179,4 @@ def serving(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path,
         assert_clean(ray_driver, s.namespace)
     finally:
         s.kill(signal.SIGTERM)
-        remove_agents(ray_driver, s.namespace)
-        kill_recorded(s.node_dir)
+        remove_agents(ray_driver, s.namespace, s.node_dir)

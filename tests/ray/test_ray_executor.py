@@ -21,7 +21,7 @@ from fairpod.executors.ray import RayExecutor
 
 from ..server.conftest import wait_for
 from .cluster import RayTestCluster
-from .conftest import agents, all_gpus_free, assert_clean, free_gpus, kill_recorded, ray_state, remove_agents
+from .conftest import agents, all_gpus_free, assert_clean, free_gpus, ray_state, remove_agents
 from .programs import TICKER
 
 STUBBORN = r'''
@@ -51,8 +51,7 @@ def ray_ex(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path) -> Iter
         assert_clean(ray_driver, ns)
     finally:
         ex.close()
-        remove_agents(ray_driver, ns)
-        kill_recorded(tmp_path / "nodes")
+        remove_agents(ray_driver, ns, tmp_path / "nodes")
 
 
 def launch(job: str, command: list[str], nodes: list[str], tmp: Path, *, gpus: int = 4, attempt: int = 0,

@@ -26,7 +26,7 @@ from tests.server.ha_cluster import HaCluster, JobStream, check_outcome, failove
 from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
 
 from .cluster import RayTestCluster
-from .conftest import WORKERS, agent_pid, all_gpus_free, kill_recorded, remove_agents, seed_spec_data
+from .conftest import WORKERS, agent_pid, all_gpus_free, remove_agents, seed_spec_data
 
 pytestmark = pytest.mark.xdist_group("ray")
 
@@ -49,8 +49,7 @@ def ray_ha(tmp_path: Path, pg_url: str, ray_cluster: RayTestCluster,  # noqa: F8
         yield cluster, namespace, node_dir
     finally:
         cluster.stop_all()
-        remove_agents(ray_driver, namespace)
-        kill_recorded(node_dir)
+        remove_agents(ray_driver, namespace, node_dir)
 
 
 def test_ray_failovers_reattach_to_the_agents_and_run_every_job_once(ray_ha: tuple[HaCluster, str, Path],
@@ -121,7 +120,9 @@ def test_a_fenced_ray_executor_kills_nothing_of_its_own_accord(ray_cluster: RayT
             raise ExecutorError(f"{what} refused: this control plane no longer leads")
 
         ex.set_fence(fence)
-        with ex._lock:  # as after a pause: the last sync went out long ago and has not been taken in
+        # As after a pause: the last sync went out long ago and has not been taken in. The pass lock too, so that
+        # no pass that began before the fence takes an answer in after this (it would find that agent answering).
+        with ex._pump_lock, ex._lock:
             for agent in ex._agents.values():
                 agent.sync_ref = agent.sync_ref or agent.handle.sync.remote([])
                 agent.sync_sent -= AGENT_TIMEOUT + 1
@@ -136,5 +137,4 @@ def test_a_fenced_ray_executor_kills_nothing_of_its_own_accord(ray_cluster: RayT
         assert "node lost" in lost[0].reason and "stopped answering" in lost[0].reason, lost
     finally:
         ex.close()
-        remove_agents(ray_driver, ns)
-        kill_recorded(tmp_path / "nodes")
+        remove_agents(ray_driver, ns, tmp_path / "nodes")

@@ -10,7 +10,7 @@ from typing import Any
 
 from ..server.conftest import wait_for
 from .cluster import RayTestCluster
-from .conftest import WORKERS, RayServer, all_gpus_free, kill_recorded, remove_agents
+from .conftest import WORKERS, RayServer, all_gpus_free, remove_agents
 
 
 def _events(s: RayServer, node: str) -> list[str]:
@@ -63,5 +63,4 @@ def test_the_monitoring_checks_run_on_their_own_node_and_find_an_injected_xid(
         assert not [e for e in faults() if e["node"] == good]
     finally:
         s.kill(signal.SIGTERM)
-        remove_agents(ray_driver, s.namespace)
-        kill_recorded(s.node_dir)
+        remove_agents(ray_driver, s.namespace, s.node_dir)

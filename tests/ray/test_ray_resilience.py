@@ -26,7 +26,6 @@ from .conftest import (
     agents,
     all_gpus_free,
     assert_clean,
-    kill_recorded,
     remove_agents,
     seed_spec_data,
     serving,
@@ -192,5 +191,4 @@ def test_the_executor_restarts_a_lone_replica_in_place_also_after_a_restart_of_t
         assert_clean(ray_driver, ns)
     finally:
         ex.close()
-        remove_agents(ray_driver, ns)
-        kill_recorded(nodes)
+        remove_agents(ray_driver, ns, nodes)

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .cluster import HEAD_IP, NET, RayTestCluster
-from .conftest import WORKERS, RayServer, all_gpus_free, assert_clean, kill_recorded, remove_agents
+from .conftest import WORKERS, RayServer, all_gpus_free, assert_clean, remove_agents
 
 CONTROL_PLANE = f"{NET}.30"  # the control plane's own "host", neither the head's nor a worker's
 
@@ -43,5 +43,4 @@ def test_sdk_progress_from_a_worker_node_reaches_the_advertised_control_plane(
         assert_clean(ray_driver, s.namespace)
     finally:
         s.kill(signal.SIGTERM)
-        remove_agents(ray_driver, s.namespace)
-        kill_recorded(s.node_dir)
+        remove_agents(ray_driver, s.namespace, s.node_dir)

@@ -11,7 +11,7 @@ from .conftest import RayServer, seed_spec_data
 
 
 def test_ray_node_labels_place_a_required_rack_job(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path):
-    from .conftest import all_gpus_free, assert_clean, kill_recorded, remove_agents
+    from .conftest import all_gpus_free, assert_clean, remove_agents
 
     all_gpus_free(ray_driver)
     data = seed_spec_data()
@@ -38,5 +38,4 @@ def test_ray_node_labels_place_a_required_rack_job(ray_cluster: RayTestCluster, 
         assert_clean(ray_driver, server.namespace)
     finally:
         server.kill()
-        kill_recorded(server.node_dir)
-        remove_agents(ray_driver, server.namespace)
+        remove_agents(ray_driver, server.namespace, server.node_dir)
