@@ -10,8 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fairpod.executors.timed import TimedExecutor
 from fairpod.health.manager import HealthManager
+from fairpod.model.jobs import JobState
 from fairpod.model.nodes import NodeHealth
+from fairpod.server.control import ControlPlane
 from fairpod.server.services import Services
 
 from .inproc import InProc
@@ -63,3 +66,28 @@ def test_the_health_loop_reads_only_the_nodes_it_acts_on(tmp_path: Path) -> None
     hm.recovery_round()
     assert reads["list_nodes records"] == 1, reads
     assert hm.recover == {}  # taken up: the reboot is under way
+
+
+def test_a_restart_reads_the_jobs_once_and_adopts_the_timed_replicas(tmp_path: Path) -> None:
+    """A new control plane (and a new timed executor on the same runs directory, as after kill -9 of
+    ``fairpod up --executor timed``) reads the unfinished jobs in one query, not once more per live attempt, and
+    adopts the replicas still running: nothing is taken for ended while it was down."""
+    h = InProc(tmp_path)
+    for i in range(4):
+        h.submit(f"batch{i}", "john", 600)
+    h.turn(3)
+    assert len(h.cp.runs) == 4 and all(r.launched for r in h.cp.runs.values())
+    h.cp.stop()  # the old executor is not closed: as after kill -9
+    reads = counting(h.store, ("get_job", "list_jobs"))
+    cp = ControlPlane(h.store, TimedExecutor(tmp_path / "runs", clock=h.clock), tmp_path, clock=h.clock)
+    try:
+        assert reads["get_job"] == 0 and reads["list_jobs"] == 1, reads  # (was a get_job per live attempt, 2 lists)
+        assert sorted(cp.runs) == sorted(j.id for j in h.store.list_jobs()) and not cp.snap.pending
+        assert {j.state for j in h.store.list_jobs()} == {JobState.RUNNING}
+        h.clock.advance(601)
+        for _ in range(3):
+            cp.reconcile_once()
+        assert {j.state for j in h.store.list_jobs()} == {JobState.SUCCEEDED}
+    finally:
+        cp.stop()
+        h.store.close()

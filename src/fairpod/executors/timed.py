@@ -3,9 +3,15 @@
 Each replica of a launched job "runs" for the job's duration and then ends with exit code 0, as reported by
 :meth:`TimedExecutor.poll`. The duration is the job's ``FAIRPOD_BENCH_DURATION`` environment variable
 (seconds), else the ``N`` of a command ``sleep N`` (also ``sh -c "sleep N"``), else 0. ``stop`` ends the
-replicas at once, as if SIGTERM had killed them. Nothing is kept on disk: after a restart of the control
-plane, jobs it had started are reported as ended while it was down (a new control plane on the *same*
-executor object, as the in-process tests build, adopts its live replicas and unacknowledged exits).
+replicas at once, as if SIGTERM had killed them.
+
+With a ``root`` (``fairpod up --executor timed`` gives its runs directory), what it runs survives a restart of
+the control plane as real replicas do under the local and Ray executors: every launch, stop and acknowledged
+exit is appended to ``root/timed.journal``, and a new executor on the same root reads it back, so a restarted
+control plane adopts the replicas still "running" and gets the exits it had not acknowledged (those due while
+it was down end at their due time, exit 0). The journal is rewritten with only what is live whenever it has
+grown to several times that. Without a root nothing is kept: a new control plane on the *same* executor
+object (as the in-process tests build) adopts its live replicas and unacknowledged exits.
 
 It exists to measure the control plane alone (API, store, engine, reconcile loop) at rates that real
 processes cannot reach on a small machine: ``fairpod up --executor timed`` (see ``benchmarks/``). Never use
@@ -15,6 +21,8 @@ it to run real work.
 from __future__ import annotations
 
 import heapq
+import logging
+import os
 import re
 import shlex
 import signal
@@ -22,11 +30,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
 from fairpod.executors.hostgpus import ThisHostMig
 
 DURATION_ENV = "FAIRPOD_BENCH_DURATION"
+JOURNAL = "timed.journal"
+COMPACT_MIN = 10_000  # journal lines before a rewrite is considered (then when 4x the live replicas)
+log = logging.getLogger(__name__)
 _SLEEP_RE = re.compile(r"^\s*(?:exec\s+)?sleep\s+([0-9]*\.?[0-9]+)\s*$")
 
 
@@ -73,6 +85,12 @@ class TimedExecutor(ThisHostMig):
         self._notify: Callable[[], None] | None = None
         self._closed = False
         self._timer: threading.Thread | None = None
+        self._stopped: dict[tuple[str, int, int], tuple[float, float]] = {}  # stopped, exit not acknowledged yet:
+        # (due, ended) for the journal
+        self._journal: Any = None  # the open journal (a root given), appended to under the lock
+        self._lines = 0  # lines in the journal
+        if self.root is not None:
+            self._replay()
 
     # -- the Executor protocol -----------------------------------------------------------------------
     def launch(self, job: JobLaunch) -> None:
@@ -83,6 +101,10 @@ class TimedExecutor(ThisHostMig):
             if any(k[0] == job.job for k in self._live):
                 raise ExecutorError(f"job {job.job} is still running; stop it and wait for its exits first")
             due = self.clock() + duration
+            try:
+                self._write("".join(f"L {due!r} {job.attempt} {rep.rank} {job.job}\n" for rep in job.replicas))
+            except OSError as e:
+                raise ExecutorError(f"job {job.job}: could not record its launch in {self._path()}: {e}") from None
             for rep in job.replicas:
                 self._seq += 1
                 heapq.heappush(self._due, (due, self._seq, job.job, job.attempt, rep.rank))
@@ -92,8 +114,11 @@ class TimedExecutor(ThisHostMig):
     def stop(self, job: str, attempt: int, grace_seconds: float) -> None:
         with self._lock:
             now = self.clock()
-            for key in [k for k in self._live if k[0] == job and k[1] == attempt]:
+            keys = [k for k in self._live if k[0] == job and k[1] == attempt]
+            self._write_quietly("".join(f"S {min(self._live[k], now)!r} {attempt} {k[2]} {job}\n" for k in keys))
+            for key in keys:
                 due = self._live.pop(key)  # its heap entry is dropped lazily
+                self._stopped[key] = (due, min(due, now))
                 if due < now:  # it had ended on its own already: exit 0, as a real replica would report
                     self._ended.append(ReplicaExit(job=job, attempt=attempt, rank=key[2], returncode=0,
                                                    signal=None, reason="exited 0", ended_at=due))
@@ -119,14 +144,13 @@ class TimedExecutor(ThisHostMig):
                 self._unacked[(e.job, e.attempt, e.rank)] = e
             out = sorted(self._unacked.values(), key=lambda e: (e.ended_at, e.job, e.rank))
             if ack:
-                self._unacked.clear()
+                self._forget(list(self._unacked))
             self._lock.notify_all()  # the timer looks for the next due exit
         return out
 
     def ack(self, exits: Sequence[ReplicaExit]) -> None:
         with self._lock:
-            for e in exits:
-                self._unacked.pop((e.job, e.attempt, e.rank), None)
+            self._forget([(e.job, e.attempt, e.rank) for e in exits])
 
     def running(self) -> dict[str, int]:
         with self._lock:
@@ -136,8 +160,8 @@ class TimedExecutor(ThisHostMig):
             return out
 
     def adopt(self, *, ack: bool = True) -> list[ReplicaExit]:
-        """Nothing survives a restart of the process (there were no processes); a new control plane on this
-        same object gets the exits not acknowledged yet."""
+        """The exits not acknowledged yet: this object's, and with a root those its journal held when it was
+        built (its live replicas were taken in then)."""
         return self.poll(ack=ack)
 
     def log_path(self, job: str, replica: int = 0, attempt: int | None = None) -> Path | None:
@@ -147,6 +171,9 @@ class TimedExecutor(ThisHostMig):
         with self._lock:
             self._closed = True
             self._lock.notify_all()
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
         if self._timer is not None and self._timer is not threading.current_thread():
             self._timer.join(timeout=5)
 
@@ -177,3 +204,104 @@ class TimedExecutor(ThisHostMig):
                     fn()
                 # wait for the poll that collects them (it notifies), not spinning on the same exits
                 self._lock.wait(0.5)
+
+    # -- the journal (with a root) -------------------------------------------------------------------
+    def _path(self) -> Path:
+        assert self.root is not None
+        return self.root / JOURNAL
+
+    def _write(self, text: str) -> None:
+        """Append ``text`` (whole lines) to the journal, flushed to the OS (a killed control plane loses
+        nothing of it); with the lock held. No root: nothing."""
+        if self.root is None or self._closed or not text:
+            return
+        if self._journal is None:
+            self.root.mkdir(parents=True, exist_ok=True)
+            self._journal = open(self._path(), "a", encoding="utf-8")  # noqa: SIM115 - kept open, closed by close()
+        self._journal.write(text)
+        self._journal.flush()
+        self._lines += text.count("\n")
+
+    def _forget(self, keys: list[tuple[str, int, int]]) -> None:
+        """Exits acknowledged: gone from memory and (``A`` lines) from the journal; with the lock held."""
+        gone = []
+        for key in keys:
+            if self._unacked.pop(key, None) is not None:
+                self._stopped.pop(key, None)
+                gone.append(f"A 0 {key[1]} {key[2]} {key[0]}\n")
+        if gone:
+            self._write_quietly("".join(gone))
+            if self._lines > max(COMPACT_MIN, 4 * (len(self._live) + len(self._unacked) + len(self._ended))):
+                self._compact()
+
+    def _write_quietly(self, text: str) -> None:
+        try:
+            self._write(text)
+        except OSError as e:  # the replica ends anyway; a restart would take it for still live
+            log.warning("timed executor: could not write its journal %s: %s", self._path(), e)
+
+    def _replay(self) -> None:
+        """What the journal of a previous executor on this root says: replicas live (their due times),
+        stopped and exited ones whose exits were not acknowledged (reported by the next poll). Lines that do
+        not parse (a write cut short) are skipped. Then the journal is rewritten with only that."""
+        try:
+            text = self._path().read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise ExecutorError(f"timed executor: cannot read its journal {self._path()}: {e}") from None
+        live: dict[tuple[str, int, int], float] = {}
+        stopped: dict[tuple[str, int, int], float] = {}
+        for line in text.splitlines():
+            try:
+                kind, when, attempt, rank, job = line.split(" ", 4)
+                key = (job, int(attempt), int(rank))
+                if kind == "L":
+                    live[key] = float(when)
+                elif kind == "S" and key in live:
+                    stopped[key] = float(when)
+                elif kind == "A":
+                    live.pop(key, None)
+                    stopped.pop(key, None)
+            except ValueError:
+                continue
+        now = self.clock()
+        for key, due in live.items():
+            if key not in stopped and due <= now:  # ended while no executor looked: exit 0 at its due time
+                self._ended.append(ReplicaExit(job=key[0], attempt=key[1], rank=key[2], returncode=0, signal=None,
+                                               reason="exited 0", ended_at=due))
+                continue
+            if key not in stopped:
+                self._seq += 1
+                heapq.heappush(self._due, (due, self._seq, *key))
+                self._live[key] = due
+                continue
+            at = stopped[key]
+            self._stopped[key] = (due, at)
+            killed = at < due
+            self._ended.append(ReplicaExit(
+                job=key[0], attempt=key[1], rank=key[2], returncode=None if killed else 0,
+                signal=int(signal.SIGTERM) if killed else None,
+                reason="killed by SIGTERM" if killed else "exited 0", ended_at=at))
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the journal with only what is live or not acknowledged (atomically); with the lock held."""
+        if self.root is None:
+            return
+        lines = [f"L {due!r} {k[1]} {k[2]} {k[0]}\n" for k, due in self._live.items()]
+        lines += [f"L {e.ended_at!r} {e.attempt} {e.rank} {e.job}\n" for e in [*self._ended, *self._unacked.values()]
+                  if (e.job, e.attempt, e.rank) not in self._stopped]  # ended on their own, not acknowledged
+        lines += [f"L {due!r} {k[1]} {k[2]} {k[0]}\nS {at!r} {k[1]} {k[2]} {k[0]}\n"
+                  for k, (due, at) in self._stopped.items()]
+        tmp = self._path().with_suffix(".tmp")
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp.write_text("".join(lines), encoding="utf-8")
+            if self._journal is not None:
+                self._journal.close()
+                self._journal = None
+            os.replace(tmp, self._path())
+            self._lines = sum(line.count("\n") for line in lines)
+        except OSError as e:
+            log.warning("timed executor: could not rewrite its journal %s: %s", self._path(), e)

@@ -62,9 +62,10 @@ class Readiness:
         now, policy = cp.clock(), cp.spec.policy.ready_timeout_seconds
         for jid in [j for j in self.unchecked if j not in cp.runs]:
             del self.unchecked[jid]
-        for jid, run in list(cp.runs.items()):
-            if self.unchecked.get(jid) == (run.attempt, policy):
-                continue
+        look = [(jid, run) for jid, run in cp.runs.items() if self.unchecked.get(jid) != (run.attempt, policy)
+                and run.ready_at is None and run.launched and run.stopping is None and not run.restart_due]
+        cp.store.prefetch(jid for jid, _ in look)  # one query (after a restart: every live attempt at once)
+        for jid, run in look:
             _check(cp, jid, run, now, self.unchecked, policy)
 
 

@@ -40,11 +40,12 @@ class Memory:
         )  # fmt: skip
 
 
-    def _rebuild(self) -> None:
+    def _rebuild(self, unfinished: list[Job] | None = None) -> None:
         """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
-        and pending jobs."""
+        and pending jobs. ``unfinished``: the store's unfinished jobs, read already (100,000 take seconds)."""
         self._groups.clear()
-        unfinished = self.store.list_jobs(finished=False)  # read once: 100,000 waiting jobs take seconds
+        if unfinished is None:
+            unfinished = self.store.list_jobs(finished=False)
         self.snap = self.build_snapshot(self.spec, unfinished)
         arrays.hold_back(self, unfinished)  # throttled arrays: tasks beyond the limit
         backoff.hold_back(self, unfinished)  # restarts still backing off
@@ -79,13 +80,16 @@ class Memory:
         return snap
 
 
-    def _load_runs(self) -> list[tuple[Job, Run]]:
-        """``runs`` and ``slots`` from the store; returns the attempts found live that the store does not
-        know as started (the control plane died between starting them and recording it)."""
+    def _load_runs(self, unfinished: list[Job]) -> list[tuple[Job, Run]]:
+        """``runs`` and ``slots`` from the store's ``unfinished`` jobs (read by the caller, once for this and
+        :meth:`_rebuild`); returns the attempts found live that the store does not know as started (the control
+        plane died between starting them and recording it)."""
         live = self.executor.running()
         self.runs, self.slots = {}, Slots()
         unrecorded = []
-        for job in self.store.list_jobs(state=[JobState.RUNNING, JobState.PREEMPTED]):
+        for job in unfinished:
+            if job.state not in (JobState.RUNNING, JobState.PREEMPTED):
+                continue
             run = Run.from_json(job.run_state, job.attempt)
             if live.get(job_key(job)) == job.attempt and not run.launched:
                 unrecorded.append((job, run))

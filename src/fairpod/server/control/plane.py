@@ -32,7 +32,16 @@ from fairpod.server.errors import WrongState
 from fairpod.server.fairshare_history import HistoryKeeper
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.retention import Retention
-from fairpod.server.runs import STOP_CANCEL, STOP_PREEMPT, Run, Slots, failure_kind, job_key, to_engine
+from fairpod.server.runs import (
+    STOP_CANCEL,
+    STOP_PREEMPT,
+    Run,
+    Slots,
+    failure_kind,
+    job_id_of,
+    job_key,
+    to_engine,
+)
 from fairpod.server.submits import SubmitQueue
 from fairpod.server.turn_gate import TurnGate
 from fairpod.server.turns import TurnHistogram, TurnPace
@@ -98,8 +107,9 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
     def reload(self) -> None:
         """Forget the memory and build it again from the store (after a failed store write)."""
         with self.lock:
-            self._load_runs()
-            self._rebuild()
+            unfinished = self.store.list_jobs(finished=False)
+            self._load_runs(unfinished)
+            self._rebuild(unfinished)
 
     @contextmanager
     def _change(self) -> Iterator[None]:
@@ -127,17 +137,29 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         """Start-up: re-adopt live replicas, take in exits not acknowledged, rebuild the snapshot."""
         exits = self.executor.adopt(ack=False)
         live = self.executor.running()
-        unrecorded = self._load_runs()
-        self._rebuild()
+        unfinished = self.store.list_jobs(finished=False)  # read once: 100,000 jobs take seconds
+        unrecorded = self._load_runs(unfinished)
+        self._rebuild(unfinished)
+        # the jobs as read, for the passes below (one read, not one query per live attempt); a job that a
+        # transition here changes is read from the store again
+        known = {job.id: job for job in unfinished}
+
+        def job_of(jid: int) -> Job | None:
+            return known.get(jid) or self.store.get_job(jid)
+
         for job, run in unrecorded:
+            known.pop(job.id, None)
             self._started(job, run)
         for e in exits:
+            if (jid := job_id_of(e.job)) is not None:
+                known.pop(jid, None)
             self.exit(e)
         # replicas that ended unseen (an executor that keeps no exits across restarts)
         for jid, run in list(self.runs.items()):
-            job = self.store.get_job(jid)
+            job = job_of(jid)
             if job is None or not run.launched or live.get(job_key(job)) == run.attempt:
                 continue
+            known.pop(jid, None)
             if job.spec.service is not None and set(range(job.nodes)) <= set(run.adding):
                 continue  # every replica of the service waits to start again (its restart backoff): it runs on
             for rank in range(job.nodes):
@@ -150,20 +172,21 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
                 self.begin_stop(job, run, failure_kind(job), "replicas ended while the control plane was down")
             self.stopped(job, run)
         for jid, run in list(self.runs.items()):
-            job = self.store.get_job(jid)
+            job = job_of(jid)
             if job is not None and job.state == JobState.PREEMPTED and not run.launched:
+                known.pop(jid, None)
                 self.stopped(job, run)
-        self._carry_out(live)
+        self._carry_out(live, job_of)
         self.executor.ack(exits)  # every write above is committed (no batch at start-up)
 
-    def _carry_out(self, live: dict[str, int]) -> None:
+    def _carry_out(self, live: dict[str, int], job_of: Callable[[int], Job | None]) -> None:
         """Start-up: what the store says was decided for a live attempt is done again, whether or not it was
         done before the crash (each is idempotent): new ranks of a growth still being started are started
         (:meth:`Resize._finish_growth`), the ranks a shrink removes get their stop again, an attempt that is
         stopping (cancel, preemption, failure) gets its stop again."""
         res = capability(self.executor, Resizing)
         for jid, run in list(self.runs.items()):
-            job = self.store.get_job(jid)
+            job = job_of(jid)
             if job is None or not run.launched or live.get(job_key(job)) != run.attempt:
                 continue
             if run.starting:
