@@ -172,6 +172,9 @@ def scrape(srv: LiveServer) -> tuple[dict[str, float], float, int]:
             le = key.rsplit('le="', 1)[1].split('"', 1)[0]
             name = f"{name}{{{le}}}"
         out[name] = out.get(name, 0.0) + float(val)
+        if 'generation="' in key:  # the cycle collector's series also by generation
+            gen = key.split('generation="', 1)[1].split('"', 1)[0]
+            out[f"{name}{{{gen}}}"] = float(val)
     return out, dt, len(raw)
 
 
@@ -407,6 +410,11 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         "engine_p99_s": hist_quantile(m0, m1, "fairpod_scheduler_cycle_duration_seconds", 0.99),
         "admitted": admitted, "admissions_per_s": admitted / took if took else float("nan"),
         "engine_us_per_admission": eng_sum / admitted * 1e6 if admitted else float("nan"),
+        "gc_pause_s": delta(m0, m1, "fairpod_gc_pause_seconds_total"),
+        "gc_collections": delta(m0, m1, "fairpod_gc_collections_total"),
+        "gc_longest_s": m1.get("fairpod_gc_longest_pause_seconds", float("nan")),
+        "gc_full_pause_s": delta(m0, m1, "fairpod_gc_pause_seconds_total{2}"),
+        "gc_full_collections": delta(m0, m1, "fairpod_gc_collections_total{2}"),
         "server_cpu_s": cpu1 - cpu0, "rss_mib": rss, "rss_peak_mib": hwm, "rss_after_restart_mib": rss_after,
         "metrics_scrape_s": scrape_s, "metrics_bytes": scrape_bytes,
         "restart_healthz_s": healthy_s, "restart_first_admission_s": first_admit_s,
@@ -435,6 +443,9 @@ def report(r: dict[str, Any]) -> str:
         ("admissions", f"{r['admissions_per_s']:.1f}/s ({r['admitted']:.0f}); engine "
                        f"{r['engine_us_per_admission']:.0f} us of cycle per admission"),
         ("server CPU in steady", f"{r['server_cpu_s']:.1f} s"),
+        ("cycle collector in steady", f"{r['gc_pause_s']:.2f} s in {r['gc_collections']:.0f} collections, full ones "
+                                      f"{r['gc_full_pause_s']:.2f} s in {r['gc_full_collections']:.0f}; longest since "
+                                      f"the start {r['gc_longest_s']:.2f} s"),
         ("server RSS / peak", f"{r['rss_mib']:.0f} / {r['rss_peak_mib']:.0f} MiB {goal(r['rss_peak_mib'], 'rss_mib')}"),
         ("/metrics scrape", f"{r['metrics_scrape_s'] * 1000:.0f} ms, {r['metrics_bytes'] / 1024:.0f} KiB"),
         ("restart (kill -9)", f"healthz {r['restart_healthz_s']:.1f} s, first admission "

@@ -269,7 +269,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
         executor = make_executor(home, executor_name, ray_address, ray_namespace)
     except (ExecutorError, ValueError) as e:
         raise SystemExit(f"fairpod: error: {e}") from None
-    rt = build(home, url, executor, api_url(advertise, port))
+    rt = build(home, url, executor, api_url(advertise, port), own_heap=True)
     socks = _listen([LOOPBACK, advertise], port)
     rt.start()
     config = uvicorn.Config(rt.app, host=LOOPBACK, port=port, log_level="warning", access_log=False)

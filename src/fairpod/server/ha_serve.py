@@ -47,7 +47,7 @@ def lead(home: Path, url: str, elector: Elector, app: HaApp, executor_name: str,
     executor = make_executor(home, executor_name, ray_address, ray_namespace, exclusive=False)
     with elector.engine.connect() as conn:  # replicas get every address, this one first (the SDK follows)
         others = [m.url for m in lease.members(conn)[0] if m.url != my_url]
-    rt = build(home, url, executor, ",".join([my_url, *others]), elector=elector)
+    rt = build(home, url, executor, ",".join([my_url, *others]), elector=elector, own_heap=True)
     rt.start()
     app.inner = rt.app
     took = time.monotonic() - t0

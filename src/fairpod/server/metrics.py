@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 
 from fairpod import __version__
 from fairpod.model.jobs import JobState
-from fairpod.server import diskfull
+from fairpod.server import diskfull, heap
 from fairpod.server.auth import Auth, Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.figures import instance_types, team_figures
@@ -295,6 +295,23 @@ class FairpodCollector(Collector):
         c.add_metric([], cycles)
         yield c
         yield from cp.turns.family()
+        yield from _gc_families()
+
+
+def _gc_families() -> Iterator[Metric]:
+    """The cycle collector's pauses in this process (``server/heap.py``; zero where ``heap.watch`` was not
+    called)."""
+    count, seconds, longest = heap.PAUSES.figures()
+    n = CounterMetricFamily("fairpod_gc_collections", "Cycle collections of the server process, per generation",
+                            labels=["generation"])
+    t = CounterMetricFamily("fairpod_gc_pause_seconds", "Seconds the server process spent in cycle collections "
+                            "(every thread waits meanwhile), per generation", labels=["generation"])
+    for g in range(3):
+        n.add_metric([str(g)], count[g])
+        t.add_metric([str(g)], seconds[g])
+    longest_g = GaugeMetricFamily("fairpod_gc_longest_pause_seconds", "The longest cycle collection so far")
+    longest_g.add_metric([], longest)
+    yield from (n, t, longest_g)
 
 
 def add_routes(app_router: FastAPI | APIRouter, cp: ControlPlane) -> None:

@@ -16,6 +16,7 @@ from typing import Any, cast
 from fairpod.executors import registry
 from fairpod.executors.base import Executor, Notifying, capability
 from fairpod.paths import runs_dir
+from fairpod.server import heap
 from fairpod.server.control import ControlPlane
 from fairpod.server.control.loop import standard_keepers
 from fairpod.server.leader import Elector, FencedExecutor
@@ -58,9 +59,18 @@ class Runtime:
 
 
 def build(home: Path, url: str, executor: Executor, api_url: str, *, health: bool = True,
-          elector: Elector | None = None) -> Runtime:
+          elector: Elector | None = None, own_heap: bool = False) -> Runtime:
     """Store (``url``), control plane over ``executor``, node health, and the app; nothing runs yet. With an
-    ``elector`` (``fairpod up --ha``), every store write and executor action is fenced by its lease."""
+    ``elector`` (``fairpod up --ha``), every store write and executor action is fenced by its lease.
+    ``own_heap`` (a server process, not a test): the memory is built with the cycle collector off, what it
+    built is frozen, and the reconcile loop keeps full collections short (:mod:`fairpod.server.heap`)."""
+    if own_heap:
+        heap.watch()
+        with heap.building():
+            rt = build(home, url, executor, api_url, health=health, elector=elector)
+        log.info("memory built; the cycle collector leaves it out from now on (%.2f s)", heap.settle())
+        rt.cp.keepers.after.append(heap.Heap().tick)
+        return rt
     from fairpod.health.manager import HealthManager
     from fairpod.server.app import create_app
     from fairpod.server.jobtoken import job_secret, launch_env

@@ -1,0 +1,113 @@
+"""The server's heap and Python's cycle collector.
+
+A control plane at datacenter size keeps hundreds of thousands of long-lived objects: the engine's snapshot, the
+jobs' records, the runs. CPython's cycle collector walks every tracked object at each full (generation 2)
+collection, with the GIL held, so every request and the reconcile turn wait for it: at a restart with 20,000 jobs
+its full collections were a third of the time to the first turn (``benchmarks/recovery.py``), and at 10,000 nodes
+one walk takes seconds. So:
+
+- :func:`building` keeps the collector off while the memory is built from the store (a restart creates all of it
+  at once, and each full collection it set off walked everything built so far);
+- :func:`settle` then collects once and freezes what is alive (``gc.freeze``): later collections leave it out.
+  A frozen object that is no longer used is still freed by its reference count; only a reference cycle among
+  frozen objects waits for the next settle;
+- :class:`Heap`, a keeper of the reconcile loop: after a full collection that took longer than ``long``
+  seconds (what was added since the last freeze, new jobs, has grown), what survived it is frozen as well, so
+  the next full collection walks only what is newer; and every ``every`` seconds it settles again (with
+  ``gc.unfreeze`` first, so that cycles among frozen objects are collected then);
+- :data:`PAUSES` times every collection, per generation, for ``/metrics`` (``fairpod_gc_pause_seconds``).
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+
+class Pauses:
+    """Collections and their time per generation since this process started (a ``gc.callbacks`` hook)."""
+
+    def __init__(self) -> None:
+        self._mu = threading.Lock()
+        self._started = 0.0
+        self.count = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self.longest = 0.0
+        self.last_full = 0.0  # seconds of the latest full (generation 2) collection
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        now = time.perf_counter()
+        if phase == "start":
+            self._started = now
+            return
+        took = now - self._started
+        g = min(int(info.get("generation", 2)), 2)
+        with self._mu:
+            self.count[g] += 1
+            self.seconds[g] += took
+            self.longest = max(self.longest, took)
+            if g == 2:
+                self.last_full = took
+
+    def figures(self) -> tuple[list[int], list[float], float]:
+        with self._mu:
+            return list(self.count), list(self.seconds), self.longest
+
+
+PAUSES = Pauses()
+
+
+def watch() -> None:
+    """Time every collection of this process into :data:`PAUSES` (once; ``fairpod up`` calls it)."""
+    if PAUSES not in gc.callbacks:
+        gc.callbacks.append(PAUSES)
+
+
+@contextmanager
+def building() -> Iterator[None]:
+    """No cycle collection inside (the memory being built from the store); as it was after."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def settle() -> float:
+    """Collect everything (frozen objects too), then freeze what is alive; the seconds it took."""
+    t0 = time.perf_counter()
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
+    return time.perf_counter() - t0
+
+
+class Heap:
+    """The keeper (see the module doc): freeze after a full collection longer than ``long`` seconds (timed by
+    ``pauses``); :func:`settle` every ``every`` seconds of ``clock``, the first ``every`` after it was made."""
+
+    def __init__(self, every: float = 3600.0, long: float = 0.05, clock: Callable[[], float] = time.monotonic,
+                 pauses: Pauses = PAUSES) -> None:
+        self.every = every
+        self.long = long
+        self.clock = clock
+        self.pauses = pauses
+        self.next = clock() + every
+        self.settled = 0
+        self.frozen = 0
+
+    def tick(self, cp: Any = None) -> None:
+        if self.clock() >= self.next:
+            settle()
+            self.settled += 1
+            self.next = self.clock() + self.every
+        elif self.pauses.last_full > self.long:
+            self.pauses.last_full = 0.0
+            gc.freeze()  # the full collection just walked them: what survived it is left out from now on
+            self.frozen += 1
