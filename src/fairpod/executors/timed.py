@@ -79,6 +79,7 @@ class TimedExecutor(ThisHostMig):
         self._lock = threading.Condition()
         self._due: list[tuple[float, int, str, int, int]] = []  # (due, seq, job, attempt, rank)
         self._live: dict[tuple[str, int, int], float] = {}  # (job, attempt, rank) -> due
+        self._of_job: dict[str, set[tuple[str, int, int]]] = {}  # job -> its keys in _live (no scan of all)
         self._ended: list[ReplicaExit] = []  # stopped replicas, reported by the next poll
         self._unacked: dict[tuple[str, int, int], ReplicaExit] = {}  # polled, not acknowledged yet
         self._seq = 0
@@ -98,7 +99,7 @@ class TimedExecutor(ThisHostMig):
             raise ExecutorError(f"job {job.job} has no replicas")
         duration = job_duration(job)
         with self._lock:
-            if any(k[0] == job.job for k in self._live):
+            if self._of_job.get(job.job):
                 raise ExecutorError(f"job {job.job} is still running; stop it and wait for its exits first")
             due = self.clock() + duration
             try:
@@ -108,16 +109,16 @@ class TimedExecutor(ThisHostMig):
             for rep in job.replicas:
                 self._seq += 1
                 heapq.heappush(self._due, (due, self._seq, job.job, job.attempt, rep.rank))
-                self._live[(job.job, job.attempt, rep.rank)] = due
+                self._add((job.job, job.attempt, rep.rank), due)
             self._lock.notify_all()
 
     def stop(self, job: str, attempt: int, grace_seconds: float) -> None:
         with self._lock:
             now = self.clock()
-            keys = [k for k in self._live if k[0] == job and k[1] == attempt]
+            keys = sorted(k for k in self._of_job.get(job, ()) if k[1] == attempt)
             self._write_quietly("".join(f"S {min(self._live[k], now)!r} {attempt} {k[2]} {job}\n" for k in keys))
             for key in keys:
-                due = self._live.pop(key)  # its heap entry is dropped lazily
+                due = self._drop(key)  # its heap entry is dropped lazily
                 self._stopped[key] = (due, min(due, now))
                 if due < now:  # it had ended on its own already: exit 0, as a real replica would report
                     self._ended.append(ReplicaExit(job=job, attempt=attempt, rank=key[2], returncode=0,
@@ -137,7 +138,7 @@ class TimedExecutor(ThisHostMig):
                 due, _, job, attempt, rank = heapq.heappop(self._due)
                 if self._live.get((job, attempt, rank)) != due:
                     continue  # stopped earlier
-                del self._live[(job, attempt, rank)]
+                self._drop((job, attempt, rank))
                 out.append(ReplicaExit(job=job, attempt=attempt, rank=rank, returncode=0, signal=None,
                                        reason="exited 0", ended_at=due))
             for e in out:
@@ -204,6 +205,18 @@ class TimedExecutor(ThisHostMig):
                     fn()
                 # wait for the poll that collects them (it notifies), not spinning on the same exits
                 self._lock.wait(0.5)
+
+    def _add(self, key: tuple[str, int, int], due: float) -> None:
+        self._live[key] = due
+        self._of_job.setdefault(key[0], set()).add(key)
+
+    def _drop(self, key: tuple[str, int, int]) -> float:
+        due = self._live.pop(key)
+        keys = self._of_job[key[0]]
+        keys.discard(key)
+        if not keys:
+            del self._of_job[key[0]]
+        return due
 
     # -- the journal (with a root) -------------------------------------------------------------------
     def _path(self) -> Path:
@@ -274,7 +287,7 @@ class TimedExecutor(ThisHostMig):
             if key not in stopped:
                 self._seq += 1
                 heapq.heappush(self._due, (due, self._seq, *key))
-                self._live[key] = due
+                self._add(key, due)
                 continue
             at = stopped[key]
             self._stopped[key] = (due, at)

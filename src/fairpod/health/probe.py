@@ -14,12 +14,44 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
+from collections.abc import Callable
 
 from fairpod.executors.nvml import GpuReading, read_gpus
 from fairpod.model.catalog import GENERIC_GPU, GpuThresholds
 
 FAULT_KINDS = ("xid", "gpu-lost", "heartbeat-lost", "disk-full", "stress-fail")
 CLEARED_BY_REBOOT = {"xid", "heartbeat-lost", "disk-full"}
+FRESH = 1.0  # seconds a reading of this host serves every node probed on it (a round probes thousands)
+_readings: dict[str, tuple[float, float]] = {}  # what -> (monotonic time read, value)
+
+
+def _host_reading(what: str, read: Callable[[], float]) -> float:
+    """``read()``, or the same reading of this host taken less than ``FRESH`` seconds ago: the nodes of the
+    local and timed executors all run here, and a health round read /proc/meminfo once per node."""
+    now = time.monotonic()
+    hit = _readings.get(what)
+    if hit is not None and now - hit[0] < FRESH:
+        return hit[1]
+    value = read()
+    if len(_readings) > 10_000:
+        _readings.clear()
+    _readings[what] = (now, value)
+    return value
+
+
+def _memory_available_fraction() -> float:
+    info: dict[str, int] = {}
+    with open("/proc/meminfo") as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            info[k] = int(v.split()[0])
+    return info.get("MemAvailable", 0) / max(1, info.get("MemTotal", 1))
+
+
+def _disk_free_fraction(path: str) -> float:
+    u = shutil.disk_usage(path)
+    return u.free / u.total
 
 
 class Probe:
@@ -38,18 +70,12 @@ class Probe:
         self.heartbeat_stopped = False
 
     def memory_available_fraction(self) -> float:
-        info: dict[str, int] = {}
-        with open("/proc/meminfo") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                info[k] = int(v.split()[0])
-        return info.get("MemAvailable", 0) / max(1, info.get("MemTotal", 1))
+        return _host_reading("meminfo", _memory_available_fraction)
 
     def disk_free_fraction(self) -> float:
         if self.full_disk:
             return 0.0
-        u = shutil.disk_usage(self.scratch)
-        return u.free / u.total
+        return _host_reading(f"disk {self.scratch}", lambda: _disk_free_fraction(self.scratch))
 
     def write_scratch(self, path: str, data: bytes) -> None:
         if self.full_disk:

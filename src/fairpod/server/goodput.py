@@ -90,8 +90,10 @@ def summarize(events: list[Any], live: float = 0.0) -> dict[str, Any]:
 
 
 def of_job(cp: Core, job: Job) -> dict[str, Any]:
-    """A job's goodput (``get-job``)."""
-    events = cp.store.list_events(job_id=job.id, kind=EVENT, limit=None)
+    """A job's goodput (``get-job``). A job that never started has no ``Goodput`` event: no read (the answer
+    to every submit shows its goodput)."""
+    never = job.first_started_at is None and job.started_at is None and job.attempt == 0
+    events = [] if never else cp.store.list_events(job_id=job.id, kind=EVENT, limit=None)
     run = cp.runs.get(job.id)
     live = 0.0
     if run is not None and run.launched and job.started_at is not None:
