@@ -21,7 +21,6 @@ one walk takes seconds. So:
 from __future__ import annotations
 
 import gc
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,10 +28,12 @@ from typing import Any
 
 
 class Pauses:
-    """Collections and their time per generation since this process started (a ``gc.callbacks`` hook)."""
+    """Collections and their time per generation since this process started (a ``gc.callbacks`` hook). No
+    lock: a collection may start in any thread at any allocation, also in one that holds such a lock (a
+    deadlock); collections never run two at a time, so the hook is the only writer, and a reader may at worst
+    see one collection's count before its seconds."""
 
     def __init__(self) -> None:
-        self._mu = threading.Lock()
         self._started = 0.0
         self.count = [0, 0, 0]
         self.seconds = [0.0, 0.0, 0.0]
@@ -46,16 +47,14 @@ class Pauses:
             return
         took = now - self._started
         g = min(int(info.get("generation", 2)), 2)
-        with self._mu:
-            self.count[g] += 1
-            self.seconds[g] += took
-            self.longest = max(self.longest, took)
-            if g == 2:
-                self.last_full = took
+        self.count[g] += 1
+        self.seconds[g] += took
+        self.longest = max(self.longest, took)
+        if g == 2:
+            self.last_full = took
 
     def figures(self) -> tuple[list[int], list[float], float]:
-        with self._mu:
-            return list(self.count), list(self.seconds), self.longest
+        return list(self.count), list(self.seconds), self.longest
 
 
 PAUSES = Pauses()
