@@ -18,6 +18,8 @@ class _Local(Protocol):
 
     def _spawn(self, job: JobLaunch, rank: int, spec: dict[str, Any]) -> None: ...
 
+    def _fenced(self, what: str) -> None: ...
+
     def _spec(self, job: JobLaunch, rank: int, port: int) -> dict[str, Any]: ...
 
     def _free_port(self, taken: set[int]) -> int: ...
@@ -45,8 +47,10 @@ class InPlace:
             ports = [int(o.get("master_port", 0)) for o in old] + [r.port for r in mine]
             port = next((p for p in ports if p), 0) or self._free_port(set())
             try:
-                for rep in job.replicas:
-                    self._spawn(job, rep.rank, self._spec(job, rep.rank, port))
+                specs = [(rep.rank, self._spec(job, rep.rank, port)) for rep in job.replicas]
+                self._fenced("restart_replicas")
+                for rank, spec in specs:
+                    self._spawn(job, rank, spec)
             except OSError as e:
                 self.stop(job.job, job.attempt, 0.0, ranks)
                 raise ExecutorError(f"cannot restart job {job.job} ranks {sorted(ranks)}: {e}") from None
