@@ -47,10 +47,9 @@ class InPlace:
             ports = [int(o.get("master_port", 0)) for o in old] + [r.port for r in mine]
             port = next((p for p in ports if p), 0) or self._free_port(set())
             try:
-                specs = [(rep.rank, self._spec(job, rep.rank, port)) for rep in job.replicas]
                 self._fenced("restart_replicas")
-                for rank, spec in specs:
-                    self._spawn(job, rank, spec)
+                for rep in job.replicas:
+                    self._spawn(job, rep.rank, self._spec(job, rep.rank, port))
             except OSError as e:
                 self.stop(job.job, job.attempt, 0.0, ranks)
                 raise ExecutorError(f"cannot restart job {job.job} ranks {sorted(ranks)}: {e}") from None

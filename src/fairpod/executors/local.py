@@ -37,6 +37,7 @@ from fairpod import sandbox
 from fairpod.executors import procs, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
 from fairpod.executors.exitwatch import ExitWatch
+from fairpod.executors.fence import Fence
 from fairpod.executors.forkclient import Forked, ForkServerClient
 from fairpod.executors.hostgpus import ThisHostGpus
 from fairpod.executors.inplace import InPlace
@@ -83,7 +84,7 @@ class _Run:
     port: int
 
 
-class LocalExecutor(InPlace, ThisHostGpus):
+class LocalExecutor(InPlace, ThisHostGpus, Fence):
     """Executor of replicas as local process groups; ``root`` is where runs are kept (``$FAIRPOD_HOME/runs``)."""
 
     name = "local"
@@ -109,20 +110,7 @@ class LocalExecutor(InPlace, ThisHostGpus):
         self._watched: dict[Path, int] = {}  # replica dir -> its supervisor's pid, watched by a pidfd
         self._watch = ExitWatch()
         self._forkserver = ForkServerClient(self.python, self.root)
-        self._fence: Callable[[str], None] | None = None  # set_fence (fairpod up --ha)
         self._scan()
-
-    def set_fence(self, fence: Callable[[str], None] | None) -> None:
-        """``fence(what)`` is asked right before processes are started or a stop is written, inside this executor's
-        lock, and raises ExecutorError to refuse (``fairpod up --ha`` sets the lease's check). The control plane's
-        own check comes earlier, before this executor's lock and the launch's files: a pause of the process in
-        between and longer than the lease let the action through after a takeover; here it cannot fall between
-        the check and anything but the fork itself."""
-        self._fence = fence
-
-    def _fenced(self, what: str) -> None:
-        if self._fence is not None:
-            self._fence(what)
 
     # -- the Executor protocol -------------------------------------------------------------------------
 
@@ -144,10 +132,9 @@ class LocalExecutor(InPlace, ThisHostGpus):
         try:
             for rep in job.replicas:  # a relaunch of the same attempt: every replica's old run goes first, so
                 self._clear(self.root / job.job / str(job.attempt) / str(rep.rank))  # a cut launch shows
-            specs = [(rep.rank, self._spec(job, rep.rank, port)) for rep in job.replicas]
             self._fenced("launch")
-            for rank, spec in specs:
-                self._spawn(job, rank, spec)
+            for rep in job.replicas:
+                self._spawn(job, rep.rank, self._spec(job, rep.rank, port))
         except OSError as e:
             self.stop(job.job, job.attempt, 0.0)
             raise ExecutorError(f"cannot start job {job.job}: {e}") from None
@@ -181,10 +168,9 @@ class LocalExecutor(InPlace, ThisHostGpus):
             raise ExecutorError(f"job {job.job}: ranks {sorted(r.rank for r in job.replicas)} overlap live ones")
         port = min(r.port for r in live) if live else self._free_port({r.port for r in self._open.values()})
         try:
-            specs = [(rep.rank, self._spec(job, rep.rank, port)) for rep in job.replicas]
             self._fenced("add_replicas")
-            for rank, spec in specs:
-                self._spawn(job, rank, spec)
+            for rep in job.replicas:
+                self._spawn(job, rep.rank, self._spec(job, rep.rank, port))
         except OSError as e:
             self.stop(job.job, job.attempt, 0.0, {r.rank for r in job.replicas})
             raise ExecutorError(f"cannot grow job {job.job}: {e}") from None
