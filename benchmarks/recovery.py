@@ -65,9 +65,10 @@ def main() -> None:
         store.put_spec(spec)
         t0 = time.perf_counter()
         stored, array = 0, 1
+        per_array = max(50, args.waiting // args.teams)  # one array per team in turn: every team has some
         while stored < args.waiting:
-            k = min(max(50, args.waiting // args.teams), 5000, args.waiting - stored)  # every team has some
-            team = (array // max(50, args.waiting // args.teams)) % args.teams
+            k = min(per_array, 5000, args.waiting - stored)
+            team = (array // per_array) % args.teams
             acc = rng.choice([1, 2, 4, 8])
             specs = [JobSpec(name=f"w{stored + i}", team=f"t{team:03d}", instance_type=f"dc{team % TYPES}",
                              accelerators=acc, command=["sleep", "3600"]) for i in range(k)]
@@ -75,13 +76,13 @@ def main() -> None:
             stored += k
             array += k
         nodes = store.list_nodes()
-        k = min(args.running_nodes, len(nodes) - 1)
-        for nd in nodes[k + 1:]:
+        filled = min(args.running_nodes, len(nodes) - 1)  # nodes[:filled] take running jobs, nodes[filled] is open
+        for nd in nodes[filled + 1:]:
             store.update_node(nd.name, {"cordoned": True})
-        print(f"stored            {stored} waiting jobs, {len(nodes)} nodes ({len(nodes) - 1 - k} cordoned) "
+        print(f"stored            {stored} waiting jobs, {len(nodes)} nodes ({len(nodes) - 1 - filled} cordoned) "
               f"in {time.perf_counter() - t0:.1f} s")
-        if k:
-            store.update_node(nodes[k].name, {"cordoned": True})  # open again for the restart's admission
+        if filled:
+            store.update_node(nodes[filled].name, {"cordoned": True})  # open again for the restart's admission
             t1 = time.perf_counter()
             first = ControlPlane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
             while True:
@@ -89,11 +90,11 @@ def main() -> None:
                 first.reconcile_once()
                 if len(first.snap.running) == before:
                     break
-            print(f"running           {len(first.snap.running)} jobs started on {k} nodes in "
+            print(f"running           {len(first.snap.running)} jobs started on {filled} nodes in "
                   f"{time.perf_counter() - t1:.1f} s; that control plane dropped as by kill -9")
             stored -= len(first.snap.running)
             del first
-            store.update_node(nodes[k].name, {"cordoned": False})
+            store.update_node(nodes[filled].name, {"cordoned": False})
         built_from_store = store_jobs.stored_spec
         for _ in range(args.compare_reads):
             for how, fn in (("validated", JobSpec.model_validate), ("from the dump", built_from_store)):

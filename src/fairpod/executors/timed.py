@@ -64,6 +64,21 @@ def job_duration(job: JobLaunch) -> float:
     return float(m.group(1)) if m else 0.0
 
 
+def _exited(key: tuple[str, int, int], at: float) -> ReplicaExit:
+    """The exit of a replica ``(job, attempt, rank)`` that ended on its own at ``at``."""
+    return ReplicaExit(job=key[0], attempt=key[1], rank=key[2], returncode=0, signal=None, reason="exited 0",
+                       ended_at=at)
+
+
+def _stop_exit(key: tuple[str, int, int], due: float, at: float) -> ReplicaExit:
+    """The exit of a replica due at ``due`` and stopped at ``at``: if it had ended on its own already, exit 0 then
+    (as a real replica would report), else killed by SIGTERM at ``at``."""
+    if due < at:
+        return _exited(key, due)
+    return ReplicaExit(job=key[0], attempt=key[1], rank=key[2], returncode=None, signal=int(signal.SIGTERM),
+                       reason="killed by SIGTERM", ended_at=at)
+
+
 class TimedExecutor(ThisHostMig):
     """Benchmark/testing executor that only waits out each job's duration (no processes; see module doc).
 
@@ -87,7 +102,7 @@ class TimedExecutor(ThisHostMig):
         self._closed = False
         self._timer: threading.Thread | None = None
         self._stopped: dict[tuple[str, int, int], tuple[float, float]] = {}  # stopped, exit not acknowledged yet:
-        # (due, ended) for the journal
+        # (due, stopped at) for the journal
         self._journal: Any = None  # the open journal (a root given), appended to under the lock
         self._lines = 0  # lines in the journal
         if self.root is not None:
@@ -116,17 +131,11 @@ class TimedExecutor(ThisHostMig):
         with self._lock:
             now = self.clock()
             keys = sorted(k for k in self._of_job.get(job, ()) if k[1] == attempt)
-            self._write_quietly("".join(f"S {min(self._live[k], now)!r} {attempt} {k[2]} {job}\n" for k in keys))
+            self._write_quietly("".join(f"S {now!r} {attempt} {k[2]} {job}\n" for k in keys))
             for key in keys:
                 due = self._drop(key)  # its heap entry is dropped lazily
-                self._stopped[key] = (due, min(due, now))
-                if due < now:  # it had ended on its own already: exit 0, as a real replica would report
-                    self._ended.append(ReplicaExit(job=job, attempt=attempt, rank=key[2], returncode=0,
-                                                   signal=None, reason="exited 0", ended_at=due))
-                    continue
-                self._ended.append(ReplicaExit(job=job, attempt=attempt, rank=key[2], returncode=None,
-                                               signal=int(signal.SIGTERM), reason="killed by SIGTERM",
-                                               ended_at=now))
+                self._stopped[key] = (due, now)
+                self._ended.append(_stop_exit(key, due, now))
             if self._ended and self._notify is not None:
                 self._notify()
 
@@ -139,8 +148,7 @@ class TimedExecutor(ThisHostMig):
                 if self._live.get((job, attempt, rank)) != due:
                     continue  # stopped earlier
                 self._drop((job, attempt, rank))
-                out.append(ReplicaExit(job=job, attempt=attempt, rank=rank, returncode=0, signal=None,
-                                       reason="exited 0", ended_at=due))
+                out.append(_exited((job, attempt, rank), due))
             for e in out:
                 self._unacked[(e.job, e.attempt, e.rank)] = e
             out = sorted(self._unacked.values(), key=lambda e: (e.ended_at, e.job, e.rank))
@@ -280,22 +288,15 @@ class TimedExecutor(ThisHostMig):
                 continue
         now = self.clock()
         for key, due in live.items():
-            if key not in stopped and due <= now:  # ended while no executor looked: exit 0 at its due time
-                self._ended.append(ReplicaExit(job=key[0], attempt=key[1], rank=key[2], returncode=0, signal=None,
-                                               reason="exited 0", ended_at=due))
-                continue
-            if key not in stopped:
+            if key in stopped:
+                self._stopped[key] = (due, stopped[key])
+                self._ended.append(_stop_exit(key, due, stopped[key]))
+            elif due <= now:  # ended while no executor looked: exit 0 at its due time
+                self._ended.append(_exited(key, due))
+            else:
                 self._seq += 1
                 heapq.heappush(self._due, (due, self._seq, *key))
                 self._add(key, due)
-                continue
-            at = stopped[key]
-            self._stopped[key] = (due, at)
-            killed = at < due
-            self._ended.append(ReplicaExit(
-                job=key[0], attempt=key[1], rank=key[2], returncode=None if killed else 0,
-                signal=int(signal.SIGTERM) if killed else None,
-                reason="killed by SIGTERM" if killed else "exited 0", ended_at=at))
         self._compact()
 
     def _compact(self) -> None:

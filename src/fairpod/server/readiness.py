@@ -62,19 +62,22 @@ class Readiness:
         now, policy = cp.clock(), cp.spec.policy.ready_timeout_seconds
         for jid in [j for j in self.unchecked if j not in cp.runs]:
             del self.unchecked[jid]
-        look = [(jid, run) for jid, run in cp.runs.items() if self.unchecked.get(jid) != (run.attempt, policy)
-                and run.ready_at is None and run.launched and run.stopping is None and not run.restart_due]
+        look = [(jid, run) for jid, run in cp.runs.items()
+                if self.unchecked.get(jid) != (run.attempt, policy) and _awaited(run)]
         cp.store.prefetch(jid for jid, _ in look)  # one query (after a restart: every live attempt at once)
         for jid, run in look:
             _check(cp, jid, run, now, self.unchecked, policy)
 
 
+def _awaited(run: Run) -> bool:
+    """Is the attempt's readiness still to be seen (started, not ready yet, not stopping or restarting)?"""
+    return run.ready_at is None and run.launched and run.stopping is None and not run.restart_due
+
+
 def _check(cp: Core, jid: int, run: Run, now: float, unchecked: dict[int, tuple[int, float | None]],
            policy: float | None) -> None:
-    """One attempt: ready now (noted once), or past its timeout (stopped: requeued, or failed past the limit);
-    an attempt no timeout applies to goes into ``unchecked``."""
-    if run.ready_at is not None or not run.launched or run.stopping is not None or run.restart_due:
-        return
+    """One attempt whose readiness is awaited (``_awaited``): ready now (noted once), or past its timeout
+    (stopped: requeued, or failed past the limit); an attempt no timeout applies to goes into ``unchecked``."""
     job = cp.store.get_job(jid)
     if job is None or job.state != JobState.RUNNING or job.started_at is None:
         return

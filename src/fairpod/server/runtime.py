@@ -64,13 +64,17 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
     ``elector`` (``fairpod up --ha``), every store write and executor action is fenced by its lease.
     ``own_heap`` (a server process, not a test): the memory is built with the cycle collector off, what it
     built is frozen, and the reconcile loop keeps full collections short (:mod:`fairpod.server.heap`)."""
-    if own_heap:
-        heap.watch()
-        with heap.building():
-            rt = build(home, url, executor, api_url, health=health, elector=elector)
-        log.info("memory built; the cycle collector leaves it out from now on (%.2f s)", heap.settle())
-        rt.cp.keepers.after.append(heap.Heap().tick)
-        return rt
+    if not own_heap:
+        return _build(home, url, executor, api_url, health, elector)
+    heap.watch()
+    with heap.building():
+        rt = _build(home, url, executor, api_url, health, elector)
+    log.info("memory built; the cycle collector leaves it out from now on (%.2f s)", heap.settle())
+    rt.cp.keepers.after.append(heap.Heap().tick)
+    return rt
+
+
+def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool, elector: Elector | None) -> Runtime:
     from fairpod.health.manager import HealthManager
     from fairpod.server.app import create_app
     from fairpod.server.jobtoken import job_secret, launch_env
