@@ -50,6 +50,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _live import LiveServer, RawClient, exit_on_sigterm, json_line, percentile, submit_all, table  # noqa: E402
@@ -362,6 +364,8 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         srv.env["FAIRPOD_DB_URL"] = db_url
     with srv:
         first_start_s = time.monotonic() - t_up
+        engine = httpx.get(srv.url + "/healthz", timeout=30).json().get("engine", "?")
+        print(f"  engine: {engine}", flush=True)
         print(f"  first start (the spec's nodes stored): {first_start_s:.1f} s", flush=True)
         store_url = db_url or f"sqlite:///{srv.home / 'fairpod.db'}"
         deadline = time.time() + a.timeout
@@ -396,6 +400,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         load1 = os.getloadavg()
     r: dict[str, Any] = {
         "benchmark": "datacenter", "store": "postgresql" if db_url else "sqlite", "nodes": a.nodes,
+        "engine": engine,
         "first_start_s": first_start_s,
         "accelerators": a.nodes * ACC, "teams": a.teams, "waiting_target": a.waiting, "fill_jobs": submitted,
         "fill_s": fill_s, "waiting_after": waiting, "running_after": running, "rate_asked": a.rate,
@@ -427,7 +432,7 @@ def report(r: dict[str, Any]) -> str:
     paint = r["dashboard"]
     rows = [
         ("store / size", f"{r['store']}: {r['nodes']} nodes x {ACC} = {r['accelerators']} accelerators, "
-                         f"{r['teams']} teams"),
+                         f"{r['teams']} teams; {r.get('engine', '?')} engine"),
         ("first start", f"{r['first_start_s']:.1f} s to /healthz (the spec's nodes stored)"),
         ("fill", f"{r['fill_jobs']} jobs through arrays in {r['fill_s']:.1f} s; after steady: "
                  f"{r['waiting_after']} waiting, {r['running_after']} running"),
@@ -448,9 +453,12 @@ def report(r: dict[str, Any]) -> str:
                                       f"the start {r['gc_longest_s']:.2f} s"),
         ("server RSS / peak", f"{r['rss_mib']:.0f} / {r['rss_peak_mib']:.0f} MiB {goal(r['rss_peak_mib'], 'rss_mib')}"),
         ("/metrics scrape", f"{r['metrics_scrape_s'] * 1000:.0f} ms, {r['metrics_bytes'] / 1024:.0f} KiB"),
-        ("restart (kill -9)", f"healthz {r['restart_healthz_s']:.1f} s, first admission "
-                              f"{r['restart_first_admission_s']:.1f} s {goal(r['restart_first_admission_s'], 'restart_s')}"),
     ]
+    if r["restart_healthz_s"] is None or r["restart_healthz_s"] != r["restart_healthz_s"]:  # NaN: not run
+        rows.append(("restart (kill -9)", "skipped (--no-restart)"))
+    else:
+        rows.append(("restart (kill -9)", f"healthz {r['restart_healthz_s']:.1f} s, first admission "
+                     f"{r['restart_first_admission_s']:.1f} s {goal(r['restart_first_admission_s'], 'restart_s')}"))
     if isinstance(paint, dict):
         for name, (fcp, shown) in paint.items():
             rows.append((f"dashboard {name}", f"first paint {fcp:.2f} s, data shown {shown:.2f} s "

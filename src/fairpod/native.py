@@ -39,7 +39,7 @@ MODULES = {
     "governance": ("snapshot", "scheduler", "preemption", "quota", "fairshare", "ordering", "placement", "lending",
                    "topology", "users", "budget", "elastic", "history", "decisions", "groups",
                    "consolidation"),
-    "sim": ("run",),
+    "sim": ("run", "lenders"),
 }
 MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproject.toml's dependencies)
 # mypy's settings for the build: fairpod's own modules are type-checked with the compiled ones (their types make the

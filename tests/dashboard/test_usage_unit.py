@@ -129,6 +129,17 @@ def test_sampler_writes_on_change_at_most_every_min_interval_and_a_heartbeat(cp)
     assert s.cycles.total == 1 and s.cycles.counts[s.cycles.buckets.index(0.005)] == 1
 
 
+def test_list_usage_gives_back_every_field_as_written(cp):
+    """list_usage builds each sample from its columns in UsageSample's order: a field out of place (or one
+    added to the sample and not to the columns) comes back different."""
+    fields = ("acc", "vcpu", "memory_gib", "cap_acc", "cap_vcpu", "cap_memory_gib", "borrowed", "lent", "nodes",
+              "healthy_nodes")
+    written = [UsageSample(GROUP, "g", "t1", **{f: float(i + 1) for i, f in enumerate(fields)}, ts=5.0),
+               UsageSample(TEAM, "a", "t2", acc=2, cap_acc=4, borrowed=1, lent=3, ts=5.0)]
+    cp.store.append_usage(5.0, written)
+    assert cp.store.list_usage(0, 10) == written
+
+
 def test_list_usage_starts_with_the_sample_in_force(cp):
     cp.store.append_usage(100, [team("a", 0, 1, 1)])
     cp.store.append_usage(200, [team("a", 0, 2, 2)])

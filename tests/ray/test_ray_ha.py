@@ -64,7 +64,7 @@ def test_ray_failovers_reattach_to_the_agents_and_run_every_job_once(ray_ha: tup
     wait_for(lambda: ha.request("GET", "/nodes").json()["nodes"].__len__() == len(WORKERS), 60,
              "the Ray nodes to join")
     agents = {w: agent_pid(ray_driver, namespace, ids[w]) for w in WORKERS}
-    ha.submit("long", seconds=40, code=0)  # runs through both failovers
+    ha.submit("long", seconds=600, code=0, until_released=True)  # runs through both failovers, however slow
     wait_for(lambda: (ha.marks / "long").exists(), 60, "the long job to start")
     stream = JobStream(ha)
     stream.start()
@@ -78,6 +78,7 @@ def test_ray_failovers_reattach_to_the_agents_and_run_every_job_once(ray_ha: tup
     finally:
         stream.stop()
     assert not stream.errors, stream.errors
+    ha.release("long")  # (check_outcome waits for every job to end)
     check_outcome(ha, stream)
     # the same agent processes all along: each new leader found them by name
     assert {w: agent_pid(ray_driver, namespace, ids[w]) for w in WORKERS} == agents

@@ -149,9 +149,12 @@ class Server:
                 raise PortTaken(out[-3000:])
             raise AssertionError(f"server exited {self.proc.returncode}:\n{out[-3000:]}")
         try:
-            return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
+            r = httpx.get(self.url + "/healthz", timeout=1)
         except httpx.HTTPError:
             return False
+        # our own server: another test's server that drew the same port answers /healthz too, before ours
+        # finds the port taken and exits
+        return r.status_code == 200 and r.json().get("pid") == self.proc.pid
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         if self.proc and self.proc.poll() is None:

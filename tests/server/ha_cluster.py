@@ -240,15 +240,26 @@ class HaCluster:
             time.sleep(0.05)
         raise AssertionError(f"no leader answered {method} {path} within {timeout:g} s: {last}")
 
-    def submit(self, name: str, seconds: float, code: int) -> int:
-        """A job that marks each of its runs in ``marks/`` and exits ``code``; its id. Retried with one
-        Idempotency-Key, so a submit cut by a failover is accepted once."""
-        cmd = (f'echo "$FAIRPOD_RESTART_COUNT $$" >> {self.marks}/{name}; sleep {seconds:g}; exit {code}')
+    def submit(self, name: str, seconds: float, code: int, *, until_released: bool = False) -> int:
+        """A job that marks each of its runs in ``marks/`` and exits ``code`` after ``seconds``, or with
+        ``until_released`` once ``release(name)`` was called (``seconds`` then bounds the wait); its id. Retried
+        with one Idempotency-Key, so a submit cut by a failover is accepted once."""
+        if until_released:
+            tenths = int(seconds * 10)
+            wait = (f'i=0; while [ ! -e {self.marks}/{name}.release ] && [ $i -lt {tenths} ]; do sleep 0.1; '
+                    f'i=$((i+1)); done')
+        else:
+            wait = f"sleep {seconds:g}"
+        cmd = f'echo "$FAIRPOD_RESTART_COUNT $$" >> {self.marks}/{name}; {wait}; exit {code}'
         r = self.request("POST", "/jobs", json={"name": name, "team": "john", "nodes": 1,
                                                 "command": ["sh", "-c", cmd]},
                          headers={"Idempotency-Key": f"ha-{name}"})
         assert r.status_code in (200, 201), r.text
         return int(r.json()["id"])
+
+    def release(self, name: str) -> None:
+        """Let a job submitted ``until_released`` end."""
+        (self.marks / f"{name}.release").touch()
 
     def jobs(self) -> list[dict[str, Any]]:
         r = self.request("GET", "/jobs", params={"limit": 10000})

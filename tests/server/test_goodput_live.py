@@ -41,6 +41,14 @@ def test_work_since_the_checkpoint_of_a_failed_attempt_is_lost_the_rest_kept(ser
     rep = json.loads(s.cli("report", "usage", "-o", "json").stdout)["goodput"]
     assert rep["john"] == rep["*"] and rep["john"]["goodput"] == g["goodput"]
     assert "Goodput" in s.cli("report", "usage").stdout
+    # the dashboard's teams page reads it alone: the same figures, the period's filters, without the task rows
+    alone = s.api("GET", "/reports/goodput").json()
+    assert alone["goodput"] == rep and "tasks" not in alone and "usage" not in alone
+    for params in ({"team": "smith"}, {"to": "2001-01-01"}):  # another team's; a period that ended before
+        none = s.api("GET", "/reports/goodput", params=params).json()["goodput"]
+        assert "john" not in none and none["*"]["goodput"] is None, (params, none)
+    bad = s.api("GET", "/reports/goodput", params={"from": "2030-01-02", "to": "2030-01-01"})
+    assert bad.status_code == 422 and "'from' (2030-01-02" in bad.json()["detail"]
     metrics = wait_for(lambda: (t := httpx.get(s.url + "/metrics", headers={
         "Authorization": f"Bearer {s.token}"}).text) and "fairpod_goodput_lost" in t and t, 10, "the metrics")
     line = next(ln for ln in metrics.splitlines()

@@ -65,7 +65,7 @@ def test_failovers_run_every_job_once_and_no_fenced_leader_writes(ha: HaCluster)
 def test_a_paused_leader_is_fenced_and_steps_down(ha: HaCluster):
     ha.boot()
     old = ha.leader()
-    ha.submit("long", seconds=30, code=0)
+    ha.submit("long", seconds=600, code=0, until_released=True)  # runs until released, however slow the takeover
     wait_for(lambda: (ha.marks / "long").exists(), 30, "the job to run")
     for k in range(3):  # they end while the leader is stopped: it finds their exits when it comes back
         ha.submit(f"short{k}", seconds=1, code=0)
@@ -84,6 +84,7 @@ def test_a_paused_leader_is_fenced_and_steps_down(ha: HaCluster):
     assert len((ha.marks / "long").read_text().splitlines()) == 1
     for k in range(3):
         assert ha.request("GET", f"/jobs/short{k}").json()["state"] == "Succeeded"
+    ha.release("long")
 
 
 def test_ha_needs_postgresql(tmp_path: Path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import TextIO
@@ -32,6 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also replay with every team on its private quota (private), one global FCFS queue "
                    "(fcfs) or the other fair share, FairShare <-> FairShareHistory (history), and report per team "
                    "wait, completion time and rho = JCT shared / JCT private")
+    p.add_argument("--cadence", metavar="SECONDS", default="0",
+                   help="decide at most every SECONDS of simulated time, as the live control plane's loop turns "
+                   "(one cycle for everything that arrived or ended since the last one; events still happen at "
+                   "their own times, what they free is given out at the next cycle): far fewer cycles on a busy "
+                   "trace, waits up to SECONDS longer; default 0: a cycle after every event")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress line on stderr while it runs (simulated time, jobs completed, wall time, "
                    "rate); default: only when stderr is a terminal")
@@ -99,6 +105,17 @@ def _pct(v: float | None) -> str:
 PLOT_FORMATS = (".png", ".svg", ".pdf", ".jpg", ".jpeg")
 
 
+def _cadence(text: str) -> float:
+    """``--cadence``: a number of seconds, 0 or more."""
+    try:
+        v = float(text)
+    except ValueError:
+        raise CliError(f"--cadence {text}: not a number of seconds (0 or more; 0: a cycle after every event)") from None
+    if not math.isfinite(v) or v < 0:
+        raise CliError(f"--cadence {text}: must be 0 or more seconds (0: a cycle after every event)")
+    return v
+
+
 def _check_out(path: str | None, what: str) -> None:
     """Fail before a long run, not after it, when an output cannot be written."""
     if path in (None, "-"):
@@ -122,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
     _check_out(args.plot, "plot")
     from fairpod.cli.files import read_yaml
 
+    cadence = _cadence(args.cadence)
     read_yaml(args.spec)  # unreadable or not YAML: one line naming the file, line and column
     from fairpod.model.spec import SpecError
     from fairpod.sim.replay import replay
@@ -131,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(sys.stderr) if show else None
     try:
         report = replay(args.spec, args.trace, timeline=args.timeline, jobs=args.jobs, plot=args.plot,
-                        compare=args.compare, on_progress=progress)
+                        compare=args.compare, on_progress=progress, cadence=cadence)
     except SpecError as e:
         more = f" (and {len(e.problems) - 1} more problem(s); see fairpod validate)" if len(e.problems) > 1 else ""
         first = e.problems[0]

@@ -4,7 +4,7 @@
 the decisions. It reads no clock (``snap.now`` is the time) and does no I/O; it leaves ``snap`` in the
 state after its decisions (admitted jobs running, victims back in their queues).
 
-Longer than fairpod's usual module (~720 lines): the cycle's steps share one ``_Cycle`` object and its
+Longer than fairpod's usual module (~930 lines): the cycle's steps share one ``_Cycle`` object and its
 per-cycle caches (shapes that failed, team checks, never-fits verdicts); split across modules they would pass
 that state around on the engine's hottest path, which the native build compiles as one unit.
 
@@ -26,7 +26,9 @@ A cycle:
    engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
    A job whose team check failed on its team's own quota or borrow limit in an earlier cycle, with nothing it
    read changed since, is known to fail again with the same reason (``known_to_fail``): it is neither ranked nor
-   tried, and keeps its turn (docs/architecture.md, "The engine").
+   tried, and keeps its turn (docs/architecture.md, "The engine"); so is a job behind its team's starving job
+   that already waits with that reason. A team all of whose offers are known to fail sits the rounds out
+   (``verdict``, kept across cycles while what it read is unchanged).
    In a team with per-user rules (rule 9, ``users``) a job over its user's cap waits without trying, and a
    RoundRobin team offers the job of the user who runs the fewest accelerators first.
 Under FairShareHistory (rule 5b, ``history``) the cycle first folds the time since the last cycle into each
@@ -53,9 +55,13 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
         ua = snap.unallocated(w.itype)[0]
         if ua > 0:
             idle.append((-(10**12), "(unallocated)", ua))
-    for t in snap.lenders_of.get(w.itype, ()):  # a team without quota on the type lends none of it
-        if t.name != w.team:
-            left = t.lendable_now(w.itype)[0]
+    it = w.itype
+    for t in snap.lenders_of.get(it, ()):  # a team without quota on the type lends none of it
+        if t.name != w.team and t.lends:
+            left = t.q(it)[0] - t.u(it)[0]  # ``t.lendable_now(it)[0]``: its idle quota, at most its lending limit
+            limit = t.lend_limit.get(it)
+            if limit is not None and limit[0] < left:
+                left = limit[0]
             if left > 0:
                 idle.append((-left, t.name, left))
     if snap.groups:  # the nearest lenders in the tree first: siblings, then up the tree
@@ -148,6 +154,7 @@ class _Cycle:
         self.until: dict[str, float] = {}  # starving job -> when it is expected to start on its held nodes
         self.borrow_until: float | None = None  # earliest such time of a starving job that must borrow
         self.strict: dict[str, Workload] = {}  # team -> its starving job that could not start
+        self.behind_reasons: dict[str, str] = {}  # starving job -> why its team's other jobs wait behind it
         self.started: dict[str, float | None] = {}  # jobs admitted in this cycle: when they were enqueued
         # within the cycle, by usage version (nodes and queues change in it only with usage): team checks, and
         # whether a team's borrow limit is lifted (``quota.team_check``)
@@ -161,6 +168,14 @@ class _Cycle:
         self.at = 0
         self.deferred: list[tuple[str, Team, Workload]] = []
         self.settled: list[tuple[str, Team, Workload]] = []
+        # teams that sit out the round being tried, each with its offers of this phase, all known to fail (the k-th in
+        # the phase's k-th round; ``verdict``); the round's number; the shapes failed in the phase; the teams that sat
+        # out all of the first phase (only those may sit out the second)
+        self.sitting: list[tuple[str, Team, list[Workload]]] = []
+        self.round = 0
+        self.failed: dict[str, set] = {}
+        self.sat: set[str] = set()
+        self.sitting_second: dict[str, list[Workload]] = {}  # the second phase's offers of the teams that may sit it
         self.held_version = 0  # counts the calls of ``hold`` (the held nodes and their times change only there)
         self.held_views: dict[tuple, dict[str, str]] = {}  # ``reserved_for``, by what it depends on
         self.collect: list[str] | None = None  # while trying fallback instance types: the reasons of each
@@ -173,6 +188,7 @@ class _Cycle:
         if w.reason != reason:
             w.reason = reason
             self.out.append(Wait(w.id, reason))
+            self.snap.verdicts.pop(w.team, None)  # what its team's verdict read has changed
 
     def admit(self, w: Workload, nodes: list[str], within: bool, victims: list[tuple[Workload, str]]) -> None:
         snap = self.snap
@@ -330,9 +346,7 @@ class _Cycle:
         if capped:
             return self.start_in_place_of_own(w, capped)
         if not self.team_may_start(w):
-            h = self.strict[w.team]
-            self.wait(w, f"waiting behind job {h.id} of team {w.team}, which has waited longest and has "
-                         "capacity held for it")
+            self.wait(w, self.behind(self.strict[w.team]))
             return False
         holder = w.id if w.id in self.holders else None
         ok, within, why = self.team_check(w)
@@ -425,22 +439,30 @@ class _Cycle:
                 self.snap.quota_blocked[w.id] = (stamp, raw)
         return team_check(self.snap, w, self.lifted, raw)
 
-    def known_to_fail(self, w: Workload) -> bool:
-        """Would ``try_start(w)`` fail now on its team's quota or borrow limit, and leave everything as it is (no
-        decision: ``w`` already waits with that reason)? Exact, not a guess: the same checks as ``try_one``'s way
-        to that failure, with the team check remembered across cycles (``quota_stamp``). Where a failed team
-        check could still end in a preemption plan (own lower-priority jobs, elastic jobs) or the job has
-        fallback types or a per-user cap, this says False and ``try_start`` runs."""
-        snap = self.snap
-        got = snap.quota_blocked.get(w.id)
+    def behind(self, h: Workload) -> str:
+        """Why a job of a team with a starving job ``h`` waits when it could delay ``h`` (``team_may_start``)."""
+        got = self.behind_reasons.get(h.id)
         if got is None:
-            return False
+            got = self.behind_reasons[h.id] = (f"waiting behind job {h.id} of team {h.team}, which has waited "
+                                               "longest and has capacity held for it")
+        return got
+
+    def known_to_fail(self, w: Workload) -> bool:
+        """Would ``try_start(w)`` fail now, and leave everything as it is (no decision: ``w`` already waits with
+        that reason)? Exact, not a guess: the same checks as ``try_one``'s way to that failure. Two ways: behind
+        its team's starving job (``team_may_start``), or on its team's own quota or borrow limit with the team
+        check remembered across cycles (``quota_stamp``). Where a failed team check could still end in a
+        preemption plan (own lower-priority jobs, elastic jobs) or the job has fallback types or a per-user cap,
+        this says False and ``try_start`` runs."""
+        snap = self.snap
         team = snap.teams[w.team]
-        if (len(w.choices) > 1 or team.user_cap is not None or snap.elastic
-                or (team.preempt_lower and snap.task_ranking) or got[0] != self.quota_stamp(team, w)
-                or w.reason != (self.never_fits(w) or got[1][2])):
+        if len(w.choices) > 1 or team.user_cap is not None:
             return False
-        return self.team_may_start(w)
+        if self.strict and not self.team_may_start(w):  # try_one's first check, before any team check
+            return w.reason == self.behind(self.strict[w.team])
+        got = snap.quota_blocked.get(w.id)
+        return not (got is None or snap.elastic or (team.preempt_lower and snap.task_ranking)
+                    or got[0] != self.quota_stamp(team, w) or w.reason != (self.never_fits(w) or got[1][2]))
 
     def hold(self, w: Workload) -> None:
         """Starvation guard: hold nodes (and borrowable capacity) for ``w``."""
@@ -558,7 +580,20 @@ class _Cycle:
 
     def first_runnable(self, team: Team) -> Workload | None:
         """The team's first job that could run at all (on the healthy nodes, within its quota or borrow
-        limit); a job that never can must not hold the team up."""
+        limit); a job that never can must not hold the team up. Kept across cycles while the team's queue, usage
+        and the nodes are unchanged, for a team without per-user rules or budgets (what else it reads is fixed)."""
+        snap = self.snap
+        if team.per_user or team.budget:
+            return self._first_runnable(team)
+        tops = team.queue.ordered()
+        key = ("first", team.name)
+        got = snap.memo.get(key)
+        if got is None or got[0] is not tops or got[1] != team.version or got[2] != snap.nodes_version:
+            got = snap.memo[key] = (tops, team.version, snap.nodes_version, self._first_runnable(team))
+        h: Workload | None = got[3]
+        return h
+
+    def _first_runnable(self, team: Team) -> Workload | None:
         skip: set = set()
         while True:
             h = team.queue.head(skip, users.order(team))
@@ -605,31 +640,8 @@ class _Cycle:
 
     def run(self) -> list[Decision]:
         snap = self.snap
-        if len(snap.memo) > 4 * len(snap.teams) + 1024:
-            snap.memo.clear()  # entries of old versions
-        snap.cycle += 1
-        snap.retry_at = math.inf
-        if snap.cost_held:  # reclaims held back (rule 3b): those whose wait is over are planned for again
-            for jid in [j for j, (until, _) in snap.cost_held.items() if until <= snap.now]:
-                del snap.cost_held[jid]
-            snap.retry_at = min((until for until, _ in snap.cost_held.values()), default=math.inf)
-        for p in snap.pools.values():
-            p.reserved_borrow = [0, 0, 0]
-        history.advance(snap)
-        guard = snap.starvation_guard
-        starving = []
-        for team in list(snap.waiting.values()):
-            if team.queue:
-                h = self.first_runnable(team)
-                if h is not None and snap.now - h.waiting_since() >= guard:
-                    starving.append(h)
-        starving.sort(key=lambda w: (w.enqueued, w.seq))
-        failed: dict[str, set] = {}
-        for w in starving:
-            if self.known_to_fail(w) or not self.try_start(w):
-                self.strict[w.team] = w
-                failed[w.team] = {w.shape}
-                self.hold(w)
+        self.begin()
+        failed = self.guard()
         teams = [t for t in snap.waiting.values() if t.queue]
         self.rounds(teams, failed, within_only=True)
         self.rounds(teams, failed, within_only=False)
@@ -649,17 +661,69 @@ class _Cycle:
         history.record(snap)
         return self.out
 
+    def begin(self) -> None:
+        """What a cycle does before its steps: old cache entries dropped, held reclaims whose wait is over let go,
+        capacity held for borrowers released, the fair-share history brought to now."""
+        snap = self.snap
+        if len(snap.memo) > 4 * len(snap.teams) + 1024:
+            snap.memo.clear()  # entries of old versions
+        snap.cycle += 1
+        snap.retry_at = math.inf
+        if snap.cost_held:  # reclaims held back (rule 3b): those whose wait is over are planned for again
+            for jid in [j for j, (until, _) in snap.cost_held.items() if until <= snap.now]:
+                del snap.cost_held[jid]
+            snap.retry_at = min((until for until, _ in snap.cost_held.values()), default=math.inf)
+        for p in snap.pools.values():
+            p.reserved_borrow = [0, 0, 0]
+        history.advance(snap)
+
+    def guard(self) -> dict[str, set]:
+        """Step 1 (the starvation guard): each team's starving job goes first; those that cannot start get their
+        nodes held and their team marked (``strict``). The shapes that failed, by team."""
+        snap = self.snap
+        starving = []
+        for team in list(snap.waiting.values()):
+            if team.queue:
+                h = self.first_runnable(team)
+                if h is not None and snap.now - h.waiting_since() >= snap.starvation_guard:
+                    starving.append(h)
+        starving.sort(key=lambda w: (w.enqueued, w.seq))
+        failed: dict[str, set] = {}
+        for w in starving:
+            if self.known_to_fail(w) or not self.try_start(w):
+                self.strict[w.team] = w
+                failed[w.team] = {w.shape}
+                self.hold(w)
+        return failed
+
     def rounds(self, teams: list[Team], failed: dict[str, set], within_only: bool) -> None:
         """Offer each team's first job until a round admits nothing. With ``within_only``, only jobs within
         their team's quota are offered (shapes that would borrow are skipped, not failed), so idle capacity
         is lent only after every team has taken what it is entitled to in this cycle."""
         borrowing: dict[str, set] = {}
-        active = teams
+        at: dict[str, tuple[list, int]] = {}  # per team: where ``offer_of`` found its last offer in its queue's tops
         defer = not self.snap.groups  # with groups, a team's rank reads the usage of others too
-        while active:
+        active = teams
+        self.failed = failed
+        self.round = 0
+        if defer:  # teams all of whose offers in this phase are known to fail sit it out (``verdict``)
+            active = []
+            for t in teams:
+                seq = self.verdict(t, within_only)
+                if seq is None:
+                    active.append(t)
+                else:
+                    self.sitting.append((t.name, t, seq))
+        elastic_before = bool(self.snap.elastic)
+        while True:
+            if self.sitting and bool(self.snap.elastic) != elastic_before:
+                active = active + [t for t, _ in self.unsit()]  # an elastic job started: known_to_fail may differ
+            if not active:
+                break
             offers = []
             for t in active:
-                h = self.offer_of(t, failed.get(t.name), borrowing.setdefault(t.name, set()) if within_only else None)
+                h = self.offer_of(t, failed.get(t.name), borrowing.setdefault(t.name, set()) if within_only else None,
+                                  at)
                 if h is not None:
                     if defer and self.known_to_fail(h):
                         self.deferred.append((t.name, t, h))  # fails where it stands in the order: no rank needed
@@ -683,12 +747,101 @@ class _Cycle:
                 nxt.append(t)
             self.deferred = []
             self.settled = []
+            self.round += 1
             active = nxt
+        # the teams that sat out: each offer failed in its round (no round tried anything that could change that)
+        for name, _, seq in self.sitting:
+            f = failed.setdefault(name, set())
+            for w in seq:
+                f.add(w.shape)
+            if within_only:
+                self.sat.add(name)  # (an elastic job that started would have brought it back)
+        self.sitting = []
 
-    def offer_of(self, t: Team, failed: set | None, borrowing: set | None) -> Workload | None:
+    def verdict(self, t: Team, within_only: bool) -> list[Workload] | None:
+        """The team's offers in this phase of the rounds if every one of them is known to fail (``known_to_fail``),
+        in the order the rounds would offer them; else None. Both phases are judged at the start of the first (the
+        second's are the team's if it sat out the first: nothing it read changed in between) and the verdict is kept
+        on the snapshot across cycles while what it read is unchanged: the team's queue (its tops, the same list),
+        usage and starving job with the time held for it, the nodes, whether elastic jobs run, and no decision on
+        the team's jobs since (``wait``). ``known_to_fail`` reads the clock and the time held for the starving job
+        only through ``ends_before``: the verdict holds while that says for each job what it said then (checked on
+        the longest expected run of those it said yes of, and the shortest of the others)."""
+        if not within_only:
+            return self.sitting_second.pop(t.name, None) if t.name in self.sat else None
+        snap = self.snap
+        tops = t.queue.ordered()
+        h = self.strict.get(t.name)
+        until = self.until[h.id] if h is not None else 0.0
+        elastic_on = bool(snap.elastic)
+        got = snap.verdicts.get(t.name)
+        if (got is None or got[0] is not tops or got[1] != t.version or got[2] != snap.nodes_version
+                or got[3] is not h or got[4] != elastic_on
+                or (got[5] is not None and not (until != math.inf and snap.now + got[5] <= until))
+                or (got[6] is not None and not (until == math.inf or snap.now + got[6] > until))):
+            yes, no, seqs = self.judge(t, tops, h, until)
+            got = snap.verdicts[t.name] = (tops, t.version, snap.nodes_version, h, elastic_on, yes, no, seqs)
+        seqs = got[7]
+        if seqs is None:
+            return None
+        self.sitting_second[t.name] = seqs[1]
+        return seqs[0]
+
+    def judge(self, t: Team, tops: list[tuple[tuple, str, tuple]], h: Workload | None, until: float,
+              ) -> tuple[float | None, float | None, tuple[list[Workload], list[Workload]] | None]:
+        """``verdict`` worked out: the longest expected run of the jobs looked at whose ``ends_before(until)`` held
+        and the shortest of those (with one) whose did not (None: no such job), and the offers of each phase if all
+        are known to fail."""
+        if users.order(t) is not None:
+            return None, None, None
+        live = t.queue.live
+        passed: set = {h.shape} if h is not None else set()
+        first: list[Workload] = []
+        second: list[Workload] = []
+        yes: float | None = None
+        no: float | None = None
+        for phase in (first, second):
+            for _, wid, shape in tops:
+                if shape in passed:
+                    continue
+                w = live[wid]
+                if phase is first and not quota.within_quota(t, w.itype, w.total):
+                    continue  # borrows: offered in the second phase
+                e = w.expected
+                if h is not None and h is not w and e is not None:
+                    if self.ends_before(w, until):
+                        yes = e if yes is None or e > yes else yes
+                    else:
+                        no = e if no is None or e < no else no
+                if not self.known_to_fail(w):
+                    return yes, no, None
+                passed.add(shape)
+                phase.append(w)
+        return yes, no, (first, second)
+
+    def unsit(self) -> list[tuple[Team, Workload]]:
+        """The teams sitting out this phase come back: the offers of the rounds before this one failed there; the
+        teams with an offer in this round are returned with it (the first of their offers not failed)."""
+        back = []
+        failed, r = self.failed, self.round
+        for name, t, seq in self.sitting:
+            f = failed.setdefault(name, set())
+            for w in seq[:r]:
+                f.add(w.shape)
+            self.snap.verdicts.pop(name, None)
+            if r < len(seq):
+                back.append((t, seq[r]))
+        self.sitting = []
+        return back
+
+    def offer_of(self, t: Team, failed: set | None, borrowing: set | None,
+                 at: dict[str, tuple[list, int]] | None = None) -> Workload | None:
         """The team's first job whose shape has not ``failed`` in this cycle; with ``borrowing`` (the rounds within
         quota), the first that fits its team's quota, each shape passed over for borrowing added to it (a shape that
-        borrows now borrows all this phase)."""
+        borrows now borrows all this phase). ``at``: where the last call found the team's offer, in the tops of its
+        queue as they were (``PendingQueue.ordered``); while they are the same list (the queue unchanged), the
+        search goes on from there, as every shape before it was passed over for good (``failed`` and ``borrowing``
+        only grow in a phase, and an offer is failed or admitted before the next round asks)."""
         order = users.order(t)
         if order is not None:  # round-robin across users: the queue's order changes with their use
             skip = set(failed or ())
@@ -698,14 +851,27 @@ class _Cycle:
                     return h
                 borrowing.add(h.shape)
         live = t.queue.live
-        for _, wid, shape in t.queue.ordered():
+        tops = t.queue.ordered()
+        i = 0
+        if at is not None:
+            last = at.get(t.name)
+            if last is not None and last[0] is tops:
+                i = last[1]
+        while i < len(tops):
+            shape = tops[i][2]
             if (failed and shape in failed) or (borrowing is not None and shape in borrowing):
+                i += 1
                 continue
-            w = live[wid]
+            w = live[tops[i][1]]
             if borrowing is not None and not quota.within_quota(t, w.itype, w.total):
                 borrowing.add(shape)
+                i += 1
                 continue
+            if at is not None:
+                at[t.name] = (tops, i)
             return w
+        if at is not None:
+            at[t.name] = (tops, i)
         return None
 
     def rank_deferred(self) -> None:
@@ -715,6 +881,9 @@ class _Cycle:
         offers one job a round, and nothing was stopped before now), so the rank is the one it had then. Those
         before the offer being tried failed there, as they would have; those after it are tried in their turn,
         when the stopped jobs may have changed their team's usage."""
+        if self.sitting:  # the sitting teams' offers in this round: deferred ones
+            for t, w in self.unsit():
+                self.deferred.append((t.name, t, w))
         if not self.deferred:
             return
         offers, at = self.offers, self.at

@@ -6,7 +6,7 @@ costs time in the number of teams and candidate jobs, not in the number of queue
 changes the snapshot it is given into the state after its decisions; callers build one from their store
 (the control plane) or keep one across events (the simulator).
 
-Longer than fairpod's usual module (~710 lines): the aggregates and the queues they are kept from must change
+Longer than fairpod's usual module (~730 lines): the aggregates and the queues they are kept from must change
 together in every mutator (assign, finish, add/remove pending, node changes); one class keeps that invariant
 in one place (``tests/governance`` checks the aggregates against a recount).
 """
@@ -388,6 +388,9 @@ class Snapshot:
         # team checks that failed on the team's own quota or borrow limit, by job: (what the check read, its
         # result); ``scheduler`` reuses one across cycles while the team's usage and limits stay as they were
         self.quota_blocked: dict[str, tuple[tuple, tuple[bool, bool, str]]] = {}
+        # per team: whether all of its offers in a cycle's rounds are known to fail, with what that read
+        # (``scheduler._Cycle.verdict``); kept across cycles while that is unchanged
+        self.verdicts: dict[str, tuple] = {}
         # counts changes of the nodes alone (added, removed, schedulable, health, topology): what
         # ``placement.never_fits`` reads; ``scheduler`` keeps its verdicts per job shape while it stays
         self.nodes_version = 0

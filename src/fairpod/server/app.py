@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from fairpod import __version__
+from fairpod import __version__, governance
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import (
     api_rules,
@@ -135,7 +135,8 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
 
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> Any:
-        body = {"ok": True, "version": __version__, "cycles": cp.cycles, "pid": os.getpid()}
+        body = {"ok": True, "version": __version__, "cycles": cp.cycles, "pid": os.getpid(),
+                "engine": governance.engine_name()}  # native or pure Python (fairpod.native)
         bad = diskfull.health(cp)
         return body if bad is None else JSONResponse({**body, **bad}, status_code=503)
 

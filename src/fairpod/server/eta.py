@@ -14,8 +14,12 @@ last ``KEEP``), else never (their waiters get no estimate). The lock is held onl
 outside it, bounded by ``max_cycles`` engine cycles and ``horizon`` seconds ahead. The figures
 are estimates: nothing new is assumed to arrive and no job ends early.
 
-A job that arrived after the last refresh gets its estimate at once when someone asks for it (``ensure``: the
-submit's answer, ``get-job``), within the same CPU and lock budget. The held tasks of a throttled job array
+A job that arrived after the last refresh gets its estimate at once when someone asks for it (``ensure``:
+``get-job``, a ``list-jobs`` page), within the same CPU and lock budget, when the last refresh took at most
+``inline`` seconds (copy and forecast: a queue of a few hundred jobs); with a longer queue the request does not
+wait for a forecast (at 10,000 jobs waiting one takes tenths of a second, and a reader asking for new jobs made every
+such request that slow: benchmarks/datacenter.py) but wakes the estimator's thread, which refreshes as soon as the
+budget allows; until then the new job's ``estimated_start`` is null, as for a job with no estimate. The held tasks of a throttled job array
 (``%N``, kept out of the engine's snapshot) get one too (``held_starts``): each starts when one of the array's N
 slots frees, its tasks ahead ending at their durations, as above.
 """
@@ -64,8 +68,9 @@ class Typical:
 
 class Estimates:
     def __init__(self, *, every: float = 5.0, max_age: float = 60.0, spacing: float = 4.0, max_cycles: int = 2000,
-                 horizon: float = 30 * 86400, lock_share: float = 0.005) -> None:
+                 horizon: float = 30 * 86400, lock_share: float = 0.005, inline: float = 0.02) -> None:
         self.every = every
+        self.inline = inline  # a request refreshes itself only if the last refresh took at most this
         self.lock_share = lock_share
         self.max_age = max_age
         self.spacing = spacing
@@ -82,6 +87,8 @@ class Estimates:
         self.typical = Typical()
         self._seeded = False
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a request asked for estimates of new jobs (or stop)
+        self._wanted = False
         self._thread: threading.Thread | None = None
 
     def get(self, job: Job) -> float | None:
@@ -101,12 +108,21 @@ class Estimates:
         (call it without holding ``cp.lock``)."""
         if all(j.state != JobState.PENDING or j.id in self.starts for j in jobs):
             return
-        since = time.monotonic() - self._last
-        if since >= max(self.spacing * self.forecast_cpu, self.copy_seconds / self.lock_share):
+        if self.copy_seconds + self.forecast_seconds > self.inline:  # too long to make the request wait for
+            self._wanted = True
+            self._wake.set()
+        elif self._allowed():
             self.refresh(cp)
 
+    def _allowed(self) -> bool:
+        """Does the CPU and lock budget allow a refresh now?"""
+        since = time.monotonic() - self._last
+        return since >= max(self.spacing * self.forecast_cpu, self.copy_seconds / self.lock_share)
+
     def due(self, cp: Core) -> bool:
-        """Is a refresh due now (see the module doc)?"""
+        """Is a refresh due now (see the module doc)? Also when a request asked for new jobs' estimates."""
+        if self._wanted and self._allowed():
+            return True
         since = time.monotonic() - self._last
         if since < max(self.every, self.spacing * self.forecast_cpu, self.copy_seconds / self.lock_share):
             return False
@@ -121,6 +137,7 @@ class Estimates:
         """Estimate every pending job's start now."""
         t0 = time.perf_counter()
         self._last = time.monotonic()
+        self._wanted = False
         with cp.lock:
             self.seed(cp)
             self._seen = self._signature(cp)
@@ -158,7 +175,13 @@ class Estimates:
                         self.refresh(cp)
                 except Exception:  # an estimate is never worth stopping the server for
                     log.exception("estimating start times failed")
-                if self._stop.wait(1.0):
+                if self._wanted:  # asked for, but the budget did not allow it yet: when it will
+                    wait = max(self.spacing * self.forecast_cpu, self.copy_seconds / self.lock_share)
+                    self._wake.wait(min(1.0, max(0.0, self._last + wait - time.monotonic())))
+                else:
+                    self._wake.wait(1.0)
+                self._wake.clear()
+                if self._stop.is_set():
                     return
 
         self._thread = threading.Thread(target=loop, name="fairpod-eta", daemon=True)
@@ -166,6 +189,7 @@ class Estimates:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
 

@@ -67,7 +67,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                    problems_first: bool = Query(default=False, description="nodes that are not schedulable first"),
                    ) -> dict[str, Any]:
         """The nodes by name (pool-2 before pool-10); ``total``: how many there are in all."""
-        nodes = node_page(cp.store.list_nodes(), limit, offset, problems_first)
+        nodes = node_page(cp.store, limit, offset, problems_first)
         return {"nodes": [node_view(n, cp, p) for n in nodes.page], "total": nodes.total}
 
     def _admin(p: Auth) -> None:  # a dependency: runs before the body is read, so a member gets 403, never 422

@@ -16,7 +16,7 @@ from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.queue_positions import QueuePositions
-from fairpod.server.task_index import TaskRow, unfinished_rows
+from fairpod.server.task_index import RecentRow, TaskRow, recent_rows, unfinished_rows
 from fairpod.server.usage import WINDOWS, history
 from fairpod.server.views import reason_now
 from fairpod.store import Job
@@ -57,7 +57,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         group_type = g.node_type
         group_nodes = {n.name for n in cp.store.list_nodes(instance_group=group)}
 
-    def in_group(j: Job | TaskRow) -> bool:
+    def in_group(j: Job | TaskRow | RecentRow) -> bool:
         if group is None:
             return True
         if j.placement:
@@ -66,7 +66,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
 
     positions, positions_at = (queues or QueuePositions()).read(cp, teams)  # never waits for a long turn
     active = [j for j in unfinished_rows(cp.store, teams, group is not None) if in_group(j)]
-    recent = [j for j in cp.store.jobs_between(now - span, now + 1, teams) if in_group(j)]
+    recent = [j for j in recent_rows(cp.store, now - span, now + 1, teams, group is not None) if in_group(j)]
     counts = {s.value: 0 for s in JobState}
     for j in active:
         counts[j.state.value] += 1
@@ -85,8 +85,10 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
     page_ids = [r.id for r in rows[offset:offset + limit]]
     found = cp.store.get_jobs(page_ids)
     page = [found[i] for i in page_ids if i in found]  # one that ended meanwhile and was deleted: left out
-    done = sorted((j for j in recent if j.state.finished and (want is None or j.state in want)),
-                  key=lambda j: -(j.finished_at or 0))[:finished_limit]
+    ended = sorted((j for j in recent if j.state.finished and (want is None or j.state in want)),
+                   key=lambda j: -(j.finished_at or 0))[:finished_limit]
+    found = cp.store.get_jobs([j.id for j in ended])
+    done = [found[j.id] for j in ended if j.id in found]
     out = []
     for j in page + done:
         end = j.finished_at if j.finished_at is not None else now

@@ -17,7 +17,7 @@ from fairpod.model.jobs import JobState
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import goodput
 from fairpod.server.api_rules import rules
-from fairpod.server.auth import Auth
+from fairpod.server.auth import Auth, Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.usage import integrate
@@ -137,8 +137,6 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
             "preemptions": j.preemptions, "restarts": j.attempt,
             "running_now": j.state in (JobState.RUNNING, JobState.PREEMPTED),
         })  # fmt: skip
-    gp = [e for e in cp.store.list_events(kind=goodput.EVENT, limit=None) if since <= e.ts < until
-          and (teams is None or e.team in teams)]
     first, last = cp.store.usage_span()
     return {
         "from": iso(since), "to": iso(until), "timezone": "UTC",
@@ -149,9 +147,17 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
                     if tot["quota_hours"] else None} for (t, it), tot in sorted(totals.items())],
         "groups": group_totals(cp.spec, totals),
         "tasks": tasks,
-        "goodput": goodput.by_team(gp),  # per team, and the cluster's under "*" (fairpod.server.goodput)
+        "goodput": goodput_of(cp, since, until, teams),  # per team, and the cluster's under "*"
         "budgets": cp.budgets.rows(cp, teams),  # the current period of every budget (docs/policies.md)
     }  # fmt: skip
+
+
+def goodput_of(cp: ControlPlane, since: float, until: float, teams: list[str] | None) -> dict[str, Any]:
+    """Goodput per team (and the cluster's under "*") of the attempts that ended in the period
+    (:mod:`fairpod.server.goodput`)."""
+    gp = [e for e in cp.store.list_events(kind=goodput.EVENT, limit=None, ts_from=since, ts_to=until)
+          if teams is None or e.team in teams]
+    return goodput.by_team(gp)
 
 
 def group_totals(spec: ClusterSpec, totals: dict[tuple[str, str], dict[str, float]]) -> list[dict[str, Any]]:
@@ -181,34 +187,63 @@ def group_totals(spec: ClusterSpec, totals: dict[tuple[str, str], dict[str, floa
     return out
 
 
+# the period and teams of a report (both report routes)
+FROM = Query(default=None, alias="from", description="YYYY-MM-DD (UTC) or ISO date-time; default: 7 days before 'to'",
+             json_schema_extra=WHEN)
+TO = Query(default=None, description="YYYY-MM-DD (inclusive, UTC) or ISO date-time; default: now",
+           json_schema_extra=WHEN)
+TEAMS = Query(default=None, description="only these teams (repeatable)")
+
+
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     @api.get("/reports/usage", tags=["reports"], openapi_extra=RULES)
     def report_usage(
         p: Auth,
-        from_: str | None = Query(default=None, alias="from", description="YYYY-MM-DD (UTC) or ISO date-time; "
-                                  "default: 7 days before 'to'", json_schema_extra=WHEN),
-        to: str | None = Query(default=None, description="YYYY-MM-DD (inclusive, UTC) or ISO date-time; "
-                               "default: now", json_schema_extra=WHEN),
-        team: list[str] | None = Query(default=None, description="only these teams (repeatable)"),
+        from_: str | None = FROM,
+        to: str | None = TO,
+        team: list[str] | None = TEAMS,
     ) -> dict[str, Any]:
-        until = parse_time(to, "to", end=True) if to else cp.clock()
-        since = parse_time(from_, "from", end=False) if from_ else until - 7 * 86400
-        if since >= until:
-            raise Problem(422, "invalid request", f"'from' ({iso(since)}) must be before 'to' ({iso(until)})")
-        if until - since > MAX_DAYS * 86400:
-            raise Problem(422, "invalid request", f"the period is longer than {MAX_DAYS} days; ask for less")
-        if since < EARLIEST or until > LATEST:
-            raise Problem(422, "invalid request", "'from' and 'to' must lie between 0001-01-02 and 9999-12-30")
-        visible = p.visible_teams()
-        if team:
-            known = {t.name for t in cp.spec.teams}
-            unknown = [t for t in team if t not in known and (visible is None or t in visible)]
-            hidden = [t for t in team if visible is not None and t not in visible]
-            if hidden:
-                raise Problem(403, "forbidden", f"user {p.name} is not a member of team(s) {', '.join(hidden)}")
-            if unknown and not cp.store.jobs_between(0, until, unknown):
-                raise Problem(404, "no such team", f"no team {', '.join(unknown)} now or in the past")
-            teams: list[str] | None = list(team)
-        else:
-            teams = visible
-        return usage_report(cp, since, until, teams)
+        since, until = period(cp, from_, to)
+        return usage_report(cp, since, until, teams_asked(cp, p, team, until))
+
+    @api.get("/reports/goodput", tags=["reports"], openapi_extra=RULES)
+    def report_goodput(
+        p: Auth,
+        from_: str | None = FROM,
+        to: str | None = TO,
+        team: list[str] | None = TEAMS,
+    ) -> dict[str, Any]:
+        """The ``goodput`` of ``/reports/usage`` alone (the dashboard's teams page): without the usage and task
+        rows, which at datacenter size are megabytes and seconds."""
+        since, until = period(cp, from_, to)
+        return {"from": iso(since), "to": iso(until), "timezone": "UTC",
+                "goodput": goodput_of(cp, since, until, teams_asked(cp, p, team, until))}
+
+
+def period(cp: ControlPlane, from_: str | None, to: str | None) -> tuple[float, float]:
+    """A report's period from its ``from`` and ``to`` (default: the 7 days before now), checked."""
+    until = parse_time(to, "to", end=True) if to else cp.clock()
+    since = parse_time(from_, "from", end=False) if from_ else until - 7 * 86400
+    if since >= until:
+        raise Problem(422, "invalid request", f"'from' ({iso(since)}) must be before 'to' ({iso(until)})")
+    if until - since > MAX_DAYS * 86400:
+        raise Problem(422, "invalid request", f"the period is longer than {MAX_DAYS} days; ask for less")
+    if since < EARLIEST or until > LATEST:
+        raise Problem(422, "invalid request", "'from' and 'to' must lie between 0001-01-02 and 9999-12-30")
+    return since, until
+
+
+def teams_asked(cp: ControlPlane, p: Principal, team: list[str] | None, until: float) -> list[str] | None:
+    """The teams a report covers: those asked for (each visible to ``p`` and existing now or before ``until``),
+    else all that ``p`` sees (None: every team)."""
+    visible = p.visible_teams()
+    if not team:
+        return visible
+    known = {t.name for t in cp.spec.teams}
+    unknown = [t for t in team if t not in known and (visible is None or t in visible)]
+    hidden = [t for t in team if visible is not None and t not in visible]
+    if hidden:
+        raise Problem(403, "forbidden", f"user {p.name} is not a member of team(s) {', '.join(hidden)}")
+    if unknown and not cp.store.jobs_between(0, until, unknown):
+        raise Problem(404, "no such team", f"no team {', '.join(unknown)} now or in the past")
+    return list(team)

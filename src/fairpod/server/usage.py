@@ -101,7 +101,7 @@ class UsageSampler:
     def _sample(self, cp: Core) -> None:
         nodes = frozenset(cp.snap.nodes)
         if nodes != self._nodes_seen:
-            self._groups_of = {n.name: n.instance_group for n in cp.store.list_nodes()}
+            self._groups_of = cp.store.node_groups()
             self._nodes_seen = nodes
         now = cp.clock()
         since = now - self.last_write
@@ -199,7 +199,7 @@ def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, obj
             team_rows.append({"team": name, "instance_type": itype, "in_use": ints.mean(key, "acc"),
                               "quota": ints.mean(key, "cap_acc"), "borrowed": ints.mean(key, "borrowed"),
                               "lent": ints.mean(key, "lent")})
-    groups_of = {n.name: n.instance_group for n in cp.store.list_nodes()}
+    groups_of = cp.store.node_groups()
     with cp.lock:
         current = current_samples(cp, groups_of)
     now_groups = [{"name": s.name, "instance_type": s.instance_type, "acc": s.acc, "vcpu": s.vcpu,

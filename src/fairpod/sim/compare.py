@@ -70,8 +70,9 @@ def _means(done: dict[str, tuple[str, float, float]], names: list[str]) -> dict[
 
 
 def compare(spec: ClusterSpec, jobs: list[TraceJob], modes: list[str],
-            shared: SimResult | None = None) -> dict[str, Any]:
-    """The comparison section of a report (see the module doc); ``shared`` is the run under ``spec`` if done.
+            shared: SimResult | None = None, cadence: float = 0.0) -> dict[str, Any]:
+    """The comparison section of a report (see the module doc); ``shared`` is the run under ``spec`` if done;
+    ``cadence``: every run's (``run.simulate``).
 
     Utilization is useful (not lost) accelerator-seconds / (capacity x the run's makespan): work a run could not
     do (jobs too large for a private quota) and work lost to preemption count against it.
@@ -79,14 +80,14 @@ def compare(spec: ClusterSpec, jobs: list[TraceJob], modes: list[str],
     for mode in modes:
         if mode not in MODES:
             raise ValueError(f"unknown comparison {mode!r} (valid: {', '.join(MODES)})")
-    runs: dict[str, SimResult] = {"shared": shared or simulate(spec, jobs)}
+    runs: dict[str, SimResult] = {"shared": shared or simulate(spec, jobs, cadence=cadence)}
     if "private" in modes:
-        runs["private"] = simulate(private_spec(spec), jobs)
+        runs["private"] = simulate(private_spec(spec), jobs, cadence=cadence)
     if "history" in modes:
-        runs["history"] = simulate(history_spec(spec), jobs)
+        runs["history"] = simulate(history_spec(spec), jobs, cadence=cadence)
     if "fcfs" in modes:
         team_of = {j.name: j.team for j in jobs}
-        res = simulate(fcfs_spec(spec), [replace(j, team=FCFS_TEAM) for j in jobs])
+        res = simulate(fcfs_spec(spec), [replace(j, team=FCFS_TEAM) for j in jobs], cadence=cadence)
         for sj in res.jobs:  # back to the teams they came from
             sj.job = replace(sj.job, team=team_of[sj.job.name])
         runs["fcfs"] = res

@@ -21,16 +21,18 @@ def replay(
     plot: str | Path | None = None,
     compare: list[str] | None = None,
     on_progress: Callable[[float, int, int], None] | None = None,
+    cadence: float = 0.0,
 ) -> dict[str, Any]:
     """Load the spec and the trace, simulate, optionally plot, and return the report (with ``compare``: the
     same trace also under the other rules named, see ``fairpod.sim.compare``). ``on_progress``: see ``simulate``
-    (the main replay only).
+    (the main replay only); ``cadence``: see ``simulate`` (every replay, the compared ones too).
 
     Raises ``SpecError`` or ``TraceError`` for bad input, ``OSError`` if the plot cannot be written.
     """
     spec = load_spec(spec_path)
     trace = load_trace(trace_path, spec)
-    res = simulate(spec, trace, record_timeline=timeline or plot is not None, on_progress=on_progress)
+    res = simulate(spec, trace, record_timeline=timeline or plot is not None, on_progress=on_progress,
+                   cadence=cadence)
     if plot is not None:
         from fairpod.sim.plot import plot_usage
 
@@ -39,5 +41,5 @@ def replay(
     if compare:
         from fairpod.sim.compare import compare as run_compare
 
-        report["compare"] = run_compare(spec, trace, compare, shared=res)
+        report["compare"] = run_compare(spec, trace, compare, shared=res, cadence=cadence)
     return report

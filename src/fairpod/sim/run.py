@@ -30,7 +30,7 @@ A Ray job (``kind`` ray) is one gang of its ``nodes``, as any job of a fixed siz
 
 The run ends when nothing more can happen: no arrivals left and nothing running.
 
-Longer than fairpod's usual module (~470 lines): a job's events, its accounting per kind (work, lost work, a
+Longer than fairpod's usual module (~520 lines): a job's events, its accounting per kind (work, lost work, a
 service's replica-seconds) and the engine's view of it change together at each start and stop.
 """
 
@@ -60,6 +60,7 @@ from fairpod.governance.build import budget_meter, snapshot_from_spec
 from fairpod.governance.kinds import kind_fields
 from fairpod.governance.quota import lending
 from fairpod.model.spec import ClusterSpec
+from fairpod.sim.lenders import Book
 from fairpod.sim.trace import TraceJob
 
 # a job moved to free whole nodes (``governance.consolidation``) is looked at again this long after, about when the
@@ -152,26 +153,38 @@ class Simulation:
 
     def __init__(self, spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
                  on_cycle: Callable[[float, list[Decision]], None] | None = None,
-                 on_progress: Callable[[float, int, int], None] | None = None) -> None:
+                 on_progress: Callable[[float, int, int], None] | None = None, cadence: float = 0.0) -> None:
         self.spec = spec
+        # decide at most every ``cadence`` seconds (0: after every event); see ``simulate``
+        self.cadence = cadence
+        self.last_cycle = -math.inf
+        self.owed = False  # events applied since the last cycle that it has not decided on yet
+        self.wake_at = math.inf  # the cycle owed is due then (an event of its own in ``events``)
         self.on_progress = on_progress  # told (virtual time, jobs completed, jobs runnable) every 1,000 cycles and at the end
         self.done = 0
         self.on_cycle = on_cycle  # told each cycle's time and decisions (as applied), e.g. to log them
         self.snap = snapshot_from_spec(spec)
         self._sampled: tuple[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] | None = None
-        # who borrows from whom, kept per instance type and recomputed only for the types whose usage a cycle
-        # changed, from the teams that can take part (quota on the type, or jobs running on it); the sums over
-        # types per team (no zeros) are what is integrated over time
+        # who borrows from whom, kept per instance type and brought up to date only for the types whose usage a
+        # cycle changed: without groups a ``lenders.Book`` per type, moved by the change of each team whose usage
+        # changed; with groups recomputed from the teams that can take part (quota on the type, or jobs running on
+        # it). The sums over types per team (no zeros) are what is integrated over time.
         self._lent: dict[tuple, tuple[dict[str, int], dict[str, int]]] = {}
         self._by_type: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
         self._borrow_sum: dict[str, int] = {}
         self._lend_sum: dict[str, int] = {}
-        self._dirty: set[str] = set()  # instance types whose usage changed since the last sample
+        self._dirty: dict[str, set[str]] = {}  # instance type -> teams whose usage of it changed since the last sample
         self._running_on: dict[str, dict[str, int]] = {}  # instance type -> team -> jobs running on it
         self.team_names = [t.name for t in spec.teams]
         self.itypes = sorted(self.snap.pools)
         self._quota_teams = {it: frozenset(t.name for t in self.snap.teams.values() if t.q(it)[0] > 0)
                              for it in self.itypes}
+        self._books: dict[str, Book] = {}
+        if not self.snap.groups:
+            for it in self.itypes:
+                book = self._books[it] = Book(it)
+                for name in sorted(self._quota_teams[it]):
+                    book.update(self.snap.teams[name])
         self.record_timeline = record_timeline
         empty = snapshot_from_spec(spec)
         verdicts: dict[tuple, str | None] = {}
@@ -226,7 +239,7 @@ class Simulation:
         it = sj.on = sj.w.itype
         on = self._running_on.setdefault(it, {})
         on[sj.job.team] = on.get(sj.job.team, 0) + 1
-        self._dirty.add(it)
+        self._dirty.setdefault(it, set()).add(sj.job.team)
         sj.run_start = t
         if sj.first_start is None:
             sj.first_start = t
@@ -255,7 +268,7 @@ class Simulation:
         on[sj.job.team] -= 1
         if not on[sj.job.team]:
             del on[sj.job.team]
-        self._dirty.add(sj.on)
+        self._dirty.setdefault(sj.on, set()).add(sj.job.team)
         if not preempted:
             self.done += 1
             sj.left = 0.0
@@ -310,7 +323,7 @@ class Simulation:
         last_t = res.start
         sampled = False
         while True:
-            while self.events and ((not self.events[0][2] and not snap.pending) or (
+            while self.events and ((not self.events[0][2] and self.events[0][3] != -2 and not snap.pending) or (
                     self.events[0][3] >= 0 and self.events[0][2]
                     and self.by_id[self.events[0][2]].version != self.events[0][3])):
                 heapq.heappop(self.events)  # a completion of a run that was preempted; a new budget period
@@ -328,8 +341,8 @@ class Simulation:
             changed = False
             while self.events and self.events[0][0] == t:
                 _, _, jid, version = heapq.heappop(self.events)
-                if not jid:  # a new budget period
-                    changed |= bool(snap.pending)
+                if not jid:  # a new budget period, or (version -2) the cycle owed at the cadence
+                    changed |= self.owed if version == -2 else bool(snap.pending)
                     continue
                 sj = self.by_id[jid]
                 if version < 0:
@@ -347,6 +360,16 @@ class Simulation:
                 changed = True
             if not changed:
                 continue
+            if self.cadence > 0:  # the live loop's pace: one cycle for all that happened since the last one
+                due = _r(self.last_cycle + self.cadence)
+                if t < due:
+                    self.owed = True
+                    if self.wake_at != due:
+                        self.wake_at = due
+                        self._push(due, "", -2)
+                    continue
+                self.owed = False
+                self.last_cycle = t
             self._checkpoints(t)
             snap.now = t
             c0 = time.process_time()
@@ -400,14 +423,20 @@ class Simulation:
     def _sample(self, t: float) -> None:
         """Bring who borrows and lends how much up to date (and the timeline, when it is recorded)."""
         if self._dirty:
-            for it in self._dirty:
-                self._lend_type(it)
+            for it, teams in self._dirty.items():
+                self._lend_type(it, teams)
             self._dirty.clear()
         if self.record_timeline:
             self._record(t)
 
-    def _lend_type(self, it: str) -> None:
+    def _lend_type(self, it: str, teams: set[str]) -> None:
         snap = self.snap
+        book = self._books.get(it)
+        if book is not None:  # no groups: move the teams whose usage changed, then the takes
+            for name in teams:
+                book.update(snap.teams[name])
+            self._set_type(it, (dict(book.over), book.attribute(snap)))
+            return
         names = sorted({*self._quota_teams.get(it, ()), *self._running_on.get(it, {})})
         key = (it, tuple(names), tuple(snap.teams[n].used[it][0] if it in snap.teams[n].used else 0 for n in names))
         got = self._lent.get(key)
@@ -422,6 +451,10 @@ class Simulation:
             if len(self._lent) >= 8192:
                 self._lent.clear()
             got = self._lent[key] = (borrowed, lent)
+        self._set_type(it, got)
+
+    def _set_type(self, it: str, got: tuple[dict[str, int], dict[str, int]]) -> None:
+        """Who borrows and lends how much of ``it`` now: into the sums over types."""
         old = self._by_type.get(it)
         if old is got:
             return
@@ -469,11 +502,15 @@ class Simulation:
 
 def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,
              on_cycle: Callable[[float, list[Decision]], None] | None = None,
-             on_progress: Callable[[float, int, int], None] | None = None) -> SimResult:
+             on_progress: Callable[[float, int, int], None] | None = None, cadence: float = 0.0) -> SimResult:
     """Replay ``jobs`` on the cluster of ``spec``; see the module doc. ``on_cycle(t, decisions)`` is called after
     each scheduling cycle with the decisions the simulation applies; ``on_progress(t, completed, runnable)`` every
-    1,000 cycles and once at the end."""
-    sim = Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle, on_progress=on_progress)
+    1,000 cycles and once at the end. ``cadence`` > 0: decide as the live control plane's loop does, one cycle for
+    everything that happened since the last one, at most every ``cadence`` simulated seconds (events are still
+    applied at their own times: a job ends and frees its nodes when it ends, and is counted so; what it frees is
+    given out at the next cycle); 0 (the default): a cycle after every event time."""
+    sim = Simulation(spec, jobs, record_timeline=record_timeline, on_cycle=on_cycle, on_progress=on_progress,
+                     cadence=cadence)
     # The engine's short-lived tuples are freed by reference counting, so while the replay runs the garbage
     # collector's young pass runs every 50,000 allocations instead of every 700 and finds as much (the contended ITP
     # replay: ~8 % less time); the caller's setting is restored when it returns.

@@ -100,8 +100,11 @@ class EventOps(Ops):
         since_id: int | None = None,
         limit: int | None = 1000,
         descending: bool = False,
+        ts_from: float | None = None,
+        ts_to: float | None = None,
     ) -> list[Event]:
-        """Events matching every filter with id > ``since_id``, oldest first (newest first if ``descending``).
+        """Events matching every filter with id > ``since_id`` (and ``ts_from <= ts < ts_to`` where given), oldest
+        first (newest first if ``descending``).
 
         For a live feed: ``list_events(since_id=last_seen)`` in a loop.
         """
@@ -116,6 +119,10 @@ class EventOps(Ops):
             q = q.where(EventRow.kind.in_([kind] if isinstance(kind, str) else list(kind)))
         if since_id is not None:
             q = q.where(EventRow.id > since_id)
+        if ts_from is not None:
+            q = q.where(EventRow.ts >= ts_from)
+        if ts_to is not None:
+            q = q.where(EventRow.ts < ts_to)
         q = q.order_by(EventRow.id.desc() if descending else EventRow.id)
         if limit is not None:
             q = q.limit(limit)

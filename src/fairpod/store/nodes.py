@@ -117,6 +117,28 @@ class NodeOps(Ops):
         with self._session(False) as s:
             return [to_node(r) for r in s.scalars(q)]
 
+    def node_states(self) -> list[tuple[str, bool]]:
+        """Every node's name and whether it is schedulable (healthy and not cordoned), by name; no record built."""
+        q = select(NodeRow.name, NodeRow.health_status, NodeRow.cordoned).order_by(NodeRow.name)
+        ok = str(NodeHealth.SCHEDULABLE)
+        with self._session(False) as s:
+            return [(n, h == ok and not c) for n, h, c in s.execute(q).all()]
+
+    def get_nodes(self, names: Iterable[str]) -> dict[str, Node]:
+        """The nodes of these names that exist, by name."""
+        wanted = list(names)
+        out: dict[str, Node] = {}
+        with self._session(False) as s:
+            for i in range(0, len(wanted), 500):
+                for r in s.scalars(select(NodeRow).where(NodeRow.name.in_(wanted[i:i + 500]))):
+                    out[r.name] = to_node(r)
+        return out
+
+    def node_groups(self) -> dict[str, str]:
+        """Every node's instance group, by node name (two columns: no node record built)."""
+        with self._session(False) as s:
+            return {n: g for n, g in s.execute(select(NodeRow.name, NodeRow.instance_group)).all()}
+
     def update_node(self, name: str, changes: Mapping[str, Any]) -> Node:
         """Set the given fields (any of ``NODE_FIELDS``); raises ``NotFound`` or ValueError (nothing changed)."""
         vals = f.check("node", NODE_FIELDS, changes)

@@ -7,6 +7,7 @@
 const POLL_MS = 2000;
 const API = "/api/v1";
 const NODE_ROWS = 500;  // nodes listed on the cluster page (the counts cover all)
+const TEAM_LINES = 10;  // teams drawn one by one in a chart of the teams page (the others as one line)
 const PAGES = ["cluster", "teams", "tasks", "events"];
 // Okabe-Ito colours (colour-blind safe); every series also gets its own dash and marker so that the
 // charts read in greyscale.
@@ -298,6 +299,8 @@ async function drawTeams() {
       `<td class="num">${g.borrowed ? `<span class="over">${num(g.borrowed)}</span>` : "0"}</td>` +
       `<td class="num">${num(g.fair_share_weight)}</td><td>${sharing}</td><td>${esc(g.teams.join(", "))}</td></tr>`;
   }), 8, "no groups");
+  // the tables first: let the browser show them before the charts are drawn (with 500 teams those take seconds)
+  await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 0)));
   const box = $("#team-charts");
   const types = [...new Set(hist.teams.map((t) => t.instance_type))].sort();
   const ids = types.map((it) => `team-chart-${it.replace(/[^a-z0-9]/gi, "-")}`);
@@ -306,16 +309,36 @@ async function drawTeams() {
       || `<p class="empty">No usage recorded yet.</p>`;
     box.dataset.ids = ids.join(",");
   }
+  const whole = (ys) => ys.map((y) => (y === null || y === undefined ? y : Math.round(y)));
   types.forEach((it, k) => {
     const traces = [];
-    hist.teams.filter((t) => t.instance_type === it).forEach((t, i) => {
-      const now = hist.now.teams.find((x) => x.team === t.team && x.instance_type === it) || {};
+    const nowOf = new Map(hist.now.teams.filter((x) => x.instance_type === it).map((x) => [x.team, x]));
+    const teams = hist.teams.filter((t) => t.instance_type === it);
+    // a line per team for the TEAM_LINES using most now (then with most quota); the others summed in one line
+    const key = (t) => [nowOf.get(t.team)?.in_use ?? 0, nowOf.get(t.team)?.quota ?? 0];
+    teams.sort((a, b) => (key(b)[0] - key(a)[0]) || (key(b)[1] - key(a)[1]) || naturalCompare(a.team, b.team));
+    const shown = teams.slice(0, TEAM_LINES), rest = teams.slice(TEAM_LINES);
+    shown.forEach((t, i) => {
+      const now = nowOf.get(t.team) || {};
       const [xs, ys] = series(hist, t.in_use, now.in_use ?? null);
-      traces.push(line(`${t.team} in use`, xs, ys.map((y) => (y === null || y === undefined ? y : Math.round(y))), i));
+      traces.push(line(`${t.team} in use`, xs, whole(ys), i));
       const [qx, qy] = series(hist, t.quota, now.quota ?? null);
       traces.push(line(`${t.team} quota`, qx, qy, i, {dash: DASHES[i % DASHES.length], width: 1.5, marker: 0}));
     });
-    const layout = baseLayout(`${it}: accelerators in use per team (solid, with markers) and quota (broken lines)`, "accelerators");
+    if (rest.length) {
+      const sum = (field) => hist.times.map((_, j) => rest.reduce((a, t) => {
+        const v = t[field][j];
+        return v === null || v === undefined ? a : (a ?? 0) + v;
+      }, null));
+      const nowSum = (field) => rest.reduce((a, t) => a + (nowOf.get(t.team)?.[field] ?? 0), 0);
+      const i = shown.length, name = `the other ${num(rest.length)} teams`;
+      const [xs, ys] = series(hist, sum("in_use"), nowSum("in_use"));
+      traces.push(line(`${name} in use`, xs, whole(ys), i));
+      const [qx, qy] = series(hist, sum("quota"), nowSum("quota"));
+      traces.push(line(`${name} quota`, qx, qy, i, {dash: DASHES[i % DASHES.length], width: 1.5, marker: 0}));
+    }
+    const layout = baseLayout(`${it}: accelerators in use per team (solid, with markers) and quota (broken lines)` +
+      (rest.length ? `; the ${TEAM_LINES} teams using most, the other ${num(rest.length)} summed` : ""), "accelerators");
     layout.yaxis.tickformat = "d";
     plot($(`#${ids[k]}`), traces, layout);
   });
@@ -326,7 +349,7 @@ async function drawTeams() {
 async function drawGoodput() {
   const el = $("#goodput-chart");
   let gp = {};
-  try { gp = (await api("/reports/usage")).goodput || {}; } catch (e) { el.textContent = `Goodput: ${e.message || e}`; return; }
+  try { gp = (await api("/reports/goodput")).goodput || {}; } catch (e) { el.textContent = `Goodput: ${e.message || e}`; return; }
   const teams = Object.keys(gp).filter((t) => t !== "*" && gp[t].goodput !== null).sort(naturalCompare);
   if (!teams.length) { el.innerHTML = `<p class="empty">No attempt has ended in the last 7 days.</p>`; return; }
   if (!window.Plotly) { el.textContent = "Loading the charting library…"; return; }
