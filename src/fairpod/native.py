@@ -209,7 +209,10 @@ def _compile(digest: str, dest: Path, base: Path, quiet: bool) -> Path:
         shutil.copytree(Path(__file__).resolve().parent, work / "fairpod",
                         ignore=shutil.ignore_patterns("__pycache__", ".mypy_cache", "*.so", "*.pyd"))
         files = [f"fairpod/{path}" for path in _files()]
-        env = {**os.environ, "MYPY_CACHE_DIR": str(work / ".mypy_cache"), "FAIRPOD_NATIVE": "0"}
+        # PYTHONPATH is the copy alone: mypy resolves the package's imports there, not in a folder of the user's
+        # PYTHONPATH (with one set, mypyc's own entry for the working folder was missing and the build failed)
+        env = {**os.environ, "MYPY_CACHE_DIR": str(work / ".mypy_cache"), "FAIRPOD_NATIVE": "0",
+               "PYTHONPATH": str(work)}
         (work / "mypy.ini").write_text(MYPY_CONFIG)
         run = subprocess.run([sys.executable, "-m", "mypyc", "--config-file", "mypy.ini", *files], cwd=work, env=env,
                              text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, check=False)

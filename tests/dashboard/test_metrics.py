@@ -5,14 +5,14 @@ from __future__ import annotations
 import signal
 from collections import Counter
 
-import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from .. import httpclient
 from ..server.conftest import Server, wait_for
 
 
 def scrape(server: Server, token: str | None = None) -> dict[str, dict[tuple, float]]:
-    r = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {token or server.token}"}, timeout=30)
+    r = httpclient.get(server.url + "/metrics", headers={"Authorization": f"Bearer {token or server.token}"}, timeout=30)
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
     out: dict[str, dict[tuple, float]] = {}
@@ -68,7 +68,7 @@ def check_against_api(server: Server, m: dict) -> None:
 
 
 def test_metrics_match_the_api_and_survive_a_restart(server: Server, tmp_path):
-    assert httpx.get(server.url + "/metrics", timeout=10).status_code == 401
+    assert httpclient.get(server.url + "/metrics", timeout=10).status_code == 401
     server.submit(name="john-train", team="john", nodes=2, command=["sleep", "120"])
     server.wait_state("john-train", "Running")
     server.submit(name="smith-train", team="smith", nodes=2, termination_grace_seconds=2, command=["sleep", "120"])

@@ -9,11 +9,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from fairpod.sandbox import cgroups
 
+from .. import httpclient
 from ..server.conftest import Server
 from .conftest import live_server
 
@@ -43,7 +43,7 @@ def test_oom_fails_the_job_with_the_memory_reason_and_the_neighbour_runs_on(serv
     assert server.job("calm")["state"] == "Running"
     out = server.cli("get-job", "hog", "-o", "json")
     assert '"memory_peak_bytes"' in out.stdout
-    metrics = httpx.get(server.url + "/metrics", headers={"Authorization": f"Bearer {server.token}"}).text
+    metrics = httpclient.get(server.url + "/metrics", headers={"Authorization": f"Bearer {server.token}"}).text
     cpu = next(ln for ln in metrics.splitlines() if ln.startswith('fairpod_job_cpu_seconds_total{team="john"}'))
     assert float(cpu.split()[-1]) > 0
     peak = next(ln for ln in metrics.splitlines() if ln.startswith('fairpod_job_memory_peak_bytes{team="john"}'))

@@ -19,6 +19,7 @@ import pytest
 from fairpod import sandbox
 from fairpod.sandbox import cgroups
 
+from .. import httpclient
 from ..ports import free_port
 from .api import Api
 from .inproc import InProc
@@ -149,7 +150,7 @@ class Server:
                 raise PortTaken(out[-3000:])
             raise AssertionError(f"server exited {self.proc.returncode}:\n{out[-3000:]}")
         try:
-            r = httpx.get(self.url + "/healthz", timeout=1)
+            r = httpclient.get(self.url + "/healthz", timeout=1)
         except httpx.HTTPError:
             return False
         # our own server: another test's server that drew the same port answers /healthz too, before ours
@@ -163,7 +164,7 @@ class Server:
 
     def api(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token or self.token}", **kw.pop("headers", {})}
-        return httpx.request(method, self.url + "/api/v1" + path, headers=headers, timeout=30, **kw)
+        return httpclient.request(method, self.url + "/api/v1" + path, headers=headers, timeout=30, **kw)
 
     def job(self, name: str, token: str | None = None) -> dict[str, Any]:
         r = self.api("GET", f"/jobs/{name}", token)

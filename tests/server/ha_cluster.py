@@ -28,6 +28,8 @@ from sqlalchemy import Connection, create_engine, text
 from tests.ports import free_port
 from tests.ray.cluster import NET  # the loopback /24 of the test clusters (FAIRPOD_TEST_LOOPBACK_NET)
 
+from .. import httpclient
+
 SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
 
 
@@ -75,7 +77,7 @@ class Node:
 
     def health(self) -> dict[str, Any] | None:
         try:
-            r = httpx.get(self.url + "/healthz", timeout=1.0)
+            r = httpclient.get(self.url + "/healthz", timeout=1.0)
             return dict(r.json()) if r.status_code == 200 else None
         except (httpx.HTTPError, ValueError):
             return None
@@ -230,7 +232,7 @@ class HaCluster:
         while time.monotonic() < deadline:
             for node in self.nodes:
                 try:
-                    r = httpx.request(method, node.url + "/api/v1" + path, headers=headers, timeout=5.0, **kw)
+                    r = httpclient.request(method, node.url + "/api/v1" + path, headers=headers, timeout=5.0, **kw)
                 except httpx.HTTPError as e:
                     last = f"{node.url}: {e!r}"
                     continue

@@ -13,6 +13,8 @@ import pytest
 
 from tests.server.conftest import Server, wait_for
 
+from .. import httpclient
+
 ADDR = "127.0.0.9"  # stands for the head's LAN address: a loopback address other than 127.0.0.1
 
 REPORT = (
@@ -36,8 +38,8 @@ def test_replicas_report_to_the_advertised_address(tmp_path: Path) -> None:
     out = tmp_path / "url.txt"
     _start(s, "--advertise-address", ADDR)
     try:
-        assert httpx.get(f"http://{ADDR}:{s.port}/healthz", timeout=5).status_code == 200
-        assert httpx.get(f"{s.url}/healthz", timeout=5).status_code == 200  # the CLI keeps using 127.0.0.1
+        assert httpclient.get(f"http://{ADDR}:{s.port}/healthz", timeout=5).status_code == 200
+        assert httpclient.get(f"{s.url}/healthz", timeout=5).status_code == 200  # the CLI keeps using 127.0.0.1
         s.submit(name="rep", team="john", command=[sys.executable, "-c", REPORT], env={"OUT": str(out)})
         s.wait_state("rep", "Succeeded", timeout=60)
         assert out.read_text() == f"http://{ADDR}:{s.port}"
@@ -57,7 +59,7 @@ def test_without_it_replicas_get_loopback(tmp_path: Path) -> None:
         s.wait_state("rep", "Succeeded", timeout=60)
         assert out.read_text() == f"http://127.0.0.1:{s.port}"
         with pytest.raises(httpx.HTTPError):
-            httpx.get(f"http://{ADDR}:{s.port}/healthz", timeout=2)
+            httpclient.get(f"http://{ADDR}:{s.port}/healthz", timeout=2)
     finally:
         s.kill(signal.SIGTERM)
         s.kill_replicas()

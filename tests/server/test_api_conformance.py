@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
-
+from .. import httpclient
 from .conftest import SEED_SPEC, Server
 
 
@@ -30,7 +29,7 @@ def test_the_api_document_states_windows_and_integer_bounds(tmp_path: Path):
     s = Server(tmp_path, SEED_SPEC)
     s.start()
     try:
-        doc = httpx.get(s.url + "/openapi.json", timeout=10).json()
+        doc = httpclient.get(s.url + "/openapi.json", timeout=10).json()
         for path in ("/api/v1/usage/history", "/api/v1/dashboard/tasks"):
             params = {p["name"]: p["schema"] for p in doc["paths"][path]["get"]["parameters"]}
             assert params["window"]["enum"] == ["1h", "6h", "1d", "7d"], params["window"]
@@ -51,7 +50,7 @@ def test_the_api_document_states_what_the_server_accepts(tmp_path: Path):
     s = Server(tmp_path, SEED_SPEC)
     s.start()
     try:
-        doc = httpx.get(s.url + "/openapi.json", timeout=10).json()
+        doc = httpclient.get(s.url + "/openapi.json", timeout=10).json()
         paths, schemas = doc["paths"], doc["components"]["schemas"]
         for path, method in (("/api/v1/spec", "put"), ("/api/v1/spec/dry-run", "post")):
             body = paths[path][method]["requestBody"]["content"]["application/json"]["schema"]

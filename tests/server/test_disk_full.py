@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from .. import httpclient
 from .conftest import SEED_SPEC, Server, wait_for
 
 # a job that runs until the test creates the file "gate" (outside the full disk)
@@ -43,11 +44,11 @@ def _fill(path: Path) -> None:
 
 
 def _metrics(s: Server) -> str:
-    return httpx.get(s.url + "/metrics", headers={"Authorization": f"Bearer {s.token}"}, timeout=5).text
+    return httpclient.get(s.url + "/metrics", headers={"Authorization": f"Bearer {s.token}"}, timeout=5).text
 
 
 def _health(s: Server) -> httpx.Response:
-    return httpx.get(s.url + "/healthz", timeout=5)
+    return httpclient.get(s.url + "/healthz", timeout=5)
 
 
 def test_a_full_disk_is_said_survived_and_loses_no_exit(tmp_path: Path):

@@ -7,8 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-import httpx
-
+from .. import httpclient
 from .conftest import Server, wait_for
 
 TRAIN = """
@@ -49,7 +48,7 @@ def test_work_since_the_checkpoint_of_a_failed_attempt_is_lost_the_rest_kept(ser
         assert "john" not in none and none["*"]["goodput"] is None, (params, none)
     bad = s.api("GET", "/reports/goodput", params={"from": "2030-01-02", "to": "2030-01-01"})
     assert bad.status_code == 422 and "'from' (2030-01-02" in bad.json()["detail"]
-    metrics = wait_for(lambda: (t := httpx.get(s.url + "/metrics", headers={
+    metrics = wait_for(lambda: (t := httpclient.get(s.url + "/metrics", headers={
         "Authorization": f"Bearer {s.token}"}).text) and "fairpod_goodput_lost" in t and t, 10, "the metrics")
     line = next(ln for ln in metrics.splitlines()
                 if ln.startswith('fairpod_goodput_lost_accelerator_seconds_total{cause="failure",team="john"}'))

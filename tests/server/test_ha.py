@@ -14,12 +14,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from sqlalchemy import text
 
 from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
 
+from .. import httpclient
 from .ha_cluster import NET, SEED_SPEC, HaCluster, JobStream, check_outcome, failover, free_port, wait_for
 
 
@@ -104,9 +104,9 @@ def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
     lead = ha.leader()
     standby = next(n for n in ha.nodes if n is not lead)
     assert standby.standing_by()
-    r = httpx.get(standby.url + "/api/v1/jobs", headers={"Authorization": f"Bearer {ha.token}"}, timeout=5)
+    r = httpclient.get(standby.url + "/api/v1/jobs", headers={"Authorization": f"Bearer {ha.token}"}, timeout=5)
     assert r.status_code == 503 and r.headers["x-fairpod-leader"] == lead.url and lead.url in r.json()["detail"]
-    page = httpx.get(standby.url + "/", timeout=5)
+    page = httpclient.get(standby.url + "/", timeout=5)
     assert page.status_code == 307 and page.headers["location"] == lead.url + "/"
     env = {**standby.env, "FAIRPOD_URL": f"{standby.url},{lead.url}", "FAIRPOD_TOKEN": ha.token}
     cli = [sys.executable, "-m", "fairpod.cli.main"]
@@ -124,9 +124,9 @@ def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
                          env={**env, "FAIRPOD_URL": f"{dead},{standby.url}"}, timeout=60)
     assert got.returncode == 0, got.stderr
     # metrics: the election's on both, events of the leader's election
-    m = httpx.get(standby.url + "/metrics", timeout=5).text
+    m = httpclient.get(standby.url + "/metrics", timeout=5).text
     assert "fairpod_leader 0" in m and "fairpod_fenced_writes_total 0" in m
-    m = httpx.get(lead.url + "/metrics", headers={"Authorization": f"Bearer {ha.token}"}, timeout=5).text
+    m = httpclient.get(lead.url + "/metrics", headers={"Authorization": f"Bearer {ha.token}"}, timeout=5).text
     assert "fairpod_leader 1" in m and "fairpod_build_info" in m
     evs = ha.request("GET", "/events", params={"limit": 1000}).json()["events"]
     assert any(e["kind"] == "LeaderElected" and lead.url in e["message"] for e in evs)

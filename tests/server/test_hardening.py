@@ -16,6 +16,7 @@ import pytest
 
 from fairpod.server import api_rules
 
+from .. import httpclient
 from .conftest import Server, wait_for
 
 SEED = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
@@ -32,7 +33,7 @@ def seed(tmp_path: Path) -> Iterator[Server]:
 
 def _raw(server: Server, method: str, path: str, body: bytes | None = None) -> httpx.Response:
     headers = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/json"}
-    return httpx.request(method, server.url + "/api/v1" + path, headers=headers, content=body, timeout=30)
+    return httpclient.request(method, server.url + "/api/v1" + path, headers=headers, content=body, timeout=30)
 
 
 def test_min_runtime_is_bounded_by_the_policy_and_cannot_block_reclaim(seed: Server):
@@ -89,7 +90,7 @@ def test_schemathesis_finds_no_server_error_and_no_conformance_failure(tmp_path:
         for i in range(3):
             server.submit(name=f"seeded-{i}", team="smith", command=["sleep", "600"])
         server.wait_state("seeded", "Running")
-        doc = httpx.get(f"{server.url}/openapi.json", timeout=30).json()
+        doc = httpclient.get(f"{server.url}/openapi.json", timeout=30).json()
         (tmp_path / "schemathesis.toml").write_text(schemathesis_config(doc, "seeded"))
         r = subprocess.run(
             [sys.executable, "-m", "schemathesis.cli", "--config-file", str(tmp_path / "schemathesis.toml"),

@@ -8,10 +8,9 @@ import json
 import signal
 import time
 
-import httpx
-
 from fairpod.server.fairshare_history import EVERY as FAIRSHARE_SAVE_EVERY
 
+from .. import httpclient
 from .conftest import Server, wait_for
 
 T = "ml.g5.12xlarge"
@@ -93,7 +92,7 @@ def test_limits_and_users_live(server: Server) -> None:
     assert "Budgets (current period)" in report and "of 1000 h" in report
     rows = json.loads(s.cli("report", "usage", "-o", "json").stdout)["budgets"]
     assert [(b["team"], b["period"], b["state"]) for b in rows] == [("john", "week", "ok")]
-    metrics = httpx.get(s.url + "/metrics", headers={"Authorization": f"Bearer {s.token}"}, timeout=30).text
+    metrics = httpclient.get(s.url + "/metrics", headers={"Authorization": f"Bearer {s.token}"}, timeout=30).text
     assert 'fairpod_team_budget_hours{instance_type="ml.g5.12xlarge",period="week",team="john"} 1000.0' in metrics
     assert "fairpod_team_budget_used_ratio{" in metrics
     r = s.cli("team", "update", "john", "--budget", f"{T}:fortnight=10", check=False)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx
-
+from .. import httpclient
 from .conftest import Server, wait_for
 
 
@@ -30,8 +29,8 @@ def test_a_quarantined_node_keeps_its_job_and_takes_no_new_work(server: Server, 
     s.submit(name="small", team="smith", accelerators=1, termination_grace_seconds=1, command=["sleep", "120"])
     for i in range(3):
         assert node not in s.wait_state(f"whole{i}", "Running", 30)["placement"]
-    cycles = httpx.get(s.url + "/healthz").json()["cycles"]
-    wait_for(lambda: httpx.get(s.url + "/healthz").json()["cycles"] > cycles + 8, 30, "eight more engine cycles")
+    cycles = httpclient.get(s.url + "/healthz").json()["cycles"]
+    wait_for(lambda: httpclient.get(s.url + "/healthz").json()["cycles"] > cycles + 8, 30, "eight more engine cycles")
     assert s.job("small")["state"] == "Pending"  # only the quarantined node has room for it
     assert s.job("stays")["state"] == "Running" and child_pid(s, job) == pid  # the job on it kept running
     (nd,) = [n for n in json.loads(s.cli("node", "list", "-o", "json").stdout) if n["name"] == node]
@@ -41,7 +40,7 @@ def test_a_quarantined_node_keeps_its_job_and_takes_no_new_work(server: Server, 
                                    "fairpod.io/fault-reason": "xid 79 twice in an hour"}
     table = s.cli("node", "list").stdout
     assert "FAULT" in table and "UnschedulableQuarantined" in table and "NvidiaXid: xid 79 twice in an hour" in table
-    metrics = httpx.get(s.url + "/metrics", headers={"Authorization": f"Bearer {s.token}"}).text
+    metrics = httpclient.get(s.url + "/metrics", headers={"Authorization": f"Bearer {s.token}"}).text
     assert (f'fairpod_node_status{{fault_reason="xid 79 twice in an hour",fault_type="NvidiaXid",'
             f'health_status="UnschedulableQuarantined",instance_group="workers",node="{node}"}} 1.0') in metrics
     s.cli("node", "unquarantine", node)

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from .. import httpclient
 from .conftest import Server, running, wait_for
 
 SPEC = """
@@ -166,7 +167,7 @@ def test_a_replica_that_exits_starts_again_and_the_others_serve_on(server: Serve
     assert j["state"] == "Running" and j["restarts"] == 0
     ev = [e for e in server.api("GET", "/jobs/web/events").json()["events"] if e["kind"] == "ReplicaRestarting"]
     assert len(ev) == 1 and "replica 1 exited 3" in ev[0]["message"]
-    assert httpx.get(svc["address"] + "/", timeout=10).status_code == 200
+    assert httpclient.get(svc["address"] + "/", timeout=10).status_code == 200
     server.cli("delete-service", "web")
     server.wait_state("web", "Cancelled", timeout=30)
 
