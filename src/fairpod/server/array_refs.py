@@ -34,14 +34,11 @@ def _by_id(cp: ControlPlane, text: str) -> Job | None:
 
 def _array_named(cp: ControlPlane, teams: list[str], name: str) -> list[Job]:
     """The first task of the newest array called ``name`` in each of ``teams`` that has one."""
-    found = []
-    for team in teams:
-        firsts = [j for j in cp.store.list_jobs(team=team, limit=None)
-                  if j.name.startswith(name + "-") and (a := array_of(j)) is not None and a[0] == j.id
-                  and (array_view(j) or {}).get("name") == name]
-        if firsts:
-            found.append(max(firsts, key=lambda j: j.id))
-    return found
+    newest: dict[str, Job] = {}
+    for j in cp.store.array_firsts_named(teams, name + "-"):
+        if (array_view(j) or {}).get("name") == name and (j.team not in newest or j.id > newest[j.team].id):
+            newest[j.team] = j
+    return [newest[t] for t in dict.fromkeys(teams) if t in newest]
 
 
 def resolve(cp: ControlPlane, p: Principal, ref: str, team: str | None,

@@ -119,8 +119,7 @@ def same_array(store: Any, first: Job) -> list[Job] | None:
     arr = array_of(first)
     if arr is None:
         return None
-    return [j for j in store.list_jobs(team=first.team, limit=None)
-            if (a := array_of(j)) is not None and a[0] == arr[0]]
+    return list(store.array_tasks(arr[0]))
 
 
 def admit_tasks(cp: Core, tasks: list[Job], limit: int | None) -> None:

@@ -106,7 +106,7 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int,
         raise WrongState("with --ha, --spec applies only to a new database; this one has a spec: change it "
                          "through the leader with 'fairpod apply'", "spec exists")
     if spec is not None and (rec is None or rec.spec != spec):
-        active = {j.team for j in store.list_jobs(finished=False)}
+        active = store.unfinished_teams()
         gone = sorted(active - {t.name for t in spec.teams})
         if gone:
             raise WrongState(f"team(s) {', '.join(gone)} still have unfinished jobs", "team has jobs")

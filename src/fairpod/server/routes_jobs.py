@@ -55,7 +55,7 @@ def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
         job = cp.store.get_job(int(ref)) if len(ref) <= 19 and int(ref) <= MAX_ID else None
     else:
         teams = [team] if team else (p.visible_teams() or [t.name for t in cp.spec.teams])
-        found = [j for t in teams if (j := cp.store.get_job_by_name(t, ref)) is not None]
+        found = cp.store.jobs_named(teams, ref)
         if len(found) > 1:
             names = ", ".join(j.team for j in found)
             raise Problem(409, "ambiguous job name", f"teams {names} each have a job {ref!r}; give --team")

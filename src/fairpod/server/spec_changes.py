@@ -42,7 +42,7 @@ def dry_run(cp: ControlPlane, new: ClusterSpec) -> dict[str, Any]:
     """What applying ``new`` would do now (see the module's doc); the caller checked ``new`` is valid."""
     with cp.lock:
         old = cp.spec
-        gone = sorted({j.team for j in cp.store.list_jobs(finished=False)} - {t.name for t in new.teams})
+        gone = sorted(cp.store.unfinished_teams() - {t.name for t in new.teams})
         pre_old, adm_old = _decisions(cp, old)
         pre_new, adm_new = _decisions(cp, new)
         jobs = cp.store.get_jobs(int(j) for j in {*pre_new, *adm_new})

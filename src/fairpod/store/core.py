@@ -17,6 +17,7 @@ from fairpod.store.cluster import ClusterOps
 from fairpod.store.db import make_engine, session_makers, transaction
 from fairpod.store.events import EventOps
 from fairpod.store.jobs import JOB_SEQ_COUNTER, JobOps
+from fairpod.store.lookups import JobLookupOps
 from fairpod.store.nodes import NodeOps
 from fairpod.store.records import StoreError, Unreachable
 from fairpod.store.retention import RetentionOps
@@ -25,7 +26,7 @@ from fairpod.store.tables import CounterRow, JobRow
 from fairpod.store.usage import UsageOps
 
 
-class _AllOps(ClusterOps, NodeOps, JobOps, EventOps, AuthOps, UsageOps, RetentionOps):
+class _AllOps(ClusterOps, NodeOps, JobOps, JobLookupOps, EventOps, AuthOps, UsageOps, RetentionOps):
     pass
 
 

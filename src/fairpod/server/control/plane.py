@@ -261,7 +261,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         """Take a new (validated) cluster spec: store it (a new version in the history), sync nodes, rebuild
         the engine's view."""
         with self._change():
-            active_teams = {j.team for j in self.store.list_jobs(finished=False)}
+            active_teams = self.store.unfinished_teams()
             gone = sorted(active_teams - {t.name for t in spec.teams})
             if gone:
                 raise WrongState(f"team(s) {', '.join(gone)} still have unfinished jobs; "

@@ -1,0 +1,68 @@
+"""Finding jobs by name and by job array, in one query whatever the number of teams or jobs.
+
+A name given to ``get-job`` by someone who sees every team is looked up in all of them, and a name that is no plain
+job may be a job array's: both were a query per team (two for a team whose job of that name had finished), and the
+array's by reading every job of every team. Each is one indexed query here: ``ix_jobs_team_name`` for names and
+name prefixes, ``ix_jobs_array_id`` for an array's tasks. Which teams have unfinished jobs (asked before a spec
+that drops teams is taken) is one ``DISTINCT`` instead of every unfinished job's record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import func, select
+
+from fairpod.store.db import Ops
+from fairpod.store.jobs import to_job
+from fairpod.store.records import Job
+from fairpod.store.tables import FINISHED_STATES, JobRow
+
+_JOBS = JobRow.__table__
+
+
+class JobLookupOps(Ops):
+    def jobs_named(self, teams: Iterable[str], name: str) -> list[Job]:
+        """For each of ``teams`` that has a job called ``name``: its unfinished one, else its most recently
+        submitted one (``get_job_by_name`` for many teams at once), in the order of ``teams``."""
+        teams = list(dict.fromkeys(teams))
+        if not teams:
+            return []
+        c = _JOBS.c
+        named = (c.team.in_(teams), c.name == name)
+        with self._session(False) as s:
+            conn = s.connection()
+            rows = {r.team: r for r in conn.execute(select(_JOBS).where(*named, c.state.not_in(FINISHED_STATES)))}
+            rest = [t for t in teams if t not in rows]
+            if rest:
+                newest = (select(func.max(c.seq)).where(c.team.in_(rest), c.name == name).group_by(c.team)
+                          .scalar_subquery())
+                rows.update({r.team: r for r in conn.execute(select(_JOBS).where(c.seq.in_(newest)))})
+            return [to_job(rows[t]) for t in teams if t in rows]  # type: ignore[arg-type]
+
+    def array_firsts_named(self, teams: Iterable[str], prefix: str) -> list[Job]:
+        """The first tasks of the job arrays of ``teams`` whose task names start with ``prefix`` (an array ``x``
+        names its tasks ``x-1``, ``x-2`` ...: give ``"x-"``), oldest first."""
+        teams = list(dict.fromkeys(teams))
+        if not teams or not prefix:
+            return []
+        c = _JOBS.c
+        # a range of the (team, name) index instead of LIKE, whose wildcards a name may hold
+        upper = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+        q = (select(_JOBS).where(c.team.in_(teams), c.name >= prefix, c.name < upper, c.array_id == c.id)
+             .order_by(c.seq))
+        with self._session(False) as s:
+            return [to_job(r) for r in s.connection().execute(q)]  # type: ignore[arg-type]
+
+    def array_tasks(self, array_id: int) -> list[Job]:
+        """Every task of the job array ``array_id`` (its first task's id), in submission order."""
+        q = select(_JOBS).where(_JOBS.c.array_id == array_id).order_by(_JOBS.c.seq)
+        with self._session(False) as s:
+            return [to_job(r) for r in s.connection().execute(q)]  # type: ignore[arg-type]
+
+    def unfinished_teams(self) -> set[str]:
+        """The teams that have an unfinished job."""
+        c = _JOBS.c
+        with self._session(False) as s:
+            return set(s.connection().execute(select(c.team).where(c.state.not_in(FINISHED_STATES)).distinct())
+                       .scalars())
