@@ -108,4 +108,5 @@ def test_an_array_is_addressed_by_its_name_and_id_and_a_task_by_name_dash_index_
     server.wait_state("sweep-1", "Cancelled")
     r = server.cli("cancel-job", "sweep")
     assert f"job array sweep (id {aid}): cancelled 5 of its 6 tasks" in r.stdout, r.stdout
-    assert all(j["state"] == "Cancelled" for j in tasks_of(server, aid))
+    # the running tasks are Cancelled once their processes have stopped
+    wait_for(lambda: all(j["state"] == "Cancelled" for j in tasks_of(server, aid)), 30, "every task to be Cancelled")
