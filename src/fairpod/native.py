@@ -120,9 +120,10 @@ def missing() -> str | None:
     return None
 
 
-def build(*, quiet: bool = False, wait: bool = True) -> Path | None:
+def build(*, quiet: bool = False, wait: bool = True, held: int | None = None) -> Path | None:
     """Compile the engine's modules into ``build_dir()``; returns it. Raises RuntimeError with the reason. One build
-    at a time per build folder: another waits for it (``wait``) or returns None at once."""
+    at a time per build folder: another waits for it (``wait``) or returns None at once. ``held``: a descriptor of
+    the build folder's lock, locked already (by the process that started this one: ``build_in_background``)."""
     why = missing()
     if why:
         raise RuntimeError(why)
@@ -131,10 +132,11 @@ def build(*, quiet: bool = False, wait: bool = True) -> Path | None:
     if (dest / _MARK).is_file():
         return dest
     base = _mkdir(root())  # before a minute of compiling: a folder that cannot be made fails now
-    lock = os.open(base / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    lock = held if held is not None else os.open(base / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            if held is None:
+                fcntl.flock(lock, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
         except BlockingIOError:
             return None  # another process is building it
         if (dest / _MARK).is_file():  # built by the process this one waited for
@@ -155,12 +157,21 @@ def build_in_background() -> str | None:
         if (build_dir() / _MARK).is_file() or missing():
             return None
         base = _mkdir(root())
-        if _building(base):
-            return "the engine is being compiled to C in the background"
-        with open(base / "build.log", "ab") as log:
-            subprocess.Popen([sys.executable, "-m", "fairpod.native", "build", "--if-idle"], stdin=subprocess.DEVNULL,
-                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
-                             preexec_fn=lambda: os.nice(10))
+        # the lock is taken here and handed to the build's process, which holds it until it ends: a start right
+        # after this one (the build's process still starting, at low priority) sees the build under way
+        lock = os.open(base / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return "the engine is being compiled to C in the background"
+            with open(base / "build.log", "ab") as log:
+                subprocess.Popen([sys.executable, "-m", "fairpod.native", "build", "--lock-fd", str(lock)],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                 start_new_session=True, close_fds=True, pass_fds=(lock,),
+                                 preexec_fn=lambda: os.nice(10))
+        finally:
+            os.close(lock)  # this process's copy; the build's process keeps the lock
     except OSError:
         return None  # no build folder or no process: the engine runs as Python, as before
     return f"compiling the engine to C in the background (a minute; log: {base / 'build.log'})"
@@ -170,21 +181,6 @@ def _turned_off() -> str | None:
     """The variable that keeps a background build from starting (``FAIRPOD_NATIVE=0`` or
     ``FAIRPOD_NATIVE_BUILD=0``), or None."""
     return next((v for v in ("FAIRPOD_NATIVE", "FAIRPOD_NATIVE_BUILD") if os.environ.get(v, "1") == "0"), None)
-
-
-def _building(base: Path) -> bool:
-    """Is a build under way in ``base`` (its lock held by another process)?"""
-    try:
-        fd = os.open(base / _LOCK, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def on_start() -> str:
@@ -268,13 +264,14 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="compile the engine for this source and interpreter")
     b.add_argument("--if-idle", action="store_true",
                    help="do nothing when another build is under way (default: wait for it)")
+    b.add_argument("--lock-fd", type=int, default=None, help=argparse.SUPPRESS)  # the lock, held by the caller
     st = sub.add_parser("status", help="which engine runs here, and where its build is")
     st.add_argument("--json", action="store_true", help="print a JSON object")
     sub.add_parser("clean", help="remove every build from the build folder (and nothing else there)")
     args = ap.parse_args(argv)
     if args.cmd == "build":
         try:
-            build(wait=not args.if_idle)
+            build(wait=not args.if_idle, held=args.lock_fd)
         except (RuntimeError, OSError) as e:
             print(f"error: cannot build the native engine: {e}", file=sys.stderr)
             return 1

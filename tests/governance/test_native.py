@@ -9,11 +9,14 @@ is missing. It builds as ``fairpod up`` does, with two differences: the C compil
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -110,6 +113,45 @@ def test_a_build_that_cannot_be_written_is_one_line(tmp_path):
                          text=True, timeout=600, check=False)
     assert out.returncode == 1 and out.stderr.startswith("error: cannot build the native engine")
     assert "Traceback" not in out.stderr
+
+
+def _builders(root: Path) -> list[int]:
+    """The build processes whose build folder is ``root`` (this test's own: no other process has it)."""
+    mark = f"FAIRPOD_NATIVE_DIR={root}\0".encode()
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and b"fairpod.native" in (d / "cmdline").read_bytes() and \
+                    mark in (d / "environ").read_bytes():
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_a_background_build_holds_its_lock_from_the_moment_it_is_started(tmp_path, monkeypatch):
+    """Two ``fairpod up`` one right after the other start one build: the first holds the build folder's lock
+    before it returns (it used to leave that to its build process, which at low priority on a busy machine took
+    it seconds later, so the second start began a build too)."""
+    if native.missing():
+        pytest.skip(f"cannot build the native engine here: {native.missing()}")
+    monkeypatch.setenv("FAIRPOD_NATIVE_DIR", str(tmp_path))
+    monkeypatch.setenv("FAIRPOD_NATIVE_BUILD", "1")
+    monkeypatch.delenv("FAIRPOD_NATIVE", raising=False)
+    try:
+        assert native.build_in_background().startswith("compiling the engine to C in the background")
+        lock = os.open(tmp_path / "building.lock", os.O_RDONLY)
+        try:
+            with pytest.raises(BlockingIOError):  # held, by the build's process now
+                fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        finally:
+            os.close(lock)
+        assert native.build_in_background() == "the engine is being compiled to C in the background"
+        assert len(wait_for(lambda: _builders(tmp_path), 30, "the build's process")) == 1
+    finally:
+        for pid in _builders(tmp_path):  # a minute of compiling this test does not need
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGKILL)  # its own session: mypyc and the compiler with it
 
 
 # -- a real build -------------------------------------------------------------------------------------------

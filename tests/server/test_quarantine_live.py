@@ -26,9 +26,11 @@ def test_a_quarantined_node_keeps_its_job_and_takes_no_new_work(server: Server, 
     assert f"node {node}: quarantined (NvidiaXid: xid 79 twice in an hour); its jobs keep running" in out.stdout
     for i in range(3):  # three whole-node jobs fill the other nodes
         s.submit(name=f"whole{i}", team="john", termination_grace_seconds=1, command=["sleep", "120"])
-    s.submit(name="small", team="smith", accelerators=1, termination_grace_seconds=1, command=["sleep", "120"])
     for i in range(3):
         assert node not in s.wait_state(f"whole{i}", "Running", 30)["placement"]
+    # then smith's small job (submitted with them, a turn could see it waiting first and keep smith's idle node for
+    # it instead of lending it to john's third job: a decision, not the quarantine's)
+    s.submit(name="small", team="smith", accelerators=1, termination_grace_seconds=1, command=["sleep", "120"])
     cycles = httpclient.get(s.url + "/healthz").json()["cycles"]
     wait_for(lambda: httpclient.get(s.url + "/healthz").json()["cycles"] > cycles + 8, 30, "eight more engine cycles")
     assert s.job("small")["state"] == "Pending"  # only the quarantined node has room for it
