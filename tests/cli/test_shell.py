@@ -83,6 +83,7 @@ def test_srun_pty_gives_a_shell_in_an_allocation_that_ends_with_it(server: Serve
         t.expect(rb"granted job allocation (\d+) on workers-\d")
         job = shell_job(server)
         assert job["state"] == "Running" and job["team"] == "john" and job["accelerators_per_node"] == 1
+        t.expect(rb"[$#] $")  # the shell's prompt: what is typed before it starts may be lost (seen under load)
         t.send("echo JOB=$FAIRPOD_JOB_ID SLURM=$SLURM_JOB_ID; tty\n")
         m = t.expect(rb"JOB=(\d+) SLURM=(\d+)")
         assert int(m.group(1)) == int(m.group(2)) == job["id"]

@@ -20,7 +20,8 @@ def test_kill_9_and_restart_keeps_every_job(server: Server):
     before = {j["name"]: j for j in server.api("GET", "/jobs").json()["jobs"]}
     assert before["queued"]["state"] == "Pending"
     pid_file = server.home / "runs" / f"long-{before['long']['id']}" / "0" / "0" / "child.pid"
-    long_pid = pid_file.read_text().split()[0]
+    # written by the replica's supervisor once it started the process, which may come after the job is Running
+    long_pid = wait_for(lambda: pid_file.exists() and pid_file.read_text().split()[:1], 20, "long's process")[0]
 
     server.kill(signal.SIGKILL)
     time.sleep(3)  # 'short' ends while nobody watches
