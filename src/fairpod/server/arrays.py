@@ -119,7 +119,7 @@ def same_array(store: Any, first: Job) -> list[Job] | None:
     arr = array_of(first)
     if arr is None:
         return None
-    return list(store.array_tasks(arr[0]))
+    return store.array_tasks(arr[0])
 
 
 def admit_tasks(cp: Core, tasks: list[Job], limit: int | None) -> None:

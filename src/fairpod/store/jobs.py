@@ -1,7 +1,7 @@
 """Jobs: the submitted JobSpec plus everything the control plane tracks while the job lives.
 
 Names: a (team, name) pair is unique among *unfinished* jobs (a partial unique index); once a job is
-Succeeded, Failed or Cancelled its name may be submitted again. ``get_job_by_name`` returns the
+Succeeded, Failed or Cancelled its name may be submitted again. ``get_job_by_name`` (store.lookups) returns the
 unfinished job of that name if there is one, else the most recently submitted one.
 
 ``seq`` is the global submission order, taken from a counter in the same transaction as the insert.
@@ -177,11 +177,6 @@ def _filtered(q: Any, team: str | Iterable[str] | None, state: JobState | str | 
     return q
 
 
-def _active_named(s: Session, team: str, name: str) -> JobRow | None:
-    q = select(JobRow).where(JobRow.team == team, JobRow.name == name, JobRow.state.not_in(FINISHED_STATES))
-    return s.scalars(q.limit(1)).first()
-
-
 _JOBS = JobRow.__table__
 _COUNTERS = CounterRow.__table__
 _INSERT_JOB = insert(_JOBS)
@@ -323,15 +318,6 @@ class JobOps(Ops):
                 for r in s.connection().execute(select(_JOBS).where(_JOBS.c.id.in_(ids[i : i + 500]))):
                     out[r.id] = to_job(r)  # type: ignore[arg-type]  # a Core row has the same attributes
         return out
-
-    def get_job_by_name(self, team: str, name: str) -> Job | None:
-        """The team's unfinished job of that name, else its most recently submitted one, else None."""
-        with self._session(False) as s:
-            row = _active_named(s, team, name)
-            if row is None:
-                q = select(JobRow).where(JobRow.team == team, JobRow.name == name).order_by(JobRow.seq.desc())
-                row = s.scalars(q.limit(1)).first()
-            return None if row is None else to_job(row)
 
     def list_jobs(
         self,

@@ -22,9 +22,14 @@ _JOBS = JobRow.__table__
 
 
 class JobLookupOps(Ops):
+    def get_job_by_name(self, team: str, name: str) -> Job | None:
+        """The team's unfinished job of that name, else its most recently submitted one, else None."""
+        found = self.jobs_named([team], name)
+        return found[0] if found else None
+
     def jobs_named(self, teams: Iterable[str], name: str) -> list[Job]:
         """For each of ``teams`` that has a job called ``name``: its unfinished one, else its most recently
-        submitted one (``get_job_by_name`` for many teams at once), in the order of ``teams``."""
+        submitted one (``get_job_by_name`` of each), in the order of ``teams``."""
         teams = list(dict.fromkeys(teams))
         if not teams:
             return []
