@@ -316,6 +316,8 @@ def failover(ha: HaCluster, kind: str, stopped_for: float = 0.0) -> float:
                  f"node {old.i} to wait for the database as a standby")
         assert old.proc.poll() is None, old.log_text()[-3000:]
         ha.heal(old)
+    if kind != "kill":  # it answers as a standby from the moment it steps down, before it restarts as one
+        wait_for(lambda: "restarting as a standby" in old.log_text(), 60, f"node {old.i} to restart after {kind}")
     wait_for(old.standing_by, 60, f"node {old.i} to stand by again after {kind}")
     assert new.leading()
     return took

@@ -74,9 +74,10 @@ def test_a_paused_leader_is_fenced_and_steps_down(ha: HaCluster):
     old.proc.send_signal(signal.SIGSTOP)
     new = ha.leader(timeout=60, besides=old)
     old.proc.send_signal(signal.SIGCONT)
-    wait_for(old.standing_by, 60, "the old leader to stand by")
-    log = old.log_text()
-    assert "stepping down" in log and "restarting as a standby" in log
+    # it answers as a standby from the moment it steps down, before it logs why and restarts: wait for the log
+    wait_for(lambda: "restarting as a standby" in old.log_text() and old.standing_by(), 60,
+             "the old leader to restart as a standby")
+    assert "stepping down" in old.log_text()
     assert ha.violations() == []
     assert new.leading()
     r = ha.request("GET", "/jobs/long")
