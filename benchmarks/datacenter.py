@@ -15,9 +15,12 @@ capacity. The run, bounded in time at every step:
    team) and a ``GET /jobs/{id}``;
 3. ``/metrics`` scraped (time, size) before and after steady: reconcile turns (whole turn and the engine's cycle,
    from their histograms), admissions per second, the engine's CPU per admission;
-4. the dashboard's pages in headless Chromium (``--no-browser`` skips it): time to first paint and until the
+4. **decisions**: with submits stopped, 2 % of the running jobs cancelled at once; the engine's cycle time per
+   admission into the capacity they free (the same share at every size: a flat engine costs the same per
+   admission at 1,000 and 10,000 nodes);
+5. the dashboard's pages in headless Chromium (``--no-browser`` skips it): time to first paint and until the
    page shows its data, for the cluster, teams and tasks pages;
-5. **restart**: ``kill -9`` of the server, a new one on the same store; time to ``/healthz`` and to the first
+6. **restart**: ``kill -9`` of the server, a new one on the same store; time to ``/healthz`` and to the first
    admission.
 
 Goals (issue 34, on a 2-core machine): submits >= 1,000/s sustained, submit p50/p99 <= 20/200 ms, list page and
@@ -57,6 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _live import LiveServer, RawClient, exit_on_sigterm, json_line, percentile, submit_all, table  # noqa: E402
 
 TYPES = 10
+BURST_SHARE = 0.02  # the running jobs cancelled at once to measure the engine's cost per decision
 ACC = 8
 SHAPES = ((1, 1), (1, 2), (1, 4), (1, 8), (2, 8))  # (nodes, accelerators per node)
 GOALS = {"submit_rate": 1000.0, "submit_p50_ms": 20.0, "submit_p99_ms": 200.0, "list_p99_ms": 50.0,
@@ -256,6 +260,57 @@ def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, 
     return lat, len(lat), lists, gets, took
 
 
+def decisions(srv: LiveServer, share: float, deadline: float) -> dict[str, float]:
+    """The engine's cost per decision: with submits stopped, cancel ``share`` of the running jobs at once (8
+    threads) and scrape ``/metrics`` until two turns have started after the last cancel (the first collects
+    the stops, one admits into the freed capacity); the engine's cycle seconds and the admissions in between.
+    The burst is the same share of the cluster at every size, so a flat engine gives the same cost per
+    admission at 1,000 and 10,000 nodes."""
+    with srv.client() as c:
+        running = c.get("/jobs", params={"state": "Running", "limit": 1}).json()["total"]
+        want = max(1, int(running * share))
+        ids = [j["id"] for j in c.get("/jobs", params={"state": "Running", "limit": want}).json()["jobs"]]
+    m0, _, _ = scrape(srv)
+    todo = list(ids)
+    errors: list[str] = []
+    mu = threading.Lock()
+
+    def canceller() -> None:
+        c = RawClient(srv)
+        try:
+            while not errors:
+                with mu:
+                    if not todo:
+                        return
+                    jid = todo.pop()
+                status, d = c.request("POST", f"/jobs/{jid}/cancel")
+                if status not in (200, 409):  # 409: it ended on its own meanwhile
+                    errors.append(f"cancel {jid}: HTTP {status} {str(d)[:200]}")
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=canceller, daemon=True) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=max(1.0, deadline - time.time()))
+    if errors:
+        raise RuntimeError(errors[0])
+    m_c, _, _ = scrape(srv)
+    turns_at = m_c.get("fairpod_reconcile_turn_duration_seconds_count", 0.0)
+    m1 = m_c
+    for _ in range(1000):  # bounded: each scrape takes a while at this size
+        if m1.get("fairpod_reconcile_turn_duration_seconds_count", 0.0) >= turns_at + 2 or time.time() > deadline:
+            break
+        time.sleep(0.2)
+        m1, _, _ = scrape(srv)
+    admitted = delta(m0, m1, "fairpod_admitted_jobs_total")
+    eng = delta(m0, m1, "fairpod_scheduler_cycle_duration_seconds_sum")
+    cycles = delta(m0, m1, "fairpod_scheduler_cycle_duration_seconds_count")
+    return {"decision_cancelled": len(ids), "decision_admitted": admitted, "decision_cycles": cycles,
+            "decision_engine_s": eng, "engine_us_per_decision": eng / admitted * 1e6 if admitted else float("nan")}
+
+
 def dashboard(srv: LiveServer, timeout: float) -> dict[str, tuple[float, float]] | str:
     """Per page: (first paint, data shown) in seconds from navigation, in headless Chromium; or why not."""
     try:
@@ -392,6 +447,10 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
               f"{percentile(gets, 99) * 1000:.0f} ms ({len(lists) + len(gets)} reads), {admitted:.0f} admitted, "
               f"{turns:.0f} turns; /metrics {scrape_s:.1f} s, {scrape_bytes // 1024} KiB; RSS {rss:.0f} MiB; "
               f"server CPU {cpu1 - cpu0:.1f} s", flush=True)
+        burst = decisions(srv, BURST_SHARE, deadline)
+        print(f"  decisions: {burst['decision_cancelled']} running jobs cancelled at once; "
+              f"{burst['decision_admitted']:.0f} admitted in {burst['decision_cycles']:.0f} cycles, "
+              f"{burst['decision_engine_s']:.3f} s of engine", flush=True)
         paint = dashboard(srv, a.timeout) if not a.no_browser else "skipped (--no-browser)"
         print(f"  dashboard: {paint}", flush=True)
         healthy_s, first_admit_s = (float("nan"), float("nan")) if a.no_restart else \
@@ -415,6 +474,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         "engine_p99_s": hist_quantile(m0, m1, "fairpod_scheduler_cycle_duration_seconds", 0.99),
         "admitted": admitted, "admissions_per_s": admitted / took if took else float("nan"),
         "engine_us_per_admission": eng_sum / admitted * 1e6 if admitted else float("nan"),
+        **burst,
         "gc_pause_s": delta(m0, m1, "fairpod_gc_pause_seconds_total"),
         "gc_collections": delta(m0, m1, "fairpod_gc_collections_total"),
         "gc_longest_s": m1.get("fairpod_gc_longest_pause_seconds", float("nan")),
@@ -447,6 +507,9 @@ def report(r: dict[str, Any]) -> str:
                                      f"engine {r['engine_share'] * 100:.0f} % of it {goal(r['turn_p99_s'], 'turn_p99_s')}"),
         ("admissions", f"{r['admissions_per_s']:.1f}/s ({r['admitted']:.0f}); engine "
                        f"{r['engine_us_per_admission']:.0f} us of cycle per admission"),
+        ("engine per decision", f"{r['engine_us_per_decision']:.0f} us of cycle per admission after "
+                                f"{r['decision_cancelled']} running jobs ({BURST_SHARE:.0%}) were cancelled at once "
+                                f"({r['decision_admitted']:.0f} admitted in {r['decision_cycles']:.0f} cycles)"),
         ("server CPU in steady", f"{r['server_cpu_s']:.1f} s"),
         ("cycle collector in steady", f"{r['gc_pause_s']:.2f} s in {r['gc_collections']:.0f} collections, full ones "
                                       f"{r['gc_full_pause_s']:.2f} s in {r['gc_full_collections']:.0f}; longest since "

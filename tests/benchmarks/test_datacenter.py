@@ -25,8 +25,9 @@ def test_the_small_datacenter_runs_and_prints_every_figure(tmp_path: Path):
     assert d["admitted"] > 0 and d["reads"] > 0
     assert d["list_p99_ms"] > 0 and d["get_p99_ms"] > 0
     assert d["metrics_bytes"] > 0 and d["rss_mib"] > 0
+    assert d["decision_cancelled"] >= 1 and d["decision_cycles"] >= 1 and d["decision_engine_s"] > 0
     assert 0 < d["restart_healthz_s"] <= d["restart_first_admission_s"] < 150
-    assert "sustained submits" in r.stdout and "restart (kill -9)" in r.stdout
+    assert "sustained submits" in r.stdout and "restart (kill -9)" in r.stdout and "engine per decision" in r.stdout
 
 
 def test_bad_sizes_are_one_line_on_stderr():
