@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -89,6 +89,15 @@ def job_body(name: str, team: int, shape: tuple[int, int], seconds: float) -> di
     return {"name": name, "team": f"t{team:03d}", "instance_type": f"dc{team % TYPES}", "nodes": nodes,
             "accelerators": acc, "command": ["sleep", f"{seconds:g}"],
             "env": {"FAIRPOD_BENCH_DURATION": f"{seconds:g}"}, "termination_grace_seconds": 1}
+
+
+def in_threads(target: Callable[[], None], n: int, deadline: float) -> None:
+    """``target`` in ``n`` threads at once; returns when all have ended or the deadline has passed."""
+    ts = [threading.Thread(target=target, daemon=True) for _ in range(n)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join(timeout=max(1.0, deadline - time.time()))
 
 
 def count(c: RawClient, state: str | None = None) -> int:
@@ -144,11 +153,7 @@ def fill(srv: LiveServer, teams: int, target: int, seed: int, deadline: float, d
                 finally:
                     c.close()
 
-            ts = [threading.Thread(target=submit_arrays, daemon=True) for _ in range(8)]
-            for th in ts:
-                th.start()
-            for th in ts:
-                th.join()
+            in_threads(submit_arrays, 8, deadline)
             batch += 1
     finally:
         with_c.close()
@@ -289,11 +294,7 @@ def decisions(srv: LiveServer, share: float, deadline: float) -> dict[str, float
         finally:
             c.close()
 
-    threads = [threading.Thread(target=canceller, daemon=True) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=max(1.0, deadline - time.time()))
+    in_threads(canceller, 8, deadline)
     if errors:
         raise RuntimeError(errors[0])
     m_c, _, _ = scrape(srv)
