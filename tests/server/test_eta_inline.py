@@ -19,7 +19,9 @@ def test_a_request_runs_only_a_cheap_forecast_and_wakes_the_estimator_for_a_long
             h.submit(f"full{i}", "john", 60, nodes=4, expected_duration_seconds=60)
         h.turn()
         est = h.cp.eta
-        est.spacing, est.lock_share = 0.0, 1.0  # no CPU or lock budget to wait for between refreshes here
+        # no CPU or lock budget to wait for between refreshes here, and every forecast counts as cheap until the
+        # test says otherwise: on a loaded machine the seed cluster's forecast itself can take over the 20 ms
+        est.spacing, est.lock_share, est.inline = 0.0, float("inf"), 60.0
         est.refresh(h.cp)
         assert est.get(h.job("full1")) is not None
         done = est.refreshes
