@@ -286,6 +286,11 @@ def failover(ha: HaCluster, kind: str, stopped_for: float = 0.0) -> float:
     if kind == "stop":  # work it holds: a queued job behind running ones (the stream keeps the cluster full)
         queued = wait_for(lambda: [j["name"] for j in ha.jobs() if j["state"] == "Pending"], 60,
                           "a queued job before the pause")
+    mark = len(old.log_text())  # the log is appended to across restarts: read what this fault made it say
+
+    def logged(line: str) -> bool:
+        return line in old.log_text()[mark:]
+
     t0 = time.monotonic()
     if kind == "kill":
         ha.kill(old)
@@ -302,22 +307,21 @@ def failover(ha: HaCluster, kind: str, stopped_for: float = 0.0) -> float:
                  "the new leader to start a job the stopped one holds queued")
         while time.monotonic() < t0 + stopped_for:  # the fault's length, not a wait for an event
             time.sleep(0.1)
-        seen = len(old.log_text())
         with ha.admin_tx() as c:  # the old leader's renewals wait for this lock; its fence must not
             c.execute(text("SELECT 1 FROM ha_lease WHERE id = 1 FOR UPDATE"))
             old.proc.send_signal(signal.SIGCONT)
             try:
-                wait_for(lambda: "stepping down" in old.log_text()[seen:], ha.resume_hold, "")
+                wait_for(lambda: logged("stepping down"), ha.resume_hold, "")
             except AssertionError:
                 pass  # not fenced: it acted for resume_hold s; its next renewal finds the new leader
     else:  # healed only once the old leader, stepped down, has restarted as a standby that waits for the
         # database (it used to exit there: a standby that a database outage outlasted was gone for good)
-        wait_for(lambda: "a standby waits for it" in old.log_text(), 60,
+        wait_for(lambda: logged("a standby waits for it"), 60,
                  f"node {old.i} to wait for the database as a standby")
         assert old.proc.poll() is None, old.log_text()[-3000:]
         ha.heal(old)
     if kind != "kill":  # it answers as a standby from the moment it steps down, before it restarts as one
-        wait_for(lambda: "restarting as a standby" in old.log_text(), 60, f"node {old.i} to restart after {kind}")
+        wait_for(lambda: logged("restarting as a standby"), 60, f"node {old.i} to restart after {kind}")
     wait_for(old.standing_by, 60, f"node {old.i} to stand by again after {kind}")
     assert new.leading()
     return took
