@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -146,6 +147,58 @@ def test_exits_are_reported_once_across_executors(ray_cluster: RayTestCluster, r
         assert_clean(ray_driver, ns)
     finally:
         ex3.close()
+
+
+class _NoStart:
+    """An agent's handle whose ``start`` is never sent: the control plane dies before its Ray call leaves."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+        self.sent: list[tuple[Any, ...]] = []
+        self.start = SimpleNamespace(remote=lambda *a: self.sent.append(a))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._handle, name)
+
+
+def test_a_start_that_never_reached_its_agent_is_adopted_as_never_started(ray_cluster: RayTestCluster,
+                                                                          ray_ex: RayExecutor, ray_driver: Any,
+                                                                          tmp_path: Path):
+    """The control plane recorded a launch and died before its start reached the node's agent: the next
+    executor's adoption finds that the agent never heard of the replica and reports an exit that says it
+    never started (the control plane queues the job again instead of failing it), and tells the agent to stop
+    it, so that the old start, should it still arrive, never runs it."""
+    script = tmp_path / "ticker.py"
+    script.write_text(TICKER)
+    ray_ex._closed.set()  # nobody pumps from here on: this executor's control plane is about to die
+    ray_ex._wake.set()
+    ray_ex._thread.join(timeout=10)
+    wait_for(lambda: "w1" in ray_ex._by_name and ray_ex._by_name["w1"].node_id in ray_ex._agents, 30, "w1's agent")
+    agent = ray_ex._agents[ray_ex._by_name["w1"].node_id]
+    agent.handle = _NoStart(agent.handle)
+    job = launch("lost-1", [sys.executable, str(script), "3", "0"], ["w1"], tmp_path)
+    ray_ex.launch(job)
+    assert len(agent.handle.sent) == 1 and ray_ex.running() == {"lost-1": 0}
+    key = agent.handle.sent[0][0]
+    root, ns, nodes = ray_ex.root, ray_ex.namespace, ray_ex.node_dir
+    ray_ex.close()
+    ex2 = RayExecutor(root, address=ray_cluster.address, namespace=ns, node_dir=nodes)
+    try:
+        exits = ex2.adopt() or collect(ex2, 1, 30)  # the agent's answer may come after adopt's 2 s
+        assert [(e.job, e.rank, e.started, e.returncode, e.ok) for e in exits] == [("lost-1", 0, False, None, False)]
+        assert exits[0].reason == ("never started: its start did not reach the fairpod agent on node w1 before "
+                                   "the control plane that sent it stopped"), exits[0].reason
+        assert ex2.running() == {}
+        handle = ex2._agents[ex2._by_name["w1"].node_id].handle
+        wait_for(lambda: ray_driver.get(handle.sync.remote([(key, 0, 10)]), timeout=30)["replicas"][key] is not None,
+                 30, "the agent to be told to stop the replica")
+        # the dead control plane's start arrives now: the agent does not run it
+        ray_driver.get(handle.start.remote(key, job, job.replicas[0], "127.0.0.1", 0, str(tmp_path), ""), timeout=30)
+        ans = ray_driver.get(handle.sync.remote([(key, 0, 100)]), timeout=30)["replicas"][key]
+        assert ans["status"]["reason"] == "stopped before start" and ans["size"] == 0, ans  # no output: it never ran
+        assert ex2.poll() == []  # once
+    finally:
+        ex2.close()
 
 
 def _where() -> str:

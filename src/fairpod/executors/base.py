@@ -87,6 +87,9 @@ class ReplicaExit:
     ended_at: float  # Unix time
     cpu_seconds: float | None = None  # what the replica used, read from its cgroup (None: not measured)
     memory_peak_bytes: int | None = None
+    # False: its command never started (its launch never reached its node: the control plane that sent it
+    # stopped first); the job goes back to its queue instead of failing (docs/ha.md)
+    started: bool = True
 
     @property
     def ok(self) -> bool:

@@ -5,12 +5,13 @@ control plane is built on the same store and executor (as ``fairpod up`` after k
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from fairpod.executors.base import JobLaunch
+from fairpod.executors.base import JobLaunch, ReplicaExit
 from fairpod.governance import Preempt
 from fairpod.model.jobs import JobState
 from fairpod.server.control import ControlPlane
@@ -168,6 +169,37 @@ def test_job_started_is_recorded_when_the_crash_falls_between_launch_and_its_eve
     h.clock.advance(101)
     h.turn(2)
     assert h.job("j").state == JobState.SUCCEEDED and h.kinds("j").count("JobStarted") == 1
+
+
+def test_a_replica_whose_launch_never_reached_its_node_queues_the_job_again(h: InProc) -> None:
+    """A replica whose start never reached its node (the control plane that sent it died first; the Ray
+    executor says so at adoption, ``started=False``) never ran: the job is not failed (no retries here) but
+    goes back to its queue with the same attempt, and runs again."""
+    launched = launches(h)
+    h.submit("j", "john", 5)
+    h.turn()
+    j = h.job("j")
+    assert j.state == JobState.RUNNING and len(launched) == 1
+    key = launched[0].job
+    h.executor.stop(key, j.attempt, 0.0)  # the executor has no replica any more; its exit says it never started
+    real = h.executor.poll
+
+    def poll(ack: bool = True) -> list[ReplicaExit]:
+        return [replace(e, returncode=None, signal=None, started=False, reason="never started: its start did "
+                        "not reach the fairpod agent on node w1") if e.reason == "killed by SIGTERM" else e
+                for e in real(ack=ack)]
+
+    h.executor.poll = poll  # type: ignore[method-assign]
+    h.turn()  # the exit: the attempt is stopped and the job queued again
+    assert h.kinds("j").count("JobRequeued") == 1, h.kinds("j")
+    assert "JobFailed" not in h.kinds("j") and "JobRestarting" not in h.kinds("j")
+    h.turn(2)
+    j = h.job("j")
+    assert (j.state, j.attempt, j.preemptions) == (JobState.RUNNING, 0, 0), (j.state, j.reason)
+    assert len(launched) == 2  # started again
+    h.clock.advance(6)
+    h.turn(2)
+    assert h.job("j").state == JobState.SUCCEEDED
 
 
 # -- from tests/server/test_build_launch.py:

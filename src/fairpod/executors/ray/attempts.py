@@ -131,6 +131,7 @@ class Attempts:
                                                            returncode=st.get("returncode"), signal=st.get("signal"),
                                                            reason=str(st.get("reason", "")),
                                                            ended_at=float(st.get("ended_at", 0.0)),
+                                                           started=st.get("started") is not False,
                                                            **sandbox.usage_of(st)))
                         continue
                     agent = self._agents.get(rep.node_id)

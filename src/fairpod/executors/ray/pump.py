@@ -182,8 +182,7 @@ class Pump:
                     continue
                 ans = answers[rep.key]
                 if ans is None:
-                    self._finalize(rep, {"returncode": None, "signal": None, "reason": (
-                        f"lost: the fairpod agent on node {rep.node} has no record of it")})
+                    self._no_record(agent, rep)
                     continue
                 if ans.get("started", True) and not rep.running:  # an agent of an older fairpod does not say
                     rep.running = True
@@ -201,6 +200,21 @@ class Pump:
                     more = True
         if more:
             self._wake.set()  # more to pull
+
+    def _no_record(self, agent: _Agent, rep: _Rep) -> None:
+        """Its agent has never heard of the replica (the lock is held). Never said to have started (no
+        ``STARTED``): its start never reached the agent, because the control plane that sent it stopped first
+        (adopted from its record): the agent is told to stop it, so that a start still on its way finds it
+        stopped and never runs it, and the exit says it never started (the job goes back to its queue).
+        Said to have started: it is lost."""
+        if rep.running or (rep.dir / STARTED).exists():
+            self._finalize(rep, {"returncode": None, "signal": None, "reason": (
+                f"lost: the fairpod agent on node {rep.node} has no record of it")})
+            return
+        agent.handle.stop.remote(rep.key, 0.0)
+        self._finalize(rep, {"returncode": None, "signal": None, "started": False, "reason": (
+            f"never started: its start did not reach the fairpod agent on node {rep.node} before the control "
+            "plane that sent it stopped")})
 
     def _agent_replicas_lost(self, agent: _Agent) -> None:
         """Called with the lock held when ``agent`` is lost: each of its replicas ends ``node lost``."""
@@ -220,7 +234,7 @@ class Pump:
         self._exits.append(ReplicaExit(job=rep.job, attempt=rep.attempt, rank=rep.rank,
                                        returncode=st.get("returncode"), signal=st.get("signal"),
                                        reason=str(st.get("reason", "")), ended_at=float(st["ended_at"]),
-                                       **sandbox.usage_of(st)))
+                                       started=st.get("started") is not False, **sandbox.usage_of(st)))
         fn = self._notify
         if fn is not None:
             fn()

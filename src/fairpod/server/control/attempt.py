@@ -223,7 +223,7 @@ class AttemptLife:
         job = self.store.get_job(jid)
         if job is None:
             return
-        if not run.launched:  # started, but the control plane died before it recorded that
+        if not run.launched and e.started:  # started, but the control plane died before it recorded that
             self._started(job, run)
             job = self.store.get_job(jid) or job
         if job.spec.service is not None and run.stopping is None and job.state == JobState.RUNNING:
@@ -239,7 +239,9 @@ class AttemptLife:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
             faulted = not e.ok or str(e.rank) in run.log_faults  # a log rule stopped it (server/logrules.py)
-            if faulted and restarts.decide(self, job, run, e):  # restart that replica only (server/restarts.py)
+            if not e.started:  # its launch never reached its node: the attempt stops, the job is queued again
+                self.begin_stop(job, run, STOP_PREEMPT, f"replica {e.rank} {e.reason}")
+            elif faulted and restarts.decide(self, job, run, e):  # restart that replica only (server/restarts.py)
                 pass
             elif faulted:
                 self.begin_stop(job, run, failure_kind(job), f"replica {e.rank} {restarts.why(run, e)}")
