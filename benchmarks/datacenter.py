@@ -431,9 +431,9 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         print(f"  filled: {submitted} jobs in {fill_s:.1f} s ({submitted / max(fill_s, 1e-9):.0f}/s through "
               f"arrays)", flush=True)
         m0, _, _ = scrape(srv)
-        cpu0 = srv.server_cpu_seconds() or 0.0
+        cpu0, client0 = srv.server_cpu_seconds() or 0.0, time.process_time()
         lat, done, lists, gets, took = steady(srv, a.teams, a.rate, a.seconds, a.seed + 1, (a.min_duration, a.max_duration))
-        cpu1 = srv.server_cpu_seconds() or 0.0
+        cpu1, client1 = srv.server_cpu_seconds() or 0.0, time.process_time()
         m1, scrape_s, scrape_bytes = scrape(srv)
         with srv.client() as c:
             waiting = c.get("/jobs", params={"state": "Pending", "limit": 1}).json()["total"]
@@ -481,7 +481,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         "gc_longest_s": m1.get("fairpod_gc_longest_pause_seconds", float("nan")),
         "gc_full_pause_s": delta(m0, m1, "fairpod_gc_pause_seconds_total{2}"),
         "gc_full_collections": delta(m0, m1, "fairpod_gc_collections_total{2}"),
-        "server_cpu_s": cpu1 - cpu0, "rss_mib": rss, "rss_peak_mib": hwm, "rss_after_restart_mib": rss_after,
+        "server_cpu_s": cpu1 - cpu0, "client_cpu_s": client1 - client0, "rss_mib": rss, "rss_peak_mib": hwm, "rss_after_restart_mib": rss_after,
         "metrics_scrape_s": scrape_s, "metrics_bytes": scrape_bytes,
         "restart_healthz_s": healthy_s, "restart_first_admission_s": first_admit_s,
         "dashboard": paint, "load_before": load0[0], "load_after": load1[0], "boot_to_end_s": time.time() - t_boot,
@@ -511,7 +511,8 @@ def report(r: dict[str, Any]) -> str:
         ("engine per decision", f"{r['engine_us_per_decision']:.0f} us of cycle per admission after "
                                 f"{r['decision_cancelled']} running jobs ({BURST_SHARE:.0%}) were cancelled at once "
                                 f"({r['decision_admitted']:.0f} admitted in {r['decision_cycles']:.0f} cycles)"),
-        ("server CPU in steady", f"{r['server_cpu_s']:.1f} s"),
+        ("server CPU in steady", f"{r['server_cpu_s']:.1f} s; per submit {r['server_cpu_s'] / max(1, r['submits']) * 1000:.1f} "
+                                 f"ms, the client's {r['client_cpu_s'] / max(1, r['submits']) * 1000:.1f} ms"),
         ("cycle collector in steady", f"{r['gc_pause_s']:.2f} s in {r['gc_collections']:.0f} collections, full ones "
                                       f"{r['gc_full_pause_s']:.2f} s in {r['gc_full_collections']:.0f}; longest since "
                                       f"the start {r['gc_longest_s']:.2f} s"),

@@ -24,7 +24,7 @@ def test_the_small_datacenter_runs_and_prints_every_figure(tmp_path: Path):
     assert d["turns"] > 0 and d["turn_p99_s"] is not None and 0 < d["engine_share"] <= 1
     assert d["admitted"] > 0 and d["reads"] > 0
     assert d["list_p99_ms"] > 0 and d["get_p99_ms"] > 0
-    assert d["metrics_bytes"] > 0 and d["rss_mib"] > 0
+    assert d["metrics_bytes"] > 0 and d["rss_mib"] > 0 and d["server_cpu_s"] > 0 and d["client_cpu_s"] > 0
     assert d["decision_cancelled"] >= 1 and d["decision_cycles"] >= 1 and d["decision_engine_s"] > 0
     assert 0 < d["restart_healthz_s"] <= d["restart_first_admission_s"] < 150
     assert "sustained submits" in r.stdout and "restart (kill -9)" in r.stdout and "engine per decision" in r.stdout
@@ -34,3 +34,16 @@ def test_bad_sizes_are_one_line_on_stderr():
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "datacenter.py"), "--nodes", "0"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.strip() == "datacenter: --nodes must be > 0, got 0"
+
+
+def test_the_http_floor_serves_submits_and_prints_its_figures():
+    """benchmarks/http_floor.py: a server with only a submit's HTTP part, driven by datacenter.py's client."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "http_floor.py"), "--seconds", "1", "--threads",
+                        "2"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["benchmark"] == "http_floor" and d["requests"] > 0 and d["rate"] > 0
+    assert d["p99_ms"] >= d["p50_ms"] > 0 and d["server_cpu_ms_per_request"] > 0 and d["client_cpu_ms_per_request"] > 0
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "http_floor.py"), "--threads", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--threads in 1..256" in bad.stderr.strip().splitlines()[-1]
