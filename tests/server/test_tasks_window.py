@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from fairpod.model.jobs import JobState
 from fairpod.server.routes_dashboard import tasks_view
 from fairpod.store.db import Ops
 
@@ -50,5 +51,44 @@ def test_the_window_counts_what_started_and_finished_in_it(tmp_path: Path, monke
         assert [t["name"] for t in v6["tasks"]] == ["waiter", "long", "old"]
         only = tasks_view(h.cp, None, None, None, "6h", 1)
         assert [t["name"] for t in only["tasks"]] == ["waiter"] and only["counts"]["Succeeded"] == 3
+    finally:
+        h.close()
+
+
+def test_the_overview_pages_every_unfinished_job_in_order_without_reading_them_all(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an instance-group filter the overview counts the unfinished jobs in the store and reads only the
+    (state, team) runs its page overlaps (``task_index.unfinished_page``); its counts and every page, whatever
+    the offset, limit and states, are those of the row-by-row order an instance-group filter still uses
+    (running, stopping, waiting; by team, queue position, submission). The seed cluster has one instance group,
+    so with and without the filter the jobs are the same."""
+    h = InProc(tmp_path)
+    try:
+        for i in range(14):  # john and smith each fill two of the four nodes, then the rest wait
+            h.submit(f"j{i}", ("john", "smith")[i % 2], 600, nodes=1, accelerators=2 + i % 3)
+        h.turn(2)
+        for i in range(6):
+            h.submit(f"late{i}", "smith", 60, nodes=1)
+        h.turn()
+        states = {j.state.value for j in h.store.list_jobs()}
+        assert {"Running", "Pending"} <= states, states
+        group = h.cp.spec.cluster.instance_groups[0].name
+        cases = [(None, 0, 500), (None, 0, 1), (None, 3, 5), (None, 7, 17), (None, 19, 3), (None, 30, 10),
+                 (["Pending"], 0, 4), (["Pending"], 2, 6), (["Running"], 1, 2), (["Running", "Pending"], 5, 9)]
+        for st, offset, limit in cases:
+            want = [JobState(s) for s in st] if st else None
+            paged = tasks_view(h.cp, None, None, want, "1h", 0, limit=limit, offset=offset)
+            rows = tasks_view(h.cp, None, group, want, "1h", 0, limit=limit, offset=offset)
+            assert [t["name"] for t in paged["tasks"]] == [t["name"] for t in rows["tasks"]], (st, offset, limit)
+            for key in ("counts", "unfinished_total", "waiting_after_preemption"):
+                assert paged[key] == rows[key], (key, st, offset, limit)
+        assert len(tasks_view(h.cp, None, None, None, "1h", 0)["tasks"]) == 20
+        import fairpod.server.routes_dashboard as rd
+
+        def every_row(*a: object) -> None:
+            raise AssertionError("read every unfinished job")
+
+        monkeypatch.setattr(rd, "unfinished_rows", every_row)
+        assert tasks_view(h.cp, ["smith"], None, None, "1h", 0, limit=2)["unfinished_total"] == 13
     finally:
         h.close()

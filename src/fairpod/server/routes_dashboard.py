@@ -16,7 +16,15 @@ from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.queue_positions import QueuePositions
-from fairpod.server.task_index import RecentRow, TaskRow, recent_rows, unfinished_rows
+from fairpod.server.task_index import (
+    PAGE_ORDER,
+    RecentRow,
+    TaskRow,
+    recent_rows,
+    unfinished_counts,
+    unfinished_page,
+    unfinished_rows,
+)
 from fairpod.server.usage import WINDOWS, history
 from fairpod.server.views import reason_now
 from fairpod.store import Job
@@ -65,11 +73,26 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         return j.instance_type == group_type
 
     positions, positions_at = (queues or QueuePositions()).read(cp, teams)  # never waits for a long turn
-    active = [j for j in unfinished_rows(cp.store, teams, group is not None) if in_group(j)]
     recent = [j for j in recent_rows(cp.store, now - span, now + 1, teams, group is not None) if in_group(j)]
     counts = {s.value: 0 for s in JobState}
-    for j in active:
-        counts[j.state.value] += 1
+    want = set(states) if states else None
+    if group is None:  # counted in the store; only the page's (state, team) runs read (task_index.unfinished_page)
+        unfinished = unfinished_counts(cp.store, teams)
+        for state in PAGE_ORDER:
+            counts[state.value] = unfinished.count(state)
+        waiting_again = unfinished.waiting_again
+        shown = tuple(s for s in PAGE_ORDER if want is None or s in want)
+        total = sum(unfinished.count(s) for s in shown)
+        page_ids = unfinished_page(cp.store, unfinished, shown, positions, offset, limit)
+    else:  # an instance group's jobs: by their placement or instance type, row by row
+        active = [j for j in unfinished_rows(cp.store, teams, True) if in_group(j)]
+        for j in active:
+            counts[j.state.value] += 1
+        waiting_again = sum(1 for j in active if j.state == JobState.PENDING and j.preemptions > 0)
+        rows = [j for j in active if want is None or j.state in want]
+        rows.sort(key=lambda j: (PAGE_ORDER.index(j.state), j.team, positions.get(j.id, 0), j.seq))
+        total = len(rows)
+        page_ids = [r.id for r in rows[offset:offset + limit]]
     for j in recent:
         if j.state.finished and j.finished_at is not None and j.finished_at >= now - span:
             counts[j.state.value] += 1
@@ -77,12 +100,6 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
               if j.first_started_at is not None and j.first_started_at >= now - span]
     ran = [j.finished_at - j.first_started_at for j in recent
            if j.finished_at is not None and j.first_started_at is not None and j.finished_at >= now - span]
-    waiting_again = sum(1 for j in active if j.state == JobState.PENDING and j.preemptions > 0)
-    want = set(states) if states else None
-    rows = [j for j in active if want is None or j.state in want]
-    order = {JobState.RUNNING: 0, JobState.PREEMPTED: 1, JobState.PENDING: 2}
-    rows.sort(key=lambda j: (order[j.state], j.team, positions.get(j.id, 0), j.seq))
-    page_ids = [r.id for r in rows[offset:offset + limit]]
     found = cp.store.get_jobs(page_ids)
     page = [found[i] for i in page_ids if i in found]  # one that ended meanwhile and was deleted: left out
     ended = sorted((j for j in recent if j.state.finished and (want is None or j.state in want)),
@@ -109,7 +126,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         "avg_wait_seconds": round(sum(waited) / len(waited), 3) if waited else None,
         "avg_run_seconds": round(sum(ran) / len(ran), 3) if ran else None,
         "admitted_in_window": len(waited), "finished_in_window": len(ran), "tasks": out,
-        "unfinished_total": len(rows), "offset": offset, "limit": limit, "queue_positions_at": positions_at,
+        "unfinished_total": total, "offset": offset, "limit": limit, "queue_positions_at": positions_at,
     }
 
 

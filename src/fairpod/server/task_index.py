@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from sqlalchemy import or_, select
+from sqlalchemy import func, or_, select
 
 from fairpod.model.jobs import JobState
 from fairpod.store import Store
@@ -40,6 +40,62 @@ def unfinished_rows(store: Store, teams: list[str] | None, placement: bool) -> l
     with store.engine.connect() as conn:
         return [TaskRow(r[0], _STATE[r[1]], r[2], r[3], r[4], r[5], list(r[6] or []) if placement else [])
                 for r in conn.execute(q).all()]  # all at once: iterating fetches row by row
+
+
+PAGE_ORDER = (JobState.RUNNING, JobState.PREEMPTED, JobState.PENDING)  # the task overview's order of states
+
+
+@dataclass(frozen=True, slots=True)
+class Unfinished:
+    """How many unfinished jobs there are, per state and team, and the waiting ones that were preempted before."""
+
+    per_team: dict[JobState, dict[str, int]]
+    waiting_again: int
+
+    def count(self, state: JobState) -> int:
+        return sum(self.per_team.get(state, {}).values())
+
+
+def unfinished_counts(store: Store, teams: list[str] | None) -> Unfinished:
+    """Two aggregate queries: what the overview counts, without reading a row per unfinished job."""
+    q = select(JobRow.state, JobRow.team, func.count()).where(JobRow.state.in_(UNFINISHED))
+    again = select(func.count()).where(JobRow.state == JobState.PENDING.value, JobRow.preemptions > 0)
+    if teams is not None:
+        q, again = q.where(JobRow.team.in_(teams)), again.where(JobRow.team.in_(teams))
+    per_team: dict[JobState, dict[str, int]] = {}
+    with store.engine.connect() as conn:
+        for state, team, n in conn.execute(q.group_by(JobRow.state, JobRow.team)).all():
+            per_team.setdefault(_STATE[state], {})[team] = int(n)
+        return Unfinished(per_team, int(conn.execute(again).scalar_one()))
+
+
+def unfinished_page(store: Store, counts: Unfinished, states: tuple[JobState, ...], positions: dict[int, int],
+                    offset: int, limit: int) -> list[int]:
+    """The ids of the unfinished jobs in ``states`` from ``offset``, at most ``limit``, in the overview's order (by
+    state as in ``states``, team, queue position, submission): only the rows of the (state, team) runs that the
+    page overlaps are read (the first page of 100,000 waiting jobs reads a team or two, not all of them)."""
+    runs: list[tuple[JobState, str]] = []
+    start = at = 0
+    for state in states:
+        for team, n in sorted(counts.per_team.get(state, {}).items()):
+            if at + n > offset and at < offset + limit:
+                if not runs:
+                    start = at
+                runs.append((state, team))
+            at += n
+    rows: dict[tuple[JobState, str], list[tuple[int, int]]] = {r: [] for r in runs}
+    with store.engine.connect() as conn:
+        for state in states:
+            wanted = sorted({team for st, team in runs if st == state})
+            for i in range(0, len(wanted), 500):
+                q = select(JobRow.id, JobRow.seq, JobRow.team).where(JobRow.state == state.value,
+                                                                     JobRow.team.in_(wanted[i:i + 500]))
+                for jid, seq, team in conn.execute(q).all():
+                    rows[(state, team)].append((jid, seq))
+    ids: list[int] = []
+    for run in runs:
+        ids += [jid for jid, seq in sorted(rows[run], key=lambda r: (positions.get(r[0], 0), r[1]))]
+    return ids[offset - start:offset - start + limit]
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ class UsageSampler:
         self.min_interval = min_interval
         self.heartbeat = heartbeat
         self.last: list[UsageSample] | None = None
+        self.latest: tuple[float, list[UsageSample]] | None = None  # the last figures worked out, and when
         self.last_write = -math.inf
         self.cycles_seen = 0
         self.cycles = CycleHistogram()
@@ -108,6 +109,7 @@ class UsageSampler:
         if since < min(self.min_interval, self.heartbeat):  # nothing would be written: not worth the figures of every team (500 of
             return  # them on 10 instance types took 0.4 s, once per turn)
         samples = current_samples(cp, self._groups_of)
+        self.latest = (now, samples)
         if (samples != self.last and since >= self.min_interval) or since >= self.heartbeat:
             cp.store.append_usage(now, samples)
             self.last, self.last_write = samples, now
@@ -200,8 +202,7 @@ def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, obj
                               "quota": ints.mean(key, "cap_acc"), "borrowed": ints.mean(key, "borrowed"),
                               "lent": ints.mean(key, "lent")})
     groups_of = cp.store.node_groups()
-    with cp.lock:
-        current = current_samples(cp, groups_of)
+    now_at, current = now_figures(cp, groups_of)
     now_groups = [{"name": s.name, "instance_type": s.instance_type, "acc": s.acc, "vcpu": s.vcpu,
                    "memory_gib": s.memory_gib, "cap_acc": s.cap_acc, "cap_vcpu": s.cap_vcpu,
                    "cap_memory_gib": s.cap_memory_gib, "nodes": s.nodes, "healthy_nodes": s.healthy_nodes}
@@ -211,6 +212,27 @@ def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, obj
                  for s in current if s.kind == TEAM and (visible is None or s.name in visible)]
     return {"window": window, "from": edges[0], "to": now, "step_seconds": step,
             "times": edges[:-1], "groups": groups, "teams": team_rows,
-            "now": {"groups": now_groups, "teams": now_teams}}
+            "now": {"groups": now_groups, "teams": now_teams}, "now_at": now_at}
+
+
+NOW_WAIT = 0.05  # seconds the history waits for the control plane's lock before it answers with the sampler's figures
+
+
+def now_figures(cp: Core, groups_of: dict[str, str]) -> tuple[float, list[UsageSample]]:
+    """The figures now and the control plane's time they are of. They are read from the engine's snapshot, which
+    only the holder of the control plane's lock may read, and a turn at datacenter size holds it for seconds (the
+    dashboard's cluster and teams pages waited for it): after ``NOW_WAIT`` the answer is the usage sampler's last
+    figures, which every turn works out once its last sample is ``MIN_INTERVAL`` old (so they are seconds old at
+    most), as ``queue_positions`` does for queue positions. Before the sampler's first figures it waits."""
+    sampler = getattr(cp, "usage", None)
+    latest = sampler.latest if isinstance(sampler, UsageSampler) else None
+    if latest is None or cp.lock.acquire(timeout=NOW_WAIT):
+        if latest is None:
+            cp.lock.acquire()
+        try:
+            return cp.clock(), current_samples(cp, groups_of)
+        finally:
+            cp.lock.release()
+    return latest
 
 
