@@ -423,16 +423,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
 
     @staticmethod
     def _exit(run: _Run, st: dict[str, Any]) -> ReplicaExit:
-        return ReplicaExit(
-            job=run.job,
-            attempt=run.attempt,
-            rank=run.rank,
-            returncode=st.get("returncode"),
-            signal=st.get("signal"),
-            reason=str(st.get("reason", "")),
-            ended_at=float(st.get("ended_at", 0.0)),
-            **sandbox.usage_of(st),
-        )
+        return state.exit_of(run.job, run.attempt, run.rank, st)
 
     def _free_port(self, taken: set[int]) -> int:
         for _ in range(50):

@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fairpod.executors.base import JOB_NAME_RE, ExecutorError
+from fairpod import sandbox
+from fairpod.executors.base import JOB_NAME_RE, ExecutorError, ReplicaExit
 from fairpod.executors.logs import follow_log
 
 NAME_RE = JOB_NAME_RE  # a job name safe as a directory name (fairpod.executors.base)
@@ -117,3 +118,10 @@ def follow(root: Path, job: str, replica: int, attempt: int | None, poll_interva
     if path is None:
         raise ExecutorError(f"no logs for job {job} replica {replica}")
     return follow_log(path, stop=(path.parent / STATUS).exists, poll_interval=poll_interval)
+
+
+def exit_of(job: str, attempt: int, rank: int, st: dict[str, Any]) -> ReplicaExit:
+    """The exit that a replica's ``status.json`` records (``"started": false``: its command never started)."""
+    return ReplicaExit(job=job, attempt=attempt, rank=rank, returncode=st.get("returncode"), signal=st.get("signal"),
+                       reason=str(st.get("reason", "")), ended_at=float(st.get("ended_at", 0.0)),
+                       started=st.get("started") is not False, **sandbox.usage_of(st))

@@ -226,13 +226,13 @@ def now_figures(cp: Core, groups_of: dict[str, str]) -> tuple[float, list[UsageS
     most), as ``queue_positions`` does for queue positions. Before the sampler's first figures it waits."""
     sampler = getattr(cp, "usage", None)
     latest = sampler.latest if isinstance(sampler, UsageSampler) else None
-    if latest is None or cp.lock.acquire(timeout=NOW_WAIT):
-        if latest is None:
-            cp.lock.acquire()
-        try:
-            return cp.clock(), current_samples(cp, groups_of)
-        finally:
-            cp.lock.release()
-    return latest
+    if latest is None:
+        cp.lock.acquire()
+    elif not cp.lock.acquire(timeout=NOW_WAIT):
+        return latest
+    try:
+        return cp.clock(), current_samples(cp, groups_of)
+    finally:
+        cp.lock.release()
 
 

@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fairpod import sandbox
 from fairpod.executors import state
 from fairpod.executors.base import JobLaunch, ReplicaExit
 from fairpod.executors.ray.agents import AGENT_PREFIX, _Agent
@@ -127,12 +126,7 @@ class Attempts:
                     if st is not None:
                         rep.final = st
                         if not (rep.dir / state.REPORTED).exists():
-                            self._exits.append(ReplicaExit(job=job, attempt=attempt, rank=rep.rank,
-                                                           returncode=st.get("returncode"), signal=st.get("signal"),
-                                                           reason=str(st.get("reason", "")),
-                                                           ended_at=float(st.get("ended_at", 0.0)),
-                                                           started=st.get("started") is not False,
-                                                           **sandbox.usage_of(st)))
+                            self._exits.append(state.exit_of(job, attempt, rep.rank, st))
                         continue
                     agent = self._agents.get(rep.node_id)
                     if rep.key and agent is not None and agent.ready and agent.lost is None:

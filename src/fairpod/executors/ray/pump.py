@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fairpod import sandbox
 from fairpod.executors import state
 from fairpod.executors.base import ReplicaExit
 from fairpod.executors.ray.agents import AGENT_TIMEOUT, PING_EVERY, _Agent, _first_line, task_error  # noqa: F401
@@ -231,10 +230,7 @@ class Pump:
         st = {**st, "ended_at": float(st.get("ended_at") or time.time())}
         rep.final = st
         state.write_json(rep.dir / state.STATUS, st)
-        self._exits.append(ReplicaExit(job=rep.job, attempt=rep.attempt, rank=rep.rank,
-                                       returncode=st.get("returncode"), signal=st.get("signal"),
-                                       reason=str(st.get("reason", "")), ended_at=float(st["ended_at"]),
-                                       started=st.get("started") is not False, **sandbox.usage_of(st)))
+        self._exits.append(state.exit_of(rep.job, rep.attempt, rep.rank, st))
         fn = self._notify
         if fn is not None:
             fn()
