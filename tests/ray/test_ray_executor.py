@@ -201,6 +201,23 @@ def test_a_start_that_never_reached_its_agent_is_adopted_as_never_started(ray_cl
         ex2.close()
 
 
+def test_an_agent_whose_node_died_before_it_was_placed_is_lost_not_an_error(ray_ex: RayExecutor, ray_driver: Any):
+    """A node that dies while its agent is being placed leaves an agent Ray can never schedule: its calls raise
+    Ray's ActorUnschedulableError, which is no RayActorError. That is the agent lost (a node fault), not an error
+    out of the executor: at start-up it made ``fairpod up`` exit (found by the suite, a node of an earlier test
+    dying as the server started)."""
+    from fairpod.executors.ray.nodes import RayNode
+
+    ghost = RayNode(name="ghost", node_id="ab" * 28, address="127.0.0.99", alive=True,
+                    instance_type="ml.g5.12xlarge", gpus=0)
+    agent = ray_ex._start_agent(ghost)  # pinned to a node id the cluster does not have
+    ref = agent.sync_ref
+    ready, _ = ray_driver.wait([ref], timeout=60)
+    assert ready, "Ray did not answer for the unplaceable agent"
+    assert ray_ex._agent_answer(agent, ref) is None
+    assert agent.lost is not None and "died" in agent.lost and "not schedulable" in agent.lost, agent.lost
+
+
 def _where() -> str:
     import ray
 

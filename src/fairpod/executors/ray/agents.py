@@ -155,7 +155,7 @@ class Agents:
             return None
         except ray.exceptions.ActorUnavailableError:
             return None  # e.g. its node is briefly unreachable: AGENT_TIMEOUT decides
-        except ray.exceptions.RayActorError as e:
+        except gone_errors(ray) as e:
             self._agent_lost(agent, f"died ({_first_line(e)})")
             return None
         now = time.monotonic()
@@ -202,6 +202,12 @@ class Agents:
         self._nodes = {**self._nodes, agent.node_id: down}
         self._by_name = {**self._by_name, down.name: down}
         self.nodes_version += 1
+
+
+def gone_errors(ray: Any) -> tuple[type[BaseException], ...]:
+    """What a call to an agent raises when the agent is gone: it died, or it could never be placed because its
+    node died before it started (Ray's ``ActorUnschedulableError``, which is no ``RayActorError``)."""
+    return ray.exceptions.RayActorError, ray.exceptions.ActorUnschedulableError
 
 
 def task_error(e: BaseException) -> str:

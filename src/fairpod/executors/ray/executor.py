@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from fairpod.executors import state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
 from fairpod.executors.hostgpus import ThisHostMig
-from fairpod.executors.ray.agents import Agents, _Agent
+from fairpod.executors.ray.agents import Agents, _Agent, gone_errors
 from fairpod.executors.ray.attempts import STARTED, Attempts, _Attempt, _Rep
 from fairpod.executors.ray.connection import _import_ray, connect
 from fairpod.executors.ray.inplace import InPlace
@@ -263,5 +263,5 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump, InPlace, ThisHostMig):
             if isinstance(cause, BaseException):
                 raise cause from None
             raise
-        except (ray.exceptions.RayActorError, ray.exceptions.NodeDiedError) as e:
+        except (*gone_errors(ray), ray.exceptions.NodeDiedError) as e:
             raise ExecutorError(f"{what} could not run on node {node}: {str(e).splitlines()[0]}") from None

@@ -12,7 +12,14 @@ from typing import Any
 
 from fairpod.executors import state
 from fairpod.executors.base import ReplicaExit
-from fairpod.executors.ray.agents import AGENT_TIMEOUT, PING_EVERY, _Agent, _first_line, task_error  # noqa: F401
+from fairpod.executors.ray.agents import (  # noqa: F401
+    AGENT_TIMEOUT,
+    PING_EVERY,
+    _Agent,
+    _first_line,
+    gone_errors,
+    task_error,
+)
 from fairpod.executors.ray.attempts import RECORD, STARTED, _Attempt, _Rep
 from fairpod.executors.ray.nodes import RayNode
 
@@ -140,7 +147,7 @@ class Pump:
                 self._finalize(rep, {"returncode": None, "signal": None,
                                      "reason": f"could not start on node {rep.node}: {task_error(e)}"})
             return
-        except ray.exceptions.RayActorError:
+        except gone_errors(ray):
             with self._lock:
                 rep.start_ref = None
             if rep.agent is not None:
