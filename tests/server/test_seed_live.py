@@ -11,9 +11,9 @@ TRAINER = r'''
 import os, pathlib, signal, sys, time
 ck = pathlib.Path(os.environ["FAIRPOD_CHECKPOINT_DIR"]) / f"rank{os.environ['RANK']}.txt"
 step = int(ck.read_text()) if ck.exists() else 0
-print(f"start step={step} restart={os.environ['FAIRPOD_RESTART_COUNT']} world={os.environ['WORLD_SIZE']}", flush=True)
 stop = []
 signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+print(f"start step={step} restart={os.environ['FAIRPOD_RESTART_COUNT']} world={os.environ['WORLD_SIZE']}", flush=True)
 while step < int(sys.argv[1]):
     if stop:
         ck.write_text(str(step))
@@ -36,7 +36,10 @@ def test_seed_scenario_live(server: Server, tmp_path: Path):
                   command=[sys.executable, str(trainer), "400"])
     smith = server.wait_state("smith-train", "Running")
     assert smith["borrowed_from"] == {"john": 4}
-    wait_for(lambda: "start step=0" in server.cli("get-logs", "smith-train").stdout, 20, "smith's trainer")
+    # both replicas have their SIGTERM handler in place (they print after installing it)
+    for r in ("0", "1"):
+        wait_for(lambda r=r: "start step=0" in server.cli("get-logs", "smith-train", "--replica", r).stdout, 20,
+                 f"smith's trainer, replica {r}")
     cluster = server.api("GET", "/cluster").json()
     assert cluster["capacity"]["ml.g5.12xlarge"]["utilization"] == 1.0
     rows = {t["team"]: t for t in cluster["teams"]}
@@ -58,6 +61,8 @@ def test_seed_scenario_live(server: Server, tmp_path: Path):
     server.wait_state("john-eval", "Succeeded", 30)
     done = server.wait_state("smith-train", "Succeeded", 60)
     assert done["restarts"] == 0 and done["preemptions"] == 1
-    out = server.cli("get-logs", "smith-train", "--replica", "1").stdout
-    assert f"start step={ckpt_step}" in out or "start step=" in out.split("checkpointed")[1]
-    assert "done step=400" in out
+    for r in ("0", "1"):  # each replica resumes from the step it checkpointed
+        out = server.cli("get-logs", "smith-train", "--replica", r).stdout
+        step = int(out.split("checkpointed step=")[1].split()[0])
+        assert f"start step={step} " in out.split("checkpointed")[1], out
+        assert "done step=400" in out
