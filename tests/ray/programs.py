@@ -8,6 +8,8 @@ ck = pathlib.Path(os.environ["FAIRPOD_CHECKPOINT_DIR"])
 rank = os.environ["RANK"]
 f = ck / f"rank{rank}.txt"
 step = int(f.read_text() or 0) if f.exists() else 0
+stop = []
+signal.signal(signal.SIGTERM, lambda *a: stop.append(1))  # before "start": a test that saw it may preempt
 print(f"start step={step} restart={os.environ['FAIRPOD_RESTART_COUNT']} world={os.environ['WORLD_SIZE']} "
       f"node={os.environ['FAIRPOD_NODE']}", flush=True)
 if "pids" in sys.argv[2:]:
@@ -19,8 +21,6 @@ def save():
     tmp.write_text(str(step))
     tmp.replace(f)
 
-stop = []
-signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
 while step < int(sys.argv[1]):
     if stop:
         save()

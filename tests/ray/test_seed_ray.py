@@ -25,7 +25,9 @@ def test_seed_scenario_across_ray_nodes(ray_server: RayServer, ray_driver, tmp_p
                       command=[sys.executable, str(trainer), "400"])
     smith = ray_server.wait_state("smith-train", "Running")
     assert smith["borrowed_from"] == {"john": 4}
-    wait_for(lambda: "start step=0" in ray_server.cli("get-logs", "smith-train").stdout, 30, "smith's trainer")
+    for r in ("0", "1"):  # both replicas have their SIGTERM handler in place (they print after installing it)
+        wait_for(lambda r=r: "start step=0" in ray_server.cli("get-logs", "smith-train", "--replica", r).stdout, 30,
+                 f"smith's trainer, replica {r}")
     cluster = ray_server.api("GET", "/cluster").json()
     assert cluster["capacity"]["ml.g5.12xlarge"]["utilization"] == 1.0
     rows = {t["team"]: t for t in cluster["teams"]}
