@@ -10,7 +10,8 @@
   out of the endpoint list at once, SIGTERM (then SIGKILL after the grace period) ``drain_seconds`` later, the next
   one once it has exited. Requests already sent to it have the drain period to finish; new ones go elsewhere.
   When a rank's drain begins its SIGTERM time is stored with the run (``ControlPlane.drain_begun``), so a
-  restarted control plane keeps it out of the endpoint list and stops it then (``_resume_drains``).
+  restarted control plane keeps it out of the endpoint list and stops it then (``_resume_drains``); ``draining``
+  (get-service) names a rank only once that time is stored (``begin_drain``).
 
 The probes and the endpoint lists are the server's memory, rebuilt by probing; what is kept in the store goes
 through the control plane's own transitions (``drain_begun``, ``forget_exits`` in ``control.serving``).
@@ -80,7 +81,8 @@ class Services:
         self.interval = interval
         self._lock = threading.Lock()
         self._ready: dict[int, dict[int, int]] = {}  # job id -> rank -> port, of ready replicas
-        self._draining: set[tuple[int, int]] = set()  # (job id, rank)
+        self._draining: set[tuple[int, int]] = set()  # (job id, rank): drained, its SIGTERM time stored
+        self._leaving: set[tuple[int, int]] = set()  # (job id, rank): out of the endpoint list (drains, beginning)
         self._turn: dict[int, int] = {}  # job id -> round-robin position
         self._ready_since: dict[tuple[int, int], float] = {}  # (job id, rank) -> ready since (in a row)
         self.proxies: dict[int, Proxy] = {}
@@ -96,7 +98,7 @@ class Services:
         """(rank, host, port) of the service's replicas that take requests now, in rank order."""
         with self._lock:
             ready = self._ready.get(jid, {})
-            return [(r, HOST, p) for r, p in sorted(ready.items()) if (jid, r) not in self._draining]
+            return [(r, HOST, p) for r, p in sorted(ready.items()) if (jid, r) not in self._leaving]
 
     def draining(self, jid: int) -> list[int]:
         with self._lock:
@@ -152,6 +154,7 @@ class Services:
                 until = {int(r): t for r, t in run.drain_until.items() if r in run.removing}
                 with self._lock:
                     self._draining.update((jid, r) for r in until)
+                    self._leaving.update((jid, r) for r in until)
                 self.drain(jid, job_key(job), run.attempt, sorted(int(r) for r in run.removing),
                            job.spec.termination_grace_seconds, job.spec.service.drain_seconds, until)
 
@@ -163,15 +166,7 @@ class Services:
             except queue.Empty:
                 continue
             for rank in sorted(ranks, reverse=True):
-                with self._lock:
-                    self._draining.add((jid, rank))
-                due = until.get(rank)
-                if due is None:
-                    due = self.cp.clock() + seconds
-                    try:  # kept with the run: a restarted control plane keeps it drained until then
-                        self.cp.drain_begun(jid, rank, due)
-                    except Exception:  # the drain goes on; only its survival of a restart is lost
-                        log.exception("service %s: could not store the drain of replica %d", key, rank)
+                due = self.begin_drain(jid, key, rank, until.get(rank), seconds)
                 wait = max(0.0, due - self.cp.clock())
                 log.info("service %s: replica %d drained; SIGTERM in %.3g s", key, rank, wait)
                 if self._stop.wait(wait):
@@ -183,7 +178,25 @@ class Services:
                 finally:
                     with self._lock:
                         self._draining.discard((jid, rank))
+                        self._leaving.discard((jid, rank))
                         self._ready.get(jid, {}).pop(rank, None)
+
+    def begin_drain(self, jid: int, key: str, rank: int, due: float | None, seconds: float) -> float:
+        """``rank`` of service ``jid`` leaves the endpoint list now; its SIGTERM is due at ``due`` (a drain begun
+        before a restart) or ``seconds`` from now, kept with the run first (a restarted control plane keeps the
+        rank drained until then): ``draining`` names it only once that is stored, so a drain that get-service
+        shows goes on across a restart. Returns when its SIGTERM is due."""
+        with self._lock:
+            self._leaving.add((jid, rank))
+        if due is None:
+            due = self.cp.clock() + seconds
+            try:
+                self.cp.drain_begun(jid, rank, due)
+            except Exception:  # the drain goes on; only its survival of a restart is lost
+                log.exception("service %s: could not store the drain of replica %d", key, rank)
+        with self._lock:
+            self._draining.add((jid, rank))
+        return due
 
     def _wait_gone(self, jid: int, rank: int, timeout: float) -> None:
         """Until the control plane has taken the exit of the removed ``rank`` (bounded by ``timeout``)."""
