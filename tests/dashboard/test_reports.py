@@ -6,11 +6,15 @@ import csv
 import datetime as dt
 import io
 import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
 
 from fairpod.store import Store
 from fairpod.store.usage import GROUP, TEAM, UsageSample
 
-from ..server.conftest import Server
+from ..server.conftest import Server, running
 
 # a day well inside the usage retention (the control plane drops samples older than 400 days)
 _D1 = dt.datetime.now(dt.UTC).date() - dt.timedelta(days=30)
@@ -19,10 +23,18 @@ DAY = dt.datetime(_D1.year, _D1.month, _D1.day, tzinfo=dt.UTC).timestamp()
 STEP, SAMPLES = 240, 30 * 15
 
 
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[Server]:
+    """A server started on a database that already holds the usage history below (a running server rolls up only
+    what comes after what it has rolled up: samples are written at the time they are of)."""
+    yield from running(tmp_path, before_start=record_history)
+
+
 def record_history(server: Server) -> None:
     """Day D1 00:00-12:00: john uses 8 of its 12, smith 8 of its 4 (4 borrowed from john); then both idle
     until D2 06:00. A sample every 4 minutes (a sample's figures hold at most 5)."""
     store = Store(f"sqlite:///{server.home / 'fairpod.db'}")
+    store.create_all()
     with store.tx() as t:
         for i in range(SAMPLES):
             ts = DAY + i * STEP
@@ -36,7 +48,6 @@ def record_history(server: Server) -> None:
 
 
 def test_usage_report_api_and_cli(server: Server):
-    record_history(server)
     r = server.api("GET", "/reports/usage", params={"from": D1, "to": D2})
     assert r.status_code == 200, r.text
     rep = r.json()

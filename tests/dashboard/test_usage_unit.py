@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -12,7 +14,7 @@ from fairpod.governance.snapshot import Workload
 from fairpod.model.resources import Res
 from fairpod.model.spec import seed_spec
 from fairpod.server.routes_reports import day_edges, parse_time, run_windows
-from fairpod.server.usage import UsageSampler, current_samples, integrate
+from fairpod.server.usage import UsageSampler, current_samples, history, integrate
 from fairpod.store import Store
 from fairpod.store.usage import GROUP, TEAM, UsageSample
 
@@ -147,3 +149,31 @@ def test_list_usage_starts_with_the_sample_in_force(cp):
     assert [r.acc for r in cp.store.list_usage(250, 1000)] == [2, 3]
     assert cp.store.usage_span() == (100, 300)
     assert cp.store.prune_usage(150) == 1
+
+
+def test_the_sampler_rolls_its_samples_up_and_the_history_reads_what_every_sample_gives(cp):
+    # 3 hours of turns 5 s apart, john's job starting and ending every 100 s: a sample at each change, and the
+    # sampler's roll-up every 30 s of samples (the samples are kept 2 h after it: so the oldest are deleted)
+    s = UsageSampler(min_interval=2, heartbeat=60)
+    written = []
+    for i in range(3 * 3600 // 5):
+        if i % 20 == 0:
+            start(cp, f"w{i}", "john", ["workers-0", "workers-1"][: 1 + i % 40 // 20])
+        elif i % 20 == 10:
+            cp.snap.finish(f"w{i - 10}")
+        before = s.samples_written
+        s.tick(cp)
+        if s.samples_written > before:
+            written += [replace(x, ts=cp.now.t) for x in s.last]
+        cp.now.t += 5
+    assert cp.store.rollup_marks()[30] >= cp.now.t - 120  # rolled up as it went (every 30 s of samples)
+    assert cp.store.list_usage(0, 10**10)[0].ts > 1000.0 + 3000  # the first hour's samples are deleted
+    cp.usage, cp.lock = s, threading.Lock()
+    for window in ("1h", "6h"):
+        got = history(cp, window, None)
+        edges = [*got["times"], got["to"]]
+        want = integrate(written, edges, got["to"])
+        john = next(t for t in got["teams"] if t["team"] == "john")
+        assert john["in_use"] == want.mean((TEAM, "john", "ml.g5.12xlarge"), "acc")
+        assert any(john["in_use"]) and got["groups"][0]["acc"] == want.mean((GROUP, "workers", "ml.g5.12xlarge"),
+                                                                             "acc")

@@ -242,14 +242,18 @@ class Server:
                 sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name))
 
 
-def running(tmp_path: Path, spec: Path | str = SEED_SPEC) -> Iterator[Server]:
+def running(tmp_path: Path, spec: Path | str = SEED_SPEC,
+            before_start: Callable[[Server], None] | None = None) -> Iterator[Server]:
     """A started server on ``spec`` (a file, or a spec's YAML text), stopped with its replicas afterwards; a
-    fixture yields from it."""
+    fixture yields from it. ``before_start(server)`` runs first, its home made (to write into its database)."""
     if isinstance(spec, str):
         path = tmp_path / "spec.yaml"
         path.write_text(spec)
         spec = path
     s = Server(tmp_path, spec)
+    if before_start is not None:
+        s.home.mkdir(parents=True, exist_ok=True)
+        before_start(s)
     s.start()
     try:
         yield s

@@ -60,10 +60,19 @@ def test_group_borrow_limit_and_the_roll_up_on_the_seed_cluster(server: Server):
     assert any(ln.startswith("  ops ") and "smith" in ln and "50%" in ln for ln in out.splitlines()), out
 
 
-def test_report_usage_rolls_up_by_group(server: Server):
-    from ..dashboard.test_reports import D1, record_history
+@pytest.fixture
+def with_history(tmp_path: Path) -> Iterator[Server]:
+    """The server on a database holding test_reports' history: D1: john uses 96 of its 288 accelerator-hours,
+    smith 96 of 96 (48 borrowed)."""
+    from ..dashboard.test_reports import record_history
 
-    record_history(server)  # D1: john uses 96 of its 288 accelerator-hours, smith 96 of 96 (48 borrowed)
+    yield from running(tmp_path, tree_spec(), before_start=record_history)
+
+
+def test_report_usage_rolls_up_by_group(with_history: Server):
+    from ..dashboard.test_reports import D1
+
+    server = with_history
     rep = server.api("GET", "/reports/usage", params={"from": D1, "to": D1}).json()
     groups = {g["group"]: g for g in rep["groups"]}
     assert groups["lab"]["accelerator_hours"] == 192 and groups["lab"]["quota_hours"] == 384

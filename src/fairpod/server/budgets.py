@@ -4,7 +4,7 @@ accelerator-hours in the current period.
 ``BudgetKeeper.apply(cp)`` runs in every reconcile turn before the engine's cycle (under the lock): it counts
 the usage held since the last turn into a ``governance.budget.Meter`` and writes (hours used, budget, hard cap)
 into the snapshot's teams. A budget the meter has not seen (after a restart, or when one is added) is first
-counted from the usage samples of its period so far (``server.usage.integrate``), so budgets survive restarts
+counted from the usage of its period so far (``server.rollups.integrals``), so budgets survive restarts
 without state of their own; from then on the meter adds what the snapshot holds, turn by turn.
 """
 
@@ -19,7 +19,7 @@ from fairpod.governance.budget import WARN, Meter, period_start
 from fairpod.governance.build import budget_meter
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.core_api import Core
-from fairpod.server.usage import integrate
+from fairpod.server.rollups import integrals
 from fairpod.store import StoreError
 from fairpod.store.usage import TEAM
 
@@ -66,11 +66,10 @@ class BudgetKeeper:
         if now <= start:
             return 0.0
         try:
-            rows = cp.store.list_usage(start, now)  # all series: a team missing from a sample used nothing then
+            ints = integrals(cp.store, [start, now], now)  # the period's buckets, and the samples for the rest
         except (StoreError, SQLAlchemyError) as e:
             log.warning("budget of %s on %s counted from now only: %s", key[0], key[1], e)
             return 0.0
-        ints = integrate(rows, [start, now], now)
         return ints.series.get((TEAM, key[0], key[1]), {}).get("acc", [0.0])[0]
 
     def rows(self, cp: Core, teams: list[str] | None = None) -> list[dict[str, Any]]:

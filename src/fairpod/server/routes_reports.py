@@ -20,7 +20,7 @@ from fairpod.server.api_rules import rules
 from fairpod.server.auth import Auth, Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
-from fairpod.server.usage import integrate
+from fairpod.server.rollups import integrals
 from fairpod.store import Job
 from fairpod.store.usage import TEAM
 
@@ -92,7 +92,7 @@ def run_windows(job: Job, events: list[Any], now: float) -> list[list[float]]:
 def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] | None) -> dict[str, Any]:
     now = cp.clock()
     edges = day_edges(since, until)
-    ints = integrate(cp.store.list_usage(since, min(until, now)), edges, min(until, now))
+    ints = integrals(cp.store, edges, min(until, now))  # the days' hourly buckets, and the samples for the rest
     usage: list[dict[str, Any]] = []
     totals: dict[tuple[str, str], dict[str, float]] = {}
     for (kind, team, itype), figs in sorted(ints.series.items()):
@@ -138,6 +138,8 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
             "running_now": j.state in (JobState.RUNNING, JobState.PREEMPTED),
         })  # fmt: skip
     first, last = cp.store.usage_span()
+    rolled = cp.store.first_rollup()  # samples rolled up into buckets are deleted after a while
+    first = rolled if first is None or (rolled is not None and rolled < first) else first
     return {
         "from": iso(since), "to": iso(until), "timezone": "UTC",
         "samples": {"first": iso(first), "last": iso(last)},

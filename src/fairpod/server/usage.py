@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.server.core_api import Core
 from fairpod.server.figures import instance_types, team_figures
+from fairpod.server.rollups import EVERY as ROLL_EVERY
+from fairpod.server.rollups import integrals, roll_up
+from fairpod.server.usage_math import FIGURES, MAX_HOLD, Integrals, integrate  # noqa: F401 - this module's API too
 from fairpod.store import StoreError
 from fairpod.store.usage import GROUP, TEAM, UsageSample
 
@@ -30,10 +33,7 @@ log = logging.getLogger("fairpod.usage")
 
 MIN_INTERVAL = 2.0  # seconds between two samples, at least
 HEARTBEAT = 60.0  # a sample at least this often, even when nothing changes
-MAX_HOLD = 5 * HEARTBEAT  # a sample's figures count for this long at most
 CYCLE_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
-FIGURES = ("acc", "vcpu", "memory_gib", "cap_acc", "cap_vcpu", "cap_memory_gib", "borrowed", "lent", "nodes",
-           "healthy_nodes")  # fmt: skip
 
 
 @dataclass
@@ -86,6 +86,7 @@ class UsageSampler:
         self.cycles_seen = 0
         self.cycles = CycleHistogram()
         self.samples_written = 0
+        self.last_roll = -math.inf
         self._groups_of: dict[str, str] = {}
         self._nodes_seen: frozenset[str] = frozenset()
 
@@ -96,6 +97,9 @@ class UsageSampler:
             self.cycles.observe(cp.cycle_seconds)
         try:
             self._sample(cp)
+            if self.last_write - self.last_roll >= ROLL_EVERY:  # samples written since: sum them into buckets
+                behind = roll_up(cp.store, self.last_write)
+                self.last_roll = -math.inf if behind else self.last_write  # behind (an upgrade): again next turn
         except (StoreError, SQLAlchemyError) as e:  # a full disk must not stop scheduling
             log.warning("could not record usage: %s", e)
 
@@ -116,67 +120,6 @@ class UsageSampler:
             self.samples_written += 1
 
 
-# -- arithmetic on samples ---------------------------------------------------------------------------
-
-
-@dataclass
-class Integrals:
-    """Per series and bucket: each figure x seconds; per bucket: the seconds some sample covered."""
-
-    edges: list[float]
-    covered: list[float]
-    series: dict[tuple[str, str, str], dict[str, list[float]]]
-
-    def mean(self, key: tuple[str, str, str], fig: str) -> list[float | None]:
-        vals = self.series.get(key, {}).get(fig) or [0.0] * len(self.covered)
-        return [round(v / c, 4) if c > 0 else None for v, c in zip(vals, self.covered, strict=True)]
-
-
-def integrate(rows: Sequence[UsageSample], edges: Sequence[float], until: float,
-              max_hold: float = MAX_HOLD) -> Integrals:
-    """Integrate the step function of ``rows`` (sorted by ts) over the buckets ``edges[i]..edges[i+1]``.
-
-    A sample holds from its ts to the next sample's ts, at most ``max_hold`` seconds, and not past ``until``
-    (now, for the current sample). A series missing from a sample counts as zero for that sample's span.
-    """
-    nb = len(edges) - 1
-    covered = [0.0] * nb
-    series: dict[tuple[str, str, str], dict[str, list[float]]] = {}
-    snaps: list[tuple[float, list[UsageSample]]] = []
-    for r in rows:
-        if snaps and snaps[-1][0] == r.ts:
-            snaps[-1][1].append(r)
-        else:
-            snaps.append((r.ts, [r]))
-    for i, (t0, group) in enumerate(snaps):
-        t1 = min(snaps[i + 1][0] if i + 1 < len(snaps) else until, t0 + max_hold, until)
-        if t1 <= t0:
-            continue
-        j = max(0, _bucket(edges, t0))
-        while j < nb and edges[j] < t1:
-            lo, hi = max(t0, edges[j]), min(t1, edges[j + 1])
-            if hi > lo:
-                dt = hi - lo
-                covered[j] += dt
-                for r in group:
-                    figs = series.setdefault(r.key, {f: [0.0] * nb for f in FIGURES})
-                    for f in FIGURES:
-                        figs[f][j] += getattr(r, f) * dt
-            j += 1
-    return Integrals(list(edges), covered, series)
-
-
-def _bucket(edges: Sequence[float], t: float) -> int:
-    lo, hi = 0, len(edges) - 1
-    while lo < hi:  # the last edge <= t
-        mid = (lo + hi + 1) // 2
-        if edges[mid] <= t:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
-
-
 WINDOWS = {"1h": (3600.0, 120), "6h": (6 * 3600.0, 144), "1d": (86400.0, 144), "7d": (7 * 86400.0, 168)}
 
 
@@ -188,7 +131,7 @@ def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, obj
     step = span / n
     end = math.ceil(now / step) * step  # buckets aligned to the step, the last one holds now
     edges = [end - span + i * step for i in range(n + 1)]
-    ints = integrate(cp.store.list_usage(edges[0], now), edges, now)
+    ints = integrals(cp.store, edges, now)  # from the rollups where they fit
     visible = None if teams is None else set(teams)
     groups, team_rows = [], []
     for key in sorted(ints.series):

@@ -21,12 +21,13 @@ from fairpod.store.lookups import JobLookupOps
 from fairpod.store.nodes import NodeOps
 from fairpod.store.records import StoreError, Unreachable
 from fairpod.store.retention import RetentionOps
+from fairpod.store.rollups import RollupOps
 from fairpod.store.schema import migrate
 from fairpod.store.tables import CounterRow, JobRow
 from fairpod.store.usage import UsageOps
 
 
-class _AllOps(ClusterOps, NodeOps, JobOps, JobLookupOps, EventOps, AuthOps, UsageOps, RetentionOps):
+class _AllOps(ClusterOps, NodeOps, JobOps, JobLookupOps, EventOps, AuthOps, UsageOps, RollupOps, RetentionOps):
     pass
 
 

@@ -11,7 +11,15 @@ from dataclasses import dataclass
 from sqlalchemy import delete, select
 
 from fairpod.store.db import Ops
-from fairpod.store.tables import FINISHED_STATES, EventRow, JobRow, SubmitKeyRow, UsageSampleRow
+from fairpod.store.rollups import MARK
+from fairpod.store.tables import (
+    FINISHED_STATES,
+    EventRow,
+    JobRow,
+    SubmitKeyRow,
+    UsageRollupRow,
+    UsageSampleRow,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,5 +55,7 @@ class RetentionOps(Ops):
                 s.execute(delete(JobRow).where(JobRow.id.in_(ids)))
             events = s.execute(delete(EventRow).where(EventRow.ts < before)).rowcount or 0  # type: ignore[attr-defined]
             usage = s.execute(delete(UsageSampleRow).where(UsageSampleRow.ts < before)).rowcount or 0  # type: ignore[attr-defined]
+            usage += s.execute(delete(UsageRollupRow).where(UsageRollupRow.t0 < before,  # its mark stays
+                                                            UsageRollupRow.kind != MARK)).rowcount or 0  # type: ignore[attr-defined]
             keys = s.execute(delete(SubmitKeyRow).where(SubmitKeyRow.created_at < before)).rowcount or 0  # type: ignore[attr-defined]
         return Pruned(tuple(rows), int(events), int(usage), int(keys), more)

@@ -193,7 +193,8 @@ class UsageSampleRow(Base):
     type: accelerators in quota, in use, borrowed, lent). All rows of one sample share its ``ts``."""
 
     __tablename__ = "usage_samples"
-    __table_args__ = (Index("ix_usage_kind_ts", "kind", "ts"), {"sqlite_autoincrement": True})
+    __table_args__ = (Index("ix_usage_kind_ts", "kind", "ts"), Index("ix_usage_ts", "ts"),
+                      {"sqlite_autoincrement": True})
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     ts: Mapped[float] = mapped_column(Float)
     kind: Mapped[str] = mapped_column(String(8))
@@ -209,3 +210,30 @@ class UsageSampleRow(Base):
     lent: Mapped[float] = mapped_column(Float)  # team: own idle accelerators others use; group: 0
     nodes: Mapped[int] = mapped_column(Integer)  # group: nodes; team: 0
     healthy_nodes: Mapped[int] = mapped_column(Integer)  # group: schedulable nodes; team: 0
+
+
+class UsageRollupRow(Base):
+    """One series' figures summed over one time bucket of ``res`` seconds starting at ``t0`` (a multiple of
+    ``res``): each figure is value x seconds, ``covered`` the seconds of the bucket that samples covered (the same
+    for every series of the bucket). Written by ``fairpod.server.rollups`` from the samples; a row of kind
+    ``mark`` per ``res`` holds in ``t0`` the time up to which that resolution is written."""
+
+    __tablename__ = "usage_rollups"
+    __table_args__ = (Index("ix_rollup_res_t0", "res", "t0"), {"sqlite_autoincrement": True})
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    res: Mapped[int] = mapped_column(Integer)
+    t0: Mapped[float] = mapped_column(Float)
+    kind: Mapped[str] = mapped_column(String(8))
+    name: Mapped[str] = mapped_column(String(64))
+    instance_type: Mapped[str] = mapped_column(String(64))
+    covered: Mapped[float] = mapped_column(Float)
+    acc: Mapped[float] = mapped_column(Float)
+    vcpu: Mapped[float] = mapped_column(Float)
+    memory_gib: Mapped[float] = mapped_column(Float)
+    cap_acc: Mapped[float] = mapped_column(Float)
+    cap_vcpu: Mapped[float] = mapped_column(Float)
+    cap_memory_gib: Mapped[float] = mapped_column(Float)
+    borrowed: Mapped[float] = mapped_column(Float)
+    lent: Mapped[float] = mapped_column(Float)
+    nodes: Mapped[float] = mapped_column(Float)
+    healthy_nodes: Mapped[float] = mapped_column(Float)
