@@ -118,3 +118,21 @@ def test_a_busy_day_is_read_from_its_buckets_and_its_samples_are_deleted(store: 
     assert got.series[(GROUP, "g", "t1")]["acc"][0] == pytest.approx(want.series[(GROUP, "g", "t1")]["acc"][0],
                                                                       rel=0.01)
     assert got.series[(GROUP, "g", "t1")]["acc"][1] == pytest.approx(want.series[(GROUP, "g", "t1")]["acc"][1])
+
+
+def test_a_month_without_samples_is_crossed_in_a_few_short_passes(store: Store) -> None:
+    # a control plane down for 30 days: a pass never integrates the whole gap at once (it ran in a reconcile turn
+    # for seconds, with a list per series as long as the gap in 30 s buckets)
+    old = write(store, [T0 + 20.0 * i for i in range(50)])
+    later = T0 + 30 * 86400.0
+    new = write(store, [later + 20.0 * i for i in range(50)])
+    assert roll_up(store, later + 20.0 * 49, samples=150)  # behind: the first pass stops within PASS_SECONDS
+    assert store.rollup_marks()[30] - T0 <= rollups.PASS_SECONDS
+    for _ in range(3):  # then the gap, where no sample holds, is skipped
+        if not roll_up(store, later + 20.0 * 49, samples=150):
+            break
+    else:
+        raise AssertionError("still behind after 4 passes")
+    assert store.rollup_marks()[30] == math.floor((later + 20.0 * 49) / 30) * 30
+    edges = [T0, T0 + 3600, later, later + 3600]
+    same(integrals(store, edges, later + 20.0 * 49), integrate(old + new, edges, later + 20.0 * 49))

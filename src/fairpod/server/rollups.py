@@ -26,7 +26,9 @@ from fairpod.store.rollups import FIGURES, Rollup
 
 RES = (30, 150, 600, 3600)  # bucket sizes, each a multiple of the one before: the dashboard windows' steps
 EVERY = 30.0  # seconds of samples between two passes of roll_up (a pass each turn while it is behind)
-PASS_SAMPLES = 150  # samples one pass rolls up at most: 5 minutes of a busy cluster's, 2.5 hours of an idle one's
+PASS_SAMPLES = 150  # samples one pass rolls up at most by default: 5 minutes of a busy cluster's
+PASS_ROWS = 40_000  # the sampler asks for as many samples as make about this many rows (500 teams: 78 samples)
+PASS_SECONDS = 3 * 3600.0  # and at most this span (a gap where no sample holds is skipped at the next pass)
 KEEP_SAMPLES = 2 * 3600.0  # samples are kept this long after they are rolled up
 KEEP = {30: 3 * 3600.0, 150: 12 * 3600.0, 600: 3 * 86400.0}  # finer buckets are kept this long
 
@@ -48,7 +50,9 @@ def roll_up(store: Store, last_sample: float, samples: int = PASS_SAMPLES) -> bo
             m = _floor(nxt, RES[0]) if m is None else max(m, _floor(nxt, RES[0]))
     if m is not None:
         nth = store.nth_usage_after(m, samples)
-        end = final if nth is None else min(final, max(m + RES[0], _floor(nth, RES[0])))
+        end = min(final, m + PASS_SECONDS)
+        if nth is not None:
+            end = min(end, max(m + RES[0], _floor(nth, RES[0])))
         if end > m:
             edges = [m + i * RES[0] for i in range(int(round((end - m) / RES[0])) + 1)]
             ints = integrate(store.list_usage(m, end), edges, end)

@@ -24,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.server.core_api import Core
 from fairpod.server.figures import instance_types, team_figures
 from fairpod.server.rollups import EVERY as ROLL_EVERY
+from fairpod.server.rollups import PASS_ROWS as ROLL_ROWS
 from fairpod.server.rollups import integrals, roll_up
 from fairpod.server.usage_math import FIGURES, MAX_HOLD, Integrals, integrate  # noqa: F401 - this module's API too
 from fairpod.store import StoreError
@@ -98,7 +99,8 @@ class UsageSampler:
         try:
             self._sample(cp)
             if self.last_write - self.last_roll >= ROLL_EVERY:  # samples written since: sum them into buckets
-                behind = roll_up(cp.store, self.last_write)
+                per_pass = max(15, ROLL_ROWS // max(1, len(self.last or ())))  # ~ROLL_ROWS rows read a pass
+                behind = roll_up(cp.store, self.last_write, samples=per_pass)
                 self.last_roll = -math.inf if behind else self.last_write  # behind (an upgrade): again next turn
         except (StoreError, SQLAlchemyError) as e:  # a full disk must not stop scheduling
             log.warning("could not record usage: %s", e)
