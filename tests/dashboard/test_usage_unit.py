@@ -14,7 +14,8 @@ from fairpod.governance.snapshot import Workload
 from fairpod.model.resources import Res
 from fairpod.model.spec import seed_spec
 from fairpod.server.routes_reports import day_edges, parse_time, run_windows
-from fairpod.server.usage import UsageSampler, current_samples, history, integrate
+from fairpod.server.usage import UsageSampler, current_samples, history
+from fairpod.server.usage_math import integrate
 from fairpod.store import Store
 from fairpod.store.usage import GROUP, TEAM, UsageSample
 

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 
 from fairpod.server.usage_math import MAX_HOLD, Integrals, integrate
 from fairpod.store import Store
-from fairpod.store.rollups import FIGURES, Rollup
+from fairpod.store.rollups import SAMPLES_DELETED, Rollup
+from fairpod.store.usage import FIGURES
 
 RES = (30, 150, 600, 3600)  # bucket sizes, each a multiple of the one before: the dashboard windows' steps
 EVERY = 30.0  # seconds of samples between two passes of roll_up (a pass each turn while it is behind)
@@ -106,14 +107,11 @@ def _sum(rows: Sequence[Rollup], res: int) -> list[Rollup]:
             for (t0, kind, name, itype), figs in acc.items()]
 
 
-SAMPLES = 0  # the mark of "resolution" 0 says before when the samples are deleted, that of -r the buckets of r
-
-
 def _prune(store: Store, marks: dict[int, float], now: float) -> None:
     if RES[0] in marks:
         cut = min(marks[RES[0]], now) - KEEP_SAMPLES
-        if cut > marks.get(SAMPLES, -math.inf):
-            store.prune_rollups(SAMPLES, cut)
+        if cut > marks.get(SAMPLES_DELETED, -math.inf):
+            store.prune_rolled_samples(cut)
     for fine, coarse in zip(RES, RES[1:], strict=False):
         if fine in marks and coarse in marks:  # never what the coarser buckets have not taken in yet
             cut = min(marks[coarse], now - KEEP[fine])
@@ -133,7 +131,7 @@ def integrals(store: Store, edges: Sequence[float], until: float) -> Integrals:
     out = _read(store, edges, until, marks)
     for _ in range(3):  # bounded: a pass every 30 s
         now = store.rollup_marks()
-        if all(now.get(k) == marks.get(k) for k in (SAMPLES, *(-r for r in RES))):
+        if all(now.get(k) == marks.get(k) for k in (SAMPLES_DELETED, *(-r for r in RES))):
             break
         marks = now
         out = _read(store, edges, until, marks)
@@ -143,7 +141,7 @@ def integrals(store: Store, edges: Sequence[float], until: float) -> Integrals:
 def _read(store: Store, edges: Sequence[float], until: float, marks: dict[int, float]) -> Integrals:
     nb = len(edges) - 1
     out = Integrals(list(edges), [0.0] * nb, {})
-    deleted = marks.get(SAMPLES, -math.inf)  # the samples before this are deleted
+    deleted = marks.get(SAMPLES_DELETED, -math.inf)  # the samples before this are deleted
 
     def fits(r: int, t0: float) -> bool:  # the bucket is written and not deleted (no rows: nothing was used)
         return marks.get(-r, -math.inf) <= t0 and t0 + r <= marks.get(r, -math.inf)

@@ -138,8 +138,8 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
             "running_now": j.state in (JobState.RUNNING, JobState.PREEMPTED),
         })  # fmt: skip
     first, last = cp.store.usage_span()
-    rolled = cp.store.first_rollup()  # samples rolled up into buckets are deleted after a while
-    first = rolled if first is None or (rolled is not None and rolled < first) else first
+    # samples are deleted a while after they are rolled up into buckets: the oldest bucket may be older
+    first = min((t for t in (first, cp.store.first_rollup()) if t is not None), default=None)
     return {
         "from": iso(since), "to": iso(until), "timezone": "UTC",
         "samples": {"first": iso(first), "last": iso(last)},

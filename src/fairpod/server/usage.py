@@ -1,4 +1,4 @@
-"""Usage over time: the sampler the reconcile loop calls, and the arithmetic on its samples.
+"""Usage over time: the sampler the reconcile loop calls, and the history the dashboard's trends read.
 
 ``UsageSampler.tick(cp)`` runs once per reconcile turn (under the control plane's lock). It computes the
 figures of every instance group and every team from the engine's snapshot and writes a sample to the store
@@ -7,9 +7,10 @@ without a change (old samples go by ``policy.retention_days``, see ``fairpod.ser
 times the engine's cycles for ``/metrics``.
 
 Samples are a step function: a sample's figures hold until the next sample, but never for longer than
-``MAX_HOLD`` seconds (a longer gap means the control plane was down; that time is not counted).
-``integrate`` turns the samples into value x seconds per time bucket: the trends of the dashboard (mean
-per bucket) and the accelerator-hours of the usage report (per day) both come from it.
+``usage_math.MAX_HOLD`` seconds (a longer gap means the control plane was down; that time is not counted).
+``usage_math.integrate`` turns samples into value x seconds per time bucket; the sampler sums its samples into
+buckets as it goes (``fairpod.server.rollups``), which the trends of the dashboard (mean per bucket), the
+accelerator-hours of the usage report (per day) and the budgets read.
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from fairpod.server.figures import instance_types, team_figures
 from fairpod.server.rollups import EVERY as ROLL_EVERY
 from fairpod.server.rollups import PASS_ROWS as ROLL_ROWS
 from fairpod.server.rollups import integrals, roll_up
-from fairpod.server.usage_math import FIGURES, MAX_HOLD, Integrals, integrate  # noqa: F401 - this module's API too
 from fairpod.store import StoreError
 from fairpod.store.usage import GROUP, TEAM, UsageSample
 

@@ -7,11 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from fairpod.store.usage import UsageSample
+from fairpod.store.usage import FIGURES, UsageSample
 
 MAX_HOLD = 300.0  # seconds a sample's figures count for at most (five of the sampler's heartbeats)
-FIGURES = ("acc", "vcpu", "memory_gib", "cap_acc", "cap_vcpu", "cap_memory_gib", "borrowed", "lent", "nodes",
-           "healthy_nodes")  # fmt: skip
 
 
 @dataclass

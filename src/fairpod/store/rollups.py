@@ -4,6 +4,8 @@ reads them; the samples themselves are in ``fairpod.store.usage``).
 A resolution ``res`` (seconds) has rows for its buckets ``[t0, t0 + res)`` up to its *mark*: a row of kind ``mark``
 whose ``t0`` is the time up to which that resolution is written (buckets that no sample covered have no rows, so
 the mark says where the written part ends). A bucket's rows and the new mark are written in one transaction.
+A deletion sets a mark too, in its transaction: that of ``-res`` says before when the buckets of ``res`` are
+deleted, that of ``SAMPLES_DELETED`` before when the samples are.
 """
 
 from __future__ import annotations
@@ -12,13 +14,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select
+from sqlalchemy.orm import Session
 
 from fairpod.store.db import Ops
 from fairpod.store.tables import UsageRollupRow, UsageSampleRow
+from fairpod.store.usage import FIGURES
 
 MARK = "mark"
-FIGURES = ("acc", "vcpu", "memory_gib", "cap_acc", "cap_vcpu", "cap_memory_gib", "borrowed", "lent", "nodes",
-           "healthy_nodes")  # fmt: skip
+SAMPLES_DELETED = 0  # the "resolution" whose mark says before when the samples are deleted
 # a rollup row as list_rollups returns it: t0, kind, name, instance_type, covered, then FIGURES in that order
 Rollup = tuple[Any, ...]
 _SELECT = (UsageRollupRow.t0, UsageRollupRow.kind, UsageRollupRow.name, UsageRollupRow.instance_type,
@@ -50,11 +53,10 @@ class RollupOps(Ops):
             if old is not None:
                 sess.execute(delete(UsageRollupRow).where(UsageRollupRow.res == res, UsageRollupRow.t0 >= old,
                                                           UsageRollupRow.kind != MARK))
-            sess.execute(delete(UsageRollupRow).where(UsageRollupRow.res == res, UsageRollupRow.kind == MARK))
-            new.append({"res": res, "t0": mark, "kind": MARK, "name": "", "instance_type": "", "covered": 0.0,
-                        **dict.fromkeys(FIGURES, 0.0)})
-            sess.execute(insert(UsageRollupRow), new)  # one statement for all rows (not an object each)
-        return len(new) - 1
+            if new:
+                sess.execute(insert(UsageRollupRow), new)  # one statement for all rows (not an object each)
+            _set_mark(sess, res, mark)
+        return len(new)
 
     def first_usage_after(self, t: float) -> float | None:
         """The time of the first sample at or after ``t`` (None if there is none)."""
@@ -76,21 +78,21 @@ class RollupOps(Ops):
             return None if got is None else float(got)
 
     def prune_rollups(self, res: int, before: float) -> int:
-        """Delete the buckets of ``res`` (the samples for ``res`` 0) from before ``before`` and, if there were any,
-        set the mark of ``-res`` to ``before`` (what a reader checks), in one transaction. Returns the rows
-        deleted."""
-        table, col = (UsageSampleRow, UsageSampleRow.ts) if res == 0 else (UsageRollupRow, UsageRollupRow.t0)
+        """Delete the buckets of ``res`` from before ``before`` and, if there were any, set the mark of ``-res`` to
+        ``before`` (what a reader checks), in one transaction. Returns the rows deleted."""
+        return self._prune(delete(UsageRollupRow).where(UsageRollupRow.res == res, UsageRollupRow.t0 < before,
+                                                        UsageRollupRow.kind != MARK), -res, before)
+
+    def prune_rolled_samples(self, before: float) -> int:
+        """Delete the samples from before ``before`` (rolled up) and, if there were any, set the mark of
+        ``SAMPLES_DELETED`` to ``before``, in one transaction. Returns the rows deleted."""
+        return self._prune(delete(UsageSampleRow).where(UsageSampleRow.ts < before), SAMPLES_DELETED, before)
+
+    def _prune(self, q: Any, mark: int, before: float) -> int:
         with self._session(True) as sess:
-            q = delete(table).where(col < before)
-            if res:
-                q = q.where(UsageRollupRow.res == res, UsageRollupRow.kind != MARK)
             got = int(sess.execute(q).rowcount or 0)  # type: ignore[attr-defined]
-            if not got:
-                return 0
-            sess.execute(delete(UsageRollupRow).where(UsageRollupRow.res == -res, UsageRollupRow.kind == MARK))
-            sess.execute(insert(UsageRollupRow), [{"res": -res, "t0": before, "kind": MARK, "name": "",
-                                                   "instance_type": "", "covered": 0.0,
-                                                   **dict.fromkeys(FIGURES, 0.0)}])
+            if got:
+                _set_mark(sess, mark, before)
             return got
 
     def first_rollup(self, res: int | None = None) -> float | None:
@@ -101,3 +103,10 @@ class RollupOps(Ops):
         with self._session(False) as sess:
             got = sess.scalar(q)
             return None if got is None else float(got)
+
+
+def _set_mark(sess: Session, res: int, t: float) -> None:
+    """The mark of ``res`` is ``t`` from now on (one row of kind ``mark`` per ``res``)."""
+    sess.execute(delete(UsageRollupRow).where(UsageRollupRow.res == res, UsageRollupRow.kind == MARK))
+    sess.add(UsageRollupRow(res=res, t0=t, kind=MARK, name="", instance_type="", covered=0.0,
+                            **dict.fromkeys(FIGURES, 0.0)))

@@ -49,14 +49,14 @@ class UsageSample:
         return (self.kind, self.name, self.instance_type)
 
 
-_COLS = ("acc", "vcpu", "memory_gib", "cap_acc", "cap_vcpu", "cap_memory_gib", "borrowed", "lent", "nodes",
+FIGURES = ("acc", "vcpu", "memory_gib", "cap_acc", "cap_vcpu", "cap_memory_gib", "borrowed", "lent", "nodes",
          "healthy_nodes")  # fmt: skip
 
 
 # UsageSample's fields in their order, as columns (list_usage builds each sample from one tuple; a test checks
 # the order: tests/store/test_usage.py)
 _SELECT = (UsageSampleRow.kind, UsageSampleRow.name, UsageSampleRow.instance_type,
-           *(getattr(UsageSampleRow, c) for c in _COLS), UsageSampleRow.ts)
+           *(getattr(UsageSampleRow, c) for c in FIGURES), UsageSampleRow.ts)
 
 
 class UsageOps(Ops):
@@ -67,7 +67,7 @@ class UsageOps(Ops):
             if s.kind not in (GROUP, TEAM):
                 raise ValueError(f"usage.kind: {s.kind!r} is not one of {GROUP}, {TEAM}")
             rows.append(UsageSampleRow(ts=float(ts), kind=s.kind, name=s.name, instance_type=s.instance_type,
-                                       **{c: getattr(s, c) for c in _COLS}))
+                                       **{c: getattr(s, c) for c in FIGURES}))
         with self._session(True) as sess:
             sess.add_all(rows)
         return len(rows)
