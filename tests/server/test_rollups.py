@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 
 from fairpod.server import rollups
 from fairpod.server.rollups import integrals, roll_up
-from fairpod.server.usage_math import FIGURES, Integrals, integrate
+from fairpod.server.usage_math import Integrals, integrate
 from fairpod.store import Store
 from fairpod.store.tables import UsageRollupRow, UsageSampleRow
-from fairpod.store.usage import GROUP, TEAM, UsageSample
+from fairpod.store.usage import FIGURES, GROUP, TEAM, UsageSample
 
 T0 = 1_800_000_000.0  # a multiple of an hour
 
