@@ -82,9 +82,9 @@ def shut() -> Iterator[Path]:
 
 
 def run_one(ex: LocalExecutor, tmp_path: Path, name: str, command: list[str],
-            workdir: str = "/") -> tuple[ReplicaExit, str]:
+            workdir: str = "/", checkpoint_dir: Path | None = None) -> tuple[ReplicaExit, str]:
     ex.launch(JobLaunch(job=name, team="reach", attempt=0, command=command, workdir=workdir,
-                        checkpoint_dir=str(tmp_path / "ckpt" / name), grace_seconds=1.0,
+                        checkpoint_dir=str(checkpoint_dir or tmp_path / "ckpt" / name), grace_seconds=1.0,
                         replicas=(ReplicaLaunch(rank=0, node="n0"),)))
     got: list[ReplicaExit] = []
 
@@ -135,6 +135,33 @@ def test_a_workdir_under_the_covered_directory_stays_out_of_reach(
     """Bringing the program back does not bring back a workdir beside it that the user could not enter."""
     end, log = run_one(ex, tmp_path, "reach-workdir", [str(shut / "py" / "bin" / "probe")], str(shut / "state"))
     assert end.reason != "exited 0" and "probe-done" not in log, log
+
+
+@pytest.mark.parametrize("where", ["home", "checkpoint_dir"])
+def test_the_team_user_writes_its_checkpoint_directory_under_a_shut_directory(
+        as_root: None, shut: Path, ex: LocalExecutor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        where: str) -> None:
+    """``FAIRPOD_HOME`` (or ``cluster.checkpoint_dir``) under a directory only root may enter, as ``/root`` (0700):
+    the team's user writes ``$FAIRPOD_CHECKPOINT_DIR``, and of the way to it sees only the emptied state (or
+    checkpoint) directory; nothing on the host is opened up. Before, ``echo x > $FAIRPOD_CHECKPOINT_DIR/step``
+    failed with permission denied in every per-team job."""
+    monkeypatch.setenv("FAIRPOD_HOME", str(shut / "state"))
+    top, below = ("state", "checkpoints") if where == "home" else ("ckpts", "reach")  # <root>/<team>/<job>
+    (shut / "ckpts").mkdir(mode=0o700)
+    modes = [oct(d.stat().st_mode & 0o777) for d in (shut, shut / "state", shut / "ckpts")]
+    ckpt = shut / top / below / "reach" / f"job-{where}" if where == "home" else shut / top / "reach" / "job"
+    script = (f'echo x > "$FAIRPOD_CHECKPOINT_DIR/step" && echo wrote; ls -a {shut} {shut}/{top}; '
+              f'cat {shut}/secret.txt {shut}/state/tool 2>&1; echo done')
+    end, log = run_one(ex, tmp_path, f"ckpt-{where}", ["sh", "-c", script], checkpoint_dir=ckpt)
+    body = log.split(" ====\n", 1)[1]
+    assert end.reason == "exited 0", log
+    assert body.splitlines()[0] == "wrote", body
+    assert (ckpt / "step").read_text() == "x\n" and ckpt.stat().st_uid == pwd.getpwnam(users.user_name("reach")).pw_uid
+    listed = body.split("\n\n")
+    assert listed[0].splitlines()[2:] == [".", "..", top], body  # only the way: no secret.txt, no py
+    assert listed[1].splitlines()[1:4] == [".", "..", below], body  # the state (checkpoint) directory, emptied
+    assert SECRET not in body and "probe-done" not in body
+    assert [oct(d.stat().st_mode & 0o777) for d in (shut, shut / "state", shut / "ckpts")] == modes  # unchanged
 
 
 @pytest.fixture

@@ -185,9 +185,11 @@ class Supervisor:
             view = dataclasses.replace(view, from_tmp=sandbox.reach.from_tmp(wanted, view.hide))
         if view is not None and ids:  # its interpreter and program, even under a directory the user cannot enter
             gids = (ids["group"], *ids["extra_groups"])
-            ops = sandbox.reach.plan(wanted, ids["user"], gids, view.hide)
-            mine = {str(d) for d in sandbox.own_dirs(self.spec)}  # a workdir under a covered directory (which the
-            shut = [o.path for o in ops if o.kind == "cover"]  # user could not enter) is not brought back by it
+            mine = {str(d) for d in sandbox.own_dirs(self.spec)}  # and its own directories (checkpoints), writable
+            ops = sandbox.reach.plan(wanted + sandbox.reach.ways_to(sorted(mine), view.hide), ids["user"], gids,
+                                     view.hide)
+            # a workdir under a covered directory (which the user could not enter) is not brought back by it
+            shut = [o.path for o in ops if o.kind == "cover"]
             keep = tuple(k for k in view.keep if k in mine or not any(sandbox.reach.inside(k, c) for c in shut))
             view = dataclasses.replace(view, reach=ops, keep=keep)
         self.sandbox = box = sandbox.Sandbox(self.spec, view) if mode != "off" else None

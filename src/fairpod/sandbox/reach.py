@@ -12,6 +12,9 @@ Needed paths (:func:`wanted`): the real paths of the supervisor's ``sys.prefix``
 directory of its interpreter and fairpod's own package, and the job's program (``argv[0]`` looked up on the
 replica's ``PATH``) with the interpreter of its ``#!`` line, each with every symbolic link met on the way to it. A path inside what the sandbox hides
 (fairpod's state directory, the runs and checkpoint roots, the CLI config) is never exposed (:func:`plan`).
+The replica's own checkpoint directory is one more needed path (:func:`ways_to`): with ``FAIRPOD_HOME`` under
+``/root`` (mode 0700) the per-team user could not reach ``$FAIRPOD_CHECKPOINT_DIR`` otherwise, though it is bound in
+its view; ``/root`` is covered, and of it only the (hidden, emptied) state directory is on the way.
 
 The replica's ``/tmp`` is its own, empty: a needed path under the host's ``/tmp`` (fairpod installed in a checkout
 there, a job's script there) is brought back into it, read-only, at its own path (:func:`from_tmp`).
@@ -126,12 +129,24 @@ def inside(path: str, top: str) -> bool:
     return path == top or path.startswith(top.rstrip("/") + "/")
 
 
+def ways_to(own: list[str], hide: tuple[str, ...]) -> list[str]:
+    """What the replica's user must reach on the way to its own directories (its checkpoint directory): for one
+    under a hidden directory, that hidden directory itself (the namespace covers it with an empty tmpfs, in which
+    the directory is bound back, so only the ancestors above it must be traversable), else the directory."""
+    out = []
+    for d in own:
+        tops = [h for h in hide if inside(d, h)]
+        out.append(min(tops, key=len) if tops else d)
+    return list(dict.fromkeys(out))
+
+
 def plan(paths: list[str], uid: int, gids: tuple[int, ...], hide: tuple[str, ...]) -> tuple[Op, ...]:
-    """The mounts that make ``paths`` reachable for ``uid``/``gids``, in the order to make them; a path inside
-    ``hide`` or ``/tmp`` (the replica's own) is refused, ``/`` is never covered."""
+    """The mounts that make ``paths`` reachable for ``uid``/``gids``, in the order to make them; a path strictly
+    inside ``hide`` or in ``/tmp`` (the replica's own) is refused, ``/`` is never covered. A hidden directory itself
+    may be on the way (:func:`ways_to`): what is bound back there is covered by the hiding tmpfs right after."""
     ops: dict[str, Op] = {}
     for p in paths:
-        if any(inside(p, h) for h in hide) or inside(p, "/tmp"):
+        if any(inside(p, h) and p != h for h in hide) or inside(p, "/tmp"):
             continue
         cur = "/"
         for comp in [c for c in p.split("/") if c]:
