@@ -50,10 +50,29 @@ def _pg_bin(name: str) -> str | None:
     return cands[-1] if cands else None
 
 
+class PrivatePostgres:
+    """A PostgreSQL server of its own in a temporary directory (a Unix socket only), which a test may stop and
+    start again (a database outage)."""
+
+    def __init__(self, d: str, prefix: list[str], pg_ctl: str) -> None:
+        self.dir, self.prefix, self.pg_ctl = d, prefix, pg_ctl
+        self.data = os.path.join(d, "data")
+        self.url = f"postgresql+psycopg://fairpod@/postgres?host={d}&port=54329"
+
+    def start(self) -> None:
+        opts = f"-k {self.dir} -c listen_addresses='' -p 54329 -c fsync=off"
+        subprocess.run([*self.prefix, self.pg_ctl, "-D", self.data, "-o", opts, "-l", os.path.join(self.dir, "log"),
+                        "-w", "start"], check=True, capture_output=True, timeout=60)  # fmt: skip
+
+    def stop(self) -> None:
+        subprocess.run([*self.prefix, self.pg_ctl, "-D", self.data, "-m", "immediate", "stop"], capture_output=True,
+                       timeout=60)  # fmt: skip
+
+
 @contextmanager
-def private_postgres() -> Iterator[str]:
-    """A PostgreSQL server of its own in a temporary directory (a Unix socket only), its URL; pytest.skip
-    (or, outside pytest, Skipped) when the binaries or a user to run it as are missing."""
+def postgres_server() -> Iterator[PrivatePostgres]:
+    """A :class:`PrivatePostgres`, started; pytest.skip (or, outside pytest, Skipped) when the binaries or a user
+    to run it as are missing."""
     pytest.importorskip("psycopg")
     initdb, pg_ctl = _pg_bin("initdb"), _pg_bin("pg_ctl")
     if not initdb or not pg_ctl:
@@ -67,23 +86,26 @@ def private_postgres() -> Iterator[str]:
     d = tempfile.mkdtemp(prefix="fairpod-pg-")
     if prefix:
         shutil.chown(d, "postgres")
-    data = os.path.join(d, "data")
+    pg = PrivatePostgres(d, prefix, pg_ctl)
     try:
-        subprocess.run([*prefix, initdb, "-A", "trust", "-U", "fairpod", "-D", data], check=True,
+        subprocess.run([*prefix, initdb, "-A", "trust", "-U", "fairpod", "-D", pg.data], check=True,
                        capture_output=True, timeout=120)  # fmt: skip
-        opts = f"-k {d} -c listen_addresses='' -p 54329 -c fsync=off"
-        subprocess.run([*prefix, pg_ctl, "-D", data, "-o", opts, "-l", os.path.join(d, "log"), "-w", "start"],
-                       check=True, capture_output=True, timeout=60)  # fmt: skip
+        pg.start()
     except (subprocess.SubprocessError, OSError) as e:
         shutil.rmtree(d, ignore_errors=True)
         pytest.skip(f"could not start a PostgreSQL server: {e}")
     try:
-        yield f"postgresql+psycopg://fairpod@/postgres?host={d}&port=54329"
+        yield pg
     finally:
-        subprocess.run(
-            [*prefix, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60
-        )
+        pg.stop()
         shutil.rmtree(d, ignore_errors=True)
+
+
+@contextmanager
+def private_postgres() -> Iterator[str]:
+    """The URL of a :func:`postgres_server`."""
+    with postgres_server() as pg:
+        yield pg.url
 
 
 @pytest.fixture(scope="module")

@@ -57,6 +57,10 @@ class NodeOwner(Protocol):
 
     def jobs_on(self, name: str) -> list[int]: ...
 
+    def store_lost(self, e: BaseException) -> bool:
+        """True when ``e`` came of a database that cannot be reached (said once by the core, not per round)."""
+        ...
+
 
 class HealthManager:
     def __init__(self, cp: NodeOwner, *, interval: float = 10.0, reboot_seconds: float = 2.0,
@@ -123,8 +127,9 @@ class HealthManager:
                     next_agent = now + self.interval
                 self.recovery_round()
                 self.check_round()
-            except Exception:
-                log.exception("health loop failed; retrying")
+            except Exception as e:
+                if not self.cp.store_lost(e):
+                    log.exception("health loop failed; retrying")
             self._wake.wait(min(self.interval, 0.5))
             self._wake.clear()
 

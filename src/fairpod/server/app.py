@@ -21,6 +21,7 @@ from fairpod.server import (
     api_rules,
     diskfull,
     metrics,
+    outage,
     registries,
     routes_admin,
     routes_backup,
@@ -137,7 +138,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     def healthz() -> Any:
         body = {"ok": True, "version": __version__, "cycles": cp.cycles, "pid": os.getpid(),
                 "engine": governance.engine_name()}  # native or pure Python (fairpod.native)
-        bad = diskfull.health(cp)
+        bad = diskfull.health(cp) or outage.health(cp)
         return body if bad is None else JSONResponse({**body, **bad}, status_code=503)
 
     app.add_middleware(BodyLimit)

@@ -50,6 +50,8 @@ class BatchingStore:
 
     def __init__(self, store: Store) -> None:
         self._store = store
+        # True for a failure that needs no log line (a lost database: fairpod.server.outage says it once)
+        self.quiet: Callable[[BaseException], bool] = lambda e: False
         self._local = threading.local()
         self._tokens: dict[str, tuple[float, User]] = {}  # token -> (valid until, monotonic), its user
         self._tokens_lock = threading.Lock()
@@ -78,8 +80,9 @@ class BatchingStore:
         except BaseException:
             try:
                 self.flush()
-            except Exception:
-                log.exception("could not write the batched job updates after an error")
+            except Exception as e:
+                if not self.quiet(e):
+                    log.exception("could not write the batched job updates after an error")
             raise
         else:
             self.flush()

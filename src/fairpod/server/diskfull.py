@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
 
+from fairpod.server import outage
+
 log = logging.getLogger("fairpod.diskfull")
 
 PROBE_BYTES = 256 * 1024  # space a probe must find before the disk counts as writable again
@@ -130,8 +132,9 @@ def metrics(cp: Any) -> Iterator[Any]:
 
 
 def add_handlers(app: Any, cp: Any, problem: Any) -> None:
-    """503 "disk full" for a request whose write failed for lack of space; any other such error stays a 500."""
-    from sqlalchemy.exc import OperationalError
+    """503 "disk full" for a request whose write failed for lack of space, 503 "store unreachable" for one that
+    failed because the database cannot be reached (fairpod.server.outage); any other such error stays a 500."""
+    from sqlalchemy.exc import DBAPIError, OperationalError
     from starlette.requests import Request
     from starlette.responses import Response
 
@@ -140,10 +143,14 @@ def add_handlers(app: Any, cp: Any, problem: Any) -> None:
             resp: Response = problem(503, "disk full", f"{full(cp)}; free space there and retry")
             resp.headers["Retry-After"] = "10"
             return resp
+        if outage.failed(cp, e):  # the database is out: said once in the log (fairpod.server.outage)
+            resp = problem(503, "store unreachable", outage.problem_of(cp))
+            resp.headers["Retry-After"] = "5"
+            return resp
         log.error("request failed", exc_info=e)
         return problem(500, "internal server error", "the server failed; see its log") # type: ignore[no-any-return]
 
-    for kind in (OperationalError, sqlite3.OperationalError, OSError):
+    for kind in (OperationalError, DBAPIError, sqlite3.OperationalError, OSError):
         app.add_exception_handler(kind, _handler)
 
 

@@ -173,8 +173,9 @@ class Estimates:
                 try:
                     if self.due(cp):
                         self.refresh(cp)
-                except Exception:  # an estimate is never worth stopping the server for
-                    log.exception("estimating start times failed")
+                except Exception as e:  # an estimate is never worth stopping the server for
+                    if not cp.store_lost(e):
+                        log.exception("estimating start times failed")
                 if self._wanted:  # asked for, but the budget did not allow it yet: when it will
                     wait = max(self.spacing * self.forecast_cpu, self.copy_seconds / self.lock_share)
                     self._wake.wait(min(1.0, max(0.0, self._last + wait - time.monotonic())))

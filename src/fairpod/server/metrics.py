@@ -21,7 +21,7 @@ from sqlalchemy import func, select
 
 from fairpod import __version__
 from fairpod.model.jobs import JobState
-from fairpod.server import diskfull, heap
+from fairpod.server import diskfull, heap, outage
 from fairpod.server.auth import Auth, Principal
 from fairpod.server.control import ControlPlane
 from fairpod.server.figures import instance_types, team_figures
@@ -124,6 +124,7 @@ class FairpodCollector(Collector):
         info.add_metric([__version__], 1)
         yield info
         yield from diskfull.metrics(cp)
+        yield from outage.metrics(cp)
 
         cap = GaugeMetricFamily("fairpod_cluster_capacity", "Capacity of the cluster's nodes (cpu in cores, "
                                 "memory in bytes)", labels=["instance_type", "resource"])

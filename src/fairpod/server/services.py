@@ -212,8 +212,9 @@ class Services:
         while not self._stop.wait(self.interval):
             try:
                 self.probe_once()
-            except Exception:  # a probe round must never end the thread
-                log.exception("service probes failed")
+            except Exception as e:  # a probe round must never end the thread
+                if not self.cp.store_lost(e):
+                    log.exception("service probes failed")
 
     def _targets(self) -> tuple[list[_Target], set[int]]:
         """The live replicas of running services, and the ids of services that have ended (under the lock)."""

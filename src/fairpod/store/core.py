@@ -115,6 +115,11 @@ class Store(_AllOps):
                 top = s.scalar(select(func.max(JobRow.seq))) or 0
                 s.add(CounterRow(name=JOB_SEQ_COUNTER, value=top))
 
+    def ping(self) -> None:
+        """One round trip to the database (``SELECT 1``); raises what the driver raises when it cannot be reached."""
+        with self.engine.connect() as c:
+            c.execute(select(1))
+
     def close(self) -> None:
         """Close pooled connections (on SQLite this also checkpoints the WAL when the last one closes)."""
         self.engine.dispose()

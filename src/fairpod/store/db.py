@@ -33,7 +33,10 @@ def make_engine(
     """One Engine per Store; it is thread-safe and pools connections."""
     u = make_url(url)
     if u.get_backend_name() != "sqlite":
-        return create_engine(u, echo=echo, pool_pre_ping=True, future=True)
+        # a database cut off by the network: a connection attempt gives up after 10 s instead of the TCP timeout
+        # (minutes), so an outage is seen and said (fairpod.server.outage) and the API answers 503 in time
+        connect = {"connect_timeout": 10} if u.get_backend_name() == "postgresql" else {}
+        return create_engine(u, echo=echo, pool_pre_ping=True, future=True, connect_args=connect)
     sync = synchronous.upper()
     if sync not in SYNCHRONOUS_MODES:
         raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS_MODES)}, not {synchronous!r}")

@@ -14,7 +14,7 @@ from typing import Any
 from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
-from fairpod.server import arrays, backoff, diskfull, membership, restarts
+from fairpod.server import arrays, backoff, diskfull, membership, outage, restarts
 from fairpod.server.logrules import LogWatch
 from fairpod.server.readiness import Readiness
 from fairpod.server.runs import from_engine, job_id_of
@@ -106,16 +106,21 @@ class Loop:
                 if self.pace.wait(self._stop):  # a burst of wakes: one turn for all of it (server.turns.TurnPace)
                     break
                 self.wake.clear()
+                if not outage.recheck(self, self.reload):  # the database is out: no turn until it answers
+                    continue
                 try:
                     diskfull.recheck(self)
                     self.reconcile_once()
                 except Exception as e:  # keep serving; the next turn starts again from the store's truth
-                    if not diskfull.failed(self, e):  # a full disk is logged once, and retried every turn
+                    # a full disk and a lost database are logged once, and retried
+                    if outage.failed(self, e):
+                        continue  # the memory is rebuilt once the store answers again
+                    if not diskfull.failed(self, e):
                         log.exception("reconcile failed; rebuilding the control plane's memory from the store")
                     try:
                         self.reload()
                     except Exception as e2:  # noqa: BLE001 - the loop must live on: the next turn tries again
-                        if not diskfull.failed(self, e2):
+                        if not diskfull.failed(self, e2) and not outage.failed(self, e2):
                             log.exception("reload failed; trying again at the next turn")
 
         self._thread = threading.Thread(target=loop, name="fairpod-reconcile", daemon=True)

@@ -17,7 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.executors.base import Executor, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import arrays, eta, readiness, restarts
+from fairpod.server import arrays, eta, outage, readiness, restarts
 from fairpod.server.batch import BatchingStore
 from fairpod.server.budgets import BudgetKeeper
 from fairpod.server.control.attempt import AttemptLife
@@ -68,6 +68,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         keepers: Callable[[ControlPlane], Keepers] = standard_keepers,
     ) -> None:
         self.store = BatchingStore(store)  # batches the reconcile loop's job writes (fairpod.server.batch)
+        self.store.quiet = self.store_lost  # a lost database is said once (fairpod.server.outage)
         self.executor = executor
         self.home = Path(home)
         self.clock = clock
@@ -104,6 +105,10 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         with self.lock:
             self._recover()
 
+    def store_lost(self, e: BaseException) -> bool:
+        """True when ``e`` came of a database that cannot be reached: said once (fairpod.server.outage)."""
+        return outage.failed(self, e)
+
     def reload(self) -> None:
         """Forget the memory and build it again from the store (after a failed store write)."""
         with self.lock:
@@ -117,7 +122,9 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         with self.lock:
             try:
                 yield
-            except STORE_ERRORS:
+            except STORE_ERRORS as e:
+                if outage.failed(self, e):  # said once; the loop rebuilds the memory once the store answers
+                    raise
                 log.exception("store write failed; rebuilding the control plane's memory from the store")
                 self.reload()
                 raise
