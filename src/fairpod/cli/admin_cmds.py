@@ -224,6 +224,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "engine would do to running and pending jobs (who would be preempted); change nothing")
     p.add_argument("--on-host", action="store_true", help="a PyTorchJob: run its command on the node, not in its "
                    "container image (the image is reported only; docs/containers.md)")
+    p.add_argument("--team", help="Kubernetes manifests: the team to submit them for (default: the team their "
+                   "namespace or kueue.x-k8s.io/queue-name label names, else your only team; docs/kubernetes.md)")
     add_output(p)
     p.set_defaults(func=apply)
 

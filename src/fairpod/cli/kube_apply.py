@@ -12,20 +12,32 @@ from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import emit_json
 from fairpod.formats.kube import ManifestError, convert_all
+from fairpod.formats.kube.teams import Teams
 
 
 def _kind(d: Any) -> str:
     return str(d.get("kind", "")) if isinstance(d, dict) else ""
 
 
-def apply_manifests(a: argparse.Namespace, docs: list[Any]) -> int:
+def _teams(a: argparse.Namespace, c: Client) -> Teams:
+    """The cluster's teams' names (the spec's), ``--team``, and the submitter's only team, asked when needed."""
+
+    def only() -> str | None:
+        me = c.get("/me")
+        mine = me.get("teams") or []
+        return str(mine[0]) if me.get("role") == "member" and len(mine) == 1 else None
+
+    return Teams.of(c.get("/spec").get("teams") or [], flag=getattr(a, "team", None), only=only)
+
+
+def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list[Any], list[str]]:
     jobs: list[Any] = []
     warnings: list[str] = []
     if any(_kind(d) == "RayJob" for d in docs):  # KubeRay RayJobs (fairpod.formats.kube.rayjob)
         from fairpod.formats.kube import rayjob
 
         try:
-            jobs = rayjob.convert_all(docs, cwd=os.getcwd())
+            jobs = rayjob.convert_all(docs, cwd=os.getcwd(), teams=teams)
         except ManifestError as e:  # one line per refused field
             raise CliError("\n".join(f"{a.file}: {line}" for line in str(e).splitlines())) from None
         rest = [f"{_kind(d) or '(no kind)'}/{(d.get('metadata') or {}).get('name', '?')}" for d in docs
@@ -35,14 +47,21 @@ def apply_manifests(a: argparse.Namespace, docs: list[Any]) -> int:
     if any(_kind(d) == "PyTorchJob" for d in docs) or not jobs:
         try:
             more, warned = convert_all(docs, python=sys.executable, cwd=os.getcwd(),
-                                       on_host=bool(getattr(a, "on_host", False)))
+                                       on_host=bool(getattr(a, "on_host", False)), teams=teams)
         except ManifestError as e:
             raise CliError(f"{a.file}: {e}") from None
         jobs += more
         warnings += [w for w in warned if "RayJob/" not in w]  # said above
-    for w in warnings:
-        print(f"fairpod: warning: {w}", file=sys.stderr)
+    return jobs, warnings
+
+
+def apply_manifests(a: argparse.Namespace, docs: list[Any]) -> int:
+    _convert(a, docs, Teams(flag=getattr(a, "team", None), check=False))  # the file's own errors, before the server
     c = Client()
+    teams = _teams(a, c)
+    jobs, warnings = _convert(a, docs, teams)
+    for w in [*warnings, *teams.notes]:
+        print(f"fairpod: warning: {w}", file=sys.stderr)
     submitted = []
     for j in jobs:
         kind, res = ("RayJob", "rayjob.ray.io") if j.body.get("ray") else ("PyTorchJob", "pytorchjob.kubeflow.org")

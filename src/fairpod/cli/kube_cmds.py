@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("format", choices=["kueue"], help="what to read (kueue)")
     p.add_argument("dir", metavar="DIR", help="directory (or file) of Kueue objects as YAML or JSON")
     p.add_argument("-o", "--output", metavar="FILE", help="write the spec here (default: stdout)")
+    p.add_argument("--flavor", action="append", default=[], metavar="NAME=TYPE",
+                   help="read the ResourceFlavor NAME as instance type TYPE (repeatable); by default a flavor's "
+                   "type is its node.kubernetes.io/instance-type node label, else its name, else a node type of its "
+                   "own sized from the quotas")
     p.set_defaults(func=import_cmd)
 
 
@@ -78,8 +82,14 @@ def export_cmd(a: argparse.Namespace) -> int:
 def import_cmd(a: argparse.Namespace) -> int:
     from fairpod.formats.kube.importer import ImportError_, import_kueue, read_dir, spec_yaml
 
+    given: dict[str, str] = {}
+    for f in a.flavor:
+        name, eq, it = f.partition("=")
+        if not eq or not name.strip() or not it.strip():
+            raise CliError(f"--flavor {f!r}: give NAME=TYPE (a ResourceFlavor's name and an instance type)")
+        given[name.strip()] = it.strip()
     try:
-        res = import_kueue(read_dir(Path(a.dir)))
+        res = import_kueue(read_dir(Path(a.dir)), flavors=given)
     except ImportError_ as e:
         raise CliError(f"{a.dir}: {e}") from None
     for n in res.notes:

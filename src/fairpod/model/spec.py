@@ -334,6 +334,23 @@ class Team(_Strict):
     run_as: str | None = Field(default=None, pattern=USER_PATTERN, max_length=32)  # OS user of its replicas
     user_limits: UserLimits = Field(default_factory=UserLimits)
     budgets: list[Budget] = Field(default_factory=list, max_length=64)
+    # what Kubernetes manifests call the team (docs/kubernetes.md); none listed: HyperPod's names for it
+    namespaces: list[str] = Field(default_factory=list, max_length=32,
+                                  description="Kubernetes namespaces whose jobs are this team's (default: "
+                                  "HyperPod's hyperpod-ns-<team>)")
+    local_queues: list[str] = Field(default_factory=list, max_length=32,
+                                    description="Kueue LocalQueue names (kueue.x-k8s.io/queue-name) that are this "
+                                    "team's (default: HyperPod's hyperpod-ns-<team>-localqueue)")
+
+    @field_validator("namespaces", "local_queues")
+    @classmethod
+    def _dns_labels(cls, v: list[str]) -> list[str]:
+        for n in v:
+            if not re.match(NAME_PATTERN, n) or len(n) > 63:
+                raise ValueError(f"{n!r} is not a Kubernetes name (lower-case letters, digits and '-', at most 63)")
+        if len(set(v)) != len(v):
+            raise ValueError("a name is listed twice")
+        return v
 
 
 class ClusterSpec(_Strict):
@@ -530,6 +547,12 @@ def check_spec(spec: ClusterSpec) -> list[str]:
     for name, n in Counter(t.name for t in spec.teams).items():
         if n > 1:
             probs.append(f"teams: duplicate team {name!r}")
+    for what in ("namespaces", "local_queues"):
+        owner: dict[str, str] = {}
+        for t in spec.teams:
+            for n in getattr(t, what):
+                if owner.setdefault(n, t.name) != t.name:
+                    probs.append(f"teams: {what} {n!r} is listed by both {owner[n]} and {t.name}")
     probs += _group_problems(spec, cat, known)
     quota_sum: dict[str, Res] = {}
     for i, team in enumerate(spec.teams):

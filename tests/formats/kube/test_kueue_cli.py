@@ -100,18 +100,24 @@ def test_bad_input_is_one_clear_line(tmp_path: Path):
     bad.write_text("kind: [unclosed\n")
     assert "not valid YAML" in one_error_line(fairpod("import", "kueue", str(bad)))
     bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: LocalQueue\nmetadata: {name: q, namespace: n}\n")
-    assert "no kueue.x-k8s.io ClusterQueue or Cohort found" in one_error_line(fairpod("import", "kueue", str(bad)))
-    bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: gpu-queue}\n"
-                   "spec: {cohortName: c}\n")
-    assert "ClusterQueue gpu-queue: which team?" in one_error_line(fairpod("import", "kueue", str(bad)))
+    assert "no kueue.x-k8s.io ClusterQueue, Cohort or WorkloadPriorityClass found" in one_error_line(
+        fairpod("import", "kueue", str(bad)))
+    bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: AdmissionCheck\nmetadata: {name: prov}\n---\n"
+                   "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: gpu-queue}\n"
+                   "spec: {cohortName: c, admissionChecks: [prov]}\n")
+    line = one_error_line(fairpod("import", "kueue", str(bad)))
+    assert "AdmissionCheck prov: admission checks" in line and "ClusterQueue gpu-queue.spec.admissionChecks" in line
     bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: hyperpod-ns-a-clusterqueue}"
                    "\nspec: {cohortName: c, resourceGroups: [{coveredResources: [cpu], flavors: [{name: spot, "
                    "resources: [{name: cpu, nominalQuota: 4}]}]}]}\n")
     assert "no ResourceFlavor spot defines its instance type" in one_error_line(fairpod("import", "kueue", str(bad)))
+    assert "--flavor spot=ml.nope: ml.nope is not an instance type" in one_error_line(
+        fairpod("import", "kueue", str(bad), "--flavor", "spot=ml.nope"))
+    assert "--flavor 'spot': give NAME=TYPE" in one_error_line(fairpod("import", "kueue", str(bad), "--flavor", "spot"))
     bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: WorkloadPriorityClass\nmetadata: {name: x-priority}\n"
-                   "value: 1000\n---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\n"
+                   "value: 1e3\n---\napiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\n"
                    "metadata: {name: hyperpod-ns-a-clusterqueue}\n")
-    assert "value 1000 is not a fairpod weight" in one_error_line(fairpod("import", "kueue", str(bad)))
+    assert "value '1e3' is not a whole number" in one_error_line(fairpod("import", "kueue", str(bad)))
     bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: hyperpod-ns-a-clusterqueue}"
                    "\nspec: {cohortName: c1}\n---\napiVersion: kueue.x-k8s.io/v1beta1\nkind: ClusterQueue\n"
                    "metadata: {name: hyperpod-ns-b-clusterqueue}\nspec: {cohort: c2}\n")

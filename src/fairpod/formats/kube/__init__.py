@@ -48,10 +48,8 @@ from pathlib import Path
 from typing import Any
 
 from fairpod.formats.kube.image import host_mounts, image_env
+from fairpod.formats.kube.teams import QUEUE_LABEL, Teams, TeamError
 
-NS_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
-QUEUE_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-localqueue$")
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 AUTO_RESUME = "sagemaker.amazonaws.com/enable-job-auto-resume"
 MAX_RETRY = "sagemaker.amazonaws.com/job-max-retry-count"
@@ -97,28 +95,12 @@ def quantity(v: Any, where: str) -> float:
     return num * mult
 
 
-def _team(meta: dict[str, Any], labels: list[dict[str, Any]]) -> tuple[str, str]:
-    found: dict[str, str] = {}
-    ns = meta.get("namespace")
-    if ns is not None:
-        m = NS_RE.match(str(ns))
-        if m:
-            found[m.group("team")] = f"namespace {ns}"
-    for lab in labels:
-        q = lab.get(QUEUE_LABEL)
-        if q is not None:
-            m = QUEUE_RE.match(str(q))
-            if not m:
-                raise ManifestError(f"label {QUEUE_LABEL}: {q!r} is not hyperpod-ns-<team>-localqueue")
-            found.setdefault(m.group("team"), f"label {QUEUE_LABEL}: {q}")
-    if not found:
-        raise ManifestError("which team? set metadata.namespace: hyperpod-ns-<team> or the label "
-                            f"{QUEUE_LABEL}: hyperpod-ns-<team>-localqueue")
-    if len(found) > 1:
-        raise ManifestError("the namespace and the queue-name labels name different teams: "
-                            + "; ".join(f"{t} ({src})" for t, src in found.items()))
-    team, src = next(iter(found.items()))
-    return team, src
+def _team(meta: dict[str, Any], labels: list[dict[str, Any]], teams: Teams | None = None) -> tuple[str, str]:
+    """The job's team (fairpod.formats.kube.teams); without ``teams``, HyperPod's names are read."""
+    try:
+        return (teams or Teams()).resolve(meta, labels)
+    except TeamError as e:
+        raise ManifestError(str(e)) from None
 
 
 def _container(spec: dict[str, Any], where: str, warnings: list[str]) -> dict[str, Any]:
@@ -200,7 +182,8 @@ def _signature(c: dict[str, Any], spec: dict[str, Any]) -> str:
     return json.dumps([keep, spec.get("nodeSelector")], sort_keys=True, default=str)
 
 
-def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False) -> Converted:
+def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False, teams: Teams | None = None
+            ) -> Converted:
     """The fairpod job (POST /jobs body) of one PyTorchJob document."""
     warnings: list[str] = []
     notes: list[str] = []
@@ -242,7 +225,7 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False
     where = f"spec.pytorchReplicaSpecs.{rtype}.template.spec.containers[{c.get('name')}]"
     labels = [_map(meta.get("labels"), "metadata.labels")] + [_map(m.get("labels"), "template.metadata.labels")
                                                               for m, _, _ in templates.values()]
-    team, team_src = _team(meta, labels)
+    team, team_src = _team(meta, labels, teams)
     notes.append(f"team {team} ({team_src})")
     priority = None
     for lab in labels:
@@ -426,7 +409,7 @@ def _topology(annotations: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def convert_all(docs: list[Any], *, python: str, cwd: str, on_host: bool = False
+def convert_all(docs: list[Any], *, python: str, cwd: str, on_host: bool = False, teams: Teams | None = None
                 ) -> tuple[list[Converted], list[str]]:
     """Every PyTorchJob of a file, and warnings about the documents that are skipped."""
     jobs, skipped = [], []
@@ -436,7 +419,7 @@ def convert_all(docs: list[Any], *, python: str, cwd: str, on_host: bool = False
         kind = str(d.get("kind", ""))
         if kind == "PyTorchJob":
             try:
-                jobs.append(convert(d, python=python, cwd=cwd, on_host=on_host))
+                jobs.append(convert(d, python=python, cwd=cwd, on_host=on_host, teams=teams))
             except ManifestError as e:
                 name = _map(d.get("metadata"), "metadata").get("name", "?")
                 raise ManifestError(f"PyTorchJob {name}: {e}") from None

@@ -127,6 +127,17 @@ def borrowing_limit(q: Res, borrow_limit: int) -> Res:
     return Res(q.acc * k // 100 - q.acc, q.mcpu * k // 100 - q.mcpu, q.mib * k // 100 - q.mib)
 
 
+def namespaces(team: Team) -> list[str]:
+    """The namespaces of a team's jobs: those its spec entry lists, else HyperPod's."""
+    return team.namespaces or [K.namespace(team.name)]
+
+
+def _selector(names: list[str]) -> dict[str, Any]:
+    if len(names) == 1:
+        return {"matchLabels": {K.NS_LABEL: names[0]}}
+    return {"matchExpressions": [{"key": K.NS_LABEL, "operator": "In", "values": names}]}
+
+
 def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], covered: list[str]) -> dict[str, Any]:
     cat = spec.catalog()
     strat = team.sharing.strategy
@@ -151,7 +162,7 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
                      "annotations": {K.ANN_TEAM: _dump(team.model_dump(mode="json"))}},
         "spec": {
             "cohortName": team.group or spec.cluster.name,
-            "namespaceSelector": {"matchLabels": {K.NS_LABEL: K.namespace(team.name)}},
+            "namespaceSelector": _selector(namespaces(team)),
             "queueingStrategy": "BestEffortFIFO",
             "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"},
                            "withinClusterQueue": "LowerPriority" if own else "Never"},
@@ -276,7 +287,7 @@ def export_kueue(spec: ClusterSpec) -> Export:
         covered = [K.GPU, K.CPU, K.MEMORY]
     objs: list[dict[str, Any]] = []
     for t in spec.teams:
-        objs.append({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": K.namespace(t.name)}})
+        objs += [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}} for ns in namespaces(t)]
     custom = {t.name for t in spec.instance_types}
     levels = spec.cluster.topology_levels
     if levels:
@@ -310,9 +321,9 @@ def export_kueue(spec: ClusterSpec) -> Export:
         if un is not None:
             objs.append(un)
     for t in spec.teams:
-        objs.append({"apiVersion": K.API, "kind": "LocalQueue",
-                     "metadata": {"name": K.local_queue(t.name), "namespace": K.namespace(t.name)},
-                     "spec": {"clusterQueue": K.cluster_queue(t.name)}})
+        objs += [{"apiVersion": K.API, "kind": "LocalQueue", "metadata": {"name": q, "namespace": ns},
+                  "spec": {"clusterQueue": K.cluster_queue(t.name)}}
+                 for ns in namespaces(t) for q in (t.local_queues or [K.local_queue(t.name)])]
     ranking = spec.policy.task_prioritization == TaskPrioritization.TASK_RANKING
     for pc in spec.policy.priority_classes:
         objs.append({"apiVersion": K.API, "kind": "WorkloadPriorityClass",

@@ -104,6 +104,21 @@ def _qty(v: Any, where: str) -> float:
         raise ImportError_(str(e)) from None
 
 
+# Kueue objects with no fairpod meaning: refused by their own name (not skipped: a cluster that needs them
+# would silently run differently)
+_CHECKS = "admission checks (provisioning requests, MultiKueue) gate admission on another system; fairpod admits by " \
+    "its own quota rules and has none"
+REFUSED = {
+    "AdmissionCheck": _CHECKS,
+    "ProvisioningRequestConfig": _CHECKS,
+    "MultiKueueConfig": "MultiKueue dispatches workloads to other Kubernetes clusters; a fairpod server schedules "
+    "its own nodes (Ray for several hosts)",
+    "MultiKueueCluster": "MultiKueue dispatches workloads to other Kubernetes clusters; a fairpod server schedules "
+    "its own nodes (Ray for several hosts)",
+    "AdmissionFairSharingStatus": "Kueue's status, not configuration",
+}
+
+
 class _Objects:
     def __init__(self, docs: list[Any], notes: list[str]) -> None:
         self.by_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in K.KINDS}
@@ -125,10 +140,22 @@ class _Objects:
                 continue
             else:
                 skipped.append(f"{kind or '(no kind)'}/{name or '?'} ({api or 'no apiVersion'})")
+        refused = [f"{kind} {name or '?'}: {why}" for d in _flatten(docs)
+                   if (why := REFUSED.get(kind := str(d.get("kind", "")))) is not None
+                   and str(d.get("apiVersion", "")).startswith(K.GROUP)
+                   for name in [str(_map(d.get("metadata"), "metadata").get("name") or "")]]
+        for cq in self.by_kind["ClusterQueue"]:
+            for key in ("admissionChecks", "admissionChecksStrategy"):
+                if _map(cq.get("spec"), "ClusterQueue.spec").get(key):
+                    refused.append(f"ClusterQueue {_name(cq)}.spec.{key}: {REFUSED['AdmissionCheck']}")
+        if refused:
+            raise ImportError_("no fairpod meaning: " + "; ".join(refused))
         if skipped:
             notes.append(f"skipped (not a Kueue object fairpod reads): {', '.join(skipped)}")
-        if not self.by_kind["ClusterQueue"] and not self.by_kind["Cohort"]:
-            raise ImportError_("no kueue.x-k8s.io ClusterQueue or Cohort found: nothing to read a cluster from")
+        if not self.by_kind["ClusterQueue"] and not self.by_kind["Cohort"] \
+                and not self.by_kind["WorkloadPriorityClass"]:
+            raise ImportError_("no kueue.x-k8s.io ClusterQueue, Cohort or WorkloadPriorityClass found: nothing to "
+                               "read a cluster from")
 
 
 def _ann(obj: dict[str, Any], key: str) -> Any:
@@ -176,34 +203,92 @@ def _kueue_part(objs: list[dict[str, Any]]) -> dict[tuple[str, str, str], Any]:
 # -- reading the Kueue fields --------------------------------------------------------------------------------
 
 
-def _flavors(objs: _Objects, notes: list[str]) -> tuple[dict[str, str], list[dict[str, Any]]]:
-    """ResourceFlavor name -> instance type; and the custom instance types, in file order."""
+def _catalog_type(label: str) -> str | None:
+    """The catalog's instance type of a node label's value: itself, or SageMaker's ``ml.`` name of an EC2 type
+    (EKS nodes are labelled ``p4d.24xlarge``)."""
+    return next((t for t in (label, f"ml.{label}") if t in BUILTIN_INSTANCE_TYPES), None)
+
+
+def _flavors(objs: _Objects, notes: list[str], given: dict[str, str]
+             ) -> tuple[dict[str, str], list[dict[str, Any]], set[str]]:
+    """ResourceFlavor name -> instance type; the custom instance types, in file order; and the flavors that name
+    no instance type, each read as a node type of its own (sized from the quotas by ``_size_derived``).
+
+    A flavor's instance type is, in order: ``--flavor NAME=TYPE``; its ``node.kubernetes.io/instance-type`` node
+    label; its own name when that is an instance type fairpod knows; else a type of its own."""
     out: dict[str, str] = {}
     custom: list[dict[str, Any]] = []
+    derived: set[str] = set()
     for rf in objs.by_kind["ResourceFlavor"]:
         fname = _name(rf)
         labels = _map(_map(rf.get("spec"), f"ResourceFlavor {fname}.spec").get("nodeLabels"),
                       f"ResourceFlavor {fname}.spec.nodeLabels")
-        it = next((str(labels[k]) for k in K.INSTANCE_LABELS if k in labels), None)
+        label = next((str(labels[k]) for k in K.INSTANCE_LABELS if k in labels), None)
+        it = given.get(fname) or label
+        if it is not None and it not in BUILTIN_INSTANCE_TYPES and _ann(rf, K.ANN_INSTANCE_TYPE) is None:
+            known = _catalog_type(it)
+            if known is None and fname in given:
+                raise ImportError_(f"--flavor {fname}={it}: {it} is not an instance type fairpod knows (fairpod "
+                                   "instance-types lists them)")
+            if known is not None:
+                notes.append(f"ResourceFlavor {fname}: instance type {it} read as {known}")
+                it = known
         if it is None:
             if fname in BUILTIN_INSTANCE_TYPES:
                 it = fname
                 notes.append(f"ResourceFlavor {fname}: no {K.INSTANCE_LABEL} node label; read as the instance type "
                              "of its name")
             else:
-                raise ImportError_(f"ResourceFlavor {fname}: no {K.INSTANCE_LABEL} node label, so fairpod cannot "
-                                   "tell which instance type it is")
+                it = _type_name(fname)
+                derived.add(it)
+                out[fname] = it
+                continue
         out[fname] = it
         if it not in BUILTIN_INSTANCE_TYPES:
             ann = _ann(rf, K.ANN_INSTANCE_TYPE)
             if not isinstance(ann, dict):
                 raise ImportError_(f"ResourceFlavor {fname}: instance type {it} is not in fairpod's catalog and the "
                                    f"flavor has no {K.ANN_INSTANCE_TYPE} annotation: define it under instance_types "
-                                   "(accelerators, vcpu, memory_gib)")
+                                   f"(accelerators, vcpu, memory_gib), or give --flavor {fname}=TYPE")
             if any(c["name"] == it for c in custom):
                 continue
             custom.append({**ann, "name": it})
-    return out, custom
+    for fname, it in given.items():
+        if fname not in out:
+            if it not in BUILTIN_INSTANCE_TYPES and _catalog_type(it) is None:
+                raise ImportError_(f"--flavor {fname}={it}: {it} is not an instance type fairpod knows")
+            out[fname] = _catalog_type(it) or it
+    return out, custom, derived
+
+
+def _type_name(flavor: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", flavor).strip("-.")[:63] or "flavor"
+
+
+def _size_derived(objs: _Objects, flavors: dict[str, str], derived: set[str], notes: list[str]
+                  ) -> list[dict[str, Any]]:
+    """A node type for each flavor that names no instance type: the largest quota one ClusterQueue gives it (so
+    that each team's quota is vCPU, memory and accelerators of it); what no queue gives, 1 vCPU or 1 GiB."""
+    out = []
+    for fname, it in flavors.items():
+        if it not in derived:
+            continue
+        top = {"acc": 0.0, "cpu": 0.0, "mem": 0.0}
+        for cq in objs.by_kind["ClusterQueue"]:
+            for g in _list(_map(cq.get("spec"), "spec").get("resourceGroups"), "resourceGroups"):
+                for f in _list(_map(g, "resourceGroup").get("flavors"), "flavors"):
+                    if isinstance(f, dict) and str(f.get("name")) == fname:
+                        r = _resources(f, f"ClusterQueue {_name(cq)} flavor {fname}", [])["nominalQuota"]
+                        top = {k: max(v, float(r[k] or 0)) for k, v in top.items()}
+        t = {"name": it, "accelerators": int(top["acc"]), "vcpu": max(top["cpu"] / 1000, 1.0),
+             "memory_gib": max(round(top["mem"] / 1024, 3), 1.0)}
+        out.append(t)
+        kind = f"{t['accelerators']} accelerators, " if t["accelerators"] else ""
+        notes.append(f"ResourceFlavor {fname}: names no instance type, so it is a node type of its own ({kind}"
+                     f"{t['vcpu']:g} vCPU, {t['memory_gib']:g} GiB: the largest quota one ClusterQueue gives it) and "
+                     f"its quotas are vCPU and memory of it; to map it to an instance type: fairpod import kueue "
+                     f"--flavor {fname}=TYPE")
+    return out
 
 
 def _resources(flavor: dict[str, Any], where: str, notes: list[str]) -> dict[str, dict[str, float | None]]:
@@ -237,14 +322,16 @@ def _res(d: dict[str, float | None]) -> Res:
     return Res(int(d["acc"] or 0), int(d["cpu"] or 0), int(d["mem"] or 0))
 
 
-def _quota_entry(it: InstanceType, d: dict[str, float | None]) -> dict[str, Any]:
+def _quota_entry(it: InstanceType, d: dict[str, float | None], units: bool = False) -> dict[str, Any]:
+    """A team's quota of ``it``: a node count where the quota is whole nodes (unless ``units``), else accelerators,
+    vCPU and memory."""
     q = _res(d)
     node = node_res(it)
     if q == ZERO:
         return {"instance_type": it.name, "count": 0}
     ref = node.acc or node.mcpu
     n = (q.acc if node.acc else q.mcpu) / ref
-    if d["cpu"] is not None and d["mem"] is not None and n == int(n) and node.scale(int(n)) == q:
+    if not units and d["cpu"] is not None and d["mem"] is not None and n == int(n) and node.scale(int(n)) == q:
         return {"instance_type": it.name, "count": int(n)}
     entry: dict[str, Any] = {"instance_type": it.name}
     if d["acc"] is not None and (it.accelerators or d["cpu"] is None):
@@ -280,24 +367,36 @@ def _borrow_limit(pairs: list[tuple[Res, Res]]) -> int | None:
     return None if not den else min(500, max(1, round(100 * num / den)))
 
 
-def _team_of(cq: dict[str, Any], queues: dict[str, set[str]]) -> str:
+def _team_of(cq: dict[str, Any], queues: dict[str, list[tuple[str, str]]], notes: list[str]
+             ) -> tuple[str, dict[str, list[str]]]:
+    """The team of a ClusterQueue, and the namespaces and LocalQueue names its jobs use when they are not
+    HyperPod's for the team (the spec's ``namespaces``/``local_queues``). HyperPod's names say the team; else the
+    ClusterQueue's name is the team's (Kueue's samples: ``cluster-queue`` with a LocalQueue ``user-queue``)."""
     name = _name(cq)
-    m = K.CQ_RE.match(name)
-    if m:
-        return m.group("team")
+    lqs = queues.get(name, [])
     sel = _map(_map(cq.get("spec"), "spec").get("namespaceSelector"), "namespaceSelector")
-    ns = _map(sel.get("matchLabels"), "namespaceSelector.matchLabels").get(K.NS_LABEL)
-    if ns and (m := K.NS_RE.match(str(ns))):
-        return m.group("team")
-    teams = {m.group("team") for n in queues.get(name, set()) if (m := K.NS_RE.match(n))}
-    if len(teams) == 1:
-        return teams.pop()
-    raise ImportError_(f"ClusterQueue {name}: which team? name it hyperpod-ns-<team>-clusterqueue, select the "
-                       "namespace hyperpod-ns-<team>, or point one LocalQueue in that namespace at it")
+    picked = _map(sel.get("matchLabels"), "namespaceSelector.matchLabels").get(K.NS_LABEL)
+    spaces = sorted({ns for ns, _ in lqs if ns} | ({str(picked)} if picked else set()))
+    team = K.team_in(K.CQ_RE, name)
+    if team is None:
+        hp = {t for ns in spaces if (t := K.team_in(K.NS_RE, ns))}
+        team = hp.pop() if len(hp) == 1 else None
+    if team is None:
+        team = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")[:40].strip("-") or "team"
+        notes.append(f"ClusterQueue {name}: team {team}"
+                     + (f" (namespaces {', '.join(spaces)})" if spaces else " (no LocalQueue points at it)"))
+    names: dict[str, list[str]] = {}
+    if spaces and spaces != [K.namespace(team)]:
+        names["namespaces"] = spaces
+    local = sorted({q for _, q in lqs})
+    if local and local != [K.local_queue(team)]:
+        names["local_queues"] = local
+    return team, names
 
 
 def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str, InstanceType],
-          ranking_seen: list[bool], notes: list[str]) -> tuple[dict[str, Any], dict[str, Res]]:
+          ranking_seen: list[bool], notes: list[str], derived: frozenset[str] | set[str] = frozenset()
+          ) -> tuple[dict[str, Any], dict[str, Res]]:
     name = _name(cq)
     spec = _map(cq.get("spec"), f"ClusterQueue {name}.spec")
     quota: list[dict[str, Any]] = []
@@ -321,7 +420,7 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
             if it in nominal:
                 raise ImportError_(f"{fwhere}: instance type {it} appears twice")
             r = _resources(f, fwhere, notes)
-            quota.append(_quota_entry(cat[it], r["nominalQuota"]))
+            quota.append(_quota_entry(cat[it], r["nominalQuota"], units=it in derived))
             q = _res(r["nominalQuota"])
             nominal[it] = q
             ll = [v for v in r["lendingLimit"].values() if v is not None]
@@ -379,6 +478,32 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
            "preempt_team_tasks": "Never" if within == "Never" else "LowerPriority",
            "sharing": sharing, "quota": quota}
     return out, nominal
+
+
+def _priority_classes(objs: _Objects, notes: list[str]) -> list[dict[str, Any]]:
+    """The WorkloadPriorityClasses as fairpod priority classes: their values as weights when all are 0..100, else
+    spread over 0..100 in the same order (equal values equal weights); a name's ``-priority`` is dropped."""
+    read: list[tuple[str, int]] = []
+    for wpc in objs.by_kind["WorkloadPriorityClass"]:
+        wname = _name(wpc)
+        cls = wname[: -len(K.PRIORITY_SUFFIX)] if wname.endswith(K.PRIORITY_SUFFIX) else wname
+        if cls == wname:
+            notes.append(f"WorkloadPriorityClass {wname}: the name does not end in -priority; class {cls}")
+        if not re.match(NAME_PATTERN, cls) or len(cls) > 40:
+            raise ImportError_(f"WorkloadPriorityClass {wname}: class {cls!r} is not a fairpod name (lower-case "
+                               "letters, digits and '-', at most 40)")
+        v = wpc.get("value")
+        if not isinstance(v, int) or isinstance(v, bool) or abs(v) > 10**9:
+            raise ImportError_(f"WorkloadPriorityClass {wname}: value {v!r} is not a whole number (Kueue's values "
+                               "are 32-bit integers)")
+        read.append((cls, v))
+    if all(0 <= v <= 100 for _, v in read):
+        return [{"name": c, "weight": v} for c, v in read]
+    levels = sorted({v for _, v in read})
+    weight = {v: round(100 * i / (len(levels) - 1)) if len(levels) > 1 else 100 for i, v in enumerate(levels)}
+    notes.append("WorkloadPriorityClass values " + ", ".join(f"{c} {v}" for c, v in read) + " are not all 0..100: "
+                 "read as fairpod weights in the same order: " + ", ".join(f"{c} {weight[v]}" for c, v in read))
+    return [{"name": c, "weight": weight[v]} for c, v in read]
 
 
 def _ancestors(c: str, parents: dict[str, str]) -> set[str]:
@@ -455,9 +580,10 @@ def _group_name(it: str, taken: set[str]) -> str:
     return name
 
 
-def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
-    """The spec the Kueue fields describe (no fairpod annotation read)."""
-    flavors, custom = _flavors(objs, notes)
+def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = None) -> dict[str, Any]:
+    """The spec the Kueue fields describe (no fairpod annotation read); ``given``: ``--flavor NAME=TYPE``."""
+    flavors, custom, derived = _flavors(objs, notes, given or {})
+    custom += _size_derived(objs, flavors, derived, notes)
     cat = dict(BUILTIN_INSTANCE_TYPES)
     for c in custom:
         try:
@@ -489,10 +615,10 @@ def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
         fixed = re.sub(r"[^a-z0-9-]+", "-", cluster.lower()).strip("-")[:40].strip("-") or "fairpod"
         notes.append(f"cohort {cluster}: cluster name read as {fixed}")
         cluster = fixed
-    queues: dict[str, set[str]] = {}
+    queues: dict[str, list[tuple[str, str]]] = {}
     for lq in objs.by_kind["LocalQueue"]:
         target = str(_map(lq.get("spec"), "LocalQueue.spec").get("clusterQueue") or "")
-        queues.setdefault(target, set()).add(str(lq["metadata"].get("namespace") or ""))
+        queues.setdefault(target, []).append((str(lq["metadata"].get("namespace") or ""), _name(lq)))
     teams: list[dict[str, Any]] = []
     totals: dict[str, Res] = {}
     ranking_seen: list[bool] = []
@@ -501,34 +627,25 @@ def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
         labels = _map(cq["metadata"].get("labels"), "metadata.labels")
         if labels.get(K.ROLE_LABEL) == "unallocated" or _name(cq) == K.UNALLOCATED:
             unallocated = True
-            _, nominal = _team(cq, K.UNALLOCATED, flavors, cat, [], [])
+            _, nominal = _team(cq, K.UNALLOCATED, flavors, cat, [], [], derived)
         else:
-            team = _team_of(cq, queues)
+            team, names = _team_of(cq, queues, notes)
             if any(t["name"] == team for t in teams):
                 raise ImportError_(f"ClusterQueue {_name(cq)}: a second ClusterQueue for team {team}")
-            t, nominal = _team(cq, team, flavors, cat, ranking_seen, notes)
+            t, nominal = _team(cq, team, flavors, cat, ranking_seen, notes, derived)
+            t.update(names)
             if in_cohort.get(_name(cq), root) != root:
                 t["group"] = in_cohort[_name(cq)]
             teams.append(t)
             expected = K.local_queue(team)
-            if not any(K.namespace(team) in ns for q, ns in queues.items() if q == _name(cq)):
+            if not queues.get(_name(cq)):
                 notes.append(f"team {team}: no LocalQueue in namespace {K.namespace(team)} points at ClusterQueue "
                              f"{_name(cq)} (jobs are submitted to {expected})")
         for it, q in nominal.items():
             totals[it] = totals.get(it, ZERO) + q
-    classes = []
-    for wpc in objs.by_kind["WorkloadPriorityClass"]:
-        wname = _name(wpc)
-        cls = wname[: -len(K.PRIORITY_SUFFIX)] if wname.endswith(K.PRIORITY_SUFFIX) else wname
-        if cls == wname:
-            notes.append(f"WorkloadPriorityClass {wname}: the name does not end in -priority; class {cls}")
-        v = wpc.get("value")
-        if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v <= 100:
-            raise ImportError_(f"WorkloadPriorityClass {wname}: value {v!r} is not a fairpod weight (a whole number "
-                               "0..100)")
-        if v:
-            ranking_seen.append(True)
-        classes.append({"name": cls, "weight": v})
+    classes = _priority_classes(objs, notes)
+    if any(c["weight"] for c in classes):
+        ranking_seen.append(True)
     groups = []
     taken: set[str] = set()
     order = list(dict.fromkeys([*flavors.values(), *totals]))  # a flavor without quota is still a node type
@@ -542,6 +659,9 @@ def from_kueue(objs: _Objects, notes: list[str]) -> dict[str, Any]:
                          "count nodes); set your cluster's node count")
     notes.append("idle compute allocation read as FairShare (Kueue's Configuration, not its objects, decides fair "
                  "sharing)")
+    if not objs.by_kind["ClusterQueue"] and not objs.by_kind["Cohort"]:
+        notes.append("only WorkloadPriorityClasses: the spec holds policy.priority_classes alone; add them to your "
+                     "cluster's spec (fairpod apply -f replaces the whole spec)")
     for topo in objs.by_kind["Topology"]:
         levels = [str(lv.get("nodeLabel")) for lv in (_map(topo.get("spec"), "Topology.spec").get("levels") or [])
                   if isinstance(lv, dict)]
@@ -582,12 +702,14 @@ def from_annotations(objs: _Objects) -> dict[str, Any] | None:
             **({"groups": tree} if tree else {}), "teams": teams}  # type: ignore[dict-item]
 
 
-def import_kueue(docs: list[Any]) -> Imported:
+def import_kueue(docs: list[Any], flavors: dict[str, str] | None = None) -> Imported:
+    """The spec of ``docs``; ``flavors``: ResourceFlavor name -> instance type (``--flavor NAME=TYPE``), which
+    wins over what the objects say."""
     notes: list[str] = []
     objs = _Objects(docs, notes)
     read = _kueue_part([o for kind in K.KINDS for o in objs.by_kind[kind]])
     annotated = from_annotations(objs)
-    if annotated is not None:
+    if annotated is not None and not flavors:
         try:
             spec = parse_spec(annotated)
             if _kueue_part(export_kueue(spec).objects) == read:
@@ -595,7 +717,7 @@ def import_kueue(docs: list[Any]) -> Imported:
         except (SpecError, ValueError):
             pass
     derived_notes: list[str] = []
-    data = from_kueue(objs, derived_notes)
+    data = from_kueue(objs, derived_notes, flavors)
     if annotated is not None:
         # edited after the export: Kueue's fields win; fairpod-only settings still come from the annotations
         notes.append("the Kueue fields differ from what fairpod exported (edited since?): the spec is read from "

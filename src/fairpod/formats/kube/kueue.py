@@ -15,7 +15,7 @@ import re
 
 GROUP = "kueue.x-k8s.io"
 API = f"{GROUP}/v1beta2"
-READ_APIS = (f"{GROUP}/v1beta1", f"{GROUP}/v1beta2")
+READ_APIS = (f"{GROUP}/v1alpha1", f"{GROUP}/v1beta1", f"{GROUP}/v1beta2")  # Cohort was v1alpha1
 KINDS = ("Topology", "ResourceFlavor", "Cohort", "ClusterQueue", "LocalQueue", "WorkloadPriorityClass")
 
 INSTANCE_LABEL = "node.kubernetes.io/instance-type"
@@ -42,21 +42,32 @@ UNALLOCATED = "fairpod-unallocated"  # the ClusterQueue lending unallocated capa
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-CQ_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-clusterqueue$")
-NS_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
+# HyperPod's names of a team's objects: the one place they are written (a spec may list others per team:
+# ``namespaces``, ``local_queues``; fairpod.formats.kube.teams)
+PREFIX = "hyperpod-ns-"
+_TEAM = r"(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)"
+CQ_RE = re.compile(rf"^{PREFIX}{_TEAM}-clusterqueue$")
+NS_RE = re.compile(rf"^{PREFIX}{_TEAM}$")
+QUEUE_RE = re.compile(rf"^{PREFIX}{_TEAM}-localqueue$")
 PRIORITY_SUFFIX = "-priority"
 
 
 def namespace(team: str) -> str:
-    return f"hyperpod-ns-{team}"
+    return f"{PREFIX}{team}"
 
 
 def local_queue(team: str) -> str:
-    return f"hyperpod-ns-{team}-localqueue"
+    return f"{PREFIX}{team}-localqueue"
 
 
 def cluster_queue(team: str) -> str:
-    return f"hyperpod-ns-{team}-clusterqueue"
+    return f"{PREFIX}{team}-clusterqueue"
+
+
+def team_in(pattern: re.Pattern[str], name: str) -> str | None:
+    """The team HyperPod's name ``name`` (a namespace, LocalQueue or ClusterQueue per ``pattern``) is of."""
+    m = pattern.match(name)
+    return m.group("team") if m else None
 
 
 def priority_class(name: str) -> str:

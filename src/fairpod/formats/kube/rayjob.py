@@ -17,6 +17,7 @@ import shlex
 from typing import Any
 
 from fairpod.formats.kube import Converted, ManifestError, _map, _resources, _team
+from fairpod.formats.kube.teams import Teams
 
 KNOWN_SPEC = {"entrypoint", "rayClusterSpec", "shutdownAfterJobFinishes", "ttlSecondsAfterFinished",
               "activeDeadlineSeconds", "submissionMode", "suspend", "runtimeEnvYAML", "submitterPodTemplate",
@@ -58,7 +59,7 @@ def _group(g: dict[str, Any], where: str, refused: list[str], notes: list[str]) 
     return _resources(c, cw, notes)
 
 
-def convert(doc: dict[str, Any], *, cwd: str) -> Converted:
+def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None) -> Converted:
     """One RayJob as the body of a fairpod job submit; ManifestError with one line per refused field."""
     meta = _map(doc.get("metadata"), "metadata")
     name = str(meta.get("name") or "")
@@ -68,7 +69,7 @@ def convert(doc: dict[str, Any], *, cwd: str) -> Converted:
     if str(doc.get("apiVersion", "")) not in ("ray.io/v1", "ray.io/v1alpha1"):
         refused.append(f"apiVersion {doc.get('apiVersion')!r}: fairpod reads ray.io/v1 RayJobs")
     try:
-        team, _ = _team(meta, [_map(meta.get("labels"), "metadata.labels")])
+        team, _ = _team(meta, [_map(meta.get("labels"), "metadata.labels")], teams)
     except ManifestError as e:
         refused.append(str(e))
         team = ""
@@ -121,13 +122,13 @@ def convert(doc: dict[str, Any], *, cwd: str) -> Converted:
     return Converted(body, [], notes)
 
 
-def convert_all(docs: list[Any], *, cwd: str) -> list[Converted]:
+def convert_all(docs: list[Any], *, cwd: str, teams: Teams | None = None) -> list[Converted]:
     """Every RayJob of ``docs``; ManifestError naming every refused field of all of them."""
     out, errors = [], []
     for d in docs:
         if isinstance(d, dict) and d.get("kind") == "RayJob":
             try:
-                out.append(convert(d, cwd=cwd))
+                out.append(convert(d, cwd=cwd, teams=teams))
             except ManifestError as e:
                 errors.append(str(e))
     if errors:
