@@ -7,7 +7,7 @@ import pytest
 
 from fairpod.formats.kube.export import export_kueue
 from fairpod.formats.kube.importer import import_kueue
-from fairpod.formats.kube.teams import Teams, TeamError
+from fairpod.formats.kube.teams import TeamError, Teams
 from fairpod.model.spec import SpecError, parse_spec
 
 TEAMS = [{"name": "john"}, {"name": "vision", "namespaces": ["default", "cv"], "local_queues": ["user-queue"]}]

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpod.formats.kube.image import host_mounts, image_env
-from fairpod.formats.kube.teams import QUEUE_LABEL, Teams, TeamError
+from fairpod.formats.kube.teams import TeamError, Teams
 
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 AUTO_RESUME = "sagemaker.amazonaws.com/enable-job-auto-resume"
