@@ -46,7 +46,7 @@ def test_team_flag_and_the_only_team():
         Teams.of(TEAMS, only=lambda: None).resolve(ns("kubeflow"), [])
 
 
-def test_spec_names_are_checked_and_round_trip_through_kueue():
+def test_spec_names_are_checked_and_round_trip_through_kueue():  # (invalid specs as dict(): not corpus specs)
     spec = parse_spec({"cluster": {"instance_groups": [{"name": "g", "instance_type": "ml.g5.12xlarge", "count": 2}]},
                        "teams": [{"name": "vision", "namespaces": ["cv", "default"], "local_queues": ["user-queue"],
                                   "quota": [{"instance_type": "ml.g5.12xlarge", "count": 1}]},
@@ -63,6 +63,6 @@ def test_spec_names_are_checked_and_round_trip_through_kueue():
     assert (vision.namespaces, vision.local_queues) == (["cv", "default"], ["user-queue"])
     assert next(t for t in back.teams if t.name == "john").namespaces == []
     with pytest.raises(SpecError, match="namespaces 'cv' is listed by both a and b"):
-        parse_spec({"teams": [{"name": "a", "namespaces": ["cv"]}, {"name": "b", "namespaces": ["cv"]}]})
+        parse_spec(dict(teams=[{"name": "a", "namespaces": ["cv"]}, {"name": "b", "namespaces": ["cv"]}]))
     with pytest.raises(SpecError, match="not a Kubernetes name"):
-        parse_spec({"teams": [{"name": "a", "local_queues": ["Bad Queue"]}]})
+        parse_spec(dict(teams=[{"name": "a", "local_queues": ["Bad Queue"]}]))
