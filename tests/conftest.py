@@ -47,6 +47,7 @@ GROUPS = {
     "sandbox/test_devices.py": "ray",
     "sandbox/test_live.py": "ray",
     "sandbox/test_users.py": "ray",
+    "sandbox/test_readiness.py": "ray",
     "server/test_isolation.py": "ray",
     "server/test_ha.py": "ray",
     "server/test_leader.py": "ray",

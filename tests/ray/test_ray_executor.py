@@ -4,6 +4,7 @@ group, actors, GPUs back), launches on nodes Ray does not have, exactly-once exi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -294,3 +295,17 @@ def test_every_node_has_its_own_address(ray_cluster: RayTestCluster, ray_ex: Ray
     addresses = [n.address for n in nodes]
     assert len(set(addresses)) == len(addresses) and "127.0.0.1" not in addresses
     assert all(ray_cluster.ips[n.name] == n.address for n in nodes)
+
+
+def test_a_readiness_command_runs_on_the_replicas_node_by_its_supervisor(ray_ex: RayExecutor, tmp_path: Path):
+    """A service's readiness command is run by each replica's supervisor on its node, in its sandbox, with its
+    environment (RANK, its checkpoint directory): the node agent's sync carries the result, nothing runs here."""
+    cmd = ["sh", "-c", 'touch "$FAIRPOD_CHECKPOINT_DIR/warm$RANK"; exec sleep 300']
+    job = dataclasses.replace(launch("svc-1", cmd, ["w1", "w2"], tmp_path, gpus=1),
+                              readiness=["sh", "-c", '[ "$RANK" = 1 ] && test -f "$FAIRPOD_CHECKPOINT_DIR/warm1"'])
+    ray_ex.launch(job)
+    wait_for(lambda: ray_ex.probed_ready("svc-1", 0) == {1}, 30, "rank 1's probe to pass on its node")
+    wait_for(lambda: (tmp_path / "runs" / "svc-1" / "0" / "0" / "ready.json").exists(), 30, "rank 0's result")
+    assert ray_ex.probed_ready("svc-1", 0) == {1}  # rank 0's probe fails (exit 1)
+    ray_ex.stop("svc-1", 0, 0.0)
+    collect(ray_ex, 2)

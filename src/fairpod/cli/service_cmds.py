@@ -66,7 +66,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     check.add_argument("--readiness-path", metavar="PATH",
                        help="HTTP path: a replica is ready while GET http://127.0.0.1:$PORT/PATH answers 2xx/3xx")
     check.add_argument("--readiness-command", metavar="CMD",
-                       help="shell command run on the control plane's host with $PORT set: ready while it exits 0")
+                       help="shell command run inside each replica's sandbox (as its user, with its environment "
+                       "and $PORT) every second, at most 5 s: ready while it exits 0")
     p.add_argument("--drain-seconds", type=seconds(3600), metavar="SECONDS",
                    help="a replica that goes leaves the endpoint list and gets SIGTERM this long after (default 5)")
     p.add_argument("--grace-seconds", type=seconds(3600), help="seconds from SIGTERM to SIGKILL (default 30)")

@@ -47,6 +47,9 @@ class JobLaunch:
     world: int = 0  # replicas of the attempt in all, when ``replicas`` are only some of them (an elastic job grows)
     # a job in a container image: {"image", "pull", "mounts", "workdir"} (fairpod.sandbox.container); None: host
     container: dict[str, Any] | None = None
+    # a service's readiness command: each replica's supervisor runs it in the replica's sandbox (as its user, in
+    # its cgroup and namespaces; fairpod.executors.readycheck), never the control plane; None: no such probe
+    readiness: list[str] | None = None
 
     @property
     def world_size(self) -> int:
@@ -135,7 +138,7 @@ class Executor(Protocol):
 
     What some executors can do beyond this is declared by the capability protocols below (:class:`Notifying`,
     :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Resizing`, :class:`HostGpus`,
-    :class:`Discarding`, :class:`Starting`, :class:`RestartingInPlace`);
+    :class:`Discarding`, :class:`Starting`, :class:`RestartingInPlace`, :class:`Probing`);
     :func:`capability` finds one.
     """
 
@@ -239,6 +242,16 @@ class Starting(Protocol):
 
     def started_ranks(self, job: str, attempt: int) -> set[int]:
         """The ranks of the attempt whose process was started (alive or ended since)."""
+        ...
+
+
+@runtime_checkable
+class Probing(Protocol):
+    """Runs a launch's ``readiness`` command inside each replica's sandbox, on its node, and says what it found
+    (services, ``server/services.py``): the control plane runs nothing of the job's."""
+
+    def probed_ready(self, job: str, attempt: int) -> set[int]:
+        """The ranks of the attempt whose last readiness probe passed."""
         ...
 
 

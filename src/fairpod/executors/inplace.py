@@ -1,5 +1,6 @@
-"""The local executor's part for resilience: which replicas of an attempt started (gang readiness) and the
-restart of a failed replica in place, its attempt's other replicas left running (``server/restarts.py``)."""
+"""The local executor's part for resilience: which replicas of an attempt started (gang readiness), which passed
+their readiness probe (services: ``executors.readycheck``) and the restart of a failed replica in place, its
+attempt's other replicas left running (``server/restarts.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from fairpod.executors import state
+from fairpod.executors import readycheck, state
 from fairpod.executors.base import ExecutorError, JobLaunch
 
 
@@ -53,6 +54,12 @@ class InPlace:
             except OSError as e:
                 self.stop(job.job, job.attempt, 0.0, ranks)
                 raise ExecutorError(f"cannot restart job {job.job} ranks {sorted(ranks)}: {e}") from None
+
+    def probed_ready(self: _Local, job: str, attempt: int) -> set[int]:
+        """Ranks of the attempt whose last readiness probe, run by its supervisor in its sandbox, passed."""
+        if not state.NAME_RE.fullmatch(job):
+            return set()
+        return readycheck.ready_ranks(self.root / job / str(attempt))
 
     def started_ranks(self: _Local, job: str, attempt: int) -> set[int]:
         """Ranks of the attempt whose supervisor started the process (or that ended since)."""

@@ -333,6 +333,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
             "master_port": port,
             "launched_at": time.time(),
             "container": job.container,
+            "readiness": job.readiness,
             "launch_ranks": [r.rank for r in job.replicas],  # started together: a launch, or a growth's new ranks
         }
 

@@ -18,7 +18,9 @@ job ``j`` has the *run key* ``<j>/<a>/<rank>-<run>`` and, on the node, the run d
    rule: when the agent's process is gone (agent killed, node lost), it stops the replica as if a stop had
    been asked (SIGTERM to the whole tree, SIGKILL after the grace period);
 2. ``sync``: for each of the node's replicas the control plane asks about, the new bytes of ``output.log``,
-   whether its command's process has started (its supervisor wrote ``child.pid``: gang readiness) and, once
+   whether its command's process has started (its supervisor wrote ``child.pid``: gang readiness), whether its
+   last readiness probe passed (a service's readiness command, run by the supervisor in the replica's sandbox on
+   the node: :mod:`fairpod.executors.readycheck`) and, once
    the replica has ended, its exit; it is also the agent's heartbeat (its PID and node id);
 3. ``stop(key, grace)``: ``stop.json`` and SIGTERM to the supervisor (exactly as the local executor);
 4. ``finish(keys)``: deletes run directories once the control plane has the whole log and the exit.
@@ -199,6 +201,7 @@ class NodeAgent:
                 "world_size": job.world_size, "node": rep.node, "command": list(job.command), "workdir": workdir,
                 "grace_seconds": job.grace_seconds, "run_as": job.run_as, "env": env, "master_port": master_port,
                 "limits": sandbox.limits_of(rep.mcpu, rep.mib, accel), "container": job.container,
+                "readiness": job.readiness,
                 "launched_at": run.started_at, OWNER: [me, procs.start_time(me)],
             }  # fmt: skip
             state.write_launch(run.dir, spec)
@@ -249,7 +252,8 @@ class NodeAgent:
             except FileNotFoundError:
                 pass
             started = st is not None or (run.dir / state.CHILD_PID).exists()
-            out[key] = {"data": data, "size": size, "status": st, "started": started}
+            ready = (state.read_json(run.dir / state.READY) or {}).get("ready") is True  # its sandboxed probe's
+            out[key] = {"data": data, "size": size, "status": st, "started": started, "ready": ready}
         return {"pid": os.getpid(), "node_id": self.node_id, "replicas": out}
 
     def finish(self, keys: list[str]) -> None:

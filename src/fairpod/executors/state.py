@@ -10,6 +10,7 @@
 - ``stop.json``      a stop request: ``{"grace_seconds": g, "requested_at": t}``
 - ``status.json``    the exit: ``{"returncode", "signal", "reason", "started_at", "ended_at"}``
 - ``reported``       marker: ``poll``/``adopt`` has returned this exit
+- ``ready.json``     a service replica's last readiness probe ``{"ready", "detail", "at"}`` (readycheck)
 - ``output.log``     stdout and stderr of the command; every run appends after a ``==== fairpod:`` header
 - ``supervisor.log`` the supervisor's own stderr (empty unless it crashed)
 
@@ -39,6 +40,7 @@ CHILD_PID = "child.pid"
 STOP = "stop.json"
 STATUS = "status.json"
 REPORTED = "reported"
+READY = "ready.json"
 OUTPUT = "output.log"
 SUPERVISOR_LOG = "supervisor.log"
 

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpod import sandbox
-from fairpod.executors import patient, procs, state
+from fairpod.executors import patient, procs, readycheck, state
 from fairpod.sandbox import environment as isolation
 
 # a command that stops what it started in other sessions itself (a Ray job's Ray processes: fairpod.executors.raycluster)
@@ -64,6 +64,9 @@ class Supervisor:
         self.no_children = False
         self.sandbox: sandbox.Sandbox | None = None
         self.started_at = time.time()
+        ready = spec.get("readiness")  # a service's readiness command: run in the replica's sandbox (readycheck)
+        self.ready_check = readycheck.ReadyCheck(rdir, [str(a) for a in ready]) if ready else None
+        self.probe: Any = None  # starts one probe, once the command has started (start, _start_container)
         rfd, wfd = os.pipe()
         os.set_blocking(rfd, False)
         os.set_blocking(wfd, False)
@@ -123,6 +126,8 @@ class Supervisor:
                 return
             if pid == 0:
                 return
+            if self.ready_check is not None and self.ready_check.reaped(pid, status):
+                continue
             if self.child is not None and pid == self.child.pid:
                 self.wait_status = status
                 self.child.returncode = os.waitstatus_to_exitcode(status)
@@ -228,7 +233,37 @@ class Supervisor:
         except subprocess.SubprocessError as e:  # the sandbox could not be entered
             return {"returncode": 126, "signal": None, "reason": f"cannot start {cmd[0]} in its sandbox: {e}"}
         state.write_pid(self.dir / state.CHILD_PID, self.child.pid, procs.start_time(self.child.pid))
+        self.probe = self._host_probe(env, ids, cwd, box, view)
         return None
+
+    def _host_probe(self, env: dict[str, str], ids: dict[str, Any], cwd: str | None, box: sandbox.Sandbox | None,
+                    view: sandbox.namespaces.View | None) -> Any:
+        """What starts one readiness probe of a host command: in the replica's cgroup and namespaces, as its user,
+        with its environment, in its working directory (fairpod.executors.readycheck)."""
+        if self.ready_check is None:
+            return None
+        argv, penv = self.ready_check.command, {**env, "FAIRPOD_SERVICE_HOST": "127.0.0.1"}
+        outer = self.child.pid if self.child is not None else 0
+
+        def launch() -> subprocess.Popen[bytes]:
+            init = sandbox.namespaces.ns_init(outer) if view is not None else None
+            if view is not None and init is None:
+                raise OSError("the replica's namespaces are gone")
+
+            def enter() -> None:  # in the child: the cgroup, the namespaces (as root), then the user, the workdir
+                if box is not None and box.group is not None:
+                    box.group.join(0)
+                if view is not None and init is not None:
+                    sandbox.namespaces.join(init, view.user_ns)
+                if ids:
+                    os.setgroups(ids["extra_groups"])
+                    os.setresgid(ids["group"], ids["group"], ids["group"])
+                    os.setresuid(ids["user"], ids["user"], ids["user"])
+                if cwd:
+                    os.chdir(cwd)
+
+            return readycheck.popen(argv, penv, None, enter)
+        return launch
 
     def _start_container(self) -> dict[str, Any] | None:
         """The replica in its image (fairpod.sandbox.container): its cgroup, user, environment and GPUs as for a
@@ -280,6 +315,11 @@ class Supervisor:
         except OSError as e:
             return {"returncode": 126, "signal": None, "reason": f"cannot start {engine.path}: {e.strerror or e}"}
         state.write_pid(self.dir / state.CHILD_PID, self.child.pid, procs.start_time(self.child.pid))
+        if self.ready_check is not None:  # in the container, as its user, by the engine (readycheck)
+            probe = [engine.path, "exec", "--env", "FAIRPOD_SERVICE_HOST=127.0.0.1",
+                     ctr.name_of(s, str(self.dir.resolve())),
+                     *self.ready_check.command]
+            self.probe = lambda: readycheck.popen(probe, dict(os.environ), None, None)
         return None
 
     def _deadline(self, at: float) -> None:
@@ -309,6 +349,12 @@ class Supervisor:
                     self.note("command ended; stopping the processes it left behind")
                     self._signal_tree(signal.SIGTERM)
                 self._deadline(now + min(self.grace, LEFTOVER_GRACE))
+        if self.ready_check is not None:
+            if self.wait_status is None and not self.stop_asked and self.probe is not None:
+                self.ready_check.step(now, self.probe)
+            elif self.probe is not None:
+                self.probe = None
+                self.ready_check.stop()
         if self.kill_at is not None and now >= self.kill_at:
             if not self.killing:
                 self.killing = True
@@ -317,6 +363,8 @@ class Supervisor:
         timeout = 1.0
         if self.kill_at is not None:
             timeout = 0.05 if self.killing else max(0.0, min(1.0, self.kill_at - now))
+        if self.probe is not None and self.ready_check is not None:
+            timeout = min(timeout, self.ready_check.wake_in(now))
         select.select([self.wake], [], [], timeout)
         try:
             while os.read(self.wake, 512):
@@ -353,6 +401,8 @@ class Supervisor:
             time.sleep(0.05)
 
     def finish(self, result: dict[str, Any]) -> None:
+        if self.ready_check is not None:
+            self.ready_check.stop()
         if self.sandbox is not None:
             self.sandbox.finish(result)
         result.update(started_at=self.started_at, ended_at=time.time(), stop_requested=self.stop_asked)

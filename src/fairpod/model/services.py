@@ -24,7 +24,8 @@ class ServiceSpec(BaseModel):
         description="HTTP path: a replica is ready while GET http://<replica>:$PORT<path> answers 2xx or 3xx")
     readiness_command: list[str] | None = Field(
         default=None, min_length=1, max_length=256,
-        description="a command run on the control plane's host with PORT set: ready while it exits 0")
+        description="a command run inside each replica's sandbox (as the replica's user, in its cgroup and "
+        "namespaces, with its environment and PORT), every second, at most 5 s each: ready while it exits 0")
     drain_seconds: float = Field(
         default=5.0, ge=0, le=3600,
         description="a replica going away leaves the endpoint list, then gets SIGTERM this long after")

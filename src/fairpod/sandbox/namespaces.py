@@ -356,6 +356,62 @@ def _enter(v: View) -> None:
         signal.signal(s, signal.SIG_DFL)
 
 
+def ns_init(outer: int) -> int | None:
+    """The namespace's init (PID 1 inside, a child of the supervisor's child ``outer`` outside), or None."""
+    try:
+        with open(f"/proc/{outer}/task/{outer}/children") as f:
+            kids = [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return None
+    mine = os.readlink("/proc/self/ns/pid")
+    for pid in kids:
+        try:
+            if os.readlink(f"/proc/{pid}/ns/pid") != mine:
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def join(init: int, user_ns: bool) -> None:
+    """In a forked child, before exec: enter the namespaces of a replica whose init is ``init`` (its user namespace
+    first when fairpod is not root, then its mount and PID namespaces), then fork: returns in the grandchild, a
+    process of the replica's PID namespace that sees the replica's files (its private ``/tmp``, what is hidden
+    hidden). The child in between never returns: it waits for the grandchild and ends as it ended. A readiness
+    command of a service runs so (:mod:`fairpod.executors.readycheck`): what the replica's own command sees, and
+    nothing of the supervisor's."""
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    names = (("user",) if user_ns else ()) + ("mnt", "pid")
+    fds = [os.open(f"/proc/{init}/ns/{n}", os.O_RDONLY | os.O_CLOEXEC) for n in names]  # before any is entered
+    try:
+        for fd in fds:
+            _check(_libc.setns(ctypes.c_int(fd), ctypes.c_int(0)), "setns")
+    finally:
+        for fd in fds:
+            os.close(fd)
+    inner = os.fork()
+    if inner:
+        try:
+            _close_other_fds(2)
+            _ignore_stops()
+            while True:
+                try:
+                    _, st = os.waitpid(inner, 0)
+                    break
+                except InterruptedError:
+                    continue
+            if os.WIFSIGNALED(st):
+                sig = os.WTERMSIG(st)
+                signal.signal(sig, signal.SIG_DFL)
+                os.kill(os.getpid(), sig)
+            os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128)
+        finally:
+            os._exit(128)
+    _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl")
+    os.chdir("/")
+
+
 @cache
 def supported() -> str | None:
     """None when this process can make the namespaces, else why not (probed in a child, once per process)."""

@@ -1,8 +1,10 @@
 """Services beside the reconcile loop: readiness probes, each service's endpoint list and address, the drain.
 
-- **Readiness**: every ``interval`` seconds each live replica of a running service is probed (its
-  ``readiness_path`` over HTTP, its ``readiness_command``, else a TCP connect to its ``PORT``); the endpoint
-  list of a service is its ready replicas that are not being drained, in rank order.
+- **Readiness**: every ``interval`` seconds each live replica of a running service is probed: its
+  ``readiness_path`` over HTTP, else a TCP connect to its ``PORT``, from here (these run nothing of the job's);
+  a ``readiness_command`` is the job's own code and never runs here: each replica's supervisor runs it inside
+  the replica's sandbox (``executors.readycheck``) and the executor says which ranks passed (``Probing``). The
+  endpoint list of a service is its ready replicas that are not being drained, in rank order.
 - **Address**: each service gets a round-robin proxy (``server.proxy``) on the control plane's host when it is
   first seen running; the proxy keeps its port for the service's life (kept in ``$FAIRPOD_HOME/services/`` so a
   restarted control plane binds the same one when it is free) and is closed once the service has ended.
@@ -21,16 +23,14 @@ from __future__ import annotations
 
 import http.client
 import logging
-import os
 import queue
 import socket
-import subprocess
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from fairpod.executors.base import Resizing, capability
+from fairpod.executors.base import Probing, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.services import ServiceSpec
 from fairpod.server.proxy import Proxy
@@ -46,6 +46,7 @@ PROBE_TIMEOUT = 1.0
 class _Target:
     jid: int
     name: str
+    key: str
     attempt: int
     ranks: tuple[tuple[int, int], ...]  # (rank, port) of the live replicas
     check: ServiceSpec
@@ -53,7 +54,8 @@ class _Target:
 
 
 def probe(check: ServiceSpec, host: str, port: int) -> bool:
-    """Is the replica on ``host:port`` ready by ``check``?"""
+    """Is the replica on ``host:port`` ready by ``check``'s HTTP path, else by a TCP connect? (A readiness
+    command is not run here: ``Services._probed``.)"""
     try:
         if check.readiness_path is not None:
             conn = http.client.HTTPConnection(host, port, timeout=PROBE_TIMEOUT)
@@ -62,14 +64,9 @@ def probe(check: ServiceSpec, host: str, port: int) -> bool:
                 return conn.getresponse().status < 400
             finally:
                 conn.close()
-        if check.readiness_command is not None:
-            env = {**os.environ, "PORT": str(port), "FAIRPOD_SERVICE_HOST": host}
-            done = subprocess.run(check.readiness_command, env=env, timeout=5, stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL, check=False)
-            return done.returncode == 0
         with socket.create_connection((host, port), timeout=PROBE_TIMEOUT):
             return True
-    except (OSError, http.client.HTTPException, subprocess.SubprocessError):
+    except (OSError, http.client.HTTPException):
         return False
 
 
@@ -231,7 +228,7 @@ class Services:
                 skip = {*run.adding, *run.starting}
                 ranks = [r for r in range(len(job.placement)) if r not in skip]
                 ranks += [int(r) for r in run.removing]
-                out.append(_Target(jid, job.name, run.attempt,
+                out.append(_Target(jid, job.name, job_key(job), run.attempt,
                                    tuple((r, run.ports[r]) for r in sorted(ranks) if r < len(run.ports)),
                                    job.spec.service, frozenset(int(r) for r in run.crashes)))
             for jid in self.proxies:
@@ -247,7 +244,11 @@ class Services:
         for t in targets:
             if t.jid not in self.proxies:
                 self._open(t.jid, t.name)
-            seen[t.jid] = {r: p for r, p in t.ranks if probe(t.check, HOST, p)}
+            if t.check.readiness_command is not None:
+                passed = self._probed(t)
+                seen[t.jid] = {r: p for r, p in t.ranks if r in passed}
+            else:
+                seen[t.jid] = {r: p for r, p in t.ranks if probe(t.check, HOST, p)}
         with self._lock:
             self._ready = seen
         self._forget_exits(targets, seen)
@@ -256,6 +257,12 @@ class Services:
             if p is not None:
                 p.close()
                 self._port_file(jid).unlink(missing_ok=True)
+
+    def _probed(self, t: _Target) -> set[int]:
+        """The ranks whose readiness command, run by their supervisors in their sandboxes, passed last (an
+        executor that cannot run it: none)."""
+        probing = capability(self.cp.executor, Probing)
+        return probing.probed_ready(t.key, t.attempt) if probing is not None else set()
 
     def _forget_exits(self, targets: list[_Target], seen: dict[int, dict[int, int]]) -> None:
         """Replicas with exits in a row that have been ready ``restart_reset_seconds`` in a row (by this

@@ -43,6 +43,7 @@ class _Rep:
     stop_grace: float = 0.0
     running: bool = False  # its agent said its command's process started (``STARTED`` written)
     restarts: int = 0  # restarts in place of this rank in its attempt (this run's number)
+    ready: bool | None = None  # its last readiness probe on its node passed (``READY`` written; readycheck)
 
 
 @dataclass(slots=True)

@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from fairpod.executors import state
+from fairpod.executors import readycheck, state
 from fairpod.executors.base import ExecutorError, JobLaunch
 from fairpod.executors.ray.agents import _Agent
 from fairpod.executors.ray.attempts import RECORD, STARTED, _Attempt, _Rep
@@ -40,6 +40,13 @@ class InPlace:
     _wake: threading.Event
     root: Path
     namespace: str
+
+    def probed_ready(self, job: str, attempt: int) -> set[int]:
+        """Ranks of the attempt whose last readiness probe, run on its node in its sandbox, passed (as the
+        node agent's ``sync`` said)."""
+        if not state.NAME_RE.fullmatch(job):
+            return set()
+        return readycheck.ready_ranks(self.root / job / str(attempt))
 
     def started_ranks(self, job: str, attempt: int) -> set[int]:
         """Ranks of the attempt whose command's process was started on its node (or that ended since)."""
@@ -102,7 +109,7 @@ class InPlace:
             self._record(att, new)  # first: a control plane that stops from here on re-attaches to the new runs
             for launch, old, agent, address in todo:
                 rep = new[launch.rank]
-                for name in (state.STATUS, state.REPORTED, STARTED):
+                for name in (state.STATUS, state.REPORTED, STARTED, state.READY):
                     (old.dir / name).unlink(missing_ok=True)
                 (old.dir / state.OUTPUT).touch()
                 if old.agent_final and old.agent is agent:

@@ -193,6 +193,9 @@ class Pump:
                 if ans.get("started", True) and not rep.running:  # an agent of an older fairpod does not say
                     rep.running = True
                     state.write_atomic(rep.dir / STARTED, f"{time.time()}\n")
+                if ans.get("ready") is not None and bool(ans["ready"]) != rep.ready:
+                    rep.ready = bool(ans["ready"])
+                    state.write_json(rep.dir / state.READY, {"ready": rep.ready, "at": time.time()})
                 data: bytes = ans.get("data", b"")
                 if data:
                     with open(rep.dir / state.OUTPUT, "ab") as f:

@@ -175,6 +175,7 @@ class AttemptLife:
             run_as=self.spec.run_as(job.team), world=len(job.placement) if grow else 0,
             container=container_of(job.spec.image, job.spec.image_pull_policy, job.spec.mounts, job.spec.workdir,
                                    self.home / "registries" / f"{job.team}.json"),
+            readiness=job.spec.service.readiness_command if job.spec.service is not None else None,
             replicas=tuple(ReplicaLaunch(rank=r, node=n, accelerators=tuple(run.slots.get(n, [])),
                                          real_gpus=self._gpus_are_real(n), devices=devices[n],
                                          mcpu=job.mcpu, mib=job.mib)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import socket
 
-from fairpod.executors.base import Executor, ReplicaExit, Resizing, capability
+from fairpod.executors.base import Executor, Probing, ReplicaExit, Resizing, capability
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.errors import InvalidJob
 from fairpod.server.runs import Run, usage_message
@@ -42,6 +42,9 @@ def check(executor: Executor, spec: JobSpec) -> None:
     if spec.service is not None and capability(executor, Resizing) is None:
         raise InvalidJob(f"the {executor.name} executor cannot restart one replica of a running job; services "
                          "need the local executor")
+    if spec.service is not None and spec.service.readiness_command and capability(executor, Probing) is None:
+        raise InvalidJob(f"the {executor.name} executor cannot run a readiness command in a replica's sandbox: "
+                         "give service.readiness_path (HTTP) or neither (a TCP connect to PORT)")
 
 
 def free_port() -> int:
