@@ -9,6 +9,11 @@ Candidates, by the situation of the pending job J of team T on instance type I:
 - priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority);
   with a per-user cap (rule 9) J fits only once its user is within the cap, so a job over its user's cap
   starts only in place of enough of that user's own lower-priority jobs.
+- reclaim and priority together (``quota.reclaims_with_own``): J does not fit T's quota beside T's jobs, but would once
+  T's lower-priority jobs stop, and other teams borrow I: the scheduler asks for a plan with both kinds of
+  candidates (``within_after``), taken in the victim order (borrowed work first) until J fits *within* T's quota,
+  so a team below its quota takes back what it lent and stops its own lower-priority jobs together (Kueue's
+  "preempt from all ClusterQueues in cohort").
 A reclaim whose victims would lose at least 2 x ``cost_wait`` seconds of work per accelerator of J, for a team that
 already runs half of its quota, waits until J has been in the queue ``cost_wait`` seconds (rule 3b, ``_costly``; no
 plan is made for J again before): room that frees by itself meanwhile costs nothing.
@@ -115,10 +120,13 @@ def borrowing(snap: Snapshot, team_name: str, itype: str) -> bool:
     return u[0] > q[0] or u[1] > q[1] or u[2] > q[2]
 
 
-def fits_now(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | None) -> list[str] | None:
-    """The nodes for ``w`` as the cluster is now (team quota, pool, per-user cap, placement), or None."""
-    ok, _, _ = quota.team_check(snap, w)
-    if not ok or not quota.pool_ok(snap, w, holder) or users.over_cap(snap.teams[w.team], w):
+def fits_now(snap: Snapshot, w: Workload, reserved: dict[str, str], holder: str | None,
+             within_only: bool = False) -> list[str] | None:
+    """The nodes for ``w`` as the cluster is now (team quota, pool, per-user cap, placement), or None; with
+    ``within_only``, only if ``w`` runs within its team's quota."""
+    ok, within, _ = quota.team_check(snap, w)
+    if not ok or (within_only and not within) or not quota.pool_ok(snap, w, holder) \
+            or users.over_cap(snap.teams[w.team], w):
         return None
     return place(snap, w, reserved)
 
@@ -242,8 +250,13 @@ def plan(
     reserved: dict[str, str],
     holder: str | None = None,
     cross_team: bool = True,
+    within_after: bool = False,
 ) -> tuple[list[tuple[Workload, str]], list[str]] | None:
     """Victims (with their kind) and the nodes for ``w``, or None if no allowed preemption makes it fit.
+
+    ``within_after`` (with ``within``; ``quota.reclaims_with_own``): ``w`` does not fit its team's quota now, but
+    borrowed work of other teams and the team's own lower-priority jobs are candidates together, and the plan
+    holds only once ``w`` fits within the quota.
 
     On success the victims are left unassigned in ``snap`` (the caller requeues them); on failure ``snap``
     is as before.
@@ -368,7 +381,7 @@ def plan(
         fitting.update(name for name in v.nodes or () if fits(name))
         if len(fitting) < w.n:
             continue  # not enough nodes yet: no need to ask placement
-        nodes = fits_now(snap, w, reserved, holder)
+        nodes = fits_now(snap, w, reserved, holder, within_after)
         if nodes is not None:
             break
     if nodes is None:
@@ -379,7 +392,7 @@ def plan(
     for i in range(len(removed) - 2, -1, -1):
         v, _ = removed[i]
         snap.assign(v, v.nodes or [])
-        again = fits_now(snap, w, reserved, holder)
+        again = fits_now(snap, w, reserved, holder, within_after)
         if again is None:
             snap.unassign(v)
         else:
@@ -389,7 +402,7 @@ def plan(
         for v, _ in reversed(removed):
             snap.assign(v, v.nodes or [])
         return None
-    final = fits_now(snap, w, reserved, holder)
+    final = fits_now(snap, w, reserved, holder, within_after)
     assert final is not None
     return removed, final
 

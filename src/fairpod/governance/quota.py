@@ -249,3 +249,27 @@ def ever_fits_quota(snap: Snapshot, w: Workload) -> bool:
     own = lend_quota(q, team.lend_limit.get(w.itype)) if team.lends else (0, 0, 0)
     return all(t[d] <= cap[d] and t[d] - q[d] <= lend[d] - own[d] for d in range(3)) and (
         not team.path or groups.ever_fits(snap, team, w.itype, (t[0], t[1], t[2])))
+
+
+def reclaims_with_own(snap: Snapshot, w: Workload) -> bool:
+    """Rules 3 and 4 together: may ``w``, which does not fit its team's quota beside the team's running jobs, take
+    lent capacity back *and* stop its team's own lower-priority jobs? Its team may preempt those (TaskRanking,
+    ``preempt_team_tasks: LowerPriority``), other teams borrow ``w``'s type, and ``w`` fits within the quota once
+    the team's lower-priority jobs that may be stopped (outside their ``min_runtime``) are gone."""
+    team = snap.teams[w.team]
+    if not (team.preempt_lower and snap.task_ranking):
+        return False
+    over = snap.pool(w.itype).over
+    if over[0] <= 0 and over[1] <= 0 and over[2] <= 0:
+        return False
+    u = list(team.u(w.itype))
+    now = snap.now
+    for v in snap.running_by.get((w.itype, w.team), {}).values():
+        st = v.started
+        if v.priority < w.priority and not (v.min_runtime and st is not None and now - st < v.min_runtime):
+            t = v.total
+            u[0] -= t[0]
+            u[1] -= t[1]
+            u[2] -= t[2]
+    q, t = team.q(w.itype), w.total
+    return u[0] + t[0] <= q[0] and u[1] + t[1] <= q[1] and u[2] + t[2] <= q[2]

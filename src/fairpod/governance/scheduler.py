@@ -366,18 +366,26 @@ class _Cycle:
             return True  # replicas above elastic jobs' minimum go before any job is stopped whole
         held = within and w.id in snap.cost_held  # a costly reclaim waits (rule 3b): no plan before its time
         plan = None if held else preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
+        # rules 3 and 4 together: within quota once its own lower-priority jobs stop, it also takes back lent capacity
+        both = plan is None and not within and quota.reclaims_with_own(snap, w)
+        if both and w.id not in snap.cost_held:
+            plan = preemption.plan(snap, w, True, self.reserved_for(w, True), holder, within_after=True)
         if plan is not None and not ok and (w.quota_bound or _protected(snap.teams[w.team], w)):
             plan = _within_or_undo(snap, w, plan)  # its own lower-priority jobs, only to run within quota
         if plan is not None:
             victims, nodes = plan
             self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
             return True
-        if within and w.id in snap.cost_held:  # it fits once its reclaim may go (a plan was found)
+        if (within or both) and w.id in snap.cost_held:  # it fits once its reclaim may go (a plan was found)
             self.wait(w, preemption.held_reason(snap, w))
             return False
         never = self.never_fits(w)
         if never:
             self.wait(w, never)
+        elif both:
+            self.wait(w, f"waiting for reclaim: the job fits team {w.team}'s {w.itype} quota once the team's "
+                         "lower-priority jobs stop, but the rest is held by other teams' borrowed jobs that cannot be "
+                         "preempted yet")
         elif not ok:
             self.wait(w, why)
         elif not pool_ok:

@@ -1,0 +1,103 @@
+"""Kueue's own scheduler and preemption tests as fairpod engine tests: the translation's builders.
+
+The cases are read from kubernetes-sigs/kueue at commit ``KUEUE_COMMIT`` (``pkg/scheduler/preemption/
+preemption_test.go``, ``preemption_fair_test.go``, ``pkg/scheduler/scheduler_test.go``); each test names the Kueue test
+it translates. The translation, the same for every case:
+
+- a ClusterQueue is a team, a cohort is the cluster (a ClusterQueue without a cohort: a cluster of its own);
+- the one resource a case counts (cpu) is accelerators, on nodes of one accelerator each, as many as the cohort's
+  nominal quotas together: a job of N cpu is N replicas of one accelerator, so placement never decides (Kueue's
+  preemption tests count quota only). ``scale`` multiplies every amount (cases with half a cpu);
+- ``nominalQuota`` is the team's quota; ``borrowingLimit`` B its absolute borrow limit (the percent limit at its
+  largest, 500 %, so that B binds); none: 500 %, more than any cohort here can lend; ``lendingLimit`` its lending limit;
+- ``withinClusterQueue: LowerPriority`` is ``preempt_team_tasks: LowerPriority`` under TaskRanking (``Never``:
+  ``Never``); a workload's priority is the job's; Kueue's classic preemption (no fair sharing) is
+  ``idle_compute_allocation: FirstComeFirstServe`` (a borrower never preempts to borrow), fair sharing is ``FairShare``
+  with each ClusterQueue's weight (default 1);
+- the admitted workloads run since ``START`` with nothing lost yet; Kueue breaks ties between equal victims by UID (the
+  first name), fairpod by the later submitted: the workloads are submitted in reverse order so that both name the
+  same job; the incoming workload waited ``WAITED`` seconds (fair share stops only jobs that lose less than 1/100 of
+  that: here they lose nothing);
+- reclaims that would destroy much work do not wait (``preemption_cost_wait_seconds: 0``: Kueue has no such rule).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fairpod.governance import Snapshot, Workload, schedule
+from fairpod.governance.build import snapshot_from_spec
+from fairpod.governance.decisions import Admit, Preempt, Wait
+from fairpod.model.resources import Res
+from fairpod.model.spec import parse_spec
+
+KUEUE_COMMIT = "ff69552e79ad21652c36caa97038382e55625cf7"  # kubernetes-sigs/kueue, 2026-08-22
+KT = "k1"  # one accelerator a node
+START = 1000.0
+WAITED = 60.0
+_SCALE: dict[int, int] = {}
+
+
+def team(cq: str) -> str:
+    """A ClusterQueue's name as a team's (lower case, '-' for '_': ``a_standard`` is ``a-standard``)."""
+    return cq.replace("_", "-").lower()
+
+
+def cohort(queues: dict[str, dict[str, Any]], *, fair: bool = False, scale: int = 1) -> Snapshot:
+    """One cohort: ``queues`` maps a ClusterQueue's name to ``quota`` (nominal), ``borrow`` (borrowingLimit; absent:
+    none), ``lend`` (lendingLimit), ``within`` (``LowerPriority`` default, or ``Never``), ``weight`` (fair sharing,
+    default 1)."""
+    nodes = sum(q["quota"] for q in queues.values()) * scale
+    teams = []
+    for name, q in queues.items():
+        sharing: dict[str, Any] = {"strategy": "LendAndBorrow", "borrow_limit": 500}
+        if q.get("borrow") is not None:
+            sharing["absolute_borrow_limits"] = [{"instance_type": KT, "accelerators": q["borrow"] * scale}]
+        if q.get("lend") is not None:
+            sharing["lending_limits"] = [{"instance_type": KT, "accelerators": q["lend"] * scale}]
+        teams.append({"name": team(name), "fair_share_weight": q.get("weight", 1),
+                      "preempt_team_tasks": q.get("within", "LowerPriority"), "sharing": sharing,
+                      "quota": [{"instance_type": KT, "accelerators": q["quota"] * scale}] if q["quota"] else []})
+    spec = parse_spec({
+        "cluster": {"name": "cohort", "instance_groups": [{"name": "n", "instance_type": KT, "count": nodes}]},
+        "instance_types": [{"name": KT, "accelerators": 1, "vcpu": 4, "memory_gib": 16}],
+        "policy": {"task_prioritization": "TaskRanking", "preemption_cost_wait_seconds": 0,
+                   "idle_compute_allocation": "FairShare" if fair else "FirstComeFirstServe"},
+        "teams": teams,
+    })
+    snap = snapshot_from_spec(spec)
+    snap.now = START
+    _SCALE[id(snap)] = scale  # (the native build's Snapshot takes no attributes of ours)
+    return snap
+
+
+def admitted(snap: Snapshot, *jobs: tuple[str, str, float] | tuple[str, str, float, int]) -> None:
+    """Kueue's admitted workloads, each ``(name, cluster queue, cpu[, priority])``, running on free nodes."""
+    scale = _SCALE[id(snap)]
+    for job in reversed(jobs):  # the first listed is submitted last: the tie-break of both (module docstring)
+        name, cq, cpu = str(job[0]), str(job[1]), float(job[2])
+        prio = job[3] if len(job) > 3 else 0  # type: ignore[misc]
+        n = round(cpu * scale)
+        w = Workload(name, team(cq), KT, n, Res(1, 4000, 16384), priority=int(prio), submit=0.0)
+        snap.add_pending(w)
+        free = sorted(nn for nn, nd in snap.nodes.items() if nd.free[0] >= 1)[:n]
+        assert len(free) == n, f"{name}: the cohort has no room for it"
+        snap.start(w, free, START)
+
+
+def incoming(snap: Snapshot, cq: str, cpu: float, prio: int = 0, name: str = "in"
+             ) -> tuple[list[str] | None, list[Preempt], str]:
+    """The incoming workload: submit it and run one cycle. (sorted victims if it was admitted, else None; the
+    preemptions; its admission or wait reason)."""
+    n = round(cpu * _SCALE[id(snap)])
+    snap.add_pending(Workload(name, team(cq), KT, n, Res(1, 4000, 16384), priority=prio, submit=START - WAITED))
+    ds = schedule(snap)
+    pre = [d for d in ds if isinstance(d, Preempt)]
+    adm = [d for d in ds if isinstance(d, Admit) and d.job == name]
+    why = adm[0].reason if adm else next((d.reason for d in ds if isinstance(d, Wait) and d.job == name), "")
+    return (sorted(p.job for p in pre) if adm else None), pre, why
+
+
+def victims(snap: Snapshot, cq: str, cpu: float, prio: int = 0) -> list[str] | None:
+    """The incoming workload's victims (sorted), [] if it started without any, None if it waits."""
+    return incoming(snap, cq, cpu, prio)[0]
