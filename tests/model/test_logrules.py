@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from fairpod.model.logrules import LogRule, effective, parse_flag
+from fairpod.model.logrules import STORED, LogRule, compile_pattern, effective, parse_flag, per_line
 
 
 def test_the_flag_gives_each_form_of_rule() -> None:
@@ -30,3 +30,28 @@ def test_a_rule_of_the_job_replaces_the_class_rule_of_its_name() -> None:
     assert [(r.name, r.action) for r in effective(job, cls)] == [("cuda", "fail"), ("nan", "fail")]
     with pytest.raises(ValidationError, match="not both"):
         LogRule(name="x", pattern="x", within_seconds=1, every_seconds=1)
+
+
+@pytest.mark.parametrize(("pattern", "says"), [
+    (r"(a)\1", "invalid escape sequence"), (r"a(?=b)", "invalid perl operator"), (r"(?<!a)b", "invalid perl operator"),
+    (r"(\pL{50}|\pN{50}){15}", "too costly to match"), (r"a{1001}", "invalid repetition size")])
+def test_a_pattern_re2_cannot_match_in_linear_time_is_refused(pattern: str, says: str) -> None:
+    with pytest.raises(ValueError, match=r".") as e:
+        compile_pattern(pattern)
+    assert says in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ValidationError, match=says):
+        parse_flag("r", "notify", pattern)
+
+
+def test_a_stored_rule_is_not_checked_again() -> None:
+    """A rule an older fairpod stored (it matched with Python's re) still loads; fairpod.server.logrules says it
+    is not matched instead."""
+    r = LogRule.model_validate({"name": "x", "pattern": r"(a)\1"}, context={STORED: True})
+    assert r.pattern == r"(a)\1"
+
+
+def test_patterns_match_line_by_line() -> None:
+    rx = compile_pattern(r"^loss=(\S+)$")
+    assert [m.group(1) for m in rx.finditer("loss=1\nx loss=2\nloss=3")] == ["1", "3"]
+    assert compile_pattern(r"a\s+b").search("a\nb") is None  # never across a newline
+    assert per_line(r"\Astep") and per_line(r"done\z") and not per_line(r"\\A") and not per_line("^step$")

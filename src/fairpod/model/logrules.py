@@ -8,14 +8,21 @@ priority class. A rule has a regular expression and one of three forms:
 Each has an ``action``: ``notify`` (an event), ``restart_in_place`` (that replica's process is restarted on its
 node, as :mod:`fairpod.server.restarts` does for a crash; a rule over the time since the start or the last line,
 which no replica alone broke, restarts the job), ``restart`` (the job restarts whole: auto-resume, counts against
-``max_retry``) or ``fail``. ``fairpod.server.logrules`` applies them."""
+``max_retry``) or ``fail``. ``fairpod.server.logrules`` applies them.
+
+Patterns are RE2's (``google-re2``), not Python's ``re``: RE2 matches in time linear in the line whatever the
+pattern, so no pattern a member submits can keep the control plane busy (``(a+)+$`` against a line of ``a``s
+and a ``!`` takes Python's ``re`` time doubling per character). A pattern RE2 cannot compile (backreferences,
+lookahead, lookbehind) or whose compiled program exceeds ``MAX_PROGRAM`` bytes is refused at submit, in one line
+naming the rule. A line is matched on its first ``LINE_MAX`` bytes; ``^`` and ``$`` mark its start and end."""
 
 from __future__ import annotations
 
 import re
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+import re2  # type: ignore[import-untyped]
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 RULE_NAME = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$"
 Action = Literal["notify", "restart_in_place", "restart", "fail"]
@@ -25,8 +32,8 @@ class LogRule(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(pattern=RULE_NAME, max_length=40)
-    pattern: str = Field(min_length=1, max_length=1000, description="a regular expression (Python re) a line is "
-                         "searched for")
+    pattern: str = Field(min_length=1, max_length=1000, description="a regular expression (RE2 syntax: no "
+                         "backreferences or lookaround) a line is searched for")
     action: Action = "notify"
     within_seconds: float | None = Field(default=None, gt=0, le=7 * 86400,
                                          description="a matching line must come within this long of the start")
@@ -35,11 +42,9 @@ class LogRule(BaseModel):
 
     @field_validator("pattern")
     @classmethod
-    def _compiles(cls, v: str) -> str:
-        try:
-            re.compile(v)
-        except re.error as e:
-            raise ValueError(f"pattern {v!r} is not a valid regular expression: {e}") from None
+    def _compiles(cls, v: str, info: ValidationInfo) -> str:
+        if not (info.context or {}).get(STORED):  # a rule stored by an older fairpod: see fairpod.server.logrules
+            compile_pattern(v)
         return v
 
     @model_validator(mode="after")
@@ -60,6 +65,37 @@ class LogRule(BaseModel):
         if self.kind == "every":
             return f"no line matching /{self.pattern}/ for {self.every_seconds:g} s"
         return f"a line matching /{self.pattern}/"
+
+
+STORED = "stored"  # validation context of what the store holds: checked when it was submitted
+MAX_PROGRAM = 1 << 20  # bytes RE2 may use for one compiled pattern: bounds the cost of a byte of a line
+LINE_MAX = 16 * 1024  # bytes of a line matched: the rest of a longer line is not looked at
+_WHOLE_TEXT = re.compile(r"(?<!\\)(?:\\\\)*\\[Az]")  # \A or \z: the start or end of the text, not of a line
+
+
+def compile_pattern(pattern: str) -> Any:
+    """``pattern`` compiled by RE2 as log rules match it: over many lines at once, ``^`` and ``$`` at each line's
+    start and end, never across a newline; ValueError in one line when RE2 refuses it."""
+    opts = re2.Options()
+    opts.log_errors = False
+    opts.max_mem = MAX_PROGRAM
+    opts.never_nl = True
+    try:
+        return re2.compile("(?m)" + pattern, opts)
+    except re2.error as e:
+        why = e.args[0].decode(errors="replace") if e.args and isinstance(e.args[0], bytes) else str(e)
+        if "too large" in why:
+            raise ValueError(f"pattern {pattern!r} is too costly to match: RE2 needs more than "
+                             f"{MAX_PROGRAM >> 20} MiB for it (fewer or smaller counted repetitions)") from None
+        raise ValueError(f"pattern {pattern!r} is not a valid regular expression for a log rule: {why} (log rules "
+                         "are RE2 patterns, matched in time linear in the line: no backreferences, lookahead or "
+                         "lookbehind)") from None
+
+
+def per_line(pattern: str) -> bool:
+    """Does the pattern name the start or end of the whole text (``\\A``, ``\\z``)? Then it is matched line by
+    line, each line its own text, as a reader of one line expects."""
+    return _WHOLE_TEXT.search(pattern) is not None
 
 
 def parse_flag(name: str, what: str, pattern: str) -> LogRule:

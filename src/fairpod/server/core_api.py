@@ -28,6 +28,7 @@ class Core(Protocol):
     snap: Snapshot
     home: Path
     clock: Callable[[], float]
+    wake: threading.Event  # wakes the reconcile loop for a turn now
     cycles: int
     cycle_seconds: float
 

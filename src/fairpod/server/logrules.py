@@ -1,6 +1,16 @@
-"""Log rules at work (the rules: :mod:`fairpod.model.logrules`): once a second the reconcile loop reads what the
-replicas of each running job with rules wrote since the last look (its own priority class's rules and the job's),
-and acts on a rule that fired:
+"""Log rules at work (the rules: :mod:`fairpod.model.logrules`). The replicas' output is read and matched in a
+thread of its own, never under the control plane's lock nor in a request: the reconcile loop's keeper
+(:meth:`LogWatch.tick`, under the lock) only says which attempts to watch and acts on what the reader found.
+
+- the reader (:meth:`LogWatch._read_loop`): once a second, for each watched replica, what it wrote since the
+  last look (at most ``READ_MAX`` bytes per replica per look, from where the last look stopped; a line is matched
+  on its first ``LINE_MAX`` bytes), matched by RE2 (time linear in the text) against the rules; it notes the
+  first matching line of each rule and replica (once per restart in place of the replica) and when a line last
+  matched each rule, and wakes the loop when it found something;
+- the keeper (once a turn): takes what the reader found and acts, and once a second refreshes the attempts
+  watched (running jobs with rules: their priority class's and their own) and checks the start and stall rules.
+
+The actions:
 
 - ``notify``: a ``LogRule`` event, once per rule and replica (start and stall rules: once per episode);
 - ``restart_in_place``: a line rule stops that replica (its process group gets SIGTERM, SIGKILL after the
@@ -11,20 +21,21 @@ and acts on a rule that fired:
 - ``fail``: the job fails.
 
 The reason (in the event, the job's reason and ``get-job``) names the rule and the line. The logs are read from
-the executor's log files (``Executor.log_path``; the Ray executor copies its replicas' output there), at most
-``READ_MAX`` bytes per replica per look, from where the last look stopped.
+the executor's log files (``Executor.log_path``; the Ray executor copies its replicas' output there). A rule
+stored by an older fairpod whose pattern RE2 cannot compile is not matched, and a ``LogRule`` event says so.
 """
 
 from __future__ import annotations
 
-import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from fairpod.executors.base import Resizing, RestartingInPlace, capability
 from fairpod.model.jobs import JobState
-from fairpod.model.logrules import LogRule, effective
+from fairpod.model.logrules import LINE_MAX, LogRule, compile_pattern, effective, per_line
 from fairpod.server.runs import STOP_FAIL, STOP_RESTART, Run, job_key
 from fairpod.store.records import Job
 
@@ -38,14 +49,24 @@ EVENT = "LogRule"
 
 @dataclass
 class _Watch:
+    """One attempt's rules and what the reader found. The reader alone touches ``offsets``, ``partial`` and
+    ``reported``; ``hits`` and ``last`` pass from the reader to the keeper under ``LogWatch.mu``; the keeper
+    alone writes ``gens`` and ``fired``."""
+
+    key: str
+    nodes: int
     attempt: int
     started: float  # the attempt's start (a readiness requeue starts the same attempt again)
     rules: list[LogRule]
-    compiled: list[re.Pattern[str]]
+    compiled: list[Any]  # per rule: its RE2 pattern, None for a stored rule RE2 refuses
     offsets: dict[int, int] = field(default_factory=dict)  # rank -> bytes read
-    partial: dict[int, bytes] = field(default_factory=dict)  # rank -> an unfinished last line
+    partial: dict[int, bytes] = field(default_factory=dict)  # rank -> the start of an unfinished last line
+    reported: set[tuple[int, int, int]] = field(default_factory=set)  # (rule, rank, its restarts) the reader told
+    hits: list[tuple[int, int, int, str]] = field(default_factory=list)  # (rule, rank, restarts, line) to act on
     last: dict[str, float] = field(default_factory=dict)  # rule -> when a line last matched it
+    gens: dict[int, int] = field(default_factory=dict)  # rank -> its restarts in place so far
     fired: set[tuple[str, int | None, int]] = field(default_factory=set)  # (rule, rank, its restarts) that fired
+    fired_at: dict[str, float] = field(default_factory=dict)  # start or stall rule -> when its episode fired
 
 
 def rules_of(cp: Core, job: Job) -> list[LogRule]:
@@ -54,12 +75,21 @@ def rules_of(cp: Core, job: Job) -> list[LogRule]:
 
 
 class LogWatch:
+    """The keeper (``tick``, under the control plane's lock) and the reader thread it starts at the first watch;
+    ``close`` stops the thread."""
+
     def __init__(self, every: float = EVERY) -> None:
         self.every = every
         self.last = float("-inf")
         self.watches: dict[int, _Watch | None] = {}  # job id -> its watch (None: the job has no rules)
+        self.mu = threading.Lock()  # the watches the reader sees, and what passes between it and the keeper
+        self.reading: dict[int, _Watch] = {}  # what the reader reads (a copy, swapped under mu)
+        self._closed = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.looks = 0  # the reader's passes over every watch, for tests and /metrics
 
     def tick(self, cp: Core) -> None:
+        self._act(cp)
         now = cp.clock()
         if now - self.last < self.every:
             return
@@ -76,33 +106,75 @@ class LogWatch:
             if job is None or job.state != JobState.RUNNING or job.started_at is None:
                 continue
             if w is None or (w.attempt, w.started) != (run.attempt, job.started_at):
-                rules = rules_of(cp, job)
-                if not rules:
-                    self.watches[jid] = None
-                    continue
-                w = _Watch(run.attempt, float(job.started_at), rules, [re.compile(r.pattern) for r in rules])
-                if jid in self.watches:  # a relaunch of the same attempt appends to its logs: read on from there
-                    w.offsets = dict(self.watches[jid].offsets)  # type: ignore[union-attr]
+                w = self._watch(cp, job, run, self.watches.get(jid))
                 self.watches[jid] = w
-            self._look(cp, job, run, w, now)
+                if w is None:
+                    continue
+            w.gens = _gens(run)
+            self._timers(cp, job, run, w, now)
+        with self.mu:
+            self.reading = {jid: w for jid, w in self.watches.items() if w is not None and jid in cp.runs
+                            and cp.runs[jid].stopping is None}
+        if self.reading and self._thread is None:
+            self._start(cp)
 
-    def _look(self, cp: Core, job: Job, run: Run, w: _Watch, now: float) -> None:
-        lines = self._read(cp, job, w)
-        start = float(job.started_at or now)
-        for rule, rx in zip(w.rules, w.compiled, strict=True):
-            hits = [(rank, line) for rank, line in lines if rx.search(line)]
-            if rule.kind == "match":
-                for rank, line in hits:
-                    once = (rule.name, rank, sum(1 for r, _ in run.restarts if int(r) == rank))
-                    if once not in w.fired:  # once per replica (a replica restarted in place: once again)
-                        w.fired.add(once)
-                        if self._fire(cp, job, run, rule, rank, f"replica {rank} printed {line.strip()[:200]!r}"):
-                            return
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(timeout=10)
+
+    # -- the keeper ------------------------------------------------------------------------------------------
+    @staticmethod
+    def _watch(cp: Core, job: Job, run: Run, before: _Watch | None) -> _Watch | None:
+        rules = rules_of(cp, job)
+        if not rules:
+            return None
+        compiled = []
+        for r in rules:
+            try:
+                compiled.append(compile_pattern(r.pattern))
+            except ValueError as e:  # stored by an older fairpod, which matched with Python's re
+                compiled.append(None)
+                cp.event(EVENT, f"job {job.name}: log rule {r.name!r} is not matched: {e}", job, rule=r.name)
+        w = _Watch(job_key(job), job.nodes, run.attempt, float(job.started_at or 0), rules, compiled)
+        if before is not None and before.attempt == run.attempt:  # a relaunch of the same attempt appends to
+            w.offsets = dict(before.offsets)  # its logs: read on from there
+        return w
+
+    def _act(self, cp: Core) -> None:
+        """Act on the lines the reader found."""
+        with self.mu:
+            found = [(jid, w, w.hits) for jid, w in self.reading.items() if w.hits]
+            for _, w, _ in found:
+                w.hits = []
+        for jid, w, hits in found:
+            run = cp.runs.get(jid)
+            if run is None or run.stopping is not None or run.attempt != w.attempt or self.watches.get(jid) is not w:
                 continue
-            if hits:
-                w.last[rule.name] = now
+            job = cp.store.get_job(jid)
+            if job is None or job.state != JobState.RUNNING:
+                continue
+            for i, rank, gen, line in hits:
+                rule = w.rules[i]
+                once = (rule.name, rank, gen)
+                if once in w.fired:  # once per replica (a replica restarted in place: once again)
+                    continue
+                w.fired.add(once)
+                if _fire(cp, job, run, rule, rank, f"replica {rank} printed {line.strip()[:200]!r}"):
+                    break
+
+    @staticmethod
+    def _timers(cp: Core, job: Job, run: Run, w: _Watch, now: float) -> None:
+        """The start and stall rules: no line matched within S s of the start, or for S s (once per episode: a
+        matching line after it fired ends the episode)."""
+        start = float(job.started_at or now)
+        for rule in w.rules:
+            if rule.kind not in ("within", "every"):
+                continue
+            seen = w.last.get(rule.name)  # written by the reader: one read of a dict's item
+            if seen is not None and seen > w.fired_at.get(rule.name, seen):
                 w.fired.discard((rule.name, None, 0))
-            seen = w.last.get(rule.name)
+                del w.fired_at[rule.name]
             if rule.kind == "within":
                 late = seen is None and now - start >= float(rule.within_seconds or 0)
                 signal = f"no line matched in the {now - start:.0f} s since the start"
@@ -112,14 +184,33 @@ class LogWatch:
                 signal = f"no line matched for {now - since:.0f} s"
             if late and (rule.name, None, 0) not in w.fired:
                 w.fired.add((rule.name, None, 0))
-                if self._fire(cp, job, run, rule, None, signal):
+                w.fired_at[rule.name] = now
+                if _fire(cp, job, run, rule, None, signal):
                     return
 
-    @staticmethod
-    def _read(cp: Core, job: Job, w: _Watch) -> list[tuple[int, str]]:
-        out: list[tuple[int, str]] = []
-        for rank in range(job.nodes):
-            path = cp.executor.log_path(job_key(job), rank, w.attempt)
+    # -- the reader ------------------------------------------------------------------------------------------
+    def _start(self, cp: Core) -> None:
+        log_path, clock, wake = cp.executor.log_path, cp.clock, cp.wake
+
+        def loop() -> None:
+            while not self._closed.wait(self.every):
+                with self.mu:
+                    watches = list(self.reading.values())
+                found = False
+                for w in watches:
+                    found |= self.read(w, log_path, clock())
+                self.looks += 1
+                if found:
+                    wake.set()
+
+        self._thread = threading.Thread(target=loop, name="fairpod-logrules", daemon=True)
+        self._thread.start()
+
+    def read(self, w: _Watch, log_path: Callable[[str, int, int], Path | None], now: float) -> bool:
+        """One look at each replica of ``w``: True when a line rule matched a line not told before."""
+        found = False
+        for rank in range(w.nodes):
+            path = log_path(w.key, rank, w.attempt)
             if path is None:
                 continue
             data = _read_from(path, w.offsets.get(rank, 0))
@@ -127,39 +218,85 @@ class LogWatch:
                 continue
             w.offsets[rank] = w.offsets.get(rank, 0) + len(data)
             text = w.partial.pop(rank, b"") + data
-            *done, rest = text.split(b"\n")
-            if rest:
-                w.partial[rank] = rest[-READ_MAX:]
-            out += [(rank, line.decode("utf-8", "replace")) for line in done]
-        return out
+            cut = text.rfind(b"\n") + 1
+            if len(text) > cut:
+                w.partial[rank] = text[cut:cut + LINE_MAX]  # a longer line is matched on its first LINE_MAX bytes
+            if cut:
+                found |= self._match(w, rank, text[:cut], now)
+        return found
 
-    @staticmethod
-    def _fire(cp: Core, job: Job, run: Run, rule: LogRule, rank: int | None, what: str) -> bool:
-        """Act on a rule that fired; True when the job is being stopped (no more rules this look)."""
-        reason = f"log rule {rule.name!r} ({rule.describe()}): {what}"
-        action = rule.action
-        sizing = capability(cp.executor, Resizing)
-        if action == "restart_in_place" and (rank is None or sizing is None or job.spec.elastic
-                                             or capability(cp.executor, RestartingInPlace) is None):
-            action = "restart"  # no one replica to restart, or an executor that cannot
-        then = {"notify": "notify", "restart_in_place": f"restarting replica {rank} in place",
-                "fail": "the job fails"}.get(action, "")
-        kind = STOP_FAIL
-        if action == "restart":
-            kind = STOP_RESTART if job.attempt < job.max_retry else STOP_FAIL
-            then = "restarting the job" if kind == STOP_RESTART else "restart asked, no retries left: it fails"
-        cp.event(EVENT, f"job {job.name}: {reason}; {then}", job, rule=rule.name, action=rule.action, rank=rank,
-                 line=what)
-        if action == "notify":
-            return False
-        if action == "restart_in_place" and sizing is not None and rank is not None:
-            run.log_faults[str(rank)] = reason
-            job = cp.store.update_job(job.id, {"run_state": run.to_json()})
-            key, attempt, grace = job_key(job), run.attempt, job.spec.termination_grace_seconds
-            cp.store.after_commit(lambda: sizing.stop_replicas(key, attempt, [rank], grace))
-            return False
-        cp.begin_stop(job, run, kind, reason)
-        return True
+    def _match(self, w: _Watch, rank: int, chunk: bytes, now: float) -> bool:
+        lines = chunk[:-1].split(b"\n")
+        if max(map(len, lines)) > LINE_MAX:
+            lines = [line[:LINE_MAX] for line in lines]
+            chunk = b"\n".join(lines) + b"\n"
+        gen, found = w.gens.get(rank, 0), False
+        for i, (rule, rx) in enumerate(zip(w.rules, w.compiled, strict=True)):
+            if rx is None or (rule.kind == "match" and (i, rank, gen) in w.reported):
+                continue
+            line = _first_match(rx, rule.pattern, chunk, lines)
+            if line is None:
+                continue
+            if rule.kind == "match":
+                w.reported.add((i, rank, gen))
+                with self.mu:
+                    w.hits.append((i, rank, gen, line))
+                found = True
+            else:
+                w.last[rule.name] = now
+        return found
+
+
+def _first_match(rx: Any, pattern: str, chunk: bytes, lines: list[bytes]) -> str | None:
+    """The first line of ``chunk`` (whole lines, each at most LINE_MAX bytes) that ``rx`` matches: one search of
+    the whole chunk (``rx`` never matches across a newline), or line by line for a pattern with ``\\A``/``\\z``."""
+    if per_line(pattern):
+        for line in lines:
+            if rx.search(line.decode("utf-8", "replace")):
+                return line.decode("utf-8", "replace")
+        return None
+    text = chunk[:-1].decode("utf-8", "replace")  # without its last newline: no empty line after it
+    m = rx.search(text)
+    if m is None:
+        return None
+    end = text.find("\n", m.end())
+    return text[text.rfind("\n", 0, m.start()) + 1 : end if end >= 0 else len(text)]
+
+
+def _gens(run: Run) -> dict[int, int]:
+    """Each rank's restarts in place so far in this attempt."""
+    out: dict[int, int] = {}
+    for r, _ in run.restarts:
+        out[int(r)] = out.get(int(r), 0) + 1
+    return out
+
+
+def _fire(cp: Core, job: Job, run: Run, rule: LogRule, rank: int | None, what: str) -> bool:
+    """Act on a rule that fired; True when the job is being stopped (no more rules this look)."""
+    reason = f"log rule {rule.name!r} ({rule.describe()}): {what}"
+    action = rule.action
+    sizing = capability(cp.executor, Resizing)
+    if action == "restart_in_place" and (rank is None or sizing is None or job.spec.elastic
+                                         or capability(cp.executor, RestartingInPlace) is None):
+        action = "restart"  # no one replica to restart, or an executor that cannot
+    then = {"notify": "notify", "restart_in_place": f"restarting replica {rank} in place",
+            "fail": "the job fails"}.get(action, "")
+    kind = STOP_FAIL
+    if action == "restart":
+        kind = STOP_RESTART if job.attempt < job.max_retry else STOP_FAIL
+        then = "restarting the job" if kind == STOP_RESTART else "restart asked, no retries left: it fails"
+    cp.event(EVENT, f"job {job.name}: {reason}; {then}", job, rule=rule.name, action=rule.action, rank=rank,
+             line=what)
+    if action == "notify":
+        return False
+    if action == "restart_in_place" and sizing is not None and rank is not None:
+        run.log_faults[str(rank)] = reason
+        job = cp.store.update_job(job.id, {"run_state": run.to_json()})
+        key, attempt, grace = job_key(job), run.attempt, job.spec.termination_grace_seconds
+        cp.store.after_commit(lambda: sizing.stop_replicas(key, attempt, [rank], grace))
+        return False
+    cp.begin_stop(job, run, kind, reason)
+    return True
 
 
 def _read_from(path: Path, offset: int) -> bytes:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from fairpod.model.logrules import STORED
 from fairpod.model.spec import ClusterSpec
 from fairpod.store.db import Ops
 from fairpod.store.records import Conflict, NotFound, SpecRecord, SpecVersion
@@ -31,7 +32,7 @@ class ClusterOps(Ops):
             row = s.get(ClusterRow, CLUSTER_ROW_ID)
             if row is None:
                 return None
-            return SpecRecord(ClusterSpec.model_validate(row.spec), row.version, row.updated_at)
+            return SpecRecord(ClusterSpec.model_validate(row.spec, context={STORED: True}), row.version, row.updated_at)
 
     def put_spec(
         self, spec: ClusterSpec, *, expected_version: int | None = None, now: float | None = None,
@@ -78,7 +79,7 @@ class ClusterOps(Ops):
             if row is None:
                 raise NotFound(f"spec version {version} is not in the history")
             return SpecVersion(row.version, row.applied_at, row.actor, row.action,
-                               ClusterSpec.model_validate(row.spec))
+                               ClusterSpec.model_validate(row.spec, context={STORED: True}))
 
     def spec_version(self) -> int:
         """The stored spec's version; 0 before the first save."""

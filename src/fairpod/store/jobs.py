@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from fairpod.model.jobs import JobSpec, JobState, ResolvedJob
-from fairpod.model.logrules import LogRule
+from fairpod.model.logrules import STORED, LogRule
 from fairpod.model.services import ServiceSpec
 from fairpod.store import fields as f
 from fairpod.store.cluster import next_counter
@@ -75,6 +75,7 @@ _SPECS_MAX = 20_000
 
 
 _SPEC_FIELDS = tuple(JobSpec.model_fields)
+STORED_CONTEXT = {STORED: True}  # a log rule's pattern was checked when the job was submitted (model.logrules)
 _SPEC_KEYS = frozenset(_SPEC_FIELDS)
 
 
@@ -87,12 +88,12 @@ def stored_spec(data: dict[str, Any]) -> JobSpec:
     missing) is validated, as before. Validating each of 100,000 waiting jobs' specs again was most of a
     restart (``benchmarks/recovery.py``)."""
     if not data.keys() >= _SPEC_KEYS:
-        return JobSpec.model_validate(data)
+        return JobSpec.model_validate(data, context=STORED_CONTEXT)
     d = {k: data[k] for k in _SPEC_FIELDS}
     if d["service"] is not None:
         d["service"] = ServiceSpec.model_validate(d["service"])
     if d["log_rules"]:
-        d["log_rules"] = [LogRule.model_validate(x) for x in d["log_rules"]]
+        d["log_rules"] = [LogRule.model_validate(x, context=STORED_CONTEXT) for x in d["log_rules"]]
     spec = JobSpec.__new__(JobSpec)
     object.__setattr__(spec, "__dict__", d)
     object.__setattr__(spec, "__pydantic_fields_set__", set(_SPEC_FIELDS))

@@ -15,7 +15,6 @@ from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
 from fairpod.server import arrays, backoff, diskfull, membership, outage, restarts
-from fairpod.server.logrules import LogWatch
 from fairpod.server.readiness import Readiness
 from fairpod.server.runs import from_engine, job_id_of
 
@@ -38,10 +37,10 @@ def standard_keepers(cp: Any) -> Keepers:
     backoff ran out (:mod:`fairpod.server.backoff`); then the usage
     sampler, retention, the watchdog (runtime limits, hangs), the fair-share history, restarts in place that are
     due (:mod:`fairpod.server.restarts`), gang readiness (:mod:`fairpod.server.readiness`) and log rules
-    (:mod:`fairpod.server.logrules`)."""
+    (:mod:`fairpod.server.logrules`: the control plane's ``logwatch``, whose reader thread matches off the lock)."""
     return Keepers(before=[cp.budgets.apply, membership.sync, arrays.release, backoff.release],
                    after=[cp.usage.tick, cp.retention.tick, cp.watchdog.tick, cp.history.tick,
-                          restarts.launch_due, Readiness().tick, LogWatch().tick])
+                          restarts.launch_due, Readiness().tick, cp.logwatch.tick])
 
 
 class Loop:
@@ -131,6 +130,7 @@ class Loop:
         self._stop.set()
         self.wake.set()
         self.eta.stop()
+        self.logwatch.close()
         if self._thread is not None:
             self._thread.join(timeout=10)
         with self.lock:

@@ -30,6 +30,7 @@ from fairpod.server.control.submit import Submitting
 from fairpod.server.core_api import Core
 from fairpod.server.errors import WrongState
 from fairpod.server.fairshare_history import HistoryKeeper
+from fairpod.server.logrules import LogWatch
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.retention import Retention
 from fairpod.server.runs import (
@@ -92,6 +93,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
         self.retention = Retention()  # deletes what policy.retention_days no longer keeps
         self.watchdog = Watchdog()  # runtime limits and hang detection
+        self.logwatch = LogWatch()  # log rules: the replicas' output matched in a thread of its own
         self.history = HistoryKeeper()  # FairShareHistory kept across restarts
         self.budgets = BudgetKeeper()  # teams' accelerator-hours in the current budget periods
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
