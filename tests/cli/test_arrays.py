@@ -110,3 +110,25 @@ def test_an_array_is_addressed_by_its_name_and_id_and_a_task_by_name_dash_index_
     assert f"job array sweep (id {aid}): cancelled 5 of its 6 tasks" in r.stdout, r.stdout
     # the running tasks are Cancelled once their processes have stopped
     wait_for(lambda: all(j["state"] == "Cancelled" for j in tasks_of(server, aid)), 30, "every task to be Cancelled")
+
+
+def test_a_cancel_that_outlasts_the_clients_wait_is_followed_and_never_called_failed(server: Server):
+    """A large array's cancel takes longer than the CLI waits for an answer (here ``FAIRPOD_TIMEOUT`` is cut to
+    0.05 s so that 1,000 tasks are enough; by default 30 s, which a 10,000-task array's cancel outlasted, and the
+    CLI said ``failed: timed out`` although every task was cancelled): the CLI follows it to the end instead."""
+    res = json.loads(server.cli("start-job", "--name", "big", "--team", "john", "--array", "0-999%4", "-o", "json",
+                                "--", "sleep", "600").stdout)
+    aid = res["array_job_id"]
+    server.env["FAIRPOD_TIMEOUT"] = "0.05"
+    try:
+        r = server.cli("cancel-job", "big", check=False)
+        server.env["FAIRPOD_TIMEOUT"] = "soon"
+        bad = server.cli("list-jobs", check=False)
+    finally:
+        del server.env["FAIRPOD_TIMEOUT"]
+    assert r.returncode == 0 and "failed" not in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "no answer from" in r.stderr and "following the cancel" in r.stderr, r.stderr
+    assert f"job array big (id {aid}): cancelled 1000 of its 1000 tasks" in r.stdout, r.stdout
+    assert all(j["state"] == "Cancelled" for j in tasks_of(server, aid))
+    assert bad.returncode == 1 and bad.stderr.strip() == (
+        "fairpod: error: FAIRPOD_TIMEOUT='soon' is not a number of seconds between 0 and 86400"), bad.stderr

@@ -116,8 +116,29 @@ def pattern_in_words(detail: str) -> str:
     return re.sub(r"String should match pattern '([^']*)'", sub, detail)
 
 
+TIMEOUT_ENV = "FAIRPOD_TIMEOUT"
+
+
+class TimedOut(CliError):
+    """No answer within the client's timeout: what was asked may have been done (or be under way)."""
+
+
+def default_timeout() -> float:
+    """How long a request waits for its answer: ``$FAIRPOD_TIMEOUT`` seconds, 30 by default."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return 30.0
+    try:
+        t = float(raw)
+    except ValueError:
+        t = -1.0
+    if not 0 < t <= 86400:
+        raise CliError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds between 0 and 86400")
+    return t
+
+
 class Client:
-    def __init__(self, url: str | None = None, token: str | None = None, timeout: float = 30.0,
+    def __init__(self, url: str | None = None, token: str | None = None, timeout: float | None = None,
                  fields: Mapping[str, str] | None = None) -> None:
         cfg_url, cfg_token = load_config()
         # several control planes (fairpod up --ha): "http://a:8470,http://b:8470"; the leader is followed
@@ -125,7 +146,7 @@ class Client:
         self._conn: Connection | HttpsConnection | None = None
         self._tried: set[str] = set()
         self._use(self.urls[0])
-        self.timeout = timeout
+        self.timeout = timeout if timeout is not None else default_timeout()
         self.headers = {"Authorization": f"Bearer {token or cfg_token}", "Accept": "application/json"}
         self.fields = fields
 
@@ -204,6 +225,10 @@ class Client:
                 if self._next(None):
                     continue
                 raise self.unreachable(e) from None
+            except TimeoutError:  # the request may well be carried out: never say it failed
+                self.close()
+                raise TimedOut(f"no answer from {self.url} within {self.timeout:g} s ({TIMEOUT_ENV}): the "
+                               f"server may still be carrying out {method} {path}") from None
             except (OSError, ValueError) as e:  # TransportError, timeouts, resets; a bad chunk size
                 self.close()
                 raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from fairpod.cli.client import Client
+from fairpod.cli.client import Client, TimedOut
 from fairpod.cli.errors import CliError
 from fairpod.cli.files import read_yaml
 from fairpod.cli.output import acc_nodes, add_output, ago, emit, reason_in_units, table
@@ -642,7 +642,19 @@ def _checkpoint(c: dict[str, Any]) -> str:
 
 def cancel_job(a: argparse.Namespace) -> int:
     ref, params = _ref(a)
-    j = Client().post(f"/jobs/{ref}/cancel", **params)
+    try:
+        j = Client().post(f"/jobs/{ref}/cancel", **params)
+    except TimedOut as e:  # a large array's cancel takes longer than the client waits: it goes on
+        from fairpod.cli import cancel_wait
+
+        done = cancel_wait.follow(ref, params, e)
+        tasks = done.get("array_tasks")
+        if tasks is None:
+            j = done
+        else:
+            arr = done.get("array") or {}
+            j = {"array_job_id": arr.get("job_id", done["id"]), "name": arr.get("name", done["name"]),
+                 "team": done["team"], "tasks": len(tasks), "cancelled": [t for t in tasks if t["state"] == "Cancelled"]}
     if emit(j, a.output):
         return 0
     if "cancelled" in j:  # a whole job array

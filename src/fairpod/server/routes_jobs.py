@@ -152,13 +152,10 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if tasks is None:
             return job_view(cp, cp.cancel(job, p.name), detail=True, reader=p)
         live = sorted((t for t in tasks if not t.state.finished), key=lambda t: t.state != JobState.PENDING)
-        done = []
-        for t in live:
-            fresh = cp.store.get_job(t.id)
-            if fresh is not None and not fresh.state.finished:
-                done.append(job_view(cp, cp.cancel(fresh, p.name)))
         arr = job_view(cp, job)["array"] or {}
-        return {"array_job_id": arr.get("job_id", job.id), "name": arr.get("name", job.name), "team": job.team,
+        name = arr.get("name", job.name)
+        done = [job_view(cp, t) for t in cp.cancel_array(live, f"{job.team}/{name}", p.name)]
+        return {"array_job_id": arr.get("job_id", job.id), "name": name, "team": job.team,
                 "tasks": len(tasks), "cancelled": done}
 
     @api.get("/jobs/{ref}/replicas", tags=["jobs"])

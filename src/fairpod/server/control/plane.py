@@ -216,25 +216,52 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
             job = self.store.get_job(job.id) or job
             if job.state.finished:
                 raise WrongState(f"job {job.name} is already {job.state.value}", "job finished")
-            if job.state == JobState.PENDING:
-                self.snap.remove_pending(to_engine(job.id))
-                job = self.store.update_job(job.id, {"state": JobState.CANCELLED, "reason": f"cancelled by {actor}",
-                                                     "finished_at": self.clock()})
-                self.event("JobCancelled", f"job {job.name} cancelled by {actor}", job)
-            else:
-                run = self.runs.setdefault(job.id, Run(attempt=job.attempt))
-                if run.stopping == STOP_PREEMPT or run.stopping is None:
-                    self.begin_stop(job, run, STOP_CANCEL, f"cancelled by {actor}")
-                    if job.state == JobState.RUNNING:
-                        self.event("JobCancelling", f"job {job.name} is stopping: cancelled by {actor}", job)
-                elif run.launched:  # stopping already: the stop is sent again (the first one may have failed)
-                    self._send_stop(job, run)
-                job = self.store.get_job(job.id) or job
-                if not run.launched:
-                    self.stopped(job, run)
-                    job = self.store.get_job(job.id) or job
+            job = self._cancel_one(job, actor)
             self.store.append_audit(actor, "job.cancel", f"{job.team}/{job.name}", {"id": job.id})
         self.wake.set()
+        return job
+
+    def cancel_array(self, tasks: list[Job], target: str, actor: str, chunk: int = 500) -> list[Job]:
+        """Cancel those of ``tasks`` (a job array's, in order) that are unfinished, ``chunk`` at a time: each chunk
+        under the lock in one transaction with one audit row naming its ids (``target``: team/array), the loop's
+        turns and other requests in between. One ``cancel`` per task waited for a turn each (every cancel woke
+        the loop, whose turn comes first): a 10,000-task array took minutes; now seconds."""
+        done: list[Job] = []
+        for i in range(0, len(tasks), chunk):
+            with self._change(), self.store.batch():
+                part = tasks[i:i + chunk]
+                self.store.prefetch(t.id for t in part)
+                ids = []
+                for t in part:
+                    job = self.store.get_job(t.id)
+                    if job is not None and not job.state.finished:
+                        done.append(self._cancel_one(job, actor))
+                        ids.append(job.id)
+                if ids:
+                    self.store.append_audit(actor, "job.cancel", target, {"ids": ids})
+                    arrays.forget(self, ids)
+            self.wake.set()
+        return done
+
+    def _cancel_one(self, job: Job, actor: str) -> Job:
+        """The cancel of an unfinished ``job`` (under the lock)."""
+        if job.state == JobState.PENDING:
+            self.snap.remove_pending(to_engine(job.id))
+            job = self.store.update_job(job.id, {"state": JobState.CANCELLED, "reason": f"cancelled by {actor}",
+                                                 "finished_at": self.clock()})
+            self.event("JobCancelled", f"job {job.name} cancelled by {actor}", job)
+        else:
+            run = self.runs.setdefault(job.id, Run(attempt=job.attempt))
+            if run.stopping == STOP_PREEMPT or run.stopping is None:
+                self.begin_stop(job, run, STOP_CANCEL, f"cancelled by {actor}")
+                if job.state == JobState.RUNNING:
+                    self.event("JobCancelling", f"job {job.name} is stopping: cancelled by {actor}", job)
+            elif run.launched:  # stopping already: the stop is sent again (the first one may have failed)
+                self._send_stop(job, run)
+            job = self.store.get_job(job.id) or job
+            if not run.launched:
+                self.stopped(job, run)
+                job = self.store.get_job(job.id) or job
         return job
 
     def report_progress(self, job: Job, step: int | None, checkpoint: str | None,
