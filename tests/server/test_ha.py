@@ -142,7 +142,10 @@ def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
     jid = ha.submit("reporting", seconds=60, code=0)
     wait_for(lambda: ha.request("GET", "/jobs/reporting").json()["state"] == "Running", 30, "the job to run")
     secret = bytes.fromhex((ha.nodes[0].home / "job-token.key").read_text().strip())
-    env = {**standby.env, "FAIRPOD_API_URL": f"{standby.url},{lead.url}", "FAIRPOD_TOKEN": issue(secret, jid),
+    with ha.admin.connect() as conn:  # the job's incarnation, which its token is signed over
+        incarnation = conn.execute(text("SELECT incarnation FROM jobs WHERE id = :i"), {"i": jid}).scalar()
+    env = {**standby.env, "FAIRPOD_API_URL": f"{standby.url},{lead.url}",
+           "FAIRPOD_TOKEN": issue(secret, jid, incarnation),
            "FAIRPOD_JOB_ID": str(jid)}
     r = subprocess.run([sys.executable, "-c", "import fairpod.sdk as s; s.report_progress(step=7, checkpoint='ck', "
                         "strict=True)"], env=env, capture_output=True, text=True, timeout=60, cwd=ha.tmp)

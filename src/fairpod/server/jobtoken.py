@@ -1,11 +1,19 @@
 """Job-scoped credentials and the environment a replica gets for talking back to the control plane.
 
 Every launch of a job gets ``FAIRPOD_API_URL`` and ``FAIRPOD_TOKEN``: a token that is good for exactly one
-thing, ``POST /api/v1/jobs/{id}/progress`` of that job, and only while the job has not finished. It is
-``fpj.<job id>.<HMAC-SHA256 of the job id>`` under a secret the control plane keeps in ``job-token.key`` in its
-home (mode 0600, created on first use; never in the database, whose readers could otherwise forge tokens: a
-secret an older version kept there is moved to the file and deleted), so nothing per job has to be stored or revoked: it dies with the job, and a job cannot forge the
-token of another. Any other route answers it with 403.
+thing, ``POST /api/v1/jobs/{id}/progress`` of that job (and the SDK's ``ready``/``restarts``), and only while the
+job has not finished. It is ``fpj.<job id>.<HMAC-SHA256 of the job id and the job's incarnation>`` under a
+secret the control plane keeps in ``job-token.key`` in its home (mode 0600, created on first use; never in the
+database, whose readers could otherwise forge tokens: a secret an older version kept there is moved to the file
+and deleted), so nothing per job has to be revoked: it dies with the job, and a job cannot forge the token of
+another. Any other route answers it with 403.
+
+The incarnation is a random value stored with the job when it is submitted (``jobs.incarnation``). A job id alone
+does not name one job for ever: a restore of a backup takes the id counter back, and the next job gets the id of
+a job of the discarded timeline, whose replicas may still hold its token. Signed over the incarnation, that token
+is refused for the new job (401, one line); the tokens of jobs the backup holds are signed over the incarnation
+it holds, so they keep working. A job stored before the incarnation existed has none: its token is signed over
+the id alone, as it was.
 
 Beside the credential a launch gets what :mod:`fairpod.sdk` and :mod:`fairpod.formats.slurm` read: the job id, a run
 id unique to this launch (``FAIRPOD_RUN_ID``), the job's nodes in replica order (``FAIRPOD_NODES``), how often
@@ -51,26 +59,35 @@ def job_secret(home: Path, store: Store) -> bytes:
     return bytes.fromhex(value)
 
 
-def _mac(secret: bytes, job_id: int) -> str:
-    return hmac.new(secret, f"fairpod-job:{job_id}".encode(), hashlib.sha256).hexdigest()
+def _mac(secret: bytes, job_id: int, incarnation: str | None) -> str:
+    what = f"fairpod-job:{job_id}" if incarnation is None else f"fairpod-job:{job_id}:{incarnation}"
+    return hmac.new(secret, what.encode(), hashlib.sha256).hexdigest()
 
 
-def issue(secret: bytes, job_id: int) -> str:
-    return f"{PREFIX}{job_id}.{_mac(secret, job_id)}"
+def issue(secret: bytes, job_id: int, incarnation: str | None) -> str:
+    """The token of the job ``job_id`` whose incarnation is ``incarnation`` (``Job.incarnation``)."""
+    return f"{PREFIX}{job_id}.{_mac(secret, job_id, incarnation)}"
 
 
 def is_job_token(token: str) -> bool:
     return token.startswith(PREFIX)
 
 
-def verify(secret: bytes, token: str) -> int | None:
-    """The job id a token is for, or None if it is not a valid job token."""
+def claimed_job(token: str) -> int | None:
+    """The job id a job token names (not yet verified), None when it is not one in form."""
     if not is_job_token(token):
         return None
     jid, _, mac = token[len(PREFIX) :].partition(".")
     if not (jid.isascii() and jid.isdigit()) or len(jid) > 18 or not mac:
         return None
-    return int(jid) if hmac.compare_digest(mac, _mac(secret, int(jid))) else None
+    return int(jid)
+
+
+def verify(secret: bytes, token: str, job: Job) -> bool:
+    """Is ``token`` the token of ``job``, this incarnation of its id?"""
+    jid = claimed_job(token)
+    mac = token[len(PREFIX) :].partition(".")[2]
+    return jid == job.id and hmac.compare_digest(mac, _mac(secret, job.id, job.incarnation))
 
 
 def bearer(request: Request) -> str:
@@ -79,13 +96,18 @@ def bearer(request: Request) -> str:
 
 
 def job_of_request(request: Request) -> int | None:
-    """For a request carrying a job token: the job id it is good for (401 if it is not valid)."""
+    """For a request carrying a job token: the job id it is good for (401 if it is not valid: forged, or the token
+    of another incarnation of that id, a job of a timeline a restore discarded)."""
     token = bearer(request)
     if not is_job_token(token):
         return None
-    jid = verify(request.app.state.job_secret, token)
-    if jid is None:
+    jid = claimed_job(token)
+    job = request.app.state.cp.store.get_job(jid) if jid is not None else None
+    if jid is None or job is None:
         raise Problem(401, "not authenticated", "the job token is not valid")
+    if not verify(request.app.state.job_secret, token, job):
+        raise Problem(401, "not authenticated", f"the job token is not valid for job {job.name} (id {jid}): it was "
+                      "not issued to this job (a job of that id before a restore of a backup, or forged)")
     return jid
 
 
@@ -114,7 +136,7 @@ def launch_env(secret: bytes, api_url: str | None) -> Callable[[Job], dict[str, 
             "FAIRPOD_RUN_ID": f"{job.id}-{job.attempt}-{int((job.started_at or 0) * 1000)}",
             "FAIRPOD_PREEMPTIONS": str(job.preemptions),
             "FAIRPOD_NODES": ",".join(job.placement),  # the job's nodes in replica order
-            "FAIRPOD_TOKEN": issue(secret, job.id),
+            "FAIRPOD_TOKEN": issue(secret, job.id, job.incarnation),
         }
         if api_url:
             out["FAIRPOD_API_URL"] = api_url

@@ -9,6 +9,7 @@ unfinished job of that name if there is one, else the most recently submitted on
 
 from __future__ import annotations
 
+import secrets
 import time
 from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
@@ -150,6 +151,7 @@ def to_job(r: JobRow) -> Job:
         updated_at=r.updated_at,
         array_id=r.array_id,
         array_limit=r.array_limit,
+        incarnation=r.incarnation,
     )
 
 
@@ -253,6 +255,7 @@ class JobOps(Ops):
                 attempt=0, max_retry=spec.max_retry, auto_resume=spec.auto_resume, placement=[],
                 borrowed_from={}, preemptions=0, run_state=None, checkpoint_at=None, checkpoint_step=None,
                 checkpoint_path=None, master_port=None, updated_at=ts, array_id=array_id, array_limit=array_limit,
+                incarnation=secrets.token_hex(16),
             )  # fmt: skip
             try:
                 res = conn.execute(_INSERT_JOB, row)
@@ -292,7 +295,7 @@ class JobOps(Ops):
                     started_at=None, first_started_at=None, finished_at=None, attempt=0, max_retry=sp.max_retry,
                     auto_resume=sp.auto_resume, placement=[], borrowed_from={}, preemptions=0, run_state=None,
                     checkpoint_at=None, checkpoint_step=None, checkpoint_path=None, master_port=None,
-                    updated_at=ts, array_id=array_id, array_limit=array_limit,
+                    updated_at=ts, array_id=array_id, array_limit=array_limit, incarnation=secrets.token_hex(16),
                 ))  # fmt: skip
             try:
                 ids = conn.execute(_INSERT_JOB.returning(_JOBS.c.id, sort_by_parameter_order=True), rows).scalars().all()

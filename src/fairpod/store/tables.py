@@ -135,6 +135,9 @@ class JobRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
     array_id: Mapped[int | None] = mapped_column(Integer)  # a job array's task: the array's id (its first task's)
     array_limit: Mapped[int | None] = mapped_column(Integer)  # ... and how many of its tasks may run at a time
+    # random per job: its job tokens are signed over it, so none from a discarded timeline (a restore takes ids
+    # back) is good for a later job of the same id (fairpod.server.jobtoken); None: stored before revision 0015
+    incarnation: Mapped[str | None] = mapped_column(String(32))
 
 
 class EventRow(Base):
