@@ -1,6 +1,6 @@
 """Replica logs against a hostile job, on one live server (``fairpod up``, local executor, real processes): a log
 rule's pattern cannot stall the control plane (RE2, matched off its lock), a pattern RE2 cannot bound is refused
-at submit."""
+at submit; a huge log is downloaded in bounded memory, its tail and byte ranges read without reading the rest."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from .conftest import Server, running, wait_for
@@ -99,3 +100,74 @@ def test_a_pattern_re2_cannot_bound_is_refused_at_submit_in_one_line(srv: Server
                                        "log_rules": [{"name": "r", "pattern": pattern}]})
     assert r.status_code == 422 and says in r.text, r.text
     assert srv.api("GET", "/jobs/bad").status_code == 404  # nothing half-created
+
+
+def _proc(pid: int, table: str, key: str) -> int:
+    """A figure of ``/proc/PID/<table>``: ``VmHWM`` of ``status`` in KiB, ``rchar`` of ``io`` in bytes."""
+    for line in Path(f"/proc/{pid}/{table}").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {key} in /proc/{pid}/{table}")
+
+
+@pytest.fixture(scope="module")
+def biglog(srv: Server) -> Path:
+    """A finished job's log made 256 MiB long: a sparse hole (no disk), then 1,000 numbered lines."""
+    s = srv
+    s.submit(name="biglog", team="john", command=["echo", "hello"], termination_grace_seconds=1)
+    s.wait_state("biglog", "Succeeded", 60)
+    path = log_of(s, "biglog")
+    assert path is not None
+    with open(path, "r+b") as f:
+        f.truncate(256 << 20)
+        f.seek(0, 2)
+        f.write(b"".join(f"line {i}\n".encode() for i in range(1, 1001)))
+    return path
+
+
+def test_a_huge_log_downloads_in_bounded_memory(srv: Server, biglog: Path) -> None:
+    """The whole 256 MiB log, read by the server CHUNK by CHUNK: its peak RSS (VmHWM) grows by far less than the
+    log (it read the file whole: 1 GB took RSS from 112 MB to 2,065 MB)."""
+    s = srv
+    assert s.proc is not None
+    before = _proc(s.proc.pid, "status", "VmHWM")
+    got = 0
+    with httpx.stream("GET", f"{s.url}/api/v1/jobs/biglog/logs", headers={"Authorization": f"Bearer {s.token}"},
+                      timeout=120) as r:
+        assert r.status_code == 200
+        for chunk in r.iter_bytes():
+            got += len(chunk)
+    assert got == biglog.stat().st_size
+    grew = _proc(s.proc.pid, "status", "VmHWM") - before
+    print(f"peak RSS grew by {grew} KiB for a {got >> 20} MiB download")
+    assert grew < 32 << 10, f"the server's peak RSS grew by {grew} KiB for a {got >> 20} MiB download"
+    assert r.headers["accept-ranges"] == "bytes"
+
+
+def test_tail_reads_only_the_end_of_a_huge_log(srv: Server, biglog: Path) -> None:
+    """``get-logs --tail 3``: the last 3 lines, the server having read (rchar) far less than the log."""
+    s = srv
+    assert s.proc is not None
+    before = _proc(s.proc.pid, "io", "rchar")
+    r = s.api("GET", "/jobs/biglog/logs?tail=3&replica=0")
+    read = _proc(s.proc.pid, "io", "rchar") - before
+    print(f"the server read {read} bytes for the last 3 lines")
+    assert read < 8 << 20, f"the server read {read} bytes for the last 3 lines of a 256 MiB log"
+    assert r.text == "line 998\nline 999\nline 1000\n", r.text[-300:]
+    out = s.cli("get-logs", "biglog", "--tail", "1")
+    assert out.stdout == "line 1000\n", out.stdout[-300:]
+
+
+def test_a_range_request_is_answered_206_with_those_bytes(srv: Server, biglog: Path) -> None:
+    s, size = srv, biglog.stat().st_size
+    r = s.api("GET", "/jobs/biglog/logs", headers={"Range": "bytes=-9"})
+    assert (r.status_code, r.text, r.headers["content-range"]) == (206, "line 999\nline 1000\n"[-9:],
+                                                                    f"bytes {size - 9}-{size - 1}/{size}")
+    r = s.api("GET", "/jobs/biglog/logs", headers={"Range": "bytes=0-9"})
+    assert r.status_code == 206 and r.content.startswith(b"==== fairp") and len(r.content) == 10
+    assert r.headers["content-range"] == f"bytes 0-9/{size}"
+    r = s.api("GET", "/jobs/biglog/logs", headers={"Range": f"bytes={size}-"})
+    assert r.status_code == 416 and r.headers["content-range"] == f"bytes */{size}"
+    r = s.api("GET", "/jobs/biglog/logs", headers={"Range": "lines=1-2"})
+    assert r.status_code == 400 and "give one byte range" in r.json()["detail"]
+

@@ -310,6 +310,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--replica", type=whole(0, 10_000), default=0, help="which replica (default 0)")
     p.add_argument("--all-replicas", action="store_true", help="every replica, lines prefixed with [replica]")
     p.add_argument("--follow", "-f", action="store_true", help="keep printing until the job ends")
+    p.add_argument("--tail", type=whole(1, 1_000_000), metavar="N",
+                   help="only the last N lines (the server reads them from the end of the log, however long)")
     p.set_defaults(func=get_logs)
 
 
@@ -705,12 +707,12 @@ def get_logs(a: argparse.Namespace) -> int:
         if a.replica >= job["nodes"]:
             raise CliError(f"--replica {a.replica}: job {job['name']} has replicas 0..{job['nodes'] - 1}")
         wrote = 0
-        for chunk in c.stream(f"/jobs/{ref}/logs", replica=a.replica, follow=a.follow, **params):
+        for chunk in c.stream(f"/jobs/{ref}/logs", replica=a.replica, follow=a.follow, tail=a.tail, **params):
             out.write(chunk)
             out.flush()
             wrote += len(chunk)
         return 0 if wrote else _no_logs(c, ref, params, f"replica {a.replica}")
-    return _all_replicas(c, ref, job["nodes"], a.follow, params)
+    return _all_replicas(c, ref, job["nodes"], a.follow, {**params, "tail": a.tail})
 
 
 def _no_logs(c: Client, ref: str, params: dict[str, Any], what: str) -> int:

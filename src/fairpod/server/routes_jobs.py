@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
+from fairpod.executors.logs import byte_range, read_chunks, tail_start
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server import array_refs
 from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, SERVICE_QUOTA, rules
@@ -181,9 +183,15 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return job_view(cp, cp.report_progress(job, body.step, body.checkpoint, body.next_checkpoint_in),
                         detail=True)
 
-    @api.get("/jobs/{ref}/logs", tags=["jobs"])
+    @api.get("/jobs/{ref}/logs", tags=["jobs"], responses={206: {"description": "the byte range asked for"},
+                                                           416: {"description": "a range outside the log"}})
     async def get_logs(ref: str, p: Auth, team: str | None = None, replica: int = Query(default=0, ge=0),
-                       follow: bool = False) -> StreamingResponse:
+                       follow: bool = False,
+                       tail: int | None = Query(default=None, ge=1, le=1_000_000,
+                                                description="only the last this many lines (read from the end)"),
+                       byte_range: str | None = Header(default=None, alias="Range", max_length=200,
+                                                       description="one byte range (bytes=0-1023, bytes=-1024)"),
+                       ) -> Response:
         job = array_refs.one_task(cp, p, ref, team, find_job)
         require_team(p, job.team)  # viewers may not read logs
         if replica >= job.nodes:
@@ -191,7 +199,40 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         from fairpod.server.runs import job_key
 
         key = job_key(job)
-        return StreamingResponse(_stream(cp, job.id, key, replica, follow), media_type="text/plain")
+        if byte_range is not None:
+            if follow or tail is not None:
+                raise Problem(400, "invalid request", "a Range goes without follow and tail")
+            return _ranged(cp.executor.log_path(key, replica), byte_range)
+        return StreamingResponse(_stream(cp, job.id, key, replica, follow, tail), media_type="text/plain",
+                                 headers={"Accept-Ranges": "bytes"})
+
+
+def _ranged(path: Path | None, header: str) -> Response:
+    """The bytes of the log that ``header`` (``Range: bytes=...``) asks for: 206, or 416 outside the log."""
+    try:
+        size = path.stat().st_size if path is not None else 0
+    except OSError:
+        size = 0
+    try:
+        got = byte_range(header, size)
+    except ValueError as e:
+        raise Problem(400, "invalid request", str(e)) from None
+    if got is None or path is None:
+        return Response(status_code=416, headers={"Content-Range": f"bytes */{size}"})
+    first, last = got
+    return StreamingResponse(_chunks(path, first, last + 1), status_code=206, media_type="text/plain",
+                             headers={"Content-Range": f"bytes {first}-{last}/{size}",
+                                      "Content-Length": str(last - first + 1), "Accept-Ranges": "bytes"})
+
+
+async def _chunks(path: Path, start: int, stop: int | None = None) -> AsyncIterator[bytes]:
+    """``read_chunks`` for a response: one chunk read at a time, the event loop free between them."""
+    try:
+        for chunk in read_chunks(path, start, stop):
+            yield chunk
+            await asyncio.sleep(0)
+    except FileNotFoundError:
+        return
 
 
 def _task_ids(tasks: list[Job]) -> list[int]:
@@ -203,18 +244,20 @@ def _ev(e: Any) -> dict[str, Any]:
             "message": e.message, "data": e.data}
 
 
-async def _stream(cp: ControlPlane, job_id: int, key: str, replica: int, follow: bool) -> AsyncIterator[bytes]:
-    """The replica's log of the latest attempt; with follow, new output until the job has finished."""
-    pos = 0
+async def _stream(cp: ControlPlane, job_id: int, key: str, replica: int, follow: bool,
+                  tail: int | None = None) -> AsyncIterator[bytes]:
+    """The replica's log of the latest attempt (its last ``tail`` lines), ``CHUNK`` bytes at a time; with follow,
+    new output until the job has finished."""
+    pos: int | None = None
     path = None
     idle_after_end = 0
     for _ in range(10**7):  # bounded: ~115 days at 1 s
         path = cp.executor.log_path(key, replica) or path
         if path is not None and path.exists():
-            with open(path, "rb") as f:
-                f.seek(pos)
-                chunk = f.read()
-            if chunk:
+            if pos is None:
+                pos = tail_start(path, tail) if tail is not None else 0
+            stop = None if follow else path.stat().st_size  # what the log held when asked: not a race with it
+            async for chunk in _chunks(path, pos, stop):
                 pos += len(chunk)
                 yield chunk
         if not follow:
