@@ -55,3 +55,24 @@ def test_patterns_match_line_by_line() -> None:
     assert [m.group(1) for m in rx.finditer("loss=1\nx loss=2\nloss=3")] == ["1", "3"]
     assert compile_pattern(r"a\s+b").search("a\nb") is None  # never across a newline
     assert per_line(r"\Astep") and per_line(r"done\z") and not per_line(r"\\A") and not per_line("^step$")
+
+
+def test_a_metric_rule_from_the_flag() -> None:
+    r = parse_flag("diverged", "restart:metric>10:points=3", r"loss=(\S+)")
+    assert (r.kind, r.metric_op, r.metric_threshold, r.metric_points) == ("metric", ">", 10.0, 3)
+    assert r.describe() == r"3 readings in a row of /loss=(\S+)/ > 10"
+    assert parse_flag("slow", "notify:metric<=80", r"(\d+) samples/sec").describe() == \
+        r"a reading of /(\d+) samples/sec/ <= 80"
+
+
+@pytest.mark.parametrize(("what", "pattern", "says"), [
+    ("restart:metric=10", r"l=(\S+)", ":metric>NUMBER"), ("restart:metric>x", r"l=(\S+)", "'x' is not a number"),
+    ("restart:metric>1:points=0", r"l=(\S+)", "greater than or equal to 1"),
+    ("restart:metric>1:points=2.5", r"l=(\S+)", "not a whole number"),
+    ("restart:metric>1", r"l=\S+", "captures its number in a group"), ("fail:points=3", "x", "goes with metric_op"),
+    ("fail:metric>1:every=5", r"l=(\S+)", "no within_seconds or every_seconds"),
+    ("fail:metric>1:metric>2", r"l=(\S+)", "given twice")])
+def test_a_bad_metric_rule_says_what_is_wrong(what: str, pattern: str, says: str) -> None:
+    with pytest.raises((ValueError, ValidationError), match=r".") as e:
+        parse_flag("r", what, pattern)
+    assert says in str(e.value), str(e.value)

@@ -1,6 +1,7 @@
 """Replica logs against a hostile job, on one live server (``fairpod up``, local executor, real processes): a log
 rule's pattern cannot stall the control plane (RE2, matched off its lock), a pattern RE2 cannot bound is refused
-at submit; a huge log is downloaded in bounded memory, its tail and byte ranges read without reading the rest."""
+at submit; a huge log is downloaded in bounded memory, its tail and byte ranges read without reading the rest; a
+metric rule acts on a number read from the log crossing a threshold in N readings in a row."""
 
 from __future__ import annotations
 
@@ -171,3 +172,55 @@ def test_a_range_request_is_answered_206_with_those_bytes(srv: Server, biglog: P
     r = s.api("GET", "/jobs/biglog/logs", headers={"Range": "lines=1-2"})
     assert r.status_code == 400 and "give one byte range" in r.json()["detail"]
 
+
+# A replica whose loss diverges on its first run: loss=2.1, 11.5, 12.0, nan, then a checkpoint line; after the
+# test's "go", loss=13.2 (the third reading above 10 in a row: nan is no reading). A second run prints a calm loss
+# and waits for "done". The lines' form is HyperPod's "Training loss spike" sample (training_loss_step N), from
+# docs.aws.amazon.com/sagemaker/latest/dg/sagemaker-eks-operator-usage.html (metricThreshold 2.0, operator gt,
+# metricEvaluationDataPoints 5), here as loss=N with --log-rule diverged restart:metric>10:points=3.
+LOSS = """
+import pathlib, sys, time
+d = pathlib.Path(sys.argv[1])
+second = (d / "ran").exists()
+(d / "ran").touch()
+def wait(name):
+    for _ in range(600):
+        if (d / name).exists():
+            return
+        time.sleep(0.1)
+if second:
+    print("step 9 loss=1.700", flush=True)
+    wait("done")
+    sys.exit(0)
+for step, loss in enumerate(["2.1", "11.5", "12.0", "nan"]):
+    print(f"step {step} loss={loss}", flush=True)
+print("checkpoint saved", flush=True)
+wait("go")
+print("step 5 loss=13.2", flush=True)
+wait("done")
+"""
+
+
+def test_a_metric_rule_restarts_a_diverging_job_after_three_readings_not_two(srv: Server, tmp_path: Path) -> None:
+    s, d = srv, tmp_path / "loss"
+    d.mkdir()
+    (tmp_path / "loss.py").write_text(LOSS)
+    s.cli("start-job", "--name", "diverge", "--team", "john", "--grace-seconds", "1", "--auto-resume", "true",
+          "--max-retry", "1", "--log-rule", "diverged", "restart:metric>10:points=3", r"loss=(\S+)",
+          "--log-rule", "saved", "notify", "^checkpoint saved$", "--", sys.executable, str(tmp_path / "loss.py"),
+          str(d))
+    wait_for(lambda: rule_events(s, "diverge"), 30, "the checkpoint line's rule (every line before it was read)")
+    assert [e["data"]["rule"] for e in rule_events(s, "diverge")] == ["saved"]  # 2 readings above 10: no fault
+    assert s.job("diverge")["restarts"] == 0
+    (d / "go").touch()
+    wait_for(lambda: len(rule_events(s, "diverge")) == 2, 30, "the metric rule to fire")
+    fired = rule_events(s, "diverge")[1]
+    assert fired["data"]["rule"] == "diverged" and fired["data"]["action"] == "restart"
+    assert ("log rule 'diverged' (3 readings in a row of /loss=(\\S+)/ > 10): replica 0 read 3 in a row > 10 "
+            "(last 11.5, 12.0, 13.2), the last in 'step 5 loss=13.2'; restarting the job") in fired["message"], \
+        fired["message"]
+    wait_for(lambda: s.job("diverge")["restarts"] == 1 and s.job("diverge")["state"] == "Running", 30,
+             "the job's second attempt")
+    (d / "done").touch()
+    done = s.wait_state("diverge", "Succeeded", 30)
+    assert done["restarts"] == 1 and len(rule_events(s, "diverge")) == 2  # the second run: calm, no checkpoint line

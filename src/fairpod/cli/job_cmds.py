@@ -248,10 +248,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "within --restart-eval-period before the job restarts whole (--max-retry)")
     p.add_argument("--log-rule", action="append", nargs=3, default=[], metavar=("NAME", "ACTION", "REGEX"),
                    help="a rule over the replicas' output (repeatable). ACTION is notify, restart_in_place, restart "
-                   "or fail, and may end in :within=S (no matching line within S s of the start is a fault) or "
-                   ":every=S (no matching line for S s is); without either a matching line is the fault. REGEX is "
-                   "RE2 syntax (linear time: no backreferences or lookaround), matched per line. "
-                   "E.g. --log-rule nan fail 'loss[=:] *nan' --log-rule loss restart:every=600 'loss[=:]'")
+                   "or fail, and may end in :within=S (no matching line within S s of the start is a fault), "
+                   ":every=S (no matching line for S s is) or :metric>X[:points=N] (the number REGEX's first group "
+                   "captures is >, >=, < or <= X in N readings in a row of a replica; default 1; a capture that is "
+                   "not a number is no reading); otherwise a matching line is the fault. REGEX is RE2 syntax "
+                   "(linear time: no backreferences or lookaround), matched per line. E.g. --log-rule nan fail "
+                   "'loss[=:] *nan' --log-rule loss restart:every=600 'loss[=:]' --log-rule diverged "
+                   "restart:metric>10:points=3 'loss=(\\S+)'")
     p.add_argument("--restart-eval-period", type=seconds(30 * 86400), metavar="SECONDS",
                    help="the window --restarts-in-place counts restarts in (default 3600)")
     p.add_argument("--required-topology", type=topology_level, metavar="LEVEL",

@@ -26,6 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 RULE_NAME = r"^[a-z0-9]([-a-z0-9_]*[a-z0-9])?$"
 Action = Literal["notify", "restart_in_place", "restart", "fail"]
+MetricOp = Literal[">", ">=", "<", "<="]
+CROSSES = {">": lambda v, t: v > t, ">=": lambda v, t: v >= t, "<": lambda v, t: v < t, "<=": lambda v, t: v <= t}
 
 
 class LogRule(BaseModel):
@@ -39,6 +41,11 @@ class LogRule(BaseModel):
                                          description="a matching line must come within this long of the start")
     every_seconds: float | None = Field(default=None, gt=0, le=7 * 86400,
                                         description="a matching line must come at least this often")
+    metric_op: MetricOp | None = Field(default=None, description="a reading (the pattern's first group, a "
+                                       "number) that compares so with metric_threshold counts")
+    metric_threshold: float | None = Field(default=None, description="the threshold of metric_op")
+    metric_points: int = Field(default=1, ge=1, le=10_000, description="readings in a row of one replica that "
+                               "cross the threshold before the rule fires")
 
     @field_validator("pattern")
     @classmethod
@@ -51,15 +58,30 @@ class LogRule(BaseModel):
     def _one_form(self) -> LogRule:
         if self.within_seconds is not None and self.every_seconds is not None:
             raise ValueError(f"log rule {self.name}: give within_seconds or every_seconds, not both")
+        if (self.metric_op is None) != (self.metric_threshold is None):
+            raise ValueError(f"log rule {self.name}: give metric_op and metric_threshold together")
+        if self.metric_op is not None and (self.within_seconds is not None or self.every_seconds is not None):
+            raise ValueError(f"log rule {self.name}: a metric rule has no within_seconds or every_seconds (give "
+                             "two rules)")
+        if self.metric_op is None and self.metric_points != 1:
+            raise ValueError(f"log rule {self.name}: metric_points goes with metric_op and metric_threshold")
+        if self.metric_op is not None and _groups(self.pattern) == 0:
+            raise ValueError(f"log rule {self.name}: a metric rule's pattern captures its number in a group, e.g. "
+                             "'loss=(\\S+)'")
         return self
 
     @property
-    def kind(self) -> Literal["match", "within", "every"]:
+    def kind(self) -> Literal["match", "within", "every", "metric"]:
         if self.within_seconds is not None:
             return "within"
+        if self.metric_op is not None:
+            return "metric"
         return "every" if self.every_seconds is not None else "match"
 
     def describe(self) -> str:
+        if self.kind == "metric":
+            n = f"{self.metric_points} readings in a row" if self.metric_points > 1 else "a reading"
+            return f"{n} of /{self.pattern}/ {self.metric_op} {self.metric_threshold:g}"
         if self.kind == "within":
             return f"no line matching /{self.pattern}/ within {self.within_seconds:g} s of the start"
         if self.kind == "every":
@@ -92,6 +114,14 @@ def compile_pattern(pattern: str) -> Any:
                          "lookbehind)") from None
 
 
+def _groups(pattern: str) -> int | None:
+    """How many groups the pattern captures; None when RE2 refuses it (a stored rule: not matched anyway)."""
+    try:
+        return int(compile_pattern(pattern).groups)
+    except ValueError:
+        return None
+
+
 def per_line(pattern: str) -> bool:
     """Does the pattern name the start or end of the whole text (``\\A``, ``\\z``)? Then it is matched line by
     line, each line its own text, as a reader of one line expects."""
@@ -99,17 +129,31 @@ def per_line(pattern: str) -> bool:
 
 
 def parse_flag(name: str, what: str, pattern: str) -> LogRule:
-    """``--log-rule NAME ACTION[:within=S|:every=S] REGEX`` as a rule; ValueError in the flag's words."""
-    action, _, when = what.partition(":")
+    """``--log-rule NAME ACTION[:within=S|:every=S|:metric>X[:points=N]] REGEX`` as a rule; ValueError in the
+    flag's words."""
+    action, *parts = what.split(":")
     fields: dict[str, object] = {"name": name, "action": action, "pattern": pattern}
-    if when:
-        key, _, value = when.partition("=")
-        if key not in ("within", "every"):
-            raise ValueError(f"{what!r}: after the action give :within=SECONDS or :every=SECONDS")
+    for part in parts:
+        key, _, value = part.partition("=")
+        m = re.fullmatch(r"metric\s*(>=|<=|>|<)\s*(\S+)", part)
+        if m:
+            fields["metric_op"], value = m.group(1), m.group(2)
+            key = "metric_threshold"
+        elif key in ("within", "every"):
+            key = f"{key}_seconds"
+        elif key == "points":
+            key = "metric_points"
+        else:
+            raise ValueError(f"{what!r}: after the action give :within=SECONDS, :every=SECONDS or "
+                             ":metric>NUMBER (>, >=, <, <=) with :points=N readings in a row")
+        if key in fields:
+            raise ValueError(f"{what!r}: {part.partition('=')[0]!r} is given twice")
         try:
-            fields[f"{key}_seconds"] = float(value)
+            fields[key] = int(value) if key == "metric_points" else float(value)
         except ValueError:
-            raise ValueError(f"{what!r}: {value!r} is not a number of seconds") from None
+            what_is = "a whole number of readings" if key == "metric_points" else (
+                "a number" if key == "metric_threshold" else "a number of seconds")
+            raise ValueError(f"{what!r}: {value!r} is not {what_is}") from None
     return LogRule.model_validate(fields)
 
 

@@ -5,8 +5,9 @@ thread of its own, never under the control plane's lock nor in a request: the re
 - the reader (:meth:`LogWatch._read_loop`): once a second, for each watched replica, what it wrote since the
   last look (at most ``READ_MAX`` bytes per replica per look, from where the last look stopped; a line is matched
   on its first ``LINE_MAX`` bytes), matched by RE2 (time linear in the text) against the rules; it notes the
-  first matching line of each rule and replica (once per restart in place of the replica) and when a line last
-  matched each rule, and wakes the loop when it found something;
+  first matching line of each rule and replica (once per restart in place of the replica), when a line last
+  matched each rule, and for a metric rule each replica's row of readings that crossed its threshold (it fires
+  at ``metric_points``), and wakes the loop when it found something;
 - the keeper (once a turn): takes what the reader found and acts, and once a second refreshes the attempts
   watched (running jobs with rules: their priority class's and their own) and checks the start and stall rules.
 
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairpod.executors.base import Resizing, RestartingInPlace, capability
 from fairpod.model.jobs import JobState
-from fairpod.model.logrules import LINE_MAX, LogRule, compile_pattern, effective, per_line
+from fairpod.model.logrules import CROSSES, LINE_MAX, LogRule, compile_pattern, effective, per_line
 from fairpod.server.runs import STOP_FAIL, STOP_RESTART, Run, job_key
 from fairpod.store.records import Job
 
@@ -62,7 +63,9 @@ class _Watch:
     offsets: dict[int, int] = field(default_factory=dict)  # rank -> bytes read
     partial: dict[int, bytes] = field(default_factory=dict)  # rank -> the start of an unfinished last line
     reported: set[tuple[int, int, int]] = field(default_factory=set)  # (rule, rank, its restarts) the reader told
-    hits: list[tuple[int, int, int, str]] = field(default_factory=list)  # (rule, rank, restarts, line) to act on
+    hits: list[tuple[int, int, int, str]] = field(default_factory=list)  # (rule, rank, restarts, what) to act on
+    metric: dict[tuple[int, int], tuple[int, int, list[str]]] = field(default_factory=dict)  # (rule, rank) ->
+    # (its restarts, readings in a row that crossed, the last of them): a metric rule's row, the reader's
     last: dict[str, float] = field(default_factory=dict)  # rule -> when a line last matched it
     gens: dict[int, int] = field(default_factory=dict)  # rank -> its restarts in place so far
     fired: set[tuple[str, int | None, int]] = field(default_factory=set)  # (rule, rank, its restarts) that fired
@@ -154,13 +157,13 @@ class LogWatch:
             job = cp.store.get_job(jid)
             if job is None or job.state != JobState.RUNNING:
                 continue
-            for i, rank, gen, line in hits:
+            for i, rank, gen, what in hits:
                 rule = w.rules[i]
                 once = (rule.name, rank, gen)
                 if once in w.fired:  # once per replica (a replica restarted in place: once again)
                     continue
                 w.fired.add(once)
-                if _fire(cp, job, run, rule, rank, f"replica {rank} printed {line.strip()[:200]!r}"):
+                if _fire(cp, job, run, rule, rank, what):
                     break
 
     @staticmethod
@@ -231,20 +234,56 @@ class LogWatch:
             lines = [line[:LINE_MAX] for line in lines]
             chunk = b"\n".join(lines) + b"\n"
         gen, found = w.gens.get(rank, 0), False
+        text: str | None = None
         for i, (rule, rx) in enumerate(zip(w.rules, w.compiled, strict=True)):
-            if rx is None or (rule.kind == "match" and (i, rank, gen) in w.reported):
+            if rx is None or (rule.kind in ("match", "metric") and (i, rank, gen) in w.reported):
                 continue
-            line = _first_match(rx, rule.pattern, chunk, lines)
-            if line is None:
-                continue
-            if rule.kind == "match":
+            if rule.kind == "metric":
+                text = chunk[:-1].decode("utf-8", "replace") if text is None else text
+                what = _readings(w, i, rule, rx, rank, gen, text)
+            else:
+                line = _first_match(rx, rule.pattern, chunk, lines)
+                what = None if line is None else f"replica {rank} printed {line.strip()[:200]!r}"
+                if line is not None and rule.kind != "match":
+                    w.last[rule.name] = now
+                    continue
+            if what is not None:
                 w.reported.add((i, rank, gen))
                 with self.mu:
-                    w.hits.append((i, rank, gen, line))
+                    w.hits.append((i, rank, gen, what))
                 found = True
-            else:
-                w.last[rule.name] = now
         return found
+
+
+def _readings(w: _Watch, i: int, rule: LogRule, rx: Any, rank: int, gen: int, text: str) -> str | None:
+    """A metric rule over new lines of a replica: each capture that is a number is a reading; the rule fires (the
+    description returned) at ``metric_points`` readings in a row that cross the threshold. The row is per
+    replica and starts again when the replica restarts (its ``gen``) and with each attempt (a new watch)."""
+    at, count, values = w.metric.get((i, rank), (gen, 0, []))
+    if at != gen:
+        count, values = 0, []
+    crosses, threshold = CROSSES[rule.metric_op or ">"], float(rule.metric_threshold or 0)
+    found = (m for line in text.split("\n") for m in rx.finditer(line)) if per_line(rule.pattern) else \
+        rx.finditer(text)
+    for m in found:
+        try:
+            v = float(m.group(1))
+        except (TypeError, ValueError):  # not a number: no reading
+            continue
+        if v != v:  # nan
+            continue
+        if crosses(v, threshold):
+            count, values = count + 1, [*values[-2:], m.group(1)]
+        else:
+            count, values = 0, []
+        if count >= rule.metric_points:
+            w.metric[(i, rank)] = (gen, count, values)
+            end = text.find("\n", m.end())
+            line = text[text.rfind("\n", 0, m.start()) + 1 : end if end >= 0 else len(text)]
+            return (f"replica {rank} read {count} in a row {rule.metric_op} {threshold:g} (last {', '.join(values)}), "
+                    f"the last in {line.strip()[:200]!r}")
+    w.metric[(i, rank)] = (gen, count, values)
+    return None
 
 
 def _first_match(rx: Any, pattern: str, chunk: bytes, lines: list[bytes]) -> str | None:
