@@ -42,7 +42,7 @@ def test_is_an_executor(ex: LocalExecutor) -> None:
 def test_environment_of_each_replica(ex: LocalExecutor, tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    ckpt = tmp_path / "ckpt" / "env-job"
+    ckpt = tmp_path / "ckpt" / "team-a" / "env-job"  # <checkpoint root>/<team>/<job>, as the control plane lays it out
     reps = (
         ReplicaLaunch(rank=0, node="gpu-0", accelerators=(0, 1), real_gpus=True),
         ReplicaLaunch(rank=1, node="gpu-1", accelerators=(2, 3), real_gpus=True),

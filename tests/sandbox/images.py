@@ -15,10 +15,47 @@ import pytest
 
 from fairpod.sandbox import container
 
-BUSYBOX = "localhost/fairpod-test/busybox:1"
+BUSYBOX = "localhost/fairpod-test/busybox:2"
+SETUID = "localhost/fairpod-test/setuid:1"
 PYTHON = "localhost/fairpod-test/python:bookworm"
 LOCK = Path(tempfile.gettempdir()) / "fairpod-test-images.lock"
-APPLETS = ("sh", "cat", "ls", "sleep", "echo", "id", "env", "head", "dd", "test", "true", "kill")
+APPLETS = ("sh", "cat", "ls", "sleep", "echo", "id", "env", "head", "dd", "test", "true", "kill", "tr", "grep",
+           "touch", "mkdir", "mknod", "unshare", "stat")
+# a setuid-root program, as an image a member controls may hold one: it says what it is, tries to become root,
+# then reads (r:PATH) and writes (w:PATH) what it is told, saying what worked
+ESCALATE = r"""
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    char line[256];
+    FILE *st = fopen("/proc/self/status", "r");
+    int su = setuid(0), sg = setgid(0);
+    printf("escalate: euid=%d egid=%d setuid(0)=%d setgid(0)=%d\n", (int)geteuid(), (int)getegid(), su, sg);
+    while (st && fgets(line, sizeof line, st))
+        if (!strncmp(line, "CapEff:", 7) || !strncmp(line, "NoNewPrivs:", 11)) printf("escalate: %s", line);
+    for (int i = 1; i < argc; i++) {
+        const char *p = argv[i] + 2;
+        if (argv[i][0] == 'r') {
+            char buf[65] = {0};
+            int fd = open(p, O_RDONLY);
+            if (fd < 0) { printf("escalate: cannot read %s: %s\n", p, strerror(errno)); continue; }
+            ssize_t n = read(fd, buf, 64);
+            printf("escalate: READ %s: %s\n", p, n > 0 ? buf : "(empty)");
+            close(fd);
+        } else {
+            int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            if (fd < 0) { printf("escalate: cannot write %s: %s\n", p, strerror(errno)); continue; }
+            write(fd, "written\n", 8);
+            close(fd);
+            printf("escalate: WROTE %s\n", p);
+        }
+    }
+    return 0;
+}
+"""
 
 
 def engine() -> container.Engine:
@@ -71,7 +108,21 @@ def _python(e: container.Engine, ref: str, tmp: Path) -> str | None:
     return None if p.returncode == 0 else p.stderr.strip()[-300:]
 
 
-_BUILDERS = {"busybox": _busybox, "python": _python}
+def _setuid(e: container.Engine, ref: str, tmp: Path) -> str | None:
+    """busybox's image plus /bin/escalate (ESCALATE, compiled static here), owned by root, mode 4755."""
+    if not shutil.which("gcc"):
+        return "gcc is not installed"
+    (tmp / "escalate.c").write_text(ESCALATE)
+    p = subprocess.run(["gcc", "-static", "-O1", "-o", str(tmp / "escalate"), str(tmp / "escalate.c")],
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode != 0:
+        return f"gcc -static: {p.stderr.strip()[-300:]}"
+    (tmp / "Containerfile").write_text(f"FROM {BUSYBOX}\nCOPY --chmod=4755 escalate /bin/escalate\n")
+    p = subprocess.run([e.path, "build", "-q", "-t", ref, str(tmp)], capture_output=True, text=True, timeout=300)
+    return None if p.returncode == 0 else p.stderr.strip()[-300:]
+
+
+_BUILDERS = {"busybox": _busybox, "python": _python, "setuid": _setuid}
 
 
 def derived(ref: str, base: str, files: dict[str, str]) -> str:
@@ -99,6 +150,12 @@ def derived(ref: str, base: str, files: dict[str, str]) -> str:
 
 def busybox() -> str:
     return _build(engine(), BUSYBOX, "busybox")
+
+
+def setuid() -> str:
+    """An image with a setuid-root program (/bin/escalate: ESCALATE), on busybox's (built first)."""
+    busybox()
+    return _build(engine(), SETUID, "setuid")
 
 
 def python() -> str:

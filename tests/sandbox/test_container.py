@@ -4,6 +4,7 @@ temporary directory: no GPU is needed); the runtime choice; Kubernetes' pull-pol
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -35,10 +36,17 @@ def test_the_run_flags_hold_the_replica_to_its_rules() -> None:
     assert argv[:4] == ["/usr/bin/podman", "--runtime", "runc", "--cgroup-manager"]
     for flag in ("--rm", "--network host", "--pull never", "--init", "--name fairpod-train-3.1.0",
                  "--cgroup-parent /fairpod/train-3.1.0", "--cpus 2.5", "--pids-limit 64", "--ulimit nproc=64:64",
-                 "--user 990:990", "--volume /ck/a/train-3:/ck/a/train-3", "--volume /w:/w", "--workdir /w",
-                 "--volume /data:/data:ro", "--env PET_NODE_RANK=0", "--env HOME=/tmp"):
+                 "--volume /ck/a/train-3:/ck/a/train-3", "--volume /w:/w", "--workdir /w",
+                 "--volume /data:/data:ro", "--env PET_NODE_RANK=0", "--env HOME=/tmp",
+                 "--cap-drop ALL", "--security-opt no-new-privileges"):
         assert flag in line, flag
+    # as root: a user namespace of the replica's user alone (its root is that user); else podman is rootless
+    who = "--uidmap 0:990:1 --gidmap 0:990:1 --user 0:0" if os.geteuid() == 0 else "--user 990:990"
+    assert who in line
     assert "PATH=/usr/bin" not in line  # the image's own PATH
+    shm = container.run_argv(ENGINE, spec(container={"image": "i", "mounts": ["/dev/shm:/dev/shm"]}), env,
+                             user=None, cgroup_parent=None, pids=None)
+    assert "--shm-size 1024m" in " ".join(shm) and "/dev/shm:/dev/shm" not in shm  # its own, never the host's
     assert argv[-4:] == ["reg.example/t:1", "torchrun", "0", "$(RANK)"]
     assert "--device" not in line  # no GPU, no device
 

@@ -57,10 +57,12 @@ def test_a_container_sees_no_host_state_and_no_other_teams_files(
     assert out.count("No such file or directory") >= 3, out
     assert "job peek rank 0 world 1" in out and "wrote own checkpoint" in out, out
     assert (tmp_path / "ckpt" / "a" / "peek" / "own").read_text() == "mine\n"
-    if os.geteuid() == 0:  # as root: the team's own user, not root
+    if os.geteuid() == 0:  # as root: the team's own user, not root (the container's root is that user alone)
         import pwd
         u = pwd.getpwnam("fairpod-a")
-        assert f"user {u.pw_uid}:{u.pw_gid} " in out, out
+        st = (tmp_path / "ckpt" / "a" / "peek" / "own").stat()
+        assert (st.st_uid, st.st_gid) == (u.pw_uid, u.pw_gid)
+        assert "user 0:0 " in out, out
     assert e.ok or e.returncode == 1, e  # ls of what is absent exits 1 before the last lines run
 
 

@@ -39,6 +39,11 @@ cat {config} {home}/job-token.key {home}/fairpod.db 2>&1 | head -c 300
 for f in {home}/runs/*/*/*/output.log {home}/checkpoints/*/*/s; do cat "$f"; done 2>&1
 for e in /proc/[0-9]*/environ; do tr '\\0' '\\n' < "$e"; done 2>/dev/null | grep -i secret
 echo mine > "$FAIRPOD_CHECKPOINT_DIR/own" && cat "$FAIRPOD_CHECKPOINT_DIR/own"
+mknod /tmp/fp-mem c 1 1 2>/dev/null && echo ESCAPED-mknod
+for g in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/memory/cgroup.procs; do
+  (echo $$ > "$g") 2>/dev/null && echo "ESCAPED-cgroup $g"
+done
+unshare -U -r cat /proc/self/uid_map 2>/dev/null | grep -q "^ *0 *0 " && echo ESCAPED-userns-root
 echo probe-done
 """
 
@@ -80,7 +85,24 @@ def test_attack_finds_nothing_on_a_default_fairpod_up_as_root(root_server: Serve
     token = s.token
     for secret in (*SECRETS[:3], token):
         assert secret not in body, f"the probe read {secret!r}:\n{body}"
+    assert "ESCAPED" not in body, body
     assert job["state"] == "Succeeded"
+    assert s.job("victim")["state"] == "Running"
+    # the same probe from a container of team john's, in an image with a setuid-root program: nothing either
+    from . import images
+
+    s.submit(name="probe-img", team="john", image=images.setuid(), image_pull_policy="Never",
+             command=["/bin/sh", "-c", probe(s.home, cfg) + "/bin/escalate\n"])
+    job = s.wait_state("probe-img", "Succeeded", timeout=120)
+    out = next(iter((s.home / "runs").glob("probe-img*/0/0/output.log"))).read_text()
+    body = out.split(" ====\n", 2)[2]  # after the header and the image line
+    assert "probe-done" in body and "\nmine\n" in body, body
+    for secret in (*SECRETS[:3], token):
+        assert secret not in body, f"the probe read {secret!r} from a container:\n{body}"
+    assert "ESCAPED" not in body, body
+    assert "CapEff:\t0000000000000000" in body and "NoNewPrivs:\t1" in body, body  # the setuid program: nothing
+    own = next(iter((s.home / "checkpoints" / "john").glob("probe-img*/own"))).stat()
+    assert pwd.getpwuid(own.st_uid).pw_name == "fairpod-john"  # the container's root is the team's user
     assert s.job("victim")["state"] == "Running"
 
 
@@ -157,6 +179,7 @@ def test_attack_finds_nothing_as_an_unprivileged_user(unprivileged: pwd.struct_p
         said = [ln for ln in body.splitlines() if not ln.startswith("==== fairpod:")]
         assert said[0] == pw.pw_name and "probe-done" in said and "mine" in said, body
         assert "limits not enforced" in body  # no delegated cgroup for this user: said, not pretended
+        assert "ESCAPED" not in body, body
         for secret in SECRETS:
             assert secret not in body, f"the probe read {secret!r}:\n{body}"
     finally:

@@ -50,6 +50,8 @@ class JobLaunch:
     # a service's readiness command: each replica's supervisor runs it in the replica's sandbox (as its user, in
     # its cgroup and namespaces; fairpod.executors.readycheck), never the control plane; None: no such probe
     readiness: list[str] | None = None
+    # the host directories the job's mounts and workdir may lie in (cluster.mounts.allow; fairpod.sandbox.hostpaths)
+    mounts_allow: tuple[str, ...] = ("/",)
 
     @property
     def world_size(self) -> int:

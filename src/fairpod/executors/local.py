@@ -334,6 +334,8 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
             "launched_at": time.time(),
             "container": job.container,
             "readiness": job.readiness,
+            "mounts_allow": list(job.mounts_allow),
+            "named_workdir": job.workdir is not None,
             "launch_ranks": [r.rank for r in job.replicas],  # started together: a launch, or a growth's new ranks
         }
 

@@ -202,6 +202,7 @@ class NodeAgent:
                 "grace_seconds": job.grace_seconds, "run_as": job.run_as, "env": env, "master_port": master_port,
                 "limits": sandbox.limits_of(rep.mcpu, rep.mib, accel), "container": job.container,
                 "readiness": job.readiness,
+                "mounts_allow": list(job.mounts_allow), "named_workdir": job.workdir is not None,
                 "launched_at": run.started_at, OWNER: [me, procs.start_time(me)],
             }  # fmt: skip
             state.write_launch(run.dir, spec)

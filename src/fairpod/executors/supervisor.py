@@ -145,6 +145,12 @@ class Supervisor:
         )
         if self.spec.get("container"):
             return self._start_container()
+        if cwd and self.spec.get("named_workdir", True):
+            try:  # the rules of the host paths a job names (fairpod.sandbox.hostpaths), on this node, now
+                sandbox.hostpaths.check(cwd, what=f"workdir {cwd}", allow=self._allow(), bound=False,
+                                        protected=sandbox.protected_of(self.spec, self.dir))
+            except sandbox.hostpaths.HostPathError as e:
+                return {"returncode": 126, "signal": None, "reason": str(e)}
         if cwd and not os.path.isdir(cwd):
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {cwd}"}
         env = isolation.base_env(os.environ)
@@ -288,13 +294,13 @@ class Supervisor:
                     os.chmod(own, 0o700)
         except (isolation.RunAsError, OSError) as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
-        try:  # a hostPath directory that does not exist yet is made, as the kubelet and ``docker run -v`` do
-            for m in c.get("mounts") or ():
-                os.makedirs(m.split(":")[0], exist_ok=True)
-        except OSError as e:
-            return {"returncode": 126, "signal": None, "reason": f"cannot make mount source: {e}"}
+        try:
+            c = self._host_paths(c, (user.uid, user.gid) if user is not None else None)
+        except sandbox.hostpaths.HostPathError as e:
+            return {"returncode": 126, "signal": None, "reason": str(e)}
+        s = {**s, "container": c}
         workdir = c.get("workdir")
-        if workdir and not os.path.isdir(workdir):
+        if workdir and not os.path.isdir(c["workdir_source"]):
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {workdir}"}
         self.sandbox = box = sandbox.Sandbox(s, None) if sandbox.mode() != "off" else None
         for n in box.notes if box is not None else ():
@@ -321,6 +327,29 @@ class Supervisor:
                      *self.ready_check.command]
             self.probe = lambda: readycheck.popen(probe, dict(os.environ), None, None)
         return None
+
+    def _allow(self) -> list[str]:
+        return list(self.spec.get("mounts_allow") or sandbox.hostpaths.DEFAULT_ALLOW)
+
+    def _host_paths(self, c: dict[str, Any], ids: tuple[int, int] | None) -> dict[str, Any]:
+        """The container's mounts and workdir checked by the rules of fairpod.sandbox.hostpaths on this node, a
+        missing mount source made as the job's user (as the kubelet and ``docker run -v`` make a hostPath
+        directory), checked again once made; the engine gets the resolved paths."""
+        hp, protected = sandbox.hostpaths, sandbox.protected_of(self.spec, self.dir)
+
+        def checked(path: str, what: str) -> str:
+            return hp.check(path, what=what, allow=self._allow(), protected=protected, bound=True)
+
+        mounts = []
+        for m in c.get("mounts") or ():
+            if hp.own_shm(m):  # the container's own /dev/shm (fairpod.sandbox.container)
+                mounts.append(m)
+                continue
+            src, rest = m.split(":", 1)
+            hp.make_as(checked(src, f"mount {m}"), ids, f"mount {m}")
+            mounts.append(f"{checked(src, f'mount {m}')}:{rest}")
+        wd = c.get("workdir")
+        return {**c, "mounts": mounts, "workdir_source": checked(wd, f"workdir {wd}") if wd else None}
 
     def _deadline(self, at: float) -> None:
         self.kill_at = at if self.kill_at is None else min(self.kill_at, at)

@@ -153,6 +153,23 @@ class ExecutorInfo(_Strict):
         return v
 
 
+class MountsInfo(_Strict):
+    """Where a job's host paths may be (fairpod.sandbox.hostpaths, docs/isolation.md "Host paths"): a container's
+    mounts (``--mount``, pyxis ``--container-mounts``, PyTorchJob ``hostPath``, ``hyp --volume``) and a job's
+    ``--workdir`` only inside these directories, after symlinks are resolved; fairpod's own directories never."""
+
+    allow: list[str] = Field(default_factory=lambda: ["/"], max_length=256)
+
+    @field_validator("allow")
+    @classmethod
+    def _allow(cls, v: list[str]) -> list[str]:
+        for p in v:
+            if not p.startswith("/") or "\x00" in p or any(x == ".." for x in p.split("/")) or len(p) > 4096:
+                raise ValueError(f"{p!r}: each entry must be an absolute directory path without '..' "
+                                 "(e.g. /home or /fsx/datasets)")
+        return v
+
+
 class ClusterInfo(_Strict):
     name: str = Field(default="fairpod", pattern=NAME_PATTERN, max_length=40)
     instance_groups: list[InstanceGroup] = Field(default_factory=list)
@@ -169,6 +186,8 @@ class ClusterInfo(_Strict):
     # required: jobs run only on nodes that enforce cpu, memory, devices and files (docs/isolation.md); others
     # wait with the reason. best-effort (default): what the node cannot enforce is said, and jobs run anyway
     isolation: Literal["best-effort", "required"] = "best-effort"
+    # the host directories a job may name (container mounts, --workdir): docs/isolation.md, "Host paths"
+    mounts: MountsInfo = Field(default_factory=MountsInfo)
 
     @field_validator("checkpoint_dir")
     @classmethod

@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from fairpod.sandbox import cgroups, container, devices, namespaces, reach, users  # noqa: F401 - the supervisor uses them
+from fairpod.sandbox import cgroups, container, devices, hostpaths, namespaces, reach, users  # noqa: F401 - the supervisor uses them
 
 PIDS_ENV = "FAIRPOD_PIDS_MAX"
 DEFAULT_PIDS = 8192
@@ -48,25 +48,29 @@ def own_dirs(spec: dict[str, Any]) -> list[Path]:
     return out
 
 
+def protected_of(spec: dict[str, Any], rdir: Path) -> list[str]:
+    """fairpod's own directories on the node of the replica of ``rdir`` (``<runs>/<job>/<attempt>/<rank>``): its
+    state directory, the CLI config, the database, the runs directory and the checkpoint root
+    (fairpod.sandbox.hostpaths): hidden from a host command, never a host path a job may name."""
+    runs = rdir.resolve().parents[2]
+    ckpt = (spec.get("env") or {}).get("FAIRPOD_CHECKPOINT_DIR")
+    root = Path(ckpt).parents[1] if ckpt else None  # <checkpoint root>/<team>/<job>
+    return hostpaths.protected_dirs(runs, root if root is not None and len(root.parts) > 2 else None)
+
+
 def view_of(spec: dict[str, Any], rdir: Path) -> namespaces.View:
     """What the replica of ``rdir`` (``<runs>/<job>/<attempt>/<rank>``) sees: fairpod's state directory, the runs
-    and checkpoint roots and the CLI config hidden; its checkpoint and working directories kept."""
-    from fairpod.paths import config_path, fairpod_home
-
-    hide = [str(fairpod_home()), str(rdir.resolve().parents[2])]
-    cfg = config_path()
-    hide.append(str(cfg.parent if cfg.parent.name == "fairpod" else cfg))
+    and checkpoint roots and the CLI config hidden; its checkpoint and working directories kept (a working
+    directory inside a hidden one is not: fairpod.sandbox.hostpaths refuses one a job names, and the default,
+    the control plane's own, is never brought back from there)."""
+    hide = protected_of(spec, rdir)
     db = os.environ.get("FAIRPOD_DB_URL") or ""
     if db.startswith("sqlite:///"):
-        hide += [db[len("sqlite:///"):] + sfx for sfx in ("", "-wal", "-shm")]
+        hide += [db[len("sqlite:///"):] + sfx for sfx in ("-wal", "-shm")]
     keep = [str(d) for d in own_dirs(spec)]
-    ckpt = (spec.get("env") or {}).get("FAIRPOD_CHECKPOINT_DIR")
-    if ckpt:
-        root = Path(ckpt).parents[1]  # <checkpoint root>/<team>/<job>
-        if len(root.parts) > 2:
-            hide.append(str(root))
-    if spec.get("workdir"):
-        keep.append(str(spec["workdir"]))
+    wd = spec.get("workdir")
+    if wd and not any(hostpaths.inside(hostpaths.resolve(str(wd)), hostpaths.resolve(h)) for h in hide):
+        keep.append(str(wd))
     hide = [h for h in dict.fromkeys(hide) if h not in ("/", "/tmp")]
     gpus = tuple(int(g) for g in (spec.get("limits") or {}).get("gpus") or ())
     return namespaces.View(hide=tuple(hide), keep=tuple(keep), user_ns=os.geteuid() != 0, dev=devices.plan(gpus))

@@ -10,8 +10,10 @@ same way. The replica keeps the rules of its sandbox (docs/containers.md):
 - **devices**: only its GPUs (CDI names from the NVIDIA container toolkit when this host has a CDI spec, else
   ``--device`` for its ``/dev/nvidia<N>`` and the control devices);
 - **files**: the image's root filesystem, and of the host only the job's checkpoint directory, its working
-  directory and the mounts the job names, each at its own path;
-- **user**: as root, the team's user ``fairpod-<team>`` (its uid and gid), or the ``run_as`` user;
+  directory and the mounts the job names, each at its own path (checked by :mod:`fairpod.sandbox.hostpaths`);
+- **user**: as root, the team's user ``fairpod-<team>`` (its uid and gid), or the ``run_as`` user, in a user
+  namespace that maps only that user (the container's root), with no capability and no gain of privileges
+  (:func:`hardening`);
 - **environment**: the same variables as a host command (``FAIRPOD_*``, torchrun's), with the image's ``PATH``;
 - **network**: the host's (``MASTER_ADDR``/``MASTER_PORT`` work across nodes as for host commands).
 
@@ -34,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpod.sandbox.devices import SOURCE_ENV
+from fairpod.sandbox.hostpaths import own_shm
 
 ENGINE_ENV = "FAIRPOD_CONTAINER_ENGINE"  # the engine's path (default: podman on PATH)
 CDI_DIRS = ("/etc/cdi", "/var/run/cdi")
@@ -189,16 +192,20 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
         argv += ["--cgroup-parent", cgroup_parent, "--cgroups", "no-conmon"]
     if lim.get("mcpu"):
         argv += ["--cpus", f"{int(lim['mcpu']) / 1000:g}"]
-    if user is not None:
-        argv += ["--user", f"{user[0]}:{user[1]}"]
+    argv += hardening(user)
     seen: set[str] = set()
     workdir = c.get("workdir")  # the job's own, if it named one: mounted at its path (else the image's)
-    for d in [*_own_dirs(spec), workdir]:
-        if d and d not in seen:
+    for d in _own_dirs(spec):
+        if d not in seen:
             seen.add(d)
             argv += ["--volume", f"{d}:{d}"]
+    if workdir and workdir not in seen:  # from where it resolved to on the host (fairpod.sandbox.hostpaths)
+        argv += ["--volume", f"{c.get('workdir_source') or workdir}:{workdir}"]
     for m in c.get("mounts") or ():
-        argv += ["--volume", m]
+        if own_shm(m):  # its own /dev/shm, as large as its memory may grow (podman's default is 64 MiB)
+            argv += ["--shm-size", f"{int(lim['mib'])}m"] if lim.get("mib") else []
+        else:
+            argv += ["--volume", m]
     if workdir:
         argv += ["--workdir", str(workdir)]
     argv += gpu_flags(tuple(int(g) for g in lim.get("gpus") or ()))
@@ -207,6 +214,20 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
             argv += ["--env", f"{k}={expand(v, env)}"]
     argv.append(c["image"])
     return argv + [expand(a, env) for a in spec.get("command") or []]
+
+
+def hardening(user: tuple[int, int] | None) -> list[str]:
+    """What keeps the container's processes from any privilege on the host: no capability at all, no gain of
+    privileges (a setuid or file-capability binary of the image gives none), and, when fairpod runs as root, a
+    user namespace of one id: the container's root is the replica's user (``user``: its uid and gid) and no
+    other id of the host is mapped. The image's files owned by root are the user's inside; any other owner
+    shows as ``nobody``. (Not root: podman is rootless, its user namespace already maps fairpod's own user.)"""
+    argv = ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+    if user is None:
+        return argv
+    if os.geteuid() != 0:
+        return argv + ["--user", f"{user[0]}:{user[1]}"]
+    return argv + ["--uidmap", f"0:{user[0]}:1", "--gidmap", f"0:{user[1]}:1", "--user", "0:0"]
 
 
 def expand(text: str, env: dict[str, str]) -> str:

@@ -176,6 +176,7 @@ class AttemptLife:
             container=container_of(job.spec.image, job.spec.image_pull_policy, job.spec.mounts, job.spec.workdir,
                                    self.home / "registries" / f"{job.team}.json"),
             readiness=job.spec.service.readiness_command if job.spec.service is not None else None,
+            mounts_allow=tuple(self.spec.cluster.mounts.allow),
             replicas=tuple(ReplicaLaunch(rank=r, node=n, accelerators=tuple(run.slots.get(n, [])),
                                          real_gpus=self._gpus_are_real(n), devices=devices[n],
                                          mcpu=job.mcpu, mib=job.mib)

@@ -7,6 +7,8 @@ from fairpod.governance import Workload, feasible
 from fairpod.governance.kinds import kind_fields
 from fairpod.model.jobs import JobSpec, ResolvedJob, resolve_job
 from fairpod.model.resources import Res
+from fairpod.paths import runs_dir
+from fairpod.sandbox import hostpaths
 from fairpod.server import arrays
 from fairpod.server.control import resize, serving
 from fairpod.server.errors import BeyondQuota, InvalidJob, JobExists, NeverFits
@@ -103,6 +105,7 @@ class Submitting:
             raise InvalidJob(str(e)) from None
         if spec.command == [] and not spec.image:  # in an image: its own entrypoint
             raise InvalidJob("the job has no command: give one after --")
+        self._host_paths(spec)
         resize.check(self.executor, spec)
         serving.check(self.executor, spec)
         # a job naming several instance types (fallbacks) never fits only when none of them ever can
@@ -118,6 +121,20 @@ class Submitting:
                                   "borrowed capacity, so it could never run")
             raise NeverFits("; ".join(n for n in nevers if n))
         return resolved
+
+    def _host_paths(self, spec: JobSpec) -> None:
+        """InvalidJob when a host path the job names (its mounts, its workdir) breaks the rules of
+        fairpod.sandbox.hostpaths on this host (the supervisor checks again on the replica's node)."""
+        protected = [str(self.home), *hostpaths.protected_dirs(runs_dir(self.home), self.checkpoint_root())]
+        allow = self.spec.cluster.mounts.allow
+        try:
+            for m in (m for m in spec.mounts if not hostpaths.own_shm(m)):
+                hostpaths.check(m.split(":")[0], what=f"mount {m}", allow=allow, protected=protected, bound=True)
+            if spec.workdir:
+                hostpaths.check(spec.workdir, what=f"workdir {spec.workdir}", allow=allow, protected=protected,
+                                bound=bool(spec.image))
+        except hostpaths.HostPathError as e:
+            raise InvalidJob(str(e)) from None
 
     def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
         """Queue every task of the job array ``text`` (``0-9%2``, ``1,3,5``) in one transaction; with a
