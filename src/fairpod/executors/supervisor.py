@@ -145,12 +145,10 @@ class Supervisor:
         )
         if self.spec.get("container"):
             return self._start_container()
-        if cwd and self.spec.get("named_workdir", True):
-            try:  # the rules of the host paths a job names (fairpod.sandbox.hostpaths), on this node, now
-                sandbox.hostpaths.check(cwd, what=f"workdir {cwd}", allow=self._allow(), bound=False,
-                                        protected=sandbox.protected_of(self.spec, self.dir))
-            except sandbox.hostpaths.HostPathError as e:
-                return {"returncode": 126, "signal": None, "reason": str(e)}
+        try:  # the workdir the job named, by the rules of fairpod.sandbox.hostpaths, on this node, now
+            sandbox.paths_of(self.spec, self.dir, None)
+        except sandbox.hostpaths.HostPathError as e:
+            return {"returncode": 126, "signal": None, "reason": str(e)}
         if cwd and not os.path.isdir(cwd):
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {cwd}"}
         env = isolation.base_env(os.environ)
@@ -295,7 +293,7 @@ class Supervisor:
         except (isolation.RunAsError, OSError) as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
         try:
-            c = self._host_paths(c, (user.uid, user.gid) if user is not None else None)
+            c = sandbox.paths_of(s, self.dir, (user.uid, user.gid) if user is not None else None) or c
         except sandbox.hostpaths.HostPathError as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
         s = {**s, "container": c}
@@ -327,29 +325,6 @@ class Supervisor:
                      *self.ready_check.command]
             self.probe = lambda: readycheck.popen(probe, dict(os.environ), None, None)
         return None
-
-    def _allow(self) -> list[str]:
-        return list(self.spec.get("mounts_allow") or sandbox.hostpaths.DEFAULT_ALLOW)
-
-    def _host_paths(self, c: dict[str, Any], ids: tuple[int, int] | None) -> dict[str, Any]:
-        """The container's mounts and workdir checked by the rules of fairpod.sandbox.hostpaths on this node, a
-        missing mount source made as the job's user (as the kubelet and ``docker run -v`` make a hostPath
-        directory), checked again once made; the engine gets the resolved paths."""
-        hp, protected = sandbox.hostpaths, sandbox.protected_of(self.spec, self.dir)
-
-        def checked(path: str, what: str) -> str:
-            return hp.check(path, what=what, allow=self._allow(), protected=protected, bound=True)
-
-        mounts = []
-        for m in c.get("mounts") or ():
-            if hp.own_shm(m):  # the container's own /dev/shm (fairpod.sandbox.container)
-                mounts.append(m)
-                continue
-            src, rest = m.split(":", 1)
-            hp.make_as(checked(src, f"mount {m}"), ids, f"mount {m}")
-            mounts.append(f"{checked(src, f'mount {m}')}:{rest}")
-        wd = c.get("workdir")
-        return {**c, "mounts": mounts, "workdir_source": checked(wd, f"workdir {wd}") if wd else None}
 
     def _deadline(self, at: float) -> None:
         self.kill_at = at if self.kill_at is None else min(self.kill_at, at)

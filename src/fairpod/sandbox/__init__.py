@@ -58,6 +58,35 @@ def protected_of(spec: dict[str, Any], rdir: Path) -> list[str]:
     return hostpaths.protected_dirs(runs, root if root is not None and len(root.parts) > 2 else None)
 
 
+def paths_of(spec: dict[str, Any], rdir: Path, ids: tuple[int, int] | None) -> dict[str, Any] | None:
+    """The host paths the launch of ``rdir`` names, checked by the rules of :mod:`~fairpod.sandbox.hostpaths` on
+    this node now (allow-list: the launch's ``mounts_allow``), or :class:`~fairpod.sandbox.hostpaths.HostPathError`.
+    A host command: its workdir, when the job named one (None returned). A container: its mounts, a missing source
+    made as the user ``ids`` (as the kubelet and ``docker run -v`` make a hostPath directory) and checked again once
+    made, and its workdir; returned with the resolved paths the engine binds (``workdir_source``)."""
+    hp, protected = hostpaths, protected_of(spec, rdir)
+    allow = list(spec.get("mounts_allow") or hp.DEFAULT_ALLOW)
+    c = spec.get("container")
+    if not c:
+        if spec.get("workdir") and spec.get("named_workdir", True):
+            hp.check(spec["workdir"], what=f"workdir {spec['workdir']}", allow=allow, protected=protected, bound=False)
+        return None
+
+    def checked(path: str, what: str) -> str:
+        return hp.check(path, what=what, allow=allow, protected=protected, bound=True)
+
+    mounts = []
+    for m in c.get("mounts") or ():
+        if hp.own_shm(m):  # the container's own /dev/shm (fairpod.sandbox.container)
+            mounts.append(m)
+            continue
+        src, rest = m.split(":", 1)
+        hp.make_as(checked(src, f"mount {m}"), ids, f"mount {m}")
+        mounts.append(f"{checked(src, f'mount {m}')}:{rest}")
+    wd = c.get("workdir")
+    return {**c, "mounts": mounts, "workdir_source": checked(wd, f"workdir {wd}") if wd else None}
+
+
 def view_of(spec: dict[str, Any], rdir: Path) -> namespaces.View:
     """What the replica of ``rdir`` (``<runs>/<job>/<attempt>/<rank>``) sees: fairpod's state directory, the runs
     and checkpoint roots and the CLI config hidden; its checkpoint and working directories kept (a working
