@@ -32,6 +32,13 @@ if ! .venv/bin/python -c "import fairpod.native as n, sys; sys.exit(1 if n.missi
     "python$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev") >/dev/null \
     || echo "warning: could not install gcc and Python's headers; the native engine test will be skipped"
 fi
+# munge (MUNGE, as Slurm uses) for the identity test (tests/server/test_identity_live.py): it starts its own munged
+# with its own key and socket directory; the package's own daemon is not used
+if ! { command -v munged && command -v munge && command -v unmunge; } >/dev/null 2>&1 \
+    && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends munge) \
+    >/dev/null || echo "warning: could not install munge; the identity test will be skipped"
+fi
 # podman with runc (crun cannot set limits on cgroup v1/v2 hybrid hosts), busybox-static and mmdebstrap for the
 # container tests: they build their images from the Debian mirror once and keep them in podman's storage
 if ! { command -v podman && command -v runc && command -v busybox && command -v mmdebstrap; } >/dev/null 2>&1 \

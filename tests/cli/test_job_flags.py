@@ -9,10 +9,11 @@ from fairpod.cli import job_cmds
 from fairpod.model.jobs import JobSpec
 
 SET_BY_THE_SERVER = {"user"}  # who submitted it: the caller, whatever was sent
+SENT_BY_THE_CLIENT = {"umask"}  # the CLI's own umask (the files of a job run as its submitter), no flag
 
 
 def test_every_field_of_the_job_spec_has_its_words_and_nothing_else_does() -> None:
-    assert job_cmds.CONFIG_KEYS == set(JobSpec.model_fields) - SET_BY_THE_SERVER
+    assert job_cmds.CONFIG_KEYS == set(JobSpec.model_fields) - SET_BY_THE_SERVER - SENT_BY_THE_CLIENT
 
 
 def _start_job(*args: str, command: list[str]) -> argparse.Namespace:

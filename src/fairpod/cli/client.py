@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8470"
+DEFAULT_SOCKET = "/run/fairpod/api-8470.sock"  # fairpod.server.identity.socket_path(8470)
 LEADER_HEADER = "x-fairpod-leader"  # a standby's 503 names the leader (fairpod.server.ha_app)
 SUBMIT_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a submit (7.75 s in all)
 
@@ -53,9 +54,37 @@ def load_config() -> tuple[str, str]:
             and os.path.abspath(home) != os.path.abspath(str(cfg["home"])):
         raise CliError(f"the CLI config {path} is that of the fairpod of {cfg['home']}, not of this FAIRPOD_HOME "
                        f"{home}: set FAIRPOD_CONFIG to this home's config (or FAIRPOD_URL and FAIRPOD_TOKEN)")
-    url = os.environ.get("FAIRPOD_URL") or cfg.get("url") or DEFAULT_URL
+    url = os.environ.get("FAIRPOD_URL") or cfg.get("url") or default_url()
     token = os.environ.get("FAIRPOD_TOKEN") or cfg.get("token") or ""
     return str(url).rstrip("/"), str(token)
+
+
+def default_url() -> str:
+    """The server of this host when nothing names one: its Unix socket (``$FAIRPOD_SOCKET``, else that of the
+    default port, when it exists: cluster.identity unix, the caller known by its uid), else :data:`DEFAULT_URL`."""
+    sock = os.environ.get("FAIRPOD_SOCKET") or DEFAULT_SOCKET
+    if os.environ.get("FAIRPOD_SOCKET") or os.path.exists(sock):
+        return "unix:" + sock
+    return DEFAULT_URL
+
+
+def munge_credential(payload: str) -> str:
+    """A MUNGE credential of this process's uid for one request (``munge``; ``$FAIRPOD_MUNGE_SOCKET``)."""
+    import subprocess
+
+    cmd = ["munge", "--string", payload]
+    if os.environ.get("FAIRPOD_MUNGE_SOCKET"):
+        cmd += ["--socket", os.environ["FAIRPOD_MUNGE_SOCKET"]]
+    try:
+        r = subprocess.run(cmd, capture_output=True, timeout=10, check=False, stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise CliError("FAIRPOD_AUTH=munge, but munge is not installed (Debian: apt-get install munge)") from None
+    except subprocess.TimeoutExpired:
+        raise CliError("munge did not answer in 10 s: is munged running?") from None
+    if r.returncode != 0:
+        why = (r.stderr.decode(errors="replace").strip().splitlines() or [f"exit {r.returncode}"])[-1]
+        raise CliError(f"cannot make a MUNGE credential: {why}")
+    return r.stdout.decode().strip()
 
 
 def _params(params: Mapping[str, Any] | None) -> str:
@@ -147,11 +176,22 @@ class Client:
         self._tried: set[str] = set()
         self._use(self.urls[0])
         self.timeout = timeout if timeout is not None else default_timeout()
-        self.headers = {"Authorization": f"Bearer {token or cfg_token}", "Accept": "application/json"}
+        token = token or cfg_token
+        # no token: over the Unix socket the server knows the caller by its uid; elsewhere a MUNGE credential
+        self.munge = not token and os.environ.get("FAIRPOD_AUTH", "").lower() == "munge"
+        self.headers = {"Accept": "application/json"}
+        if token:
+            self.headers["Authorization"] = f"Bearer {token}"
         self.fields = fields
 
     # -- the connection -------------------------------------------------------------------------------
     def _use(self, url: str) -> None:
+        self.unix: str | None = None
+        if url.startswith("unix:"):  # unix:/run/fairpod/api-8470.sock
+            self.close()
+            self.url, self.https, self.host, self.port, self.prefix = url, False, "localhost", 0, ""
+            self.unix = "/" + url[len("unix:"):].lstrip("/")
+            return
         try:
             scheme, host, port, prefix = split_url(url)
         except ValueError:
@@ -175,8 +215,8 @@ class Client:
 
     def _connection(self, timeout: float | None) -> Connection | HttpsConnection:
         if self._conn is None:
-            cls = HttpsConnection if self.https else Connection
-            self._conn = cls(self.host, self.port, timeout)
+            self._conn = HttpsConnection(self.host, self.port, timeout) if self.https \
+                else Connection(self.host, self.port, timeout, self.unix)
         return self._conn
 
     def unreachable(self, e: BaseException | None = None) -> CliError:
@@ -184,12 +224,17 @@ class Client:
         if len(self.urls) > 1:  # fairpod up --ha: none of the control planes answered
             return CliError(f"cannot reach any fairpod server of {', '.join(self.urls)}{why}: start them with "
                             f"'fairpod up --ha', or point FAIRPOD_URL (or {config_path()}) at the ones that run")
+        if self.unix is not None:
+            return CliError(f"cannot reach the fairpod server at {self.url}{why}: it listens there under "
+                            f"cluster.identity unix; else point FAIRPOD_URL (or {config_path()}) at the one that runs")
         return CliError(f"cannot reach the fairpod server at {self.url}{why}: start it with 'fairpod up --port "
                         f"{self.port}', or point FAIRPOD_URL (or {config_path()}) at the one that runs")
 
     def _send(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str],
               timeout: float | None) -> Any:
         hdrs = {**self.headers, **headers}
+        if self.munge:  # one credential per request, for this request only (munged refuses a replay)
+            hdrs["Authorization"] = "Munge " + munge_credential(f"{method} {path.split('?')[0]}")
         if body is not None:
             hdrs["Content-Type"] = "application/json"
         return self._connection(timeout).request(method, path, body, hdrs)
@@ -206,7 +251,7 @@ class Client:
         except ValueError:
             msg = ""
         msg = msg or raw.decode(errors="replace").strip() or f"HTTP status {status}"
-        if status == 401:
+        if status == 401 and not (self.unix or self.munge):
             msg += f": the token (FAIRPOD_TOKEN or {config_path()}) is missing, wrong or revoked"
         return CliError(in_flag_words(pattern_in_words(msg.replace("\n", " ")), self.fields), status=status)
 
@@ -220,7 +265,7 @@ class Client:
             try:
                 r = self._send(method, full, data, headers or {}, self.timeout)
                 raw = r.read()
-            except (ConnectionRefusedError, _socket.gaierror) as e:
+            except (ConnectionRefusedError, FileNotFoundError, _socket.gaierror) as e:
                 self.close()
                 if self._next(None):
                     continue
@@ -260,6 +305,13 @@ class Client:
         be reached or the connection broke: a submit the server committed before it went away returns that
         job, never a second one."""
         key = os.urandom(16).hex()
+        mask = os.umask(0o022)
+        os.umask(mask)
+        job = body["job"] if isinstance(body.get("job"), dict) else None  # an array's {"job": ..., "array": ...}
+        if job is not None and "umask" not in job:  # the files of a job run as its submitter (identity unix)
+            body = {**body, "job": {**job, "umask": f"{mask:03o}"}}
+        elif job is None and "umask" not in body:
+            body = {**body, "umask": f"{mask:03o}"}
         for pause in (*retries, None):
             try:
                 return self.request("POST", path, body, headers={"Idempotency-Key": key})
@@ -276,7 +328,7 @@ class Client:
             if r.status >= 400:
                 raise self.error(r.status, r.read())
             yield from r.iter_bytes()
-        except (ConnectionRefusedError, _socket.gaierror) as e:
+        except (ConnectionRefusedError, FileNotFoundError, _socket.gaierror) as e:
             raise self.unreachable(e) from None
         except (OSError, ValueError) as e:
             raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None

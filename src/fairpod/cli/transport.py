@@ -110,16 +110,27 @@ def connect(host: str, port: int, timeout: float | None) -> _socket.socket:
 class Connection:
     """One keep-alive connection to host:port."""
 
-    def __init__(self, host: str, port: int, timeout: float | None) -> None:
+    def __init__(self, host: str, port: int, timeout: float | None, unix: str | None = None) -> None:
         self.host, self.port, self.timeout = host, port, timeout
+        self.unix = unix  # the server's Unix socket (cluster.identity unix: the caller is known by its uid)
         self.sock: _socket.socket | None = None
         self.buf = b""
         self.reusable = True
 
     def _open(self) -> _socket.socket:
         if self.sock is None:
-            self.sock = connect(self.host, self.port, self.timeout)
-            self.sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
+            if self.unix is not None:
+                sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+                try:
+                    sock.settimeout(self.timeout)
+                    sock.connect(self.unix)
+                except OSError:
+                    sock.close()
+                    raise
+                self.sock = sock
+            else:
+                self.sock = connect(self.host, self.port, self.timeout)
+                self.sock.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             self.buf, self.reusable = b"", True
         return self.sock
 
@@ -130,7 +141,7 @@ class Connection:
 
     def _fill(self) -> bool:
         assert self.sock is not None
-        if _QUICKACK is not None:  # ack at once: a server that writes head and body apart (Nagle) waits for it
+        if _QUICKACK is not None and self.unix is None:  # ack at once: a server that writes head and body apart (Nagle) waits for it
             self.sock.setsockopt(_socket.IPPROTO_TCP, _QUICKACK, 1)
         data = self.sock.recv(65536)
         self.buf += data

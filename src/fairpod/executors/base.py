@@ -44,6 +44,7 @@ class JobLaunch:
     workdir: str | None = None  # None: the control plane's working directory
     grace_seconds: float = 30.0  # SIGTERM to SIGKILL on stop
     run_as: str | None = None  # OS user the replicas run as (None: fairpod's own; see sandbox.environment)
+    umask: int | None = None  # the files the replicas make: the submitter's umask when they run as the submitter
     world: int = 0  # replicas of the attempt in all, when ``replicas`` are only some of them (an elastic job grows)
     # a job in a container image: {"image", "pull", "mounts", "workdir"} (fairpod.sandbox.container); None: host
     container: dict[str, Any] | None = None

@@ -328,6 +328,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
             "workdir": job.workdir or os.getcwd(),
             "grace_seconds": job.grace_seconds,
             "run_as": job.run_as,
+            "umask": job.umask,
             "limits": sandbox.limits_of(rep.mcpu, rep.mib, rep.accelerators if rep.real_gpus else None),
             "env": replica_env(job, rep, self.master_addr, port),
             "master_port": port,

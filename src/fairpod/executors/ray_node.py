@@ -199,7 +199,7 @@ class NodeAgent:
             spec = {
                 "job": job.job, "team": job.team, "attempt": job.attempt, "rank": rep.rank,
                 "world_size": job.world_size, "node": rep.node, "command": list(job.command), "workdir": workdir,
-                "grace_seconds": job.grace_seconds, "run_as": job.run_as, "env": env, "master_port": master_port,
+                "grace_seconds": job.grace_seconds, "run_as": job.run_as, "umask": job.umask, "env": env, "master_port": master_port,
                 "limits": sandbox.limits_of(rep.mcpu, rep.mib, accel), "container": job.container,
                 "readiness": job.readiness,
                 "mounts_allow": list(job.mounts_allow), "named_workdir": job.workdir is not None,

@@ -212,6 +212,8 @@ class Supervisor:
                 os.setgroups(ids["extra_groups"])
                 os.setresgid(ids["group"], ids["group"], ids["group"])
                 os.setresuid(ids["user"], ids["user"], ids["user"])
+            if self.spec.get("umask") is not None:  # run as its submitter: the files are made as theirs would be
+                os.umask(int(self.spec["umask"]))
             if view is not None and cwd:
                 os.chdir(cwd)  # as seen in the replica's own view, as its user
 

@@ -80,6 +80,9 @@ class JobSpec(BaseModel):
         description="hung when no progress report and no output (or only idle GPUs) for this long")
     user: str | None = Field(default=None, max_length=64,
                              description="who submitted it; the server sets it to the caller (per-user limits)")
+    umask: str | None = Field(default=None, pattern=r"^0?[0-7]{3}$",
+                              description="the submitter's umask (octal), that of the files its replicas make "
+                              "when they run as the submitter (cluster.identity unix); the CLI sends its own")
     hang_action: Literal["notify", "restart", "cancel"] = Field(
         default="notify", description="what a hang does: an event, a restart (counts against max_retry), a cancel")
     required_topology: str | None = Field(

@@ -177,6 +177,10 @@ class ClusterInfo(_Strict):
     executor: ExecutorInfo = Field(default_factory=ExecutorInfo)
     # OS user every replica runs as (fairpod must run as root to switch); a team's own run_as wins
     run_as: str | None = Field(default=None, pattern=USER_PATTERN, max_length=32)
+    # who a fairpod user is: ``token`` (users and tokens made by the admin) or ``unix`` (a fairpod user is a Unix
+    # account of the machine: the CLI is recognised by its uid on the control plane's Unix socket, by MUNGE
+    # credentials from other hosts, or by a token; its jobs run as that account; docs/identity.md)
+    identity: Literal["token", "unix"] = "token"
     # the network topology's levels, outermost first (e.g. [block, rack]; the host is implied below the last):
     # jobs may ask for all their replicas in one domain of a level (docs/placement.md)
     topology_levels: list[str] = Field(default_factory=list, max_length=8)
@@ -351,6 +355,8 @@ class Team(_Strict):
     sharing: Sharing = Field(default_factory=Sharing)
     quota: list[QuotaEntry] = Field(default_factory=list)
     run_as: str | None = Field(default=None, pattern=USER_PATTERN, max_length=32)  # OS user of its replicas
+    # under cluster.identity unix: the members of this Unix group are members of the team (docs/identity.md)
+    unix_group: str | None = Field(default=None, pattern=USER_PATTERN, max_length=32)
     user_limits: UserLimits = Field(default_factory=UserLimits)
     budgets: list[Budget] = Field(default_factory=list, max_length=64)
     # what Kubernetes manifests call the team (docs/kubernetes.md); none listed: HyperPod's names for it

@@ -24,7 +24,7 @@ from fairpod.executors import procs, registry, state
 from fairpod.model.spec import ClusterSpec, SpecError, load_spec, parse_spec, seed_spec
 from fairpod.model.users import Role
 from fairpod.paths import db_url, fairpod_home
-from fairpod.server import cli_config
+from fairpod.server import cli_config, identity
 from fairpod.server.errors import DomainError, WrongState
 from fairpod.server.leader import HaSettings
 from fairpod.server.nodes import sync_nodes
@@ -115,7 +115,7 @@ def initialize(home: Path, url: str, spec_file: str | None, port: int,
         store.put_spec(spec, actor="fairpod up", action="spec.apply" if rec is None else "up --spec")
     current = spec or (rec.spec if rec is not None else None)
     if current is not None:
-        secure_home(home, bool(current.cluster.run_as or any(t.run_as for t in current.teams)))
+        secure_home(home, identity.other_users(current))
     token = None
     if store.get_user("admin") is None:
         store.create_user("admin", Role.ADMIN, [])
@@ -270,15 +270,17 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
     except (ExecutorError, ValueError) as e:
         raise SystemExit(f"fairpod: error: {e}") from None
     rt = build(home, url, executor, api_url(advertise, port), own_heap=True)
-    socks = _listen([LOOPBACK, advertise], port)
+    unix, http, unix_path = identity.serve_unix(rt.cp.spec, port)  # cluster.identity unix: users known by uid
+    socks = _listen([LOOPBACK, advertise], port) + unix
     rt.start()
-    config = uvicorn.Config(rt.app, host=LOOPBACK, port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(rt.app, host=LOOPBACK, port=port, log_level="warning", access_log=False, http=http)
     server = uvicorn.Server(config)
     write_pid(home, port)
     try:
         server.run(sockets=socks)  # 127.0.0.1, and the advertised address
     finally:
         rt.close()
+        identity.remove(unix_path)
         try:
             if pid_file(home).read_text().split()[0] == str(os.getpid()):
                 pid_file(home).unlink()
@@ -299,9 +301,7 @@ def wait_healthy(port: int, proc: subprocess.Popen | None, timeout: float = 30.0
             r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0)
             if r.status_code == 200 and (proc is None or r.json().get("pid") == proc.pid):
                 return True
-        except httpx.HTTPError:
-            pass
-        except ValueError:  # not JSON: not a fairpod server
+        except (httpx.HTTPError, ValueError):  # (ValueError: not JSON, not a fairpod server)
             pass
         time.sleep(0.1)
     return False

@@ -12,7 +12,7 @@ from fairpod.executors.base import ExecutorError, HostGpus, JobLaunch, ReplicaEx
 from fairpod.governance import Admit, Preempt, Wait
 from fairpod.model.jobs import JobState
 from fairpod.sandbox import capabilities
-from fairpod.server import backoff, goodput, readiness, restarts
+from fairpod.server import backoff, goodput, identity, readiness, restarts
 from fairpod.server.control import rayjobs, resize
 from fairpod.server.runs import (
     STOP_CANCEL,
@@ -172,7 +172,8 @@ class AttemptLife:
                  **rayjobs.env(job),
                  "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
-            run_as=self.spec.run_as(job.team), world=len(job.placement) if grow else 0,
+            run_as=identity.job_user(self.spec, job.spec) or self.spec.run_as(job.team),
+            umask=identity.job_umask(self.spec, job.spec), world=len(job.placement) if grow else 0,
             container=container_of(job.spec.image, job.spec.image_pull_policy, job.spec.mounts, job.spec.workdir,
                                    self.home / "registries" / f"{job.team}.json"),
             readiness=job.spec.service.readiness_command if job.spec.service is not None else None,
