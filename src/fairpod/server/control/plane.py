@@ -35,7 +35,6 @@ from fairpod.server.nodes import sync_nodes
 from fairpod.server.retention import Retention
 from fairpod.server.runs import (
     STOP_CANCEL,
-    STOP_PREEMPT,
     Run,
     Slots,
     failure_kind,
@@ -252,10 +251,11 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
             self.event("JobCancelled", f"job {job.name} cancelled by {actor}", job)
         else:
             run = self.runs.setdefault(job.id, Run(attempt=job.attempt))
-            if run.stopping == STOP_PREEMPT or run.stopping is None:
+            if run.stopping != STOP_CANCEL:  # a cancel wins over any other stop under way (a restart, a
+                # failure, a preemption, a readiness timeout): what comes after the stop honours it
+                run.restart_due = []
                 self.begin_stop(job, run, STOP_CANCEL, f"cancelled by {actor}")
-                if job.state == JobState.RUNNING:
-                    self.event("JobCancelling", f"job {job.name} is stopping: cancelled by {actor}", job)
+                self.event("JobCancelling", f"job {job.name} is stopping: cancelled by {actor}", job)
             elif run.launched:  # stopping already: the stop is sent again (the first one may have failed)
                 self._send_stop(job, run)
             job = self.store.get_job(job.id) or job
