@@ -66,12 +66,14 @@ def local_executor(root: Path) -> Iterator[LocalExecutor]:
         kill_recorded(root)
 
 
-def live_server(tmp_path: Path, jobs: tuple[str, ...], spec: str | None = None) -> Iterator[Server]:
+def live_server(tmp_path: Path, jobs: tuple[str, ...], spec: str | None = None,
+                before_start: Callable[[Server], None] | None = None) -> Iterator[Server]:
     """A real ``fairpod up`` (tests/server's ``Server``); afterwards, once it and its replicas are killed, the
     cgroups of the jobs named ``jobs`` (``<name>-<id>.<attempt>.<rank>``) are removed: the test made them."""
     try:
         tmp_path.mkdir(parents=True, exist_ok=True)
-        yield from (running(tmp_path, spec) if spec is not None else running(tmp_path))
+        yield from (running(tmp_path, spec, before_start) if spec is not None
+                    else running(tmp_path, before_start=before_start))
     finally:
         try:
             h = cgroups.detect()

@@ -229,3 +229,79 @@ def test_a_stop_reaches_the_command_in_its_namespace_once(full_sandbox: None, ma
         assert "grace period over" not in logs["plain"].read_text()  # ended by the SIGTERM, not by a SIGKILL
     finally:
         ex.close()
+
+
+def test_a_checkout_under_tmp_keeps_its_workdir(full_sandbox: None, made_users: None, tmp_path: Path) -> None:
+    """A checkout under the host's /tmp (``/tmp/newcomer/main``), its program run from it: the program is brought
+    back into the replica's private /tmp read-only, which made its workdir a skeleton of the way down to it
+    (``python: can't open file '/tmp/newcomer/main/examples/resumable.py'``). The workdir is bound back whole,
+    writable as on the host."""
+    from fairpod.executors import LocalExecutor
+    from fairpod.executors.base import JobLaunch, ReplicaLaunch
+
+    if why := namespaces.supported():
+        pytest.skip(why)
+    top = Path(tempfile.mkdtemp(prefix="newcomer-", dir="/tmp"))
+    ex = LocalExecutor(tmp_path / "runs")
+    try:
+        os.chmod(top, 0o755)
+        main = top / "main"
+        (main / "bin").mkdir(parents=True)
+        (main / "examples").mkdir()
+        (main / "out").mkdir()
+        os.chmod(main / "out", 0o777)
+        (main / "examples" / "data.txt").write_text("the example's data\n")
+        run = main / "bin" / "run.sh"
+        run.write_text("#!/bin/sh\ncat examples/data.txt\necho written > out/made.txt && echo wrote\n")
+        run.chmod(0o755)
+        ex.launch(JobLaunch(job="tour", team="a", attempt=0, command=["./bin/run.sh"], workdir=str(main),
+                            checkpoint_dir=str(tmp_path / "ckpt" / "tour"), grace_seconds=10.0,
+                            replicas=(ReplicaLaunch(rank=0, node="n0"),)))
+        got: list = []
+        wait_for(lambda: got or got.extend(ex.poll()), 30)
+        log = (tmp_path / "runs" / "tour" / "0" / "0" / "output.log").read_text()
+        assert got[0].reason == "exited 0", log
+        assert "the example's data" in log and "wrote" in log, log
+        assert (main / "out" / "made.txt").read_text() == "written\n"
+    finally:
+        ex.close()
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_the_readme_tour_from_a_checkout_under_tmp(full_sandbox: None, made_users: None, tmp_path: Path) -> None:
+    """The README's tour from a checkout under /tmp (``/tmp/newcomer-*/main``: its src and examples, fairpod run from
+    there): ``start-job ... -- python examples/resumable.py`` from the checkout runs, as the team's user, and reports
+    its steps; before, the replica found no ``examples/resumable.py`` in its workdir."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root: per-team users")
+    if why := namespaces.supported():
+        pytest.skip(why)
+    repo = Path(__file__).resolve().parents[2]
+    top = Path(tempfile.mkdtemp(prefix="newcomer-", dir="/tmp"))
+    os.chmod(top, 0o755)
+    main = top / "main"
+    shutil.copytree(repo / "src", main / "src", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(repo / "examples", main / "examples", ignore=shutil.ignore_patterns("__pycache__"))
+    servers = live_server(tmp_path / "srv", ("smith-train",),
+                          before_start=lambda s: s.env.update(PYTHONPATH=str(main / "src")))
+    try:
+        s = next(servers)
+
+        def cli(*args: str) -> str:
+            r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", *args], cwd=main, env=s.env,
+                               capture_output=True, text=True, timeout=60)
+            assert r.returncode == 0, r.stderr + r.stdout
+            return r.stdout
+
+        cli("start-job", "--name", "smith-train", "--team", "smith", "--node-count", "2", "--auto-resume", "true",
+            "--max-retry", "3", "--", "python3", "examples/resumable.py")
+        def started() -> str | None:
+            o = cli("get-logs", "smith-train", "--all-replicas")
+            assert "can't open file" not in o, o
+            return o if o.count("starting at step 0") == 2 else None
+
+        wait_for(started, 60)
+        assert s.job("smith-train")["state"] == "Running"
+    finally:
+        servers.close()
+        shutil.rmtree(top, ignore_errors=True)

@@ -200,6 +200,11 @@ class Supervisor:
             # a workdir under a covered directory (which the user could not enter) is not brought back by it
             shut = [o.path for o in ops if o.kind == "cover"]
             keep = tuple(k for k in view.keep if k in mine or not any(sandbox.reach.inside(k, c) for c in shut))
+            for k in view.keep:
+                if k not in keep:
+                    under = next(c for c in shut if sandbox.reach.inside(k, c))
+                    self.note(f"{k} is not bound into the replica's view: it lies under {under}, which user "
+                              f"{user.name if user is not None else ids['user']} cannot enter")
             view = dataclasses.replace(view, reach=ops, keep=keep)
         self.sandbox = box = sandbox.Sandbox(self.spec, view) if mode != "off" else None
         for n in box.notes if box is not None else ():

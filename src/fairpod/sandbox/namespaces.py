@@ -199,6 +199,15 @@ def _private_dev(ops: tuple[Dev, ...], staged: dict[str, int]) -> None:
             os.close(fd)
 
 
+def _same(path: str, fd: int) -> bool:
+    """Is ``path`` (as this mount namespace shows it now) the directory ``fd`` was opened on?"""
+    try:
+        a, b = os.stat(path), os.fstat(fd)
+    except OSError:
+        return False
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
 def _mount_view(v: View) -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     staged_dev = _stage_dev(v.dev) if v.dev is not None else {}
@@ -206,8 +215,8 @@ def _mount_view(v: View) -> None:
     for p in v.keep:
         try:
             keep[p] = os.open(p, os.O_PATH | os.O_DIRECTORY)
-        except OSError:
-            pass
+        except OSError as e:  # said in the replica's log (its stderr)
+            os.write(2, f"fairpod: {p} is not bound into the replica's view: {e.strerror or e}\n".encode())
     covers, back = _reach(v.reach)
     if v.tmp:
         staged = _stage(v.from_tmp)
@@ -226,7 +235,9 @@ def _mount_view(v: View) -> None:
         else:
             mount("/dev/null", p, None, MS_BIND)
     for p, fd in sorted(keep.items()):  # bring back what was under a hidden path
-        if not os.path.exists(p) or any(_inside(p, b) for b in back):  # (not the read-only copy)
+        # (not the read-only copy, nor the skeleton of directories made on the way down to what was brought back
+        # into the private /tmp: a checkout under /tmp whose program lies inside its workdir)
+        if not os.path.exists(p) or any(_inside(p, b) for b in back) or not _same(p, fd):
             mask = os.umask(0o022)  # the way down is traversable by the replica's user; what is bound is its own
             try:
                 os.makedirs(p, exist_ok=True)
