@@ -161,6 +161,21 @@ def test_start_job_refuses_host_paths_in_one_line(tmp_path: Path, root_only: Non
             assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, \
                 (args, r.stderr)
         assert not Path("/etc/made").exists()
+        # every way of naming a mount meets the same rule: a PyTorchJob's hostPath (the seed manifest's local disk
+        # pointed at fairpod's state directory) and pyxis's --container-mounts of /
+        from ..formats.slurm.test_sbatch_live import sbatch
+
+        job = yaml.safe_load((Path(__file__).parents[1] / "formats" / "kube" / "seed" / "fsdp-image.yaml").read_text())
+        pod = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]
+        next(v for v in pod["volumes"] if v["name"] == "local")["hostPath"]["path"] = str(home)
+        (tmp_path / "pytorchjob.yaml").write_text(yaml.safe_dump(job))
+        r = s.cli("apply", "-f", str(tmp_path / "pytorchjob.yaml"), check=False)
+        assert r.returncode != 0 and f"mount {home}:/local: {home} is inside fairpod's own" in r.stderr, r.stderr
+        (tmp_path / "pyxis.sh").write_text("#!/bin/bash\n#FAIRPOD --team john\n"
+                                           "srun --container-image=localhost#fairpod-test/busybox:2 "
+                                           "--container-mounts=/:/host cat /host/etc/shadow\n")
+        r = sbatch(s, tmp_path, "pyxis.sh")
+        assert r.returncode != 0 and "mount /:/host: / holds fairpod's own" in r.stderr, r.stderr
         r = s.cli("start-job", "--name", "good", "--team", "john", "--image", image, "--image-pull-policy", "Never",
                   "--mount", f"{allowed}/data:/data", "--", "sh", "-c", "echo from-the-job > /data/out")
         assert "submitted for team john" in r.stdout, r.stderr
@@ -168,3 +183,81 @@ def test_start_job_refuses_host_paths_in_one_line(tmp_path: Path, root_only: Non
         out = allowed / "data" / "out"
         assert out.read_text() == "from-the-job\n"
         assert pwd.getpwuid(out.stat().st_uid).pw_name == "fairpod-john"
+
+
+DEV_PROBE = """
+import errno, os, stat, sys
+def tried(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+src = sys.argv[1]
+for n in ("nvidia0", "nvidia1", "nvidiactl"):
+    print(n, tried(lambda: os.close(os.open(f"{src}/{n}", os.O_RDWR))))
+print("mknod", tried(lambda: os.mknod("/tmp/gpu0", stat.S_IFCHR | 0o666, os.makedev(195, 0))))
+print("nvidia in /dev:", sorted(n for n in os.listdir("/dev") if n.startswith("nvidia")))
+"""
+
+
+def test_a_container_given_gpu_1_opens_it_and_no_other_and_makes_no_device(
+        tmp_path: Path, hierarchy: cgroups.Hierarchy, root_only: None, made_users: None,
+        monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """The devices probe of tests/sandbox/test_devices.py from a container: device nodes made here with NVIDIA's
+    major (195) stand for the host's GPUs (``FAIRPOD_DEV_SOURCE``: given with ``--device`` at their own path);
+    with no driver an allowed open fails with ENXIO, a node not given does not exist, and none can be made."""
+    from fairpod.sandbox import devices
+
+    from .conftest import local_executor
+
+    image = images.python()
+    base = Path(tempfile.mkdtemp(prefix="fairpod-dev-", dir="/var/tmp"))  # reachable, as the host's /dev is: the
+    request.addfinalizer(lambda: shutil.rmtree(base, ignore_errors=True))  # runtime binds it as the team's user
+    base.chmod(0o755)
+    src = base / "hostdev"
+    src.mkdir()
+    for minor in (0, 1):
+        os.mknod(src / f"nvidia{minor}", 0o20666, os.makedev(195, minor))
+    os.mknod(src / "nvidiactl", 0o20666, os.makedev(195, 255))
+    for node in src.iterdir():
+        node.chmod(0o666)  # as the host's (mknod's mode went through the umask)
+    monkeypatch.setenv(devices.SOURCE_ENV, str(src))
+    monkeypatch.setenv("FAIRPOD_PIDS_MAX", "64")
+    for ex in local_executor(tmp_path / "runs"):
+        ex.launch(JobLaunch(job="gpu", team=TEAM, attempt=0, command=["python3", "-c", DEV_PROBE, str(src)],
+                            checkpoint_dir=str(tmp_path / "ckpt" / TEAM / "gpu"), grace_seconds=2.0,
+                            container={"image": image, "pull": "Never", "mounts": [], "workdir": None},
+                            replicas=(ReplicaLaunch(rank=0, node="n0", mcpu=1000, mib=256, accelerators=(1,),
+                                                    real_gpus=True),)))
+        e = exit_of(ex, "gpu", [], 120.0)
+        out = output(tmp_path, "gpu")
+        assert e.ok, out
+        said = dict(ln.split(" ", 1) for ln in out.splitlines() if ln.split(" ")[0] in
+                    ("nvidia0", "nvidia1", "nvidiactl", "mknod"))
+        assert said == {"nvidia0": "ENOENT", "nvidia1": "ENXIO", "nvidiactl": "ENXIO", "mknod": "EPERM"}, out
+        assert "nvidia in /dev: []" in out, out
+
+
+FORKS = """
+import os, time
+n = 0
+for _ in range(10_000):  # bounded: stops at the pids limit, or after 10000 children without one
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(30)
+        os._exit(0)
+    n += 1
+print("forked", n, flush=True)
+"""
+
+
+def test_a_fork_bomb_in_a_container_stops_at_the_replicas_pids_limit(
+        ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy, root_only: None, made_users: None) -> None:
+    e = run(ex, tmp_path, "forks", ["python3", "-c", FORKS], images.python(), [])
+    out = output(tmp_path, "forks")
+    line = next((ln for ln in out.splitlines() if ln.startswith("forked")), None)
+    assert line is not None and int(line.split()[1]) < 64, (e, out)  # FAIRPOD_PIDS_MAX=64 (conftest)
