@@ -116,3 +116,54 @@ def test_the_loop_lives_on_and_resumes_when_space_is_back(tmp_path: Path):
         s.kill(signal.SIGTERM)
         s.kill_replicas()
         subprocess.run(["umount", "-l", str(s.home)], check=False)
+
+
+def test_up_on_a_full_disk_after_a_kill_says_so_in_one_line(tmp_path: Path):
+    """``fairpod up --spec`` (a changed spec: a write) after kill -9 with the disk full to the last block, a job
+    running: ``up`` says so in one line naming the home and what to free, never SQLAlchemy's traceback of the
+    failed commit (as it did; ``--foreground`` goes the same way); once space is back it starts and the job is
+    still known."""
+    s = Server(tmp_path, SEED_SPEC)
+    _mount_tmpfs(s.home, "24m")
+    fill = s.home / "fill"
+    changed = tmp_path / "changed.yaml"
+    changed.write_text(SEED_SPEC.read_text().replace("name: demo", "name: demo-changed", 1))
+    assert changed.read_text() != SEED_SPEC.read_text()
+    try:
+        s.start()
+        s.submit(name="held", team="john", command=["sh", "-c", _WAIT.format(tmp=tmp_path, name="held")])
+        wait_for(lambda: (tmp_path / "started-held").exists(), 20, "the job to run")
+        s.kill(signal.SIGKILL)
+        _fill(fill)
+        r = s.cli("up", "--port", str(s.port), "--spec", str(changed), check=False)
+        said = (r.stdout + r.stderr).strip()
+        assert r.returncode == 1 and "Traceback" not in said and len(said.splitlines()) == 1, said
+        assert r.stderr.startswith(f"fairpod: error: no space left under {s.home} (database or disk is full): "
+                                   "free space there"), said
+        fill.unlink()
+        (tmp_path / "gate").write_text("go")
+        s.start()
+        assert s.wait_state("held", "Succeeded", 60)["reason"] == "all replicas exited 0"
+    finally:
+        s.kill(signal.SIGTERM)
+        s.kill_replicas()
+        subprocess.run(["umount", "-l", str(s.home)], check=False)
+
+
+def test_a_first_up_on_a_full_disk_says_so_and_leaves_no_empty_database(tmp_path: Path):
+    """The first ``fairpod up`` in a home on a full disk: one line, and no 0-byte ``fairpod.db`` left behind (the
+    next ``up`` refused it as "not a fairpod database: move it away"); with space back, ``up`` starts."""
+    s = Server(tmp_path, SEED_SPEC)
+    _mount_tmpfs(s.home, "8m")
+    fill = s.home / "fill"
+    try:
+        _fill(fill)
+        r = s.cli("up", "--port", str(s.port), "--spec", str(SEED_SPEC), check=False)
+        assert r.returncode == 1 and len((r.stdout + r.stderr).strip().splitlines()) == 1, r.stdout + r.stderr
+        assert f"no space left under {s.home}" in r.stderr, r.stderr
+        assert not (s.home / "fairpod.db").exists()
+        fill.unlink()
+        s.start()
+    finally:
+        s.kill(signal.SIGTERM)
+        subprocess.run(["umount", "-l", str(s.home)], check=False)

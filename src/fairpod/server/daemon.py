@@ -28,7 +28,15 @@ from fairpod.server import cli_config, identity
 from fairpod.server.errors import DomainError, WrongState
 from fairpod.server.leader import HaSettings
 from fairpod.server.nodes import sync_nodes
-from fairpod.store import Store, StoreError, Unreachable
+from fairpod.server.startup import (
+    START_ERRORS,
+    check_state,
+    child_failure,
+    forget_new_database,
+    new_database,
+    start_failure,
+)
+from fairpod.store import Store, Unreachable
 
 DEFAULT_PORT = 8470
 LOOPBACK = "127.0.0.1"
@@ -134,20 +142,6 @@ def _create(store: Store, wait: bool) -> None:
                 raise
             print(f"fairpod: {e}; a standby waits for it: trying again in {pause:g} s", file=sys.stderr, flush=True)
             time.sleep(pause)
-
-
-def check_state(home: Path, url: str) -> None:
-    """Before anything is written: the home must be writable and a database already there a healthy fairpod one
-    (``fairpod.store.checks``; StoreError in one line). Then the temporary files of a killed backup go."""
-    from fairpod.store.backup import sqlite_path
-    from fairpod.store.checks import check_database, check_writable, clean_leftovers
-
-    check_writable(home)
-    db = sqlite_path(url)
-    if db is not None:
-        check_database(db)
-    for p in clean_leftovers(home):
-        logging.getLogger("fairpod").info("removed %s, left by a backup or restore that was killed", p)
 
 
 def pid_file(home: Path) -> Path:
@@ -269,13 +263,17 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
         executor = make_executor(home, executor_name, ray_address, ray_namespace)
     except (ExecutorError, ValueError) as e:
         raise SystemExit(f"fairpod: error: {e}") from None
-    rt = build(home, url, executor, api_url(advertise, port), own_heap=True)
+    try:  # the memory's recovery writes the store, and the PID file: a full disk is one line
+        rt = build(home, url, executor, api_url(advertise, port), own_heap=True)
+        write_pid(home, port)
+    except START_ERRORS as e:
+        executor.close()
+        raise SystemExit(start_failure(home, e)) from None
     unix, http, unix_path = identity.serve_unix(rt.cp.spec, port)  # cluster.identity unix: users known by uid
     socks = _listen([LOOPBACK, advertise], port) + unix
     rt.start()
     config = uvicorn.Config(rt.app, host=LOOPBACK, port=port, log_level="warning", access_log=False, http=http)
     server = uvicorn.Server(config)
-    write_pid(home, port)
     try:
         server.run(sockets=socks)  # 127.0.0.1, and the advertised address
     finally:
@@ -347,14 +345,15 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         print(f"{why}{hint}; choose another --port", file=sys.stderr)
         return 1
     url = db_url(home, db)
+    made = new_database(url)
     try:
         check_state(home, url)
         store, token = initialize(home, url, spec_file, port, ha is not None, wait=restarted)
-    except StoreError as e:
-        print(f"fairpod: error: {e}", file=sys.stderr)
-        return 1
-    except OSError as e:
-        print(f"fairpod: error: cannot use FAIRPOD_HOME {home}: {e.strerror or e}", file=sys.stderr)
+        rec = store.get_spec()
+        store.close()
+    except START_ERRORS as e:  # every read and write of the start: one line
+        forget_new_database(made)
+        print(start_failure(home, e), file=sys.stderr)
         return 1
     except SpecError as e:
         for prob in e.problems:
@@ -363,8 +362,6 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     except DomainError as e:
         print(f"fairpod: error: {e.detail}", file=sys.stderr)
         return 1
-    rec = store.get_spec()
-    store.close()
     try:
         executor, ray_address, ray_namespace = executor_config(executor, ray_address, ray_namespace,
                                                                rec.spec if rec else None)
@@ -381,14 +378,18 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
             print(f"fairpod: error: {e}", file=sys.stderr)
             return 1
     server_url = f"http://127.0.0.1:{port}"
-    if token:
-        print(f"created the admin user; its token is in {cli_config.write_own_config(server_url, token, home)}")
-    else:
-        cli_config.update_config_url(server_url, home)
-    if foreground:
+    try:
+        if token:
+            print(f"created the admin user; its token is in {cli_config.write_own_config(server_url, token, home)}")
+        else:
+            cli_config.update_config_url(server_url, home)
+        log = None if foreground else open(home / "server.log", "ab")  # noqa: SIM115 - handed to the child
+    except OSError as e:
+        print(start_failure(home, e), file=sys.stderr)
+        return 1
+    if log is None:  # --foreground
         serve(home, url, port, executor, ray_address, ray_namespace, advertise, ha)
         return 0
-    log = open(home / "server.log", "ab")  # noqa: SIM115 - handed to the child
     cmd = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(port), "--executor", executor]
     if executor == "ray":
         cmd += ["--ray-address", ray_address, "--ray-namespace", ray_namespace]
@@ -400,9 +401,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         cmd += ["--ha", "--lease-seconds", f"{ha.lease:g}"]
     proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     if not wait_healthy(port, proc):
-        tail = (home / "server.log").read_text(errors="replace")[-2000:]
-        print(f"fairpod: error: the server did not come up; last lines of {home / 'server.log'}:\n{tail}",
-              file=sys.stderr)
+        print(child_failure(home, proc.poll() is not None), file=sys.stderr)
         if proc.poll() is None:
             proc.terminate()
         return 1
