@@ -61,6 +61,19 @@ class Terminal:
                 time.sleep(0.1)
         raise AssertionError(f"fairpod did not exit within {timeout} s: {self.out.decode(errors='replace')}")
 
+    def hang_up(self) -> int:
+        """The terminal dies (its master side closed: the kernel sends SIGHUP to the session); fairpod's status."""
+        os.close(self.fd)
+        self.fd = -1
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+                return self.status
+            time.sleep(0.05)
+        raise AssertionError("fairpod did not end within 30 s of its terminal's hang-up")
+
     def close(self) -> None:
         if self.status is None:
             try:
@@ -68,7 +81,8 @@ class Terminal:
                 os.waitpid(self.pid, 0)
             except (ProcessLookupError, ChildProcessError):
                 pass
-        os.close(self.fd)
+        if self.fd >= 0:
+            os.close(self.fd)
 
 
 def shell_job(server: Server) -> dict:
@@ -91,7 +105,8 @@ def test_srun_pty_gives_a_shell_in_an_allocation_that_ends_with_it(server: Serve
         t.send("exit 3\n")
         assert t.wait() == 3
         assert b"relinquished job allocation" in t.out
-        server.wait_state(job["name"], "Cancelled")
+        done = server.wait_state(job["name"], "Succeeded")  # left with exit: Slurm's COMPLETED, not cancelled
+        assert done["reason"] == "the shell exited 3; allocation relinquished by admin", done["reason"]
     finally:
         t.close()
 
@@ -114,6 +129,37 @@ def test_an_idle_shell_ends_and_a_preempted_one_is_told(server: Server):
         t.wait(40)
     finally:
         t.close()
+
+
+def test_a_terminal_that_dies_ends_its_allocation(server: Server):
+    """salloc's terminal hangs up (an ssh session dropped, a window closed): its shell ends and the allocation is
+    cancelled, whether it was granted or still queued. Before, fairpod died of the SIGHUP without a word to the
+    server: the job stayed queued with no client, or kept its nodes until its maximum duration."""
+    t = Terminal(server, "salloc", "-A", "john", "-G", "4")
+    try:
+        t.expect(rb"granted job allocation (\d+)")
+        t.expect(rb"[$#] $")
+        job = shell_job(server)
+        assert t.hang_up() != 0
+        done = server.wait_state(job["name"], "Cancelled", 20)
+        assert done["reason"] == "cancelled by admin", done["reason"]
+    finally:
+        t.close()
+    for team, nodes in (("john", 3), ("smith", 1)):  # the whole cluster taken
+        server.submit(name=f"hold-{team}", team=team, nodes=nodes, command=["sleep", "300"])
+        server.wait_state(f"hold-{team}", "Running")
+    t = Terminal(server, "salloc", "-A", "john", "-N", "1")
+    try:
+        t.expect(rb"queued and waiting for resources")
+        queued = [j for j in server.api("GET", "/jobs").json()["jobs"] if j["name"].startswith("shell-")
+                  and j["state"] == "Pending"]
+        assert len(queued) == 1, queued
+        t.hang_up()
+        server.wait_state(queued[0]["name"], "Cancelled", 20)
+    finally:
+        t.close()
+        for team in ("john", "smith"):
+            server.cli("cancel-job", f"hold-{team}")
 
 
 def test_slurm_time_forms():

@@ -8,7 +8,8 @@ runs, the shell starts on this terminal, through a pseudo-terminal, with the all
 shell ends when the user leaves it, after ``policy.shell_idle_timeout_seconds`` without input or output, at
 ``policy.shell_max_seconds``, or when the job stops (preempted, cancelled): a notice on the terminal first,
 then SIGHUP after the job's grace period (SIGKILL a grace period later if it is still there). Leaving the shell
-ends the job.
+ends the job: Succeeded, as Slurm records a salloc left with ``exit`` (COMPLETED). A terminal that dies (SIGHUP, or
+its input gone) or a SIGTERM ends the shell and cancels the job, also while it is still queued.
 """
 
 from __future__ import annotations
@@ -108,19 +109,45 @@ def shell(a: argparse.Namespace) -> int:
         body["nodes"] = a.node_count
     if body["team"].startswith("hyperpod-ns-"):
         body["team"] = body["team"].removeprefix("hyperpod-ns-")
+    import signal
+
+    def hang_up(signum: int, _frame: Any) -> None:
+        raise HungUp(signum)
+
+    for sig in (signal.SIGHUP, signal.SIGTERM):  # the terminal died, or we are told to end: end the allocation
+        signal.signal(sig, hang_up)
     job = c.submit(body)
     jid = job["id"]
+    left: str | None = None
     try:
         job = _wait_running(c, job)
-        return _run(c, job, command, idle, most)
+        code, ended = _run(c, job, command, idle, most)
+        left = None if ended else f"the shell exited {code}"  # its user left it (not ended by a limit or a stop)
+        return code
+    except HungUp as e:
+        return 128 + e.signum
     finally:
+        for sig in (signal.SIGHUP, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)  # the allocation is let go whatever comes now
+        c.close()  # (a request the signal cut short leaves its connection half read)
         try:
             cur = c.get(f"/jobs/{jid}")
             if cur["state"] in ("Pending", "Running"):
-                c.post(f"/jobs/{jid}/cancel")
+                c.post(f"/jobs/{jid}/cancel", left=left)
         except CliError:
             pass
-        print(f"fairpod: relinquished job allocation {jid}", file=sys.stderr)
+        try:
+            print(f"fairpod: relinquished job allocation {jid}", file=sys.stderr)
+        except OSError:  # no terminal any more
+            pass
+
+
+class HungUp(Exception):  # noqa: N818 - what happened, as the signal's name says
+    """The terminal hung up (SIGHUP, or its input ended) or a SIGTERM came."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def _wait_running(c: Client, job: dict[str, Any]) -> dict[str, Any]:
@@ -146,8 +173,9 @@ def _env(c: Client, job: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def _run(c: Client, job: dict[str, Any], command: list[str], idle: float, most: float) -> int:
-    """The shell on a pseudo-terminal, bridged to this terminal until it exits or must end."""
+def _run(c: Client, job: dict[str, Any], command: list[str], idle: float, most: float) -> tuple[int, bool]:
+    """The shell on a pseudo-terminal, bridged to this terminal until it exits or must end: its exit status, and
+    whether fairpod ended it (idle, the maximum duration, the job stopped)."""
     import pty
     import select
     import signal
@@ -188,10 +216,14 @@ def _run(c: Client, job: dict[str, Any], command: list[str], idle: float, most: 
                 os.write(sys.stdout.fileno(), data)
                 last = time.monotonic()
             if stdin in ready:
-                data = os.read(stdin, 65536)
-                if data:
-                    os.write(fd, data)
-                    last = time.monotonic()
+                try:
+                    data = os.read(stdin, 65536)
+                except OSError:
+                    data = b""
+                if not data:  # raw mode: ^D is a byte; no input at all is a terminal gone
+                    raise HungUp(signal.SIGHUP)
+                os.write(fd, data)
+                last = time.monotonic()
             now = time.monotonic()
             if ending_at is None and now - last >= idle:
                 ending_at = _notice(f"no input or output for {now - last:.0f} s (idle timeout {idle:g} s)", 0)
@@ -202,10 +234,35 @@ def _run(c: Client, job: dict[str, Any], command: list[str], idle: float, most: 
                 cur = c.get(f"/jobs/{job['id']}")
                 if cur["state"] != "Running":
                     ending_at = _notice(f"job {job['id']} is {cur['state']}: {cur['reason']}", GRACE)
+    except HungUp:
+        _end_shell(pid)
+        raise
     finally:
-        termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        try:
+            termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        except (termios.error, OSError):  # the terminal is gone
+            pass
     _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    code = os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 128 + os.WTERMSIG(status)
+    return code, ending_at is not None
+
+
+def _end_shell(pid: int) -> None:
+    """The terminal is gone: SIGHUP to the shell, as the kernel gives a session whose terminal hangs up; SIGKILL
+    after GRACE seconds if it is still there."""
+    import signal
+
+    try:
+        os.kill(pid, signal.SIGHUP)
+        deadline = time.monotonic() + GRACE
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG)[0]:
+                return
+            time.sleep(0.05)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+    except (ProcessLookupError, ChildProcessError):
+        pass
 
 
 def _notice(why: str, grace: float) -> float:

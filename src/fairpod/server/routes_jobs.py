@@ -146,13 +146,17 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         return out
 
     @api.post("/jobs/{ref}/cancel", tags=["jobs"])
-    def cancel_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
+    def cancel_job(ref: str, p: Auth, team: str | None = None,
+                   left: str | None = Query(default=None, max_length=200, description=(
+                       "an interactive allocation its user left (salloc's shell exited: its words, e.g. 'the shell "
+                       "exited 0'): a running job then ends Succeeded, as Slurm's COMPLETED, not Cancelled"))
+                   ) -> dict[str, Any]:
         """Cancel a job; the array's name or id cancel every unfinished task of the array (held and pending
         tasks first, so none starts while the others stop): the answer lists them under ``cancelled``."""
         job, tasks = array_refs.resolve(cp, p, ref, team, find_job)
         require_team(p, job.team)
         if tasks is None:
-            return job_view(cp, cp.cancel(job, p.name), detail=True, reader=p)
+            return job_view(cp, cp.cancel(job, p.name, left), detail=True, reader=p)
         live = sorted((t for t in tasks if not t.state.finished), key=lambda t: t.state != JobState.PENDING)
         arr = job_view(cp, job)["array"] or {}
         name = arr.get("name", job.name)

@@ -35,6 +35,7 @@ from fairpod.server.nodes import sync_nodes
 from fairpod.server.retention import Retention
 from fairpod.server.runs import (
     STOP_CANCEL,
+    STOP_DONE,
     Run,
     Slots,
     failure_kind,
@@ -210,12 +211,14 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.store.append_event(kind, msg, job_id=job.id if job else None, team=job.team if job else None,
                                 node=data.pop("node", None), data=data)
 
-    def cancel(self, job: Job, actor: str) -> Job:
+    def cancel(self, job: Job, actor: str, left: str | None = None) -> Job:
+        """Cancel ``job``; with ``left`` (an interactive allocation whose user left it: ``salloc``'s shell exited)
+        a running job ends Succeeded instead, unless a cancel is under way already."""
         with self._change():
             job = self.store.get_job(job.id) or job
             if job.state.finished:
                 raise WrongState(f"job {job.name} is already {job.state.value}", "job finished")
-            job = self._cancel_one(job, actor)
+            job = self._cancel_one(job, actor, left)
             self.store.append_audit(actor, "job.cancel", f"{job.team}/{job.name}", {"id": job.id})
         self.wake.set()
         return job
@@ -242,7 +245,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
             self.wake.set()
         return done
 
-    def _cancel_one(self, job: Job, actor: str) -> Job:
+    def _cancel_one(self, job: Job, actor: str, left: str | None = None) -> Job:
         """The cancel of an unfinished ``job`` (under the lock)."""
         if job.state == JobState.PENDING:
             self.snap.remove_pending(to_engine(job.id))
@@ -251,7 +254,11 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
             self.event("JobCancelled", f"job {job.name} cancelled by {actor}", job)
         else:
             run = self.runs.setdefault(job.id, Run(attempt=job.attempt))
-            if run.stopping != STOP_CANCEL:  # a cancel wins over any other stop under way (a restart, a
+            if left is not None and run.stopping is None:  # its user left it: done (Slurm's COMPLETED)
+                self.begin_stop(job, run, STOP_DONE, f"{left}; allocation relinquished by {actor}"[:300])
+            elif left is not None and run.launched:
+                self._send_stop(job, run)
+            elif run.stopping != STOP_CANCEL:  # a cancel wins over any other stop under way (a restart, a
                 # failure, a preemption, a readiness timeout): what comes after the stop honours it
                 run.restart_due = []
                 self.begin_stop(job, run, STOP_CANCEL, f"cancelled by {actor}")
