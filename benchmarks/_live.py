@@ -159,6 +159,17 @@ class LiveServer:
                     pass
 
 
+def marks_dir(server: LiveServer) -> Path:
+    """A directory where the replicas write their marks (start and end lines, their own clocks) and the benchmark
+    reads them: jobs get it as their ``workdir``, which their view keeps (under the default sandbox the host's
+    ``/tmp`` is private to each replica: marks written to the benchmark's own folder there went nowhere and the
+    figures counted nothing), and anyone may write it (replicas run as the per-team users when fairpod is root)."""
+    d = server.tmp / "marks"
+    d.mkdir(exist_ok=True)
+    d.chmod(0o1777)
+    return d
+
+
 def proc_cpu_seconds(pid: int) -> float | None:
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:

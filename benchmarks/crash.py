@@ -18,7 +18,8 @@ Reported (all should be 0):
 - ``double preemptions``: jobs with more ``JobPreempted`` events than ``JobRequeued`` ones (one stop, counted twice).
 
 Run: ``.venv/bin/python benchmarks/crash.py [--jobs 1000] [--kills 4] [--seed 1] [--runs 1]``; a smaller
-``--jobs 100 --kills 2`` takes a couple of minutes. Exit status 1 if any figure is not 0.
+``--jobs 100 --kills 2`` takes a couple of minutes. Exit status 1 if any figure is not 0, or if no replica's start
+was counted (the replicas append to ``lines.log`` in their workdir, which the sandbox keeps in their view).
 
 The crash windows of one transition each (``--scenario grow|shrink|cancel|windows``; ``mixed`` is the run
 above): on four 1-accelerator nodes, the transition is set off through the API and the server is killed
@@ -51,7 +52,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _live import UNFINISHED, LiveServer, RawClient, exit_on_sigterm, table  # noqa: E402
+from _live import UNFINISHED, LiveServer, RawClient, exit_on_sigterm, marks_dir, table  # noqa: E402
 
 SPEC = """
 cluster:
@@ -88,6 +89,7 @@ EXPECT = {"ok": ("Succeeded", 0), "fail": ("Failed", 0), "flaky": ("Succeeded", 
 
 
 def bodies(n: int, rng: random.Random, log: Path) -> list[dict[str, Any]]:
+    """The jobs; their replicas append to ``log``, in their workdir (:func:`_live.marks_dir`)."""
     out = []
     for i in range(n):
         kind = "fail" if i % 10 == 3 else ("flaky" if i % 10 in (5, 8) else "ok")
@@ -97,7 +99,7 @@ def bodies(n: int, rng: random.Random, log: Path) -> list[dict[str, Any]]:
             "nodes": 2 if rng.random() < 0.15 else 1,
             "priority": "inference" if rng.random() < 0.2 else "training",
             "command": ["sh", "-c", SCRIPT.format(log=log, d=round(rng.uniform(0.3, 2.5), 2), kind=kind)],
-            "termination_grace_seconds": 1,
+            "termination_grace_seconds": 1, "workdir": str(log.parent),
         }
         if kind == "flaky":
             body.update(auto_resume=True, max_retry=2)
@@ -160,7 +162,9 @@ def one_run(n: int, kills: int, seed: int, pace: float, drain: float, keep: bool
     with LiveServer(SPEC, keep=keep) as server:
         if keep:
             print(f"  files kept in {server.tmp}", flush=True)
-        log = server.tmp / "lines.log"
+        log = marks_dir(server) / "lines.log"
+        log.touch(mode=0o666)
+        log.chmod(0o666)  # appended to by every team's user
         jobs = bodies(n, rng, log)
         sub = Submitter(server, jobs, pace)
         span = n / pace + 5  # kills fall while jobs are submitted and run
@@ -399,6 +403,9 @@ def main() -> int:
         print(table([(k, str(v)) for k, v in figs.items()] + [("wall", f"{time.monotonic() - t0:.0f} s")]),
               flush=True)
         bad += sum(v for k, v in figs.items() if k not in ("jobs", "replica starts"))
+        if figs["jobs"] and not figs["replica starts"]:  # nothing measured is no result, never a pass
+            print("  measured nothing: no replica wrote its start line; see the server's log", flush=True)
+            bad += 1
     return 1 if bad else 0
 
 
