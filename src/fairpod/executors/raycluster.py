@@ -60,14 +60,46 @@ def _say(msg: str) -> None:
     print(f"fairpod ray: {msg}", file=sys.stderr, flush=True)
 
 
-def _sizes(env: dict[str, str]) -> list[str]:
-    """``ray start``'s resource flags: exactly what the replica was given."""
+STORE_SHARE = 0.3  # of the replica's memory for Ray's object store (Ray's own default share of a machine's)
+STORE_MIN_MIB = 80  # Ray refuses a smaller object store
+SHM_USE = 0.9  # of /dev/shm's free space the store may take (Ray's workers put their own files there too)
+
+
+def shm_free_mib(path: str = "/dev/shm") -> int | None:
+    """What ``/dev/shm`` (the replica's own) has free, in MiB; None when there is none."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize // 2**20
+
+
+def object_store_mib(mib: int, shm: int | None) -> tuple[int, str | None, bool]:
+    """The object store of a Ray node in a replica of ``mib`` MiB whose /dev/shm has ``shm`` MiB free: 30 % of the
+    memory, at most what /dev/shm holds; and what to say when that is less, or when not even Ray's minimum fits
+    there (then Ray keeps its objects in /tmp instead, slower: RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE, the third value
+    True)."""
+    want = max(STORE_MIN_MIB, int(mib * STORE_SHARE))
+    if shm is None or want <= shm * SHM_USE:
+        return want, None, False
+    fits = int(shm * SHM_USE)
+    if fits >= STORE_MIN_MIB:
+        return fits, (f"object store {fits} MiB: {STORE_SHARE:.0%} of the replica's {mib} MiB would be {want} MiB, "
+                      f"more than /dev/shm has free ({shm} MiB)"), False
+    return want, (f"object store {want} MiB in /tmp, slower: /dev/shm has only {shm} MiB free, less than Ray's "
+                  f"minimum {STORE_MIN_MIB} MiB"), True
+
+
+def _sizes(env: dict[str, str], shm: int | None = None) -> list[str]:
+    """``ray start``'s resource flags: exactly what the replica was given (the object store as
+    :func:`object_store_mib` says, from ``shm`` MiB free in /dev/shm)."""
     gpus = len([a for a in env.get("FAIRPOD_ACCELERATORS", "").split(",") if a])
     cpus = max(1, int(env.get("FAIRPOD_VCPU_MILLI", "1000") or 1000) // 1000)
     mib = int(env.get("FAIRPOD_MEMORY_MIB", "0") or 0)
     out = ["--num-cpus", str(cpus), "--num-gpus", str(gpus), "--resources", json.dumps({})]
     if mib:
-        out += ["--memory", str(mib * 2**20), "--object-store-memory", str(max(80, mib * 3 // 10) * 2**20)]
+        store = object_store_mib(mib, shm)[0]
+        out += ["--memory", str(mib * 2**20), "--object-store-memory", str(store * 2**20)]
     return out
 
 
@@ -108,7 +140,12 @@ class Cluster:
         # this node's address: the Ray executor's node agents say it (FAIRPOD_NODE_ADDRESS); on the local executor
         # every replica runs on this machine, at the head's loopback address
         me = self.env.get("FAIRPOD_NODE_ADDRESS") or (self.host if self.host.startswith("127.") else "")
-        args = ["start", "--temp-dir", self.tmp, "--disable-usage-stats", *_sizes(self.env)]
+        shm = shm_free_mib()
+        mib = int(self.env.get("FAIRPOD_MEMORY_MIB", "0") or 0)
+        _, store_note, slow = object_store_mib(mib, shm) if mib else (0, None, False)
+        if store_note:
+            _say(f"rank {self.rank}: {store_note}")
+        args = ["start", "--temp-dir", self.tmp, "--disable-usage-stats", *_sizes(self.env, shm)]
         if self.rank == 0:
             args += ["--head", "--port", str(self.port), "--include-dashboard", "false"]
         else:
@@ -123,6 +160,8 @@ class Cluster:
         env = {k: v for k, v in self.env.items() if k != "RAY_ADDRESS"}
         env.update(RAY_USAGE_STATS_ENABLED="0")
         env.setdefault("RAY_AUTH_MODE", "disabled")  # a token file another Ray left in ~/.ray would switch it on
+        if slow:
+            env["RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE"] = "1"
         for tries in range(STARTS, 0, -1):  # a loaded machine may miss Ray's own 30 s start-up limit
             ports, env["AUTOSCALER_METRIC_PORT"] = _ports(self.rank == 0)
             proc = subprocess.Popen([sys.executable, "-m", "fairpod.executors.raycluster", "ray", *args, *ports],
@@ -135,7 +174,7 @@ class Cluster:
                 raise SystemExit(f"fairpod ray: ray start failed (exit {proc.returncode}) on rank {self.rank}")
             _say(f"rank {self.rank}: ray start failed (exit {proc.returncode}); once more, on other ports")
         _say(f"rank {self.rank}: Ray node up ({'head' if self.rank == 0 else 'worker'}, "
-             f"{' '.join(_sizes(self.env)[:4])})")
+             f"{' '.join(_sizes(self.env, shm)[:4])})")
 
     def driver_env(self) -> dict[str, str]:
         """What a Ray driver on this node needs: ``RAY_ADDRESS``, and on 127.0.0.1 that Ray keep it (its drivers
