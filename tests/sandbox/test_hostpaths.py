@@ -88,3 +88,21 @@ def test_cluster_mounts_allow_in_the_spec() -> None:
             parse_spec({"cluster": {"mounts": {"allow": bad}}})
     with pytest.raises(SpecError, match="cluster.mounts.deny"):
         parse_spec({"cluster": {"mounts": {"deny": ["/x"]}}})
+
+
+def test_a_host_commands_view_never_brings_back_a_workdir_inside_fairpods_own(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The default workdir (the control plane's own directory) inside the state directory stays hidden; the job's
+    checkpoint directory and a workdir elsewhere are kept."""
+    from fairpod import sandbox
+
+    home = tmp_path / "home"
+    monkeypatch.setenv("FAIRPOD_HOME", str(home))
+    monkeypatch.setenv("FAIRPOD_CONFIG", str(tmp_path / "cfg" / "fairpod" / "config.json"))
+    rdir = home / "runs" / "j" / "0" / "0"
+    rdir.mkdir(parents=True)
+    ckpt = str(home / "checkpoints" / "t" / "j")
+    for wd, kept in ((str(home), False), (str(home / "runs"), False), (str(tmp_path / "work"), True)):
+        view = sandbox.view_of({"workdir": wd, "env": {"FAIRPOD_CHECKPOINT_DIR": ckpt}, "limits": {}}, rdir)
+        assert (wd in view.keep) is kept and ckpt in view.keep, (wd, view.keep)
+        assert str(home) in view.hide
