@@ -32,7 +32,7 @@ from typing import Any, NoReturn
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.job_cmds import topology_level
-from fairpod.cli.output import ago, emit_json, table
+from fairpod.cli.output import ago, emit_json, plural, table
 
 KIND = "hyp-pytorch-job"
 NS_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
@@ -308,7 +308,7 @@ def describe(a: argparse.Namespace) -> int:
     lines = [
         ("Name", j["name"]), ("Namespace", f"hyperpod-ns-{j['team']}"), ("Labels", labels),
         ("Status", f"{j['state']} — {j['reason']}"), ("Instance type", j["instance_type"]),
-        ("Replicas", f"{j['nodes']} x {j['accelerators_per_node']} accelerators"),
+        ("Replicas", f"{j['nodes']} x {plural(j['accelerators_per_node'], 'accelerator')}"),
         ("Pods", ", ".join(f"{j['name']}-pod-{i} on {n}" for i, n in enumerate(j["placement"])) or "-"),
         ("Max retry", f"{j['max_retry']} (restarts so far: {j['restarts']})" if j["auto_resume"] else "0"),
         ("Command", " ".join(cmd)),

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from fairpod.cli.client import Client, TimedOut
 from fairpod.cli.errors import CliError
 from fairpod.cli.files import read_yaml
-from fairpod.cli.output import acc_nodes, add_output, ago, emit, reason_in_units, table
+from fairpod.cli.output import acc_nodes, add_output, ago, emit, plural, reason_in_units, table
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -577,7 +577,7 @@ def get_job(a: argparse.Namespace) -> int:
               ("Queue position", j["queue_position"]),
               ("Estimated start", estimate_text(j["estimated_start"]) if j["state"] == "Pending" else None),
               ("Instance type", j["instance_type"]),
-              ("Nodes", f"{j['nodes']} x {j['accelerators_per_node']} accelerators" + (
+              ("Nodes", f"{j['nodes']} x {plural(j['accelerators_per_node'], 'accelerator')}" + (
                   f" (elastic: {j['min_nodes']} to {j['max_nodes']})" if j.get("max_nodes") else "")),
               ("Placement", ", ".join(j["placement"]) or "-"),
               ("Topology", topology_text(j.get("topology"))),

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from fairpod.cli.client import Client
-from fairpod.cli.output import add_output, emit, natural, table
+from fairpod.cli.output import add_output, emit, fmt, natural, table
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ def node_list(a: argparse.Namespace) -> int:
              "fault": f"{nd['fault_type']}: {nd.get('fault_reason') or ''}" if nd.get("fault_type") else "-"}
             for nd in nodes]
     cols = [("name", "NODE"), ("instance_type", "INSTANCE TYPE"), ("gpus", "GPU"), ("health_status", "HEALTH"),
-            ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"), ("jobs", "JOBS"),
+            ("deep_health_check", "DEEP CHECK"), ("cordoned", "CORDONED"), ("acc", "ACCELERATORS"), ("jobs", "JOB IDS"),
             ("enf", "ENFORCED"), ("fault", "FAULT"), ("engine", "CONTAINERS")]
     if any(nd.get("topology") for nd in nodes):
         cols.append(("topo", "TOPOLOGY"))
@@ -154,7 +154,8 @@ def node_health(a: argparse.Namespace) -> int:
           + (f", last fault {nd['fault_type']}: {nd['fault_reason']}" if nd["fault_type"] else ""))
     for e in res["checks"]:
         vals = {k: v for k, v in e.items() if k not in ("level", "ts", "node", "check", "msg")}
-        print(f"  {e['level']:<7} {e['check']:<20} {e['msg']}" + (f"  {vals}" if vals else ""))
+        figures = " ".join(f"{k}={fmt(v)}" for k, v in vals.items())  # key=value, as the rest of the line
+        print(f"  {e['level']:<7} {e['check']:<20} {e['msg']}" + (f"  ({figures})" if vals else ""))
     for e in res["events"][-10:]:
         print(f"  event   {e['kind']:<20} {e['message']}")
     return 0

@@ -73,6 +73,11 @@ def natural(name: str) -> tuple[Any, ...]:
     return tuple((0, int(t), "") if t.isdigit() else (1, 0, t) for t in re.split(r"(\d+)", name))
 
 
+def plural(n: float, word: str) -> str:
+    """'1 accelerator', '4 accelerators', '0.25 nodes'."""
+    return f"{n:g} {word}{'' if n == 1 else 's'}"
+
+
 def nodes_of(acc: int, per_node: int | None) -> str:
     """'3 nodes' for 12 accelerators of 4 per node; '' when the node size is unknown."""
     if not per_node:
@@ -110,7 +115,7 @@ def reason_in_units(reason: str | None, per_node: int | None) -> str | None:
         who = ", ".join(f"{name} ({n} acc, {nodes_of(int(n), per_node)})" for name, n in lenders)
     else:
         who = m.group(2)
-    return f"{reason[:m.start()]}borrowing {m.group(1)} accelerators ({nodes}) from {who}"
+    return f"{reason[:m.start()]}borrowing {plural(int(m.group(1)), 'accelerator')} ({nodes}) from {who}"
 
 
 def table(rows: Sequence[dict[str, Any]], cols: Sequence[tuple[str, str]]) -> None:

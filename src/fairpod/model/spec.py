@@ -505,6 +505,30 @@ def _loc(loc: tuple[Any, ...]) -> str:
     return out or "(top level)"
 
 
+def _fields_at(loc: tuple[Any, ...], model: Any = None) -> list[str]:
+    """The field names of the spec's model at ``loc`` (a pydantic error's location), for a did-you-mean; [] when
+    the location is no model."""
+    import typing
+
+    model = model or ClusterSpec
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        todo, model = [field.annotation], None
+        while todo and model is None:  # list[Team], Policy | None, ...: the model inside
+            t = todo.pop()
+            if isinstance(t, type) and issubclass(t, BaseModel):
+                model = t
+            else:
+                todo += list(typing.get_args(t))
+        if model is None:
+            return []
+    return list(getattr(model, "model_fields", {}))
+
+
 def _pydantic_problems(e: ValidationError) -> list[str]:
     probs = []
     for err in e.errors():
@@ -512,7 +536,7 @@ def _pydantic_problems(e: ValidationError) -> list[str]:
         if err["type"] == "string_pattern_mismatch":
             msg = "must be lower-case letters, digits and '-', starting and ending with a letter or digit"
         elif err["type"] == "extra_forbidden":
-            msg = "unknown field"
+            msg = "unknown field" + did_you_mean(str(err["loc"][-1]), _fields_at(err["loc"][:-1]))
         where = _loc(err["loc"])
         if err["type"] == "value_error":  # our validators' own words: "Value error, FIELD: why" -> "LOC.FIELD: why"
             msg = msg.removeprefix("Value error, ")

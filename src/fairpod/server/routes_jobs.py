@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import difflib
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -116,6 +117,12 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     ) -> JSONResponse:
         visible = p.visible_teams()
         if team is not None:
+            known = [t.name for t in cp.spec.teams]
+            if team not in known and not cp.store.count_jobs(team=[team]):  # (a deleted team's jobs stay listed)
+                mine = known if visible is None else [t for t in known if t in visible]
+                close = difflib.get_close_matches(team, mine, n=1, cutoff=0.6)
+                raise Problem(404, "unknown team", f"unknown team {team}" + (f" (did you mean {close[0]}?)" if close
+                                                                             else f"; teams: {', '.join(mine)}"))
             if visible is not None and team not in visible:
                 raise Problem(403, "forbidden", f"user {p.name} is not a member of team {team}")
             teams: list[str] | None = [team]

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth
 from fairpod.server.control import ControlPlane
 from fairpod.server.errors import Problem
@@ -23,7 +24,7 @@ def service_view(cp: ControlPlane, job: Job) -> dict[str, Any]:
     return {
         "id": job.id, "name": job.name, "team": job.team, "state": job.state.value, "priority": job.spec.priority,
         "address": live.address(job.id) if live is not None else None,
-        "replicas": job.nodes if not job.state.finished else 0,
+        "replicas": job.nodes if job.state == JobState.RUNNING else 0,  # (a Pending service runs none yet)
         "min_replicas": job.spec.nodes, "max_replicas": job.spec.max_nodes or job.spec.nodes,
         "ready_replicas": len(eps),
         "endpoints": [{"rank": r, "address": f"http://{h}:{p}"} for r, h, p in eps],
