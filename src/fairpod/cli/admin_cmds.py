@@ -31,7 +31,8 @@ POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classe
                 "restart_backoff_max_seconds": "--restart-backoff-max-seconds",
                 "shell_idle_timeout_seconds": "--shell-idle-timeout-seconds",
                 "shell_max_seconds": "--shell-max-seconds",
-                "preemption_cost_wait_seconds": "--preemption-cost-wait-seconds"}
+                "preemption_cost_wait_seconds": "--preemption-cost-wait-seconds",
+                "log_max_bytes": "--log-max-bytes"}
 
 
 def _quota(items: list[str], flag: str = "--quota") -> list[dict[str, Any]]:
@@ -180,6 +181,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "long ends (default 3600)")
     p.add_argument("--shell-max-seconds", type=float, metavar="SECONDS",
                    help="the longest an interactive shell lasts (default 28800)")
+    p.add_argument("--log-max-bytes", type=int, metavar="BYTES",
+                   help="the most each replica's log keeps: past it the older half is dropped and the log says how "
+                   "much (at least 1048576; default 1073741824, 1 GiB)")
     p.add_argument("--preemption-cost-wait-seconds", type=float, metavar="SECONDS",
                    help="a reclaim whose victims would lose at least 2 x SECONDS of work per accelerator it takes "
                    "back waits up to SECONDS for room to free by itself (0: reclaim at once; default 900)")
@@ -292,7 +296,7 @@ def policy_set(a: argparse.Namespace) -> int:
     pol = c.get("/policy")
     for key in ("task_prioritization", "idle_compute_allocation", "idle_resource_sharing", "starvation_guard_seconds",
                 "fair_share_half_life_seconds", "restart_backoff_base_seconds", "restart_backoff_max_seconds",
-                "shell_idle_timeout_seconds", "shell_max_seconds", "preemption_cost_wait_seconds"):
+                "shell_idle_timeout_seconds", "shell_max_seconds", "preemption_cost_wait_seconds", "log_max_bytes"):
         if getattr(a, key) is not None:
             pol[key] = getattr(a, key)
     if a.priority_class is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
@@ -20,6 +21,13 @@ def _up(a: argparse.Namespace) -> Any:
         print("fairpod: error: --lease-seconds goes with --ha", file=sys.stderr)
         return 2
     ha = HaSettings.of(a.lease_seconds) if a.ha else None
+    if a.runs_dir:  # the environment is what the server (also one started in the background) and the CLI read
+        runs = os.path.abspath(a.runs_dir)
+        if not os.path.isdir(runs):
+            print(f"fairpod: error: --runs-dir {a.runs_dir}: no such directory (make it, e.g. on its own volume)",
+                  file=sys.stderr)
+            return 2
+        os.environ["FAIRPOD_RUNS_DIR"] = runs
     return daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, a.ray_address, a.ray_namespace,
                      a.advertise_address, ha)
 
@@ -64,6 +72,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lease-seconds", type=float, default=None, metavar="S",
                    help="with --ha: how long the leader's lease lasts without renewal (default 6; renewed every "
                    "quarter of it); a failed leader is replaced within about this plus one second and recovery")
+    p.add_argument("--runs-dir", metavar="DIR", default=None,
+                   help="where replicas' run directories and logs go (default $FAIRPOD_RUNS_DIR, else "
+                   "$FAIRPOD_HOME/runs): a volume of their own, so that jobs' output filling it never stops the "
+                   "database's writes (docs/operations.md)")
     p.set_defaults(func=_up)
     d = sub.add_parser("down", help="stop the control plane (jobs keep running and are adopted on the next up)",
                        description="Stop the control plane started by 'fairpod up' (SIGTERM, then SIGKILL after "

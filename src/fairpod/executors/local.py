@@ -337,6 +337,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
             "readiness": job.readiness,
             "mounts_allow": list(job.mounts_allow),
             "named_workdir": job.workdir is not None,
+            "log_max_bytes": job.log_max_bytes,
             "launch_ranks": [r.rank for r in job.replicas],  # started together: a launch, or a growth's new ranks
         }
 

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpod import sandbox
-from fairpod.executors import procs, state
+from fairpod.executors import logs, procs, state
 from fairpod.executors.base import JobLaunch, ReplicaLaunch, replica_env
 from fairpod.executors.supervisor import Supervisor
 
@@ -201,7 +201,7 @@ class NodeAgent:
                 "world_size": job.world_size, "node": rep.node, "command": list(job.command), "workdir": workdir,
                 "grace_seconds": job.grace_seconds, "run_as": job.run_as, "umask": job.umask, "env": env, "master_port": master_port,
                 "limits": sandbox.limits_of(rep.mcpu, rep.mib, accel), "container": job.container,
-                "readiness": job.readiness,
+                "readiness": job.readiness, "log_max_bytes": job.log_max_bytes,
                 "mounts_allow": list(job.mounts_allow), "named_workdir": job.workdir is not None,
                 "launched_at": run.started_at, OWNER: [me, procs.start_time(me)],
             }  # fmt: skip
@@ -242,19 +242,12 @@ class NodeAgent:
                 out[key] = None
                 continue
             st = self._check(run)  # before reading the log: the supervisor writes status.json after its last output
-            data = b""
-            size = 0
-            try:
-                with open(run.dir / state.OUTPUT, "rb") as f:
-                    size = f.seek(0, 2)
-                    if offset < size:
-                        f.seek(offset)
-                        data = f.read(limit)
-            except FileNotFoundError:
-                pass
+            # offsets in the output, not the file: a log over its cap is written again (fairpod.executors.logs)
+            data, nxt = logs.read_output(run.dir / state.OUTPUT, offset, limit)
+            size = logs.output_end(run.dir / state.OUTPUT)
             started = st is not None or (run.dir / state.CHILD_PID).exists()
             ready = (state.read_json(run.dir / state.READY) or {}).get("ready") is True  # its sandboxed probe's
-            out[key] = {"data": data, "size": size, "status": st, "started": started, "ready": ready}
+            out[key] = {"data": data, "size": size, "next": nxt, "status": st, "started": started, "ready": ready}
         return {"pid": os.getpid(), "node_id": self.node_id, "replicas": out}
 
     def finish(self, keys: list[str]) -> None:

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpod import sandbox
-from fairpod.executors import patient, procs, readycheck, state
+from fairpod.executors import logs, patient, procs, readycheck, state
 from fairpod.sandbox import environment as isolation
 
 # a command that stops what it started in other sessions itself (a Ray job's Ray processes: fairpod.executors.raycluster)
@@ -77,7 +77,9 @@ class Supervisor:
         signal.signal(signal.SIGCHLD, lambda s, f: None)
         signal.signal(signal.SIGHUP, lambda s, f: None)  # not SIG_IGN: the command must not inherit that
         procs.become_subreaper()
-        self.log = open(rdir / state.OUTPUT, "ab", buffering=0)  # noqa: SIM115 - lives as long as we do
+        # the output goes through a pipe into the log, kept within policy.log_max_bytes (fairpod.executors.logs)
+        self.log = logs.CappedLog(rdir / state.OUTPUT, int(spec.get("log_max_bytes") or logs.DEFAULT_CAP))
+        self.out = logs.LogPump(self.log)
         me = os.getpid()
         state.write_pid(rdir / state.SUPERVISOR_PID, me, procs.start_time(me))
 
@@ -229,7 +231,7 @@ class Supervisor:
                 env=env,
                 preexec_fn=enter,
                 stdin=subprocess.DEVNULL,
-                stdout=self.log,
+                stdout=self.out.w,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
@@ -321,7 +323,7 @@ class Supervisor:
                             user=(user.uid, user.gid) if user is not None else None,
                             cgroup_parent=box.container_parent() if box is not None else None)
         try:
-            self.child = subprocess.Popen(argv, env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=self.log,
+            self.child = subprocess.Popen(argv, env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=self.out.w,
                                           stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
         except OSError as e:
             return {"returncode": 126, "signal": None, "reason": f"cannot start {engine.path}: {e.strerror or e}"}
@@ -353,6 +355,7 @@ class Supervisor:
             self._deadline(now + grace)
         if self.wait_status is not None:
             if self.no_children:
+                self.out.drain()
                 return True
             if not self.cleanup:
                 self.cleanup = True
@@ -376,7 +379,9 @@ class Supervisor:
             timeout = 0.05 if self.killing else max(0.0, min(1.0, self.kill_at - now))
         if self.probe is not None and self.ready_check is not None:
             timeout = min(timeout, self.ready_check.wake_in(now))
-        select.select([self.wake], [], [], timeout)
+        self.out.started()  # the command has its end of the pipe, or never will
+        select.select([self.wake, *self.out.fds()], [], [], timeout)
+        self.out.pump()
         try:
             while os.read(self.wake, 512):
                 pass
@@ -417,7 +422,9 @@ class Supervisor:
         if self.sandbox is not None:
             self.sandbox.finish(result)
         result.update(started_at=self.started_at, ended_at=time.time(), stop_requested=self.stop_asked)
+        self.out.drain()
         self.note(f"replica ended {_now()}: {result['reason']}")
+        self.out.close()
         self.log.close()
         patient.write_json(self.dir / state.STATUS, result)  # a full disk: kept and retried, never lost
 

@@ -239,6 +239,9 @@ class Policy(_Strict):
     # Finished jobs (with their events and logs), events and usage samples older than this many days are
     # deleted (hourly); null keeps everything. Usage reports reach back as far as this keeps.
     retention_days: float | None = Field(default=400.0, ge=1, le=36_500)
+    # The most a replica's log (output.log) holds: past it the older half is dropped, and the log's first line says
+    # how much was dropped so far (fairpod.executors.logs.CappedLog). A job's output never fills the disk.
+    log_max_bytes: int = Field(default=1 << 30, ge=1 << 20, le=1 << 40)
     # FairShareHistory: how fast a team's past borrowing is forgotten; borrowing this long ago counts half.
     fair_share_half_life_seconds: float = Field(default=86400.0, ge=60, le=90 * 86400)
     # Always: a team never uses more than its borrow limits allow. WhileOthersWait: the borrow limits (percent and

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fairpod.executors.base import Resizing, RestartingInPlace, capability
+from fairpod.executors.logs import read_output
 from fairpod.model.jobs import JobState
 from fairpod.model.logrules import CROSSES, LINE_MAX, LogRule, compile_pattern, effective, per_line
 from fairpod.server.runs import STOP_FAIL, STOP_RESTART, Run, job_key
@@ -216,10 +217,10 @@ class LogWatch:
             path = log_path(w.key, rank, w.attempt)
             if path is None:
                 continue
-            data = _read_from(path, w.offsets.get(rank, 0))
+            # offsets in the output: a log over its cap is written again (fairpod.executors.logs)
+            data, w.offsets[rank] = read_output(path, w.offsets.get(rank, 0), READ_MAX)
             if not data:
                 continue
-            w.offsets[rank] = w.offsets.get(rank, 0) + len(data)
             text = w.partial.pop(rank, b"") + data
             cut = text.rfind(b"\n") + 1
             if len(text) > cut:
@@ -337,13 +338,3 @@ def _fire(cp: Core, job: Job, run: Run, rule: LogRule, rank: int | None, what: s
     cp.begin_stop(job, run, kind, reason)
     return True
 
-
-def _read_from(path: Path, offset: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            if f.seek(0, 2) <= offset:
-                return b""
-            f.seek(offset)
-            return f.read(READ_MAX)
-    except OSError:
-        return b""

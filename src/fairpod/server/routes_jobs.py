@@ -12,7 +12,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from fairpod.executors.logs import byte_range, read_chunks, tail_start
+from fairpod.executors.logs import CHUNK, byte_range, output_start, read_chunks, read_output, tail_start
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server import array_refs
 from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, SERVICE_QUOTA, rules
@@ -257,20 +257,29 @@ def _ev(e: Any) -> dict[str, Any]:
 
 async def _stream(cp: ControlPlane, job_id: int, key: str, replica: int, follow: bool,
                   tail: int | None = None) -> AsyncIterator[bytes]:
-    """The replica's log of the latest attempt (its last ``tail`` lines), ``CHUNK`` bytes at a time; with follow,
-    new output until the job has finished."""
-    pos: int | None = None
+    """The replica's log of the latest attempt (its last ``tail`` lines), ``CHUNK`` bytes at a time, as the file
+    holds it when asked; with follow, new output until the job has finished (offsets in the output: a log over
+    its cap is written again, ``fairpod.executors.logs``)."""
+    at: int | None = None  # the offset in the output read up to
     path = None
     idle_after_end = 0
     for _ in range(10**7):  # bounded: ~115 days at 1 s
         path = cp.executor.log_path(key, replica) or path
-        if path is not None and path.exists():
-            if pos is None:
-                pos = tail_start(path, tail) if tail is not None else 0
-            stop = None if follow else path.stat().st_size  # what the log held when asked: not a race with it
-            async for chunk in _chunks(path, pos, stop):
-                pos += len(chunk)
-                yield chunk
+        if path is not None and at is None and path.exists():
+            with open(path, "rb") as f:  # one open file: a rotation meanwhile renames another over the path
+                dropped, head = output_start(f)
+                size = f.seek(0, 2)
+                f.seek(tail_start(f, tail) if tail is not None else 0)
+                while f.tell() < size and (chunk := f.read(min(CHUNK, size - f.tell()))):
+                    yield chunk
+                    await asyncio.sleep(0)
+            at = dropped + size - head
+        while follow and path is not None and at is not None:
+            chunk, at = read_output(path, at, CHUNK)
+            if not chunk:
+                break
+            yield chunk
+            await asyncio.sleep(0)
         if not follow:
             return
         job = cp.store.get_job(job_id)

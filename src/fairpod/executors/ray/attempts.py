@@ -13,6 +13,7 @@ from typing import Any
 
 from fairpod.executors import state
 from fairpod.executors.base import JobLaunch, ReplicaExit
+from fairpod.executors.logs import output_end
 from fairpod.executors.ray.agents import AGENT_PREFIX, _Agent
 from fairpod.executors.ray.nodes import RayNode
 
@@ -43,6 +44,7 @@ class _Rep:
     stop_grace: float = 0.0
     running: bool = False  # its agent said its command's process started (``STARTED`` written)
     restarts: int = 0  # restarts in place of this rank in its attempt (this run's number)
+    log_cap: int = 1 << 30  # the most the copy of its log holds (policy.log_max_bytes)
     ready: bool | None = None  # its last readiness probe on its node passed (``READY`` written; readycheck)
 
 
@@ -80,7 +82,7 @@ class Attempts:
             "job": job.job, "team": job.team, "attempt": job.attempt, "namespace": self.namespace,
             "launched_at": time.time(), "grace_seconds": job.grace_seconds, "master_addr": nodes[0].address,
             "replicas": [{"rank": r.rank, "node": r.node, "node_id": n.node_id, "key": rep.key,
-                          "log_base": rep.log_base} for r, n, rep in zip(reps, nodes, att.reps, strict=True)],
+                          "log_base": rep.log_base, "log_cap": job.log_max_bytes} for r, n, rep in zip(reps, nodes, att.reps, strict=True)],
         }  # fmt: skip
         state.write_json(self.root / job.job / str(job.attempt) / RECORD, record)  # before anything starts
         agents = [self._agents[n.node_id] for n in nodes]
@@ -113,7 +115,7 @@ class Attempts:
                 adir = rec_path.parent
                 reps = [_Rep(job, attempt, int(r["rank"]), str(r["node"]), str(r["node_id"]), str(r.get("key", "")),
                              adir / str(r["rank"]), log_base=int(r.get("log_base", 0)),
-                             restarts=int(r.get("restarts", 0)))
+                             restarts=int(r.get("restarts", 0)), log_cap=int(r.get("log_cap", 1 << 30)))
                         for r in rec.get("replicas", [])]
                 if not reps or all((r.dir / state.REPORTED).exists() for r in reps):
                     continue
@@ -121,8 +123,7 @@ class Attempts:
                                master_port=int(rec.get("master_port", 0)))
                 grace = float(rec.get("grace_seconds", 30.0))
                 for rep in reps:
-                    size = (rep.dir / state.OUTPUT).stat().st_size if (rep.dir / state.OUTPUT).exists() else 0
-                    rep.offset = max(0, size - rep.log_base)
+                    rep.offset = max(0, output_end(rep.dir / state.OUTPUT) - rep.log_base)
                     st = state.read_json(rep.dir / state.STATUS)
                     if st is not None:
                         rep.final = st

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from fairpod.executors import state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit
 from fairpod.executors.hostgpus import ThisHostMig
+from fairpod.executors.logs import output_end
 from fairpod.executors.ray.agents import Agents, _Agent, gone_errors
 from fairpod.executors.ray.attempts import STARTED, Attempts, _Attempt, _Rep
 from fairpod.executors.ray.connection import _import_ray, connect
@@ -123,7 +124,7 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump, InPlace, ThisHostMig):
                 (rdir / state.OUTPUT).touch()
                 att.reps.append(_Rep(job.job, job.attempt, rep.rank, rep.node, rn.node_id if rn else "",
                                      f"{job.job}/{job.attempt}/{rep.rank}-{run}", rdir,
-                                     log_base=(rdir / state.OUTPUT).stat().st_size))
+                                     log_base=output_end(rdir / state.OUTPUT), log_cap=job.log_max_bytes))
             self._attempts[(job.job, job.attempt)] = att
             missing = {r.node: rn for r, rn in zip(att.reps, nodes, strict=True)
                        if rn is None or not rn.alive or rn.node_id not in self._agents}

@@ -25,6 +25,7 @@ from typing import Any
 
 from fairpod.executors import readycheck, state
 from fairpod.executors.base import ExecutorError, JobLaunch
+from fairpod.executors.logs import output_end
 from fairpod.executors.ray.agents import _Agent
 from fairpod.executors.ray.attempts import RECORD, STARTED, _Attempt, _Rep
 from fairpod.executors.ray.nodes import RayNode
@@ -102,8 +103,7 @@ class InPlace:
             now = time.monotonic()
             new = {launch.rank: _Rep(job.job, job.attempt, launch.rank, old.node, old.node_id,
                                      f"{job.job}/{job.attempt}/{launch.rank}-{run}", old.dir, agent=agent,
-                                     log_base=(old.dir / state.OUTPUT).stat().st_size
-                                     if (old.dir / state.OUTPUT).exists() else 0,
+                                     log_base=output_end(old.dir / state.OUTPUT), log_cap=old.log_cap,
                                      started=now, stop_grace=job.grace_seconds, restarts=old.restarts + 1)
                    for launch, old, agent, _ in todo}
             self._record(att, new)  # first: a control plane that stops from here on re-attaches to the new runs

@@ -12,6 +12,7 @@ from typing import Any
 
 from fairpod.executors import state
 from fairpod.executors.base import ReplicaExit
+from fairpod.executors.logs import CappedLog
 from fairpod.executors.ray.agents import (  # noqa: F401
     AGENT_TIMEOUT,
     PING_EVERY,
@@ -198,9 +199,12 @@ class Pump:
                     state.write_json(rep.dir / state.READY, {"ready": rep.ready, "at": time.time()})
                 data: bytes = ans.get("data", b"")
                 if data:
-                    with open(rep.dir / state.OUTPUT, "ab") as f:
-                        f.write(data)
-                    rep.offset += len(data)
+                    copy = CappedLog(rep.dir / state.OUTPUT, rep.log_cap)  # the copy within the cap too
+                    try:
+                        copy.write(data)
+                    finally:
+                        copy.close()
+                rep.offset = int(ans.get("next", rep.offset + len(data)))  # past output the node's log dropped
                 st = ans.get("status")
                 if st is not None and rep.offset >= int(ans.get("size", 0)):
                     rep.agent_final = True

@@ -178,6 +178,7 @@ class AttemptLife:
                                    self.home / "registries" / f"{job.team}.json"),
             readiness=job.spec.service.readiness_command if job.spec.service is not None else None,
             mounts_allow=tuple(self.spec.cluster.mounts.allow),
+            log_max_bytes=self.spec.policy.log_max_bytes,
             replicas=tuple(ReplicaLaunch(rank=r, node=n, accelerators=tuple(run.slots.get(n, [])),
                                          real_gpus=self._gpus_are_real(n), devices=devices[n],
                                          mcpu=job.mcpu, mib=job.mib)
