@@ -110,3 +110,15 @@ def test_start_job_image_flags_and_their_bad_input(tmp_path: Path, image: str) -
                             (["--image-pull-policy", "Sometimes", "--image", image], "'Sometimes'; one of Always, IfNotPresent, Never")):
             r = server.cli("start-job", "--name", "bad", "--team", "john", *args, "--", "true", check=False)
             assert r.returncode != 0 and len(r.stderr.strip().splitlines()) == 1 and words in r.stderr, r.stderr
+
+
+def test_a_command_missing_from_the_image_is_named_with_the_image(
+        ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy, image: str) -> None:
+    """Was 'exited 127' with only 'ERROR (catatonit:6): failed to exec pid1: No such file or directory' in the log."""
+    got: list[ReplicaExit] = []
+    ex.launch(JobLaunch(job="nopy", team="a", attempt=0, command=["python3", "train.py"],
+                        checkpoint_dir=str(tmp_path / "ckpt" / "a" / "nopy"), grace_seconds=5.0,
+                        container={"image": image, "pull": "Never", "mounts": [], "workdir": None},
+                        replicas=(ReplicaLaunch(rank=0, node="n0", mcpu=1000, mib=256),)))
+    e = exit_of(ex, "nopy", got, 120.0)
+    assert e.reason == f"command not found in image {image}: python3", output(tmp_path, "nopy")

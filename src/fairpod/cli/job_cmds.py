@@ -587,6 +587,9 @@ def get_job(a: argparse.Namespace) -> int:
               ("Preemptions", j["preemptions"]), ("Checkpoint", _checkpoint(j["checkpoint"])),
               ("Goodput", goodput_text(j.get("goodput"))),
               ("Command", " ".join(j["command"]))]
+    if j.get("image"):  # a container's: the command runs in it
+        fields.append(("Image", j["image"] + (f" (pull {j['image_pull_policy']})" if j.get("image_pull_policy")
+                                              else "")))
     if arr:
         fields.insert(2, ("Array", f"{arr['name']}, task {arr['task_id']} (array job {arr['job_id']})"))
     if j.get("user"):

@@ -271,3 +271,33 @@ def images(engine: Engine) -> list[str]:
     """The tagged images in this node's cache."""
     code, out = _run([engine.path, "images", "--format", "{{.Repository}}:{{.Tag}}"], 60)
     return sorted({ln for ln in out.splitlines() if ln and "<none>" not in ln}) if code == 0 else []
+
+
+# what the engine, its OCI runtime or the container's init (catatonit) print when the command is not in the image
+_NOT_FOUND = ("failed to exec pid1: No such file or directory", "executable file not found",
+              "no such file or directory: OCI runtime attempted to invoke a command that was not found",
+              "OCI runtime attempted to invoke a command that was not found")
+_NOT_EXEC = ("failed to exec pid1: Permission denied", "permission denied: OCI permission denied")
+
+
+def exec_failure(code: int | None, log: Path, image: str, program: str) -> str | None:
+    """The reason of a container replica that exited 1 (its init), 126 or 127 because its command could not be started in its image
+    (the engine's words, e.g. ``ERROR (catatonit:6): failed to exec pid1: No such file or directory``, say neither
+    which program nor which image): 'command not found in image IMAGE: PROGRAM'; None for any other end."""
+    if code not in (1, 126, 127):  # catatonit (podman --init) exits 1, the engine 127 or 126
+        return None
+    try:
+        with open(log, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
+            tail = f.read().decode(errors="replace")
+    except OSError:
+        return None
+    if "==== fairpod: job " in tail:  # this run's output: after its header line (which quotes the command)
+        tail = tail.rsplit("==== fairpod: job ", 1)[1].partition("\n")[2]
+    if code == 1:  # only the init's own words: a program may well print an engine's phrase and exit 1
+        tail = "\n".join(ln for ln in tail.splitlines() if ln.startswith("ERROR (catatonit:"))
+    if any(s.lower() in tail.lower() for s in _NOT_FOUND):
+        return f"command not found in image {image}: {program}"
+    if any(s.lower() in tail.lower() for s in _NOT_EXEC):
+        return f"command not executable in image {image}: {program}"
+    return None
