@@ -405,11 +405,8 @@ class Supervisor:
             sig = os.WTERMSIG(st)
             return {"returncode": None, "signal": sig, "reason": f"killed by {procs.signal_name(sig)}"}
         code = os.WEXITSTATUS(st) if os.WIFEXITED(st) else None
-        ctr = self.spec.get("container")
-        if ctr and (why := sandbox.container.exec_failure(code, self.dir / state.OUTPUT, ctr["image"],
-                                                           str(self.spec["command"][0]))):
-            return {"returncode": code, "signal": None, "reason": why}
-        return {"returncode": code, "signal": None, "reason": f"exited {code}"}
+        why = sandbox.container.exec_failure(code, self.dir / state.OUTPUT, self.spec.get("container"), self.spec)
+        return {"returncode": code, "signal": None, "reason": why or f"exited {code}"}
 
     def abort(self) -> None:
         """After an internal error: kill everything that was started, bounded in time."""

@@ -280,11 +280,12 @@ _NOT_FOUND = ("failed to exec pid1: No such file or directory", "executable file
 _NOT_EXEC = ("failed to exec pid1: Permission denied", "permission denied: OCI permission denied")
 
 
-def exec_failure(code: int | None, log: Path, image: str, program: str) -> str | None:
+def exec_failure(code: int | None, log: Path, container: dict[str, Any] | None, spec: dict[str, Any]) -> str | None:
     """The reason of a container replica that exited 1 (its init), 126 or 127 because its command could not be started in its image
     (the engine's words, e.g. ``ERROR (catatonit:6): failed to exec pid1: No such file or directory``, say neither
-    which program nor which image): 'command not found in image IMAGE: PROGRAM'; None for any other end."""
-    if code not in (1, 126, 127):  # catatonit (podman --init) exits 1, the engine 127 or 126
+    which program nor which image): 'command not found in image IMAGE: PROGRAM'; None for any other end (and for
+    a replica of no ``container``). ``spec``: the replica's launch (its command)."""
+    if not container or code not in (1, 126, 127):  # catatonit (podman --init) exits 1, the engine 127 or 126
         return None
     try:
         with open(log, "rb") as f:
@@ -297,7 +298,7 @@ def exec_failure(code: int | None, log: Path, image: str, program: str) -> str |
     if code == 1:  # only the init's own words: a program may well print an engine's phrase and exit 1
         tail = "\n".join(ln for ln in tail.splitlines() if ln.startswith("ERROR (catatonit:"))
     if any(s.lower() in tail.lower() for s in _NOT_FOUND):
-        return f"command not found in image {image}: {program}"
+        return f"command not found in image {container['image']}: {spec['command'][0]}"
     if any(s.lower() in tail.lower() for s in _NOT_EXEC):
-        return f"command not executable in image {image}: {program}"
+        return f"command not executable in image {container['image']}: {spec['command'][0]}"
     return None
