@@ -82,6 +82,7 @@ class _Run:
     rank: int
     launched_at: float
     port: int
+    started_mono: float | None = None  # time.monotonic() at its spawn by this executor (None: adopted)
 
 
 class LocalExecutor(InPlace, ThisHostGpus, Fence):
@@ -345,7 +346,8 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
         rdir = self.root / job.job / str(job.attempt) / str(rank)
         self._clear(rdir)
         state.write_launch(rdir, spec)
-        self._open[rdir] = _Run(rdir, job.job, job.attempt, rank, spec["launched_at"], spec["master_port"])
+        self._open[rdir] = _Run(rdir, job.job, job.attempt, rank, spec["launched_at"], spec["master_port"],
+                                time.monotonic())
         self._mine.add(rdir)
         forked = self._forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG)
         if forked is not None:
@@ -402,7 +404,9 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
         if sup is None:
             spawned = _SPAWNED.get(run.dir)
             if spawned is None or spawned.poll() is None:  # still starting, for all we know
-                if time.time() - run.launched_at < STARTUP_TIMEOUT:
+                age = (time.monotonic() - run.started_mono if run.started_mono is not None  # a wall step moves
+                       else time.time() - run.launched_at)  # not the age of a start seen here
+                if age < STARTUP_TIMEOUT:
                     return None
         if sup is not None and procs.alive(*sup):
             return None

@@ -126,6 +126,7 @@ class _Run:
         self.lock = threading.Lock()
         self.stop_grace: float | None = None
         self.started_at: float | None = None
+        self.started_mono: float | None = None  # time.monotonic() at its start by this agent (None: adopted)
         self.spawned = False
 
 
@@ -169,7 +170,7 @@ class NodeAgent:
         run = self._run(key)
         with run.lock:
             run.dir.mkdir(parents=True, exist_ok=True)
-            run.started_at = time.time()
+            run.started_at, run.started_mono = time.time(), time.monotonic()
             if run.spawned or (run.dir / state.STATUS).exists():
                 return
             if run.stop_grace is not None:
@@ -310,7 +311,9 @@ class NodeAgent:
                 return None
             sup = state.read_pid(run.dir / state.SUPERVISOR_PID)
             if sup is None:
-                if run.started_at is not None and time.time() - run.started_at < STARTUP_TIMEOUT:
+                age = (time.monotonic() - run.started_mono if run.started_mono is not None  # a wall step moves
+                       else time.time() - run.started_at if run.started_at is not None else None)  # not this
+                if age is not None and age < STARTUP_TIMEOUT:
                     return None
                 log = run.dir / state.SUPERVISOR_LOG
                 tail = log.read_text(errors="replace").strip().splitlines()[-1:] if log.exists() else []

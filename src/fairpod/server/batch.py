@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from fairpod.model.jobs import JobState
-from fairpod.store import Store
+from fairpod.store import Store, db
 from fairpod.store import fields as f
 from fairpod.store.jobs import JOB_FIELDS
 from fairpod.store.records import Event, Job, NotFound, User
@@ -199,7 +199,7 @@ class BatchingStore:
         rec = {k: (_RECORD[k](v) if k in _RECORD and v is not None else v) for k, v in changes.items()}
         if "run_state" in rec and rec["run_state"] is not None:
             rec["run_state"] = f.json_of(dict)(rec["run_state"])
-        job = replace(job, **rec, updated_at=time.time())
+        job = replace(job, **rec, updated_at=db.now())
         p.jobs[job_id] = job
         p.changes.setdefault(job_id, {}).update(changes)
         return job
@@ -224,5 +224,5 @@ class BatchingStore:
         p = self._pending()
         if p is None:
             return self._store.append_event(kind, message, **kw)
-        p.events.append({"kind": kind, "message": message, **kw, "ts": kw.get("ts") or time.time()})
+        p.events.append({"kind": kind, "message": message, **kw, "ts": kw.get("ts") or db.now()})
         return None

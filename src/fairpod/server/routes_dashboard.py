@@ -169,12 +169,12 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     def new_signin_link(p: Auth) -> dict[str, Any]:
         """A one-time code that signs the dashboard in as the caller (``/#signin=CODE``), once, within two
         minutes."""
-        return {"code": links.issue(p.name, time.time()), "user": p.name, "expires_in": LINK_SECONDS}
+        return {"code": links.issue(p.name, time.monotonic()), "user": p.name, "expires_in": LINK_SECONDS}
 
     @api.post("/dashboard/links/redeem", tags=["dashboard"])
     def redeem_signin_link(body: Redeem) -> dict[str, Any]:
         """Trade a one-time code for a dashboard session token of its user (kept in the tab's sessionStorage)."""
-        user = links.redeem(body.code, time.time())
+        user = links.redeem(body.code, time.monotonic())
         if user is None:
             raise Problem(401, "not authenticated", "the sign-in link is unknown, used or expired; run "
                           "'fairpod dashboard' for a new one")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -20,7 +21,9 @@ from fairpod.server import heap
 from fairpod.server.control import ControlPlane
 from fairpod.server.control.loop import standard_keepers
 from fairpod.server.leader import Elector, FencedExecutor
+from fairpod.server.steadyclock import control_clock
 from fairpod.store import Store
+from fairpod.store.db import use_clock
 
 log = logging.getLogger("fairpod")
 
@@ -87,7 +90,11 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
         elector.guard(store)
         executor = cast(Executor, FencedExecutor(executor, elector))
     store.create_all()
-    cp = ControlPlane(store, executor, home, keepers=standard_keepers)  # a new periodic keeper: register it there
+    clock = control_clock(home)  # durations a step of the wall clock does not move (server.steadyclock)
+    if clock is not None:
+        use_clock(clock)
+    cp = ControlPlane(store, executor, home, keepers=standard_keepers,  # a new periodic keeper: register it there
+                      clock=clock or time.time)
     secret = job_secret(home, store)
     cp.launch_env = launch_env(secret, api_url)  # FAIRPOD_API_URL, FAIRPOD_TOKEN
     Services(cp)  # readiness, endpoints, addresses and drains of services (cp.services)

@@ -114,7 +114,7 @@ class Watchdog:
         if job.checkpoint_at is not None:  # it reports progress: only a report counts (agents log while stuck)
             alive = job.checkpoint_at > shrunk
         else:
-            out = cp.output_mtime(job)
+            out = cp.output_seen(job)
             alive = out is not None and out > shrunk
         s = self.seen.get(job.id)
         if s is None or s.attempt != job.attempt:
@@ -137,7 +137,7 @@ class Watchdog:
             s = self.seen[job.id] = _Seen(job.attempt, progress, started, now)
         if progress != s.progress:
             s.progress, s.active_at = progress, now
-        out = cp.output_mtime(job)
+        out = cp.output_seen(job)
         if out is not None and out > s.active_at:
             s.active_at = out
         gpus = cp.gpu_utilization(job, run)  # None: not real GPUs of this host

@@ -13,7 +13,7 @@ PostgreSQL: the driver's defaults (READ COMMITTED); the URL names the driver, e.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -79,6 +79,21 @@ def session_makers(engine: Engine) -> tuple[sessionmaker[Session], sessionmaker[
     return read, write
 
 
+# what a store call without an explicit time stores: the wall clock, or the control plane's clock
+# (fairpod.server.steadyclock, set by the composition root with ``use_clock``), so that the times stored with jobs
+# and the control plane's readings are on one timeline
+_clock: list[Callable[[], float]] = [time.time]
+
+
+def use_clock(clock: Callable[[], float]) -> None:
+    _clock[0] = clock
+
+
+def now() -> float:
+    """The time a store call without an explicit one stores (see ``use_clock``)."""
+    return _clock[0]()
+
+
 class Ops:
     """Base of the operation mixins. ``_session(write)`` gives the session to work in: a fresh
     transaction per call on a ``Store``, the one open transaction on a ``Tx``."""
@@ -88,7 +103,7 @@ class Ops:
 
     @staticmethod
     def _now(now: float | None) -> float:
-        return time.time() if now is None else float(now)
+        return _clock[0]() if now is None else float(now)
 
 
 @contextmanager

@@ -239,7 +239,7 @@ class AttemptLife:
             self.event("ReplicaUsage", usage_message(job.name, use), job, **use)
         if e.reason.startswith("image pull failed"):  # the job's image, not its node (fairpod.sandbox.container)
             self.event("ImagePullFailed", f"job {job.name} replica {e.rank}: {e.reason}", job, attempt=e.attempt)
-        if run.stop_at is not None and e.ended_at < run.stop_at:
+        if run.stop_at is not None and getattr(self.clock, "from_wall", float)(e.ended_at) < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
             faulted = not e.ok or str(e.rank) in run.log_faults  # a log rule stopped it (server/logrules.py)
@@ -282,18 +282,35 @@ class AttemptLife:
         key, attempt, grace = job_key(job), run.attempt, job.spec.termination_grace_seconds
         self.store.after_commit(lambda: self.executor.stop(key, attempt, grace))
 
-    def output_mtime(self, job: Job) -> float | None:
-        """When any replica of the job's current attempt last wrote output (None: no log here)."""
-        latest = None
+    def output_seen(self, job: Job) -> float | None:
+        """When a replica of the job's current attempt last wrote output, on the control plane's clock (None: no
+        log here). A log that grew since the previous look (the watchdog's, once a second) was written then; the
+        logs' mtimes are wall-clock times, which a step of the wall clock moves (server.steadyclock), so an mtime
+        is read only at the first look at an attempt (and taken as no later than now)."""
+        now, sizes, latest = self.clock(), {}, None
+        from_wall = getattr(self.clock, "from_wall", float)
         for rank in range(job.nodes):
             path = self.executor.log_path(job_key(job), rank, job.attempt)
             try:
-                m = path.stat().st_mtime if path is not None else None
+                st = path.stat() if path is not None else None
             except OSError:
-                m = None
-            if m is not None and (latest is None or m > latest):
-                latest = m
-        return latest
+                st = None
+            if st is not None:
+                sizes[rank] = st.st_size
+                latest = max(latest or 0.0, min(now, from_wall(st.st_mtime)))
+        if not sizes:
+            return None
+        seen = self.output_sizes.get(job.id)
+        if seen is None or seen[0] != job.attempt:
+            if len(self.output_sizes) > 2 * len(self.runs) + 100:  # ended jobs' sizes go
+                for jid in [j for j in self.output_sizes if j not in self.runs]:
+                    del self.output_sizes[jid]
+            self.output_sizes[job.id] = (job.attempt, sizes, latest or now)
+        elif any(n > seen[1].get(r, 0) for r, n in sizes.items()):  # grew (a rank that left: not a sign of life)
+            self.output_sizes[job.id] = (job.attempt, sizes, now)
+        else:
+            self.output_sizes[job.id] = (job.attempt, sizes, seen[2])
+        return self.output_sizes[job.id][2]
 
     def gpu_utilization(self, job: Job, run: Run) -> list[float] | None:
         """Utilization (%) of the GPUs the job holds, when they are real GPUs the executor can read

@@ -97,6 +97,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.history = HistoryKeeper()  # FairShareHistory kept across restarts
         self.budgets = BudgetKeeper()  # teams' accelerator-hours in the current budget periods
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
+        self.output_sizes: dict[int, tuple[int, dict[int, int], float]] = {}  # job -> (attempt, log sizes, written)
         self.services: Any = None  # fairpod.server.services.Services: readiness, endpoints, drain (runtime.build)
         self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         self.restart_holds: dict[int, float] = {}  # restarts backing off (fairpod.server.backoff)
