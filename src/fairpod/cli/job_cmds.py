@@ -49,14 +49,14 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
              "service": "the service's checks (fairpod start-service)", "ray": "--ray",
              "image": "--image", "image_pull_policy": "--image-pull-policy", "mounts": "--mount",
-             "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
+             "scratch": "--scratch", "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
              "restarts_in_place": "--restarts-in-place", "restart_eval_period_seconds": "--restart-eval-period",
              "log_rules": "--log-rule",
              "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
 SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items()
-              if flag.startswith("--") and field not in ("env", "array", "mounts", "log_rules")}
+              if flag.startswith("--") and field not in ("env", "array", "mounts", "scratch", "log_rules")}
 KINDS = {"service": "service ('fairpod get-service {name}': its address and ready endpoints)",
          "ray": "Ray job (a private Ray cluster on its replicas: head on rank 0)"}
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
@@ -219,6 +219,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="as Kubernetes: default Always for :latest or no tag, else IfNotPresent")
     p.add_argument("--mount", action="append", default=[], metavar="HOST:CONTAINER[:ro]",
                    help="with --image: bind a host directory into the container (repeatable)")
+    p.add_argument("--scratch", action="append", default=[], metavar="PATH[:MIB]",
+                   help="with --image: an empty in-memory directory of the replica's own at PATH, counted in its "
+                   "memory (/dev/shm: its size; Kubernetes' emptyDir; repeatable)")
     p.add_argument("--grace-seconds", type=seconds(3600),
                    help="seconds from SIGTERM to SIGKILL when the job is stopped (default 30)")
     p.add_argument("--min-runtime", type=seconds(7 * 86400),
@@ -385,6 +388,8 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
         body["command"] = a.job_command
     if a.mount:
         body["mounts"] = [*(body.get("mounts") or []), *a.mount]
+    if getattr(a, "scratch", None):
+        body["scratch"] = [*(body.get("scratch") or []), *a.scratch]
     for m in a.mount:
         parts = m.split(":")
         if len(parts) not in (2, 3) or not all(x.startswith("/") for x in parts[:2]) or parts[2:] not in ([], ["ro"], ["rw"]):

@@ -27,10 +27,21 @@ def _teams(a: argparse.Namespace, c: Client) -> Teams:
         mine = me.get("teams") or []
         return str(mine[0]) if me.get("role") == "member" and len(mine) == 1 else None
 
-    return Teams.of(c.get("/spec").get("teams") or [], flag=getattr(a, "team", None), only=only)
+    spec = c.get("/spec")
+    return Teams.of(spec.get("teams") or [], flag=getattr(a, "team", None), only=only, spec=spec)
+
+
+RUN = ("PyTorchJob", "RayJob", "Job", "Pod")
 
 
 def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list[Any], list[str]]:
+    """Every job of the file, or a CliError naming every document or field that cannot run (one answer)."""
+    from fairpod.formats.kube import batch
+    from fairpod.formats.kube.image import DOCKER_HUB, REGISTRY_ENV
+
+    registry = os.environ.get(REGISTRY_ENV) or DOCKER_HUB
+    on_host = bool(getattr(a, "on_host", False))
+    errors = batch.refusals(docs)
     jobs: list[Any] = []
     warnings: list[str] = []
     if any(_kind(d) == "RayJob" for d in docs):  # KubeRay RayJobs (fairpod.formats.kube.rayjob)
@@ -39,19 +50,28 @@ def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list
         try:
             jobs = rayjob.convert_all(docs, cwd=os.getcwd(), teams=teams)
         except ManifestError as e:  # one line per refused field
-            raise CliError("\n".join(f"{a.file}: {line}" for line in str(e).splitlines())) from None
-        rest = [f"{_kind(d) or '(no kind)'}/{(d.get('metadata') or {}).get('name', '?')}" for d in docs
-                if _kind(d) not in ("RayJob", "PyTorchJob") and isinstance(d, dict)]
-        if rest:
-            warnings.append(f"skipped {', '.join(rest)}: fairpod runs only the RayJob and PyTorchJob documents")
-    if any(_kind(d) == "PyTorchJob" for d in docs) or not jobs:
+            errors += str(e).splitlines()
+    for d in docs:
+        if _kind(d) in ("Job", "Pod") and str(d.get("apiVersion")) in ("batch/v1", "v1"):
+            try:
+                jobs.append(batch.convert(d, cwd=os.getcwd(), on_host=on_host, teams=teams, registry=registry))
+            except ManifestError as e:
+                errors.append(f"{_kind(d)} {(d.get('metadata') or {}).get('name', '?')}: {e}")
+    torch = [d for d in docs if _kind(d) == "PyTorchJob"]
+    if torch or (not jobs and not errors):
         try:
-            more, warned = convert_all(docs, python=sys.executable, cwd=os.getcwd(),
-                                       on_host=bool(getattr(a, "on_host", False)), teams=teams)
+            more, _ = convert_all(torch or docs, python=sys.executable, cwd=os.getcwd(), on_host=on_host, teams=teams,
+                                  registry=registry)
+            jobs += more
         except ManifestError as e:
-            raise CliError(f"{a.file}: {e}") from None
-        jobs += more
-        warnings += [w for w in warned if "RayJob/" not in w]  # said above
+            errors.append(str(e))
+    if errors:
+        raise CliError("\n".join(f"{a.file}: {line}" for line in errors))
+    rest = [f"{_kind(d) or '(no kind)'}/{(d.get('metadata') or {}).get('name', '?')}" for d in docs
+            if isinstance(d, dict) and _kind(d) not in RUN]
+    if rest:
+        warnings.append(f"skipped {', '.join(rest)}: fairpod runs the PyTorchJob, RayJob, Job and Pod documents "
+                        "(a PyTorchJob's torchrun rendezvous needs no etcd service)")
     return jobs, warnings
 
 
@@ -60,11 +80,17 @@ def apply_manifests(a: argparse.Namespace, docs: list[Any]) -> int:
     c = Client()
     teams = _teams(a, c)
     jobs, warnings = _convert(a, docs, teams)
+    for j in jobs:  # no instance type named: the team's, in order, as Kueue assigns a flavor
+        if not j.body.get("instance_type") and (types := teams.instance_types(j.body["team"], j.body)):
+            if j.body.get("max_nodes"):  # an elastic job grows on one instance type
+                types = types.split(",")[0]
+            j.body["instance_type"] = types
+            j.notes.append(f"no instance type named: the first of {types} that fits (the team's quota first)")
     for w in [*warnings, *teams.notes]:
         print(f"fairpod: warning: {w}", file=sys.stderr)
     submitted = []
     for j in jobs:
-        kind, res = ("RayJob", "rayjob.ray.io") if j.body.get("ray") else ("PyTorchJob", "pytorchjob.kubeflow.org")
+        kind, res = j.kind
         for w in j.warnings:
             print(f"fairpod: warning: {kind} {j.body['name']}: {w}", file=sys.stderr)
         for n in j.notes:

@@ -107,6 +107,10 @@ class JobSpec(BaseModel):
         default=None, description="as Kubernetes: default Always for :latest or no tag, else IfNotPresent")
     mounts: list[str] = Field(default_factory=list, max_length=64,
                               description="with image: HOST:CONTAINER[:ro] directories bound into the container")
+    scratch: list[str] = Field(default_factory=list, max_length=16,
+                               description="with image: PATH[:MIB] empty directories of the replica's own in memory "
+                               "(a tmpfs counted in its memory; /dev/shm sized), gone when it ends (Kubernetes' "
+                               "emptyDir)")
     # resilience (docs/resilience.md): gang readiness and restarts in place
     ready_timeout_seconds: float | None = Field(
         default=None, ge=1, le=7 * 86400,
@@ -157,8 +161,14 @@ class JobSpec(BaseModel):
     def _container(self) -> JobSpec:
         """``image_pull_policy`` and ``mounts`` go with an ``image``; each mount is ``HOST:CONTAINER[:ro]`` with
         absolute paths."""
-        if self.image is None and (self.mounts or self.image_pull_policy):
-            raise ValueError("image_pull_policy and mounts need an image")
+        if self.image is None and (self.mounts or self.image_pull_policy or self.scratch):
+            raise ValueError("image_pull_policy, mounts and scratch need an image")
+        for d in self.scratch:
+            path, _, size = d.partition(":")
+            if not path.startswith("/") or path == "/" or ".." in path.split("/") or (size and not (
+                    size.isdigit() and 1 <= int(size) <= 1 << 30)):
+                raise ValueError(f"scratch {d!r}: give PATH or PATH:MIB, an absolute path in the container (not /) "
+                                 "and a size in MiB")
         for m in self.mounts:
             parts = m.split(":")
             if len(parts) not in (2, 3) or not all(x.startswith("/") for x in parts[:2]) or \

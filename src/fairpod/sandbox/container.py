@@ -206,6 +206,7 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
             argv += ["--shm-size", f"{int(lim['mib'])}m"] if lim.get("mib") else []
         else:
             argv += ["--volume", m]
+    argv += scratch_flags(c.get("scratch") or (), lim.get("mib"))
     if workdir:
         argv += ["--workdir", str(workdir)]
     argv += gpu_flags(tuple(int(g) for g in lim.get("gpus") or ()))
@@ -228,6 +229,21 @@ def hardening(user: tuple[int, int] | None) -> list[str]:
     if os.geteuid() != 0:
         return argv + ["--user", f"{user[0]}:{user[1]}"]
     return argv + ["--uidmap", f"0:{user[0]}:1", "--gidmap", f"0:{user[1]}:1", "--user", "0:0"]
+
+
+def scratch_flags(scratch: Any, mib: Any = None) -> list[str]:
+    """A job's scratch directories (``PATH[:MIB]``, Kubernetes' emptyDir) as tmpfs mounts, counted in the
+    container's memory; ``/dev/shm`` is podman's own, sized (default: the replica's memory limit, as an emptyDir
+    of medium Memory is)."""
+    out: list[str] = []
+    for d in scratch:
+        path, _, size = str(d).partition(":")
+        if path == "/dev/shm":
+            top = size or (str(int(mib)) if mib else "")
+            out += ["--shm-size", f"{top}m"] if top else []
+        else:
+            out += ["--tmpfs", f"{path}:rw,nosuid,nodev,mode=1777" + (f",size={size}m" if size else "")]
+    return out
 
 
 def expand(text: str, env: dict[str, str]) -> str:

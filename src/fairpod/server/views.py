@@ -92,6 +92,8 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             checkpoint={"at": job.checkpoint_at, "step": job.checkpoint_step, "path": job.checkpoint_path},
             master_port=job.master_port,
             termination_grace_seconds=job.spec.termination_grace_seconds,
+            scratch=job.spec.scratch, max_runtime_seconds=job.spec.max_runtime_seconds,
+            vcpu_per_node=job.mcpu / 1000, memory_gib_per_node=job.mib / 1024,
             exit=(job.run_state or {}).get("exits"),
             usage=usage_view(job),
             limits=limits_view(cp, job),

@@ -106,7 +106,8 @@ def test_bad_input_is_one_clear_line(tmp_path: Path):
                    "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: gpu-queue}\n"
                    "spec: {cohortName: c, admissionChecks: [prov]}\n")
     line = one_error_line(fairpod("import", "kueue", str(bad)))
-    assert "AdmissionCheck prov: admission checks" in line and "ClusterQueue gpu-queue.spec.admissionChecks" in line
+    assert "no fairpod meaning: AdmissionCheck prov, ClusterQueue gpu-queue.spec.admissionChecks: admission checks" \
+        in line
     bad.write_text("apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: hyperpod-ns-a-clusterqueue}"
                    "\nspec: {cohortName: c, resourceGroups: [{coveredResources: [cpu], flavors: [{name: spot, "
                    "resources: [{name: cpu, nominalQuota: 4}]}]}]}\n")

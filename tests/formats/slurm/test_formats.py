@@ -169,7 +169,8 @@ def test_the_seed_manifest_converts():
     j = jobs[0]
     b = j.body
     assert b["name"] == "fsdp" and b["team"] == "john" and b["nodes"] == 2 and b["accelerators"] == 4
-    assert b["priority"] == "training" and b["auto_resume"] is False
+    # restartPolicy OnFailure without runPolicy.backoffLimit (nor HyperPod's annotations): fairpod's 3 restarts
+    assert b["priority"] == "training" and b["auto_resume"] is True and b["max_retry"] == 3
     assert b["command"][:4] == ["/py", "-m", "fairpod.formats.kube.pod", "--"]
     assert b["env"]["LOGLEVEL"] == "DEBUG" and b["env"]["NCCL_SOCKET_IFNAME"] == "^lo"
     assert json.loads(b["env"]["FAIRPOD_PYTORCHJOB"]) == {"elastic": True, "max_restarts": 100}

@@ -71,9 +71,9 @@ def test_bad_manifests_are_refused_clearly(server: Server, tmp_path: Path):
         "only-etcd.yaml": ((SEED / "fsdp-john.yaml").read_text().split("---\napiVersion: 'kubeflow.org/v1'")[0],
                            "no PyTorchJob in the file"),
         "no-team.yaml": ((SEED / "fsdp-john.yaml").read_text().replace("hyperpod-ns-john", "default"),
-                         "is not hyperpod-ns-<team>-localqueue"),
+                         "'default-localqueue' is no LocalQueue of a team of this cluster"),
         "unknown-team.yaml": ((SEED / "fsdp-john.yaml").read_text().replace("hyperpod-ns-john", "hyperpod-ns-bob"),
-                              "team 'bob' does not exist"),
+                              "'hyperpod-ns-bob-localqueue' is no LocalQueue of a team of this cluster"),
         "spec-and-job.yaml": ("cluster: {}\n---\nkind: Service\n", "no PyTorchJob in the file"),
         "two-specs.yaml": ("a: 1\n---\nb: 2\n", "a cluster spec is one YAML document; found 2"),
     }

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fairpod.formats.kube.image import host_mounts, image_env
+from fairpod.formats.kube.image import DOCKER_HUB, VolumeError, image_env, qualify, volumes
 from fairpod.formats.kube.teams import TeamError, Teams
 
 PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
@@ -73,6 +73,7 @@ class Converted:
     body: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    kind: tuple[str, str] = ("PyTorchJob", "pytorchjob.kubeflow.org")  # its kind, and as kubectl names what it made
 
 
 def _map(v: Any, where: str) -> dict[str, Any]:
@@ -150,9 +151,6 @@ def _command(c: dict[str, Any], where: str, in_image: bool = False) -> list[str]
     if not isinstance(cmd, list) or not isinstance(args, list):
         raise ManifestError(f"{where}: command and args must be lists")
     argv = [str(x) for x in [*cmd, *args]]
-    if not cmd and in_image and args:
-        raise ManifestError(f"{where}: args without command (the image's entrypoint with other arguments) is not "
-                            "supported; give the command")
     if not cmd and not in_image:
         raise ManifestError(f"{where}.command: the container has no command (the image's entrypoint cannot be "
                             "used on the local executor); give the command to run")
@@ -182,8 +180,8 @@ def _signature(c: dict[str, Any], spec: dict[str, Any]) -> str:
     return json.dumps([keep, spec.get("nodeSelector")], sort_keys=True, default=str)
 
 
-def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False, teams: Teams | None = None
-            ) -> Converted:
+def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False, teams: Teams | None = None,
+            registry: str = DOCKER_HUB) -> Converted:
     """The fairpod job (POST /jobs body) of one PyTorchJob document."""
     warnings: list[str] = []
     notes: list[str] = []
@@ -204,6 +202,7 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False
     if not replicas:
         raise ManifestError("spec.pytorchReplicaSpecs has no Worker (or Master)")
     counts: dict[str, int] = {}
+    restart_policies: dict[str, str] = {}
     templates: dict[str, tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = {}
     for rtype, rs in replicas.items():
         rs = _map(rs, f"spec.pytorchReplicaSpecs.{rtype}")
@@ -213,6 +212,7 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False
         if rtype == "Master" and n != 1:
             raise ManifestError(f"spec.pytorchReplicaSpecs.Master.replicas must be 1, got {n}")
         counts[rtype] = n
+        restart_policies[rtype] = str(rs.get("restartPolicy") or "")
         tpl = _map(rs.get("template"), f"spec.pytorchReplicaSpecs.{rtype}.template")
         tspec = _map(tpl.get("spec"), f"spec.pytorchReplicaSpecs.{rtype}.template.spec")
         where = f"spec.pytorchReplicaSpecs.{rtype}.template"
@@ -250,6 +250,9 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False
     elif auto:
         max_retry = DEFAULT_MAX_RETRY
         notes.append(f"auto-resume on without {MAX_RETRY}: up to {DEFAULT_MAX_RETRY} restarts")
+    run_policy = _map(spec.get("runPolicy"), "spec.runPolicy")
+    if AUTO_RESUME not in ann and MAX_RETRY not in ann:
+        auto, max_retry = _retries(run_policy, restart_policies, notes)
     selector = _map(tspec.get("nodeSelector"), "nodeSelector")
     instance_type = None
     dhc_only = False
@@ -272,6 +275,9 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False
     if affinity or tspec.get("tolerations"):
         warnings.append("affinity and tolerations are not used: fairpod places the job by its quota rules")
     image = str(c["image"]) if c.get("image") else None
+    if image and not on_host and qualify(image, registry) != image:
+        notes.append(f"image {image} is {qualify(image, registry)} (as Kubernetes reads a name without a registry)")
+        image = qualify(image, registry)
     in_image = image is not None and not on_host
     if image and not in_image:
         warnings.append(f"the container image {image} is not used (--on-host): the command runs on "
@@ -318,8 +324,7 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False
             pet["rdzv_conf"] = ",".join(f"{x.get('key')}={x.get('value')}" for x in ep["rdzvConf"] if isinstance(x, dict))
     if spec.get("nprocPerNode") is not None:
         pet["nproc_per_node"] = str(spec["nprocPerNode"])
-    if spec.get("runPolicy"):
-        warnings.append("runPolicy is not used; restarts come from the auto-resume annotations")
+    deadline = _run_policy(run_policy, notes)
     if in_image:
         env = {**image_env(pet, size), **env}
         command = argv
@@ -332,14 +337,17 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False
     }  # fmt: skip
     if in_image:
         try:
-            body.update(image=image, mounts=host_mounts(c, tspec, where, warnings))
-        except ValueError as e:
+            mounts, scratch = volumes(c, tspec, where)
+        except VolumeError as e:
             raise ManifestError(str(e)) from None
+        body.update(image=image, mounts=mounts, **({"scratch": scratch} if scratch else {}))
         if c.get("imagePullPolicy"):
             if c["imagePullPolicy"] not in ("Always", "IfNotPresent", "Never"):
                 raise ManifestError(f"{where}.imagePullPolicy: {c['imagePullPolicy']!r} is not Always, IfNotPresent "
                                     "or Never")
             body["image_pull_policy"] = c["imagePullPolicy"]
+    if deadline is not None:
+        body["max_runtime_seconds"] = deadline
     grace = tspec.get("terminationGracePeriodSeconds")
     if grace is not None:
         body["termination_grace_seconds"] = float(grace)
@@ -348,6 +356,50 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False
     body.update(_topology([ann] + [_map(m.get("annotations"), "template.metadata.annotations")
                                    for m, _, _ in templates.values()]))
     return Converted({k: v for k, v in body.items() if v is not None}, warnings, notes)
+
+
+RESTARTING = ("OnFailure", "Always", "ExitCode")
+
+
+def _retries(rp: dict[str, Any], policies: dict[str, str], notes: list[str]) -> tuple[bool, int]:
+    """(auto_resume, max_retry) of a job without HyperPod's annotations: the replicas' ``restartPolicy`` says
+    whether a failed job runs again (OnFailure, Always, ExitCode: yes; Never or none: no), ``runPolicy.backoffLimit``
+    how often (the training operator's count of restarts; none: fairpod's default, 3)."""
+    for rtype, pol in policies.items():
+        if pol and pol not in (*RESTARTING, "Never"):
+            raise ManifestError(f"spec.pytorchReplicaSpecs.{rtype}.restartPolicy: {pol!r} is not OnFailure, Always, "
+                                "ExitCode or Never")
+    limit = None if rp.get("backoffLimit") is None else _whole(rp["backoffLimit"], "spec.runPolicy.backoffLimit", 0)
+    restarting = sorted({p for p in policies.values() if p in RESTARTING})
+    if not restarting:
+        if limit:
+            notes.append(f"runPolicy.backoffLimit {limit} with restartPolicy Never (or none): the training operator "
+                         "restarts no replica, so neither does fairpod")
+        return False, 0
+    if limit is None:
+        notes.append(f"restartPolicy {'/'.join(restarting)} without runPolicy.backoffLimit: up to "
+                     f"{DEFAULT_MAX_RETRY} restarts of the whole job")
+        return True, DEFAULT_MAX_RETRY
+    if limit > 1000:
+        raise ManifestError(f"spec.runPolicy.backoffLimit: {limit} restarts; fairpod allows at most 1000")
+    notes.append(f"restartPolicy {'/'.join(restarting)}, runPolicy.backoffLimit {limit}: the job is restarted whole "
+                 f"up to {limit} times")
+    return limit > 0, limit
+
+
+def _run_policy(rp: dict[str, Any], notes: list[str]) -> float | None:
+    """``runPolicy``'s deadline (``activeDeadlineSeconds``: fairpod's runtime limit); what only Kubernetes' pods
+    mean is noted, ``suspend: true`` refused."""
+    if rp.get("suspend"):
+        raise ManifestError("spec.runPolicy.suspend: true: fairpod queues the job itself; submit it when it should "
+                            "run")
+    for key in ("cleanPodPolicy", "ttlSecondsAfterFinished", "schedulingPolicy", "managedBy"):
+        if rp.get(key) is not None:
+            notes.append(f"runPolicy.{key}: about Kubernetes pods or another scheduler; fairpod keeps each replica's "
+                         "log and exit, and schedules the job itself")
+    if rp.get("activeDeadlineSeconds") is None:
+        return None
+    return float(_whole(rp["activeDeadlineSeconds"], "spec.runPolicy.activeDeadlineSeconds", 1))
 
 
 def _whole(value: Any, where: str, least: int) -> int:
@@ -409,8 +461,8 @@ def _topology(annotations: list[dict[str, Any]]) -> dict[str, str]:
     return out
 
 
-def convert_all(docs: list[Any], *, python: str, cwd: str, on_host: bool = False, teams: Teams | None = None
-                ) -> tuple[list[Converted], list[str]]:
+def convert_all(docs: list[Any], *, python: str, cwd: str, on_host: bool = False, teams: Teams | None = None,
+                registry: str = DOCKER_HUB) -> tuple[list[Converted], list[str]]:
     """Every PyTorchJob of a file, and warnings about the documents that are skipped."""
     jobs, skipped = [], []
     for i, d in enumerate(docs):
@@ -419,7 +471,7 @@ def convert_all(docs: list[Any], *, python: str, cwd: str, on_host: bool = False
         kind = str(d.get("kind", ""))
         if kind == "PyTorchJob":
             try:
-                jobs.append(convert(d, python=python, cwd=cwd, on_host=on_host, teams=teams))
+                jobs.append(convert(d, python=python, cwd=cwd, on_host=on_host, teams=teams, registry=registry))
             except ManifestError as e:
                 name = _map(d.get("metadata"), "metadata").get("name", "?")
                 raise ManifestError(f"PyTorchJob {name}: {e}") from None

@@ -148,8 +148,12 @@ class _Objects:
             for key in ("admissionChecks", "admissionChecksStrategy"):
                 if _map(cq.get("spec"), "ClusterQueue.spec").get(key):
                     refused.append(f"ClusterQueue {_name(cq)}.spec.{key}: {REFUSED['AdmissionCheck']}")
-        if refused:
-            raise ImportError_("no fairpod meaning: " + "; ".join(refused))
+        if refused:  # one answer: the objects of each reason, then the reason
+            by_why: dict[str, list[str]] = {}
+            for r in refused:
+                what, why = r.split(": ", 1)
+                by_why.setdefault(why, []).append(what)
+            raise ImportError_("no fairpod meaning: " + "; ".join(f"{', '.join(w)}: {why}" for why, w in by_why.items()))
         if skipped:
             notes.append(f"skipped (not a Kueue object fairpod reads): {', '.join(skipped)}")
         if not self.by_kind["ClusterQueue"] and not self.by_kind["Cohort"] \

@@ -119,7 +119,7 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None) -> Con
         body["max_runtime_seconds"] = spec["activeDeadlineSeconds"]
     if rc.get("rayVersion"):
         notes.append(f"rayVersion {rc['rayVersion']}: the Ray installed on the nodes runs")
-    return Converted(body, [], notes)
+    return Converted(body, [], notes, ("RayJob", "rayjob.ray.io"))
 
 
 def convert_all(docs: list[Any], *, cwd: str, teams: Teams | None = None) -> list[Converted]:

@@ -34,12 +34,17 @@ class Teams:
     only: Callable[[], str | None] | None = None  # the submitter's only team, asked only when needed
     notes: list[str] = field(default_factory=list)
     check: bool = True  # False: a first reading of a file before the server is asked; no team is no error
+    types: dict[str, list[str]] = field(default_factory=dict)  # team -> instance types, its quota's first
+    sizes: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # type -> (acc, vcpu, GiB) per node
 
     @classmethod
     def of(cls, teams: Iterable[dict[str, Any]] | None, *, flag: str | None = None,
-           only: Callable[[], str | None] | None = None) -> Teams:
-        """From the teams of a spec (``GET /spec``'s): each one's listed names, else HyperPod's."""
+           only: Callable[[], str | None] | None = None, spec: dict[str, Any] | None = None) -> Teams:
+        """From the teams of a spec (``GET /spec``'s): each one's listed names, else HyperPod's; with the whole
+        ``spec``, also the instance types a job that names none may run on (``instance_types``)."""
         out = cls(flag=flag, only=only)
+        if spec is not None:
+            out._cluster(spec)
         if teams is None:
             return out
         out.known = []
@@ -52,6 +57,32 @@ class Teams:
                 out.queues.setdefault(str(q), name)
         return out
 
+    def _cluster(self, spec: dict[str, Any]) -> None:
+        from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES
+
+        cat = {n: (float(t.accelerators), t.vcpu, t.memory_gib) for n, t in BUILTIN_INSTANCE_TYPES.items()}
+        cat.update({str(t["name"]): (float(t.get("accelerators", 0)), float(t.get("vcpu", 0)),
+                                     float(t.get("memory_gib", 0))) for t in spec.get("instance_types") or []})
+        groups = list(dict.fromkeys(str(g["instance_type"]) for g in (spec.get("cluster") or {}).get(
+            "instance_groups") or [] if not g.get("accelerator_partition_type")))
+        self.sizes = {it: cat[it] for it in groups if it in cat}
+        for t in spec.get("teams") or []:
+            own = [str(q["instance_type"]) for q in t.get("quota") or [] if q.get("instance_type") in self.sizes]
+            self.types[str(t["name"])] = list(dict.fromkeys([*own, *self.sizes]))
+
+    def instance_types(self, team: str, body: dict[str, Any]) -> str | None:
+        """For a job that names no instance type in a cluster of several: the types whose nodes fit one replica,
+        the team's quota's first, as Kueue tries a ClusterQueue's flavors in order ("a,b": the first that fits
+        now); None where the cluster has one type (or none fits: the server says why)."""
+        if len(self.sizes) < 2:
+            return None
+        want = (float(body.get("accelerators") or 0), float(body.get("vcpu") or 0),
+                float(body.get("memory_gib") or 0))
+        fit = [it for it in self.types.get(team, list(self.sizes))
+               if all(w <= have for w, have in zip(want, self.sizes[it], strict=True))
+               and (not want[0] or self.sizes[it][0])]
+        return ",".join(fit) if fit else None
+
     def _ns(self, ns: str) -> str | None:
         return self.namespaces.get(ns) if self.known is not None else K.team_in(K.NS_RE, ns)
 
@@ -63,8 +94,12 @@ class Teams:
         templates')."""
         found: dict[str, str] = {}
         ns = meta.get("namespace")
-        if ns is not None and (team := self._ns(str(ns))):
-            found[team] = f"namespace {ns}"
+        ns_team = self._ns(str(ns)) if ns is not None else None
+        # HyperPod's namespace is one team's own; a namespace the spec lists may hold other teams' LocalQueues
+        # too (Kueue's samples put every queue in ``default``), so there the queue the job names decides
+        shared = ns_team is not None and self.known is not None and str(ns) != K.namespace(ns_team)
+        if ns_team is not None and not shared:
+            found[ns_team] = f"namespace {ns}"
         for lab in labels:
             q = lab.get(QUEUE_LABEL)
             if q is None:
@@ -76,9 +111,11 @@ class Teams:
                 raise TeamError(f"label {QUEUE_LABEL}: {q!r} is no LocalQueue of a team of this cluster "
                                 f"({self._queues_known()}); list it under the team's local_queues, import the Kueue "
                                 "objects that define it, or give --team")
-            else:
+            elif self.flag is not None:
                 self.notes.append(f"label {QUEUE_LABEL}: {q!r} is no team's LocalQueue here; --team {self.flag} "
                                   "says which team")
+        if shared and not found:
+            found[str(ns_team)] = f"namespace {ns}"
         if len(found) > 1:
             raise TeamError("the namespace and the queue-name labels name different teams: "
                             + "; ".join(f"{t} ({src})" for t, src in found.items()))
