@@ -60,6 +60,7 @@ FSX = "/tmp/fairpod-corpus-fsx"  # j11's hostPath
 SPEC = """
 cluster:
   name: corpus
+  mounts: {allow: [/tmp/fairpod-corpus-fsx]}  # the admin's allow-list: j11's hostPath is inside it
   instance_groups:
   - {name: g5-8x, instance_type: ml.g5.8xlarge, count: 8}
   - {name: g5-12x, instance_type: ml.g5.12xlarge, count: 4}

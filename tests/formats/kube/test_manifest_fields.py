@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from fairpod.formats.kube import ManifestError, convert
-from fairpod.formats.kube import batch
+from fairpod.formats.kube import ManifestError, batch, convert
 from fairpod.formats.kube.image import VolumeError, qualify, volumes
 from fairpod.formats.kube.teams import Teams
 from fairpod.model.jobs import JobSpec
