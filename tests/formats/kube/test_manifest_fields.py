@@ -107,9 +107,10 @@ def test_batch_jobs_pods_and_kinds_refused_by_name():
 
 
 def test_a_job_naming_no_instance_type_gets_the_teams_types_that_fit_in_order():
-    spec = {"cluster": {"instance_groups": [{"instance_type": "ml.g5.8xlarge"}, {"instance_type": "ml.c5.4xlarge"},
-                                            {"instance_type": "ml.g5.12xlarge"}]},
-            "teams": [{"name": "ml", "quota": [{"instance_type": "ml.g5.12xlarge"}]}]}
+    # (a GET /spec answer in part; dict(): not a spec of the Kueue round-trip corpus)
+    spec = dict(cluster={"instance_groups": [{"instance_type": "ml.g5.8xlarge"}, {"instance_type": "ml.c5.4xlarge"},
+                                             {"instance_type": "ml.g5.12xlarge"}]},
+                teams=[{"name": "ml", "quota": [{"instance_type": "ml.g5.12xlarge"}]}])
     t = Teams.of(spec["teams"], spec=spec)
     assert t.instance_types("ml", {"accelerators": 1}) == "ml.g5.12xlarge,ml.g5.8xlarge"
     assert t.instance_types("ml", {"vcpu": 1}) == "ml.g5.12xlarge,ml.g5.8xlarge,ml.c5.4xlarge"
