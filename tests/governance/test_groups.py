@@ -71,6 +71,27 @@ def test_2b2_heavy_groups_team_first_even_against_team_weights(with_groups):
     assert winner in admitted(ds) and loser in waits(ds)
 
 
+@pytest.mark.parametrize("jobs, size", [(4, 1), (2, 2)])
+def test_2b2_the_heavier_group_takes_idle_capacity_job_after_job(jobs, size):
+    # a1 (weight 1, group ga of weight 90) and b1 (weight 100, group gb of weight 10) each want 4 more of the 4 idle
+    # accelerators c1 (its own group) lends. At the top the groups compete by weight: after each admission the offers
+    # are ranked again, so ga's team takes job after job while ga's weighted share stays below gb's (4/90 < 1/10).
+    # Before, each team took one job per round: a1 got 3 of 4 jobs of 1, and 2 of 4 in jobs of 2.
+    groups = [{"name": "ga", "fair_share_weight": 90, "sharing": {"borrow_limit": 100}},
+              {"name": "gb", "fair_share_weight": 10, "sharing": {"borrow_limit": 100}}, {"name": "gc"}]
+    snap = make(3, [{"name": "a1", "quota": 4, "weight": 1, "group": "ga"},
+                    {"name": "b1", "quota": 4, "weight": 100, "group": "gb"},
+                    {"name": "c1", "quota": 4, "group": "gc"}], groups)
+    submit(snap, "a-own", "a1", 4, t=0.0)
+    submit(snap, "b-own", "b1", 4, t=0.0)
+    cycle(snap, 0.5)
+    for i in range(jobs):
+        submit(snap, f"b{i}", "b1", size, t=1.0)  # b1's first: submit order does not decide
+        submit(snap, f"a{i}", "a1", size, t=1.0)
+    cycle(snap, 2.0)
+    assert usage(snap, "a1") == 8 and usage(snap, "b1") == 4
+
+
 # 2b.3 -------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("limit, strategy, research_gets", [(25, "LendAndBorrow", 3), (50, "LendAndBorrow", 6),
                                                               (100, "LendAndBorrow", 12), (100, "Lend", 0)])

@@ -23,7 +23,8 @@ A cycle:
    are told apart by weight and job size, not by who came first; FirstComeFirstServe: the earliest job
    first); then priority; then submit time.
    Each job is admitted if its team may hold it (quota, borrow limit) and it can be placed; otherwise the
-   engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing.
+   engine tries preemption (reclaim, priority, fair share). The cycle ends when a round admits nothing. With
+   groups under FairShare, the borrowing rounds rank the offers again after each admission (rule 2b).
    A job whose team check failed on its team's own quota or borrow limit in an earlier cycle, with nothing it
    read changed since, is known to fail again with the same reason (``known_to_fail``): it is neither ranked nor
    tried, and keeps its turn (docs/architecture.md, "The engine"); so is a job behind its team's starving job
@@ -723,6 +724,9 @@ class _Cycle:
                 else:
                     self.sitting.append((t.name, t, seq))
         elastic_before = bool(self.snap.elastic)
+        # with groups, under FairShare, while borrowing: the offers are ranked again after each admission, so a team
+        # of a heavy group takes job after job while its shares, level by level, stay the lowest (rule 2b)
+        one_by_one = bool(self.snap.groups) and self.snap.fair_share and not within_only
         while True:
             if self.sitting and bool(self.snap.elastic) != elastic_before:
                 active = active + [t for t, _ in self.unsit()]  # an elastic job started: known_to_fail may differ
@@ -748,6 +752,9 @@ class _Cycle:
                 self.at = i
                 if self.known_to_fail(w) or not self.try_start(w):
                     failed.setdefault(name, set()).add(w.shape)
+                elif one_by_one:
+                    nxt.extend(o[2] for o in offers[i:])  # (``t`` first among them) ranked again
+                    break
                 nxt.append(t)
                 i += 1
             for name, t, w in self.deferred + self.settled:
