@@ -36,3 +36,18 @@ def test_without_the_tree_the_heavier_team_gets_it(tmp_path):
         t.pop("group", None)
     starts = _starts(parse_spec(doc), tmp_path)
     assert starts["web2"] == 0.0 and starts["vision2"] == 100.0
+
+
+def test_a_team_that_only_borrows_runs_on_its_groups_own_quota(tmp_path):
+    # research holds 2 nodes itself (groups[].quota); "interns" has no quota and an absolute borrow limit of 8 GPUs:
+    # two of its three jobs run at once on research's own nodes, the third after one ends
+    doc = yaml.safe_load(GROUPS_SPEC.read_text())
+    doc["cluster"]["instance_groups"][0]["count"] = 10
+    doc["groups"][1]["quota"] = [{"instance_type": "ml.g5.12xlarge", "count": 2}]
+    doc["teams"].append({"name": "interns", "group": "research", "sharing": {
+        "strategy": "LendAndBorrow", "absolute_borrow_limits": [{"instance_type": "ml.g5.12xlarge", "accelerators": 8}]}})
+    spec = parse_spec(doc)
+    trace = write_trace(tmp_path, [f"0,interns,100,4,1,i{i}" for i in range(3)], header=HEADER)
+    res = simulate(spec, load_trace(trace, spec))
+    starts = {sj.job.name: sj.first_start for sj in res.jobs}
+    assert starts == {"i0": 0.0, "i1": 0.0, "i2": 100.0}

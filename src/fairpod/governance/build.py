@@ -25,7 +25,7 @@ def empty_snapshot(spec: ClusterSpec, now: float = 0.0) -> Snapshot:
             lends=strat in (SharingStrategy.LEND_AND_BORROW, SharingStrategy.LEND),
             borrows=strat == SharingStrategy.LEND_AND_BORROW, borrow_limit=g.sharing.borrow_limit,
             lend_limit=spec.team_limits(g.sharing.lending_limits),
-            borrow_abs=spec.team_limits(g.sharing.absolute_borrow_limits),
+            borrow_abs=spec.team_limits(g.sharing.absolute_borrow_limits), quota=spec.group_quota(g),
         ))
     return snap
 

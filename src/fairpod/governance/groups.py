@@ -1,6 +1,8 @@
 """The tree of groups (engine rule 2b): quotas and fair share level by level, as Kueue's hierarchical cohorts.
 
-A group holds teams and other groups. Its quota is the sum of its teams' quotas below it; its ``sharing`` says
+A group holds teams and other groups. Its quota is what it holds itself (``Group.quota``, as a Kueue Cohort's
+resourceGroups: idle, shared by the teams below it before anyone outside) and the sum of its teams' and groups'
+quotas below it; its ``sharing`` says
 whether the subtree lends to the rest of the tree and borrows from it, and how much (borrow limit in percent of
 the group's quota, absolute borrow and lending limits per instance type, as a team's):
 
@@ -47,9 +49,21 @@ def _sum_below(snap: Snapshot, g: Group, vec: Callable[[Team], Sequence[int]]) -
     return out
 
 
+def own_quota(snap: Snapshot, g: Group, itype: str) -> Vec:
+    """What ``g`` and the groups below it hold themselves of ``itype`` (groups' ``quota``), not their teams'."""
+    got = g.quota.get(itype)
+    out = [got[0], got[1], got[2]] if got is not None else [0, 0, 0]
+    for c in g.children:
+        v = own_quota(snap, snap.groups[c], itype)
+        out = [out[0] + v[0], out[1] + v[1], out[2] + v[2]]
+    return out
+
+
 def quota_of(snap: Snapshot, g: Group, itype: str) -> Vec:
-    """The group's quota of ``itype``: the sum of its teams' quotas below it."""
-    return _sum_below(snap, g, lambda t: t.q(itype))
+    """The group's quota of ``itype``: its own, and the sum of its teams' and groups' quotas below it."""
+    q = _sum_below(snap, g, lambda t: t.q(itype))
+    o = own_quota(snap, g, itype)
+    return [q[0] + o[0], q[1] + o[1], q[2] + o[2]]
 
 
 def used_of(snap: Snapshot, g: Group, itype: str) -> Vec:
@@ -108,6 +122,10 @@ def _flow(snap: Snapshot, g: Group, itype: str, who: str, add: tuple[int, int, i
     borrowed, lent, q = _children(snap, g.teams, g.children, itype, who, add)
     if borrowed is None:
         return None
+    own = g.quota.get(itype)
+    if own is not None:  # its own quota: idle, for the teams below it first
+        q = [q[0] + own[0], q[1] + own[1], q[2] + own[2]]
+        lent = [lent[0] + own[0], lent[1] + own[1], lent[2] + own[2]]
     b = [0, 0, 0]
     out = [0, 0, 0]
     cap = borrow_cap(g, itype, q)
@@ -189,6 +207,29 @@ def shares(snap: Snapshot, team: Team, itype: str, add: tuple[int, int, int]) ->
         over = [u[0] + add[0] - q[0], u[1] + add[1] - q[1], u[2] + add[2] - q[2]]
         out.append(_share(snap, over, g.weight, lend))
     return out
+
+
+def own_idle(snap: Snapshot, itype: str) -> list[tuple[str, int]]:
+    """The groups' own quotas of ``itype`` as lenders (``group NAME``, accelerators): always idle (teams use them by
+    borrowing)."""
+    out: list[tuple[str, int]] = []
+    for g in snap.groups.values():
+        q = g.quota.get(itype)
+        if q is not None and q[0] > 0:
+            out.append((f"group {g.name}", q[0]))
+    return out
+
+
+def lender_distance(snap: Snapshot, team: Team, lender: str) -> int:
+    """``distance`` to a lender: a team, or a group's own quota (``group NAME``), which is as near as the group's
+    teams are (1 for the team's own group)."""
+    if not lender.startswith("group "):
+        return distance(snap, team, lender)
+    theirs = snap.path_of(lender[6:])
+    for i, g in enumerate(team.path):
+        if g in theirs:
+            return i + 1
+    return len(team.path) + 1
 
 
 def distance(snap: Snapshot, team: Team, other: str) -> int:

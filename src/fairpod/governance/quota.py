@@ -32,8 +32,11 @@ def borrow_cap(team: Team, itype: str) -> Vec:
     q = team.q(itype)
     if not team.borrows:
         return list(q)
+    ab = team.borrow_abs.get(itype)
+    if ab is not None and q[0] == 0 and q[1] == 0 and q[2] == 0:
+        return [ab[0], ab[1], ab[2]]  # a team that only borrows: its absolute limit (a percent of nothing is nothing)
     k = 100 + team.borrow_limit
-    return cap_with_absolute([q[0] * k // 100, q[1] * k // 100, q[2] * k // 100], q, team.borrow_abs.get(itype))
+    return cap_with_absolute([q[0] * k // 100, q[1] * k // 100, q[2] * k // 100], q, ab)
 
 
 def team_check(snap: Snapshot, w: Workload, lifted: dict[tuple, bool] | None = None) -> tuple[bool, bool, str]:
@@ -58,7 +61,7 @@ def team_check(snap: Snapshot, w: Workload, lifted: dict[tuple, bool] | None = N
         )
     cap = borrow_cap(team, w.itype)
     if (u[0] + t[0] > cap[0] or u[1] + t[1] > cap[1] or u[2] + t[2] > cap[2]) and not _lifted(snap, w, lifted):
-        if q[0] == 0 and q[1] == 0:
+        if q[0] == 0 and q[1] == 0 and team.borrow_abs.get(w.itype) is None:
             return False, False, f"over quota: team {team.name} has no quota on {w.itype}, so it cannot borrow any"
         ab = team.borrow_abs.get(w.itype)
         if ab is not None and cap[0] == q[0] + ab[0] and q[0] * (100 + team.borrow_limit) // 100 > cap[0]:
@@ -191,6 +194,8 @@ def lending(snap: Snapshot, itype: str, names: Collection[str] | None = None) ->
     out: dict[str, dict[str, int]] = {}
     if not snap.groups:
         return _lending_flat(snap, itype, teams, idle, out)
+    for name, n in groups.own_idle(snap, itype):  # groups' own quota
+        idle[name] = n
     for name in sorted(teams):
         t = snap.teams[name]
         over = t.u(itype)[0] - t.q(itype)[0]
@@ -231,7 +236,8 @@ def _lending_flat(snap: Snapshot, itype: str, teams: dict[str, Team], idle: dict
 
 
 def _near(snap: Snapshot, team: Team, lender: str) -> int:
-    return groups.distance(snap, team, lender) if snap.groups and lender in snap.teams else 0
+    return groups.lender_distance(snap, team, lender) if snap.groups and (
+        lender in snap.teams or lender.startswith("group ")) else 0
 
 
 def ever_fits_quota(snap: Snapshot, w: Workload) -> bool:

@@ -67,7 +67,9 @@ def _lenders(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], .
                 idle.append((-left, t.name, left))
     if snap.groups:  # the nearest lenders in the tree first: siblings, then up the tree
         me = snap.teams[w.team]
-        idle.sort(key=lambda e: (0 if e[1] == "(unallocated)" else groups.distance(snap, me, e[1]), e[0], e[1]))
+        idle += [(-n, name, n) for name, n in groups.own_idle(snap, it)]  # groups' own quota
+        idle.sort(key=lambda e: (0 if e[1] == "(unallocated)" else groups.lender_distance(snap, me, e[1]), e[0],
+                                 e[1]))
     else:
         idle.sort()
     out = []

@@ -200,6 +200,7 @@ class Group:
     borrow_abs: dict[str, Res] = field(default_factory=dict)
     teams: list[str] = field(default_factory=list)  # the teams directly below it
     children: list[str] = field(default_factory=list)  # the groups directly below it
+    quota: dict[str, Res] = field(default_factory=dict)  # what it holds itself (not its teams'), per instance type
 
 
 @dataclass(slots=True, eq=False)
@@ -493,6 +494,13 @@ class Snapshot:
         self.groups[group.name] = group
         if group.parent is not None:
             self.groups[group.parent].children.append(group.name)
+        for itype, q in group.quota.items():
+            # a group's own quota is never used by the group itself: always idle, lendable to the teams below it
+            # first (``groups.flow_ok`` says to whom); counted here as a lender's that lends it all
+            p = self.pool(itype)
+            _add(p.quota_all, q, 1)
+            _add(p.quota_lend, q, 1)
+            _add(p.idle_lend, q, 1)
 
     def path_of(self, group: str | None) -> tuple[str, ...]:
         """A group and its ancestors, nearest first (a team's ``path``); () for None."""

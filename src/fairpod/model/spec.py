@@ -340,7 +340,8 @@ class Budget(_Strict):
 
 
 class Group(_Strict):
-    """A node of the tree of groups (a lab, its groups, ...): its quota is the sum of its teams' quotas below it;
+    """A node of the tree of groups (a lab, its groups, ...): its quota is its own ``quota`` and the sum of its
+    teams' and groups' quotas below it;
     ``sharing`` says whether and how much the subtree lends and borrows towards the rest of the tree, the borrow
     limit in percent of the group's quota; ``fair_share_weight`` weighs it against its siblings."""
 
@@ -348,6 +349,9 @@ class Group(_Strict):
     parent: str | None = None
     fair_share_weight: int = Field(default=1, ge=0, le=100)
     sharing: Sharing = Field(default_factory=Sharing)
+    # quota the group holds itself (Kueue's Cohort resourceGroups), shared by every team below it before anyone
+    # outside; the group's quota is this plus its teams' and groups' below it
+    quota: list[QuotaEntry] = Field(default_factory=list)
 
 
 class Team(_Strict):
@@ -410,6 +414,11 @@ class ClusterSpec(_Strict):
             one = node_res(cat[g.node_type]).scale(g.count)
             out[g.node_type] = out.get(g.node_type, ZERO) + one
         return out
+
+    def group_quota(self, group: Group) -> dict[str, Res]:
+        """The quota a group holds itself (not its teams'), per instance type."""
+        cat = self.catalog()
+        return {q.instance_type: q.resolve(cat[q.instance_type]) for q in group.quota}
 
     def team_quota(self, team: Team) -> dict[str, Res]:
         cat = self.catalog()
@@ -607,30 +616,10 @@ def check_spec(spec: ClusterSpec) -> list[str]:
                     probs.append(f"teams: {what} {n!r} is listed by both {owner[n]} and {t.name}")
     probs += _group_problems(spec, cat, known)
     quota_sum: dict[str, Res] = {}
+    for i, g in enumerate(spec.groups):
+        probs += _quota_problems(f"groups[{i}]", f"group {g.name!r}", g.quota, cat, known, quota_sum)
     for i, team in enumerate(spec.teams):
-        seen: set[str] = set()
-        for j, q in enumerate(team.quota):
-            where = f"teams[{i}].quota[{j}]"
-            if q.instance_type not in cat:
-                probs.append(f"{where}.instance_type: unknown instance type {q.instance_type!r}{did_you_mean(q.instance_type, cat)} "
-                             f"(built-in: {known})")
-                continue
-            if q.instance_type in seen:
-                probs.append(f"{where}.instance_type: {q.instance_type!r} appears twice in team {team.name!r}")
-            seen.add(q.instance_type)
-            given = [k for k in ("accelerators", "vcpu", "memory_gib") if getattr(q, k) is not None]
-            if q.count is not None and given:
-                probs.append(f"{where}: give either count or {'/'.join(given)}, not both")
-                continue
-            if q.count is None and not given:
-                probs.append(f"{where}: give count, accelerators, vcpu or memory_gib")
-                continue
-            try:
-                r = q.resolve(cat[q.instance_type])
-            except ValueError as e:
-                probs.append(f"{where}: {e}")
-                continue
-            quota_sum[q.instance_type] = quota_sum.get(q.instance_type, ZERO) + r
+        probs += _quota_problems(f"teams[{i}]", f"team {team.name!r}", team.quota, cat, known, quota_sum)
         probs += _limit_problems(i, team, cat, known)
         seen_b: set[str] = set()
         for j, b in enumerate(team.budgets):
@@ -707,6 +696,37 @@ def _group_problems(spec: ClusterSpec, cat: dict[str, InstanceType], known: str)
         if t.group is not None and t.group not in names:
             probs.append(f"teams[{i}].group: unknown group {t.group!r}"
                          + (f" (groups: {', '.join(sorted(names))})" if names else " (the spec has no groups)"))
+    return probs
+
+
+def _quota_problems(prefix: str, owner: str, entries: list[QuotaEntry], cat: dict[str, InstanceType], known: str,
+                    quota_sum: dict[str, Res]) -> list[str]:
+    """A team's or a group's quota entries: known instance types, once each, one unit; their sum per type is added
+    to ``quota_sum``."""
+    probs: list[str] = []
+    seen: set[str] = set()
+    for j, q in enumerate(entries):
+        where = f"{prefix}.quota[{j}]"
+        if q.instance_type not in cat:
+            probs.append(f"{where}.instance_type: unknown instance type {q.instance_type!r}"
+                         f"{did_you_mean(q.instance_type, cat)} (built-in: {known})")
+            continue
+        if q.instance_type in seen:
+            probs.append(f"{where}.instance_type: {q.instance_type!r} appears twice in {owner}")
+        seen.add(q.instance_type)
+        given = [k for k in ("accelerators", "vcpu", "memory_gib") if getattr(q, k) is not None]
+        if q.count is not None and given:
+            probs.append(f"{where}: give either count or {'/'.join(given)}, not both")
+            continue
+        if q.count is None and not given:
+            probs.append(f"{where}: give count, accelerators, vcpu or memory_gib")
+            continue
+        try:
+            r = q.resolve(cat[q.instance_type])
+        except ValueError as e:
+            probs.append(f"{where}: {e}")
+            continue
+        quota_sum[q.instance_type] = quota_sum.get(q.instance_type, ZERO) + r
     return probs
 
 

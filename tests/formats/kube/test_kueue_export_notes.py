@@ -37,3 +37,9 @@ def test_a_costly_reclaims_wait_is_noted_as_not_expressible(wait, noted):
     assert bool(notes) is noted
     if noted:  # the default, in the words of the spec
         assert "at least 1800 s of work per accelerator" in notes[0] and "up to 900 s" in notes[0]
+
+
+def test_fair_sharing_is_exported_with_fairpods_one_strategy():
+    # Kueue's LessThanInitialShare preempts where fairpod does not (docs/policies.md, D5): the export leaves it out
+    (note,) = [n for n in unexpressible(_spec("Always")) if n.startswith("fair share:")]
+    assert "preemptionStrategies: [LessThanOrEqualToFinalShare]}" in note and "D5" in note

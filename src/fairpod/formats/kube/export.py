@@ -6,13 +6,15 @@
   ``required_topology`` / ``preferred_topology``;
 * one Cohort, named after the cluster: every team's ClusterQueue is in it, so idle quota can be lent; with
   ``groups``, a Cohort per group (its name), ``parentName`` its parent group or the cluster's Cohort, so the tree
-  is Kueue's hierarchical cohorts: ``fairSharing.weight`` the group's weight, and per flavor ``nominalQuota`` 0
-  (the quota is its ClusterQueues'), ``borrowingLimit`` = the subtree's quota x borrow limit % (0 for Lend and
+  is Kueue's hierarchical cohorts: ``fairSharing.weight`` the group's weight, and per flavor ``nominalQuota`` the
+  group's own quota (0 without one: the rest is its ClusterQueues'), ``borrowingLimit`` = the subtree's quota
+  (its own and its teams' and groups') x borrow limit % (0 for Lend and
   DontLend), ``lendingLimit`` its lending limit (0 for DontLend); a team's ClusterQueue is in its group's Cohort;
 * a ClusterQueue per team: ``nominalQuota`` per flavor for the accelerators (``nvidia.com/gpu``, Neuron devices
   for Trainium), ``cpu`` and ``memory``, exactly the quota fairpod resolves (millicores, MiB);
   ``borrowingLimit`` = quota x borrow limit % as fairpod rounds it, at most the team's absolute borrow limit
-  (none for Lend and DontLend); ``lendingLimit`` = the team's lending limit (``0`` for DontLend); ``preemption``: ``reclaimWithinCohort: Any`` (a team always gets its quota
+  (none for Lend and DontLend), for a type the team has no quota of but an absolute borrow limit, ``nominalQuota`` 0
+  with that ``borrowingLimit``; ``lendingLimit`` = the team's lending limit (``0`` for DontLend); ``preemption``: ``reclaimWithinCohort: Any`` (a team always gets its quota
   back from borrowers), ``borrowWithinCohort: Never`` (borrowing never preempts: fair sharing does, see below),
   ``withinClusterQueue: LowerPriority`` when the team preempts its own lower-priority tasks under TaskRanking;
   ``fairSharing.weight`` = the fair-share weight (0 = borrows last, gives back first, as in fairpod);
@@ -144,16 +146,20 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
     groups = []
     lend_limits = spec.team_limits(team.sharing.lending_limits)
     abs_limits = spec.team_limits(team.sharing.absolute_borrow_limits)
-    for q in team.quota:
-        itype = cat[q.instance_type]
-        nominal = q.resolve(itype)
+    quota = spec.team_quota(team)
+    # a type it only borrows (no quota, an absolute borrow limit): nominalQuota 0 with that borrowingLimit
+    only_borrows = [it for it in abs_limits if it not in quota and strat == SharingStrategy.LEND_AND_BORROW]
+    for it in [*(q.instance_type for q in team.quota), *only_borrows]:
+        itype = cat[it]
+        nominal = quota.get(it, ZERO)
         borrow = borrowing_limit(nominal, team.sharing.borrow_limit) if strat == SharingStrategy.LEND_AND_BORROW \
             else ZERO
-        if q.instance_type in abs_limits and strat == SharingStrategy.LEND_AND_BORROW:
-            a = abs_limits[q.instance_type]
-            borrow = Res(min(borrow.acc, a.acc), min(borrow.mcpu, a.mcpu), min(borrow.mib, a.mib))
-        lend = ZERO if strat == SharingStrategy.DONT_LEND else lend_limits.get(q.instance_type)
-        groups.append(_flavor(flavors[q.instance_type], itype, covered, nominal, borrow, lend))
+        if it in abs_limits and strat == SharingStrategy.LEND_AND_BORROW:
+            a = abs_limits[it]
+            borrow = a if nominal == ZERO else Res(min(borrow.acc, a.acc), min(borrow.mcpu, a.mcpu),
+                                                   min(borrow.mib, a.mib))
+        lend = ZERO if strat == SharingStrategy.DONT_LEND else lend_limits.get(it)
+        groups.append(_flavor(flavors[it], itype, covered, nominal, borrow, lend))
     ranking = spec.policy.task_prioritization == TaskPrioritization.TASK_RANKING
     own = ranking and team.preempt_team_tasks == PreemptTeamTasks.LOWER_PRIORITY
     cq: dict[str, Any] = {
@@ -184,6 +190,10 @@ def _subtree_quota(spec: ClusterSpec, group: str) -> dict[str, Res]:
         if t.group in below:
             for it, q in spec.team_quota(t).items():
                 out[it] = out.get(it, ZERO) + q
+    for g in spec.groups:  # and the groups' own quota
+        if g.name in below:
+            for it, q in spec.group_quota(g).items():
+                out[it] = out.get(it, ZERO) + q
     return out
 
 
@@ -194,6 +204,7 @@ def _group_cohort(spec: ClusterSpec, g: Group, flavors: dict[str, str], covered:
     lend_limits = spec.team_limits(g.sharing.lending_limits)
     abs_limits = spec.team_limits(g.sharing.absolute_borrow_limits)
     quota = _subtree_quota(spec, g.name)
+    own = spec.group_quota(g)
     fl = []
     for it in flavors:
         if it not in quota:
@@ -204,7 +215,7 @@ def _group_cohort(spec: ClusterSpec, g: Group, flavors: dict[str, str], covered:
             a = abs_limits[it]
             borrow = Res(min(borrow.acc, a.acc), min(borrow.mcpu, a.mcpu), min(borrow.mib, a.mib))
         lend = ZERO if strat == SharingStrategy.DONT_LEND else lend_limits.get(it)
-        fl.append(_flavor(flavors[it], cat[it], covered, ZERO, borrow, lend))
+        fl.append(_flavor(flavors[it], cat[it], covered, own.get(it, ZERO), borrow, lend))
     obj: dict[str, Any] = {
         "apiVersion": K.API, "kind": "Cohort",
         "metadata": {"name": g.name, "annotations": {K.ANN_GROUP: _dump(g.model_dump(mode="json"))}},
@@ -222,6 +233,8 @@ def _unallocated(spec: ClusterSpec, flavors: dict[str, str], covered: list[str])
         used = ZERO
         for t in spec.teams:
             used = used + spec.team_quota(t).get(it, ZERO)
+        for g in spec.groups:
+            used = used + spec.group_quota(g).get(it, ZERO)
         rest = (cap - used).clip0()
         if rest != ZERO:
             left[it] = rest
@@ -261,8 +274,11 @@ def unexpressible(spec: ClusterSpec) -> list[str]:
                      "binds (leave it unset for borrowing bounded only by the others' demand)")
     if p.idle_compute_allocation == IdleComputeAllocation.FAIR_SHARE:
         notes.append("fair share: enable fair sharing in Kueue's Configuration (fairSharing: {enable: true, "
-                     "preemptionStrategies: [LessThanOrEqualToFinalShare, LessThanInitialShare]}), which no "
-                     "CRD object sets; the ClusterQueues carry the weights")
+                     "preemptionStrategies: [LessThanOrEqualToFinalShare]}), which no CRD object sets; the "
+                     "ClusterQueues carry the weights. Only that strategy: fairpod preempts for fair share only "
+                     "while the preemptor's share after admission stays at or below the victim's after the "
+                     "removal; Kueue's LessThanInitialShare would also stop jobs of a team whose share was higher "
+                     "only before (docs/policies.md, D5)")
     else:
         notes.append("first come first serve for idle capacity: leave fair sharing disabled in Kueue's "
                      "Configuration (the fairSharing weights are then unused)")

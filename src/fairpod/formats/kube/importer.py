@@ -347,6 +347,16 @@ def _quota_entry(it: InstanceType, d: dict[str, float | None], units: bool = Fal
     return entry
 
 
+def _limit_entry(it: InstanceType, d: dict[str, float | None]) -> dict[str, Any]:
+    """A lending or absolute borrow limit of one flavor: one unit (whole nodes, else accelerators, vCPU or memory);
+    the others follow the type's ratio."""
+    entry = _quota_entry(it, d)
+    if "count" not in entry:
+        unit = next(k for k in ("accelerators", "vcpu", "memory_gib") if k in entry)
+        entry = {"instance_type": entry["instance_type"], unit: entry[unit]}
+    return entry
+
+
 def _lend_and_borrow(what: str, with_quota: list[tuple[Any, Any]], notes: list[str]) -> dict[str, Any]:
     """LendAndBorrow with the borrow limit % that ``what``'s (quota, borrowingLimit) pairs make: no borrowingLimit
     is unlimited borrowing (fairpod's largest limit, 500 %); limits that are no single % are read as the nearest."""
@@ -408,6 +418,7 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
     lend_zero: list[bool] = []
     borrow: list[tuple[Res, Res | None]] = []
     lend_limits: list[dict[str, Any]] = []
+    only_borrows: list[dict[str, Any]] = []
     for gi, g in enumerate(_list(spec.get("resourceGroups"), f"ClusterQueue {name}.spec.resourceGroups")):
         where = f"ClusterQueue {name}.spec.resourceGroups[{gi}]"
         for fl in _list(_map(g, where).get("flavors"), f"{where}.flavors"):
@@ -430,16 +441,20 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
             ll = [v for v in r["lendingLimit"].values() if v is not None]
             lend_zero.append(bool(ll) and all(v == 0 for v in ll))
             if ll and not all(v == 0 for v in ll) and _res(r["lendingLimit"]) != q:
-                entry = _quota_entry(cat[it], r["lendingLimit"])  # a lending limit (docs/policies.md)
-                if "count" not in entry:  # a limit has one unit; the others follow the type's ratio
-                    unit = next(k for k in ("accelerators", "vcpu", "memory_gib") if k in entry)
-                    entry = {"instance_type": it, unit: entry[unit]}
-                lend_limits.append(entry)
+                lend_limits.append(_limit_entry(cat[it], r["lendingLimit"]))  # a lending limit (docs/policies.md)
             bl = r["borrowingLimit"]
             borrow.append((q, None if all(v is None for v in bl.values()) else _res(bl)))
+            if q == ZERO and borrow[-1][1] is None:  # it only borrows, without limit: the type's whole capacity
+                only_borrows.append({"instance_type": it, "count": None})  # (``from_kueue`` sizes it)
+            elif q == ZERO and borrow[-1][1] != ZERO:  # a type it only borrows: an absolute borrow limit
+                only_borrows.append(_limit_entry(cat[it], bl))
     sharing: dict[str, Any]
     with_quota = [(q, b) for q, b in borrow if q != ZERO]
-    if not spec.get("cohortName") and not spec.get("cohort"):
+    if only_borrows and (spec.get("cohortName") or spec.get("cohort")) and not (lend_zero and all(lend_zero)):
+        sharing = _lend_and_borrow(f"ClusterQueue {name}", with_quota, notes) if with_quota else \
+            {"strategy": "LendAndBorrow"}
+        sharing["absolute_borrow_limits"] = only_borrows
+    elif not spec.get("cohortName") and not spec.get("cohort"):
         sharing = {"strategy": "DontLend"}
         notes.append(f"ClusterQueue {name}: in no cohort, so it neither lends nor borrows (DontLend)")
     elif lend_zero and all(lend_zero):
@@ -519,7 +534,8 @@ def _ancestors(c: str, parents: dict[str, str]) -> set[str]:
 
 
 def _group(c: dict[str, Any], name: str, parents: dict[str, str], root: str, flavors: dict[str, str],
-           teams: list[dict[str, Any]], cat: dict[str, InstanceType], notes: list[str]) -> dict[str, Any]:
+           teams: list[dict[str, Any]], cat: dict[str, InstanceType], notes: list[str],
+           owns: dict[str, dict[str, Res]] | None = None) -> dict[str, Any]:
     """A Cohort below the root as a group: parent, weight, and the sharing its borrowing and lending limits give,
     against the quota of the ClusterQueues below it."""
     spec = _map(c.get("spec"), f"Cohort {name}.spec")
@@ -530,9 +546,14 @@ def _group(c: dict[str, Any], name: str, parents: dict[str, str], root: str, fla
             for e in t["quota"]:
                 it = e["instance_type"]
                 quota[it] = quota.get(it, ZERO) + QuotaEntry.model_validate(e).resolve(cat[it])
+    for other, own_q in (owns or {}).items():  # the Cohorts below it hold quota of their own
+        if other != name and other in below:
+            for it, q in own_q.items():
+                quota[it] = quota.get(it, ZERO) + q
     borrow: list[tuple[Res, Res | None]] = []
     lend_zero: list[bool] = []
     lend_limits: list[dict[str, Any]] = []
+    own: list[dict[str, Any]] = []
     for gi, g in enumerate(_list(spec.get("resourceGroups"), f"Cohort {name}.spec.resourceGroups")):
         where = f"Cohort {name}.spec.resourceGroups[{gi}]"
         for fl in _list(_map(g, where).get("flavors"), f"{where}.flavors"):
@@ -541,18 +562,14 @@ def _group(c: dict[str, Any], name: str, parents: dict[str, str], root: str, fla
             if it not in cat:
                 continue
             r = _resources(f, f"Cohort {name} flavor {f.get('name')}", notes)
-            if _res(r["nominalQuota"]) != ZERO:
-                notes.append(f"Cohort {name}: its own nominalQuota is ignored (a fairpod group's quota is its "
-                             "teams')")
             q = quota.get(it, ZERO)
+            if _res(r["nominalQuota"]) != ZERO:  # quota the group holds itself, shared by everyone below it
+                own.append(_quota_entry(cat[it], r["nominalQuota"]))
+                q = q + _res(r["nominalQuota"])
             ll = [v for v in r["lendingLimit"].values() if v is not None]
             lend_zero.append(bool(ll) and all(v == 0 for v in ll))
             if ll and not all(v == 0 for v in ll):
-                entry = _quota_entry(cat[it], r["lendingLimit"])
-                if "count" not in entry:
-                    unit = next(k for k in ("accelerators", "vcpu", "memory_gib") if k in entry)
-                    entry = {"instance_type": it, unit: entry[unit]}
-                lend_limits.append(entry)
+                lend_limits.append(_limit_entry(cat[it], r["lendingLimit"]))
             bl = r["borrowingLimit"]
             borrow.append((q, None if all(v is None for v in bl.values()) else _res(bl)))
     with_quota = [(q, b) for q, b in borrow if q != ZERO]
@@ -569,9 +586,28 @@ def _group(c: dict[str, Any], name: str, parents: dict[str, str], root: str, fla
     weight = 1 if fs.get("weight") is None else min(100, max(0, round(
         _qty(fs["weight"], f"Cohort {name}.spec.fairSharing.weight"))))
     out: dict[str, Any] = {"name": name, "fair_share_weight": weight, "sharing": sharing}
+    if own:
+        out["quota"] = own
     parent = parents.get(name, "")
     if parent and parent != root:
         out["parent"] = parent
+    return out
+
+
+def _own_quota(c: dict[str, Any], name: str, flavors: dict[str, str], cat: dict[str, InstanceType],
+               notes: list[str]) -> dict[str, Res]:
+    """A Cohort's own nominalQuota per instance type."""
+    out: dict[str, Res] = {}
+    spec = _map(c.get("spec"), f"Cohort {name}.spec")
+    for gi, g in enumerate(_list(spec.get("resourceGroups"), f"Cohort {name}.spec.resourceGroups")):
+        where = f"Cohort {name}.spec.resourceGroups[{gi}]"
+        for fl in _list(_map(g, where).get("flavors"), f"{where}.flavors"):
+            f = _map(fl, f"{where}.flavors[]")
+            it = flavors.get(str(f.get("name")), str(f.get("name")))
+            if it in cat:
+                q = _res(_resources(f, f"Cohort {name} flavor {f.get('name')}", notes)["nominalQuota"])
+                if q != ZERO:
+                    out[it] = out.get(it, ZERO) + q
     return out
 
 
@@ -650,6 +686,20 @@ def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = 
     classes = _priority_classes(objs, notes)
     if any(c["weight"] for c in classes):
         ranking_seen.append(True)
+    owns = {_name(c): _own_quota(c, _name(c), flavors, cat, []) for c in objs.by_kind["Cohort"]}
+    tree = [_group(c, name, parents, root, flavors, teams, cat, notes, owns)
+            for c in objs.by_kind["Cohort"] if (name := _name(c)) != root]
+    tree += [{"name": name} for name, parent in parents.items() if name != root and parent and
+             not any(g["name"] == name for g in tree)]
+    for g in tree:  # a Cohort's own nominalQuota is capacity too
+        for e in g.get("quota", ()):
+            it = e["instance_type"]
+            totals[it] = totals.get(it, ZERO) + QuotaEntry.model_validate(e).resolve(cat[it])
+    for c in objs.by_kind["Cohort"]:
+        if _name(c) == root:  # the root's own quota: shared by every queue of the tree, fairpod's unallocated capacity
+            for it, q in _own_quota(c, root, flavors, cat, notes).items():
+                totals[it] = totals.get(it, ZERO) + q
+                unallocated = True
     groups = []
     taken: set[str] = set()
     order = list(dict.fromkeys([*flavors.values(), *totals]))  # a flavor without quota is still a node type
@@ -672,10 +722,10 @@ def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = 
         notes.append(f"Topology {_name(topo)} ({', '.join(levels)}): where each node sits is in the nodes' labels, "
                      "not in Kueue objects; to place by topology, add cluster.topology_levels and each instance "
                      "group's topology to the spec (docs/placement.md)")
-    tree = [_group(c, name, parents, root, flavors, teams, cat, notes)
-            for c in objs.by_kind["Cohort"] if (name := _name(c)) != root]
-    tree += [{"name": name} for name, parent in parents.items() if name != root and parent and
-             not any(g["name"] == name for g in tree)]
+    for t in teams:  # a queue that borrows a type without limit and has no quota of it: up to the whole type
+        for e in t["sharing"].get("absolute_borrow_limits", ()):
+            if e.get("count", 0) is None:
+                e["count"] = next((g["count"] for g in groups if g["instance_type"] == e["instance_type"]), 0)
     return {
         "cluster": {"name": cluster, "instance_groups": groups},
         "instance_types": custom,
