@@ -51,7 +51,8 @@ class LiveServer:
     """``fairpod up --foreground`` with its own temporary home; ``stop()`` ends it and what it started."""
 
     def __init__(self, spec_yaml: str | None = None, *, executor: str = "local", keep: bool = False,
-                 env: dict[str, str] | None = None, start_timeout: float = 60.0) -> None:
+                 env: dict[str, str] | None = None, start_timeout: float = 60.0,
+                 launcher: Sequence[str] = ("-m", "fairpod.cli.main")) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="fairpod-bench-"))
         self.start_timeout = start_timeout  # how long ``with LiveServer(...)`` waits for /healthz
         self.home = self.tmp / "home"
@@ -70,6 +71,7 @@ class LiveServer:
             self.spec_path.write_text(spec_yaml)
         self.proc: subprocess.Popen[bytes] | None = None
         self.token = ""
+        self.launcher = list(launcher)  # what the interpreter runs, given ``up --foreground ...`` after it
 
     def __enter__(self) -> LiveServer:
         try:
@@ -88,7 +90,7 @@ class LiveServer:
         self.stop()
 
     def start(self, timeout: float = 60.0) -> None:
-        args = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(self.port)]
+        args = [sys.executable, *self.launcher, "up", "--foreground", "--port", str(self.port)]
         if self.spec_path is not None:
             args += ["--spec", str(self.spec_path)]
         if self.executor != "local":

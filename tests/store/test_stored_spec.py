@@ -66,3 +66,19 @@ def test_a_restart_with_waiting_jobs_validates_none_of_their_specs(tmp_path: Pat
     assert seen.n == 0, f"{seen.n} specs validated again at the restart"
     assert {j.spec.command[0] for j in h.store.list_jobs(finished=False)} == {"sleep"}
     h.close()
+
+
+def test_the_spec_cache_keeps_one_entry_per_job_not_one_per_version(tmp_path: Path) -> None:
+    """Every write of a job bumps its row's ``updated_at``; the specs built for reading are kept per job, the
+    version read last, not per version: a job read after each of its writes (submitted, admitted, started,
+    finished, as a dashboard does) kept an entry per version until 20,000 of them were cleared, ~40 MiB of a
+    control plane under a steady load (benchmarks/memory_soak.py)."""
+    h = InProc(tmp_path)
+    job = h.submit("many", "john", 60)
+    store_jobs._SPECS.clear()
+    for i in range(12):
+        h.store.update_job(job.id, {"reason": f"version {i}"})
+        assert h.store.get_job(job.id).spec.command == ["sleep", "60"]
+        assert [j.reason for j in h.store.list_jobs() if j.id == job.id] == [f"version {i}"]
+    assert len(store_jobs._SPECS) == 1
+    h.close()

@@ -71,7 +71,11 @@ JOB_FIELDS: dict[str, f.Conv] = {
 }
 
 
-_SPECS: dict[tuple[int, float], JobSpec] = {}  # (id, updated_at) -> the validated spec of that row version
+# job id -> (updated_at of the row version read last, its validated spec): one entry per job, replaced when the row
+# changes. Keyed by (id, updated_at) before, every version of a job (submitted, admitted, started, finished: each
+# write bumps updated_at) kept an entry until 20,000 of them cleared the lot: the control plane's memory grew by
+# ~40 MiB of dead versions under a steady load before it levelled (benchmarks/memory_soak.py)
+_SPECS: dict[int, tuple[float, JobSpec]] = {}
 _SPECS_MAX = 20_000
 
 
@@ -107,13 +111,13 @@ def _spec_of(r: Any) -> JobSpec:
     """The row's JobSpec (``stored_spec``), built once per row version (reads of long job lists are the API's
     hot path). A spec's update bumps ``updated_at``, so a cached spec is never stale; callers never mutate a
     Job's spec."""
-    key = (r.id, r.updated_at)
-    spec = _SPECS.get(key)
-    if spec is None:
-        spec = stored_spec(r.spec)
-        if len(_SPECS) >= _SPECS_MAX:
-            _SPECS.clear()
-        _SPECS[key] = spec
+    hit = _SPECS.get(r.id)
+    if hit is not None and hit[0] == r.updated_at:
+        return hit[1]
+    spec = stored_spec(r.spec)
+    if hit is None and len(_SPECS) >= _SPECS_MAX:
+        _SPECS.clear()
+    _SPECS[r.id] = (r.updated_at, spec)
     return spec
 
 
@@ -304,7 +308,7 @@ class JobOps(Ops):
         out = []
         for jid, sp, row in zip(ids, specs, rows, strict=True):
             if len(_SPECS) < _SPECS_MAX:
-                _SPECS[(jid, ts)] = sp  # the spec just validated: not validated again from its JSON
+                _SPECS[jid] = (ts, sp)  # the spec just validated: not validated again from its JSON
             out.append(to_job(SimpleNamespace(id=jid, **row)))
         return out
 
