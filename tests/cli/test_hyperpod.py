@@ -128,16 +128,44 @@ def test_the_seeds_hyperpod_commands_verbatim(server: Server, tmp_path: Path):
     assert r.returncode == 0 and r.stdout.startswith("Successfully cancelled job smpv2-llama2")
 
 
-def test_a_config_field_fairpod_cannot_give_is_refused_by_name(server: Server, tmp_path: Path):
-    for extra, field in [("base_results_dir: ./result\n", "base_results_dir"),
-                         ("volumes: [{name: data}]\n", "volumes")]:
-        (tmp_path / "c.yaml").write_text(CONFIG + extra)
-        r = hyperpod(server, "hyperpod start-job --config-file c.yaml", tmp_path)
-        assert r.returncode != 0 and r.stderr.startswith(f"hyperpod: error: c.yaml: {field} is not supported"), r.stderr
-    (tmp_path / "c.yaml").write_text(CONFIG.replace("    pullPolicy", "    label_selector: {a: b}\n    pullPolicy"))
+def test_every_problem_of_a_config_file_is_in_one_answer(server: Server, tmp_path: Path):
+    """The HyperPod CLI's template asked for one field per try before; now every field fairpod cannot honour is
+    named in one answer, and nothing is submitted."""
+    bad = CONFIG.replace("    pullPolicy", "    label_selector: {required: {team-rack: [a]}}\n"
+                         "    persistent_volume_claims: [{claimName: fsx, mountPath: /fsx}]\n    pullPolicy")
+    (tmp_path / "c.yaml").write_text(bad + "volumes: [{name: data}]\n")
     r = hyperpod(server, "hyperpod start-job --config-file c.yaml", tmp_path)
-    assert "cluster.cluster_config.label_selector is not supported" in r.stderr
+    assert r.returncode != 0 and r.stderr.startswith("hyperpod: error: c.yaml: fairpod cannot run this job as the "
+                                                     "file asks (3 problems):"), r.stderr
+    for words in ("volumes: not a field", "persistent_volume_claims: fairpod has no volume claims",
+                  "label_selector.required team-rack: a: fairpod places by instance type"):
+        assert words in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
     assert server.api("GET", "/jobs").json()["jobs"] == []
+
+
+def test_the_templates_other_keys_are_mapped(server: Server, tmp_path: Path):
+    """base_results_dir: a per-job directory with job.json; custom labels: the job's labels; volumes: mounts;
+    ntasks_per_node: torchrun's processes per node; service accounts and preferred labels: a warning each."""
+    (tmp_path / "train.py").write_text(TRAIN)
+    cfg = CONFIG.replace("    ntasks_per_node: 1", "    ntasks_per_node: 4").replace(
+        "      kueue.x-k8s.io/priority-class: fine-tuning-priority",
+        "      kueue.x-k8s.io/priority-class: fine-tuning-priority\n      project: llama").replace(
+        "    pullPolicy", f"    volumes: [{{volumeName: d, hostPath: {tmp_path}/data, mountPath: /data}}]\n"
+        "    service_account_name: trainer\n    label_selector: {preferred: {sagemaker.amazonaws.com/"
+        "deep-health-check-status: [Passed]}, weights: [100]}\n    pullPolicy")
+    (tmp_path / "c.yaml").write_text(cfg + "base_results_dir: ./results\n")
+    r = hyperpod(server, "hyperpod start-job --config-file c.yaml --on-host", tmp_path)
+    assert r.returncode != 0 and "without the image (--on-host) the job sees the node's own paths" in r.stderr
+    r = hyperpod(server, "hyperpod start-job --config-file c.yaml", tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "service_account_name trainer: Kubernetes only" in r.stderr and "a preference fairpod does not" in r.stderr
+    job = server.job("hyperpod-cli-test")
+    assert job["labels"] == {"project": "llama"} and job["priority"] == "fine-tuning"
+    assert f"{tmp_path}/data:/data" in job["mounts"] and job["env"]["PET_NPROC_PER_NODE"] == "4"
+    results = tmp_path / "results" / "hyperpod-cli-test"
+    assert json.loads((results / "job.json").read_text())["id"] == job["id"]
+    assert job["env"]["RESULTS_DIR"] == str(results) and f"{results}:{results}" in job["mounts"]
 
 
 def test_job_name_flag_works_on_every_fairpod_job_verb(server: Server, tmp_path: Path):

@@ -42,16 +42,19 @@ INSTANCE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/insta
 DHC_LABELS = {"deep-health-check-passed": "true", "sagemaker.amazonaws.com/deep-health-check-status": "Passed"}
 HEALTH_LABEL = ("sagemaker.amazonaws.com/node-health-status", "Schedulable")
 
-# hyp flags whose meaning fairpod cannot give: refused with one line
-UNSUPPORTED = {
-    "--volume": "volumes are not mounted: the command runs on the node, paths refer to the node's files",
+# hyp flags that mean something only to Kubernetes: accepted, each with one warning
+K8S_ONLY = {
+    "--scheduler-type": "fairpod's own scheduler admits, orders and preempts every job (Kueue's part)",
     "--service-account-name": "there are no Kubernetes service accounts: replicas run as the team's OS user "
                               "(run_as in the cluster spec)",
-    "--scheduler-type": "fairpod's scheduler places every job",
-    "--accelerators-limit": "a fairpod replica gets exactly what it requests (--accelerators)",
-    "--vcpu-limit": "a fairpod replica gets exactly what it requests (--vcpu)",
-    "--memory-limit": "a fairpod replica gets exactly what it requests (--memory)",
+    "--elastic-replica-increment-step": "an elastic job grows and shrinks one replica at a time",
+    "--elastic-replica-discrete-values": "an elastic job may run with any count from --node-count to "
+                                         "--max-node-count",
+    "--elastic-scaling-timeout-in-seconds": "fairpod grows a job when capacity is idle, without a timeout",
+    "--elastic-scale-up-snooze-time-in-seconds": "fairpod grows a job when capacity is idle",
 }
+LIMITS = {"--accelerators-limit": "accelerators", "--vcpu-limit": "vcpu", "--memory-limit": "memory",
+          "--accelerator-partition-limit": "accelerator_partition_count"}
 
 
 class HypParser(argparse.ArgumentParser):
@@ -69,13 +72,6 @@ class HypParser(argparse.ArgumentParser):
             self.error(f"unrecognized arguments: {' '.join(extra)} (see fairpod {self.prog.removeprefix('fairpod ')}"
                        " -h)")
         return ns, extra
-
-
-class _Refuse(argparse.Action):
-    def __call__(self, parser: argparse.ArgumentParser, ns: argparse.Namespace, values: Any,
-                 option_string: str | None = None) -> None:
-        flag = option_string or self.dest
-        parser.error(f"{flag} is not supported by fairpod: {UNSUPPORTED[flag]}")
 
 
 def _bool(v: str) -> bool:
@@ -169,10 +165,10 @@ def _create_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--environment", type=_json_map, metavar="JSON", help='\'{"KEY": "value"}\'')
     p.add_argument("--label-selector", "--label_selector", type=_json_map, metavar="JSON",
                    help="node labels: the instance type and deep health check labels are understood")
-    p.add_argument("--required-topology", type=topology_level, metavar="LABEL",
+    p.add_argument("--required-topology", type=_topology, metavar="LABEL",
                    help="all replicas in one domain of this topology level (a level of the cluster spec, or its "
                    "node label, e.g. topology.k8s.aws/network-node-layer-3)")
-    p.add_argument("--preferred-topology", type=topology_level, metavar="LABEL",
+    p.add_argument("--preferred-topology", type=_topology, metavar="LABEL",
                    help="replicas in as few domains of this topology level as fit")
     p.add_argument("--accelerator-partition-type", metavar="PROFILE", help="a MIG profile, e.g. mig-1g.10gb")
     p.add_argument("--accelerator-partition-count", type=int, metavar="N", help="MIG partitions per node")
@@ -185,8 +181,50 @@ def _create_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--command", type=_list, metavar="LIST", help="'[python, train.py]'")
     p.add_argument("--args", type=_list, metavar="LIST", help="'[--epochs, 3]'")
     p.add_argument("--version", help="the hyp flag schema version (1.0 or 1.1; both read alike)")
-    for flag in UNSUPPORTED:
-        p.add_argument(flag, action=_Refuse, nargs="?", help=argparse.SUPPRESS)
+    p.add_argument("--volume", action="append", metavar="name=N,type=hostPath,mount_path=P,path=H[,read_only=B]",
+                   help="a hostPath volume: the node's directory H at P in the image (type=pvc is refused: "
+                   "there are no volume claims)")
+    for flag, key in LIMITS.items():
+        p.add_argument(flag, dest=key.removesuffix("_count") + "_limit", type=float, metavar="N",
+                       help=f"Kubernetes' limit: a fairpod replica gets exactly its request, so the limit is the "
+                       f"request when --{key.replace('_', '-')} is not given")
+    p.add_argument("--max-node-count", type=int, metavar="N", help="elastic: grow up to N replicas into idle "
+                   "capacity (from --node-count), shrink back before being preempted")
+    p.add_argument("--elastic-graceful-shutdown-timeout-in-seconds", dest="grace", type=float, metavar="S",
+                   help="the grace period between SIGTERM and SIGKILL when a replica is stopped")
+    p.add_argument("--debug", action="store_true", help="print the job fairpod submits")
+    for flag in K8S_ONLY:
+        p.add_argument(flag, dest="k8s_" + flag[2:].replace("-", "_"), metavar="VALUE",
+                       help=f"accepted with a warning: {K8S_ONLY[flag]}")
+
+
+def _topology(v: str) -> str:
+    """A topology level, also as HyperPod writes it: ``topology.kubernetes.io/zone=us-west-2a`` (the level's
+    label and a domain; fairpod keeps the level)."""
+    return topology_level(v.partition("=")[0])
+
+
+def volume(text: str) -> str:
+    """``--volume name=N,type=hostPath,mount_path=P,path=H[,read_only=true]`` as ``H:P[:ro]``."""
+    fields: dict[str, str] = {}
+    for item in text.split(","):
+        k, eq, v = item.partition("=")
+        if not eq or not k.strip():
+            raise CliError(f"--volume {text}: want name=N,type=hostPath,mount_path=P,path=H (key=value pairs)")
+        fields[k.strip()] = v.strip()
+    kind = fields.get("type", "hostPath")
+    if kind.lower() == "pvc":
+        raise CliError(f"--volume {text}: fairpod has no persistent volume claims ({fields.get('claim_name')}); "
+                       "mount the node's directory with type=hostPath,path=DIR")
+    if kind != "hostPath":
+        raise CliError(f"--volume {text}: type {kind} is not known (hostPath)")
+    host, mount = fields.get("path"), fields.get("mount_path")
+    if not host or not mount or not host.startswith("/") or not mount.startswith("/"):
+        raise CliError(f"--volume {text}: give path=HOST_DIR and mount_path=DIR, both absolute")
+    unknown = set(fields) - {"name", "type", "mount_path", "path", "read_only"}
+    if unknown:
+        raise CliError(f"--volume {text}: unknown key(s) {', '.join(sorted(unknown))}")
+    return f"{host}:{mount}" + (":ro" if fields.get("read_only", "false").lower() == "true" else "")
 
 
 def team_of(namespace: str | None, queue: str | None = None) -> str | None:
@@ -198,9 +236,8 @@ def team_of(namespace: str | None, queue: str | None = None) -> str | None:
         found[m.group("team")] = f"--namespace {namespace}"
     if queue is not None:
         m = QUEUE_RE.match(queue)
-        if not m:
-            raise CliError(f"--queue-name {queue!r} is not a team's queue: use hyperpod-ns-<team>-localqueue")
-        found.setdefault(m.group("team"), f"--queue-name {queue}")
+        if m:
+            found.setdefault(m.group("team"), f"--queue-name {queue}")
     if len(found) > 1:
         raise CliError("--namespace and --queue-name name different teams: " + ", ".join(found.values()))
     return next(iter(found), None)
@@ -210,46 +247,90 @@ def create(a: argparse.Namespace) -> int:
     from fairpod.formats.kube import ENV_CONFIG
     from fairpod.formats.kube.image import image_env
 
+    problems: list[str] = []
+    warnings = [f"{flag} {getattr(a, 'k8s_' + flag[2:].replace('-', '_'))}: accepted, no effect here: {why}"
+                for flag, why in K8S_ONLY.items() if getattr(a, "k8s_" + flag[2:].replace("-", "_")) is not None]
     team = team_of(a.namespace, a.queue_name)
     if team is None:
-        raise CliError("which team? give --queue-name hyperpod-ns-<team>-localqueue (or --namespace "
-                       "hyperpod-ns-<team>)")
+        from fairpod.cli.job_cmds import only_team
+
+        try:
+            team = only_team()
+        except CliError as e:
+            why = f"--queue-name {a.queue_name} is not hyperpod-ns-<team>-localqueue; " if a.queue_name else ""
+            raise CliError(f"which team? {why}give --queue-name hyperpod-ns-<team>-localqueue (or --namespace "
+                           f"hyperpod-ns-<team>): {e}") from None
+        if a.queue_name:
+            warnings.append(f"--queue-name {a.queue_name}: not a team's queue (hyperpod-ns-<team>-localqueue); the "
+                            f"job goes to your only team, {team}")
     argv = [*(a.command or []), *(a.args or [])]
     in_image = bool(a.image) and not a.on_host
     if not a.command and not in_image:
-        raise CliError("give the command to run: --command '[python, train.py]' (or --image, whose entrypoint "
-                       "runs)")
+        problems.append("give the command to run: --command '[python, train.py]' (or --image, whose entrypoint "
+                        "runs)")
     if not a.command and a.args:
-        raise CliError("--args without --command: give the command to run in the image")
+        problems.append("--args without --command: give the command to run in the image")
     body: dict[str, Any] = {"name": a.job_name, "team": team}
     if a.priority:
         body["priority"] = a.priority.removesuffix("-priority")
     if a.max_retry is not None:
         if a.max_retry < 0:
-            raise CliError("--max-retry must be 0 or more")
-        body.update(auto_resume=a.max_retry > 0, max_retry=a.max_retry)
+            problems.append("--max-retry must be 0 or more")
+        body.update(auto_resume=a.max_retry > 0, max_retry=max(0, a.max_retry))
+    for key, flag in (("accelerators", "--accelerators"), ("vcpu", "--vcpu"), ("memory", "--memory"),
+                      ("accelerator_partition", "--accelerator-partition-count")):
+        request = getattr(a, key if key != "accelerator_partition" else "accelerator_partition_count")
+        limit = getattr(a, key + "_limit")
+        if limit is not None and request is None:
+            setattr(a, key if key != "accelerator_partition" else "accelerator_partition_count",
+                    int(limit) if key == "accelerator_partition" else limit)
+        elif limit is not None and limit != request:
+            warnings.append(f"{flag.replace('-count', '')}-limit {limit:g}: a fairpod replica gets exactly its "
+                            f"request ({flag} {request:g}); the limit is not used")
     fields = {"instance_type": a.instance_type, "nodes": a.node_count, "accelerators": a.accelerators,
-              "vcpu": a.vcpu, "memory_gib": a.memory}
+              "vcpu": a.vcpu, "memory_gib": a.memory, "termination_grace_seconds": a.grace}
     body.update({k: v for k, v in fields.items() if v is not None})
+    if a.max_node_count is not None:
+        body.update(max_nodes=a.max_node_count, nodes=a.node_count or 1)
     dhc = bool(a.deep_health_check_passed_nodes_only)
     for k, v in (a.label_selector or {}).items():
         if k in INSTANCE_LABELS:
             if a.instance_type and a.instance_type != v:
-                raise CliError(f"--label-selector {k}={v} and --instance-type {a.instance_type} differ")
+                problems.append(f"--label-selector {k}={v} and --instance-type {a.instance_type} differ")
             body["instance_type"] = v
         elif DHC_LABELS.get(k) == v:
             dhc = True
         elif (k, v) == HEALTH_LABEL:
             continue  # fairpod places jobs on schedulable nodes only
         else:
-            raise CliError(f"--label-selector {k}={v} is not supported by fairpod: it places jobs by instance type "
-                           "and deep health check only")
+            warnings.append(f"--label-selector {k}={v}: not a label fairpod's nodes carry; fairpod places by "
+                            "instance type and deep health check, so it does not narrow the nodes")
     if dhc:
         body["deep_health_check_passed_nodes_only"] = True
-    for key in ("required_topology", "preferred_topology", "accelerator_partition_type",
-                "accelerator_partition_count"):
+    for flag in ("required_topology", "preferred_topology"):
+        raw = getattr(a, flag)
+        if raw is not None:
+            body[flag] = raw
+    for key in ("accelerator_partition_type", "accelerator_partition_count"):
         if getattr(a, key) is not None:
             body[key] = getattr(a, key)
+    mounts = []
+    for v in a.volume or []:
+        try:
+            mounts.append(volume(v))
+        except CliError as e:
+            problems.append(str(e))
+    if mounts and not in_image:
+        moved = [m for m in mounts if m.split(":")[0] != m.split(":")[1]]
+        if moved:
+            problems.append(f"--volume {', '.join(moved)}: without an image (--on-host) the command sees the node's "
+                            "own paths; a directory mounted elsewhere needs --image")
+        mounts = []
+    if len(problems) == 1:
+        raise CliError(f"hyp create hyp-pytorch-job: {problems[0]}")
+    if problems:
+        raise CliError(f"hyp create hyp-pytorch-job: fairpod cannot run this job as asked ({len(problems)} "
+                       "problems):\n" + "\n".join(f"  - {p}" for p in problems))
     env = dict(a.environment or {})
     pet: dict[str, Any] = {"elastic": False}
     if a.tasks_per_node is not None:
@@ -260,14 +341,20 @@ def create(a: argparse.Namespace) -> int:
         body.update(env={**image_env(pet, {"nodes": int(a.node_count or 1)}), **env}, command=argv, image=a.image)
         if a.pull_policy:
             body["image_pull_policy"] = a.pull_policy
+        if mounts:
+            body["mounts"] = mounts
     else:
         env[ENV_CONFIG] = json.dumps(pet)
         body["env"] = env
         body["command"] = [sys.executable, "-m", "fairpod.formats.kube.pod", "--", *argv]
         body["workdir"] = os.getcwd()
+    for w in warnings:
+        print(f"fairpod: warning: {w}", file=sys.stderr)
     if a.image and not in_image:
         print(f"fairpod: note: the image {a.image} is not used (--on-host): the command runs on the node, which "
               "needs its interpreter, libraries and code", file=sys.stderr)
+    if a.debug:
+        emit_json(body)
     job = Client().submit(body)
     print(f"hyp-pytorch-job {job['name']} created in namespace hyperpod-ns-{job['team']}: fairpod job {job['id']}, "
           f"{job['state']} — {job['reason']}")

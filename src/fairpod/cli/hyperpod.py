@@ -12,10 +12,9 @@ them, on fairpod.
 
 ``hyp …`` is ``fairpod hyp …`` (the HyperPod CLI v3's ``hyp create hyp-pytorch-job`` and the rest).
 
-Reads answer in JSON, as the HyperPod CLI does. ``--config-file`` takes the HyperPod CLI's own YAML: the
-``training_cfg`` (entry script, arguments, run name, nodes) and ``cluster`` (instance type, namespace, Kueue
-labels) fields are mapped to the job's; a field whose meaning fairpod cannot give is refused by name, never
-dropped. The entry script runs as ``python SCRIPT ARGS`` on each node with the job's replicas' environment
+Reads answer in JSON, as the HyperPod CLI does. ``--config-file`` takes the HyperPod CLI's own YAML (its
+template's every key: fairpod.cli.hyp_config); a field whose meaning fairpod cannot give is refused by name,
+every such field of the file in one answer, never dropped. The entry script runs as ``python SCRIPT ARGS`` on each node with the job's replicas' environment
 (``fairpod.formats.kube.pod``: the ``PET_*`` variables torchrun reads).
 """
 
@@ -30,20 +29,6 @@ from typing import Any, NoReturn
 from fairpod.cli.errors import CliError
 
 ENTRY = "hyperpod"
-# HyperPod config fields that configure the HyperPod CLI's own config loader (Hydra), not the job
-LOADER_KEYS = {"defaults", "hydra"}
-# cluster.cluster_config fields fairpod gives as the HyperPod CLI does, or that mean nothing for a job here
-SAME_MEANING = {"pullPolicy", "restartPolicy"}
-REFUSED = {
-    "volumes": "volumes are not mounted: the command runs on the node, paths refer to the node's files",
-    "persistent_volume_claims": "there are no Kubernetes volume claims: paths refer to the node's files",
-    "service_account_name": "there are no Kubernetes service accounts: replicas run as the team's OS user",
-    "annotations": "there are no pod annotations: the job's labels are its team and priority",
-    "base_results_dir": "there is no results volume: each replica's output is its log (hyperpod get-log)",
-    "scheduler_type": "fairpod's scheduler places every job",
-}
-
-
 class Parser(argparse.ArgumentParser):
     """One-line errors: ``hyperpod start-job: error: …``."""
 
@@ -112,121 +97,35 @@ def _team(ns: str | None, what: str = "--namespace") -> str | None:
         raise CliError(f"{what}: {e}") from None
 
 
-def _config_args(path: str) -> tuple[list[str], list[str] | None, str | None]:
-    """fairpod start-job flags, the command and the image from a HyperPod CLI config file."""
+def _config(path: str) -> Any:
+    """The job a HyperPod CLI config file asks for (fairpod.cli.hyp_config); every problem of it in one error."""
+    from fairpod.cli import hyp_config
     from fairpod.cli.files import read_yaml
 
-    doc = read_yaml(path)
-    if not isinstance(doc, dict):
-        raise CliError(f"{path}: expected the HyperPod CLI's job config (training_cfg, cluster, …)")
+    teams: list[str] = []
 
-    def refuse(field: str, why: str) -> NoReturn:
-        raise CliError(f"{path}: {field} is not supported by fairpod: {why}")
+    def team_of(ns: str) -> str | None:
+        """The team of ``hyperpod-ns-<team>``, or of a namespace named as a team; else None (a Kubernetes
+        namespace such as the template's ``kubeflow``)."""
+        if not ns.startswith("hyperpod-ns-"):
+            from fairpod.cli.client import Client
 
-    args: list[str] = []
-    known = {"training_cfg", "cluster", "container", "env_vars", *LOADER_KEYS, *REFUSED}
-    for k in doc:
-        if k in REFUSED:
-            refuse(k, REFUSED[k])
-        if k not in known:
-            refuse(k, "not a field of the HyperPod CLI's job config that fairpod knows")
-    tc = doc.get("training_cfg") or {}
-    cl = doc.get("cluster") or {}
-    if not isinstance(tc, dict) or not isinstance(cl, dict):
-        raise CliError(f"{path}: training_cfg and cluster must be mappings")
-    command = None
-    for k, v in tc.items():
-        if k == "entry_script":
-            command = ["python", str(v)]
-        elif k == "script_args":
-            pass  # below, once the entry script is known
-        elif k == "run":
-            if not isinstance(v, dict):
-                raise CliError(f"{path}: training_cfg.run must be a mapping (name, nodes, ntasks_per_node)")
-            for rk, rv in v.items():
-                if rk == "name":
-                    args += ["--name", str(rv)]
-                elif rk == "nodes":
-                    args += ["--node-count", str(rv)]
-                elif rk == "ntasks_per_node":
-                    _one_task_per_node(str(rv), f"{path}: training_cfg.run.ntasks_per_node")
-                else:
-                    refuse(f"training_cfg.run.{rk}", "fairpod's job has a name, nodes and one task per node")
-        else:
-            refuse(f"training_cfg.{k}", "fairpod's job takes entry_script, script_args and run")
-    if tc.get("script_args") and command is None:
-        raise CliError(f"{path}: training_cfg.script_args without training_cfg.entry_script")
-    if command is not None:
-        command += _script_args(tc.get("script_args"), f"{path}: training_cfg.script_args")
-    for k, v in cl.items():
-        if k == "instance_type":
-            args += ["--instance-type", str(v)]
-        elif k == "cluster_type":
-            if str(v) != "k8s":
-                refuse("cluster.cluster_type", f"{v!r}: fairpod runs HyperPod's EKS (k8s) jobs")
-        elif k == "cluster_config":
-            args += _cluster_config(v, path, refuse)
-        else:
-            refuse(f"cluster.{k}", "fairpod's cluster takes instance_type, cluster_type and cluster_config")
-    env = doc.get("env_vars") or {}
-    if not isinstance(env, dict):
-        raise CliError(f"{path}: env_vars must be a mapping of NAME: value")
-    for k, v in env.items():
-        args += ["--env", f"{k}={'' if v is None else v}"]
-    image = doc.get("container")
-    return args, command, str(image) if image else None
+            teams[:] = teams or [t["name"] for t in Client().get("/teams")["teams"]]
+            return ns if ns in teams else None
+        try:
+            return _team(ns)
+        except CliError:
+            return None
 
-
-def _cluster_config(cc: Any, path: str, refuse: Any) -> list[str]:
-    if not isinstance(cc, dict):
-        raise CliError(f"{path}: cluster.cluster_config must be a mapping")
-    args: list[str] = []
-    for k, v in cc.items():
-        if k == "namespace":
-            args += ["--team", str(_team(str(v), f"{path}: cluster.cluster_config.namespace"))]
-        elif k == "custom_labels":
-            for lk, lv in (v or {}).items():
-                if lk == "kueue.x-k8s.io/queue-name":
-                    args += ["--team", str(_team(str(lv), f"{path}: cluster.cluster_config.custom_labels.{lk}"))]
-                elif lk == "kueue.x-k8s.io/priority-class":
-                    args += ["--priority", str(lv)]
-                else:
-                    refuse(f"cluster.cluster_config.custom_labels.{lk}", "fairpod knows Kueue's queue-name "
-                           "and priority-class labels")
-        elif k == "label_selector":
-            refuse("cluster.cluster_config.label_selector", "nodes are chosen by instance_type (and "
-                   "--deep-health-check-passed-nodes-only), not by labels")
-        elif k in REFUSED:
-            refuse(f"cluster.cluster_config.{k}", REFUSED[k])
-        elif k == "pullPolicy":
-            if str(v) not in ("Always", "IfNotPresent", "Never"):
-                refuse("cluster.cluster_config.pullPolicy", f"{v!r}: Always, IfNotPresent or Never")
-            args += ["--image-pull-policy", str(v)]
-        elif k == "restartPolicy" and str(v) not in ("OnFailure", "Never"):
-            refuse("cluster.cluster_config.restartPolicy", f"{v!r}: OnFailure or Never")
-        elif k not in SAME_MEANING:
-            refuse(f"cluster.cluster_config.{k}", "not a field fairpod knows")
-    return args
-
-
-def _script_args(v: Any, what: str) -> list[str]:
-    """HyperPod's script_args: a list of strings, or of one-key mappings ({--epochs: 3})."""
-    if v is None:
-        return []
-    if isinstance(v, str):
-        import shlex
-
-        return shlex.split(v)
-    if not isinstance(v, list):
-        raise CliError(f"{what}: expected a list ('--epochs', 3 or --epochs: 3)")
-    out: list[str] = []
-    for item in v:
-        if isinstance(item, dict):
-            for k, x in item.items():
-                out += [str(k), str(x)]
-        else:
-            out.append(str(item))
-    return out
+    cfg = hyp_config.read(read_yaml(path), path, team_of)
+    if len(cfg.problems) == 1:
+        raise CliError(f"{path}: {cfg.problems[0]}")
+    if cfg.problems:
+        raise CliError(f"{path}: fairpod cannot run this job as the file asks ({len(cfg.problems)} problems):\n"
+                       + "\n".join(f"  - {p}" for p in cfg.problems))
+    for w in cfg.warnings:
+        print(f"{ENTRY}: warning: {path}: {w}", file=sys.stderr)
+    return cfg
 
 
 def _one_task_per_node(v: str, what: str) -> None:
@@ -239,14 +138,16 @@ def start_job(a: argparse.Namespace) -> int:
     from fairpod.cli.client import Client
     from fairpod.cli.job_cmds import JOB_FLAGS, job_body
     from fairpod.cli.main import build_parser as fairpod_parser
+    from fairpod.formats.kube import ENV_CONFIG
 
     argv: list[str] = ["start-job"]
     command: list[str] | None = None
     image = a.image
-    if a.config_file:
-        extra, command, cfg_image = _config_args(a.config_file)
-        argv += extra
-        image = image or cfg_image
+    cfg = _config(a.config_file) if a.config_file else None
+    if cfg is not None:
+        argv += cfg.args
+        command = cfg.command
+        image = image or cfg.image
     if a.tasks_per_node is not None:
         _one_task_per_node(a.tasks_per_node, "--tasks-per-node")
     for flag, value in [("--name", a.job_name), ("--instance-type", a.instance_type),
@@ -270,29 +171,61 @@ def start_job(a: argparse.Namespace) -> int:
         raise CliError("give the script to run: --entry-script train.py (or training_cfg.entry_script in "
                        "--config-file)")
     in_image = bool(image) and not a.on_host
+    pet = dict(cfg.pet) if cfg else {}
+    results = _results_dir(cfg.results_dir, argv) if cfg and cfg.results_dir else None
     if in_image:  # the script in the image, with the training operator's variables expanded as it starts
         from fairpod.formats.kube.image import image_env
 
         argv += ["--image", str(image)] + (["--image-pull-policy", a.pull_policy] if a.pull_policy else [])
         nodes = int(a.node_count) if a.node_count and str(a.node_count).isdigit() else 1
-        for k, v in image_env({"elastic": False}, {"nodes": nodes}).items():
+        for k, v in image_env({"elastic": False, **pet}, {"nodes": nodes}).items():
             argv += ["--env", f"{k}={v}"]
+        for m in (cfg.mounts if cfg else []) + ([f"{results}:{results}"] if results else []):
+            argv += ["--mount", m]
     else:
         while "--image-pull-policy" in argv:  # from cluster_config.pullPolicy: there is no image to pull
             i = argv.index("--image-pull-policy")
             del argv[i:i + 2]
+        moved = [m for m in (cfg.mounts if cfg else []) if m.split(":")[0] not in cfg.host_volumes] if cfg else []
+        if moved:
+            raise CliError(f"{a.config_file}: volumes {', '.join(moved)}: without the image (--on-host) the job "
+                           "sees the node's own paths; a hostPath mounted elsewhere needs the image")
+        if pet:
+            argv += ["--env", f"{ENV_CONFIG}={json.dumps(pet)}"]
+    if results:
+        argv += ["--env", f"RESULTS_DIR={results}"]
     ns = fairpod_parser("start-job").parse_args(argv)
     if in_image:
         ns.job_command = command
     else:
         ns.job_command = [sys.executable, "-m", "fairpod.formats.kube.pod", "--", sys.executable, *command[1:]]
     body = job_body(ns)
+    if cfg and cfg.labels:
+        body["labels"] = cfg.labels
     job = Client(fields=JOB_FLAGS).submit(body)
+    if results:
+        from pathlib import Path
+
+        Path(results, "job.json").write_text(json.dumps({k: job.get(k) for k in (
+            "id", "name", "team", "priority", "instance_type", "nodes", "image", "labels")}, indent=1) + "\n")
     if image and not in_image:
         print(f"hyperpod: note: the image {image} is not used (--on-host): the script runs on the node",
               file=sys.stderr)
     print(f"Successfully created job {job['name']}")
     return 0
+
+
+def _results_dir(base: str, argv: list[str]) -> str:
+    """``base_results_dir/<run name>``, made for the submitter (as the HyperPod CLI makes its results directory)."""
+    from pathlib import Path
+
+    name = argv[argv.index("--name") + 1] if "--name" in argv else "job"
+    path = Path(base, name).absolute()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"base_results_dir {base}: cannot make {path}: {e.strerror or e}") from None
+    return str(path)
 
 
 def _params(a: argparse.Namespace) -> dict[str, Any]:

@@ -37,6 +37,8 @@ COMMAND_MODULES = [
     "fairpod.cli.backup_cmds",
     "fairpod.cli.kube_cmds",
     "fairpod.cli.hyp_cmds",
+    "fairpod.cli.srun_cmds",
+    "fairpod.cli.sacct_cmds",
     "fairpod.cli.shell_cmds",
     "fairpod.cli.registry_cmds",
 ]

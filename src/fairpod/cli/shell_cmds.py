@@ -32,30 +32,42 @@ GRACE = 10  # seconds between the notice that the shell must end and its SIGHUP
 
 def register(sub: argparse._SubParsersAction) -> None:
     for name, hlp in [("shell", "a shell with accelerators allocated to you, governed like any job"),
-                      ("salloc", "Slurm's salloc: an allocation, and a shell in it"),
-                      ("srun", "Slurm's srun --pty CMD: an interactive command in a new allocation")]:
-        p = sub.add_parser(name, help=hlp, description=hlp[0].upper() + hlp[1:] + ". The allocation is a job of "
-                           "your team's queue (quota, borrowing, preemption); the shell ends when you leave it, "
-                           "after the policy's idle timeout, at its maximum duration, or when the job is "
-                           "preempted (with a notice on the terminal).")
-        p.add_argument("--team", "-A", "--account", dest="team", help="the team (default: your only team)")
-        p.add_argument("--accelerators", "-G", "--gpus", dest="accelerators", type=int, metavar="N",
-                       help="accelerators per node (default: the whole node)")
-        p.add_argument("--node-count", "-N", "--nodes", dest="node_count", type=int, metavar="N",
-                       help="nodes (default 1)")
-        p.add_argument("--instance-type", "-p", "--partition", dest="instance_type",
-                       help="instance type (default: the cluster's only one)")
-        p.add_argument("--priority", "-q", "--qos", dest="priority", help="priority class")
-        p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
-                       help="end the shell after this long without input or output (at most the policy's)")
-        p.add_argument("--max-duration", type=float, metavar="SECONDS",
-                       help="end it after this long (at most the policy's)")
-        p.add_argument("-t", "--time", dest="max_duration", type=slurm_time, metavar="TIME",
-                       help="Slurm's form of --max-duration: MINUTES, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]")
-        if name == "srun":
-            p.add_argument("--pty", action="store_true", required=True, help="run the command on a terminal")
-        p.add_argument("command", nargs=argparse.REMAINDER, help="the command (default: $SHELL, else sh)")
-        p.set_defaults(func=shell, shell_verb=name)
+                      ("salloc", "Slurm's salloc: an allocation, and a shell in it")]:
+        _options(sub.add_parser(name, help=hlp, description=_description(hlp)), name)
+
+
+def _description(hlp: str) -> str:
+    return (hlp[0].upper() + hlp[1:] + ". The allocation is a job of your team's queue (quota, borrowing, "
+            "preemption); the shell ends when you leave it, after the policy's idle timeout, at its maximum "
+            "duration, or when the job is preempted (with a notice on the terminal).")
+
+
+def pty_parser() -> argparse.ArgumentParser:
+    """``fairpod srun --pty CMD``'s parser (fairpod.cli.srun_cmds hands ``--pty`` lines to it)."""
+    hlp = "Slurm's srun --pty CMD: an interactive command in a new allocation"
+    return _options(argparse.ArgumentParser(prog="fairpod srun", description=_description(hlp)), "srun")
+
+
+def _options(p: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    p.add_argument("--team", "-A", "--account", dest="team", help="the team (default: your only team)")
+    p.add_argument("--accelerators", "-G", "--gpus", dest="accelerators", type=int, metavar="N",
+                   help="accelerators per node (default: the whole node)")
+    p.add_argument("--node-count", "-N", "--nodes", dest="node_count", type=int, metavar="N",
+                   help="nodes (default 1)")
+    p.add_argument("--instance-type", "-p", "--partition", dest="instance_type",
+                   help="instance type (default: the cluster's only one)")
+    p.add_argument("--priority", "-q", "--qos", dest="priority", help="priority class")
+    p.add_argument("--idle-timeout", type=float, metavar="SECONDS",
+                   help="end the shell after this long without input or output (at most the policy's)")
+    p.add_argument("--max-duration", type=float, metavar="SECONDS",
+                   help="end it after this long (at most the policy's)")
+    p.add_argument("-t", "--time", dest="max_duration", type=slurm_time, metavar="TIME",
+                   help="Slurm's form of --max-duration: MINUTES, MM:SS, HH:MM:SS or D-HH[:MM[:SS]]")
+    if name == "srun":
+        p.add_argument("--pty", action="store_true", required=True, help="run the command on a terminal")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command (default: $SHELL, else sh)")
+    p.set_defaults(func=shell, shell_verb=name)
+    return p
 
 
 def slurm_time(v: str) -> float:

@@ -72,7 +72,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-W", "--wait", action="store_true",
                    help="wait for the job to end; exit 0 if it succeeded, else its first replica's exit code or 1")
     p.add_argument("--test-only", action="store_true", help="check the script and print the job, submit nothing")
-    p.add_argument("script", metavar="SCRIPT", help="the batch script")
+    p.add_argument("script", metavar="SCRIPT", nargs="?",
+                   help="the batch script (none: the script is read from stdin, as in 'sbatch < job.sh')")
     p.add_argument("args", nargs=argparse.REMAINDER, metavar="ARGS", help="arguments of the script")
     p.set_defaults(func=sbatch)
 
@@ -130,6 +131,10 @@ def _cli_settings(a: argparse.Namespace) -> list[Any]:
 
 
 def _team(c: Client) -> str:
+    """The team of a script that names none: the submitter's only team, else the cluster's only one."""
+    me = c.get("/me")
+    if me.get("role") == "member" and len(me.get("teams") or []) == 1:
+        return str(me["teams"][0])
     teams = [t["name"] for t in c.get("/teams")["teams"]]
     if len(teams) == 1:
         return teams[0]
@@ -166,12 +171,27 @@ def _exit_code(job: dict[str, Any]) -> int:
     return 1
 
 
+def _stdin_script() -> str:
+    """The batch script given on stdin (``sbatch < job.sh``, a here-document), as Slurm reads it."""
+    from fairpod.formats.slurm.sbatch import MAX_SCRIPT
+
+    if sys.stdin is None or sys.stdin.isatty():
+        raise CliError("no batch script: give SCRIPT, or the script on stdin (sbatch < job.sh)")
+    raw = sys.stdin.buffer.read(MAX_SCRIPT + 1)
+    if len(raw) > MAX_SCRIPT:
+        raise CliError(f"the script on stdin is over {MAX_SCRIPT // 1024} KiB; batch scripts are limited to that")
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise CliError("the script on stdin is not a text file (not UTF-8)") from None
+
+
 def sbatch(a: argparse.Namespace) -> int:
     from fairpod.formats.slurm.sbatch import BatchError, read_script, to_job, unknown_patterns
 
     args = a.args[1:] if a.args[:1] == ["--"] else a.args
     try:
-        bs = read_script(a.script)
+        bs = read_script(a.script) if a.script else read_script("sbatch", _stdin_script())
         bs.settings.extend(_cli_settings(a))
     except BatchError as e:
         raise CliError(str(e)) from None

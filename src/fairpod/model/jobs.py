@@ -38,6 +38,8 @@ MAX_ARGS = 4096  # words of a command
 MAX_ENV = 512  # variables of a job's env
 MAX_TEXT = 128 * 1024  # bytes of a command, of an env
 ENV_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+LABEL_KEY = re.compile(r"(?:[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?")
+LABEL_VALUE = re.compile(r"(?:[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?")
 
 
 class JobSpec(BaseModel):
@@ -111,6 +113,10 @@ class JobSpec(BaseModel):
                                description="with image: PATH[:MIB] empty directories of the replica's own in memory "
                                "(a tmpfs counted in its memory; /dev/shm sized), gone when it ends (Kubernetes' "
                                "emptyDir)")
+    labels: dict[str, str] = Field(
+        default_factory=dict, max_length=64,
+        description="the submitter's own labels (a HyperPod config's custom_labels, a manifest's): shown with the "
+        "job, nothing else reads them")
     # resilience (docs/resilience.md): gang readiness and restarts in place
     ready_timeout_seconds: float | None = Field(
         default=None, ge=1, le=7 * 86400,
@@ -152,6 +158,10 @@ class JobSpec(BaseModel):
                     raise ValueError(f"{what} holds a NUL byte, which no process can be given")
             if size > MAX_TEXT:
                 raise ValueError(f"{what} is {size} bytes; at most {MAX_TEXT} bytes are accepted")
+        for key, value in self.labels.items():
+            if not LABEL_KEY.fullmatch(key) or len(value) > 63 or not LABEL_VALUE.fullmatch(value):
+                raise ValueError(f"label {key[:80]!r}: {value[:80]!r}: a label is [PREFIX/]NAME (letters, digits, "
+                                 "-_. at most 63) with a value of at most 63 such characters, as in Kubernetes")
         for key in self.env:
             if not ENV_KEY.fullmatch(key):
                 raise ValueError(f"env name {key[:60]!r} is not a valid variable name (letters, digits, _)")

@@ -96,8 +96,9 @@ def protected_dirs(runs: Path | None = None, checkpoint_root: Path | None = None
 def make_as(path: str, ids: tuple[int, int] | None, what: str) -> None:
     """Make the directory ``path`` (and its missing parents) as the user ``ids`` (uid, gid; None: this process's
     own), in a forked child that has become that user, so nothing is made where it may not write. Raises
-    :class:`HostPathError` with the reason."""
-    if os.path.isdir(path):
+    :class:`HostPathError` with the reason. A file that exists is left as it is (pyxis's
+    ``--container-mounts=/etc/os-release:/host/os-release`` binds a file)."""
+    if os.path.exists(path):
         return
     if ids is None or os.geteuid() != 0:
         try:

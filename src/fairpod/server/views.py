@@ -89,6 +89,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             env=job.spec.env if reader is None or reader.acts_for(job.team) else dict.fromkeys(job.spec.env, HIDDEN),
             workdir=job.spec.workdir,
             image=job.spec.image, image_pull_policy=job.spec.image_pull_policy, mounts=job.spec.mounts,
+            labels=job.spec.labels,
             checkpoint={"at": job.checkpoint_at, "step": job.checkpoint_step, "path": job.checkpoint_path},
             master_port=job.master_port,
             termination_grace_seconds=job.spec.termination_grace_seconds,

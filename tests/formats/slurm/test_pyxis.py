@@ -78,7 +78,6 @@ def test_sbatch_container_image_runs_the_script_in_the_image(tmp_path: Path):
     ("#!/bin/bash\n#SBATCH --container-name=x --container-image=ubuntu\necho\n", "--container-name: fairpod keeps"),
     ("#!/bin/bash\nsrun --container-image=ubuntu --container-remap-root id\n", "never as root"),
     ("#!/bin/bash\nsrun --container-image=ubuntu --no-container-entrypoint id\n", "entrypoint"),
-    ("#!/bin/bash\necho start\nsrun --container-image=ubuntu hostname\n", "only command"),
     ("#!/bin/bash\nsrun --container-image=ubuntu echo $SLURM_PROCID\n", "plain words"),
     ("#!/bin/bash\n#SBATCH -N2\nsrun -N1 --container-image=ubuntu hostname\n", "one task on every node"),
     ("#!/bin/bash\n#SBATCH --container-mounts=/a:/a\necho\n", "go with --container-image"),
@@ -90,8 +89,29 @@ def test_what_cannot_be_honoured_is_refused_in_one_line(tmp_path: Path, text: st
 
 
 def test_srun_refuses_container_flags_it_would_not_honour():
-    with pytest.raises(SrunError, match="only command is srun --container-image"):
+    """Inside a host script srun decides when the script runs: a container step is refused then, by name."""
+    with pytest.raises(SrunError, match="only command, or with #SBATCH --container-image"):
         parse(["--container-image=ubuntu", "hostname"])
+    with pytest.raises(SrunError, match="squashfs file is enroot's image format"):
+        parse(["-l", "--container-image", "/fsx/apps/pytorch.sqsh", "--container-mounts", "/fsx", "hostname"])
+
+
+def test_container_steps_are_decided_when_the_script_runs(tmp_path: Path):
+    """awsome-distributed-training's FSDP scripts put --container-image in an array inside
+    ``if [ ! -z $CONTAINER_IMAGE ]``: with the variable unset the steps run on the node, so the script is a host
+    job (not refused); a literal container step beside other commands is a host script too, its srun refusing
+    the step when it runs; beside plain exports it is an image job with them in its environment."""
+    fsdp = ("#!/bin/bash\n#SBATCH --nodes=2\nset -ex;\nif [ ! -z $CONTAINER_IMAGE ];\nthen\n    declare -a ARGS=(\n"
+            "        --container-image $CONTAINER_IMAGE\n        --container-mounts $FSX_MOUNT\n    )\nfi\n"
+            "srun -l \"${ARGS[@]}\" torchrun train.py\n")
+    body, notes = job_of(fsdp, tmp_path)
+    assert "image" not in body and body["command"][1:3] == ["-m", "fairpod.formats.slurm.runner"]
+    assert any("refuses that step" in n for n in notes)
+    body, _ = job_of("#!/bin/bash\necho start\nsrun --container-image=ubuntu hostname\n", tmp_path)
+    assert "image" not in body
+    body, _ = job_of("#!/bin/bash\nset -ex\nexport NCCL_DEBUG=INFO\nsrun --container-image=ubuntu hostname\n",
+                     tmp_path)
+    assert body["image"] == "docker.io/library/ubuntu" and body["env"]["NCCL_DEBUG"] == "INFO"
 
 
 def test_sbatch_command_line_takes_pyxis_flags(tmp_path: Path):

@@ -159,22 +159,26 @@ def _body_lines(text: str) -> list[tuple[int, str]]:
     return out
 
 
-def srun_container_line(text: str) -> tuple[int, list[str]] | None:
-    """(line, srun's arguments) of the script's ``srun --container-image`` command, None when it has none; a
-    script with other commands beside it is refused (its steps would run on the node, outside the image)."""
+def srun_container_line(text: str) -> tuple[int, list[str], dict[str, str]] | None:
+    """(line, srun's arguments, variables the script exports before it) when the script's one step is a literal
+    ``srun --container-image=REF … CMD``; None otherwise: then whether a step runs in an image is decided when
+    the script runs (``if [ -n "$CONTAINER_IMAGE" ]`` … ``srun "${ARGS[@]}"``), by srun (fairpod.formats.slurm.srun).
+    Beside it the script may only export plain values (``export NCCL_DEBUG=INFO``, ``set -ex``): they are the
+    container's; anything else makes the script a host script, decided when it runs."""
     lines = _body_lines(text)
-    found = [(no, s) for no, s in lines if re.match(r"srun\s", s) and "--container-image" in s]
-    if not found:
-        for no, s in lines:
-            if re.search(r"--container-(image|mounts)", s):
-                raise PyxisError(f"line {no}: --container-image on fairpod runs when the script's only command is "
-                                 "srun --container-image=REF … CMD (or with #SBATCH --container-image)")
+    found = [(no, s) for no, s in lines if re.match(r"srun\s", s) and re.search(r"--container-image[=\s]\S", s)]
+    if len(found) != 1:
         return None
     no, s = found[0]
-    if len(lines) > 1:
-        other = next(n for n, _ in lines if n != no)
-        raise PyxisError(f"line {no}: srun --container-image runs on fairpod when it is the script's only command "
-                         f"(each node's task becomes the job's replica in the image); line {other} is another one")
+    exports: dict[str, str] = {}
+    for n, other in lines:
+        if n == no:
+            continue
+        m = re.fullmatch(r"(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(\S*)", other)
+        if m and not SHELL_SYNTAX.search(m.group(2).strip("'\"")):
+            exports[m.group(1)] = m.group(2).strip("'\"")
+        elif not re.fullmatch(r"set\s+[-+][a-z]+;?", other):
+            return None
     s = re.split(r"\s#", s, maxsplit=1)[0]  # a comment starts a word, as in the shell (REGISTRY#IMAGE is none)
     try:
         words = shlex.split(s)
@@ -185,7 +189,7 @@ def srun_container_line(text: str) -> tuple[int, list[str]] | None:
         raise PyxisError(f"line {no}: srun --container-image runs without a shell on the node: write the command "
                          f"in plain words (not {bad.group(0)!r}), or quote a shell's script for the image: "
                          "srun … sh -c '…'")
-    return no, words[1:]
+    return no, words[1:], exports
 
 
 def shell_of(text: str, path: str) -> list[str]:
@@ -234,7 +238,8 @@ def to_image_job(body: dict[str, Any], sbatch_flags: dict[str, Any], origin: str
         notes.append("the batch script runs in the image (pyxis's sbatch --container-image)")
     else:
         assert found is not None
-        no, argv = found
+        no, argv, exports = found
+        env.update(exports)
         flags, rest = split_flags(argv)
         _check(flags, f"line {no}: srun ")
         try:

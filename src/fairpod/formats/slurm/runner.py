@@ -164,14 +164,17 @@ def run_batch(server: StepServer, cfg: dict[str, Any], args: list[str], run_dir:
     node = server.node
     relaunch = (run_dir.parent / "started").exists()
     append = cfg.get("open_mode") == "append" or (relaunch and cfg.get("open_mode") != "truncate")
-    out_path = Path(expand_pattern(str(cfg.get("output") or "slurm-%j.out"), env, node))
+    step = bool(cfg.get("srun"))  # fairpod srun CMD: its step's output is the log alone, which srun streams
+    default_out = "slurm-%A_%a.out" if env.get("SLURM_ARRAY_TASK_ID") else "slurm-%j.out"
+    out_path = Path(expand_pattern(str(cfg.get("output") or default_out), env, node))
     err_path = Path(expand_pattern(str(cfg["error"]), env, node)) if cfg.get("error") else None
-    out_f = _open_output(out_path, append)
+    out_f = None if step else _open_output(out_path, append)
     err_f = _open_output(err_path, append) if err_path and err_path.absolute() != out_path.absolute() else None
     (run_dir.parent / "started").write_text(f"{time.time()}\n")
-    _say(f"batch job {jid} ({cfg.get('name')}) on {nnodes} node(s) {nodelist}: running {cfg.get('script_name')} "
-         f"{shlex.join(args)}".rstrip() + f" (output: {out_path.absolute()}"
-         + (f", errors: {err_path.absolute()}" if err_f else "") + ")")
+    if not step:
+        _say(f"batch job {jid} ({cfg.get('name')}) on {nnodes} node(s) {nodelist}: running "
+             f"{cfg.get('script_name')} {shlex.join(args)}".rstrip() + f" (output: {out_path.absolute()}"
+             + (f", errors: {err_path.absolute()}" if err_f else "") + ")")
     log = sys.stdout.buffer
     try:
         proc = subprocess.Popen([str(script), *args], env=env, stdin=subprocess.DEVNULL,
@@ -180,7 +183,8 @@ def run_batch(server: StepServer, cfg: dict[str, Any], args: list[str], run_dir:
         _say(f"cannot run the batch script: {e.strerror or e}")
         return 126
     assert proc.stdout is not None and proc.stderr is not None
-    tees = [Tee(proc.stdout, [out_f, log]), Tee(proc.stderr, [err_f or out_f, log])]
+    tees = [Tee(proc.stdout, [f for f in (out_f, log) if f is not None]),
+            Tee(proc.stderr, [f for f in (err_f or out_f, log) if f is not None])]
     rc = proc.wait()
     for t in tees:
         t.thread.join(5.0)
@@ -188,7 +192,8 @@ def run_batch(server: StepServer, cfg: dict[str, Any], args: list[str], run_dir:
         if f is not None:
             f.close()
     code = rc if rc >= 0 else 128 - rc
-    _say(f"batch script ended: exit {code}" + (f" (killed by signal {-rc})" if rc < 0 else ""))
+    if not step:
+        _say(f"batch script ended: exit {code}" + (f" (killed by signal {-rc})" if rc < 0 else ""))
     end_job(server, run_dir, nnodes)
     return code
 
@@ -250,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_term)
     server.start()
     server.publish()
-    _say(f"node {node} (rank {rank}) serves job steps on 127.0.0.1:{server.port}")
+    if not cfg.get("srun"):
+        _say(f"node {node} (rank {rank}) serves job steps on 127.0.0.1:{server.port}")
     try:
         return run_batch(server, cfg, args, run_dir) if rank == 0 else serve_node(server)
     except WireError as e:

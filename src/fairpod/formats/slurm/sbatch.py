@@ -411,6 +411,10 @@ def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str
     if image_job is not None:
         body, more = image_job
         notes += more
+    elif re.search(r"--container-(image|mounts)", bs.text):
+        notes.append("the script's steps run on the node unless srun is given --container-image when the script "
+                     "runs; fairpod then refuses that step (a container step runs as the script's only command "
+                     "or with #SBATCH --container-image: docs/slurm.md)")
     return body, notes
 
 

@@ -123,8 +123,13 @@ def parse(argv: list[str]) -> Options:
         elif name in ("-D", "--chdir"):
             o.chdir, i = _take(argv, i, name, eq, val, short_val)
         elif name.startswith(("--container-", "--no-container-")):
-            raise SrunError(f"{name}: pyxis's flags run when the batch script's only command is srun "
-                            "--container-image=REF … CMD, or with #SBATCH --container-image (docs/slurm.md)")
+            image = val if eq else (argv[i + 1] if name == "--container-image" and i + 1 < len(argv) else "")
+            if image.endswith((".sqsh", ".squashfs")):
+                raise SrunError(f"--container-image {image}: a squashfs file is enroot's image format; fairpod runs "
+                                "OCI images from a registry (--container-image=REGISTRY#IMAGE:TAG)")
+            raise SrunError(f"{name}: this step would run in a container image, which fairpod does only when srun "
+                            "--container-image=REF … CMD is the batch script's only command, or with #SBATCH "
+                            "--container-image (docs/slurm.md); here the script's other commands run on the node")
         elif name in IGNORED_WITH_VALUE:
             _, i = _take(argv, i, name, eq, val, short_val)
             o.notes.append(f"{name} has no effect on fairpod's local executor (ignored)")
@@ -305,6 +310,8 @@ def run_step(o: Options, env: dict[str, str]) -> int:
         print("srun: warning: --auto-resume=1, but the job was submitted without auto-resume: a failure "
               "ends the job (add '#FAIRPOD --auto-resume' to the script)", file=sys.stderr, flush=True)
     cmd, notes = rewrite_torchrun(o.command, set(job_nodes), env.get("MASTER_PORT"))
+    if cmd[0] in ("/bin/hostname", "/usr/bin/hostname"):  # Slurm's quick start: srun -N3 -l /bin/hostname
+        cmd = ["hostname", *cmd[1:]]  # the job's own, first on PATH: the node's name, as on a cluster
     for n in o.notes + notes:
         print(f"srun: {n}", file=sys.stderr, flush=True)
     recs = wait_nodes(run_dir, [r for r, _ in plan])
