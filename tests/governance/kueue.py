@@ -18,7 +18,8 @@ it translates. The translation, the same for every case:
   first name), fairpod by the later submitted: the workloads are submitted in reverse order so that both name the
   same job; the incoming workload waited ``WAITED`` seconds (fair share stops only jobs that lose less than 1/100 of
   that: here they lose nothing);
-- reclaims that would destroy much work do not wait (``preemption_cost_wait_seconds: 0``: Kueue has no such rule).
+- reclaims that would destroy much work do not wait (``preemption_cost_wait_seconds: 0``: Kueue has no such rule);
+- a team reclaims and stops its own lower-priority jobs together (``policy.reclaim_with_own_jobs: true``, opt-in).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ def cohort(queues: dict[str, dict[str, Any]], *, fair: bool = False, scale: int 
         "cluster": {"name": "cohort", "instance_groups": [{"name": "n", "instance_type": KT, "count": nodes}]},
         "instance_types": [{"name": KT, "accelerators": 1, "vcpu": 4, "memory_gib": 16}],
         "policy": {"task_prioritization": "TaskRanking", "preemption_cost_wait_seconds": 0,
+                   "reclaim_with_own_jobs": True,
                    "idle_compute_allocation": "FairShare" if fair else "FirstComeFirstServe"},
         "teams": teams,
     })

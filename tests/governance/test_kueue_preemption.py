@@ -247,3 +247,12 @@ def test_preempt_from_all_cluster_queues_in_cohort_waits_with_the_right_reason()
                    "but the rest is held by other teams' borrowed jobs that cannot be preempted yet")
     s.now += 600.0
     assert sorted(d.job for d in schedule(s) if isinstance(d, Preempt)) == ["c1-low", "c2-low"]
+
+
+def test_without_the_policy_a_team_does_not_reclaim_and_stop_its_own_jobs_together():
+    """The same case with ``policy.reclaim_with_own_jobs`` off (the default): c1's job waits, as before."""
+    s = c1c2()
+    s.reclaim_with_own = False
+    admitted(s, ("c1-low", "c1", 3, -1), ("c1-mid", "c1", 2), ("c2-low", "c2", 3, -1), ("c2-mid", "c2", 4))
+    got, pre, why = incoming(s, "c1", 4)
+    assert got is None and pre == [] and why == "no idle k1 capacity to borrow"

@@ -45,6 +45,7 @@ def _policy_snapshot(spec: ClusterSpec, now: float) -> Snapshot:
         preempt_min_wait=p.preemption_min_wait_seconds,
         cost_wait=p.preemption_cost_wait_seconds,
         consolidation=p.consolidation,
+        reclaim_with_own=p.reclaim_with_own_jobs,
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),
     )

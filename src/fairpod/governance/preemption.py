@@ -9,7 +9,7 @@ Candidates, by the situation of the pending job J of team T on instance type I:
 - priority: T preempts its own lower-priority jobs (TaskRanking, team's preempt_team_tasks LowerPriority);
   with a per-user cap (rule 9) J fits only once its user is within the cap, so a job over its user's cap
   starts only in place of enough of that user's own lower-priority jobs.
-- reclaim and priority together (``quota.reclaims_with_own``): J does not fit T's quota beside T's jobs, but would once
+- reclaim and priority together (``quota.reclaims_with_own``, opt-in: ``policy.reclaim_with_own_jobs``): J does not fit T's quota beside T's jobs, but would once
   T's lower-priority jobs stop, and other teams borrow I: the scheduler asks for a plan with both kinds of
   candidates (``within_after``), taken in the victim order (borrowed work first) until J fits *within* T's quota,
   so a team below its quota takes back what it lent and stops its own lower-priority jobs together (Kueue's

@@ -263,7 +263,7 @@ def reclaims_with_own(snap: Snapshot, w: Workload) -> bool:
     ``preempt_team_tasks: LowerPriority``), other teams borrow ``w``'s type, and ``w`` fits within the quota once
     the team's lower-priority jobs that may be stopped (outside their ``min_runtime``) are gone."""
     team = snap.teams[w.team]
-    if not (team.preempt_lower and snap.task_ranking):
+    if not (snap.reclaim_with_own and team.preempt_lower and snap.task_ranking):
         return False
     over = snap.pool(w.itype).over
     if over[0] <= 0 and over[1] <= 0 and over[2] <= 0:

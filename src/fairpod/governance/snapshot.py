@@ -336,10 +336,13 @@ class Snapshot:
         preempt_min_wait: float = 0.0,
         cost_wait: float = 0.0,
         consolidation: str = "Off",
+        reclaim_with_own: bool = False,
     ) -> None:
         # rule 12 (``governance.consolidation``): move borrowed jobs to free whole nodes for a waiting multi-node
         # job: "Off", "WithinQuota" (for a job within its team's quota) or "AlsoBorrowing" (for one that borrows too)
         self.consolidation = consolidation
+        # rules 3 and 4 together (``quota.reclaims_with_own``): opt-in, ``policy.reclaim_with_own_jobs``
+        self.reclaim_with_own = reclaim_with_own
         # preemption that costs least (``governance.preemption.plan``): a victim whose next checkpoint is due within
         # ``checkpoint_wait`` seconds is not taken before it; a pending job triggers preemption only once it has
         # waited ``preempt_min_wait`` seconds (0: both off)
