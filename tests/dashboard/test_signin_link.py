@@ -22,7 +22,7 @@ def test_a_one_time_link_signs_in_once_and_holds_no_token(server: Server, browse
     page.goto(server.url + "/#/teams")
     page.locator("#team-table tr[data-team=smith]").wait_for()
     # the same link a second time (a bookmark, a shared screen): refused, with what to do
-    page2 = browser_context.new_page()  # a new tab: its own, empty sessionStorage
+    page2 = browser_context.new_page()  # another tab
     page2.goto(link)
     page2.wait_for_function("document.querySelector('#login-error').textContent.includes('fairpod dashboard')")
     assert page2.locator("#nav").is_hidden()
@@ -61,3 +61,26 @@ def test_nodes_in_natural_order_whole_accelerators_and_priority_as_in_the_cli(tm
     finally:
         server.kill(signal.SIGTERM)
         server.kill_replicas()
+
+
+def test_a_sign_in_holds_for_every_tab_and_a_signed_out_address_shows_only_the_card(server: Server,
+                                                                                    browser_context: Any):
+    """The sign-in lasted one tab only (sessionStorage), and a page address typed while signed out drew that page
+    under the sign-in card."""
+    out = browser_context.new_page()
+    out.goto(server.url + "/#/teams")
+    out.wait_for_selector("#login", state="visible")
+    assert out.locator("#page-teams").is_hidden() and out.locator("#nav").is_hidden()
+    out.evaluate("new Promise((done) => { addEventListener('hashchange', () => setTimeout(done, 0), {once: true}); "
+                 "location.hash = '#/tasks'; })")  # typed into the address bar while signed out; after the app's turn
+    assert out.locator("#page-tasks").is_hidden() and out.locator("#login").is_visible()
+    page = browser_context.new_page()
+    page.goto(server.cli("dashboard").stdout.strip())
+    page.wait_for_selector("#nav", state="visible")
+    other = browser_context.new_page()  # another tab, no link
+    other.goto(server.url + "/#/teams")
+    other.wait_for_selector("#nav", state="visible")
+    assert other.locator("#page-teams").is_visible() and other.locator("#login").is_hidden()
+    page.click("#signout")  # signs out the other tab too
+    other.wait_for_selector("#login", state="visible")
+    assert other.locator("#page-teams").is_hidden()

@@ -1,7 +1,7 @@
 // fairpod dashboard: a small page of our own over the JSON API (/api/v1). It polls the API every
 // POLL_MS while open, so every page updates without a reload. Charts: plotly.js (served from the
-// installed plotly package). The token stays in this tab's sessionStorage and goes out only as a
-// bearer token to this server.
+// installed plotly package). The token stays in this browser's localStorage for this server (every tab of it
+// is signed in; signing out in one signs out all) and goes out only as a bearer token to this server.
 "use strict";
 
 const POLL_MS = 2000;
@@ -16,7 +16,7 @@ const DASHES = ["dash", "dot", "dashdot", "longdash", "longdashdot"];  // capaci
 const SYMBOLS = ["circle", "square", "diamond", "triangle-up", "x", "cross", "star", "hexagon"];
 
 const state = {
-  token: sessionStorage.getItem("fairpod.token") || "",
+  token: localStorage.getItem("fairpod.token") || "",
   me: null,
   page: "cluster",
   lastEventId: null,
@@ -100,11 +100,11 @@ async function signIn(token) {
   try {
     state.me = await api("/me");
   } catch (e) {
-    sessionStorage.removeItem("fairpod.token");
+    localStorage.removeItem("fairpod.token");
     showLogin(e instanceof AuthError ? "That token is unknown or revoked." : `Cannot sign in: ${e.message}`);
     return;
   }
-  sessionStorage.setItem("fairpod.token", token);
+  localStorage.setItem("fairpod.token", token);
   $("#login").hidden = true;
   $("#nav").hidden = false;
   $("#who").hidden = false;
@@ -129,6 +129,7 @@ function fillSelect(sel, values) {
 function route() {
   const want = (location.hash.replace(/^#\/?/, "") || "cluster").split("?")[0];
   state.page = PAGES.includes(want) ? want : "cluster";
+  if (!state.me) return;  // signed out: the page is drawn once signed in, never under the sign-in card
   for (const p of PAGES) $(`#page-${p}`).hidden = p !== state.page;
   for (const a of document.querySelectorAll("nav a")) {
     if (a.dataset.page === state.page) a.setAttribute("aria-current", "page");
@@ -153,7 +154,7 @@ async function refresh() {
     live.classList.remove("stale");
   } catch (e) {
     if (e instanceof AuthError) {
-      sessionStorage.removeItem("fairpod.token");
+      localStorage.removeItem("fairpod.token");
       showLogin("Your token is no longer valid; sign in again.");
     } else {
       const live = $("#live");
@@ -440,6 +441,13 @@ function drawEvents() {
 
 // -- wiring -------------------------------------------------------------------------------------
 window.addEventListener("hashchange", route);
+window.addEventListener("storage", (ev) => {  // another tab of this server signed in or out
+  if (ev.key !== "fairpod.token") return;
+  if (!ev.newValue && state.me) {
+    state.token = "";
+    showLogin("Signed out (in another tab).");
+  } else if (ev.newValue && !state.me) signIn(ev.newValue);
+});
 document.addEventListener("DOMContentLoaded", () => {
   $("#login-form").addEventListener("submit", (ev) => {
     ev.preventDefault();
@@ -447,7 +455,7 @@ document.addEventListener("DOMContentLoaded", () => {
     if (t) signIn(t);
   });
   $("#signout").addEventListener("click", () => {
-    sessionStorage.removeItem("fairpod.token");
+    localStorage.removeItem("fairpod.token");
     state.token = "";
     $("#token").value = "";
     showLogin("Signed out.");
