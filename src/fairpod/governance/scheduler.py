@@ -747,7 +747,7 @@ class _Cycle:
                 break
             offers.sort(key=lambda o: (o[0], o[1]))
             self.offers = offers
-            nxt = []
+            nxt: list[Team] = []
             i = 0
             while i < len(offers):  # (``rank_deferred`` may insert offers after the i-th)
                 _, name, t, w = offers[i]
