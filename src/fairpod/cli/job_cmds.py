@@ -51,7 +51,7 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "image": "--image", "image_pull_policy": "--image-pull-policy", "mounts": "--mount",
              "scratch": "--scratch", "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
              "restarts_in_place": "--restarts-in-place", "restart_eval_period_seconds": "--restart-eval-period",
-             "log_rules": "--log-rule",
+             "log_rules": "--log-rule", "labels": "labels (--config-file's labels: a mapping)",
              "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
