@@ -11,8 +11,9 @@ from pathlib import Path
 
 from .conftest import SEED_SPEC, Server, wait_for
 
+# the state directory's own files: clock.json is the control plane's clock anchor (fairpod.server.steadyclock)
 STATE = {"fairpod.db", "fairpod.db-wal", "fairpod.db-shm", "server.log", "server.pid", "server.lock", "job-token.key",
-         "runs", "checkpoints"}
+         "clock.json", "runs", "checkpoints"}
 
 
 def _extra(folder: Path, expected: set[str]) -> list[str]:
