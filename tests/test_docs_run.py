@@ -35,6 +35,10 @@ def commands(text: str) -> list[str]:
 
 BLOCKS = [(f"{d.relative_to(ROOT)}: {c}", c) for d in DOCS for c in commands(d.read_text())]
 
+# one worker runs them all, in order, against its one server: a tour's later commands need its earlier ones (get-job
+# a job that start-job submitted); spread over pytest-xdist's workers, each worker's server had only its share
+pytestmark = pytest.mark.xdist_group("docs_run")
+
 
 def test_some_blocks_are_marked():
     assert len(BLOCKS) >= 5, BLOCKS
