@@ -79,6 +79,18 @@ def test_a_stop_reaches_the_process_inside_with_its_grace(
         "the replica's cgroup (and the container's inside it) is removed"
 
 
+def test_a_stop_while_the_engine_creates_the_container_still_reaches_the_process_inside(
+        ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy, image: str) -> None:
+    """The stop comes as the supervisor has started the engine, before the container exists: ``podman kill`` is
+    refused then, and the SIGTERM was lost (the replica ran out its whole grace period, then SIGKILL)."""
+    launch(ex, tmp_path, "early", "a", "trap 'echo got SIGTERM; exit 7' TERM; while true; do sleep 0.2; done", image)
+    log = tmp_path / "runs" / "early" / "0" / "0" / "output.log"
+    wait_for(lambda: log.exists() and " started " in log.read_text(), 120.0)
+    ex.stop("early", 0, 600.0)
+    e = exit_of(ex, "early", [], 120.0)
+    assert e.returncode in (7, 143), (e, output(tmp_path, "early"))  # the trap's, or before the shell had set it
+
+
 def test_node_list_shows_the_engine_and_the_cached_images(tmp_path: Path, image: str) -> None:
     from ..server.conftest import running
 

@@ -58,6 +58,7 @@ class Supervisor:
         self.stop_asked = False
         self.cleanup = False
         self.killing = False
+        self.term_kill: int | None = None  # the engine's kill carrying a container's SIGTERM; -1: it was refused
         self.kill_at: float | None = None
         self.child: subprocess.Popen[bytes] | None = None
         self.wait_status: int | None = None
@@ -109,8 +110,9 @@ class Supervisor:
             engine = sandbox.container.detect()  # through the runtime to the container's init, then the command
             if engine is not None:
                 name = sandbox.container.name_of(self.spec, str(self.dir.resolve()))
-                subprocess.Popen([engine.path, "kill", "--signal", str(int(sig)), name],
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                self.term_kill = subprocess.Popen([engine.path, "kill", "--signal", str(int(sig)), name],
+                                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                                  stderr=subprocess.DEVNULL).pid
             return
         if group is not None:
             procs.signal_group(group, sig)
@@ -130,6 +132,8 @@ class Supervisor:
                 return
             if self.ready_check is not None and self.ready_check.reaped(pid, status):
                 continue
+            if pid == self.term_kill:  # refused while the engine was still creating the container: sent again
+                self.term_kill = -1 if os.waitstatus_to_exitcode(status) else None
             if self.child is not None and pid == self.child.pid:
                 self.wait_status = status
                 self.child.returncode = os.waitstatus_to_exitcode(status)
@@ -225,17 +229,9 @@ class Supervisor:
                 os.chdir(cwd)  # as seen in the replica's own view, as its user
 
         try:
-            self.child = subprocess.Popen(
-                cmd,
-                cwd=cwd or None,
-                env=env,
-                preexec_fn=enter,
-                stdin=subprocess.DEVNULL,
-                stdout=self.out.w,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                close_fds=True,
-            )
+            self.child = subprocess.Popen(cmd, cwd=cwd or None, env=env, preexec_fn=enter, stdin=subprocess.DEVNULL,
+                                          stdout=self.out.w, stderr=subprocess.STDOUT, start_new_session=True,
+                                          close_fds=True)
         except FileNotFoundError:
             return {"returncode": 127, "signal": None, "reason": f"command not found: {cmd[0]}"}
         except PermissionError:
@@ -353,6 +349,8 @@ class Supervisor:
                 elif not self.cleanup:  # in clean-up, what is left has had its SIGTERM already
                     self._signal_tree(signal.SIGTERM)
             self._deadline(now + grace)
+        if self.term_kill == -1 and self.wait_status is None and not self.killing:
+            self._signal_tree(signal.SIGTERM)
         if self.wait_status is not None:
             if self.no_children:
                 self.out.drain()
