@@ -16,8 +16,8 @@ these paths is in its group without saying so; a test may also carry ``@pytest.m
 - ``native``: the compiled engine of tests/governance/test_native.py, built once by a module-scoped fixture (minutes
   of mypyc): spread over workers, each would build it again.
 
-Made unique per worker instead: the cgroups of the replicas. They are named ``<job>-<id>.<attempt>.<rank>``, the same
-in every test server (job ``a``, id 1...), and a server kills what is left in a group of its job's name; so each
+Made unique per worker instead: the cgroups of the replicas. They are named ``<job>-<id>.<attempt>.<rank>.<digest>``
+(the digest of the replica's directory: unique per test server, since fairpod.sandbox.group_name); besides, each
 worker gets its own cgroup subtree (``FAIRPOD_CGROUP_ROOT``: fairpod's subtree of this host, then the worker's id,
 e.g. ``fairpod/gw1``), inherited by every server, executor and Ray node the worker starts. Everything else a test
 uses is its own already: free ports, ``tmp_path`` homes and config paths (``FAIRPOD_HOME``, ``FAIRPOD_CONFIG``,

@@ -69,7 +69,7 @@ def local_executor(root: Path) -> Iterator[LocalExecutor]:
 def live_server(tmp_path: Path, jobs: tuple[str, ...], spec: str | None = None,
                 before_start: Callable[[Server], None] | None = None) -> Iterator[Server]:
     """A real ``fairpod up`` (tests/server's ``Server``); afterwards, once it and its replicas are killed, the
-    cgroups of the jobs named ``jobs`` (``<name>-<id>.<attempt>.<rank>``) are removed: the test made them."""
+    cgroups of the jobs named ``jobs`` (``<name>-<id>.<attempt>.<rank>.<digest>``) are removed: the test made them."""
     try:
         tmp_path.mkdir(parents=True, exist_ok=True)
         yield from (running(tmp_path, spec, before_start) if spec is not None
@@ -84,6 +84,6 @@ def live_server(tmp_path: Path, jobs: tuple[str, ...], spec: str | None = None,
 
 
 def group_dirs(h: cgroups.Hierarchy, job: str) -> list[Path]:
-    """The cgroup directories left of ``job`` (its replicas' groups are named ``<job>.<attempt>.<rank>``)."""
+    """The cgroup directories left of ``job`` (its replicas' groups are named ``<job>.<attempt>.<rank>.<digest>``)."""
     return [d for b in h.bases.values() if b.is_dir() for d in b.iterdir()
             if d.is_dir() and d.name.count(".") >= 2 and d.name.startswith(job if job.endswith("-") else f"{job}.")]

@@ -15,7 +15,7 @@ from fairpod.executors import LocalExecutor
 from fairpod.executors.base import JobLaunch, ReplicaExit, ReplicaLaunch
 from fairpod.sandbox import cgroups
 
-from .conftest import group_dirs, wait_for
+from .conftest import group_dirs, local_executor, wait_for
 
 HOG = "x = []\nwhile True: x.append(bytearray(8 * 2**20))"
 SPIN = """
@@ -141,3 +141,25 @@ def test_a_replica_opens_only_its_own_gpus(ex: LocalExecutor, tmp_path: Path, hi
     mine = "errno ENXIO" if gpus else "errno EPERM"
     assert seen == {0: mine, 1: "errno EPERM"}
     assert errno.EPERM  # the other GPU is refused by the cgroup, not by a missing driver
+
+
+def test_two_installs_replicas_of_one_name_keep_to_their_own_cgroups(
+        ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy) -> None:
+    """Two fairpods of one host (two installs, two test servers) both run job ``train-1``'s replica 0: a stop of
+    one signals what is in its cgroup, and that is not the other's training. Before, both were the group
+    ``train-1.0.0``: the other's processes got the SIGTERM too."""
+    got: list[ReplicaExit] = []
+    sleeper = "import time\nprint('up', flush=True)\ntime.sleep(60)"
+    launch(ex, tmp_path, "train-1", "a", sleeper)
+    wait_for(lambda: "up" in output(tmp_path, "train-1"), 30.0)
+    other = tmp_path / "other"
+    for ex2 in local_executor(other / "runs"):
+        launch(ex2, other, "train-1", "a", sleeper)
+        wait_for(lambda: "up" in output(other, "train-1"), 30.0)
+        ex2.stop("train-1", 0, 1.0)
+        assert not exit_of(ex2, "train-1", [], 60.0).ok
+    time.sleep(1.0)
+    got.extend(ex.poll())
+    assert not [x for x in got if x.job == "train-1"], got
+    assert "train-1" in ex.running()
+    assert len({d.name for d in group_dirs(hierarchy, "train-1")}) == 1, "the stopped one's cgroup is removed"

@@ -205,7 +205,7 @@ class Server:
             except OSError:
                 pass
             if hier is not None and rdir.parent.name.isdigit() and rdir.name.isdigit():
-                in_groups.update(hier.group(f"{rdir.parent.parent.name}.{rdir.parent.name}.{rdir.name}").pids())
+                in_groups.update(hier.group(sandbox.group_name(rdir.parent.parent.name, rdir.parent.name, rdir.name, rdir)).pids())
         ticks = 0
         mark = f"FAIRPOD_API_URL={self.url}\0".encode()
         for d in Path("/proc").iterdir():
@@ -239,7 +239,7 @@ class Server:
                 pass
         for rdir in (self.home / "runs").glob("*/*/*"):
             if rdir.parent.name.isdigit() and rdir.name.isdigit():
-                sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name))
+                sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name), rdir)
 
 
 def running(tmp_path: Path, spec: Path | str = SEED_SPEC,

@@ -424,7 +424,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
             child = state.read_pid(run.dir / state.CHILD_PID)
             if child is not None and (procs.start_time(child[0]) in (None, child[1])):
                 procs.signal_group(child[0], signal.SIGKILL)  # the group id outlives its leader
-            sandbox.discard(run.job, run.attempt, run.rank)  # and what left the group, with its cgroup
+            sandbox.discard(run.job, run.attempt, run.rank, run.dir)  # and what left the group, with its cgroup
         st = {"returncode": None, "signal": None, "reason": reason, "ended_at": time.time()}
         with contextlib.suppress(OSError):  # a full disk: found the same way again until the store has it
             state.write_json(run.dir / state.STATUS, st)

@@ -212,7 +212,7 @@ class Supervisor:
                     self.note(f"{k} is not bound into the replica's view: it lies under {under}, which user "
                               f"{user.name if user is not None else ids['user']} cannot enter")
             view = dataclasses.replace(view, reach=ops, keep=keep)
-        self.sandbox = box = sandbox.Sandbox(self.spec, view) if mode != "off" else None
+        self.sandbox = box = sandbox.Sandbox(self.spec, view, self.dir) if mode != "off" else None
         for n in box.notes if box is not None else ():
             self.note(n)
 
@@ -305,7 +305,7 @@ class Supervisor:
         workdir = c.get("workdir")
         if workdir and not os.path.isdir(c["workdir_source"]):
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {workdir}"}
-        self.sandbox = box = sandbox.Sandbox(s, None) if sandbox.mode() != "off" else None
+        self.sandbox = box = sandbox.Sandbox(s, None, self.dir) if sandbox.mode() != "off" else None
         for n in box.notes if box is not None else ():
             self.note(n)
         policy = c.get("pull") or ctr.default_policy(c["image"])

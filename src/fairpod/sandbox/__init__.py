@@ -17,6 +17,7 @@ The executor puts the replica's limits in its ``launch.json`` (:func:`limits_of`
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,7 @@ def _gib(mib: int) -> str:
 class Sandbox:
     """One replica's cgroup (or the reason it has none, in ``notes``)."""
 
-    def __init__(self, spec: dict[str, Any], view: namespaces.View | None = None) -> None:
+    def __init__(self, spec: dict[str, Any], view: namespaces.View | None = None, rdir: Path | None = None) -> None:
         self.notes: list[str] = []
         self.group: cgroups.Group | None = None
         self.oom_fd: int | None = None  # a container's replica on v1: container_parent()
@@ -145,7 +146,7 @@ class Sandbox:
         )
         try:
             hier = cgroups.detect()
-            self.group = hier.create(f"{spec.get('job')}.{spec.get('attempt')}.{spec.get('rank')}", limits)
+            self.group = hier.create(group_name(spec.get("job"), spec.get("attempt"), spec.get("rank"), rdir), limits)
         except cgroups.CgroupError as e:
             self.notes.append(f"limits not enforced: {e}")
 
@@ -190,10 +191,21 @@ class Sandbox:
             cgroups.remove_at(parent)  # what the engine made at that path in the other controllers
 
 
-def discard(job: str, attempt: int, rank: int) -> None:
+def group_name(job: Any, attempt: Any, rank: Any, rdir: Path | None) -> str:
+    """The cgroup of a replica: ``<job>.<attempt>.<rank>``, then a digest of its replica directory. Every fairpod
+    of a host (a second install, a test server, a Ray node agent) makes its groups in the same subtree, and job
+    names repeat across them (``john-train-1``): without the directory, a replica ending in one took the other's
+    same-named replica for what its command left behind, sent it SIGTERM and 5 s later killed its group."""
+    name = f"{job}.{attempt}.{rank}"
+    if rdir is None:
+        return name
+    return f"{name}.{hashlib.sha256(os.path.realpath(rdir).encode()).hexdigest()[:12]}"
+
+
+def discard(job: str, attempt: int, rank: int, rdir: Path | None = None) -> None:
     """After its supervisor died: kill what is left in the replica's cgroup and remove the cgroup."""
     try:
-        cgroups.detect().discard(f"{job}.{attempt}.{rank}")
+        cgroups.detect().discard(group_name(job, attempt, rank, rdir))
     except cgroups.CgroupError:
         pass
 

@@ -16,7 +16,8 @@ Two backends, one interface (:class:`Group`):
   or ``$FAIRPOD_CGROUP_ROOT`` under each controller's mount.
 
 :func:`detect` picks the backend whose cpu, memory and pids controllers are usable (v2 first), or says why none.
-Replica cgroups are named ``<job>.<attempt>.<rank>``; the supervisor creates one before the command starts,
+Replica cgroups are named ``<job>.<attempt>.<rank>.<digest of the replica's directory>`` (``sandbox.group_name``:
+unique on the host, whichever fairpod made it); the supervisor creates one before the command starts,
 moves the command into it from the forked child, and removes it once every process in it has ended.
 """
 
