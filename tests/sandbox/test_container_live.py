@@ -87,8 +87,10 @@ def test_a_stop_while_the_engine_creates_the_container_still_reaches_the_process
     log = tmp_path / "runs" / "early" / "0" / "0" / "output.log"
     wait_for(lambda: log.exists() and " started " in log.read_text(), 120.0)
     ex.stop("early", 0, 600.0)
-    e = exit_of(ex, "early", [], 120.0)
-    assert e.returncode in (7, 143), (e, output(tmp_path, "early"))  # the trap's, or before the shell had set it
+    e = exit_of(ex, "early", [], 120.0)  # far inside the 600 s grace: the SIGTERM was not lost
+    # the trap's 7, 143 before the shell had set it, or the engine's own exit when the signal reached it before the
+    # command started (seen: 2); never the SIGKILL that ended the grace period before
+    assert e.signal is None and e.returncode not in (137, -9), (e, output(tmp_path, "early"))
 
 
 def test_node_list_shows_the_engine_and_the_cached_images(tmp_path: Path, image: str) -> None:
