@@ -25,7 +25,7 @@ from fairpod.executors.timed import TimedExecutor  # noqa: E402
 from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
 from fairpod.model.spec import load_spec  # noqa: E402
 from fairpod.server import runs  # noqa: E402
-from fairpod.server.control import ControlPlane  # noqa: E402
+from fairpod.server.core import ControlPlane  # noqa: E402
 from fairpod.server.nodes import sync_nodes  # noqa: E402
 from fairpod.store import Store  # noqa: E402
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import load_spec
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.nodes import sync_nodes
 from fairpod.store import Store
 

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.spec import load_spec
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.metrics import FairpodCollector
 from fairpod.server.nodes import sync_nodes
 from fairpod.store import Store

@@ -36,7 +36,7 @@ from datacenter import TYPES, spec_yaml  # noqa: E402
 from fairpod.executors.timed import TimedExecutor  # noqa: E402
 from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
 from fairpod.model.spec import load_spec  # noqa: E402
-from fairpod.server.control import ControlPlane  # noqa: E402
+from fairpod.server.core import ControlPlane  # noqa: E402
 from fairpod.server.nodes import sync_nodes  # noqa: E402
 from fairpod.store import Store  # noqa: E402
 from fairpod.store import jobs as store_jobs  # noqa: E402

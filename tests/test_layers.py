@@ -16,7 +16,7 @@ ROW = re.compile(r"^\|\s*`fairpod\.(\w+)`\s*\|\s*(.*?)\s*\|\s*$")
 
 
 def package(module: str) -> str:
-    """``fairpod.server.control`` -> ``server``; ``fairpod.native`` -> ``native``; ``fairpod`` -> ``fairpod``."""
+    """``fairpod.server.core`` -> ``server``; ``fairpod.native`` -> ``native``; ``fairpod`` -> ``fairpod``."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else parts[0]
 
@@ -117,9 +117,9 @@ def test_every_package_has_its_row() -> None:
 
 
 def test_the_checker_finds_a_back_import() -> None:
-    g = {"fairpod.health.manager": {"fairpod.server.control"}, "fairpod.server.control": {"fairpod.health.probe"}}
+    g = {"fairpod.health.manager": {"fairpod.server.core"}, "fairpod.server.core": {"fairpod.health.probe"}}
     table = {"health": set(), "server": {"health"}}
-    assert back_imports(g, table) == ["fairpod.health.manager -> fairpod.server.control"]
+    assert back_imports(g, table) == ["fairpod.health.manager -> fairpod.server.core"]
     # a row that names one module of a package allows that module, not its package's others
     g = {"fairpod.model.spec": {"fairpod.executors.registry", "fairpod.executors.local"}}
     assert back_imports(g, {"model": {"executors.registry"}}) == ["fairpod.model.spec -> fairpod.executors.local"]

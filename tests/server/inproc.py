@@ -15,7 +15,7 @@ from fairpod.executors.base import JobLaunch
 from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec
 from fairpod.model.spec import load_spec
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.nodes import sync_nodes
 from fairpod.store import Store
 from fairpod.store.records import Job

@@ -14,7 +14,7 @@ from fairpod.executors.timed import TimedExecutor
 from fairpod.health.manager import HealthManager
 from fairpod.model.jobs import JobState
 from fairpod.model.nodes import NodeHealth
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.services import Services
 
 from .inproc import InProc

@@ -1,11 +1,11 @@
-"""Auto-resume restarts back off exponentially after the job's own failure (fairpod.server.backoff)."""
+"""Auto-resume restarts back off exponentially after the job's own failure (fairpod.server.core.transitions.backoff)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from fairpod.model.spec import Policy
-from fairpod.server.backoff import delay
+from fairpod.server.core.transitions.backoff import delay
 
 from .conftest import Server, wait_for
 

@@ -15,7 +15,7 @@ from fairpod.executors.local import LocalExecutor
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.services import ServiceSpec
 from fairpod.model.spec import parse_spec
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import job_key
 from fairpod.server.services import Services

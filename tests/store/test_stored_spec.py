@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fairpod.model.jobs import JobSpec
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.store import jobs as store_jobs
 from fairpod.store.jobs import stored_spec
 

@@ -242,7 +242,7 @@ class Resizing(Protocol):
 
 @runtime_checkable
 class Starting(Protocol):
-    """Says which replicas of an attempt have started their process (gang readiness, ``server/readiness.py``)."""
+    """Says which replicas of an attempt have started their process (gang readiness, ``server/core/transitions/readiness.py``)."""
 
     def started_ranks(self, job: str, attempt: int) -> set[int]:
         """The ranks of the attempt whose process was started (alive or ended since)."""
@@ -262,7 +262,7 @@ class Probing(Protocol):
 @runtime_checkable
 class RestartingInPlace(Protocol):
     """Starts a failed replica of a live attempt again on its node, the attempt's other replicas left running
-    (``server/restarts.py``)."""
+    (``server/core/transitions/restarts.py``)."""
 
     def restart_replicas(self, job: JobLaunch) -> None:
         """Start ``job.replicas`` (ranks of attempt ``job.attempt`` whose replica ended and whose exit was

@@ -1,6 +1,6 @@
 """The local executor's part for resilience: which replicas of an attempt started (gang readiness), which passed
 their readiness probe (services: ``executors.readycheck``) and the restart of a failed replica in place, its
-attempt's other replicas left running (``server/restarts.py``)."""
+attempt's other replicas left running (``server/core/transitions/restarts.py``)."""
 
 from __future__ import annotations
 

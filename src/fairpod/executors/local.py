@@ -44,7 +44,7 @@ from fairpod.executors.inplace import InPlace
 
 log = logging.getLogger("fairpod.executors.local")
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
-SERVICE_ENV = "FAIRPOD_SERVICE_PORTS"  # in a service's launch (server.control.serving.PORTS_ENV)
+SERVICE_ENV = "FAIRPOD_SERVICE_PORTS"  # in a service's launch (server.core.transitions.serving.PORTS_ENV)
 ORPHAN_WAIT = 5.0  # at adoption: how long a run without a supervisor PID file may still be starting
 _SPAWNED: dict[Path, subprocess.Popen[bytes] | Forked] = {}  # supervisors this process started, by replica dir
 
@@ -163,7 +163,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
             raise ExecutorError(f"job {job.job}: nothing to add")
         live = [r for r in list(self._open.values()) if r.job == job.job and r.attempt == job.attempt
                 and self._alive(r)]
-        if not live and SERVICE_ENV not in job.env:  # a service's replica restarts alone (server.control.serving)
+        if not live and SERVICE_ENV not in job.env:  # a service's replica restarts alone (server.core.transitions.serving)
             raise ExecutorError(f"job {job.job} attempt {job.attempt} has no live replica to grow beside")
         if {r.rank for r in live} & {r.rank for r in job.replicas}:
             raise ExecutorError(f"job {job.job}: ranks {sorted(r.rank for r in job.replicas)} overlap live ones")

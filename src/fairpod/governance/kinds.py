@@ -1,5 +1,5 @@
 """The kinds of workload as the engine sees them: one home for each kind's rule, asked by the control plane
-(``server.control.memory``, a stored job) and the simulator (``sim.run``, a trace row).
+(``server.core.memory``, a stored job) and the simulator (``sim.run``, a trace row).
 
 - **job**: ``nodes`` replicas; with ``max_nodes`` above it, an elastic job of ``nodes``..``max_nodes`` replicas
   (engine rule 11).

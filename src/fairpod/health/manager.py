@@ -31,7 +31,7 @@ log = logging.getLogger("fairpod.health")
 
 
 class NodeOwner(Protocol):
-    """What node health uses of the control plane (``fairpod.server.control.ControlPlane`` is one): it reads
+    """What node health uses of the control plane (``fairpod.server.core.ControlPlane`` is one): it reads
     nodes from the store and changes them only through these transitions, each of which takes the core's lock."""
 
     store: Any  # reads only: get_node, list_nodes, append_event

@@ -6,7 +6,7 @@ priority class. A rule has a regular expression and one of three forms:
 - ``every_seconds: S``: no line matching it for S seconds is a fault (the loss lines stopped).
 
 Each has an ``action``: ``notify`` (an event), ``restart_in_place`` (that replica's process is restarted on its
-node, as :mod:`fairpod.server.restarts` does for a crash; a rule over the time since the start or the last line,
+node, as :mod:`fairpod.server.core.transitions.restarts` does for a crash; a rule over the time since the start or the last line,
 which no replica alone broke, restarts the job), ``restart`` (the job restarts whole: auto-resume, counts against
 ``max_retry``) or ``fail``. ``fairpod.server.logrules`` applies them.
 

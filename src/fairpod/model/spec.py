@@ -250,7 +250,7 @@ class Policy(_Strict):
     # as Kueue's fair sharing bounds borrowing by the others' demand). Lenders reclaim as always.
     borrow_limit_applies: Literal["Always", "WhileOthersWait"] = "Always"
     # Auto-resume restarts after the job's own failure (a replica exited non-zero) back off exponentially, as
-    # Kueue's requeuing backoff: restart k waits base x 2^(k-1) seconds, at most max (fairpod.server.backoff);
+    # Kueue's requeuing backoff: restart k waits base x 2^(k-1) seconds, at most max (fairpod.server.core.transitions.backoff);
     # a base of 0 restarts at once. Restarts after a node fault or a hang do not wait.
     restart_backoff_base_seconds: float = Field(default=2.0, ge=0, le=3600)
     restart_backoff_max_seconds: float = Field(default=300.0, ge=0, le=86400)
@@ -258,7 +258,7 @@ class Policy(_Strict):
     # or it is hung (its replicas did not re-form their group: e.g. a torchrun rendezvous still waiting for the
     # replica that left); the job's hang_action says what follows (fairpod.server.watchdog). null: never.
     elastic_regroup_timeout_seconds: float | None = Field(default=300.0, ge=1, le=86400)
-    # Gang readiness (fairpod.server.readiness, as Kueue's waitForPodsReady): an attempt whose replicas are not all
+    # Gang readiness (fairpod.server.core.transitions.readiness, as Kueue's waitForPodsReady): an attempt whose replicas are not all
     # ready this long after its start is stopped, its capacity given back, and requeued after a backoff of base x
     # 2^(k-1) seconds (at most max) for its k-th readiness timeout; after requeue_limit timeouts it fails (null: no
     # limit). A job's ready_timeout_seconds overrides the timeout; null here and there: no readiness check.

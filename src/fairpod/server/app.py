@@ -34,7 +34,7 @@ from fairpod.server import (
     routes_spec,
     routes_static,
 )
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import HTTP_STATUS, Problem, http_problem
 from fairpod.server.limits import PROBLEM_RESPONSES, BodyLimit, allowed_methods
 

@@ -18,7 +18,7 @@ from fairpod.store import Job
 
 if TYPE_CHECKING:
     from fairpod.server.auth import Principal
-    from fairpod.server.control import ControlPlane
+    from fairpod.server.core import ControlPlane
 
 TASK_REF = re.compile(r"(\d{1,19})_(\d{1,9})")  # Slurm's ARRAYID_TASKID
 

@@ -18,7 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.governance.budget import WARN, Meter, period_start
 from fairpod.governance.build import budget_meter
 from fairpod.model.spec import ClusterSpec
-from fairpod.server.core_api import Core
+from fairpod.server.core.api import Core
 from fairpod.server.rollups import integrals
 from fairpod.store import StoreError
 from fairpod.store.usage import TEAM

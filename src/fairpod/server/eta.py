@@ -38,7 +38,7 @@ from collections.abc import Callable
 from fairpod.governance.forecast import estimate_starts
 from fairpod.governance.snapshot import Workload
 from fairpod.model.jobs import JobState
-from fairpod.server.core_api import Core
+from fairpod.server.core.api import Core
 from fairpod.server.runs import to_engine
 from fairpod.store.records import Job
 

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.governance import history
-from fairpod.server.core_api import Core
+from fairpod.server.core.api import Core
 from fairpod.store import StoreError
 
 log = logging.getLogger("fairpod.fairshare")

@@ -23,7 +23,7 @@ from fairpod.server.runs import STOP_CANCEL, STOP_NOT_READY, STOP_PREEMPT, Run
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
-    from fairpod.server.core_api import Core
+    from fairpod.server.core.api import Core
 
 EVENT = "Goodput"
 CAUSES = ("preemption", "failure", "restart", "readiness", "hang", "cancelled")

@@ -32,7 +32,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.store import Store
 from fairpod.store.records import Job

@@ -16,7 +16,7 @@ The actions:
 - ``notify``: a ``LogRule`` event, once per rule and replica (start and stall rules: once per episode);
 - ``restart_in_place``: a line rule stops that replica (its process group gets SIGTERM, SIGKILL after the
   grace) with the rule noted in ``Run.log_faults``; its exit then restarts it in place
-  (:mod:`fairpod.server.restarts`, at least once per evaluation period). A start or stall rule, which no single
+  (:mod:`fairpod.server.core.transitions.restarts`, at least once per evaluation period). A start or stall rule, which no single
   replica broke, and an executor that cannot restart in place, restart the job instead;
 - ``restart``: the job restarts whole (auto-resume; it counts against ``max_retry``, and fails without retries);
 - ``fail``: the job fails.
@@ -42,7 +42,7 @@ from fairpod.server.runs import STOP_FAIL, STOP_RESTART, Run, job_key
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
-    from fairpod.server.core_api import Core
+    from fairpod.server.core.api import Core
 
 EVERY = 1.0  # seconds between looks
 READ_MAX = 1 << 20  # bytes per replica per look

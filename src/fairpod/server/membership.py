@@ -28,7 +28,7 @@ from weakref import WeakKeyDictionary
 
 from fairpod.executors.base import NodeTable, capability
 from fairpod.model.nodes import DeepHealthCheck
-from fairpod.server.core_api import Core
+from fairpod.server.core.api import Core
 
 log = logging.getLogger("fairpod.membership")
 

@@ -23,7 +23,7 @@ from fairpod import __version__
 from fairpod.model.jobs import JobState
 from fairpod.server import diskfull, heap, outage
 from fairpod.server.auth import Auth, Principal
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.figures import instance_types, team_figures
 from fairpod.server.job_tallies import JobTallies
 from fairpod.store.tables import EventRow, JobRow

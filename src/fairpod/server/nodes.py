@@ -1,6 +1,6 @@
 """Nodes as the cluster spec defines them, and what a fault makes of a node.
 
-A fault takes a node out of service (:meth:`fairpod.server.control.ControlPlane.node_fault`): it becomes
+A fault takes a node out of service (:meth:`fairpod.server.core.ControlPlane.node_fault`): it becomes
 Unschedulable(PendingReboot|PendingReplacement), the jobs on it are stopped, and those with auto-resume restart
 on healthy nodes (counting a retry) while the others fail with the fault as their reason. Recovery (by hand or
 by ``fairpod.health``) puts it back.

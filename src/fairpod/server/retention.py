@@ -11,7 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Discarding, capability
 from fairpod.model.jobs import run_key
-from fairpod.server.core_api import Core
+from fairpod.server.core.api import Core
 from fairpod.store import StoreError
 
 log = logging.getLogger("fairpod.retention")

@@ -11,7 +11,7 @@ from fairpod.model.spec import ClusterSpec, Policy, SpecError, Team, parse_spec
 from fairpod.model.users import Role
 from fairpod.server.api_rules import POLICY_RULES, SPEC_RULES, TEAM_RULES, USER_RULES, body_of, rules
 from fairpod.server.auth import Auth, require_admin, require_manager
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.limits import Limit, SinceId
 from fairpod.server.task_index import node_page

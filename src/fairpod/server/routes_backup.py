@@ -11,7 +11,7 @@ from fastapi.responses import FileResponse
 from starlette.background import BackgroundTask
 
 from fairpod.server.auth import Auth, require_admin
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.store import StoreError
 from fairpod.store.backup import backup, pg_dump_hint, sqlite_path

@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.queue_positions import QueuePositions
 from fairpod.server.task_index import (

@@ -11,7 +11,7 @@ from fairpod.governance import explain
 from fairpod.model.jobs import JobState
 from fairpod.server.api_rules import rules
 from fairpod.server.auth import Auth
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.routes_jobs import find_job
 from fairpod.server.runs import to_engine

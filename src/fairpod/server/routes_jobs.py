@@ -17,7 +17,7 @@ from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server import array_refs
 from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, SERVICE_QUOTA, rules
 from fairpod.server.auth import Auth, Principal, current_principal, require_team
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.limits import MAX_EXACT, MAX_ID, SinceId, Whole

@@ -18,7 +18,7 @@ from fairpod.model.spec import ClusterSpec
 from fairpod.server import goodput
 from fairpod.server.api_rules import rules
 from fairpod.server.auth import Auth, Principal
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.rollups import integrals
 from fairpod.store import Job

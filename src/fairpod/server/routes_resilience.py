@@ -1,5 +1,5 @@
 """Routes a job's replicas call with its job token (``fairpod.sdk``): ``ready`` (gang readiness,
-``server/readiness.py``) and ``restarts`` (restarts in place of its attempt, ``server/restarts.py``)."""
+``server/core/transitions/readiness.py``) and ``restarts`` (restarts in place of its attempt, ``server/core/transitions/restarts.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from fairpod.server.auth import current_principal, require_team
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.limits import Whole

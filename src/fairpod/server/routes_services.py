@@ -8,7 +8,7 @@ from fastapi import APIRouter
 
 from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.routes_jobs import find_job
 from fairpod.store import Job

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from fairpod.model.spec import ClusterSpec, SpecError, parse_spec
 from fairpod.server.api_rules import SPEC_RULES, body_of, rules
 from fairpod.server.auth import Auth, require_admin
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.limits import MAX_EXACT, MAX_ID, Whole
 from fairpod.server.spec_changes import diff, dry_run

@@ -18,7 +18,7 @@ STOP_CANCEL = "cancel"  # Cancelled
 STOP_RESTART = "restart"  # auto-resume: Pending again with attempt + 1
 STOP_FAIL = "fail"  # Failed
 STOP_DONE = "done"  # an elastic job whose training finished (a replica exited 0): Succeeded once all stopped
-STOP_NOT_READY = "not_ready"  # gang readiness timed out: Pending again after a backoff (fairpod.server.readiness)
+STOP_NOT_READY = "not_ready"  # gang readiness timed out: Pending again after a backoff (fairpod.server.core.transitions.readiness)
 
 
 def job_key(job: Job) -> str:
@@ -64,7 +64,7 @@ class Run:
     nodes: list[str] = field(default_factory=list)  # where the engine placed the attempt, in rank order
     stop_at: float | None = None  # when the stop was asked
     before_stop: list[str] = field(default_factory=list)  # ranks that had ended on their own before it
-    # elastic jobs (fairpod.server.control.resize): ranks a shrink is stopping (rank -> node), ranks a growth will start
+    # elastic jobs (fairpod.server.core.transitions.resize): ranks a shrink is stopping (rank -> node), ranks a growth will start
     removing: dict[str, str] = field(default_factory=dict)
     adding: list[int] = field(default_factory=list)
     starting: list[int] = field(default_factory=list)  # new ranks with their slots, being started (until recorded)
@@ -72,13 +72,13 @@ class Run:
     shrunk_at: float | None = None  # the last shrink (the engine's hold-off before growing again)
     # what each ended replica used, read from its cgroup (fairpod.sandbox): rank -> cpu_seconds, memory_peak_bytes
     usage: dict[str, dict[str, Any]] = field(default_factory=dict)
-    ports: list[int] = field(default_factory=list)  # a service's port per rank (fairpod.server.control.serving)
+    ports: list[int] = field(default_factory=list)  # a service's port per rank (fairpod.server.core.transitions.serving)
     # a service's replicas that exited in a row: rank -> [exits in a row, when it may start again] (serving)
     crashes: dict[str, list[float]] = field(default_factory=dict)
     # a service's replicas being drained: rank -> when their SIGTERM is due (server.services)
     drain_until: dict[str, float] = field(default_factory=dict)
-    # resilience: ranks that said they are ready (fairpod.sdk.ready), when the whole gang was (server.readiness);
-    # restarts in place of this attempt ([rank, when]) and the ranks whose restart is due (server.restarts)
+    # resilience: ranks that said they are ready (fairpod.sdk.ready), when the whole gang was (server.core.transitions.readiness);
+    # restarts in place of this attempt ([rank, when]) and the ranks whose restart is due (server.core.transitions.restarts)
     ready: list[str] = field(default_factory=list)
     ready_at: float | None = None
     restarts: list[list[float]] = field(default_factory=list)

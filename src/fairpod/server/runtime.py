@@ -18,8 +18,8 @@ from fairpod.executors import registry
 from fairpod.executors.base import Executor, Notifying, capability
 from fairpod.paths import runs_dir
 from fairpod.server import heap
-from fairpod.server.control import ControlPlane
-from fairpod.server.control.loop import standard_keepers
+from fairpod.server.core import ControlPlane
+from fairpod.server.core.loop import standard_keepers
 from fairpod.server.leader import Elector, FencedExecutor
 from fairpod.server.steadyclock import control_clock
 from fairpod.store import Store

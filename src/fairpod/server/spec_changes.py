@@ -19,7 +19,7 @@ from fairpod.model.spec import ClusterSpec
 from fairpod.server.runs import from_engine
 
 if TYPE_CHECKING:
-    from fairpod.server.control import ControlPlane
+    from fairpod.server.core import ControlPlane
 
 
 def as_yaml(spec: ClusterSpec) -> str:

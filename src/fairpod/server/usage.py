@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fairpod.server.core_api import Core
+from fairpod.server.core.api import Core
 from fairpod.server.figures import instance_types, team_figures
 from fairpod.server.rollups import EVERY as ROLL_EVERY
 from fairpod.server.rollups import PASS_ROWS as ROLL_ROWS

@@ -10,7 +10,7 @@ from fairpod.model.jobs import JobState
 from fairpod.server import goodput
 from fairpod.server.arrays import array_view
 from fairpod.server.auth import Principal
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.figures import group_figures, instance_types, team_figures
 from fairpod.server.nodes import status_labels
 from fairpod.server.runs import to_engine

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from fairpod.model.jobs import JobState
-from fairpod.server.core_api import Core
+from fairpod.server.core.api import Core
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run
 from fairpod.store.records import Job
 from fairpod.store.tables import JobRow

@@ -1,6 +1,6 @@
 """The Ray executor's part for resilience (capabilities ``Starting`` and ``RestartingInPlace`` of
 :mod:`fairpod.executors.base`): which replicas of an attempt have really started their process on their node
-(gang readiness, ``server/readiness.py``), and the restart of a failed replica in place (``server/restarts.py``).
+(gang readiness, ``server/core/transitions/readiness.py``), and the restart of a failed replica in place (``server/core/transitions/restarts.py``).
 
 Started: a replica's node agent says so in its answer to ``sync`` once the replica's supervisor has started the
 command (``child.pid`` on the node); the pump then writes ``started`` in the replica's dir on the control plane.

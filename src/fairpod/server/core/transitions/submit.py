@@ -10,7 +10,7 @@ from fairpod.model.resources import Res
 from fairpod.paths import runs_dir
 from fairpod.sandbox import hostpaths
 from fairpod.server import arrays
-from fairpod.server.control import resize, serving
+from fairpod.server.core.transitions import array_holds, resize, serving
 from fairpod.server.errors import BeyondQuota, InvalidJob, JobExists, NeverFits
 from fairpod.server.submits import Submit
 from fairpod.store import AlreadyExists
@@ -18,7 +18,7 @@ from fairpod.store.records import Job
 
 
 class Submitting:
-    """The part of :class:`fairpod.server.control.ControlPlane` that queues jobs."""
+    """The part of :class:`fairpod.server.core.ControlPlane` that queues jobs."""
 
     def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
         """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
@@ -138,9 +138,9 @@ class Submitting:
 
     def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
         """Queue every task of the job array ``text`` (``0-9%2``, ``1,3,5``) in one transaction; with a
-        throttle the tasks beyond it are held (:mod:`fairpod.server.arrays`). An idempotency ``key`` repeated
+        throttle the tasks beyond it are held (:mod:`fairpod.server.core.transitions.array_holds`). An idempotency ``key`` repeated
         by the same ``actor`` returns the tasks the first request created."""
-        indices, limit = arrays.plan(spec, text)
+        indices, limit = array_holds.plan(spec, text)
         with self._change():
             if key is not None and (jid := self.store.submitted_with(actor, key)) is not None:
                 first = self.store.get_job(jid)
@@ -151,12 +151,12 @@ class Submitting:
             resolved = self._admissible(spec)
             try:
                 with self.store.tx() as t:
-                    tasks = arrays.insert_tasks(t, spec, resolved, text, indices, limit, actor)
+                    tasks = array_holds.insert_tasks(t, spec, resolved, text, indices, limit, actor)
                     if key is not None:
                         t.remember_submit(actor, key, tasks[0].id)
             except AlreadyExists as e:
                 raise JobExists(str(e)) from None
-            arrays.admit_tasks(self, tasks, limit)
+            array_holds.admit_tasks(self, tasks, limit)
         self.wake.set()
         return tasks
 

@@ -54,7 +54,7 @@ def free_port() -> int:
 
 
 class Serving:
-    """The part of :class:`fairpod.server.control.ControlPlane` that keeps services' replicas running."""
+    """The part of :class:`fairpod.server.core.ControlPlane` that keeps services' replicas running."""
 
     def service_env(self, job: Job, run: Run) -> dict[str, str]:
         """``FAIRPOD_SERVICE_PORTS`` of a service's launch (ports picked for ranks that have none yet)."""

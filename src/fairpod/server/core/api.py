@@ -1,6 +1,6 @@
 """What the parts of the control plane (node membership, usage sampling, node health) use of its core.
 
-They are given the :class:`fairpod.server.control.ControlPlane` itself, but know it only as this protocol,
+They are given the :class:`fairpod.server.core.ControlPlane` itself, but know it only as this protocol,
 so that no module of ``fairpod.server`` imports the core and is imported by it at once. ``ControlPlane``
 names this protocol among its bases: what is listed here is what it promises.
 """
@@ -71,8 +71,8 @@ class Core(Protocol):
     def jobs_on(self, name: str) -> list[int]: ...
 
     # job arrays (fairpod.server.arrays): throttled tasks kept out of the snapshot
-    array_holds: dict[int, Any]  # array job id -> fairpod.server.arrays.Hold
-    restart_holds: dict[int, float]  # job id -> when its restart backoff ends (fairpod.server.backoff)
+    array_holds: dict[int, Any]  # array job id -> fairpod.server.core.transitions.array_holds.Hold
+    restart_holds: dict[int, float]  # job id -> when its restart backoff ends (fairpod.server.core.transitions.backoff)
 
     def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload: ...
 

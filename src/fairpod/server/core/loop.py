@@ -14,8 +14,9 @@ from typing import Any
 from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
-from fairpod.server import arrays, backoff, diskfull, membership, outage, restarts
-from fairpod.server.readiness import Readiness
+from fairpod.server import diskfull, membership, outage
+from fairpod.server.core.transitions import array_holds, backoff, restarts
+from fairpod.server.core.transitions.readiness import Readiness
 from fairpod.server.runs import from_engine, job_id_of
 
 log = logging.getLogger("fairpod.control")
@@ -34,17 +35,17 @@ class Keepers:
 def standard_keepers(cp: Any) -> Keepers:
     """fairpod's keepers: the hours used in each budget period (rule 10, before the exits), nodes joining and
     leaving the executor's cluster (Ray; no-op otherwise), held tasks of throttled job arrays, restarts whose
-    backoff ran out (:mod:`fairpod.server.backoff`); then the usage
+    backoff ran out (:mod:`fairpod.server.core.transitions.backoff`); then the usage
     sampler, retention, the watchdog (runtime limits, hangs), the fair-share history, restarts in place that are
-    due (:mod:`fairpod.server.restarts`), gang readiness (:mod:`fairpod.server.readiness`) and log rules
+    due (:mod:`fairpod.server.core.transitions.restarts`), gang readiness (:mod:`fairpod.server.core.transitions.readiness`) and log rules
     (:mod:`fairpod.server.logrules`: the control plane's ``logwatch``, whose reader thread matches off the lock)."""
-    return Keepers(before=[cp.budgets.apply, membership.sync, arrays.release, backoff.release],
+    return Keepers(before=[cp.budgets.apply, membership.sync, array_holds.release, backoff.release],
                    after=[cp.usage.tick, cp.retention.tick, cp.watchdog.tick, cp.history.tick,
                           restarts.launch_due, Readiness().tick, cp.logwatch.tick])
 
 
 class Loop:
-    """The part of :class:`fairpod.server.control.ControlPlane` that turns."""
+    """The part of :class:`fairpod.server.core.ControlPlane` that turns."""
 
     def reconcile_once(self) -> None:
         t_turn = self.pace.clock()

@@ -8,7 +8,7 @@ is its replica count now and ``placement`` its nodes in rank order (``spec.nodes
   admitted in their place starts only then. Their exits end nothing (``Run.removing``).
 - **Grow**: the new ranks wait until no replica of the job is still being removed and their accelerator slots
   are free, then start beside the live ones on the same rendezvous address (``Resizing.add_replicas``), with the
-  launch :meth:`fairpod.server.control.attempt.AttemptLife.build_launch` builds for a first start as well.
+  launch :meth:`fairpod.server.core.transitions.attempt.AttemptLife.build_launch` builds for a first start as well.
 
 Every replica gets ``FAIRPOD_MIN_NODES``, ``FAIRPOD_MAX_NODES`` and ``FAIRPOD_NODES`` (the count when it
 started), so that ``torchrun --nnodes $FAIRPOD_MIN_NODES:$FAIRPOD_MAX_NODES --rdzv-backend c10d
@@ -27,7 +27,7 @@ from fairpod.governance import Grow, Shrink
 from fairpod.governance import elastic as rules
 from fairpod.governance.kinds import kind_fields
 from fairpod.model.jobs import JobSpec, JobState
-from fairpod.server.control import serving
+from fairpod.server.core.transitions import serving
 from fairpod.server.errors import InvalidJob
 from fairpod.server.runs import Run, SlotsBusy, from_engine, job_key, to_engine
 from fairpod.store.records import Job
@@ -64,7 +64,7 @@ def removed(run: Run, e: ReplicaExit) -> bool:
 
 
 class Resize:
-    """The part of :class:`fairpod.server.control.ControlPlane` that grows and shrinks running attempts."""
+    """The part of :class:`fairpod.server.core.ControlPlane` that grows and shrinks running attempts."""
 
     def _running_elastic(self, jid: int) -> tuple[Job, Run] | None:
         job = self.store.get_job(jid)

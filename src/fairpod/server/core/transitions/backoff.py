@@ -22,7 +22,7 @@ from fairpod.store.records import Job
 
 if TYPE_CHECKING:
     from fairpod.model.spec import Policy
-    from fairpod.server.core_api import Core
+    from fairpod.server.core.api import Core
 
 KEY = "restart_not_before"
 

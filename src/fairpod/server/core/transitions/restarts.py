@@ -35,7 +35,7 @@ from fairpod.server.runs import Run, failure_kind, job_key
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
-    from fairpod.server.core_api import Core
+    from fairpod.server.core.api import Core
 
 log = logging.getLogger("fairpod.restarts")
 

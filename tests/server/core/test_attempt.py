@@ -14,7 +14,7 @@ import pytest
 from fairpod.executors.base import JobLaunch, ReplicaExit
 from fairpod.governance import Preempt
 from fairpod.model.jobs import JobState
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.runs import Slots, SlotsBusy
 
 from ..inproc import InProc

@@ -14,14 +14,13 @@ from fairpod.model.nodes import DeepHealthCheck
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.sandbox import capabilities
-from fairpod.server import arrays, backoff
-from fairpod.server.control import resize
+from fairpod.server.core.transitions import array_holds, backoff, resize
 from fairpod.server.runs import Run, Slots, job_key, to_engine
 from fairpod.store.records import Job
 
 
 class Memory:
-    """The part of :class:`fairpod.server.control.ControlPlane` that keeps the memory (the lock is held)."""
+    """The part of :class:`fairpod.server.core.ControlPlane` that keeps the memory (the lock is held)."""
 
     def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload:
         spec = spec or self.spec
@@ -47,7 +46,7 @@ class Memory:
         if unfinished is None:
             unfinished = self.store.list_jobs(finished=False)
         self.snap = self.build_snapshot(self.spec, unfinished)
-        arrays.hold_back(self, unfinished)  # throttled arrays: tasks beyond the limit
+        array_holds.hold_back(self, unfinished)  # throttled arrays: tasks beyond the limit
         backoff.hold_back(self, unfinished)  # restarts still backing off
 
 

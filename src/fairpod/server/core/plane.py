@@ -1,5 +1,5 @@
 """The plane: the one lock, start-up recovery, reload after a failed store write, and the public API the routes
-and the parts of the server call (:class:`fairpod.server.core_api.Core`). The transitions themselves are in the
+and the parts of the server call (:class:`fairpod.server.core.api.Core`). The transitions themselves are in the
 sibling modules; :class:`ControlPlane` is their sum."""
 
 from __future__ import annotations
@@ -17,17 +17,18 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.executors.base import Executor, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import arrays, eta, outage, readiness, restarts
+from fairpod.server import eta, outage
 from fairpod.server.batch import BatchingStore
 from fairpod.server.budgets import BudgetKeeper
-from fairpod.server.control.attempt import AttemptLife
-from fairpod.server.control.loop import Keepers, Loop, standard_keepers
-from fairpod.server.control.memory import Memory
-from fairpod.server.control.nodes import NodeTransitions
-from fairpod.server.control.resize import Resize
-from fairpod.server.control.serving import Serving
-from fairpod.server.control.submit import Submitting
-from fairpod.server.core_api import Core
+from fairpod.server.core.api import Core
+from fairpod.server.core.loop import Keepers, Loop, standard_keepers
+from fairpod.server.core.memory import Memory
+from fairpod.server.core.transitions import array_holds, readiness, restarts
+from fairpod.server.core.transitions.attempt import AttemptLife
+from fairpod.server.core.transitions.nodes import NodeTransitions
+from fairpod.server.core.transitions.resize import Resize
+from fairpod.server.core.transitions.serving import Serving
+from fairpod.server.core.transitions.submit import Submitting
 from fairpod.server.errors import WrongState
 from fairpod.server.fairshare_history import HistoryKeeper
 from fairpod.server.logrules import LogWatch
@@ -57,7 +58,7 @@ STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
 class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransitions, Loop, Core):
-    """The control plane's core (see :mod:`fairpod.server.control` for its transitions)."""
+    """The control plane's core (see :mod:`fairpod.server.core` for its transitions)."""
 
     def __init__(
         self,
@@ -99,8 +100,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.output_sizes: dict[int, tuple[int, dict[int, int], float]] = {}  # job -> (attempt, log sizes, written)
         self.services: Any = None  # fairpod.server.services.Services: readiness, endpoints, drain (runtime.build)
-        self.array_holds: dict[int, arrays.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
-        self.restart_holds: dict[int, float] = {}  # restarts backing off (fairpod.server.backoff)
+        self.array_holds: dict[int, array_holds.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
+        self.restart_holds: dict[int, float] = {}  # restarts backing off (fairpod.server.core.transitions.backoff)
         self._groups: dict[str, Any] = {}  # node -> its instance group or None (cleared when rebuilt)
         # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
@@ -242,7 +243,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
                         ids.append(job.id)
                 if ids:
                     self.store.append_audit(actor, "job.cancel", target, {"ids": ids})
-                    arrays.forget(self, ids)
+                    array_holds.forget(self, ids)
             self.wake.set()
         return done
 
@@ -288,7 +289,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
             return job
 
     def replica_ready(self, job: Job, rank: int, attempt: int) -> bool:
-        """A replica said it is ready (``fairpod.sdk.ready``; gang readiness, ``server/readiness.py``)."""
+        """A replica said it is ready (``fairpod.sdk.ready``; gang readiness, ``server/core/transitions/readiness.py``)."""
         with self._change():
             return readiness.mark_ready(self, job, rank, attempt)
 

@@ -1,6 +1,6 @@
 """The attempt's life: admitted by the engine, ready (its victims stopped, its slots free), launched, its
 replicas' exits, a stop begun, every replica stopped, finished. Grow and shrink of a running attempt are in
-:mod:`fairpod.server.control.resize`; both start replicas with :meth:`AttemptLife.build_launch`."""
+:mod:`fairpod.server.core.transitions.resize`; both start replicas with :meth:`AttemptLife.build_launch`."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from fairpod.executors.base import ExecutorError, HostGpus, JobLaunch, ReplicaEx
 from fairpod.governance import Admit, Preempt, Wait
 from fairpod.model.jobs import JobState
 from fairpod.sandbox import capabilities
-from fairpod.server import backoff, goodput, identity, readiness, restarts
-from fairpod.server.control import rayjobs, resize
+from fairpod.server import goodput, identity
+from fairpod.server.core.transitions import backoff, rayjobs, readiness, resize, restarts
 from fairpod.server.runs import (
     STOP_CANCEL,
     STOP_DONE,
@@ -45,7 +45,7 @@ def container_of(image: str | None, pull: str | None, mounts: list[str], workdir
 
 
 class AttemptLife:
-    """The part of :class:`fairpod.server.control.ControlPlane` that takes a job's attempt through its life."""
+    """The part of :class:`fairpod.server.core.ControlPlane` that takes a job's attempt through its life."""
 
     def admit(self, d: Admit) -> None:
         """The engine admitted a pending job: Running on ``d.nodes``; it launches once ``d.after`` stopped."""
@@ -245,7 +245,7 @@ class AttemptLife:
             faulted = not e.ok or str(e.rank) in run.log_faults  # a log rule stopped it (server/logrules.py)
             if not e.started:  # its launch never reached its node: the attempt stops, the job is queued again
                 self.begin_stop(job, run, STOP_PREEMPT, f"replica {e.rank} {e.reason}")
-            elif faulted and restarts.decide(self, job, run, e):  # restart that replica only (server/restarts.py)
+            elif faulted and restarts.decide(self, job, run, e):  # restart that replica only (server/core/transitions/restarts.py)
                 pass
             elif faulted:
                 self.begin_stop(job, run, failure_kind(job), f"replica {e.rank} {restarts.why(run, e)}")
@@ -372,7 +372,7 @@ class AttemptLife:
                 changes["reason"] = f"restarting: {run.stop_reason}"
                 changes.update(backoff.restart_changes(self.spec.policy, job, changes["run_state"], run.stop_reason,
                                                        now))
-            elif kind == STOP_NOT_READY:  # back to its queue after a backoff, same attempt (server/readiness.py)
+            elif kind == STOP_NOT_READY:  # back to its queue after a backoff, same attempt (server/core/transitions/readiness.py)
                 changes.update(readiness.requeue_changes(self, job, changes["run_state"], run.stop_reason, now))
             job = self.store.update_job(job.id, changes)
             if kind == STOP_RESTART:

@@ -11,7 +11,7 @@ attempts not ready yet; once the gang is ready it is not looked at again (``Run.
 
 The requeue: the job goes back to Pending with the same attempt (a readiness timeout is not the job's failure:
 ``max_retry`` is not spent), ``restart_not_before`` in its ``run_state`` holds it out of the engine's snapshot
-(:mod:`fairpod.server.backoff`) for ``ready_backoff_base_seconds x 2^(k-1)`` (at most
+(:mod:`fairpod.server.core.transitions.backoff`) for ``ready_backoff_base_seconds x 2^(k-1)`` (at most
 ``ready_backoff_max_seconds``), k counted from the job's ``JobNotReady`` events.
 """
 
@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 
 from fairpod.executors.base import Starting, capability
 from fairpod.model.jobs import JobState
-from fairpod.server import backoff
+from fairpod.server.core.transitions import backoff
 from fairpod.server.runs import STOP_FAIL, STOP_NOT_READY, Run, job_key
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
-    from fairpod.server.core_api import Core
+    from fairpod.server.core.api import Core
 
 EVENT = "JobNotReady"
 

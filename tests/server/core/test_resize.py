@@ -20,7 +20,7 @@ import yaml
 from fairpod.executors.local import LocalExecutor
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import parse_spec
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import job_key
 from fairpod.store import Store

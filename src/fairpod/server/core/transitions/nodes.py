@@ -15,7 +15,7 @@ from fairpod.store.records import Node
 
 
 class NodeTransitions:
-    """The part of :class:`fairpod.server.control.ControlPlane` that changes nodes."""
+    """The part of :class:`fairpod.server.core.ControlPlane` that changes nodes."""
 
     def add_node(self, name: str, group: str, itype: str, **fields: Any) -> None:
         """A node joined (e.g. a Ray node): store it and let the engine use it."""
