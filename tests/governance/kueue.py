@@ -44,10 +44,11 @@ def team(cq: str) -> str:
     return cq.replace("_", "-").lower()
 
 
-def cohort(queues: dict[str, dict[str, Any]], *, fair: bool = False, scale: int = 1) -> Snapshot:
+def cohort(queues: dict[str, dict[str, Any]], *, fair: bool = False, scale: int = 1,
+           policy: dict[str, Any] | None = None) -> Snapshot:
     """One cohort: ``queues`` maps a ClusterQueue's name to ``quota`` (nominal), ``borrow`` (borrowingLimit; absent:
     none), ``lend`` (lendingLimit), ``within`` (``LowerPriority`` default, or ``Never``), ``weight`` (fair sharing,
-    default 1)."""
+    default 1). ``policy``: more policy fields (``borrowWithinCohort`` is ``preempt_to_borrow``)."""
     nodes = sum(q["quota"] for q in queues.values()) * scale
     teams = []
     for name, q in queues.items():
@@ -64,7 +65,7 @@ def cohort(queues: dict[str, dict[str, Any]], *, fair: bool = False, scale: int 
         "instance_types": [{"name": KT, "accelerators": 1, "vcpu": 4, "memory_gib": 16}],
         "policy": {"task_prioritization": "TaskRanking", "preemption_cost_wait_seconds": 0,
                    "reclaim_with_own_jobs": True,
-                   "idle_compute_allocation": "FairShare" if fair else "FirstComeFirstServe"},
+                   "idle_compute_allocation": "FairShare" if fair else "FirstComeFirstServe", **(policy or {})},
         "teams": teams,
     })
     snap = snapshot_from_spec(spec)

@@ -213,26 +213,6 @@ def test_allow_preemption_from_other_cluster_queues_if_target_cq_is_not_exhauste
     assert got == ["a1", "b5"] and {p.job: p.kind for p in pre} == {"a1": "priority", "b5": "reclaim"}
 
 
-def test_borrow_within_cohort_not_from_the_same_cluster_queue():
-    """TestPreemption/use BorrowWithinCohort; don't allow for preemption of lower-priority workload from the same
-    ClusterQueue (a_standard: withinClusterQueue Never)."""
-    s = cohort({"a_standard": {"quota": 1, "within": "Never"}, "b_standard": {"quota": 1},
-                "a_best_effort": {"quota": 1}, "shared": {"quota": 10, "within": "Never"}})
-    admitted(s, ("a_standard", "a_standard", 5, 1))
-    got, pre, _ = incoming(s, "a_standard", 1, prio=2)
-    assert pre == [] and got == []  # no victim; fairpod starts it on the idle quota of shared
-
-
-def test_borrow_within_cohort_preempting_a_lower_priority_borrower_differs():
-    """TestPreemption/use BorrowWithinCohort; allow preempting a lower-priority workload from another ClusterQueue
-    while borrowing. A documented difference (D3): fairpod has no borrowWithinCohort; a team that must borrow stops
-    other teams' borrowed work only for fair share (here, with Kueue's classic preemption, never)."""
-    s = cohort({"a_standard": {"quota": 1, "within": "Never"}, "b_standard": {"quota": 1},
-                "a_best_effort": {"quota": 1}, "shared": {"quota": 10, "within": "Never"}})
-    admitted(s, ("a_best_effort_low", "a_best_effort", 6, -1), ("b_standard_low", "b_standard", 6, -1))
-    assert victims(s, "a_standard", 6) is None  # Kueue: a_best_effort_low
-
-
 def test_preempt_from_all_cluster_queues_in_cohort_waits_with_the_right_reason():
     """TestPreemption/preempt from all ClusterQueues in cohort, with c2's jobs inside their minimum run time: c1's job
     cannot go yet, and its reason says why (before: "no idle capacity to borrow", though c1 is below its quota and c2

@@ -38,6 +38,16 @@ def test_up_admin_commands_and_down(tmp_path: Path):
         assert pol["preemption_cost_wait_seconds"] == 0
         r = s.cli("policy", "set", "--preemption-cost-wait-seconds", "-5", check=False)
         assert r.returncode == 1 and "--preemption-cost-wait-seconds" in r.stderr and "Traceback" not in r.stderr
+        r = s.cli("policy", "set", "--preempt-to-borrow", "LowerPriority", check=False)  # under FairShare: refused
+        assert r.returncode == 1 and "--preempt-to-borrow" in r.stderr and "FirstComeFirstServe" in r.stderr
+        s.cli("policy", "set", "--idle-compute-allocation", "FirstComeFirstServe", "--preempt-to-borrow",
+              "LowerPriority", "--preempt-to-borrow-max-priority", "-1")
+        pol = json.loads(s.cli("policy", "show", "-o", "json").stdout)
+        assert (pol["preempt_to_borrow"], pol["preempt_to_borrow_max_priority"]) == ("LowerPriority", -1)
+        r = s.cli("policy", "set", "--preempt-to-borrow-max-priority", "high", check=False)
+        assert r.returncode == 1 and "--preempt-to-borrow-max-priority wants a whole number" in r.stderr
+        s.cli("policy", "set", "--preempt-to-borrow", "Never", "--idle-compute-allocation", "FairShare",
+              "--preempt-to-borrow-max-priority", "none")
         s.cli("node", "cordon", "workers-3")
         nodes = {n["name"]: n for n in json.loads(s.cli("node", "list", "-o", "json").stdout)}
         assert nodes["workers-3"]["cordoned"] and not nodes["workers-3"]["schedulable"]

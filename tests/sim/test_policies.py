@@ -114,3 +114,25 @@ def test_budget_in_a_replay(tmp_path):
     spec = load_spec(spec_path)
     starts = _starts(simulate(spec, load_trace(trace, spec)))
     assert starts["a-own2"] == 86400.0 and starts["a-borrow2"] == 86400.0  # held until the next day
+
+
+def test_preempting_to_borrow_by_priority_in_a_replay(tmp_path):
+    # 3 nodes: lo and hi hold one each, idle lends its own. lo runs lo0 and borrows idle's node for lo1 (both low);
+    # at t=10 hi wants its node and one more (high): with policy.preempt_to_borrow hi1 stops lo1 at once (lo1 is
+    # borrowed and of lower priority), without it hi1 waits until lo1 ends
+    classes = [{"name": "high", "weight": 90}, {"name": "low", "weight": 10}]
+    spec_path = _spec(tmp_path, 3, [{"name": "lo", "nodes": 1}, {"name": "hi", "nodes": 1},
+                                    {"name": "idle", "nodes": 1, "strategy": "Lend"}],
+                      task_prioritization="TaskRanking", idle_compute_allocation="FirstComeFirstServe",
+                      priority_classes=classes)
+    rows = ["0,lo,1000,8,1,lo0,low", "0,lo,1000,8,1,lo1,low", "10,hi,1000,8,1,hi0,high", "10,hi,1000,8,1,hi1,high"]
+    trace = write_trace(tmp_path, rows, header="submit_time,team,duration,accelerators,nodes,name,priority")
+    spec = load_spec(spec_path)
+    off = simulate(spec, load_trace(trace, spec))
+    assert _starts(off)["hi1"] == 1000.0 and sum(sj.preemptions for sj in off.jobs) == 0
+    doc = yaml.safe_load(spec_path.read_text())
+    doc["policy"]["preempt_to_borrow"] = "LowerPriority"
+    spec_path.write_text(yaml.safe_dump(doc))
+    spec = load_spec(spec_path)
+    on = simulate(spec, load_trace(trace, spec))
+    assert _starts(on)["hi1"] == 10.0 and {sj.job.name: sj.preemptions for sj in on.jobs}["lo1"] == 1

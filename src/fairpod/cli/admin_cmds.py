@@ -32,7 +32,8 @@ POLICY_FLAGS = {"task_prioritization": "--task-prioritization", "priority_classe
                 "shell_idle_timeout_seconds": "--shell-idle-timeout-seconds",
                 "shell_max_seconds": "--shell-max-seconds",
                 "preemption_cost_wait_seconds": "--preemption-cost-wait-seconds",
-                "log_max_bytes": "--log-max-bytes"}
+                "log_max_bytes": "--log-max-bytes", "preempt_to_borrow": "--preempt-to-borrow",
+                "preempt_to_borrow_max_priority": "--preempt-to-borrow-max-priority"}
 
 
 def _quota(items: list[str], flag: str = "--quota") -> list[dict[str, Any]]:
@@ -187,6 +188,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--preemption-cost-wait-seconds", type=float, metavar="SECONDS",
                    help="a reclaim whose victims would lose at least 2 x SECONDS of work per accelerator it takes "
                    "back waits up to SECONDS for room to free by itself (0: reclaim at once; default 900)")
+    p.add_argument("--preempt-to-borrow", choices=["Never", "LowerPriority"],
+                   help="LowerPriority: a job that must borrow may stop other teams' borrowed jobs of lower priority "
+                   "(Kueue's borrowWithinCohort; FirstComeFirstServe idle allocation only; default Never)")
+    p.add_argument("--preempt-to-borrow-max-priority", metavar="PRIORITY|none",
+                   help="only borrowed jobs of at most this priority are stopped so (none: any lower priority)")
     add_output(p)
     p.set_defaults(func=policy_set)
     spec_history_cmds.register_policy(pol)
@@ -299,6 +305,12 @@ def policy_set(a: argparse.Namespace) -> int:
                 "shell_idle_timeout_seconds", "shell_max_seconds", "preemption_cost_wait_seconds", "log_max_bytes"):
         if getattr(a, key) is not None:
             pol[key] = getattr(a, key)
+    if a.preempt_to_borrow is not None:
+        pol["preempt_to_borrow"] = a.preempt_to_borrow
+    if (mp := a.preempt_to_borrow_max_priority) is not None:
+        if mp != "none" and not mp.lstrip("-").isdigit():
+            raise CliError(f"--preempt-to-borrow-max-priority wants a whole number or none, got {mp!r}")
+        pol["preempt_to_borrow_max_priority"] = None if mp == "none" else int(mp)
     if a.priority_class is not None:
         classes = []
         for it in a.priority_class:

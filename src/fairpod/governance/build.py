@@ -46,6 +46,8 @@ def _policy_snapshot(spec: ClusterSpec, now: float) -> Snapshot:
         cost_wait=p.preemption_cost_wait_seconds,
         consolidation=p.consolidation,
         reclaim_with_own=p.reclaim_with_own_jobs,
+        borrow_preempt=p.preempt_to_borrow == "LowerPriority",
+        borrow_preempt_max=p.preempt_to_borrow_max_priority,
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),
     )

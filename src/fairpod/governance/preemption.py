@@ -14,6 +14,8 @@ Candidates, by the situation of the pending job J of team T on instance type I:
   candidates (``within_after``), taken in the victim order (borrowed work first) until J fits *within* T's quota,
   so a team below its quota takes back what it lent and stops its own lower-priority jobs together (Kueue's
   "preempt from all ClusterQueues in cohort").
+- by priority while borrowing (``by_priority``, rule 5c, opt-in: ``borrow_priority``): J must borrow; other borrowing
+  teams' jobs of lower priority (up to a threshold), and T's own lower-priority jobs.
 A reclaim whose victims would lose at least 2 x ``cost_wait`` seconds of work per accelerator of J, for a team that
 already runs half of its quota, waits until J has been in the queue ``cost_wait`` seconds (rule 3b, ``_costly``; no
 plan is made for J again before): room that frees by itself meanwhile costs nothing.
@@ -26,7 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from fairpod.governance import budget, fairshare, groups, quota, topology, users
+from fairpod.governance import borrow_priority, budget, fairshare, groups, quota, topology, users
 from fairpod.governance.ordering import sort_victims
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Node, Snapshot, Workload
@@ -251,6 +253,7 @@ def plan(
     holder: str | None = None,
     cross_team: bool = True,
     within_after: bool = False,
+    by_priority: bool = False,
 ) -> tuple[list[tuple[Workload, str]], list[str]] | None:
     """Victims (with their kind) and the nodes for ``w``, or None if no allowed preemption makes it fit.
 
@@ -269,12 +272,12 @@ def plan(
     pool = snap.pool(w.itype)
     others_borrow = pool.over[0] > 0 or pool.over[1] > 0 or pool.over[2] > 0
     own = team.preempt_lower and snap.task_ranking
-    cross = cross_team and others_borrow and (within or snap.fair_share)
+    cross = cross_team and others_borrow and (within or snap.fair_share or by_priority)
     if not own and not cross:
         return None
     if cross:
         others = [b for b in _borrowers(snap, w.itype) if b[0] != w.team]
-        if not within:
+        if not within and not by_priority:
             # fair share: a victim's team must keep a share >= ours after admission; removing a job only lowers
             # a share, so teams whose share is already below ours can give no victim
             mine = fairshare.share(snap, team, w.itype, w.total)
@@ -294,7 +297,7 @@ def plan(
     teams = ([w.team] if own else []) + borrowers  # borrowers are in name order
     waited_acc = (now - w.waiting_since()) * w.total.acc
     for name in teams:
-        fair = name != w.team and not within  # a fair-share candidate: the cheapest test first
+        fair = name != w.team and not within and not by_priority  # a fair-share candidate: the cheapest test first
         mine_only = name == w.team  # own jobs: only those of lower priority
         running = snap.running_by.get((w.itype, name), {})
         if fair:
@@ -317,7 +320,7 @@ def plan(
             continue
         for v in running.values():
             st = v.started
-            if mine_only and not v.priority < w.priority:
+            if not v.priority < w.priority if mine_only else by_priority and not borrow_priority.takes(snap, w, v):
                 continue
             if v.min_runtime and st is not None and now - st < v.min_runtime:
                 continue
@@ -334,7 +337,7 @@ def plan(
     shares: dict[str, float] = {}
 
     def team_share(name: str) -> float:
-        if within or not snap.fair_share:
+        if within or by_priority or not snap.fair_share:
             return 0.0
         if name not in shares:
             shares[name] = fairshare.share(snap, snap.teams[name], w.itype, with_history=True)
@@ -354,7 +357,7 @@ def plan(
 
     fitting = ({name for names in snap.with_free(w.itype, a) for name in names if fits(name)} if a > 0
                else {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)})
-    if not _reaches(snap, w, cands, within, fitting, reserved):
+    if not _reaches(snap, w, cands, within or by_priority, fitting, reserved):
         return None  # the loop below would never have enough nodes to ask placement
     for v in cands:
         if v.team == w.team:
@@ -362,8 +365,8 @@ def plan(
         else:
             if not borrowing(snap, v.team, w.itype):
                 continue  # that team gave back all it borrowed already
-            if within:
-                kind = "reclaim"
+            if within or by_priority:
+                kind = "priority" if by_priority else "reclaim"
             else:
                 vt = v.total
                 if snap.groups:  # where the two teams' paths part in the tree (rule 2b)

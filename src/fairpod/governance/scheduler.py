@@ -42,7 +42,18 @@ import heapq
 import math
 from collections.abc import Iterable, Set
 
-from fairpod.governance import budget, elastic, fairshare, groups, history, preemption, quota, topology, users
+from fairpod.governance import (
+    borrow_priority,
+    budget,
+    elastic,
+    fairshare,
+    groups,
+    history,
+    preemption,
+    quota,
+    topology,
+    users,
+)
 from fairpod.governance.consolidation import OFF, consolidate, moved_reason
 from fairpod.governance.decisions import Admit, Decision, Preempt, Wait, displaced_reason
 from fairpod.governance.ordering import PROTECTED_AFTER
@@ -204,7 +215,8 @@ class _Cycle:
             if kind == "reclaim":
                 why = f"reclaimed by team {w.team} for job {w.id}"
             elif kind == "priority":
-                why = f"preempted by higher-priority job {w.id} of team {w.team}"
+                why = f"preempted by higher-priority job {w.id} of team {w.team}" if v.team == w.team else \
+                    borrow_priority.reason(w)
             elif kind == "move":
                 why = moved_reason(w)
             else:
@@ -373,6 +385,8 @@ class _Cycle:
         both = plan is None and not within and quota.reclaims_with_own(snap, w)
         if both and w.id not in snap.cost_held:
             plan = preemption.plan(snap, w, True, self.reserved_for(w, True), holder, within_after=True)
+        if plan is None and ok and not within and borrow_priority.applies(snap):  # rule 5c (opt-in)
+            plan = preemption.plan(snap, w, False, reserved, holder, by_priority=True)
         if plan is not None and not ok and (w.quota_bound or _protected(snap.teams[w.team], w)):
             plan = _within_or_undo(snap, w, plan)  # its own lower-priority jobs, only to run within quota
         if plan is not None:

@@ -337,12 +337,19 @@ class Snapshot:
         cost_wait: float = 0.0,
         consolidation: str = "Off",
         reclaim_with_own: bool = False,
+        borrow_preempt: bool = False,
+        borrow_preempt_max: int | None = None,
     ) -> None:
         # rule 12 (``governance.consolidation``): move borrowed jobs to free whole nodes for a waiting multi-node
         # job: "Off", "WithinQuota" (for a job within its team's quota) or "AlsoBorrowing" (for one that borrows too)
         self.consolidation = consolidation
         # rules 3 and 4 together (``quota.reclaims_with_own``): opt-in, ``policy.reclaim_with_own_jobs``
         self.reclaim_with_own = reclaim_with_own
+        # preempting to borrow by priority (``borrow_priority``, ``policy.preempt_to_borrow``): on or off, and the
+        # highest priority a borrowed job of another team may have to be stopped for a job that must borrow (None:
+        # any lower priority)
+        self.borrow_preempt = borrow_preempt
+        self.borrow_preempt_max = borrow_preempt_max
         # preemption that costs least (``governance.preemption.plan``): a victim whose next checkpoint is due within
         # ``checkpoint_wait`` seconds is not taken before it; a pending job triggers preemption only once it has
         # waited ``preempt_min_wait`` seconds (0: both off)

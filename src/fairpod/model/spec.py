@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, GpuThresholds, InstanceType, partitioned
 from fairpod.model.logrules import LogRule
@@ -293,6 +301,23 @@ class Policy(_Strict):
     # once the team's lower-priority jobs stop takes lent capacity back and stops those jobs at once. Opt-in: on a
     # contended TaskRanking replay it more than doubled the preemptions (docs/policies.md, "Kueue's tests").
     reclaim_with_own_jobs: bool = False
+    # Preempting to borrow by priority (Kueue's borrowWithinCohort, fairpod.governance.borrow_priority): a job that
+    # must borrow may stop other teams' borrowed jobs of lower priority, only those at or below
+    # preempt_to_borrow_max_priority (null: any lower priority). Never (the default): it borrows only what is idle.
+    # Classic preemption only (idle_compute_allocation FirstComeFirstServe; under FairShare, fair share decides).
+    preempt_to_borrow: Literal["Never", "LowerPriority"] = "Never"
+    preempt_to_borrow_max_priority: int | None = Field(default=None, ge=-1_000_000, le=1_000_000)
+
+    @field_validator("preempt_to_borrow")
+    @classmethod
+    def _borrow_by_priority_is_classic(cls, v: str, info: ValidationInfo) -> str:
+        alloc = info.data.get("idle_compute_allocation")
+        if v != "Never" and alloc is not None and alloc != IdleComputeAllocation.FIRST_COME_FIRST_SERVE:
+            raise ValueError(
+                "LowerPriority needs idle_compute_allocation: FirstComeFirstServe (under "
+                f"{IdleComputeAllocation(alloc).value} fair share decides which borrowed jobs stop; Kueue's "
+                "borrowWithinCohort is for classic preemption only)")
+        return v
 
 
 class QuotaEntry(_Strict):

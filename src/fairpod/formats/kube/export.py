@@ -15,7 +15,8 @@
   ``borrowingLimit`` = quota x borrow limit % as fairpod rounds it, at most the team's absolute borrow limit
   (none for Lend and DontLend), for a type the team has no quota of but an absolute borrow limit, ``nominalQuota`` 0
   with that ``borrowingLimit``; ``lendingLimit`` = the team's lending limit (``0`` for DontLend); ``preemption``: ``reclaimWithinCohort: Any`` (a team always gets its quota
-  back from borrowers), ``borrowWithinCohort: Never`` (borrowing never preempts: fair sharing does, see below),
+  back from borrowers), ``borrowWithinCohort`` = ``policy.preempt_to_borrow`` (``Never`` by default: borrowing
+  preempts only by fair share; ``LowerPriority`` with ``maxPriorityThreshold`` = preempt_to_borrow_max_priority),
   ``withinClusterQueue: LowerPriority`` when the team preempts its own lower-priority tasks under TaskRanking;
   ``fairSharing.weight`` = the fair-share weight (0 = borrows last, gives back first, as in fairpod);
 * a LocalQueue per team, ``hyperpod-ns-<team>-localqueue`` in namespace ``hyperpod-ns-<team>`` (and the
@@ -170,7 +171,7 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
             "cohortName": team.group or spec.cluster.name,
             "namespaceSelector": _selector(namespaces(team)),
             "queueingStrategy": "BestEffortFIFO",
-            "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": {"policy": "Never"},
+            "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": _borrow_within_cohort(spec),
                            "withinClusterQueue": "LowerPriority" if own else "Never"},
             "fairSharing": {"weight": team.fair_share_weight},
         },
@@ -178,6 +179,17 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
     if groups:
         cq["spec"]["resourceGroups"] = [{"coveredResources": covered, "flavors": groups}]
     return cq
+
+
+def _borrow_within_cohort(spec: ClusterSpec) -> dict[str, Any]:
+    """policy.preempt_to_borrow as Kueue's borrowWithinCohort (the same on every ClusterQueue)."""
+    p = spec.policy
+    if p.preempt_to_borrow == "Never":
+        return {"policy": "Never"}
+    out: dict[str, Any] = {"policy": "LowerPriority"}
+    if p.preempt_to_borrow_max_priority is not None:
+        out["maxPriorityThreshold"] = p.preempt_to_borrow_max_priority
+    return out
 
 
 def _subtree_quota(spec: ClusterSpec, group: str) -> dict[str, Res]:

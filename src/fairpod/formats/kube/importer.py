@@ -409,8 +409,8 @@ def _team_of(cq: dict[str, Any], queues: dict[str, list[tuple[str, str]]], notes
 
 
 def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str, InstanceType],
-          ranking_seen: list[bool], notes: list[str], derived: frozenset[str] | set[str] = frozenset()
-          ) -> tuple[dict[str, Any], dict[str, Res]]:
+          ranking_seen: list[bool], notes: list[str], derived: frozenset[str] | set[str] = frozenset(),
+          borrow_seen: list[tuple[str, int | None]] | None = None) -> tuple[dict[str, Any], dict[str, Res]]:
     name = _name(cq)
     spec = _map(cq.get("spec"), f"ClusterQueue {name}.spec")
     quota: list[dict[str, Any]] = []
@@ -479,10 +479,14 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
     if reclaim != "Any" and spec.get("cohortName", spec.get("cohort")):
         notes.append(f"ClusterQueue {name}: reclaimWithinCohort {reclaim}: fairpod always takes a team's quota "
                      "back from any borrower (Any)")
-    bwc = str(_map(pre.get("borrowWithinCohort"), "borrowWithinCohort").get("policy") or "Never")
-    if bwc != "Never":
-        notes.append(f"ClusterQueue {name}: borrowWithinCohort {bwc}: fairpod preempts to borrow only by fair "
-                     "share (Kueue's fair sharing), not by priority")
+    bwc_spec = _map(pre.get("borrowWithinCohort"), "borrowWithinCohort")
+    bwc = str(bwc_spec.get("policy") or "Never")
+    if bwc == "LowerPriority" and borrow_seen is not None:  # policy.preempt_to_borrow (the spec's, for every team)
+        mpt = bwc_spec.get("maxPriorityThreshold")
+        borrow_seen.append((name, None if mpt is None else round(_qty(
+            mpt, f"ClusterQueue {name}.spec.preemption.borrowWithinCohort.maxPriorityThreshold"))))
+    elif bwc != "Never":
+        notes.append(f"ClusterQueue {name}: borrowWithinCohort {bwc}: not a policy fairpod knows; read as Never")
     fs = _map(spec.get("fairSharing"), "fairSharing")
     if fs.get("weight") is None:
         weight = 1
@@ -662,6 +666,7 @@ def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = 
     teams: list[dict[str, Any]] = []
     totals: dict[str, Res] = {}
     ranking_seen: list[bool] = []
+    borrow_seen: list[tuple[str, int | None]] = []  # ClusterQueues with borrowWithinCohort LowerPriority
     unallocated = False
     for cq in objs.by_kind["ClusterQueue"]:
         labels = _map(cq["metadata"].get("labels"), "metadata.labels")
@@ -672,7 +677,7 @@ def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = 
             team, names = _team_of(cq, queues, notes)
             if any(t["name"] == team for t in teams):
                 raise ImportError_(f"ClusterQueue {_name(cq)}: a second ClusterQueue for team {team}")
-            t, nominal = _team(cq, team, flavors, cat, ranking_seen, notes, derived)
+            t, nominal = _team(cq, team, flavors, cat, ranking_seen, notes, derived, borrow_seen)
             t.update(names)
             if in_cohort.get(_name(cq), root) != root:
                 t["group"] = in_cohort[_name(cq)]
@@ -711,8 +716,22 @@ def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = 
             groups.append({"name": _group_name(it, taken), "instance_type": it, "count": n})
             notes.append(f"instance group {groups[-1]['name']}: {n} x {it}, sized from the quotas (Kueue does not "
                          "count nodes); set your cluster's node count")
-    notes.append("idle compute allocation read as FairShare (Kueue's Configuration, not its objects, decides fair "
-                 "sharing)")
+    policy: dict[str, Any] = {"idle_compute_allocation": "FairShare"}
+    if borrow_seen:  # Kueue allows borrowWithinCohort with classic preemption only: fair sharing is off there
+        policy = {"idle_compute_allocation": "FirstComeFirstServe", "preempt_to_borrow": "LowerPriority"}
+        limits = [t for _, t in borrow_seen if t is not None]
+        if limits:
+            policy["preempt_to_borrow_max_priority"] = min(limits)
+        notes.append(f"borrowWithinCohort LowerPriority ({', '.join(n for n, _ in borrow_seen)}) read as "
+                     "policy.preempt_to_borrow: LowerPriority" + (f" with preempt_to_borrow_max_priority "
+                     f"{min(limits)}" if limits else "") + ", for every team, and idle compute allocation as "
+                     "FirstComeFirstServe (Kueue allows borrowWithinCohort only without fair sharing)")
+        if len(borrow_seen) < len(teams) or len(set(t for _, t in borrow_seen)) > 1:
+            notes.append("borrowWithinCohort differs between ClusterQueues: fairpod's policy is one for the cluster "
+                         "(the lowest maxPriorityThreshold is kept)")
+    else:
+        notes.append("idle compute allocation read as FairShare (Kueue's Configuration, not its objects, decides "
+                     "fair sharing)")
     if not objs.by_kind["ClusterQueue"] and not objs.by_kind["Cohort"]:
         notes.append("only WorkloadPriorityClasses: the spec holds policy.priority_classes alone; add them to your "
                      "cluster's spec (fairpod apply -f replaces the whole spec)")
@@ -731,7 +750,7 @@ def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = 
         "instance_types": custom,
         **({"groups": tree} if tree else {}),
         "policy": {"task_prioritization": "TaskRanking" if ranking_seen else "FirstComeFirstServe",
-                   "priority_classes": classes, "idle_compute_allocation": "FairShare",
+                   "priority_classes": classes, **policy,
                    "idle_resource_sharing": "Enabled" if unallocated else "Disabled"},
         "teams": teams,
     }  # fmt: skip
