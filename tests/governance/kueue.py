@@ -104,3 +104,43 @@ def incoming(snap: Snapshot, cq: str, cpu: float, prio: int = 0, name: str = "in
 def victims(snap: Snapshot, cq: str, cpu: float, prio: int = 0) -> list[str] | None:
     """The incoming workload's victims (sorted), [] if it started without any, None if it waits."""
     return incoming(snap, cq, cpu, prio)[0]
+
+
+def tree(cohorts: dict[str, tuple[str | None, int]], queues: dict[str, dict[str, Any]], *,
+         policy: dict[str, Any] | None = None) -> Snapshot:
+    """Kueue's hierarchical cohorts (preemption_hierarchical_test.go): ``cohorts`` maps a Cohort's name to (its
+    parent, its own cpu quota), the root's parent None; ``queues`` a ClusterQueue's name to ``cohort``, ``quota``,
+    ``lend`` (lendingLimit), ``within``. Translated as ``fairpod import kueue`` reads such objects: the root Cohort
+    is the cluster (its own quota is capacity no team holds, lent with idle resource sharing), every other Cohort a
+    group (``groups[].quota`` its own quota, borrowing without a percent limit that binds: 500 %), a ClusterQueue
+    a team of its Cohort's group, a ClusterQueue with quota 0 and no borrowingLimit borrowing up to the whole
+    cluster (an absolute borrow limit); classic preemption (FirstComeFirstServe)."""
+    root = next(name for name, (parent, _) in cohorts.items() if parent is None)
+    nodes = sum(q for _, q in cohorts.values()) + sum(q["quota"] for q in queues.values())
+    groups = [{"name": team(name), **({"parent": team(parent)} if parent != root else {}),
+               "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 500},
+               **({"quota": [{"instance_type": KT, "accelerators": quota}]} if quota else {})}
+              for name, (parent, quota) in cohorts.items() if name != root]
+    teams = []
+    for name, q in queues.items():
+        sharing: dict[str, Any] = {"strategy": "LendAndBorrow", "borrow_limit": 500}
+        if not q["quota"]:
+            sharing["absolute_borrow_limits"] = [{"instance_type": KT, "accelerators": nodes}]
+        if q.get("lend") is not None:
+            sharing["lending_limits"] = [{"instance_type": KT, "accelerators": q["lend"]}]
+        teams.append({"name": team(name), "preempt_team_tasks": q.get("within", "LowerPriority"), "sharing": sharing,
+                      **({"group": team(q["cohort"])} if q["cohort"] != root else {}),
+                      "quota": [{"instance_type": KT, "accelerators": q["quota"]}] if q["quota"] else []})
+    spec = parse_spec({
+        "cluster": {"name": "cohort", "instance_groups": [{"name": "n", "instance_type": KT, "count": nodes}]},
+        "instance_types": [{"name": KT, "accelerators": 1, "vcpu": 4, "memory_gib": 16}],
+        "policy": {"task_prioritization": "TaskRanking", "preemption_cost_wait_seconds": 0,
+                   "reclaim_with_own_jobs": True, "idle_compute_allocation": "FirstComeFirstServe", "hierarchical_reclaim": True,
+                   "idle_resource_sharing": "Enabled" if cohorts[root][1] else "Disabled", **(policy or {})},
+        **({"groups": groups} if groups else {}),
+        "teams": teams,
+    })
+    snap = snapshot_from_spec(spec)
+    snap.now = START
+    _SCALE[id(snap)] = 1
+    return snap

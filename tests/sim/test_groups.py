@@ -51,3 +51,25 @@ def test_a_team_that_only_borrows_runs_on_its_groups_own_quota(tmp_path):
     res = simulate(spec, load_trace(trace, spec))
     starts = {sj.job.name: sj.first_start for sj in res.jobs}
     assert starts == {"i0": 0.0, "i1": 0.0, "i2": 100.0}
+
+
+def test_hierarchical_reclaim_takes_a_groups_quota_back(tmp_path):
+    # research holds 1 node itself (9 nodes): at t=0 nlp and vision run their quotas and web runs 5 (its 2, infra's 2
+    # and research's own node). At t=10 nlp wants one more: it fits research's quota (5) beside research's use (4).
+    # With policy.hierarchical_reclaim web's borrowed job gives it back at once; without, nlp waits until one ends
+    doc = yaml.safe_load(GROUPS_SPEC.read_text())
+    doc["cluster"]["instance_groups"][0]["count"] = 9
+    doc["groups"][1]["quota"] = [{"instance_type": "ml.g5.12xlarge", "count": 1}]
+    doc["groups"][2]["sharing"]["borrow_limit"] = 200  # ops and web may borrow 3 nodes
+    next(t for t in doc["teams"] if t["name"] == "web")["sharing"]["borrow_limit"] = 200
+    rows = ([f"0,nlp,1000,4,1,nlp{i}" for i in range(2)] + [f"0,vision,1000,4,1,vision{i}" for i in range(2)]
+            + [f"0,web,1000,4,1,web{i}" for i in range(5)] + ["10,nlp,1000,4,1,nlp-late"])
+    trace = write_trace(tmp_path, rows, header=HEADER)
+    results = {}
+    for on in (False, True):
+        doc["policy"]["hierarchical_reclaim"] = on
+        spec = parse_spec(doc)
+        res = simulate(spec, load_trace(trace, spec))
+        results[on] = ({sj.job.name: sj.first_start for sj in res.jobs}["nlp-late"],
+                       sum(sj.preemptions for sj in res.jobs if sj.job.team == "web"))
+    assert results[False] == (1000.0, 0) and results[True] == (10.0, 1)

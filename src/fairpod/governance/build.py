@@ -48,6 +48,7 @@ def _policy_snapshot(spec: ClusterSpec, now: float) -> Snapshot:
         reclaim_with_own=p.reclaim_with_own_jobs,
         borrow_preempt=p.preempt_to_borrow == "LowerPriority",
         borrow_preempt_max=p.preempt_to_borrow_max_priority,
+        hierarchical_reclaim=p.hierarchical_reclaim,
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),
     )

@@ -12,23 +12,22 @@ Candidates, by the situation of the pending job J of team T on instance type I:
 - reclaim and priority together (``quota.reclaims_with_own``, opt-in: ``policy.reclaim_with_own_jobs``): J does not fit T's quota beside T's jobs, but would once
   T's lower-priority jobs stop, and other teams borrow I: the scheduler asks for a plan with both kinds of
   candidates (``within_after``), taken in the victim order (borrowed work first) until J fits *within* T's quota,
-  so a team below its quota takes back what it lent and stops its own lower-priority jobs together (Kueue's
-  "preempt from all ClusterQueues in cohort").
-- by priority while borrowing (``by_priority``, rule 5c, opt-in: ``borrow_priority``): J must borrow; other borrowing
-  teams' jobs of lower priority (up to a threshold), and T's own lower-priority jobs.
+  so a team below its quota takes back what it lent and stops its own lower-priority jobs together.
+- J must borrow, opt-in: other borrowing teams' jobs that ``cross_ok`` allows (as ``cross_kind``), with T's own
+  lower-priority jobs: by priority (rule 5c, ``borrow_priority``), within groups (3c, ``hierarchical_reclaim``).
 A reclaim whose victims would lose at least 2 x ``cost_wait`` seconds of work per accelerator of J, for a team that
 already runs half of its quota, waits until J has been in the queue ``cost_wait`` seconds (rule 3b, ``_costly``; no
-plan is made for J again before): room that frees by itself meanwhile costs nothing.
-Jobs inside their ``min_runtime`` are never candidates. Candidates are taken in the order of
-``ordering.victim_key`` (``sort_victims``) until J fits; then every victim that is not needed is given back (no more than needed).
+plan is made for J again before): room that frees by itself meanwhile costs nothing. Jobs inside their
+``min_runtime`` are never candidates. Candidates are taken in the order of ``ordering.victim_key`` (``sort_victims``)
+until J fits; then every victim that is not needed is given back (no more than needed).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from fairpod.governance import borrow_priority, budget, fairshare, groups, quota, topology, users
+from fairpod.governance import budget, fairshare, groups, quota, topology, users
 from fairpod.governance.ordering import sort_victims
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Node, Snapshot, Workload
@@ -253,7 +252,8 @@ def plan(
     holder: str | None = None,
     cross_team: bool = True,
     within_after: bool = False,
-    by_priority: bool = False,
+    cross_ok: Callable[[Workload], bool] | None = None,
+    cross_kind: str = "",
 ) -> tuple[list[tuple[Workload, str]], list[str]] | None:
     """Victims (with their kind) and the nodes for ``w``, or None if no allowed preemption makes it fit.
 
@@ -272,12 +272,13 @@ def plan(
     pool = snap.pool(w.itype)
     others_borrow = pool.over[0] > 0 or pool.over[1] > 0 or pool.over[2] > 0
     own = team.preempt_lower and snap.task_ranking
-    cross = cross_team and others_borrow and (within or snap.fair_share or by_priority)
+    by_rule = cross_ok is not None
+    cross = cross_team and others_borrow and (within or snap.fair_share or by_rule)
     if not own and not cross:
         return None
     if cross:
         others = [b for b in _borrowers(snap, w.itype) if b[0] != w.team]
-        if not within and not by_priority:
+        if not within and not by_rule:
             # fair share: a victim's team must keep a share >= ours after admission; removing a job only lowers
             # a share, so teams whose share is already below ours can give no victim
             mine = fairshare.share(snap, team, w.itype, w.total)
@@ -297,7 +298,7 @@ def plan(
     teams = ([w.team] if own else []) + borrowers  # borrowers are in name order
     waited_acc = (now - w.waiting_since()) * w.total.acc
     for name in teams:
-        fair = name != w.team and not within and not by_priority  # a fair-share candidate: the cheapest test first
+        fair = name != w.team and not within and not by_rule  # a fair-share candidate: the cheapest test first
         mine_only = name == w.team  # own jobs: only those of lower priority
         running = snap.running_by.get((w.itype, name), {})
         if fair:
@@ -320,7 +321,7 @@ def plan(
             continue
         for v in running.values():
             st = v.started
-            if not v.priority < w.priority if mine_only else by_priority and not borrow_priority.takes(snap, w, v):
+            if not v.priority < w.priority if mine_only else cross_ok is not None and not cross_ok(v):
                 continue
             if v.min_runtime and st is not None and now - st < v.min_runtime:
                 continue
@@ -337,7 +338,7 @@ def plan(
     shares: dict[str, float] = {}
 
     def team_share(name: str) -> float:
-        if within or by_priority or not snap.fair_share:
+        if within or by_rule or not snap.fair_share:
             return 0.0
         if name not in shares:
             shares[name] = fairshare.share(snap, snap.teams[name], w.itype, with_history=True)
@@ -357,16 +358,16 @@ def plan(
 
     fitting = ({name for names in snap.with_free(w.itype, a) for name in names if fits(name)} if a > 0
                else {nd.name for nd in snap.by_type.get(w.itype, ()) if fits(nd.name)})
-    if not _reaches(snap, w, cands, within or by_priority, fitting, reserved):
+    if not _reaches(snap, w, cands, within or by_rule, fitting, reserved):
         return None  # the loop below would never have enough nodes to ask placement
     for v in cands:
         if v.team == w.team:
             kind = "priority"
         else:
-            if not borrowing(snap, v.team, w.itype):
-                continue  # that team gave back all it borrowed already
-            if within or by_priority:
-                kind = "priority" if by_priority else "reclaim"
+            if not borrowing(snap, v.team, w.itype) or (cross_ok is not None and not cross_ok(v)):
+                continue  # that team gave back all it borrowed already (or the rule no longer allows it)
+            if within or by_rule:
+                kind = cross_kind if by_rule else "reclaim"
             else:
                 vt = v.total
                 if snap.groups:  # where the two teams' paths part in the tree (rule 2b)

@@ -48,6 +48,7 @@ from fairpod.governance import (
     elastic,
     fairshare,
     groups,
+    hierarchical_reclaim,
     history,
     preemption,
     quota,
@@ -380,13 +381,21 @@ class _Cycle:
         if snap.elastic and elastic.shrink_to_fit(self, w, within, reserved, holder, ok):
             return True  # replicas above elastic jobs' minimum go before any job is stopped whole
         held = within and w.id in snap.cost_held  # a costly reclaim waits (rule 3b): no plan before its time
-        plan = None if held else preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
+        g = hierarchical_reclaim.inside(snap, snap.teams[w.team], w) if ok and not within and snap.groups else None
+        plan = None
+        if g is not None:  # rule 3c (opt-in): a group's quota back from outside it
+            grp, below = g
+            plan = preemption.plan(snap, w, False, reserved, holder, cross_ok=lambda v: hierarchical_reclaim.takes(
+                snap, w, v, grp, below), cross_kind="reclaim")
+        if plan is None and not held:
+            plan = preemption.plan(snap, w, within, reserved, holder, cross_team=ok)
         # rules 3 and 4 together: within quota once its own lower-priority jobs stop, it also takes back lent capacity
         both = plan is None and not within and quota.reclaims_with_own(snap, w)
         if both and w.id not in snap.cost_held:
             plan = preemption.plan(snap, w, True, self.reserved_for(w, True), holder, within_after=True)
         if plan is None and ok and not within and borrow_priority.applies(snap):  # rule 5c (opt-in)
-            plan = preemption.plan(snap, w, False, reserved, holder, by_priority=True)
+            plan = preemption.plan(snap, w, False, reserved, holder, cross_ok=lambda v: borrow_priority.takes(
+                snap, w, v), cross_kind="priority")
         if plan is not None and not ok and (w.quota_bound or _protected(snap.teams[w.team], w)):
             plan = _within_or_undo(snap, w, plan)  # its own lower-priority jobs, only to run within quota
         if plan is not None:

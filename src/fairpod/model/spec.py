@@ -308,6 +308,11 @@ class Policy(_Strict):
     preempt_to_borrow: Literal["Never", "LowerPriority"] = "Never"
     preempt_to_borrow_max_priority: int | None = Field(default=None, ge=-1_000_000, le=1_000_000)
 
+    # Reclaim within the tree of groups (Kueue's hierarchical reclaim, fairpod.governance.hierarchical_reclaim): a job
+    # that borrows but fits within the quota of one of its team's groups takes that group's quota back from teams
+    # outside the group that borrow it. Opt-in: without it only a job within its team's quota reclaims.
+    hierarchical_reclaim: bool = False
+
     @field_validator("preempt_to_borrow")
     @classmethod
     def _borrow_by_priority_is_classic(cls, v: str, info: ValidationInfo) -> str:

@@ -63,8 +63,11 @@ def test_a_foreign_cohort_tree_is_read_as_groups():
     for d in docs:  # a deeper tree written by hand: ops under research
         if d["kind"] == "Cohort" and d["metadata"]["name"] == "ops":
             d["spec"]["parentName"] = "research"
-    spec = import_kueue(docs).spec
+    res = import_kueue(docs)
+    spec = res.spec
     assert spec.group("ops").parent == "research"
+    # Kueue takes a Cohort's quota back for the queues below it: read as policy.hierarchical_reclaim
+    assert spec.policy.hierarchical_reclaim and any("policy.hierarchical_reclaim on" in n for n in res.notes)
 
 
 def test_a_group_named_as_the_cluster_is_refused():

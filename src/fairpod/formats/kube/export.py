@@ -280,6 +280,10 @@ def unexpressible(spec: ClusterSpec) -> list[str]:
                      f"{2 * p.preemption_cost_wait_seconds:g} s of work per accelerator taken back waits up to "
                      f"{p.preemption_cost_wait_seconds:g} s for room to free by itself "
                      "(policy.preemption_cost_wait_seconds); Kueue reclaims at once")
+    if spec.groups and not p.hierarchical_reclaim:
+        notes.append("hierarchical reclaim: Kueue takes a Cohort's quota back for its ClusterQueues from borrowers "
+                     "outside it; fairpod does so only with policy.hierarchical_reclaim (off: only a job within its "
+                     "team's quota reclaims)")
     if p.borrow_limit_applies == "WhileOthersWait":
         notes.append("borrow limits: fairpod lifts a team's borrow limits while no other team waits with a job it "
                      "may run (policy.borrow_limit_applies: WhileOthersWait); Kueue's borrowingLimit always "

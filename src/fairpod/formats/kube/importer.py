@@ -717,8 +717,12 @@ def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = 
             notes.append(f"instance group {groups[-1]['name']}: {n} x {it}, sized from the quotas (Kueue does not "
                          "count nodes); set your cluster's node count")
     policy: dict[str, Any] = {"idle_compute_allocation": "FairShare"}
+    if tree:  # Kueue's hierarchical cohorts take a Cohort's quota back for the queues below it
+        policy["hierarchical_reclaim"] = True
+        notes.append("nested Cohorts: policy.hierarchical_reclaim on (a job that fits its group's quota takes it "
+                     "back from borrowers outside the group, as Kueue does)")
     if borrow_seen:  # Kueue allows borrowWithinCohort with classic preemption only: fair sharing is off there
-        policy = {"idle_compute_allocation": "FirstComeFirstServe", "preempt_to_borrow": "LowerPriority"}
+        policy.update({"idle_compute_allocation": "FirstComeFirstServe", "preempt_to_borrow": "LowerPriority"})
         limits = [t for _, t in borrow_seen if t is not None]
         if limits:
             policy["preempt_to_borrow_max_priority"] = min(limits)
