@@ -117,8 +117,16 @@ def tree(cohorts: dict[str, tuple[str | None, int]], queues: dict[str, dict[str,
     cluster (an absolute borrow limit); classic preemption (FirstComeFirstServe)."""
     root = next(name for name, (parent, _) in cohorts.items() if parent is None)
     nodes = sum(q for _, q in cohorts.values()) + sum(q["quota"] for q in queues.values())
+    below = {name: 0 for name in cohorts}  # each Cohort's subtree quota
+    for _, (parent, quota) in [*cohorts.items(), *((n, (q["cohort"], q["quota"])) for n, q in queues.items())]:
+        while parent is not None:
+            below[parent] += quota
+            parent = cohorts[parent][0]
+    for name, (_, quota) in cohorts.items():
+        below[name] += quota
     groups = [{"name": team(name), **({"parent": team(parent)} if parent != root else {}),
-               "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 500},
+               "sharing": {"strategy": "LendAndBorrow", "borrow_limit": 500, **(
+                   {} if below[name] else {"absolute_borrow_limits": [{"instance_type": KT, "accelerators": nodes}]})},
                **({"quota": [{"instance_type": KT, "accelerators": quota}]} if quota else {})}
               for name, (parent, quota) in cohorts.items() if name != root]
     teams = []

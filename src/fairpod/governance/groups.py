@@ -76,6 +76,9 @@ def borrow_cap(g: Group, itype: str, q: Vec) -> Vec:
     limit, or its quota if it does not borrow."""
     if not g.borrows:
         return list(q)
+    ab = g.borrow_abs.get(itype)
+    if ab is not None and q[0] == 0 and q[1] == 0 and q[2] == 0:
+        return [ab[0], ab[1], ab[2]]  # a subtree without quota: its absolute limit (a percent of nothing is nothing)
     k = 100 + g.borrow_limit
     return cap_with_absolute([q[0] * k // 100, q[1] * k // 100, q[2] * k // 100], q, g.borrow_abs.get(itype))
 
