@@ -6,15 +6,21 @@ tests of one group run one after another on one worker. The groups (given here b
 these paths is in its group without saying so; a test may also carry ``@pytest.mark.xdist_group(NAME)`` itself):
 
 - ``ray``: the loopback Ray cluster on 127.0.0.2, 127.0.0.3, ... (tests/ray: the session cluster of
-  tests/ray/conftest.py, and tests/ray/test_ray_files.py's own), and the per-team OS users ``fairpod-<team>``
-  (``fairpod-smith``, ``fairpod-john``...) that the whole sandbox creates as root: the tests that make them remove the
-  ``fairpod-*`` users that appeared while they ran, which would be another worker's (tests/sandbox's files, reach,
-  devices and live tests, tests/server/test_isolation.py; test_ray_files.py needs both, hence one group). Also the
-  standby control planes of tests/server/test_ha.py and test_leader.py, which listen on 127.0.0.2 and .3 and bind
-  their ports there again after a restart (a Ray node on 127.0.0.2 may hold one meanwhile), and the Ray clusters a
-  Ray job starts (tests/server/test_rayjobs_live.py: Ray's agents bind ports on every address).
+  tests/ray/conftest.py), and the Ray clusters a Ray job starts (tests/server/test_rayjobs_live.py: Ray's agents bind
+  ports on every address).
+- ``users``: the per-team OS users ``fairpod-<team>`` (``fairpod-smith``, ``fairpod-john``...) that the whole
+  sandbox creates as root: the tests that make them remove the ``fairpod-*`` users that appeared while they ran,
+  which would be another worker's (tests/sandbox's files, reach, devices, live, users and readiness tests,
+  tests/server/test_isolation.py, and tests/ray/test_ray_files.py, whose own Ray cluster runs on another /24 of
+  loopback, 127.0.100.x, beside the session cluster).
+- ``standby``: the standby control planes of tests/server/test_ha.py and test_leader.py, which bind their ports
+  again after a restart; they listen on a /24 of their own, 127.0.200.x (tests/server/ha_cluster.py), where no Ray
+  node holds a port meanwhile. (These three groups were one, ~1/5 of the suite's time on one worker, which bounded
+  the run's wall time; ~160 s of it were the users' and standby tests.)
 - ``native``: the compiled engine of tests/governance/test_native.py, built once by a module-scoped fixture (minutes
   of mypyc): spread over workers, each would build it again.
+- ``module:<path>``: every other module whose tests share a module-scoped fixture (a server for the module, a
+  PostgreSQL): one worker sets it up once.
 
 Made unique per worker instead: the cgroups of the replicas. They are named ``<job>-<id>.<attempt>.<rank>.<digest>``
 (the digest of the replica's directory: unique per test server, since fairpod.sandbox.group_name); besides, each
@@ -41,16 +47,17 @@ from fairpod.sandbox import cgroups
 TESTS = Path(__file__).resolve().parent
 # path under tests/ (a folder ends with "/") -> its xdist group (see the docstring)
 GROUPS = {
+    "ray/test_ray_files.py": "users",
     "ray/": "ray",
-    "sandbox/test_files.py": "ray",
-    "sandbox/test_reach.py": "ray",
-    "sandbox/test_devices.py": "ray",
-    "sandbox/test_live.py": "ray",
-    "sandbox/test_users.py": "ray",
-    "sandbox/test_readiness.py": "ray",
-    "server/test_isolation.py": "ray",
-    "server/test_ha.py": "ray",
-    "server/test_leader.py": "ray",
+    "sandbox/test_files.py": "users",
+    "sandbox/test_reach.py": "users",
+    "sandbox/test_devices.py": "users",
+    "sandbox/test_live.py": "users",
+    "sandbox/test_users.py": "users",
+    "sandbox/test_readiness.py": "users",
+    "server/test_isolation.py": "users",
+    "server/test_ha.py": "standby",
+    "server/test_leader.py": "standby",
     "server/test_rayjobs_live.py": "ray",
     "governance/test_native.py": "native",
 }
@@ -89,14 +96,26 @@ def group_of(path: Path) -> str | None:
     return next((g for p, g in GROUPS.items() if rel == p or (p.endswith("/") and rel.startswith(p))), None)
 
 
+def _module_group(item: pytest.Item) -> str | None:
+    """A module whose tests share a module-scoped fixture (a server, a PostgreSQL, a cluster of the corpus) is a
+    group of its own: spread over workers, each worker would set the fixture up again (the Slurm corpus's server
+    and its jobs, ~85 s, were set up twice in a run)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    shared = any(d.scope in ("module", "package") for defs in info.name2fixturedefs.values() for d in defs[-1:])
+    return f"module:{item.path.resolve().relative_to(TESTS).as_posix()}" if shared and item.path.is_relative_to(TESTS) \
+        else None
+
+
 # what takes longest, first (groups, then folders): workers start these as the run starts, not at its end
-FIRST = ("ray", "native", "training/")
+FIRST = ("ray", "native", "training/", "users", "standby")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.get_closest_marker("xdist_group") is None and (g := group_of(item.path)):
+        if item.get_closest_marker("xdist_group") is None and (g := group_of(item.path) or _module_group(item)):
             item.add_marker(pytest.mark.xdist_group(g))
 
     def rank(item: pytest.Item) -> int:
@@ -110,7 +129,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=rank)  # stable: collection order within each
 
 
-def _subtree_root(worker: str) -> str | None:
+def subtree_root(worker: str) -> str | None:
     """``FAIRPOD_CGROUP_ROOT`` for this worker: fairpod's subtree of this host (relative to its mount; on cgroup v1
     the memory controller's, which may be nested in the host's own group), then the worker's id."""
     try:
@@ -126,7 +145,7 @@ def _subtree_root(worker: str) -> str | None:
 
 def pytest_configure(config: pytest.Config) -> None:
     worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker and cgroups.ROOT_ENV not in os.environ and (root := _subtree_root(worker)):
+    if worker and cgroups.ROOT_ENV not in os.environ and (root := subtree_root(worker)):
         os.environ[cgroups.ROOT_ENV] = root
         config.stash[_OWN_ROOT] = root
 

@@ -27,6 +27,14 @@ ITYPE = "ml.g5.12xlarge"
 # checkout of fairpod running its Ray tests on this machine at the same time sets another, e.g. 127.0.1
 NET = os.environ.get("FAIRPOD_TEST_LOOPBACK_NET", "127.0.0")
 HEAD_IP = f"{NET}.2"
+
+
+def beside(offset: int) -> str:
+    """Another /24 of loopback, ``offset`` above ``NET`` (127.0.0 -> 127.0.<offset>): for the clusters that run on
+    another worker at the same time as the session cluster (tests/conftest.py's groups), so none binds another's
+    addresses."""
+    a, b, c = NET.split(".")
+    return f"{a}.{b}.{(int(c) + offset) % 256}"
 # a lost node is noticed in ~5 s (10 missed checks, 500 ms apart): fast for the tests that lose one, and not on
 # a raylet that is only slow for a moment on a loaded 2-core machine (3 missed checks marked live nodes dead there)
 HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "10",
@@ -50,12 +58,15 @@ class RayNodeProc:
 
 
 class RayTestCluster:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, net: str = NET) -> None:
+        """A cluster whose head is ``<net>.2``, its nodes ``<net>.3``, ``<net>.4``, ..."""
         self.tmp = tmp
+        self.net = net
+        self.head_ip = f"{net}.2"
         self.temp_dir = Path(os.path.realpath("/tmp")) / f"fpray-{os.getpid()}-{int(time.time() * 1000) % 100000}"
         self.temp_dir.mkdir(parents=True)
         self.port = free_port()
-        self.address = f"{HEAD_IP}:{self.port}"
+        self.address = f"{self.head_ip}:{self.port}"
         self.nodes: dict[str, RayNodeProc] = {}
         self.ips: dict[str, str] = {}  # node name -> its address
         self._next_ip = 3
@@ -111,9 +122,9 @@ class RayTestCluster:
         if "--temp-dir" not in args:
             args = [*args, "--temp-dir", str(tdir)]
         if "--head" in args:
-            ip = HEAD_IP
+            ip = self.head_ip
         else:
-            ip = self.ips.get(name) or f"{NET}.{self._next_ip}"
+            ip = self.ips.get(name) or f"{self.net}.{self._next_ip}"
             self._next_ip += 0 if name in self.ips else 1
         self.ips[name] = ip
         cmd = [sys.executable, str(RAYSTART), "start", "--block", "--node-ip-address", ip,

@@ -25,7 +25,7 @@ import pytest
 from fairpod.sandbox import namespaces, users
 
 from ..server.conftest import wait_for
-from .cluster import ITYPE, RayTestCluster
+from .cluster import ITYPE, RayTestCluster, beside
 from .conftest import RayServer, kill_recorded
 
 VICTIM = ("echo ckpt-secret-smith > \"$FAIRPOD_CHECKPOINT_DIR/s\"; echo log-secret-smith; echo ready; "
@@ -66,7 +66,7 @@ def base() -> Iterator[Path]:
 @pytest.fixture
 def full_cluster(base: Path) -> Iterator[RayTestCluster]:
     (base / "ray").mkdir()
-    c = RayTestCluster(base / "ray")
+    c = RayTestCluster(base / "ray", beside(100))  # in the group "users", beside the session cluster
     c.env.update(FAIRPOD_SANDBOX="full", FAIRPOD_HOME=str(base / "home"), FAIRPOD_CONFIG=str(base / "config.json"))
     try:
         c.start_head()

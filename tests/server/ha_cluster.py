@@ -1,4 +1,4 @@
-"""Standby control planes for tests and ``benchmarks/takeover.py``: several ``fairpod up --ha`` on 127.0.0.x
+"""Standby control planes for tests and ``benchmarks/takeover.py``: several ``fairpod up --ha`` on 127.0.200.x
 loopback addresses, each with its own home and its own PostgreSQL role (so that one can be cut off from the
 database), sharing one database and one runs directory; the faults of the chaos test; and a record, kept by
 the database itself, of every write made by a control plane that did not hold the lease.
@@ -26,9 +26,13 @@ import httpx
 from sqlalchemy import Connection, create_engine, text
 
 from tests.ports import free_port
-from tests.ray.cluster import NET  # the loopback /24 of the test clusters (FAIRPOD_TEST_LOOPBACK_NET)
+from tests.ray.cluster import beside
 
 from .. import httpclient
+
+# the loopback /24 of the standby control planes (200 above FAIRPOD_TEST_LOOPBACK_NET's): their group "standby" runs
+# beside the Ray clusters' (tests/conftest.py)
+NET = beside(200)
 
 SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
 

@@ -1,6 +1,6 @@
 """Standby control planes (``fairpod up --ha``) on one real PostgreSQL: election, fencing, takeover.
 
-The chaos test runs real ``fairpod up`` processes on 127.0.0.x and the local executor (a shared runs
+The chaos test runs real ``fairpod up`` processes on 127.0.200.x and the local executor (a shared runs
 directory); jobs stream in while the leader is killed (SIGKILL), stopped for longer than its lease (SIGSTOP,
 then SIGCONT after the takeover), or cut off from the database (its role may not log in and its sessions are
 ended). The suite runs one failover of each kind; ``benchmarks/takeover.py`` runs 20 and measures them.
