@@ -8,7 +8,7 @@ from __future__ import annotations
 from fairpod.governance import schedule
 from fairpod.governance.decisions import Preempt
 
-from .kueue import KUEUE_COMMIT, admitted, cohort, incoming, victims
+from .kueue import KUEUE_COMMIT, START, WAITED, admitted, cohort, incoming, victims
 
 assert len(KUEUE_COMMIT) == 40
 
@@ -162,14 +162,28 @@ def test_cant_preempt_workloads_in_cluster_queue_for_within_cluster_queue_never(
     assert pre == [] and got == []
 
 
-def test_preempt_newer_workloads_with_the_same_priority_differs():
-    """TestPreemption/preempt newer workloads with the same priority (withinClusterQueue LowerOrNewerEqualPriority).
-    A documented difference (D2): fairpod preempts only lower-priority jobs of a team, never newer ones of equal
-    priority."""
+def test_preempt_newer_workloads_with_the_same_priority():
+    """TestPreemption/preempt newer workloads with the same priority (withinClusterQueue LowerOrNewerEqualPriority:
+    ``preempt_team_tasks: LowerOrNewerEqualPriority``, opt-in; wl2 and wl3 were created 15 s after the incoming
+    workload, wl2 admitted last)."""
+    s = cohort({"preventStarvation": {"quota": 6, "within": "LowerOrNewerEqualPriority"}})
+    admitted(s, ("wl1", "preventStarvation", 2, 2), ("wl2", "preventStarvation", 2, 1),
+             ("wl3", "preventStarvation", 2, 1))
+    for j in ("wl2", "wl3"):
+        s.running[j].submit = START - WAITED + 15
+    s.running["wl2"].started = START + 1
+    got, pre, _ = incoming(s, "preventStarvation", 2, prio=1)
+    assert got == ["wl2"] and pre[0].kind == "priority"
+
+
+def test_with_lower_priority_a_team_never_preempts_newer_jobs_of_the_same_priority():
+    """The case above with ``preempt_team_tasks: LowerPriority`` (the default): the job waits (D2)."""
     s = cohort({"preventStarvation": {"quota": 6}})
     admitted(s, ("wl1", "preventStarvation", 2, 2), ("wl2", "preventStarvation", 2, 1),
              ("wl3", "preventStarvation", 2, 1))
-    assert victims(s, "preventStarvation", 2, prio=1) is None  # Kueue: wl2
+    for j in ("wl2", "wl3"):
+        s.running[j].submit = START - WAITED + 15
+    assert victims(s, "preventStarvation", 2, prio=1) is None
 
 
 def test_reclaim_quota_from_lender():

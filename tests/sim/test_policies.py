@@ -136,3 +136,20 @@ def test_preempting_to_borrow_by_priority_in_a_replay(tmp_path):
     spec = load_spec(spec_path)
     on = simulate(spec, load_trace(trace, spec))
     assert _starts(on)["hi1"] == 10.0 and {sj.job.name: sj.preemptions for sj in on.jobs}["lo1"] == 1
+
+
+def test_lower_or_newer_equal_priority_in_a_replay(tmp_path):
+    # team a (2 nodes, DontLend): x runs, big (2 nodes) waits, small (submitted after big) starts on the free node.
+    # When x ends, big still does not fit beside small: with preempt_team_tasks LowerOrNewerEqualPriority it stops
+    # small (same priority, newer) and starts at 100; with LowerPriority it waits for small to end
+    spec_path = _spec(tmp_path, 2, [{"name": "a", "nodes": 2, "strategy": "DontLend"}],
+                      task_prioritization="TaskRanking")
+    rows = ["0,a,100,8,1,x", "1,a,1000,16,2,big", "2,a,1000,8,1,small"]
+    trace = write_trace(tmp_path, rows, header="submit_time,team,duration,accelerators,nodes,name")
+    starts = {}
+    for mode in ("LowerPriority", "LowerOrNewerEqualPriority"):
+        _with(spec_path, "a", preempt_team_tasks=mode)
+        spec = load_spec(spec_path)
+        res = simulate(spec, load_trace(trace, spec))
+        starts[mode] = (_starts(res)["big"], {sj.job.name: sj.preemptions for sj in res.jobs}["small"])
+    assert starts == {"LowerPriority": (1002.0, 0), "LowerOrNewerEqualPriority": (100.0, 1)}

@@ -77,7 +77,8 @@ def _team_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--weight", type=int, help="fair-share weight 0..100 (higher gets idle capacity first)")
     p.add_argument("--strategy", choices=["LendAndBorrow", "Lend", "DontLend"])
     p.add_argument("--borrow-limit", type=int, help="percent of quota the team may borrow on top (1..500)")
-    p.add_argument("--preempt-team-tasks", choices=["LowerPriority", "Never"])
+    p.add_argument("--preempt-team-tasks", choices=["LowerPriority", "LowerOrNewerEqualPriority", "Never"],
+                   help="LowerOrNewerEqualPriority: also the team's equal-priority jobs submitted later (Kueue's)")
     p.add_argument("--quota", action="append", default=None, metavar="TYPE=COUNT",
                    help="quota per instance type, whole nodes (or TYPE:accelerators=N); repeatable; replaces all")
     p.add_argument("--lending-limit", action="append", default=None, metavar="TYPE=COUNT",

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
-from fairpod.governance import budget, fairshare, groups, quota, topology, users
+from fairpod.governance import budget, fairshare, groups, quota, topology, users, within_team
 from fairpod.governance.ordering import sort_victims
 from fairpod.governance.placement import place
 from fairpod.governance.snapshot import Node, Snapshot, Workload
@@ -321,7 +321,7 @@ def plan(
             continue
         for v in running.values():
             st = v.started
-            if not v.priority < w.priority if mine_only else cross_ok is not None and not cross_ok(v):
+            if not within_team.outranks(team, w, v) if mine_only else cross_ok is not None and not cross_ok(v):
                 continue
             if v.min_runtime and st is not None and now - st < v.min_runtime:
                 continue

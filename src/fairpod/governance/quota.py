@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Collection, Sequence
 
-from fairpod.governance import budget, groups
+from fairpod.governance import budget, groups, within_team
 from fairpod.governance.lending import cap_with_absolute, idle_lendable, lend_quota
 from fairpod.governance.snapshot import Snapshot, Team, Vec, Workload
 
@@ -272,7 +272,7 @@ def reclaims_with_own(snap: Snapshot, w: Workload) -> bool:
     now = snap.now
     for v in snap.running_by.get((w.itype, w.team), {}).values():
         st = v.started
-        if v.priority < w.priority and not (v.min_runtime and st is not None and now - st < v.min_runtime):
+        if within_team.outranks(team, w, v) and not (v.min_runtime and st is not None and now - st < v.min_runtime):
             t = v.total
             u[0] -= t[0]
             u[1] -= t[1]

@@ -146,6 +146,7 @@ class Team:
     borrows: bool = True
     borrow_limit: int = 50  # percent of quota
     preempt_lower: bool = True
+    preempt_newer: bool = False  # also its equal-priority jobs submitted later (``within_team``)
     quota: dict[str, Res] = field(default_factory=dict)
     lend_limit: dict[str, Res] = field(default_factory=dict)  # per instance type; none: all idle quota is lent
     borrow_abs: dict[str, Res] = field(default_factory=dict)  # absolute borrow limit per instance type

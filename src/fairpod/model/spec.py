@@ -76,6 +76,8 @@ class SharingStrategy(StrEnum):
 class PreemptTeamTasks(StrEnum):
     LOWER_PRIORITY = "LowerPriority"
     NEVER = "Never"
+    # lower priority, and equal priority submitted later (Kueue's LowerOrNewerEqualPriority; governance.within_team)
+    LOWER_OR_NEWER_EQUAL = "LowerOrNewerEqualPriority"
 
 
 class NodeRecovery(StrEnum):

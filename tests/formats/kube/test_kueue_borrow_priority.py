@@ -73,3 +73,15 @@ def test_kueues_concept_page_cluster_queue():
     assert (p.preempt_to_borrow, p.preempt_to_borrow_max_priority) == ("LowerPriority", 100)
     assert p.idle_compute_allocation == "FirstComeFirstServe"
     assert any("fairpod's policy is one for the cluster" in n for n in res.notes)  # team-b-cq has none
+
+
+def test_lower_or_newer_equal_priority_round_trip():
+    data = spec_preempting_to_borrow().model_dump(mode="json")
+    data["teams"][0]["preempt_team_tasks"] = "LowerOrNewerEqualPriority"
+    spec = parse_spec(data)
+    docs = through_files(spec)
+    name = spec.teams[0].name
+    cq = next(d for d in docs if d["kind"] == "ClusterQueue" and d["metadata"]["name"] == f"hyperpod-ns-{name}-clusterqueue")
+    assert cq["spec"]["preemption"]["withinClusterQueue"] == "LowerOrNewerEqualPriority"
+    derived = import_kueue(strip_annotations(docs)).spec
+    assert derived.team(name).preempt_team_tasks == "LowerOrNewerEqualPriority"

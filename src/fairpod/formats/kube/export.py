@@ -162,7 +162,7 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
         lend = ZERO if strat == SharingStrategy.DONT_LEND else lend_limits.get(it)
         groups.append(_flavor(flavors[it], itype, covered, nominal, borrow, lend))
     ranking = spec.policy.task_prioritization == TaskPrioritization.TASK_RANKING
-    own = ranking and team.preempt_team_tasks == PreemptTeamTasks.LOWER_PRIORITY
+    own = ranking and team.preempt_team_tasks != PreemptTeamTasks.NEVER
     cq: dict[str, Any] = {
         "apiVersion": K.API, "kind": "ClusterQueue",
         "metadata": {"name": K.cluster_queue(team.name), "labels": {K.ANN_TEAM: team.name},
@@ -172,7 +172,7 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
             "namespaceSelector": _selector(namespaces(team)),
             "queueingStrategy": "BestEffortFIFO",
             "preemption": {"reclaimWithinCohort": "Any", "borrowWithinCohort": _borrow_within_cohort(spec),
-                           "withinClusterQueue": "LowerPriority" if own else "Never"},
+                           "withinClusterQueue": str(team.preempt_team_tasks.value) if own else "Never"},
             "fairSharing": {"weight": team.fair_share_weight},
         },
     }  # fmt: skip

@@ -472,9 +472,6 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
     within = str(pre.get("withinClusterQueue") or "Never")
     if within != "Never":
         ranking_seen.append(True)
-    if within == "LowerOrNewerEqualPriority":
-        notes.append(f"ClusterQueue {name}: withinClusterQueue LowerOrNewerEqualPriority read as LowerPriority "
-                     "(fairpod never preempts a job of equal priority)")
     reclaim = str(pre.get("reclaimWithinCohort") or "Never")
     if reclaim != "Any" and spec.get("cohortName", spec.get("cohort")):
         notes.append(f"ClusterQueue {name}: reclaimWithinCohort {reclaim}: fairpod always takes a team's quota "
@@ -498,7 +495,7 @@ def _team(cq: dict[str, Any], team: str, flavors: dict[str, str], cat: dict[str,
             notes.append(f"ClusterQueue {name}: fairSharing.weight {fs['weight']} read as {weight} (fairpod's "
                          "weights are whole numbers 0..100)")
     out = {"name": team, "fair_share_weight": weight,
-           "preempt_team_tasks": "Never" if within == "Never" else "LowerPriority",
+           "preempt_team_tasks": within if within in ("Never", "LowerOrNewerEqualPriority") else "LowerPriority",
            "sharing": sharing, "quota": quota}
     return out, nominal
 
