@@ -25,7 +25,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     s.kill(signal.SIGTERM)
     s.kill_replicas()
 
-FORBIDDEN = ("fairpod.server", "fairpod.store", "fairpod.model.spec", "fairpod.model.jobs", "fairpod.governance",
+FORBIDDEN = ("fairpod.server", "fairpod.store", "fairpod.executors", "fairpod.model.spec", "fairpod.model.jobs", "fairpod.governance",
              "sqlalchemy", "pydantic", "fastapi", "starlette", "uvicorn", "httpx", "yaml")
 DRIVER = """
 import json, sys
@@ -76,3 +76,21 @@ def test_the_commonest_commands_skip_modules_they_do_not_need(shared: Server, ar
     # socket (with selectors and array) is not needed for a plain HTTP request: _socket is
     res = run(shared, *args)
     assert res["rc"] == 0 and res["startup"] == [], res
+
+
+@pytest.mark.parametrize("args", [["list-jobs", "--help"], ["list-jobs"], ["start-job", "--help"], ["squeue"]])
+def test_commands_do_not_read_the_executor_registry(tmp_path, args: list[str]):
+    """Only 'fairpod up' lists the executors: any other command importing the registry pays ~8 ms (dataclasses,
+    inspect) of its start. No server needed: a command that cannot reach one still built its parser and client."""
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "FAIRPOD_URL": "http://127.0.0.1:1",
+           "PYTHONPATH": ":".join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", DRIVER, *args], env=env, capture_output=True, text=True, timeout=60)
+    res = json.loads(r.stderr.rsplit("@@", 1)[1])
+    assert res["heavy"] == [] and res["rc"] in (0, 1), (args, res)
+
+
+def test_up_still_lists_the_executors(tmp_path):
+    env = {"HOME": str(tmp_path), "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+    r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "up", "--help"], env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "--executor {local,ray,timed}" in r.stdout.replace("\n", " "), r.stdout

@@ -39,8 +39,6 @@ def _down(a: argparse.Namespace) -> Any:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from fairpod.executors import registry  # only the names: no executor is imported
-
     p = sub.add_parser(
         "up", help="start the control plane on this machine",
         description="Start fairpod on 127.0.0.1: the API, the reconcile loop and the executor (local, or a Ray "
@@ -49,6 +47,19 @@ def register(sub: argparse._SubParsersAction) -> None:
         "this machine (its NVIDIA GPUs) or, without GPUs, a demo cluster of 4 x ml.g5.12xlarge with teams john "
         "and smith. The first start creates an admin token and writes the CLI config (mode 0600).",
     )
+    if isinstance(p, argparse.ArgumentParser):  # 'up' is being built: only then is the executor registry read
+        _up_flags(p)  # (every other command would pay its 8 ms of dataclasses and inspect for help never shown)
+    d = sub.add_parser("down", help="stop the control plane (jobs keep running and are adopted on the next up)",
+                       description="Stop the control plane started by 'fairpod up' (SIGTERM, then SIGKILL after "
+                       "--timeout seconds). Running jobs keep running and are adopted by the next 'fairpod up'.")
+    d.add_argument("--timeout", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL "
+                   "(default %(default)s)")
+    d.set_defaults(func=_down)
+
+
+def _up_flags(p: argparse.ArgumentParser) -> None:
+    from fairpod.executors import registry  # only the names: no executor is imported
+
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port on 127.0.0.1 (default %(default)s)")
     p.add_argument("--spec", help="cluster spec (YAML) to apply")
     p.add_argument("--executor", choices=registry.names(), default=None,
@@ -77,9 +88,3 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "$FAIRPOD_HOME/runs): a volume of their own, so that jobs' output filling it never stops the "
                    "database's writes (docs/operations.md)")
     p.set_defaults(func=_up)
-    d = sub.add_parser("down", help="stop the control plane (jobs keep running and are adopted on the next up)",
-                       description="Stop the control plane started by 'fairpod up' (SIGTERM, then SIGKILL after "
-                       "--timeout seconds). Running jobs keep running and are adopted by the next 'fairpod up'.")
-    d.add_argument("--timeout", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL "
-                   "(default %(default)s)")
-    d.set_defaults(func=_down)
