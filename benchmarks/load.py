@@ -69,7 +69,7 @@ STAGES = ("supervisor saw the end", "finish recorded", "next admitted", "launche
 def stage_times(srv: LiveServer, jobs: list[dict]) -> dict[int, dict[str, float]]:
     """Per job id: when its finish and admission were recorded (events, read from the store's SQLite file
     read-only), when it was launched and its supervisor was up and ended (its replica's run files)."""
-    from fairpod.model.jobs import run_key
+    from fairpod.model.keys import run_key
 
     out: dict[int, dict[str, float]] = {j["id"]: {} for j in jobs}
     db = sqlite3.connect(f"file:{srv.home / 'fairpod.db'}?mode=ro", uri=True)

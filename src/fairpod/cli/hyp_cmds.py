@@ -33,10 +33,9 @@ from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.job_cmds import topology_level
 from fairpod.cli.output import ago, emit_json, plural, table
+from fairpod.formats import hyperpod
 
 KIND = "hyp-pytorch-job"
-NS_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)$")
-QUEUE_RE = re.compile(r"^hyperpod-ns-(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)-localqueue$")
 POD_RE = re.compile(r"^(?P<job>.+)-pod-(?P<i>\d+)$")
 INSTANCE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/instance-type")
 DHC_LABELS = {"deep-health-check-passed": "true", "sagemaker.amazonaws.com/deep-health-check-status": "Passed"}
@@ -230,12 +229,12 @@ def volume(text: str) -> str:
 def team_of(namespace: str | None, queue: str | None = None) -> str | None:
     found: dict[str, str] = {}
     if namespace is not None:
-        m = NS_RE.match(namespace)
+        m = hyperpod.NS_RE.match(namespace)
         if not m:
             raise CliError(f"namespace {namespace!r} is not a team's namespace: use hyperpod-ns-<team>")
         found[m.group("team")] = f"--namespace {namespace}"
     if queue is not None:
-        m = QUEUE_RE.match(queue)
+        m = hyperpod.QUEUE_RE.match(queue)
         if m:
             found.setdefault(m.group("team"), f"--queue-name {queue}")
     if len(found) > 1:
@@ -272,7 +271,7 @@ def create(a: argparse.Namespace) -> int:
         problems.append("--args without --command: give the command to run in the image")
     body: dict[str, Any] = {"name": a.job_name, "team": team}
     if a.priority:
-        body["priority"] = a.priority.removesuffix("-priority")
+        body["priority"] = a.priority.removesuffix(hyperpod.PRIORITY_SUFFIX)
     if a.max_retry is not None:
         if a.max_retry < 0:
             problems.append("--max-retry must be 0 or more")
@@ -356,7 +355,7 @@ def create(a: argparse.Namespace) -> int:
     if a.debug:
         emit_json(body)
     job = Client().submit(body)
-    print(f"hyp-pytorch-job {job['name']} created in namespace hyperpod-ns-{job['team']}: fairpod job {job['id']}, "
+    print(f"hyp-pytorch-job {job['name']} created in namespace {hyperpod.namespace(job['team'])}: fairpod job {job['id']}, "
           f"{job['state']} — {job['reason']}")
     return 0
 
@@ -375,7 +374,7 @@ def list_jobs(a: argparse.Namespace) -> int:
     if not jobs:
         print("No jobs found.")
         return 0
-    rows = [{"name": j["name"], "namespace": f"hyperpod-ns-{j['team']}", "status": j["state"],
+    rows = [{"name": j["name"], "namespace": hyperpod.namespace(j["team"]), "status": j["state"],
              "age": ago(j["submit_time"])} for j in jobs]
     table(rows, [("name", "NAME"), ("namespace", "NAMESPACE"), ("status", "STATUS"), ("age", "AGE")])
     return 0
@@ -386,14 +385,14 @@ def describe(a: argparse.Namespace) -> int:
     if a.output == "json":
         emit_json(j)
         return 0
-    labels = {"kueue.x-k8s.io/queue-name": f"hyperpod-ns-{j['team']}-localqueue"}
+    labels = {"kueue.x-k8s.io/queue-name": hyperpod.local_queue(j["team"])}
     if j["priority"]:
-        labels["kueue.x-k8s.io/priority-class"] = f"{j['priority']}-priority"
+        labels["kueue.x-k8s.io/priority-class"] = hyperpod.priority_class(j["priority"])
     cmd = j.get("command") or []
     if cmd[1:4] == ["-m", "fairpod.formats.kube.pod", "--"]:
         cmd = cmd[4:]
     lines = [
-        ("Name", j["name"]), ("Namespace", f"hyperpod-ns-{j['team']}"), ("Labels", labels),
+        ("Name", j["name"]), ("Namespace", hyperpod.namespace(j["team"])), ("Labels", labels),
         ("Status", f"{j['state']} — {j['reason']}"), ("Instance type", j["instance_type"]),
         ("Replicas", f"{j['nodes']} x {plural(j['accelerators_per_node'], 'accelerator')}"),
         ("Pods", ", ".join(f"{j['name']}-pod-{i} on {n}" for i, n in enumerate(j["placement"])) or "-"),
@@ -412,7 +411,7 @@ def describe(a: argparse.Namespace) -> int:
 
 def delete(a: argparse.Namespace) -> int:
     j = Client().post(f"/jobs/{a.job_name}/cancel", **_params(a))
-    print(f"hyp-pytorch-job {j['name']} deleted from namespace hyperpod-ns-{j['team']}: fairpod job {j['id']} is "
+    print(f"hyp-pytorch-job {j['name']} deleted from namespace {hyperpod.namespace(j['team'])}: fairpod job {j['id']} is "
           f"{j['state']} — {j['reason']}")
     return 0
 
@@ -420,7 +419,7 @@ def delete(a: argparse.Namespace) -> int:
 def list_pods(a: argparse.Namespace) -> int:
     j = Client().get(f"/jobs/{a.job_name}", **_params(a))
     res = Client().get(f"/jobs/{j['id']}/replicas")
-    ns = f"hyperpod-ns-{j['team']}"
+    ns = hyperpod.namespace(j["team"])
     pods = [{"pod": f"{j['name']}-pod-{r['replica']}", "namespace": ns, **r} for r in res["replicas"]]
     if a.output == "json":
         emit_json(pods)

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from typing import Any, NoReturn
 
 from fairpod.cli.errors import CliError
+from fairpod.formats import hyperpod
 
 ENTRY = "hyperpod"
 class Parser(argparse.ArgumentParser):
@@ -107,7 +108,7 @@ def _config(path: str) -> Any:
     def team_of(ns: str) -> str | None:
         """The team of ``hyperpod-ns-<team>``, or of a namespace named as a team; else None (a Kubernetes
         namespace such as the template's ``kubeflow``)."""
-        if not ns.startswith("hyperpod-ns-"):
+        if not ns.startswith(hyperpod.PREFIX):
             from fairpod.cli.client import Client
 
             teams[:] = teams or [t["name"] for t in Client().get("/teams")["teams"]]
@@ -240,8 +241,8 @@ def _when(ts: float | None) -> str | None:
 
 
 def _summary(j: dict[str, Any]) -> dict[str, Any]:
-    return {"Name": j["name"], "Namespace": f"hyperpod-ns-{j['team']}", "CreationTime": _when(j["submit_time"]),
-            "State": j["state"], "Priority": f"{j['priority']}-priority" if j.get("priority") else None}
+    return {"Name": j["name"], "Namespace": hyperpod.namespace(j["team"]), "CreationTime": _when(j["submit_time"]),
+            "State": j["state"], "Priority": hyperpod.priority_class(j["priority"]) if j.get("priority") else None}
 
 
 def get_job(a: argparse.Namespace) -> int:
@@ -279,7 +280,7 @@ def list_pods(a: argparse.Namespace) -> int:
     c = Client()
     job = c.get(f"/jobs/{a.job_name}", **_params(a))
     res = c.get(f"/jobs/{job['id']}/replicas")
-    pods = [{"PodName": f"{res['job']}-pod-{r['replica']}", "Namespace": f"hyperpod-ns-{job['team']}",
+    pods = [{"PodName": f"{res['job']}-pod-{r['replica']}", "Namespace": hyperpod.namespace(job["team"]),
              "Status": r["state"], "Node": r["node"]} for r in res["replicas"]]
     print(json.dumps({"pods": pods}, indent=1))
     return 0

@@ -21,6 +21,8 @@ from fairpod.cli.client import Client, TimedOut
 from fairpod.cli.errors import CliError
 from fairpod.cli.files import read_yaml
 from fairpod.cli.output import acc_nodes, add_output, ago, emit, plural, reason_in_units, table
+from fairpod.formats import hyperpod
+from fairpod.model.keys import task_ref
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -29,8 +31,6 @@ if TYPE_CHECKING:
 STATES = ["Pending", "Running", "Preempted", "Succeeded", "Failed", "Cancelled"]
 # patterns (re compiles and caches them on first use: a command that checks no name pays nothing)
 NAME_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-NS_RE = r"hyperpod-ns-(?P<team>.+)"
-QUEUE_RE = r"hyperpod-ns-(?P<team>.+)-localqueue"
 ARRAY_RE = r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?"
 
 # the API's job fields in the words of start-job's flags (for the server's error messages)
@@ -131,8 +131,7 @@ def job_name(v: str) -> str:
 
 def team_name(v: str) -> str:
     """A team, also as HyperPod's namespace (hyperpod-ns-<team>) or local queue (hyperpod-ns-<team>-localqueue)."""
-    m = re.fullmatch(QUEUE_RE, v) or re.fullmatch(NS_RE, v)
-    team = m.group("team") if m else v
+    team = hyperpod.team_part(v)
     if not re.fullmatch(NAME_RE, team) or len(team) > 40:
         raise argparse.ArgumentTypeError(
             f"{v!r} is not a team: use lower-case letters, digits and '-', at most 40 characters "
@@ -152,7 +151,7 @@ def topology_level(v: str) -> str:
 
 def priority_class(v: str) -> str:
     """HyperPod's priority class names end in -priority (training-priority is the class 'training')."""
-    return v[: -len("-priority")] if v.endswith("-priority") and len(v) > len("-priority") else v
+    return hyperpod.class_of(v)
 
 
 def array_spec(v: str) -> str:
@@ -620,9 +619,9 @@ def _array_summary(j: dict[str, Any]) -> int:
     print(f"{'Team:':16} {j['team']}")
     print(f"{'States:':16} " + ", ".join(f"{n} {k.lower()}" for k, n in counts.items()))
     print(f"{'Command:':16} {' '.join(j['command'])}")
-    table([{**t, "id": f"{arr.get('job_id', j['id'])}_{t['task_id']}"} for t in tasks],
+    table([{**t, "id": task_ref(arr.get('job_id', j['id']), t['task_id'])} for t in tasks],
           [("id", "TASK"), ("name", "NAME"), ("state", "STATE"), ("reason", "REASON")])
-    print(f"(one task: fairpod get-job {tasks[0]['name']} or {arr.get('job_id', j['id'])}_{tasks[0]['task_id']})")
+    print(f"(one task: fairpod get-job {tasks[0]['name']} or {task_ref(arr.get('job_id', j['id']), tasks[0]['task_id'])})")
     return 0
 
 
@@ -700,7 +699,7 @@ def get_logs(a: argparse.Namespace) -> int:
     if job.get("array_tasks") and not ref.isdigit():
         t = job["array_tasks"][0]
         raise CliError(f"{ref!r} is a job array of {len(job['array_tasks'])} tasks: name one, e.g. {t['name']} "
-                       f"or {job['array']['job_id']}_{t['task_id']}")
+                       f"or {task_ref(job['array']['job_id'], t['task_id'])}")
     params["team"] = job["team"]
     ref = str(job["id"])
     never_ran = job["state"] == "Pending" and job.get("first_started_at") is None

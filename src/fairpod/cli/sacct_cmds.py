@@ -20,6 +20,7 @@ from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import emit_json
 from fairpod.formats.slurm.hostlist import compress
+from fairpod.model.keys import task_ref
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ def _state(job: dict[str, Any]) -> str:
 
 def row(job: dict[str, Any], now: float) -> dict[str, Any]:
     arr = job.get("array")
-    jid = f"{arr['job_id']}_{arr['task_id']}" if arr else str(job["id"])
+    jid = task_ref(arr['job_id'], arr['task_id']) if arr else str(job["id"])
     started, ended = job.get("started_at"), job.get("finished_at")
     run = ((ended or now) - started) if started else 0.0
     acc = job.get("accelerators_per_node")
@@ -174,7 +175,7 @@ def columns(fmt: str) -> list[tuple[str, str, int]]:
 def _wanted(ref: str, job: dict[str, Any]) -> bool:
     arr = job.get("array")
     if "_" in ref:
-        return bool(arr) and ref == f"{arr['job_id']}_{arr['task_id']}"
+        return bool(arr) and ref == task_ref(arr['job_id'], arr['task_id'])
     return ref == str(job["id"]) or (bool(arr) and ref == str(arr["job_id"]))
 
 

@@ -21,6 +21,7 @@ import time
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
+from fairpod.formats import hyperpod
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -119,8 +120,8 @@ def shell(a: argparse.Namespace) -> int:
             body[key] = getattr(a, key)
     if a.node_count is not None:
         body["nodes"] = a.node_count
-    if body["team"].startswith("hyperpod-ns-"):
-        body["team"] = body["team"].removeprefix("hyperpod-ns-")
+    if body["team"].startswith(hyperpod.PREFIX):
+        body["team"] = body["team"].removeprefix(hyperpod.PREFIX)
     import signal
 
     def hang_up(signum: int, _frame: Any) -> None:

@@ -12,6 +12,7 @@ from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import emit, emit_json, natural
 from fairpod.formats.slurm.hostlist import compress
+from fairpod.model.keys import task_ref
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -285,7 +286,7 @@ def squeue_rows(jobs: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
         where = compress(j["placement"]) if j["state"] in ("Running", "Preempted") and j["placement"] else \
             f"({j.get('reason') or 'None'})"
         arr = j.get("array")
-        rows.append({"job_id": f"{arr['job_id']}_{arr['task_id']}" if arr else j["id"], "partition": j["instance_type"], "name": j["name"], "user": j.get("user") or "-", "account": j["team"],
+        rows.append({"job_id": task_ref(arr['job_id'], arr['task_id']) if arr else j["id"], "partition": j["instance_type"], "name": j["name"], "user": j.get("user") or "-", "account": j["team"],
                      "state": j["state"], "st": STATE_CODES.get(j["state"], "?"), "time": elapsed(t),
                      "nodes": j["nodes"], "nodelist": where, "priority": j.get("priority"),
                      "restarts": j.get("restarts"), "reason": j.get("reason")})

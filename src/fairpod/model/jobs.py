@@ -15,12 +15,6 @@ from fairpod.model.services import ServiceSpec
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, did_you_mean, no_bool_numbers
 
 
-def run_key(name: str, job_id: int) -> str:
-    """The executor's name for a job (its run directory, its replicas' Ray names): unique, readable, safe as a
-    directory name."""
-    return f"{name}-{job_id}"
-
-
 class JobState(StrEnum):
     PENDING = "Pending"
     RUNNING = "Running"

@@ -1,16 +1,16 @@
-"""Job arrays addressed as fairpod shows them, as in Slurm: the array's name or its id (``14``) address the
-whole array; ``14_5`` and ``NAME-5`` address one task.
+"""Job references, the one resolver of what a user typed to name a job: its id or name (``find_job``), and job
+arrays as fairpod shows them, as in Slurm: the array's name or its id (``14``) address the whole array; ``14_5``
+(``fairpod.model.keys.task_ref``) and ``NAME-5`` address one task.
 
 ``resolve`` answers (the job, the array's tasks or None): for a whole array the job is its first task and the
-tasks are all of them, in task order.
+tasks are all of them, in task order; ``one_task`` refuses a whole array.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from fairpod.model.keys import TASK_REF, task_ref
 from fairpod.server.arrays import array_of, array_view, same_array
 from fairpod.server.errors import Problem
 from fairpod.server.limits import MAX_ID
@@ -20,7 +20,6 @@ if TYPE_CHECKING:
     from fairpod.server.auth import Principal
     from fairpod.server.core import ControlPlane
 
-TASK_REF = re.compile(r"(\d{1,19})_(\d{1,9})")  # Slurm's ARRAYID_TASKID
 
 
 def _tasks(cp: ControlPlane, first: Job) -> list[Job]:
@@ -41,10 +40,26 @@ def _array_named(cp: ControlPlane, teams: list[str], name: str) -> list[Job]:
     return [newest[t] for t in dict.fromkeys(teams) if t in newest]
 
 
-def resolve(cp: ControlPlane, p: Principal, ref: str, team: str | None,
-            find_job: Callable[[ControlPlane, Principal, str, str | None], Job]) -> tuple[Job, list[Job] | None]:
-    """``(job, tasks)`` for ``ref``; ``tasks`` is the whole array when ``ref`` names one. ``find_job`` is the
-    routes' lookup of a plain job (by id or name), used for everything that is not an array address."""
+def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
+    """A job by id or by name (the team's unfinished job of that name, else its latest), as ``p`` may see it."""
+    job: Job | None = None
+    if ref.isascii() and ref.isdigit():
+        job = cp.store.get_job(int(ref)) if len(ref) <= 19 and int(ref) <= MAX_ID else None
+    else:
+        teams = [team] if team else (p.visible_teams() or [t.name for t in cp.spec.teams])
+        found = cp.store.jobs_named(teams, ref)
+        if len(found) > 1:
+            names = ", ".join(j.team for j in found)
+            raise Problem(409, "ambiguous job name", f"teams {names} each have a job {ref!r}; give --team")
+        job = found[0] if found else None
+    if job is None or not p.sees_team(job.team):
+        raise Problem(404, "no such job", f"no job {ref!r} that you can see")
+    return job
+
+
+def resolve(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> tuple[Job, list[Job] | None]:
+    """``(job, tasks)`` for ``ref``; ``tasks`` is the whole array when ``ref`` names one. Anything that is not an
+    array address is a plain job (:func:`find_job`)."""
     m = TASK_REF.fullmatch(ref)
     if m is not None:
         first = _by_id(cp, m.group(1))
@@ -77,13 +92,12 @@ def resolve(cp: ControlPlane, p: Principal, ref: str, team: str | None,
     return job, None
 
 
-def one_task(cp: ControlPlane, p: Principal, ref: str, team: str | None,
-             find_job: Callable[[ControlPlane, Principal, str, str | None], Job]) -> Job:
+def one_task(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
     """The one job ``ref`` names (a task by ``ID_T`` too); an array's name alone is refused with the way to
     name one of its tasks (its id alone stays its first task, as before)."""
-    job, tasks = resolve(cp, p, ref, team, find_job)
+    job, tasks = resolve(cp, p, ref, team)
     if tasks is not None and not ref.isdigit():
         first = array_view(tasks[0]) or {}
         raise Problem(409, "job array", f"{ref!r} is a job array of {len(tasks)} tasks: name one, e.g. "
-                      f"{tasks[0].name} or {first.get('job_id', tasks[0].id)}_{first.get('task_id', 0)}")
+                      f"{tasks[0].name} or {task_ref(first.get('job_id', tasks[0].id), first.get('task_id', 0))}")
     return job

@@ -10,7 +10,7 @@ import math
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Discarding, capability
-from fairpod.model.jobs import run_key
+from fairpod.model.keys import run_key
 from fairpod.server.core.api import Core
 from fairpod.store import StoreError
 

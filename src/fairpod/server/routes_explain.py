@@ -10,10 +10,10 @@ from fastapi import APIRouter, Query
 from fairpod.governance import explain
 from fairpod.model.jobs import JobState
 from fairpod.server.api_rules import rules
+from fairpod.server.array_refs import find_job
 from fairpod.server.auth import Auth
 from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
-from fairpod.server.routes_jobs import find_job
 from fairpod.server.runs import to_engine
 
 

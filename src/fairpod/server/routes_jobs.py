@@ -16,7 +16,7 @@ from fairpod.executors.logs import CHUNK, byte_range, output_start, read_chunks,
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server import array_refs
 from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, SERVICE_QUOTA, rules
-from fairpod.server.auth import Auth, Principal, current_principal, require_team
+from fairpod.server.auth import Auth, current_principal, require_team
 from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
@@ -49,23 +49,6 @@ def as_json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str
     the lock) and encode it on the event loop. The views are plain JSON already; the documented schema is the
     route's ``response_model``."""
     return JSONResponse(data, status_code=status_code, headers=headers)
-
-
-def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
-    """A job by id or by name (the team's unfinished job of that name, else its latest), as ``p`` may see it."""
-    job: Job | None = None
-    if ref.isascii() and ref.isdigit():
-        job = cp.store.get_job(int(ref)) if len(ref) <= 19 and int(ref) <= MAX_ID else None
-    else:
-        teams = [team] if team else (p.visible_teams() or [t.name for t in cp.spec.teams])
-        found = cp.store.jobs_named(teams, ref)
-        if len(found) > 1:
-            names = ", ".join(j.team for j in found)
-            raise Problem(409, "ambiguous job name", f"teams {names} each have a job {ref!r}; give --team")
-        job = found[0] if found else None
-    if job is None or not p.sees_team(job.team):
-        raise Problem(404, "no such job", f"no job {ref!r} that you can see")
-    return job
 
 
 def add_routes(api: APIRouter, cp: ControlPlane) -> None:
@@ -141,7 +124,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     def get_job(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
         """A job by id or name; ``ID_T`` is task T of a job array. The array's name or id address the whole
         array: the answer is its first task with ``array_tasks``, every task's id, index, state and reason."""
-        job, tasks = array_refs.resolve(cp, p, ref, team, find_job)
+        job, tasks = array_refs.resolve(cp, p, ref, team)
         cp.eta.ensure(cp, [job, *(tasks or [])])  # a job submitted since the last estimates gets one now
         out = job_view(cp, job, detail=True, reader=p)
         out["events"] = [{"ts": e.ts, "kind": e.kind, "message": e.message}
@@ -160,7 +143,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                    ) -> dict[str, Any]:
         """Cancel a job; the array's name or id cancel every unfinished task of the array (held and pending
         tasks first, so none starts while the others stop): the answer lists them under ``cancelled``."""
-        job, tasks = array_refs.resolve(cp, p, ref, team, find_job)
+        job, tasks = array_refs.resolve(cp, p, ref, team)
         require_team(p, job.team)
         if tasks is None:
             return job_view(cp, cp.cancel(job, p.name, left), detail=True, reader=p)
@@ -173,12 +156,12 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
 
     @api.get("/jobs/{ref}/replicas", tags=["jobs"])
     def list_replicas(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
-        job = array_refs.one_task(cp, p, ref, team, find_job)
+        job = array_refs.one_task(cp, p, ref, team)
         return {"job": job.name, "state": job.state.value, "replicas": replicas_view(cp, job)}
 
     @api.get("/jobs/{ref}/events", tags=["jobs"])
     def job_events(ref: str, p: Auth, team: str | None = None, since_id: SinceId = None) -> dict[str, Any]:
-        job = array_refs.resolve(cp, p, ref, team, find_job)[0]
+        job = array_refs.resolve(cp, p, ref, team)[0]
         evs = cp.store.list_events(job_id=job.id, since_id=since_id, limit=1000)
         return {"events": [_ev(e) for e in evs]}
 
@@ -189,7 +172,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             job = job_for_token(cp, job_token, ref)
         else:
             p = current_principal(request)
-            job = find_job(cp, p, ref, team)
+            job = array_refs.find_job(cp, p, ref, team)
             require_team(p, job.team)
         return job_view(cp, cp.report_progress(job, body.step, body.checkpoint, body.next_checkpoint_in),
                         detail=True)
@@ -203,7 +186,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                        byte_range: str | None = Header(default=None, alias="Range", max_length=200,
                                                        description="one byte range (bytes=0-1023, bytes=-1024)"),
                        ) -> Response:
-        job = array_refs.one_task(cp, p, ref, team, find_job)
+        job = array_refs.one_task(cp, p, ref, team)
         require_team(p, job.team)  # viewers may not read logs
         if replica >= job.nodes:
             raise Problem(404, "no such replica", f"job {job.name} has replicas 0..{job.nodes - 1}")

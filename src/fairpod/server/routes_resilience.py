@@ -8,12 +8,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from fairpod.server.array_refs import find_job
 from fairpod.server.auth import current_principal, require_team
 from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.limits import Whole
-from fairpod.server.routes_jobs import find_job
 from fairpod.store import Job
 
 

@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter
 
 from fairpod.model.jobs import JobState
+from fairpod.server.array_refs import find_job
 from fairpod.server.auth import Auth
 from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem
-from fairpod.server.routes_jobs import find_job
 from fairpod.store import Job
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from fairpod.model.jobs import run_key
+from fairpod.model.keys import run_key
 from fairpod.store.records import Job
 
 STOP_PREEMPT = "preempt"  # back to Pending when every replica has stopped
@@ -22,8 +22,8 @@ STOP_NOT_READY = "not_ready"  # gang readiness timed out: Pending again after a 
 
 
 def job_key(job: Job) -> str:
-    """The executor's name for a job (``fairpod.model.jobs.run_key``): the one encoding of a job at the executor
-    boundary (:func:`job_id_of` reads it back)."""
+    """The executor's name for a job (``fairpod.model.keys.run_key``): the one encoding of a job at the executor
+    boundary (``fairpod.model.keys.job_id_of`` reads it back)."""
     return run_key(job.name, job.id)
 
 
@@ -36,14 +36,6 @@ def to_engine(job_id: int) -> str:
 def from_engine(wid: str) -> int:
     """The job id of an engine workload or decision (``Workload.id``, ``Admit.job``, ...) made by :func:`to_engine`."""
     return int(wid)
-
-
-def job_id_of(key: str) -> int | None:
-    """The job id in a job key, None if it holds none."""
-    try:
-        return int(key.rsplit("-", 1)[1])
-    except (IndexError, ValueError):
-        return None
 
 
 def failure_kind(job: Job) -> str:

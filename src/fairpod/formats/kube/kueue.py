@@ -13,6 +13,18 @@ from __future__ import annotations
 
 import re
 
+from fairpod.formats.hyperpod import (  # noqa: F401  (the names Kueue's objects are written with, read by importer)
+    CQ_RE,
+    NS_RE,
+    PRIORITY_SUFFIX,
+    QUEUE_RE,
+    cluster_queue,
+    local_queue,
+    namespace,
+    priority_class,
+    team_in,
+)
+
 GROUP = "kueue.x-k8s.io"
 API = f"{GROUP}/v1beta2"
 READ_APIS = (f"{GROUP}/v1alpha1", f"{GROUP}/v1beta1", f"{GROUP}/v1beta2")  # Cohort was v1alpha1
@@ -42,37 +54,8 @@ UNALLOCATED = "fairpod-unallocated"  # the ClusterQueue lending unallocated capa
 
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-# HyperPod's names of a team's objects: the one place they are written (a spec may list others per team:
-# ``namespaces``, ``local_queues``; fairpod.formats.kube.teams)
-PREFIX = "hyperpod-ns-"
-_TEAM = r"(?P<team>[a-z0-9]([-a-z0-9]*[a-z0-9])?)"
-CQ_RE = re.compile(rf"^{PREFIX}{_TEAM}-clusterqueue$")
-NS_RE = re.compile(rf"^{PREFIX}{_TEAM}$")
-QUEUE_RE = re.compile(rf"^{PREFIX}{_TEAM}-localqueue$")
-PRIORITY_SUFFIX = "-priority"
-
-
-def namespace(team: str) -> str:
-    return f"{PREFIX}{team}"
-
-
-def local_queue(team: str) -> str:
-    return f"{PREFIX}{team}-localqueue"
-
-
-def cluster_queue(team: str) -> str:
-    return f"{PREFIX}{team}-clusterqueue"
-
-
-def team_in(pattern: re.Pattern[str], name: str) -> str | None:
-    """The team HyperPod's name ``name`` (a namespace, LocalQueue or ClusterQueue per ``pattern``) is of."""
-    m = pattern.match(name)
-    return m.group("team") if m else None
-
-
-def priority_class(name: str) -> str:
-    return f"{name}{PRIORITY_SUFFIX}"
-
+# HyperPod's names of a team's objects live in fairpod.formats.hyperpod (a leaf the CLI reads too); the Kueue
+# objects are named with them here
 
 def accel_resource(accelerator_kind: str | None) -> str:
     """The extended resource a node's accelerators are requested as: Neuron devices for Trainium and

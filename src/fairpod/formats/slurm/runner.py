@@ -37,6 +37,7 @@ from fairpod.formats.slurm.wire import (
     run_dir_for,
     wait_nodes,
 )
+from fairpod.model.keys import job_id_of
 
 SHIMS = {"srun": "fairpod.formats.slurm.srun", "scontrol": "fairpod.formats.slurm.shims scontrol",
          "hostname": "fairpod.formats.slurm.shims hostname"}
@@ -45,7 +46,8 @@ SHIMS = {"srun": "fairpod.formats.slurm.srun", "scontrol": "fairpod.formats.slur
 def job_id(env: dict[str, str] | os._Environ[str]) -> str:
     if env.get("FAIRPOD_JOB_ID"):
         return env["FAIRPOD_JOB_ID"]
-    return env.get("FAIRPOD_JOB", "0").rsplit("-", 1)[-1]
+    jid = job_id_of(env.get("FAIRPOD_JOB", ""))  # the job key fairpod gave the replica
+    return str(jid) if jid is not None else env.get("FAIRPOD_JOB") or "0"
 
 
 def expand_pattern(pattern: str, env: dict[str, str], node: str) -> str:

@@ -14,10 +14,11 @@ from typing import Any
 from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
+from fairpod.model.keys import job_id_of
 from fairpod.server import diskfull, membership, outage
 from fairpod.server.core.transitions import array_holds, backoff, restarts
 from fairpod.server.core.transitions.readiness import Readiness
-from fairpod.server.runs import from_engine, job_id_of
+from fairpod.server.runs import from_engine
 
 log = logging.getLogger("fairpod.control")
 

@@ -16,6 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Executor, Resizing, capability
 from fairpod.model.jobs import JobState
+from fairpod.model.keys import job_id_of
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import eta, outage
 from fairpod.server.batch import BatchingStore
@@ -40,7 +41,6 @@ from fairpod.server.runs import (
     Run,
     Slots,
     failure_kind,
-    job_id_of,
     job_key,
     to_engine,
 )

@@ -11,6 +11,7 @@ from typing import Any
 from fairpod.executors.base import ExecutorError, HostGpus, JobLaunch, ReplicaExit, ReplicaLaunch, capability
 from fairpod.governance import Admit, Preempt, Wait
 from fairpod.model.jobs import JobState
+from fairpod.model.keys import job_id_of
 from fairpod.sandbox import capabilities
 from fairpod.server import goodput, identity
 from fairpod.server.core.transitions import backoff, rayjobs, readiness, resize, restarts
@@ -25,7 +26,6 @@ from fairpod.server.runs import (
     SlotsBusy,
     failure_kind,
     from_engine,
-    job_id_of,
     job_key,
     usage_message,
 )
