@@ -7,7 +7,7 @@ import argparse
 
 import pytest
 
-from fairpod.cli.job_cmds import memory_gib
+from fairpod.cli.jobbody import memory_gib
 from fairpod.formats.slurm.sbatch import BatchError, read_script, to_job
 
 

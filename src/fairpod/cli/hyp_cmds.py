@@ -31,7 +31,7 @@ from typing import Any, NoReturn
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
-from fairpod.cli.job_cmds import topology_level
+from fairpod.cli.jobbody import topology_level
 from fairpod.cli.output import ago, emit_json, plural, table
 from fairpod.formats import hyperpod
 
@@ -251,7 +251,7 @@ def create(a: argparse.Namespace) -> int:
                 for flag, why in K8S_ONLY.items() if getattr(a, "k8s_" + flag[2:].replace("-", "_")) is not None]
     team = team_of(a.namespace, a.queue_name)
     if team is None:
-        from fairpod.cli.job_cmds import only_team
+        from fairpod.cli.jobbody import only_team
 
         try:
             team = only_team()

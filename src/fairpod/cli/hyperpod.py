@@ -90,7 +90,7 @@ def build_parser() -> Parser:
 def _team(ns: str | None, what: str = "--namespace") -> str | None:
     if ns is None:
         return None
-    from fairpod.cli.job_cmds import team_name
+    from fairpod.cli.jobbody import team_name
 
     try:
         return team_name(ns)
@@ -137,7 +137,7 @@ def _one_task_per_node(v: str, what: str) -> None:
 
 def start_job(a: argparse.Namespace) -> int:
     from fairpod.cli.client import Client
-    from fairpod.cli.job_cmds import JOB_FLAGS, job_body
+    from fairpod.cli.jobbody import JOB_FLAGS, job_body
     from fairpod.cli.main import build_parser as fairpod_parser
     from fairpod.formats.kube import ENV_CONFIG
 

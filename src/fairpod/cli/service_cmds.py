@@ -8,7 +8,7 @@ import time
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
-from fairpod.cli.job_cmds import (
+from fairpod.cli.jobbody import (
     _kv,
     _team_flags,
     job_name,

@@ -103,7 +103,7 @@ def _limit(asked: float | None, most: float, flag: str) -> float:
 
 
 def shell(a: argparse.Namespace) -> int:
-    from fairpod.cli.job_cmds import only_team
+    from fairpod.cli.jobbody import only_team
 
     if not sys.stdin.isatty():
         raise CliError(f"{a.shell_verb} needs a terminal (stdin is not one)")

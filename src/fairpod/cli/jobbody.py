@@ -1,0 +1,274 @@
+"""The one job body that the job front ends submit, and the one table of job flags they take theirs from.
+
+``JOB_FLAGS`` is the API's job fields in the words of ``fairpod start-job``'s flags (the server's errors are
+translated with it; ``SPEC_FLAGS`` the fields a flag sets as it is); the flag types (``whole``, ``seconds``,
+``memory_gib``, ``team_name``, ``priority_class`` …) check a value as the user typed it, with one line naming it;
+``job_body`` builds the body from ``--config-file`` and the flags, every mistake reported there. ``fairpod
+start-job``, ``start-service``, ``srun``/``salloc`` and ``hyperpod start-job`` use them; HyperPod's names
+(``hyperpod-ns-<team>``, ``<class>-priority``) come from fairpod.formats.hyperpod.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections.abc import Callable
+
+from fairpod.cli.client import Client
+from fairpod.cli.errors import CliError
+from fairpod.cli.files import read_yaml
+from fairpod.formats import hyperpod
+
+TYPE_CHECKING = False  # typing costs an import a command need not pay
+if TYPE_CHECKING:
+    from typing import Any
+
+# patterns (re compiles and caches them on first use: a command that checks no name pays nothing)
+NAME_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+ARRAY_RE = r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?"
+
+# the API's job fields in the words of start-job's flags (for the server's error messages)
+JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "instance_type": "--instance-type",
+             "nodes": "--node-count", "accelerators": "--accelerators", "vcpu": "--vcpu", "memory_gib": "--memory",
+             "command": "the command after --", "env": "--env", "workdir": "--workdir",
+             "auto_resume": "--auto-resume", "max_retry": "--max-retry",
+             "termination_grace_seconds": "--grace-seconds", "min_runtime_seconds": "--min-runtime",
+             "expected_duration_seconds": "--expected-duration",
+             "deep_health_check_passed_nodes_only": "--deep-health-check-passed-nodes-only",
+             "max_runtime_seconds": "--max-runtime", "hang_timeout_seconds": "--hang-timeout",
+             "hang_action": "--hang-action", "required_topology": "--required-topology",
+             "preferred_topology": "--preferred-topology",
+             "accelerator_partition_type": "--accelerator-partition-type",
+             "accelerator_partition_count": "--accelerator-partition-count",
+             "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
+             "service": "the service's checks (fairpod start-service)", "ray": "--ray",
+             "image": "--image", "image_pull_policy": "--image-pull-policy", "mounts": "--mount",
+             "scratch": "--scratch", "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
+             "restarts_in_place": "--restarts-in-place", "restart_eval_period_seconds": "--restart-eval-period",
+             "log_rules": "--log-rule", "labels": "labels (--config-file's labels: a mapping)",
+             "array": "--array", "job": "the job"}  # fmt: skip
+CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
+# the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
+SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items()
+              if flag.startswith("--") and field not in ("env", "array", "mounts", "scratch", "log_rules")}
+
+TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
+
+
+def boolean(v: str) -> bool:
+    if v.lower() in TRUE:
+        return True
+    if v.lower() in FALSE:
+        return False
+    raise argparse.ArgumentTypeError(f"{v!r} is not true or false")
+
+
+def whole(lo: int, hi: int, what: str = "") -> Callable[[str], int]:
+    def parse(v: str) -> int:
+        try:
+            f = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not a number") from None
+        if f != int(f):
+            raise argparse.ArgumentTypeError(f"{v} is not a whole number{what}")
+        if not lo <= f <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range: {lo}..{hi}")
+        return int(f)
+
+    return parse
+
+
+MEMORY_UNITS = {"": 1.0, "gi": 1.0, "g": 1e9 / 2**30, "mi": 1 / 1024, "m": 1e6 / 2**30, "ti": 1024.0,
+                "t": 1e12 / 2**30}
+
+
+def memory_gib(text: str) -> float:
+    """``16Gi``, ``512Mi``, ``16G`` (as Kubernetes writes quantities) or a number of GiB, as GiB."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in MEMORY_UNITS or float(m.group(1)) <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size (e.g. 16Gi, 512Mi, or GiB as a number)")
+    return float(m.group(1)) * MEMORY_UNITS[unit]
+
+
+def vcpus(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        v = 0.0
+    if not 0 < v <= 100_000:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of vCPUs (e.g. 4 or 0.5)")
+    return v
+
+
+def seconds(hi: float) -> Callable[[str], float]:
+    def parse(v: str) -> float:
+        try:
+            f = float(v)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{v!r} is not a number of seconds") from None
+        if not 0 <= f <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range: 0..{hi:g} seconds")
+        return f
+
+    return parse
+
+
+def job_name(v: str) -> str:
+    if not re.fullmatch(NAME_RE, v) or len(v) > 63:
+        raise argparse.ArgumentTypeError(
+            f"{v!r} is not a job name: use lower-case letters, digits and '-', starting and ending with a letter "
+            "or digit, at most 63 characters")
+    return v
+
+
+def team_name(v: str) -> str:
+    """A team, also as HyperPod's namespace (hyperpod-ns-<team>) or local queue (hyperpod-ns-<team>-localqueue)."""
+    team = hyperpod.team_part(v)
+    if not re.fullmatch(NAME_RE, team) or len(team) > 40:
+        raise argparse.ArgumentTypeError(
+            f"{v!r} is not a team: use lower-case letters, digits and '-', at most 40 characters "
+            "(or hyperpod-ns-<team>)")
+    return team
+
+
+def topology_level(v: str) -> str:
+    """A topology level of the cluster spec (e.g. rack); also as a Kueue node label (…/topology-rack)."""
+    level = v.rsplit("/", 1)[-1]
+    level = level[len("topology-"):] if level.startswith("topology-") and len(level) > 9 else level
+    if not re.fullmatch(NAME_RE, level) or len(level) > 40:
+        raise argparse.ArgumentTypeError(f"{v!r} is not a topology level: give one of the cluster's "
+                                         "topology_levels, e.g. rack")
+    return level
+
+
+def priority_class(v: str) -> str:
+    """HyperPod's priority class names end in -priority (training-priority is the class 'training')."""
+    return hyperpod.class_of(v)
+
+
+def array_spec(v: str) -> str:
+    if not re.fullmatch(ARRAY_RE, v):
+        raise argparse.ArgumentTypeError(
+            f"{v!r} is not an array: use FIRST-LAST[:STEP] or a comma list (0-9, 1,3,5, 0-99:2), and %%N to run at "
+            "most N tasks at a time (0-199%%16)")
+    return v
+
+
+def _team_flags(p: argparse.ArgumentParser, required_hint: bool = False) -> None:
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--team", type=team_name, help="the team (also hyperpod-ns-<team>)")
+    g.add_argument("--namespace", "-n", dest="team", type=team_name, metavar="NAMESPACE",
+                   help="HyperPod's form of --team: hyperpod-ns-<team>")
+    if required_hint:
+        g.add_argument("--queue-name", dest="team", type=team_name, metavar="QUEUE",
+                       help="Kueue's form of --team: hyperpod-ns-<team>-localqueue")
+
+
+
+def _kv(items: list[str]) -> dict[str, str]:
+    out = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or not k:
+            raise CliError(f"--env {it!r}: use --env NAME=VALUE")
+        out[k] = v
+    return out
+
+
+def _config(path: str) -> dict[str, Any]:
+    data = read_yaml(path)
+    if not isinstance(data, dict):
+        raise CliError(f"{path}: expected a mapping of job fields (name, team, command, nodes, …)")
+    unknown = sorted(set(data) - CONFIG_KEYS)
+    if unknown:
+        raise CliError(f"{path}: unknown field(s) {', '.join(unknown)}; job fields are "
+                       f"{', '.join(sorted(CONFIG_KEYS))}")
+    if isinstance(data.get("command"), str):
+        import shlex
+
+        data["command"] = shlex.split(data["command"])
+    if "team" in data and isinstance(data["team"], str):
+        try:
+            data["team"] = team_name(data["team"])
+        except argparse.ArgumentTypeError as e:
+            raise CliError(f"{path}: team: {e}") from None
+    if isinstance(data.get("priority"), str):
+        data["priority"] = priority_class(data["priority"])
+    acc = data.get("accelerators")
+    if isinstance(acc, float) and acc != int(acc):
+        raise CliError(f"{path}: accelerators: {acc:g} is not a whole number: a replica gets whole accelerators")
+    return data
+
+
+def job_body(a: argparse.Namespace) -> dict[str, Any]:
+    """The job to submit, from --config-file and the flags; every mistake a user can make is reported here."""
+    body: dict[str, Any] = _config(a.config_file) if a.config_file else {}
+    flags = {field: getattr(a, flag[2:].replace("-", "_")) for field, flag in SPEC_FLAGS.items()}
+    body.update({k: v for k, v in flags.items() if v is not None})
+    if a.env:
+        body["env"] = {**(body.get("env") or {}), **_kv(a.env)}
+    if getattr(a, "log_rule", None):
+        body["log_rules"] = [*(body.get("log_rules") or []), *_log_rules(a.log_rule)]
+    if a.job_command is not None:
+        body["command"] = a.job_command
+    if a.mount:
+        body["mounts"] = [*(body.get("mounts") or []), *a.mount]
+    if getattr(a, "scratch", None):
+        body["scratch"] = [*(body.get("scratch") or []), *a.scratch]
+    for m in a.mount:
+        parts = m.split(":")
+        if len(parts) not in (2, 3) or not all(x.startswith("/") for x in parts[:2]) or parts[2:] not in ([], ["ro"], ["rw"]):
+            raise CliError(f"--mount {m}: give HOST:CONTAINER or HOST:CONTAINER:ro, both absolute paths")
+    if (body.get("mounts") or body.get("image_pull_policy")) and not body.get("image"):
+        raise CliError("--mount and --image-pull-policy go with --image (the container image to run in)")
+    src = f" (or set it in {a.config_file})" if a.config_file else " (or set it in --config-file)"
+    if not body.get("name"):
+        raise CliError(f"--name is required{src}")
+    if not body.get("team"):
+        body["team"] = only_team(src)
+    cmd = body.get("command")
+    if not cmd and body.get("image"):
+        cmd = body["command"] = []  # the image's own entrypoint and command
+    elif not cmd:
+        raise CliError("give the job's command after --, e.g. fairpod start-job --name x --team t -- python "
+                       "train.py")
+    if not isinstance(cmd, list) or not all(isinstance(w, str) for w in cmd) or (cmd and not cmd[0].strip()):
+        import shlex
+
+        raise CliError(f"the command {shlex.join(map(str, cmd)) if isinstance(cmd, list) else cmd!r} has no "
+                       "program to run: give one after --, e.g. -- python train.py")
+    if body.get("max_retry") and not body.get("auto_resume"):
+        raise CliError(f"--max-retry {body['max_retry']} does nothing without --auto-resume true: add "
+                       "--auto-resume true (restarts on failure) or leave --max-retry out")
+    if body.get("workdir") is None and not body.get("image"):  # in an image: the image's own WORKDIR
+        body["workdir"] = os.getcwd()
+    return body
+
+
+def _log_rules(given: list[list[str]]) -> list[dict[str, Any]]:
+    from pydantic import ValidationError
+
+    from fairpod.model.logrules import parse_flag
+
+    out = []
+    for name, what, pattern in given:
+        try:
+            out.append(parse_flag(name, what, pattern).model_dump(exclude_none=True))
+        except ValidationError as e:
+            err = e.errors()[0]
+            where, msg = ".".join(str(x) for x in err["loc"]), str(err["msg"]).removeprefix("Value error, ")
+            raise CliError(f"--log-rule {name}: {where + ': ' if where and where not in msg else ''}{msg}") from None
+        except ValueError as e:
+            raise CliError(f"--log-rule {name}: {e}") from None
+    return out
+
+def only_team(src: str = "") -> str:
+    """The team of a member of exactly one team (who then needs no --team); else the error that asks for it."""
+    me = Client().get("/me")
+    teams = me.get("teams") or []
+    if me.get("role") == "member" and len(teams) == 1:
+        return str(teams[0])
+    mine = f"; you are in {', '.join(teams)}" if len(teams) > 1 else ""
+    raise CliError(f"--team is required{src}{mine}")
