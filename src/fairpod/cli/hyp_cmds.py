@@ -352,6 +352,9 @@ def create(a: argparse.Namespace) -> int:
     if a.image and not in_image:
         print(f"fairpod: note: the image {a.image} is not used (--on-host): the command runs on the node, which "
               "needs its interpreter, libraries and code", file=sys.stderr)
+    from fairpod.cli.jobbody import finish
+
+    body = finish(body)
     if a.debug:
         emit_json(body)
     job = Client().submit(body)

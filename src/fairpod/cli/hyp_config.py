@@ -46,9 +46,11 @@ MAX_RETRY = "sagemaker.amazonaws.com/job-max-retry-count"
 
 @dataclass
 class JobConfig:
-    """What a config file asks for: ``fairpod start-job`` flags and the rest of the job."""
+    """What a config file asks for: job fields as the file wrote them (``values``: field -> text, typed by
+    fairpod.cli.jobbody.typed; ``env``: NAME=VALUE) and the rest of the job."""
 
-    args: list[str] = field(default_factory=list)
+    values: dict[str, str] = field(default_factory=dict)
+    env: list[str] = field(default_factory=list)
     command: list[str] | None = None
     image: str | None = None
     labels: dict[str, str] = field(default_factory=dict)
@@ -81,7 +83,7 @@ def read(doc: Any, path: str, team_of: Any) -> JobConfig:
     for k, v in cl.items():
         if k == "instance_type":
             if not _empty(v):
-                cfg.args += ["--instance-type", str(v)]
+                cfg.values["instance_type"] = str(v)
         elif k == "cluster_type":
             if str(v) != "k8s":
                 cfg.problems.append(f"cluster.cluster_type {v!r}: fairpod runs HyperPod's EKS (k8s) jobs")
@@ -94,7 +96,7 @@ def read(doc: Any, path: str, team_of: Any) -> JobConfig:
         cfg.problems.append("env_vars: must be a mapping of NAME: value")
         env = {}
     for k, v in env.items():
-        cfg.args += ["--env", f"{k}={'' if v is None else v}"]
+        cfg.env.append(f"{k}={'' if v is None else v}")
     if not _empty(doc.get("container")):
         cfg.image = str(doc["container"])
     if not _empty(doc.get("base_results_dir")):
@@ -118,9 +120,9 @@ def _training(tc: Any, cfg: JobConfig) -> None:
                 if _empty(rv):
                     continue
                 if rk == "name":
-                    cfg.args += ["--name", str(rv)]
+                    cfg.values["name"] = str(rv)
                 elif rk == "nodes":
-                    cfg.args += ["--node-count", str(rv)]
+                    cfg.values["nodes"] = str(rv)
                 elif rk == "ntasks_per_node":
                     if str(rv) not in ("auto", "gpu", "cpu") and not str(rv).isdigit():
                         cfg.problems.append(f"training_cfg.run.ntasks_per_node {rv!r}: a number, auto, gpu or cpu")
@@ -173,11 +175,11 @@ def _cluster_config(cc: Any, cfg: JobConfig, team_of: Any) -> None:
                 cfg.warnings.append(f"{where}.namespace {v}: not a team's namespace (hyperpod-ns-<team>); the job "
                                     "goes to your only team")
             else:
-                cfg.args += ["--team", team]
+                cfg.values["team"] = team
         elif k == "custom_labels":
             _labels(v, cfg, team_of)
         elif k == "priority_class_name":
-            cfg.args += ["--priority", str(v).removesuffix("-priority")]
+            cfg.values["priority"] = str(v).removesuffix("-priority")
         elif k == "annotations":
             _annotations(v, cfg)
         elif k == "label_selector":
@@ -188,7 +190,7 @@ def _cluster_config(cc: Any, cfg: JobConfig, team_of: Any) -> None:
             if str(v) not in ("Always", "IfNotPresent", "Never"):
                 cfg.problems.append(f"{where}.pullPolicy {v!r}: Always, IfNotPresent or Never")
             else:
-                cfg.args += ["--image-pull-policy", str(v)]
+                cfg.values["image_pull_policy"] = str(v)
         elif k == "restartPolicy":
             if str(v) in ("Always", "ExitCode"):
                 cfg.warnings.append(f"{where}.restartPolicy {v}: a failed job restarts only with auto-resume (the "
@@ -213,13 +215,13 @@ def _labels(v: Any, cfg: JobConfig, team_of: Any) -> None:
         if lk == "kueue.x-k8s.io/queue-name":
             team = team_of(str(lv).removesuffix("-localqueue"))
             if team is not None:
-                cfg.args += ["--team", team]
+                cfg.values["team"] = team
             else:
                 cfg.warnings.append(f"custom_labels {lk}: {lv}: not a team's queue (hyperpod-ns-<team>-localqueue);"
                                     " kept as a label")
                 cfg.labels[str(lk)] = str(lv)
         elif lk == "kueue.x-k8s.io/priority-class":
-            cfg.args += ["--priority", str(lv).removesuffix("-priority")]
+            cfg.values["priority"] = str(lv).removesuffix("-priority")
         else:
             cfg.labels[str(lk)] = "" if lv is None else str(lv)
 
@@ -231,14 +233,14 @@ def _annotations(v: Any, cfg: JobConfig) -> None:
     for ak, av in v.items():
         if ak == AUTO_RESUME:
             on = str(av).lower() == "true"
-            cfg.args += ["--auto-resume", "true" if on else "false"]
+            cfg.values["auto_resume"] = "true" if on else "false"
             if on and MAX_RETRY not in v:
-                cfg.args += ["--max-retry", "1"]  # the HyperPod CLI's default
+                cfg.values["max_retry"] = "1"  # the HyperPod CLI's default
         elif ak == MAX_RETRY:
             if not str(av).isdigit():
                 cfg.problems.append(f"annotations {ak}: {av!r}: a whole number")
             else:
-                cfg.args += ["--max-retry", str(av)]
+                cfg.values["max_retry"] = str(av)
         else:
             cfg.warnings.append(f"annotations {ak}: a Kubernetes annotation; fairpod keeps no annotations")
 
@@ -258,13 +260,13 @@ def _label_selector(v: Any, cfg: JobConfig) -> None:
             vals = [str(x) for x in (values if isinstance(values, list) else [values])]
             if lk in INSTANCE_LABELS and part == "required":
                 if len(vals) == 1:
-                    cfg.args += ["--instance-type", vals[0]]
+                    cfg.values["instance_type"] = vals[0]
                 else:
-                    cfg.args += ["--instance-type", ",".join(vals)]  # in order of preference
+                    cfg.values["instance_type"] = ",".join(vals)  # in order of preference
             elif lk == HEALTH_LABEL and vals == ["Schedulable"]:
                 continue  # fairpod places jobs on schedulable nodes only
             elif lk == DHC_LABEL and vals == ["Passed"] and part == "required":
-                cfg.args += ["--deep-health-check-passed-nodes-only", "true"]
+                cfg.values["deep_health_check_passed_nodes_only"] = "true"
             elif part == "preferred":
                 cfg.warnings.append(f"{where}.preferred {lk}: {', '.join(vals)}: a preference fairpod does not "
                                     "weigh (it places by instance type; required deep health check: only passed "

@@ -28,8 +28,14 @@ from typing import Any, NoReturn
 
 from fairpod.cli.errors import CliError
 from fairpod.formats import hyperpod
+from fairpod.model.jobflags import JOB_FLAGS
 
 ENTRY = "hyperpod"
+# the job fields hyperpod start-job sets by a flag (start-job's words from the one table, fairpod.model.jobflags,
+# --job-name for --name; the values typed by fairpod.cli.jobbody.TYPES); --namespace/--queue-name (the team), the
+# script and the image are its own
+FLAGS = {**{f: JOB_FLAGS[f] for f in ("instance_type", "nodes", "priority", "auto_resume", "max_retry",
+                                      "deep_health_check_passed_nodes_only")}, "name": "--job-name"}
 class Parser(argparse.ArgumentParser):
     """One-line errors: ``hyperpod start-job: error: …``."""
 
@@ -49,18 +55,18 @@ def build_parser() -> Parser:
     p = sub.add_parser("start-job", help="submit a training job",
                        description="Submit a training job: --entry-script runs on --node-count nodes of "
                        "--instance-type. --config-file takes the HyperPod CLI's YAML; flags win over it.")
-    p.add_argument("--job-name", "--name", dest="job_name", metavar="NAME")
+    p.add_argument(FLAGS["name"], "--name", dest="job_name", metavar="NAME")
     _ns_flags(p)
     p.add_argument("--queue-name", metavar="QUEUE", help="hyperpod-ns-<team>-localqueue")
-    p.add_argument("--instance-type")
-    p.add_argument("--node-count", metavar="N")
+    p.add_argument(FLAGS["instance_type"])
+    p.add_argument(FLAGS["nodes"], metavar="N")
     p.add_argument("--tasks-per-node", metavar="N", help="1 (one replica per node), as fairpod runs them")
     p.add_argument("--entry-script", metavar="SCRIPT", help="the Python script each replica runs")
     p.add_argument("--script-args", metavar="ARGS", help="its arguments, one string ('--epochs 3')")
-    p.add_argument("--priority", metavar="CLASS", help="priority class (HyperPod's <class>-priority works)")
-    p.add_argument("--auto-resume", metavar="true|false")
-    p.add_argument("--max-retry", metavar="N")
-    p.add_argument("--deep-health-check-passed-nodes-only", metavar="true|false")
+    p.add_argument(FLAGS["priority"], metavar="CLASS", help="priority class (HyperPod's <class>-priority works)")
+    p.add_argument(FLAGS["auto_resume"], metavar="true|false")
+    p.add_argument(FLAGS["max_retry"], metavar="N")
+    p.add_argument(FLAGS["deep_health_check_passed_nodes_only"], metavar="true|false")
     p.add_argument("--image", help="the container image the script runs in (podman on the node; "
                    "docs/containers.md)")
     p.add_argument("--pull-policy", choices=["Always", "IfNotPresent", "Never"],
@@ -137,29 +143,26 @@ def _one_task_per_node(v: str, what: str) -> None:
 
 def start_job(a: argparse.Namespace) -> int:
     from fairpod.cli.client import Client
-    from fairpod.cli.jobbody import JOB_FLAGS, job_body
-    from fairpod.cli.main import build_parser as fairpod_parser
+    from fairpod.cli.jobbody import _kv, finish, typed
     from fairpod.formats.kube import ENV_CONFIG
 
-    argv: list[str] = ["start-job"]
+    values: dict[str, str] = {}  # field -> the text given: the config file's, then the flags' (they win)
+    env: list[str] = []  # NAME=VALUE, later ones win
     command: list[str] | None = None
     image = a.image
     cfg = _config(a.config_file) if a.config_file else None
     if cfg is not None:
-        argv += cfg.args
+        values.update(cfg.values)
+        env += cfg.env
         command = cfg.command
         image = image or cfg.image
     if a.tasks_per_node is not None:
         _one_task_per_node(a.tasks_per_node, "--tasks-per-node")
-    for flag, value in [("--name", a.job_name), ("--instance-type", a.instance_type),
-                        ("--node-count", a.node_count), ("--priority", a.priority),
-                        ("--auto-resume", a.auto_resume), ("--max-retry", a.max_retry),
-                        ("--deep-health-check-passed-nodes-only", a.deep_health_check_passed_nodes_only)]:
-        if value is not None:
-            argv += [flag, value]
+    values.update({f: getattr(a, flag[2:].replace("-", "_")) for f, flag in FLAGS.items()
+                   if getattr(a, flag[2:].replace("-", "_")) is not None})
     team = _team(a.namespace) or _team(a.queue_name, "--queue-name")
     if team:
-        argv += ["--team", team]
+        values["team"] = team
     if a.entry_script:
         import shlex
 
@@ -173,34 +176,36 @@ def start_job(a: argparse.Namespace) -> int:
                        "--config-file)")
     in_image = bool(image) and not a.on_host
     pet = dict(cfg.pet) if cfg else {}
-    results = _results_dir(cfg.results_dir, argv) if cfg and cfg.results_dir else None
+    results = _results_dir(cfg.results_dir, values.get("name")) if cfg and cfg.results_dir else None
+    mounts: list[str] = []
     if in_image:  # the script in the image, with the training operator's variables expanded as it starts
         from fairpod.formats.kube.image import image_env
 
-        argv += ["--image", str(image)] + (["--image-pull-policy", a.pull_policy] if a.pull_policy else [])
+        values["image"] = str(image)
+        if a.pull_policy:
+            values["image_pull_policy"] = a.pull_policy
         nodes = int(a.node_count) if a.node_count and str(a.node_count).isdigit() else 1
-        for k, v in image_env({"elastic": False, **pet}, {"nodes": nodes}).items():
-            argv += ["--env", f"{k}={v}"]
-        for m in (cfg.mounts if cfg else []) + ([f"{results}:{results}"] if results else []):
-            argv += ["--mount", m]
+        env += [f"{k}={v}" for k, v in image_env({"elastic": False, **pet}, {"nodes": nodes}).items()]
+        mounts = (cfg.mounts if cfg else []) + ([f"{results}:{results}"] if results else [])
     else:
-        while "--image-pull-policy" in argv:  # from cluster_config.pullPolicy: there is no image to pull
-            i = argv.index("--image-pull-policy")
-            del argv[i:i + 2]
+        values.pop("image_pull_policy", None)  # from cluster_config.pullPolicy: there is no image to pull
         moved = [m for m in (cfg.mounts if cfg else []) if m.split(":")[0] not in cfg.host_volumes] if cfg else []
         if moved:
             raise CliError(f"{a.config_file}: volumes {', '.join(moved)}: without the image (--on-host) the job "
                            "sees the node's own paths; a hostPath mounted elsewhere needs the image")
         if pet:
-            argv += ["--env", f"{ENV_CONFIG}={json.dumps(pet)}"]
+            env.append(f"{ENV_CONFIG}={json.dumps(pet)}")
     if results:
-        argv += ["--env", f"RESULTS_DIR={results}"]
-    ns = fairpod_parser("start-job").parse_args(argv)
-    if in_image:
-        ns.job_command = command
-    else:
-        ns.job_command = [sys.executable, "-m", "fairpod.formats.kube.pod", "--", sys.executable, *command[1:]]
-    body = job_body(ns)
+        env.append(f"RESULTS_DIR={results}")
+    words = {**JOB_FLAGS, **FLAGS}
+    body: dict[str, Any] = {f: typed(f, v, words.get(f)) for f, v in values.items()}
+    if env:
+        body["env"] = _kv(env)
+    body["command"] = command if in_image else [sys.executable, "-m", "fairpod.formats.kube.pod", "--",
+                                                 sys.executable, *command[1:]]
+    if mounts:
+        body["mounts"] = mounts
+    body = finish(body, mounts=mounts)
     if cfg and cfg.labels:
         body["labels"] = cfg.labels
     job = Client(fields=JOB_FLAGS).submit(body)
@@ -216,12 +221,11 @@ def start_job(a: argparse.Namespace) -> int:
     return 0
 
 
-def _results_dir(base: str, argv: list[str]) -> str:
+def _results_dir(base: str, name: str | None) -> str:
     """``base_results_dir/<run name>``, made for the submitter (as the HyperPod CLI makes its results directory)."""
     from pathlib import Path
 
-    name = argv[argv.index("--name") + 1] if "--name" in argv else "job"
-    path = Path(base, name).absolute()
+    path = Path(base, name or "job").absolute()
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:

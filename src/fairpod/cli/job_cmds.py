@@ -13,25 +13,15 @@ import argparse
 from fairpod.cli.client import Client
 from fairpod.cli.job_reads import cancel_job, get_job, get_logs, list_jobs, list_pods
 from fairpod.cli.jobbody import (
-    JOB_FLAGS,
     _team_flags,
     array_spec,
-    boolean,
     job_body,
-    job_name,
-    memory_gib,
-    priority_class,
-    seconds,
+    job_flag,
     team_name,
-    topology_level,
-    vcpus,
     whole,
 )
 from fairpod.cli.output import add_output, emit
-
-TYPE_CHECKING = False  # typing costs an import a command need not pay
-if TYPE_CHECKING:
-    pass
+from fairpod.model.jobflags import JOB_FLAGS
 
 STATES = ["Pending", "Running", "Preempted", "Succeeded", "Failed", "Cancelled"]
 
@@ -46,73 +36,73 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--max-retry 3 -- python train.py\n  fairpod start-job --config-file job.yaml --auto-resume true "
         "--max-retry 2\n  fairpod start-job --name sweep --team john --array 0-199%16 -- python sweep.py",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--name", "--job-name", type=job_name, help="job name (lower-case letters, digits, '-')")
+    job_flag(p, "name", "--job-name", help="job name (lower-case letters, digits, '-')")
     _team_flags(p, required_hint=True)
-    p.add_argument("--priority", type=priority_class,
+    job_flag(p, "priority",
                    help="priority class (see 'fairpod policy show'); HyperPod's <class>-priority works too")
-    p.add_argument("--instance-type", help="instance type (default: the cluster's only one); several, comma-"
+    job_flag(p, "instance_type", help="instance type (default: the cluster's only one); several, comma-"
                    "separated in order of preference (ml.p5.48xlarge,ml.p4d.24xlarge): it starts on the first that "
                    "fits now")
-    p.add_argument("--node-count", type=whole(1, 10_000), help="replicas, one per node (default 1)")
-    p.add_argument("--min-nodes", type=whole(1, 10_000), metavar="N",
+    job_flag(p, "nodes", help="replicas, one per node (default 1)")
+    job_flag(p, "min_nodes", metavar="N",
                    help="elastic: start with N replicas when only N fit (default --node-count; needs --max-nodes)")
-    p.add_argument("--max-nodes", type=whole(1, 10_000), metavar="M",
+    job_flag(p, "max_nodes", metavar="M",
                    help="elastic: grow into idle capacity up to M replicas; when capacity is reclaimed the replicas "
                    "above N get SIGTERM and go instead of the whole job (FAIRPOD_MIN_NODES, FAIRPOD_MAX_NODES, "
                    "FAIRPOD_NODES; e.g. torchrun --nnodes $FAIRPOD_MIN_NODES:$FAIRPOD_MAX_NODES --rdzv-backend c10d)")
-    p.add_argument("--accelerators", type=whole(0, 1024, ": a replica gets whole accelerators"),
+    job_flag(p, "accelerators",
                    help="whole accelerators per node (default: the whole node)")
-    p.add_argument("--vcpu", type=vcpus, metavar="N",
+    job_flag(p, "vcpu", metavar="N",
                    help="vCPUs per replica (default: by the node type's ratio to --accelerators); the replica is held "
                    "to them by its cgroup")
-    p.add_argument("--memory", type=memory_gib, metavar="SIZE",
+    job_flag(p, "memory_gib", metavar="SIZE",
                    help="memory per replica, e.g. 16Gi or 512Mi (default: by ratio); more ends the replica with "
                    "'exceeded its memory limit'")
-    p.add_argument("--auto-resume", nargs="?", const=True, type=boolean, metavar="true|false",
+    job_flag(p, "auto_resume", nargs="?", const=True, metavar="true|false",
                    help="restart the job (up to --max-retry times) when a replica fails or its node does; "
                    "'--auto-resume' alone means true")
-    p.add_argument("--max-retry", type=whole(0, 1000), help="restarts allowed (needs --auto-resume true)")
-    p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
-    p.add_argument("--workdir", help="working directory of the replicas (default: this directory; in an --image: "
+    job_flag(p, "max_retry", help="restarts allowed (needs --auto-resume true)")
+    job_flag(p, "env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
+    job_flag(p, "workdir", help="working directory of the replicas (default: this directory; in an --image: "
                    "the image's, and a --workdir given is mounted into the container at its own path)")
-    p.add_argument("--image", metavar="REF",
+    job_flag(p, "image", metavar="REF",
                    help="run each replica in this container image (podman on the node; docs/containers.md); with "
                    "no command after --, the image's own entrypoint runs")
-    p.add_argument("--image-pull-policy", choices=["Always", "IfNotPresent", "Never"],
+    job_flag(p, "image_pull_policy", choices=["Always", "IfNotPresent", "Never"],
                    help="as Kubernetes: default Always for :latest or no tag, else IfNotPresent")
-    p.add_argument("--mount", action="append", default=[], metavar="HOST:CONTAINER[:ro]",
+    job_flag(p, "mounts", action="append", default=[], metavar="HOST:CONTAINER[:ro]",
                    help="with --image: bind a host directory into the container (repeatable)")
-    p.add_argument("--scratch", action="append", default=[], metavar="PATH[:MIB]",
+    job_flag(p, "scratch", action="append", default=[], metavar="PATH[:MIB]",
                    help="with --image: an empty in-memory directory of the replica's own at PATH, counted in its "
                    "memory (/dev/shm: its size; Kubernetes' emptyDir; repeatable)")
-    p.add_argument("--grace-seconds", type=seconds(3600),
+    job_flag(p, "termination_grace_seconds",
                    help="seconds from SIGTERM to SIGKILL when the job is stopped (default 30)")
-    p.add_argument("--min-runtime", type=seconds(7 * 86400),
+    job_flag(p, "min_runtime_seconds",
                    help="seconds after each start during which the job is never preempted")
-    p.add_argument("--expected-duration", type=seconds(365 * 86400), metavar="SECONDS",
+    job_flag(p, "expected_duration_seconds", metavar="SECONDS",
                    help="how long the job runs once started: the estimated start of the jobs behind it counts on "
                    "it, and capacity held for a starving job is lent to it if it ends in time")
-    p.add_argument("--deep-health-check-passed-nodes-only", nargs="?", const=True, type=boolean,
+    job_flag(p, "deep_health_check_passed_nodes_only", nargs="?", const=True,
                    metavar="true|false",
                    help="run only on nodes whose deep health checks passed (not on nodes never checked)")
-    p.add_argument("--max-runtime", type=seconds(365 * 86400), metavar="SECONDS",
+    job_flag(p, "max_runtime_seconds", metavar="SECONDS",
                    help="stop each attempt after this many seconds (then Failed or requeued, as the priority "
                    "class says; default and maximum from the class)")
-    p.add_argument("--hang-timeout", type=seconds(30 * 86400), metavar="SECONDS",
+    job_flag(p, "hang_timeout_seconds", metavar="SECONDS",
                    help="the job is hung after this long (10 or more) with no progress report and no output, "
                    "or only idle GPUs")
-    p.add_argument("--hang-action", choices=["notify", "restart", "cancel"],
+    job_flag(p, "hang_action", choices=["notify", "restart", "cancel"],
                    help="what a hang does: an event (default), a restart (counts against --max-retry), a cancel")
-    p.add_argument("--ready-timeout", type=seconds(7 * 86400), metavar="SECONDS",
+    job_flag(p, "ready_timeout_seconds", metavar="SECONDS",
                    help="gang readiness: every replica ready within this long of the start, else the attempt is "
                    "stopped and requeued with backoff (default: the policy's ready_timeout_seconds)")
-    p.add_argument("--ready-signal", choices=["started", "sdk"],
+    job_flag(p, "ready_signal", choices=["started", "sdk"],
                    help="what makes a replica ready: its process started (default), or its call of "
                    "fairpod.sdk.ready() or a progress report")
-    p.add_argument("--restarts-in-place", type=whole(0, 100), metavar="N",
+    job_flag(p, "restarts_in_place", metavar="N",
                    help="restart a failed replica's process on its node (the others keep running) up to N times "
                    "within --restart-eval-period before the job restarts whole (--max-retry)")
-    p.add_argument("--log-rule", action="append", nargs=3, default=[], metavar=("NAME", "ACTION", "REGEX"),
+    job_flag(p, "log_rules", action="append", nargs=3, default=[], metavar=("NAME", "ACTION", "REGEX"),
                    help="a rule over the replicas' output (repeatable). ACTION is notify, restart_in_place, restart "
                    "or fail, and may end in :within=S (no matching line within S s of the start is a fault), "
                    ":every=S (no matching line for S s is) or :metric>X[:points=N] (the number REGEX's first group "
@@ -121,21 +111,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(linear time: no backreferences or lookaround), matched per line. E.g. --log-rule nan fail "
                    "'loss[=:] *nan' --log-rule loss restart:every=600 'loss[=:]' --log-rule diverged "
                    "restart:metric>10:points=3 'loss=(\\S+)'")
-    p.add_argument("--restart-eval-period", type=seconds(30 * 86400), metavar="SECONDS",
+    job_flag(p, "restart_eval_period_seconds", metavar="SECONDS",
                    help="the window --restarts-in-place counts restarts in (default 3600)")
-    p.add_argument("--required-topology", type=topology_level, metavar="LEVEL",
+    job_flag(p, "required_topology", metavar="LEVEL",
                    help="all replicas in one domain of this topology level (e.g. rack), else the job waits")
-    p.add_argument("--preferred-topology", type=topology_level, metavar="LEVEL",
+    job_flag(p, "preferred_topology", metavar="LEVEL",
                    help="replicas in as few domains of this topology level (e.g. rack) as fit now")
-    p.add_argument("--accelerator-partition-type", metavar="PROFILE",
+    job_flag(p, "accelerator_partition_type", metavar="PROFILE",
                    help="run on nodes whose GPUs are split into this MIG profile (e.g. mig-1g.10gb)")
-    p.add_argument("--accelerator-partition-count", type=whole(1, 1024), metavar="N",
+    job_flag(p, "accelerator_partition_count", metavar="N",
                    help="MIG partitions per node (default 1; needs --accelerator-partition-type)")
-    p.add_argument("--ray", nargs="?", const=True, type=boolean, metavar="true|false",
+    job_flag(p, "ray", nargs="?", const=True, metavar="true|false",
                    help="a Ray job: fairpod starts a private Ray cluster on the replicas (head on rank 0, a worker on "
                    "each other; each Ray node offers exactly the replica's accelerators, vCPUs and memory) and runs "
                    "the command on rank 0 with RAY_ADDRESS set")
-    p.add_argument("--array", type=array_spec, metavar="SPEC",
+    job_flag(p, "array", type=array_spec, metavar="SPEC",
                    help="submit a job array: one task per index (0-199, 1,3,5, 0-99:2), at most N at a time with "
                    "%%N; each task gets FAIRPOD_ARRAY_TASK_ID and SLURM_ARRAY_TASK_ID")
     p.add_argument("--config-file", metavar="FILE", help="job spec as YAML (name, team, command, nodes, …)")
@@ -146,7 +136,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                        description="List jobs, newest last; the tasks of a job array are one line unless "
                        "--array-tasks.")
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--team", type=team_name, help="only this team's jobs (also hyperpod-ns-<team>)")
+    job_flag(g, "team", type=team_name, help="only this team's jobs (also hyperpod-ns-<team>)")
     g.add_argument("--namespace", dest="team", type=team_name, metavar="NAMESPACE",
                    help="HyperPod's form of --team: hyperpod-ns-<team>")
     g.add_argument("--all-teams", "--all-namespaces", "-A", action="store_true",

@@ -57,7 +57,7 @@ def group_arrays(jobs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         ids = sorted(row.pop("_ids"))
         states = row.pop("_states")
         span = f"[{ids[0]}-{ids[-1]}]" if len(ids) > 1 else str(ids[0])
-        row["id"] = f"{row.pop('array_job_id')}_{span}"  # Slurm's JOBID_[first-last]
+        row["id"] = task_ref(row.pop("array_job_id"), span)  # Slurm's JOBID_[first-last]
         row["state"] = "Array" if len(states) > 1 else next(iter(states))
         row["reason"] = f"{len(ids)} tasks: " + ", ".join(f"{n} {s}" for s, n in states.items())
     return out

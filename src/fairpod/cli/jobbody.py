@@ -1,7 +1,7 @@
 """The one job body that the job front ends submit, and the one table of job flags they take theirs from.
 
-``JOB_FLAGS`` is the API's job fields in the words of ``fairpod start-job``'s flags (the server's errors are
-translated with it; ``SPEC_FLAGS`` the fields a flag sets as it is); the flag types (``whole``, ``seconds``,
+The flags are those of the one table, fairpod.model.jobflags (``SPEC_FLAGS``: the fields a flag of start-job sets
+as it is); the flag types (``whole``, ``seconds``,
 ``memory_gib``, ``team_name``, ``priority_class`` …) check a value as the user typed it, with one line naming it;
 ``job_body`` builds the body from ``--config-file`` and the flags, every mistake reported there. ``fairpod
 start-job``, ``start-service``, ``srun``/``salloc`` and ``hyperpod start-job`` use them; HyperPod's names
@@ -13,12 +13,13 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.files import read_yaml
 from fairpod.formats import hyperpod
+from fairpod.model.jobflags import JOB_FLAGS
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
@@ -28,26 +29,6 @@ if TYPE_CHECKING:
 NAME_RE = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
 ARRAY_RE = r"\d+(-\d+(:\d+)?)?(,\d+(-\d+(:\d+)?)?)*(%\d+)?"
 
-# the API's job fields in the words of start-job's flags (for the server's error messages)
-JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "instance_type": "--instance-type",
-             "nodes": "--node-count", "accelerators": "--accelerators", "vcpu": "--vcpu", "memory_gib": "--memory",
-             "command": "the command after --", "env": "--env", "workdir": "--workdir",
-             "auto_resume": "--auto-resume", "max_retry": "--max-retry",
-             "termination_grace_seconds": "--grace-seconds", "min_runtime_seconds": "--min-runtime",
-             "expected_duration_seconds": "--expected-duration",
-             "deep_health_check_passed_nodes_only": "--deep-health-check-passed-nodes-only",
-             "max_runtime_seconds": "--max-runtime", "hang_timeout_seconds": "--hang-timeout",
-             "hang_action": "--hang-action", "required_topology": "--required-topology",
-             "preferred_topology": "--preferred-topology",
-             "accelerator_partition_type": "--accelerator-partition-type",
-             "accelerator_partition_count": "--accelerator-partition-count",
-             "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
-             "service": "the service's checks (fairpod start-service)", "ray": "--ray",
-             "image": "--image", "image_pull_policy": "--image-pull-policy", "mounts": "--mount",
-             "scratch": "--scratch", "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
-             "restarts_in_place": "--restarts-in-place", "restart_eval_period_seconds": "--restart-eval-period",
-             "log_rules": "--log-rule", "labels": "labels (--config-file's labels: a mapping)",
-             "array": "--array", "job": "the job"}  # fmt: skip
 CONFIG_KEYS = set(JOB_FLAGS) - {"array", "job"}  # = JobSpec's fields but user (tests/cli/test_job_flags.py)
 # the JobSpec fields that a flag of start-job sets as it is (the flag's argparse dest: its name with '_')
 SPEC_FLAGS = {field: flag for field, flag in JOB_FLAGS.items()
@@ -156,9 +137,46 @@ def array_spec(v: str) -> str:
     return v
 
 
+# each job field's type as its flag takes it (start-job's parser, start-service's, hyperpod start-job's values):
+# the value as the user typed it, checked, or argparse.ArgumentTypeError saying why not
+TYPES: dict[str, Callable[[str], Any]] = {
+    "name": job_name, "team": team_name, "priority": priority_class, "nodes": whole(1, 10_000),
+    "min_nodes": whole(1, 10_000), "max_nodes": whole(1, 10_000),
+    "accelerators": whole(0, 1024, ": a replica gets whole accelerators"), "vcpu": vcpus, "memory_gib": memory_gib,
+    "auto_resume": boolean, "max_retry": whole(0, 1000), "termination_grace_seconds": seconds(3600),
+    "min_runtime_seconds": seconds(7 * 86400), "expected_duration_seconds": seconds(365 * 86400),
+    "deep_health_check_passed_nodes_only": boolean, "max_runtime_seconds": seconds(365 * 86400),
+    "hang_timeout_seconds": seconds(30 * 86400), "ready_timeout_seconds": seconds(7 * 86400),
+    "restarts_in_place": whole(0, 100), "restart_eval_period_seconds": seconds(30 * 86400),
+    "required_topology": topology_level, "preferred_topology": topology_level,
+    "accelerator_partition_count": whole(1, 1024), "ray": boolean,
+}  # fmt: skip
+
+
+def typed(field: str, text: str, flag: str | None = None) -> Any:
+    """``text`` typed for ``flag`` (default: start-job's flag of ``field``) as the field's value; a CliError (exit
+    2, as argparse's) naming the flag if it is not one."""
+    kind = TYPES.get(field)
+    if kind is None:
+        return text
+    try:
+        return kind(text)
+    except argparse.ArgumentTypeError as e:
+        raise CliError(f"{flag or JOB_FLAGS[field]} {text}: {e}", code=2) from None
+
+
+def job_flag(p: Any, field: str, *aliases: str, words: dict[str, str] = JOB_FLAGS, **kw: Any) -> None:
+    """The flag of job field ``field`` on parser (or group) ``p``: its words from the one table (``words``: start-job's,
+    or a front end's own names of the same fields), its type from ``TYPES``; aliases and argparse's other arguments
+    as given."""
+    if field in TYPES and "action" not in kw:
+        kw.setdefault("type", TYPES[field])
+    p.add_argument(words[field], *aliases, **kw)
+
+
 def _team_flags(p: argparse.ArgumentParser, required_hint: bool = False) -> None:
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--team", type=team_name, help="the team (also hyperpod-ns-<team>)")
+    job_flag(g, "team", help="the team (also hyperpod-ns-<team>)")
     g.add_argument("--namespace", "-n", dest="team", type=team_name, metavar="NAMESPACE",
                    help="HyperPod's form of --team: hyperpod-ns-<team>")
     if required_hint:
@@ -217,13 +235,20 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
         body["mounts"] = [*(body.get("mounts") or []), *a.mount]
     if getattr(a, "scratch", None):
         body["scratch"] = [*(body.get("scratch") or []), *a.scratch]
-    for m in a.mount:
+    return finish(body, mounts=a.mount, config_file=a.config_file)
+
+
+def finish(body: dict[str, Any], *, mounts: Sequence[str] = (), config_file: str | None = None) -> dict[str, Any]:
+    """The checks and defaults of every job body, whichever front end built it: ``mounts`` (HOST:CONTAINER[:ro])
+    as given on the command line, the name, the team (a member of one team needs none), the command (an image's own
+    without one), --max-retry without --auto-resume, and the working directory (this one, outside an image)."""
+    for m in mounts:
         parts = m.split(":")
         if len(parts) not in (2, 3) or not all(x.startswith("/") for x in parts[:2]) or parts[2:] not in ([], ["ro"], ["rw"]):
             raise CliError(f"--mount {m}: give HOST:CONTAINER or HOST:CONTAINER:ro, both absolute paths")
     if (body.get("mounts") or body.get("image_pull_policy")) and not body.get("image"):
         raise CliError("--mount and --image-pull-policy go with --image (the container image to run in)")
-    src = f" (or set it in {a.config_file})" if a.config_file else " (or set it in --config-file)"
+    src = f" (or set it in {config_file})" if config_file else " (or set it in --config-file)"
     if not body.get("name"):
         raise CliError(f"--name is required{src}")
     if not body.get("team"):

@@ -11,31 +11,19 @@ from fairpod.cli.errors import CliError
 from fairpod.cli.jobbody import (
     _kv,
     _team_flags,
-    job_name,
-    memory_gib,
+    finish,
+    job_flag,
     only_team,
-    priority_class,
     seconds,
-    vcpus,
-    whole,
 )
 from fairpod.cli.output import add_output, emit, table
+from fairpod.model.jobflags import service_flags
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
-# the API's fields in start-service's words (for the server's error messages)
-SERVICE_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "instance_type": "--instance-type",
-                 "nodes": "--min-replicas", "min_nodes": "--min-replicas", "max_nodes": "--max-replicas",
-                 "accelerators": "--accelerators", "vcpu": "--vcpu", "memory_gib": "--memory",
-                 "command": "the command after --", "env": "--env", "workdir": "--workdir",
-                 "termination_grace_seconds": "--grace-seconds", "service.readiness_path": "--readiness-path",
-                 "service.readiness_command": "--readiness-command", "service.drain_seconds": "--drain-seconds",
-                 "service.restart_backoff_seconds": "--restart-backoff-seconds",
-                 "service.restart_backoff_max_seconds": "--restart-backoff-max-seconds",
-                 "service.restart_reset_seconds": "--restart-reset-seconds",
-                 "service": "the service", "job": "the service"}
+SERVICE_FLAGS = service_flags()  # the API's fields in start-service's words (for the server's error messages)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -50,36 +38,36 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog="example:\n  fairpod start-service --name chat --team john --min-replicas 1 --max-replicas 4 "
         "--accelerators 1 --readiness-path /healthz -- python serve.py --port '$PORT'",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--name", type=job_name, required=True, help="service name (lower-case letters, digits, '-')")
+    job_flag(p, "name", words=SERVICE_FLAGS, required=True, help="service name (lower-case letters, digits, '-')")
     _team_flags(p)
-    p.add_argument("--priority", type=priority_class, help="priority class (e.g. inference; 'fairpod policy show')")
-    p.add_argument("--instance-type", help="instance type (default: the cluster's only one)")
-    p.add_argument("--min-replicas", type=whole(1, 10_000), default=1, metavar="N",
+    job_flag(p, "priority", words=SERVICE_FLAGS, help="priority class (e.g. inference; 'fairpod policy show')")
+    job_flag(p, "instance_type", words=SERVICE_FLAGS, help="instance type (default: the cluster's only one)")
+    job_flag(p, "min_nodes", words=SERVICE_FLAGS, default=1, metavar="N",
                    help="replicas it starts with and never shrinks below (default 1)")
-    p.add_argument("--max-replicas", type=whole(1, 10_000), metavar="M",
+    job_flag(p, "max_nodes", words=SERVICE_FLAGS, metavar="M",
                    help="it grows into idle capacity up to M replicas (default --min-replicas)")
-    p.add_argument("--accelerators", type=whole(0, 1024, ": a replica gets whole accelerators"),
+    job_flag(p, "accelerators", words=SERVICE_FLAGS,
                    help="whole accelerators per replica (default: the whole node)")
-    p.add_argument("--vcpu", type=vcpus, metavar="N", help="vCPUs per replica (default: by ratio)")
-    p.add_argument("--memory", type=memory_gib, metavar="SIZE", help="memory per replica, e.g. 16Gi")
+    job_flag(p, "vcpu", words=SERVICE_FLAGS, metavar="N", help="vCPUs per replica (default: by ratio)")
+    job_flag(p, "memory_gib", words=SERVICE_FLAGS, metavar="SIZE", help="memory per replica, e.g. 16Gi")
     check = p.add_mutually_exclusive_group()
-    check.add_argument("--readiness-path", metavar="PATH",
+    job_flag(check, "service.readiness_path", words=SERVICE_FLAGS, metavar="PATH",
                        help="HTTP path: a replica is ready while GET http://127.0.0.1:$PORT/PATH answers 2xx/3xx")
-    check.add_argument("--readiness-command", metavar="CMD",
+    job_flag(check, "service.readiness_command", words=SERVICE_FLAGS, metavar="CMD",
                        help="shell command run inside each replica's sandbox (as its user, with its environment "
                        "and $PORT) every second, at most 5 s: ready while it exits 0")
-    p.add_argument("--drain-seconds", type=seconds(3600), metavar="SECONDS",
+    job_flag(p, "service.drain_seconds", words=SERVICE_FLAGS, type=seconds(3600), metavar="SECONDS",
                    help="a replica that goes leaves the endpoint list and gets SIGTERM this long after (default 5)")
-    p.add_argument("--grace-seconds", type=seconds(3600), help="seconds from SIGTERM to SIGKILL (default 30)")
-    p.add_argument("--restart-backoff-seconds", type=seconds(3600), metavar="SECONDS",
+    job_flag(p, "termination_grace_seconds", words=SERVICE_FLAGS, help="seconds from SIGTERM to SIGKILL (default 30)")
+    job_flag(p, "service.restart_backoff_seconds", words=SERVICE_FLAGS, type=seconds(3600), metavar="SECONDS",
                    help="a replica that exits starts again this long after, twice as long after each further exit "
                    "in a row (default 1; 0: at once)")
-    p.add_argument("--restart-backoff-max-seconds", type=seconds(86400), metavar="SECONDS",
+    job_flag(p, "service.restart_backoff_max_seconds", words=SERVICE_FLAGS, type=seconds(86400), metavar="SECONDS",
                    help="the longest a replica's restart waits (default 60)")
-    p.add_argument("--restart-reset-seconds", type=seconds(86400), metavar="SECONDS",
+    job_flag(p, "service.restart_reset_seconds", words=SERVICE_FLAGS, type=seconds(86400), metavar="SECONDS",
                    help="a replica ready this long in a row starts its backoff over (default 60)")
-    p.add_argument("--env", action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
-    p.add_argument("--workdir", help="working directory of the replicas (default: this directory)")
+    job_flag(p, "env", words=SERVICE_FLAGS, action="append", default=[], metavar="K=V", help="environment variable (repeatable)")
+    job_flag(p, "workdir", words=SERVICE_FLAGS, help="working directory of the replicas (default: this directory)")
     add_output(p)
     p.set_defaults(func=start_service, job_command=None)
 
@@ -135,7 +123,7 @@ def service_body(a: argparse.Namespace) -> dict[str, Any]:
             body[field] = value
     if a.env:
         body["env"] = _kv(a.env)
-    return body
+    return finish(body)
 
 
 def start_service(a: argparse.Namespace) -> int:

@@ -103,7 +103,7 @@ def _limit(asked: float | None, most: float, flag: str) -> float:
 
 
 def shell(a: argparse.Namespace) -> int:
-    from fairpod.cli.jobbody import only_team
+    from fairpod.cli.jobbody import finish, only_team
 
     if not sys.stdin.isatty():
         raise CliError(f"{a.shell_verb} needs a terminal (stdin is not one)")
@@ -122,6 +122,7 @@ def shell(a: argparse.Namespace) -> int:
         body["nodes"] = a.node_count
     if body["team"].startswith(hyperpod.PREFIX):
         body["team"] = body["team"].removeprefix(hyperpod.PREFIX)
+    body = finish(body)
     import signal
 
     def hang_up(signum: int, _frame: Any) -> None:

@@ -12,6 +12,7 @@ from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import emit, emit_json, natural
 from fairpod.formats.slurm.hostlist import compress
+from fairpod.model.jobflags import JOB_FLAGS, SBATCH_FIELDS, dest
 from fairpod.model.keys import task_ref
 
 TYPE_CHECKING = False  # typing costs an import a command need not pay
@@ -61,11 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     for flag, key in pyxis.FLAGS.items():
         c.add_argument(flag, dest=f"s_{key}", action="store_true", default=None)
     f = p.add_argument_group("fairpod options (override the script's #FAIRPOD lines)")
-    for flag, key in (("--team", "team"), ("--priority", "priority"), ("--max-retry", "max_retry"),
-                      ("--instance-type", "instance_type"), ("--accelerators", "accelerators"),
-                      ("--grace-seconds", "grace_seconds"), ("--min-runtime", "min_runtime"),
-                      ("--required-topology", "required_topology"), ("--preferred-topology", "preferred_topology")):
-        f.add_argument(flag, dest=f"s_{key}", metavar=key.upper())
+    for field in SBATCH_FIELDS:  # start-job's flags for them (the #FAIRPOD lines take the same: formats.slurm.sbatch)
+        f.add_argument(JOB_FLAGS[field], dest=f"s_{dest(field)}", metavar=dest(field).upper())
     for flag, key in (("--auto-resume", "auto_resume"), ("--no-auto-resume", "no_auto_resume")):
         f.add_argument(flag, dest=f"s_{key}", action="store_true", default=None)
     p.add_argument("--parsable", action="store_true", help="print only the job id")

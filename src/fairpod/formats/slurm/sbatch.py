@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from fairpod.formats.slurm import pyxis
+from fairpod.model.jobflags import JOB_FLAGS, SBATCH_FIELDS, dest
 
 MAX_SCRIPT = 256 * 1024
 DEFAULT_MAX_RETRY = 3
@@ -90,10 +91,9 @@ REFUSED = {
     "-H": "held jobs are not supported: submit the job when it should run",
     "--hold": "held jobs are not supported: submit the job when it should run",
 }
-FAIRPOD_VALUE = {"--team": "team", "--priority": "priority", "--max-retry": "max_retry",
-                 "--instance-type": "instance_type", "--accelerators": "accelerators",
-                 "--grace-seconds": "grace_seconds", "--min-runtime": "min_runtime",
-                 "--required-topology": "required_topology", "--preferred-topology": "preferred_topology"}
+# the fairpod options of #FAIRPOD lines: start-job's flags for sbatch's fields (fairpod.model.jobflags), each
+# read as the setting named by the flag (termination_grace_seconds: its flag's setting grace_seconds)
+FAIRPOD_VALUE = {JOB_FLAGS[f]: dest(f) for f in SBATCH_FIELDS}
 FAIRPOD_FLAGS = {"--auto-resume": "auto_resume", "--no-auto-resume": "no_auto_resume",
                  "--deep-health-check-passed-nodes-only": "deep_health_check_passed_nodes_only"}
 AUTO_RESUME_RE = re.compile(r"--auto-resume(?:=|\s+)[\"']?(1|true|yes)\b", re.IGNORECASE)
