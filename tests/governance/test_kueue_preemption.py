@@ -244,9 +244,14 @@ def test_preempt_from_all_cluster_queues_in_cohort_waits_with_the_right_reason()
 
 
 def test_without_the_policy_a_team_does_not_reclaim_and_stop_its_own_jobs_together():
-    """The same case with ``policy.reclaim_with_own_jobs`` off (the default): c1's job waits, as before."""
+    """The same case with ``policy.reclaim_with_own_jobs`` off (the default): c1's job waits, as before, and its
+    reason says why (before: only "no idle k1 capacity to borrow", though c1 is below its quota and c2 borrows from
+    it)."""
     s = c1c2()
     s.reclaim_with_own = False
     admitted(s, ("c1-low", "c1", 3, -1), ("c1-mid", "c1", 2), ("c2-low", "c2", 3, -1), ("c2-mid", "c2", 4))
     got, pre, why = incoming(s, "c1", 4)
-    assert got is None and pre == [] and why == "no idle k1 capacity to borrow"
+    assert got is None and pre == []
+    assert why == ("no idle k1 capacity to borrow: team c1 is below its k1 quota and other teams borrow from it; the "
+                   "job fits within that quota once the team's lower-priority jobs stop, and fairpod stops them "
+                   "together with a reclaim only with policy.reclaim_with_own_jobs: true")

@@ -262,8 +262,22 @@ def reclaims_with_own(snap: Snapshot, w: Workload) -> bool:
     lent capacity back *and* stop its team's own lower-priority jobs? Its team may preempt those (TaskRanking,
     ``preempt_team_tasks: LowerPriority``), other teams borrow ``w``'s type, and ``w`` fits within the quota once
     the team's lower-priority jobs that may be stopped (outside their ``min_runtime``) are gone."""
+    return snap.reclaim_with_own and _fits_after_own(snap, w)
+
+
+def own_then_reclaim(snap: Snapshot, w: Workload) -> str:
+    """Why a job that waits for idle capacity to borrow would not have to, where rules 3 and 4 together would start
+    it but ``policy.reclaim_with_own_jobs`` is off: the words added to its reason ("" where that is not so)."""
+    if snap.reclaim_with_own or not _fits_after_own(snap, w):
+        return ""
+    return (f": team {w.team} is below its {w.itype} quota and other teams borrow from it; the job fits within that "
+            "quota once the team's lower-priority jobs stop, and fairpod stops them together with a reclaim only with "
+            "policy.reclaim_with_own_jobs: true")
+
+
+def _fits_after_own(snap: Snapshot, w: Workload) -> bool:
     team = snap.teams[w.team]
-    if not (snap.reclaim_with_own and team.preempt_lower and snap.task_ranking):
+    if not (team.preempt_lower and snap.task_ranking):
         return False
     over = snap.pool(w.itype).over
     if over[0] <= 0 and over[1] <= 0 and over[2] <= 0:

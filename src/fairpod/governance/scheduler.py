@@ -419,7 +419,7 @@ class _Cycle:
                 self.wait(w, f"waiting for reclaim: team {w.team}'s idle quota on {w.itype} is lent to other "
                              "teams whose jobs cannot be preempted yet")
             else:
-                self.wait(w, f"no idle {w.itype} capacity to borrow")
+                self.wait(w, f"no idle {w.itype} capacity to borrow" + quota.own_then_reclaim(snap, w))
         else:
             self.wait(w, why_not(snap, w))
         return False

@@ -43,3 +43,12 @@ def test_fair_sharing_is_exported_with_fairpods_one_strategy():
     # Kueue's LessThanInitialShare preempts where fairpod does not (docs/policies.md, D5): the export leaves it out
     (note,) = [n for n in unexpressible(_spec("Always")) if n.startswith("fair share:")]
     assert "preemptionStrategies: [LessThanOrEqualToFinalShare]}" in note and "D5" in note
+
+
+@pytest.mark.parametrize("ranking, own, noted", [("TaskRanking", False, True), ("TaskRanking", True, False),
+                                                 ("FirstComeFirstServe", False, False)])
+def test_reclaim_with_own_jobs_off_is_noted(ranking, own, noted):
+    spec = _spec("Always")
+    spec.policy.task_prioritization = ranking
+    spec.policy.reclaim_with_own_jobs = own
+    assert any(n.startswith("reclaim with own jobs:") for n in unexpressible(spec)) is noted

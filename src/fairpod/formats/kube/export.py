@@ -280,6 +280,16 @@ def unexpressible(spec: ClusterSpec) -> list[str]:
                      f"{2 * p.preemption_cost_wait_seconds:g} s of work per accelerator taken back waits up to "
                      f"{p.preemption_cost_wait_seconds:g} s for room to free by itself "
                      "(policy.preemption_cost_wait_seconds); Kueue reclaims at once")
+    if not p.reclaim_with_own_jobs and p.task_prioritization == TaskPrioritization.TASK_RANKING and any(
+            t.preempt_team_tasks != PreemptTeamTasks.NEVER for t in spec.teams):
+        notes.append("reclaim with own jobs: Kueue stops a ClusterQueue's lower-priority workloads and reclaims its "
+                     "lent quota in one preemption; fairpod does both at once only with policy.reclaim_with_own_jobs "
+                     "(off: the job waits for idle capacity to borrow)")
+    if spec.groups and p.idle_compute_allocation != IdleComputeAllocation.FIRST_COME_FIRST_SERVE:
+        notes.append("fair sharing in the tree: fairpod admits a job within its team's quota first whatever its "
+                     "group borrows, and ranks borrowers by their shares after each one's admission from the top of "
+                     "the tree; Kueue's nominal-first ordering and tournament may admit another first "
+                     "(docs/policies.md, D7 and D8)")
     if spec.groups and not p.hierarchical_reclaim:
         notes.append("hierarchical reclaim: Kueue takes a Cohort's quota back for its ClusterQueues from borrowers "
                      "outside it; fairpod does so only with policy.hierarchical_reclaim (off: only a job within its "
