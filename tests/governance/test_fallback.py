@@ -110,3 +110,31 @@ def test_a_preempted_job_waits_for_its_first_choice_again():
     snap.now = 2.0
     adm = next(d for d in schedule(snap) if isinstance(d, Admit))
     assert adm.job == "j" and adm.itype == OLD  # then takes the second, within quota
+
+
+def test_preemption_over_borrowing():
+    """``PreemptionOverBorrowing`` (Kueue's flavorFungibility.preference): a's quota of both types is taken, big8 by
+    a job of the same priority, old8 by a low-priority one; b lends its idle big8. With TryNextInstanceType the job
+    borrows big8 (fit, borrowing); with PreemptionOverBorrowing it runs on old8 within a's quota in place of a's
+    low-priority job there (preempt, no borrowing), which Kueue's order puts first."""
+    got = {}
+    for policy in ("TryNextInstanceType", "PreemptionOverBorrowing"):
+        spec, snap = make([team("a", {BIG: 1, OLD: 1}), team("b", {BIG: 1})], task_prioritization="TaskRanking",
+                          fallback_when_can_borrow=policy)
+        for jid, it, prio in (("x", BIG, 90), ("y", OLD, 10)):
+            w = job(spec, jid, "a", [it])
+            w.priority = prio
+            snap.add_pending(w)
+        schedule(snap)
+        w = job(spec, "j", "a", [BIG, OLD], t=1.0)
+        w.priority = 90
+        snap.add_pending(w)
+        snap.now = 1.0
+        ds = schedule(snap)
+        adm = next(d for d in ds if isinstance(d, Admit) and d.job == "j")
+        got[policy] = (adm.itype, adm.borrowed, sorted(d.job for d in ds if not isinstance(d, (Admit, Wait))))
+        if policy == "PreemptionOverBorrowing":
+            assert adm.reason == ("admitted within team a's quota, on old8 (big8: would borrow (policy.fallback_when_"
+                                  "can_borrow: PreemptionOverBorrowing); preempting within quota before borrowing "
+                                  "(policy.fallback_when_can_borrow: PreemptionOverBorrowing))")
+    assert got == {"TryNextInstanceType": ("big8", 8, []), "PreemptionOverBorrowing": ("old8", 0, ["y"])}

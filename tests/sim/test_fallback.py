@@ -41,3 +41,25 @@ def test_a_fallback_type_that_cannot_hold_the_job_is_refused(tmp_path):
     trace = write_trace(tmp_path, ['0,a,100,8,1,x,"big8,big8"'], header=HEADER)
     with pytest.raises(TraceError, match="name each instance type once"):
         load_trace(trace, spec)
+
+
+def test_preemption_over_borrowing_in_a_replay(tmp_path):
+    # a holds one big8 and one old8, b lends one more big8. a's "hold" (high) takes its big8, "low" its old8; then
+    # "j" (high, big8 or old8): TryNextInstanceType borrows b's big8 at once; PreemptionOverBorrowing stops "low"
+    # and runs on old8 within a's quota
+    doc = yaml.safe_load(yaml.safe_dump(SPEC))
+    doc["cluster"]["instance_groups"][0]["count"] = 2
+    doc["teams"] = [{"name": "a", "sharing": {"borrow_limit": 100},
+                     "quota": [{"instance_type": "big8", "count": 1}, {"instance_type": "old8", "count": 1}]},
+                    {"name": "b", "quota": [{"instance_type": "big8", "count": 1}]}]
+    doc["policy"] = {"task_prioritization": "TaskRanking",
+                     "priority_classes": [{"name": "high", "weight": 90}, {"name": "low", "weight": 10}]}
+    rows = ["0,a,1000,8,1,hold,big8,high", "0,a,1000,8,1,low,old8,low", '1,a,1000,8,1,j,"big8,old8",high']
+    got = {}
+    for policy in ("TryNextInstanceType", "PreemptionOverBorrowing"):
+        doc["policy"]["fallback_when_can_borrow"] = policy
+        spec = parse_spec(doc)
+        trace = write_trace(tmp_path, rows, header=HEADER + ",priority")
+        jobs = {sj.job.name: sj for sj in simulate(spec, load_trace(trace, spec)).jobs}
+        got[policy] = (jobs["j"].first_start, jobs["j"].nodes, jobs["low"].preemptions)
+    assert got == {"TryNextInstanceType": (1.0, ("b-1",), 0), "PreemptionOverBorrowing": (1.0, ("o-0",), 1)}

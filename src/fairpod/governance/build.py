@@ -49,6 +49,7 @@ def _policy_snapshot(spec: ClusterSpec, now: float) -> Snapshot:
         borrow_preempt=p.preempt_to_borrow == "LowerPriority",
         borrow_preempt_max=p.preempt_to_borrow_max_priority,
         hierarchical_reclaim=p.hierarchical_reclaim,
+        fallback_preempts=p.fallback_when_can_borrow == "PreemptionOverBorrowing",
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),
     )

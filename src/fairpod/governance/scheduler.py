@@ -47,6 +47,7 @@ from fairpod.governance import (
     budget,
     elastic,
     fairshare,
+    fungibility,
     groups,
     hierarchical_reclaim,
     history,
@@ -328,9 +329,12 @@ class _Cycle:
                 self.passed = "; ".join(why) or "its first choice"
                 self.admit(w, nodes, within, [])
                 return True
-            why.append(f"{w.itype}: would borrow (policy.fallback_when_can_borrow: TryNextInstanceType)")
+            why.append(f"{w.itype}: would borrow (" + (fungibility.WORDS if snap.fallback_preempts else
+                                                        "policy.fallback_when_can_borrow: TryNextInstanceType") + ")")
             if borrows < 0:
                 borrows = i
+        if borrows >= 0 and snap.fallback_preempts and fungibility.preempt_within(self, w, why):
+            return True  # PreemptionOverBorrowing: (preempt, no borrowing) before (fit, borrowing)
         if borrows >= 0:
             w.choose(borrows)
             nodes = place(snap, w, self.reserved_for(w, False))

@@ -341,6 +341,7 @@ class Snapshot:
         borrow_preempt: bool = False,
         borrow_preempt_max: int | None = None,
         hierarchical_reclaim: bool = False,
+        fallback_preempts: bool = False,
     ) -> None:
         # rule 12 (``governance.consolidation``): move borrowed jobs to free whole nodes for a waiting multi-node
         # job: "Off", "WithinQuota" (for a job within its team's quota) or "AlsoBorrowing" (for one that borrows too)
@@ -354,6 +355,8 @@ class Snapshot:
         self.borrow_preempt_max = borrow_preempt_max
         # reclaim within the tree of groups (``hierarchical_reclaim``, ``policy.hierarchical_reclaim``): opt-in
         self.hierarchical_reclaim = hierarchical_reclaim
+        # fallback types: preempting within quota before borrowing (``fungibility``, PreemptionOverBorrowing)
+        self.fallback_preempts = fallback_preempts
         # preemption that costs least (``governance.preemption.plan``): a victim whose next checkpoint is due within
         # ``checkpoint_wait`` seconds is not taken before it; a pending job triggers preemption only once it has
         # waited ``preempt_min_wait`` seconds (0: both off)

@@ -91,8 +91,10 @@ class Policy(Strict):
     shell_max_seconds: float = Field(default=8 * 3600.0, ge=60, le=30 * 86400)
     # A job naming several instance types (in order of preference) starts on the first it fits now. Borrow: fitting
     # by borrowing counts (Kueue's whenCanBorrow: Borrow); TryNextInstanceType: a later type that fits within the
-    # team's quota goes first, the first that borrows only if none does (Kueue's TryNextFlavor).
-    fallback_when_can_borrow: Literal["Borrow", "TryNextInstanceType"] = "Borrow"
+    # team's quota goes first, the first that borrows only if none does (Kueue's TryNextFlavor);
+    # PreemptionOverBorrowing: as TryNextInstanceType, and before borrowing, a type where the job runs within quota
+    # once some jobs are preempted (Kueue's flavorFungibility.preference; fairpod.governance.fungibility).
+    fallback_when_can_borrow: Literal["Borrow", "TryNextInstanceType", "PreemptionOverBorrowing"] = "Borrow"
     # Consolidation (fairpod.governance.consolidation): move running borrowed jobs (checkpoint, requeue, restart on
     # another node) to free whole nodes for a waiting multi-node job whose type has enough free accelerators spread
     # over nodes, when the moved jobs lose less work than the waiting job gains. Off; WithinQuota: for a job within

@@ -34,6 +34,9 @@ CEL: dict[str, Any] = {
     "'Never')":
         lambda s: not (s.get("reclaimWithinCohort", "Never") == "Never" and _has(s, "borrowWithinCohort")
                        and s["borrowWithinCohort"].get("policy", "Never") != "Never"),
+    "!has(self.preference) || (self.whenCanBorrow == 'TryNextFlavor' && self.whenCanPreempt == 'TryNextFlavor')":
+        lambda s: not _has(s, "preference") or (s.get("whenCanBorrow") == "TryNextFlavor"
+                                                 and s.get("whenCanPreempt") == "TryNextFlavor"),
     "!has(self.topologyName) || self.nodeLabels.size() >= 1":
         lambda s: not _has(s, "topologyName") or len(s.get("nodeLabels") or {}) >= 1,
     # Topology.spec.levels: unique, and kubernetes.io/hostname only as the lowest level

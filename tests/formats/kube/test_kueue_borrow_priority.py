@@ -85,3 +85,17 @@ def test_lower_or_newer_equal_priority_round_trip():
     assert cq["spec"]["preemption"]["withinClusterQueue"] == "LowerOrNewerEqualPriority"
     derived = import_kueue(strip_annotations(docs)).spec
     assert derived.team(name).preempt_team_tasks == "LowerOrNewerEqualPriority"
+
+
+@pytest.mark.parametrize("fallback, fungibility", [
+    ("Borrow", None),
+    ("TryNextInstanceType", {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor"}),
+    ("PreemptionOverBorrowing", {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor",
+                                 "preference": "PreemptionOverBorrowing"})])
+def test_fallback_types_as_flavor_fungibility(fallback, fungibility):
+    data = spec_preempting_to_borrow().model_dump(mode="json")
+    data["policy"]["fallback_when_can_borrow"] = fallback
+    docs = through_files(parse_spec(data))
+    cqs = [d for d in docs if d["kind"] == "ClusterQueue"]
+    assert all(d["spec"].get("flavorFungibility") == fungibility for d in cqs)
+    assert import_kueue(strip_annotations(docs)).spec.policy.fallback_when_can_borrow == fallback

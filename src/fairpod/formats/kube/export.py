@@ -178,6 +178,10 @@ def _cluster_queue(spec: ClusterSpec, team: Team, flavors: dict[str, str], cover
     }  # fmt: skip
     if groups:
         cq["spec"]["resourceGroups"] = [{"coveredResources": covered, "flavors": groups}]
+    fallback = spec.policy.fallback_when_can_borrow  # Borrow: Kueue's default (MayStopSearch), written as nothing
+    if fallback != "Borrow":
+        cq["spec"]["flavorFungibility"] = {"whenCanBorrow": "TryNextFlavor", "whenCanPreempt": "TryNextFlavor", **(
+            {"preference": "PreemptionOverBorrowing"} if fallback == "PreemptionOverBorrowing" else {})}
     return cq
 
 

@@ -714,6 +714,14 @@ def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = 
             notes.append(f"instance group {groups[-1]['name']}: {n} x {it}, sized from the quotas (Kueue does not "
                          "count nodes); set your cluster's node count")
     policy: dict[str, Any] = {"idle_compute_allocation": "FairShare"}
+    fungible = [_map(_map(cq.get("spec"), "ClusterQueue.spec").get("flavorFungibility"), "flavorFungibility")
+                for cq in objs.by_kind["ClusterQueue"] if _name(cq) != K.UNALLOCATED]
+    if fungible and fungible[0].get("whenCanBorrow") == "TryNextFlavor":  # (the first ClusterQueue's, for the cluster)
+        policy["fallback_when_can_borrow"] = "PreemptionOverBorrowing" if fungible[0].get("preference") == \
+            "PreemptionOverBorrowing" else "TryNextInstanceType"
+    if any(f != fungible[0] for f in fungible):
+        notes.append("flavorFungibility differs between ClusterQueues: fairpod's policy.fallback_when_can_borrow is "
+                     "one for the cluster (the first ClusterQueue's is kept)")
     if tree:  # Kueue's hierarchical cohorts take a Cohort's quota back for the queues below it
         policy["hierarchical_reclaim"] = True
         notes.append("nested Cohorts: policy.hierarchical_reclaim on (a job that fits its group's quota takes it "
