@@ -153,3 +153,22 @@ def test_lower_or_newer_equal_priority_in_a_replay(tmp_path):
         res = simulate(spec, load_trace(trace, spec))
         starts[mode] = (_starts(res)["big"], {sj.job.name: sj.preemptions for sj in res.jobs}["small"])
     assert starts == {"LowerPriority": (1002.0, 0), "LowerOrNewerEqualPriority": (100.0, 1)}
+
+
+def test_priority_aging_in_a_replay(tmp_path):
+    # one node of team a: hog runs 2 h; old (low) waits from 0, new (high) from 7100 s; hog ends at 2 h. By priority
+    # new starts first; with 60 points an hour (at most 100) old, boosted to 10 + 100, passes new (90 + 1)
+    classes = [{"name": "high", "weight": 90}, {"name": "low", "weight": 10}]
+    spec_path = _spec(tmp_path, 1, [{"name": "a", "nodes": 1, "strategy": "DontLend"}],
+                      task_prioritization="TaskRanking", priority_classes=classes)
+    rows = ["0,a,7200,8,1,hog,high", "0,a,100,8,1,old,low", "7100,a,100,8,1,new,high"]
+    trace = write_trace(tmp_path, rows, header="submit_time,team,duration,accelerators,nodes,name,priority")
+    got = {}
+    for rate in (0, 60):
+        doc = yaml.safe_load(spec_path.read_text())
+        doc["policy"].update({"priority_aging_per_hour": rate, "priority_aging_max": 100})
+        spec_path.write_text(yaml.safe_dump(doc))
+        spec = load_spec(spec_path)
+        starts = _starts(simulate(spec, load_trace(trace, spec)))
+        got[rate] = (starts["old"], starts["new"])
+    assert got == {0: (7300.0, 7200.0), 60: (7200.0, 7300.0)}

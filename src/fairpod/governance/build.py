@@ -50,6 +50,7 @@ def _policy_snapshot(spec: ClusterSpec, now: float) -> Snapshot:
         borrow_preempt_max=p.preempt_to_borrow_max_priority,
         hierarchical_reclaim=p.hierarchical_reclaim,
         fallback_preempts=p.fallback_when_can_borrow == "PreemptionOverBorrowing",
+        aging=(p.priority_aging_per_hour, p.priority_aging_max),
         now=now,
         topology_levels=tuple(spec.cluster.topology_levels),
     )

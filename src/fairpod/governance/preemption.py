@@ -321,7 +321,7 @@ def plan(
             continue
         for v in running.values():
             st = v.started
-            if not within_team.outranks(team, w, v) if mine_only else cross_ok is not None and not cross_ok(v):
+            if not within_team.outranks(snap, team, w, v) if mine_only else cross_ok is not None and not cross_ok(v):
                 continue
             if v.min_runtime and st is not None and now - st < v.min_runtime:
                 continue

@@ -286,7 +286,7 @@ def _fits_after_own(snap: Snapshot, w: Workload) -> bool:
     now = snap.now
     for v in snap.running_by.get((w.itype, w.team), {}).values():
         st = v.started
-        if within_team.outranks(team, w, v) and not (v.min_runtime and st is not None and now - st < v.min_runtime):
+        if within_team.outranks(snap, team, w, v) and not (v.min_runtime and st is not None and now - st < v.min_runtime):
             t = v.total
             u[0] -= t[0]
             u[1] -= t[1]

@@ -43,6 +43,7 @@ import math
 from collections.abc import Iterable, Set
 
 from fairpod.governance import (
+    aging,
     borrow_priority,
     budget,
     elastic,
@@ -714,6 +715,7 @@ class _Cycle:
         for p in snap.pools.values():
             p.reserved_borrow = [0, 0, 0]
         history.advance(snap)
+        aging.refresh(snap)  # (opt-in) queues ordered again where a waiting job's boost grew
 
     def guard(self) -> dict[str, set]:
         """Step 1 (the starvation guard): each team's starving job goes first; those that cannot start get their

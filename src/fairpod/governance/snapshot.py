@@ -342,6 +342,7 @@ class Snapshot:
         borrow_preempt_max: int | None = None,
         hierarchical_reclaim: bool = False,
         fallback_preempts: bool = False,
+        aging: tuple[float, int] = (0.0, 0),
     ) -> None:
         # rule 12 (``governance.consolidation``): move borrowed jobs to free whole nodes for a waiting multi-node
         # job: "Off", "WithinQuota" (for a job within its team's quota) or "AlsoBorrowing" (for one that borrows too)
@@ -357,6 +358,10 @@ class Snapshot:
         self.hierarchical_reclaim = hierarchical_reclaim
         # fallback types: preempting within quota before borrowing (``fungibility``, PreemptionOverBorrowing)
         self.fallback_preempts = fallback_preempts
+        # priority aging (``aging``): (points per hour waited, most points); the boost of each pending job at the
+        # last cycle's start (empty while off)
+        self.aging = aging
+        self.boosts: dict[str, int] = {}
         # preemption that costs least (``governance.preemption.plan``): a victim whose next checkpoint is due within
         # ``checkpoint_wait`` seconds is not taken before it; a pending job triggers preemption only once it has
         # waited ``preempt_min_wait`` seconds (0: both off)
@@ -594,6 +599,8 @@ class Snapshot:
     # -- jobs ----------------------------------------------------------------------------------
     def queue_key(self, w: Workload) -> tuple:
         if self.task_ranking:
+            if self.boosts:  # priority aging (``governance.aging``): the boost counted at the last cycle's start
+                return (-(w.priority + self.boosts.get(w.id, 0)), w.submit, w.seq)
             return (-w.priority, w.submit, w.seq)
         return (w.submit, w.seq)
 

@@ -7,11 +7,13 @@ one it made room for, and never stops it in turn (it is newer), so two jobs neve
 
 from __future__ import annotations
 
-from fairpod.governance.snapshot import Team, Workload
+from fairpod.governance.snapshot import Snapshot, Team, Workload
 
 
-def outranks(team: Team, w: Workload, v: Workload) -> bool:
-    """May ``w`` stop ``v``, a running job of its own team, by priority?"""
-    if v.priority < w.priority:
+def outranks(snap: Snapshot, team: Team, w: Workload, v: Workload) -> bool:
+    """May ``w`` stop ``v``, a running job of its own team, by priority? A job that started with a boost from
+    priority aging (``aging``) keeps it while it runs; the waiting job's own boost does not count."""
+    vp = v.priority + snap.boosts.get(v.id, 0) if snap.boosts else v.priority
+    if vp < w.priority:
         return True
-    return team.preempt_newer and v.priority == w.priority and (v.submit, v.seq) > (w.submit, w.seq)
+    return team.preempt_newer and vp == w.priority and (v.submit, v.seq) > (w.submit, w.seq)

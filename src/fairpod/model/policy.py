@@ -115,6 +115,18 @@ class Policy(Strict):
     # that borrows but fits within the quota of one of its team's groups takes that group's quota back from teams
     # outside the group that borrow it. Opt-in: without it only a job within its team's quota reclaims.
     hierarchical_reclaim: bool = False
+    # Priority aging (fairpod.governance.aging; KAI's aging, Kueue's priority boost): under TaskRanking a waiting job's
+    # place in its team's queue counts its priority plus per_hour points per hour waited, at most max points. 0: off.
+    priority_aging_per_hour: float = Field(default=0.0, ge=0, le=1000)
+    priority_aging_max: int = Field(default=0, ge=0, le=1000)
+
+    @field_validator("priority_aging_per_hour")
+    @classmethod
+    def _aging_ranks(cls, v: float, info: ValidationInfo) -> float:
+        if v > 0 and info.data.get("task_prioritization") == TaskPrioritization.FIRST_COME_FIRST_SERVE:
+            raise ValueError("needs task_prioritization: TaskRanking (under FirstComeFirstServe the queue is by "
+                             "arrival alone, so there is no priority to raise)")
+        return v
 
     @field_validator("preempt_to_borrow")
     @classmethod
