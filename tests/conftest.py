@@ -29,20 +29,28 @@ e.g. ``fairpod/gw1``), inherited by every server, executor and Ray node the work
 uses is its own already: free ports, ``tmp_path`` homes and config paths (``FAIRPOD_HOME``, ``FAIRPOD_CONFIG``,
 ``HOME``), a fresh Chromium profile, a build folder per native build test.
 
+An interrupted run stops what it started: see tests/reaper.py (SIGTERM ends the run as Ctrl-C does, with every
+fixture's teardown; what is still running afterwards is killed by the PIDs the fixtures recorded).
+
 One file without workers: ``.venv/bin/python -m pytest -p no:xdist tests/some/test_file.py`` (or ``-n 0``).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import resource
+import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from fairpod import governance
 from fairpod.sandbox import cgroups
+
+from . import reaper
 
 TESTS = Path(__file__).resolve().parent
 # path under tests/ (a folder ends with "/") -> its xdist group (see the docstring)
@@ -144,6 +152,7 @@ def subtree_root(worker: str) -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    _reaping(config)
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker and cgroups.ROOT_ENV not in os.environ and (root := subtree_root(worker)):
         os.environ[cgroups.ROOT_ENV] = root
@@ -153,8 +162,48 @@ def pytest_configure(config: pytest.Config) -> None:
 _OWN_ROOT = pytest.StashKey[str]()
 
 
+_REAP = pytest.StashKey[Path]()  # the run's folder of records (tests/reaper.py), in the process that made it
+
+
+def _reaping(config: pytest.Config) -> None:
+    """Record what this process starts (tests/reaper.py): an xdist worker into its controller's folder, any other
+    pytest into a folder of its own. SIGTERM ends the run as Ctrl-C does (KeyboardInterrupt: the fixtures' teardown
+    runs) instead of at once."""
+    given = getattr(config, "workerinput", {}).get("fairpod_reap")
+    if given:
+        reaper.use(Path(given))
+    else:
+        config.stash[_REAP] = folder = reaper.new_folder()
+        reaper.use(folder)
+    atexit.register(reaper.reap)  # should pytest itself be cut short before pytest_unconfigure
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread
+        pass
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """pytest-xdist: the workers record into this run's folder."""
+    node.workerinput["fairpod_reap"] = str(node.config.stash[_REAP])
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove this worker's cgroup subtree (empty by now: every test removes the groups it made)."""
+    """Kill what this process's tests started and still runs (after an interrupted run; tests/reaper.py): the
+    controller of xdist workers, last, also what its workers recorded. Then remove this worker's cgroup subtree
+    (empty by now: every test removes the groups it made)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C does not cut the reaping short
+    try:
+        reaper.reap()
+        if _REAP in config.stash:
+            reaper.reap(config.stash[_REAP], mine_only=False)
+            reaper.remove(config.stash[_REAP])
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if _OWN_ROOT not in config.stash:
         return
     try:

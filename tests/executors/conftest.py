@@ -9,12 +9,14 @@ import pytest
 
 from fairpod.executors import LocalExecutor
 
+from .. import reaper
 from .helpers import kill_recorded, wait_for
 
 
 @pytest.fixture
 def root(tmp_path: Path) -> Iterator[Path]:
     r = tmp_path / "runs"
+    reaper.runs(r)
     yield r
     kill_recorded(r)
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fairpod.executors import procs
+from tests import reaper
 from tests.ports import free_port
 
 RAYSTART = Path(__file__).with_name("raystart.py")
@@ -133,6 +134,7 @@ class RayTestCluster:
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        reaper.started(proc.pid)
         node = RayNodeProc(name, proc, log)
         self.nodes[name] = node
         return node

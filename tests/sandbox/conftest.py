@@ -12,6 +12,7 @@ import pytest
 from fairpod.executors import LocalExecutor
 from fairpod.sandbox import cgroups
 
+from .. import reaper
 from ..executors.helpers import kill_recorded
 from ..server.conftest import Server, running
 
@@ -55,6 +56,7 @@ def ex(tmp_path: Path, hierarchy: cgroups.Hierarchy, monkeypatch: pytest.MonkeyP
 
 def local_executor(root: Path) -> Iterator[LocalExecutor]:
     """A local executor on ``root`` for one test; afterwards its replicas are stopped and whatever they left killed."""
+    reaper.runs(root)
     e = LocalExecutor(root)
     yield e
     for jname, attempt in e.running().items():

@@ -19,7 +19,7 @@ import pytest
 from fairpod import sandbox
 from fairpod.sandbox import cgroups
 
-from .. import httpclient
+from .. import httpclient, reaper
 from ..ports import free_port
 from .api import Api
 from .inproc import InProc
@@ -104,6 +104,8 @@ class Server:
         self.executor: str | None = None  # --executor; default local
         self.proc: subprocess.Popen | None = None
         self.extra: list[str] = []  # more arguments for fairpod up
+        reaper.pidfile(self.home / "server.pid")  # however it is started (also `fairpod up` as a daemon)
+        reaper.runs(self.home / "runs")
 
     def cli(self, *args: str, token: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
         env = dict(self.env)
@@ -139,6 +141,7 @@ class Server:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.home.parent / "server.out", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=log, start_new_session=True)
+        reaper.started(self.proc.pid)
         wait_for(self._healthy, 30, "the server to answer /healthz")
         self.token = json.loads(Path(self.env["FAIRPOD_CONFIG"]).read_text())["token"]
 

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 from sqlalchemy import Connection, create_engine, text
 
+from tests import reaper
 from tests.ports import free_port
 from tests.ray.cluster import beside
 
@@ -108,6 +109,7 @@ class HaCluster:
         self.pg_url = pg_url
         self.lease = lease
         self.runs = tmp / "runs"
+        reaper.runs(self.runs)
         self.marks = tmp / "marks"
         self.marks.mkdir(parents=True, exist_ok=True)
         nvml = tmp / "no-gpus.json"
@@ -138,6 +140,7 @@ class HaCluster:
             args += ["--spec", str(spec)]
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(args, env=node.env, stdout=log, stderr=log, start_new_session=True)
+            reaper.started(node.proc.pid)
         if wait:
             wait_for(lambda: self._up(node), 60, f"node {i} to answer /healthz")
         return node

@@ -26,7 +26,7 @@ import yaml
 from fairpod import sandbox
 from fairpod.sandbox import namespaces, reach
 
-from .. import httpclient
+from .. import httpclient, reaper
 from .conftest import SEED_SPEC, Server, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -143,6 +143,7 @@ def env() -> Iterator[Env]:
                                    f"--key-file={mdir / 'munge.key'}", f"--pid-file={mdir / 'munged.pid'}",
                                    f"--log-file={mdir / 'munged.log'}", f"--seed-file={mdir / 'munged.seed'}"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        reaper.started(munged.pid)
         wait_for(msock.exists, 20, "munged's socket")
         doc = yaml.safe_load(SEED_SPEC.read_text())
         doc["cluster"]["identity"] = "unix"

@@ -16,6 +16,8 @@ from fairpod.model.spec import ClusterSpec, seed_spec
 from fairpod.store import Store
 from fairpod.store.tables import Base
 
+from .. import reaper
+
 
 @pytest.fixture
 def db_url(tmp_path: Path) -> str:
@@ -60,6 +62,7 @@ class PrivatePostgres:
         self.url = f"postgresql+psycopg://fairpod@/postgres?host={d}&port=54329"
 
     def start(self) -> None:
+        reaper.pidfile(Path(self.data) / "postmaster.pid")
         opts = f"-k {self.dir} -c listen_addresses='' -p 54329 -c fsync=off"
         subprocess.run([*self.prefix, self.pg_ctl, "-D", self.data, "-o", opts, "-l", os.path.join(self.dir, "log"),
                         "-w", "start"], check=True, capture_output=True, timeout=60)  # fmt: skip
