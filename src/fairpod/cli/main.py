@@ -41,6 +41,7 @@ COMMAND_MODULES = [
     "fairpod.cli.sacct_cmds",
     "fairpod.cli.shell_cmds",
     "fairpod.cli.registry_cmds",
+    "fairpod.cli.priority_cmds",
 ]
 
 # commands whose own argument list ends at '--': what follows is the job's command, never parsed as flags

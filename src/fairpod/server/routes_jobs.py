@@ -37,6 +37,10 @@ ARRAY = ("array: indices in Slurm's --array form (0-199%16, 1,3,5, 0-99:2) withi
          "name with its largest index is a valid job name")
 
 
+class PriorityChange(BaseModel):
+    priority_class: str | None = Field(max_length=40)  # a class of the policy; null: no class (the lowest)
+
+
 class Progress(BaseModel):
     step: Annotated[int, Field(ge=0, le=MAX_EXACT, strict=True), Whole] | None = None  # an exact JSON number
     checkpoint: str | None = Field(default=None, max_length=4096)
@@ -153,6 +157,17 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         done = [job_view(cp, t) for t in cp.cancel_array(live, f"{job.team}/{name}", p.name)]
         return {"array_job_id": arr.get("job_id", job.id), "name": name, "team": job.team,
                 "tasks": len(tasks), "cancelled": done}
+
+    @api.post("/jobs/{ref}/priority", tags=["jobs"])
+    def set_priority(ref: str, body: PriorityChange, p: Auth, team: str | None = None) -> dict[str, Any]:
+        """Change a pending or running job's priority class; it keeps its place among jobs of the new priority and
+        the engine decides again in its next cycle (an event ``JobPriorityChanged`` records it)."""
+        job = array_refs.one_task(cp, p, ref, team)
+        require_team(p, job.team)
+        try:
+            return job_view(cp, cp.set_priority(job, body.priority_class, p.name), detail=True, reader=p)
+        except ValueError as e:
+            raise Problem(422, "invalid priority class", f"priority_class: {e}") from None
 
     @api.get("/jobs/{ref}/replicas", tags=["jobs"])
     def list_replicas(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:

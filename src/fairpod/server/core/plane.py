@@ -24,7 +24,7 @@ from fairpod.server.budgets import BudgetKeeper
 from fairpod.server.core.api import Core
 from fairpod.server.core.loop import Keepers, Loop, standard_keepers
 from fairpod.server.core.memory import Memory
-from fairpod.server.core.transitions import array_holds, readiness, restarts
+from fairpod.server.core.transitions import array_holds, priority, readiness, restarts
 from fairpod.server.core.transitions.attempt import AttemptLife
 from fairpod.server.core.transitions.nodes import NodeTransitions
 from fairpod.server.core.transitions.resize import Resize
@@ -222,6 +222,13 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
                 raise WrongState(f"job {job.name} is already {job.state.value}", "job finished")
             job = self._cancel_one(job, actor, left)
             self.store.append_audit(actor, "job.cancel", f"{job.team}/{job.name}", {"id": job.id})
+        self.wake.set()
+        return job
+
+    def set_priority(self, job: Job, priority_class: str | None, actor: str) -> Job:
+        """A job's priority class changed after submission (``transitions.priority``)."""
+        with self._change():
+            job = priority.change(self, self.store.get_job(job.id) or job, priority_class, actor)
         self.wake.set()
         return job
 
