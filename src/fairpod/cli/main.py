@@ -26,6 +26,7 @@ COMMAND_MODULES = [
     "fairpod.cli.server_cmds",
     "fairpod.cli.job_cmds",
     "fairpod.cli.service_cmds",
+    "fairpod.cli.space_cmds",
     "fairpod.cli.status_cmds",
     "fairpod.cli.admin_cmds",
     "fairpod.cli.node_cmds",

@@ -205,8 +205,11 @@ class JobSpec(BaseModel):
 
     @property
     def kind(self) -> str:
-        """``service``, ``ray`` or ``job`` (``fairpod.governance.kinds``: what each means to the engine)."""
-        return "service" if self.service is not None else "ray" if self.ray else "job"
+        """``service``, ``ray`` or ``job`` (``fairpod.governance.kinds``: what each means to the engine); a space
+        (``fairpod.model.spaces``) is a job: it borrows and is preempted as one."""
+        if self.service is not None and self.service.space is None:
+            return "service"
+        return "ray" if self.ray else "job"
 
 
 class ResolvedJob(BaseModel):

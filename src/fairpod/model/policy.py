@@ -63,6 +63,9 @@ class Policy(Strict):
     # a base of 0 restarts at once. Restarts after a node fault or a hang do not wait.
     restart_backoff_base_seconds: float = Field(default=2.0, ge=0, le=3600)
     restart_backoff_max_seconds: float = Field(default=300.0, ge=0, le=86400)
+    # A space (docs/spaces.md) with no request through its proxy this long is stopped (its files stay); a space's
+    # own idle_minutes wins; null: never.
+    space_idle_minutes: float | None = Field(default=None, gt=0, le=7 * 24 * 60)
     # An elastic job that shrank must show life again (a progress report, else output) within this many seconds,
     # or it is hung (its replicas did not re-form their group: e.g. a torchrun rendezvous still waiting for the
     # replica that left); the job's hang_action says what follows (fairpod.server.watchdog). null: never.

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from fairpod.model.spaces import SpaceSpec
 from fairpod.model.spec import no_bool_numbers
 
 
@@ -39,6 +40,8 @@ class ServiceSpec(BaseModel):
         default=60.0, ge=0, le=86400,
         description="a replica ready this long in a row has its exits in a row forgotten (the next waits "
         "restart_backoff_seconds again)")
+    space: SpaceSpec | None = Field(
+        default=None, description="a space: an IDE of one user behind fairpod's space proxy (fairpod.model.spaces)")
 
     @model_validator(mode="before")
     @classmethod

@@ -33,6 +33,7 @@ from fairpod.server import (
     routes_services,
     routes_spec,
     routes_static,
+    spaces,
 )
 from fairpod.server.core import ControlPlane
 from fairpod.server.errors import HTTP_STATUS, Problem, http_problem
@@ -152,6 +153,7 @@ def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
     routes_backup.add_routes(api, cp)
     routes_spec.add_routes(api, cp)
     routes_services.add_routes(api, cp)
+    spaces.add_routes(api, cp)
     registries.add_routes(api, cp)
     app.include_router(api)
     metrics.add_routes(app, cp)

@@ -46,6 +46,7 @@ PROBE_TIMEOUT = 1.0
 class _Target:
     jid: int
     name: str
+    team: str
     key: str
     attempt: int
     ranks: tuple[tuple[int, int], ...]  # (rank, port) of the live replicas
@@ -228,7 +229,7 @@ class Services:
                 skip = {*run.adding, *run.starting}
                 ranks = [r for r in range(len(job.placement)) if r not in skip]
                 ranks += [int(r) for r in run.removing]
-                out.append(_Target(jid, job.name, job_key(job), run.attempt,
+                out.append(_Target(jid, job.name, job.team, job_key(job), run.attempt,
                                    tuple((r, run.ports[r]) for r in sorted(ranks) if r < len(run.ports)),
                                    job.spec.service, frozenset(int(r) for r in run.crashes)))
             for jid in self.proxies:
@@ -243,7 +244,7 @@ class Services:
         seen: dict[int, dict[int, int]] = {}
         for t in targets:
             if t.jid not in self.proxies:
-                self._open(t.jid, t.name)
+                self._open(t.jid, t.name, t.team if t.check.space is not None else None)
             if t.check.readiness_command is not None:
                 passed = self._probed(t)
                 seen[t.jid] = {r: p for r, p in t.ranks if r in passed}
@@ -252,6 +253,10 @@ class Services:
         with self._lock:
             self._ready = seen
         self._forget_exits(targets, seen)
+        if any(t.check.space is not None for t in targets):
+            from fairpod.server.spaces import stop_idle
+
+            stop_idle(self.cp)
         for jid in ended:
             p = self.proxies.pop(jid, None)
             if p is not None:
@@ -282,8 +287,14 @@ class Services:
     def _port_file(self, jid: int) -> Any:
         return self.cp.home / "services" / f"{jid}.port"
 
-    def _open(self, jid: int, name: str) -> None:
-        """The service's proxy, on the port it had before when that is free."""
+    def _open(self, jid: int, name: str, space_team: str | None = None) -> None:
+        """The service's proxy, on the port it had before when that is free; a space's checks who comes in
+        (``server.spaces``)."""
+        if space_team is not None:
+            from fairpod.server.spaces import open_proxy
+
+            self.proxies[jid] = open_proxy(self.cp, jid, space_team, name)  # type: ignore[assignment]
+            return
         f = self._port_file(jid)
         want = int(f.read_text()) if f.exists() and f.read_text().strip().isdigit() else 0
         try:

@@ -12,6 +12,7 @@ from fairpod.executors.base import ExecutorError, HostGpus, JobLaunch, ReplicaEx
 from fairpod.governance import Admit, Preempt, Wait
 from fairpod.model.jobs import JobState
 from fairpod.model.keys import job_id_of
+from fairpod.model.spaces import files_key
 from fairpod.sandbox import capabilities
 from fairpod.server import goodput, identity
 from fairpod.server.core.transitions import backoff, rayjobs, readiness, resize, restarts
@@ -167,7 +168,8 @@ class AttemptLife:
         devices = {n: self._partition_devices(n, list(run.slots.get(n, []))) for n in nodes}
         return JobLaunch(
             job=job_key(job), team=job.team, attempt=job.attempt, command=rayjobs.command(job),
-            checkpoint_dir=str(self.checkpoint_root() / job.team / job_key(job)),
+            checkpoint_dir=str(self.checkpoint_root() / job.team / (files_key(job.name) if job.spec.service is not None
+                                                                    and job.spec.service.space else job_key(job))),
             env={**job.spec.env, **self.launch_env(job), **resize.env(job), **self.service_env(job, run),
                  **rayjobs.env(job),
                  "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
