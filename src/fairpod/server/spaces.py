@@ -117,8 +117,11 @@ def idle_minutes(cp: ControlPlane, job: Job) -> float | None:
 
 def spec_of(body: SpaceBody) -> JobSpec:
     space = SpaceSpec(ide=body.ide, access=body.access, idle_minutes=body.idle_minutes)  # type: ignore[arg-type]
+    vcpu, mem = body.vcpu, body.memory_gib
+    if not body.accelerators:  # a space without accelerators: 1 vCPU and 2 GiB unless it says
+        vcpu, mem = vcpu or 1.0, mem or 2.0
     return JobSpec(name=body.name, team=body.team, priority=body.priority, instance_type=body.instance_type,
-                   nodes=1, accelerators=body.accelerators, vcpu=body.vcpu, memory_gib=body.memory_gib,
+                   nodes=1, accelerators=body.accelerators, vcpu=vcpu, memory_gib=mem,
                    command=[sys.executable, str(LAUNCHER), body.ide],
                    env={"FAIRPOD_SPACE_BASE": f"/spaces/{body.team}/{body.name}/"},
                    service=ServiceSpec(space=space, restart_backoff_seconds=1.0),
@@ -227,6 +230,9 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             raise Problem(409, "space exists", f"team {body.team} has a {'space' if is_space(old) else 'job'} "
                           f"{body.name} already ('fairpod space start {body.name}' runs a stopped space again)")
         job = cp.submit(spec_of(body), p.name)
+        # the space exists from now until deleted, also when stopped before it ever ran; its first run's
+        # supervisor hands the directory to the replica's user (sandbox.environment.hand_over)
+        files_dir(cp, job.team, job.name).mkdir(mode=0o700, parents=True, exist_ok=True)
         return view(cp, job)
 
     @api.get("/spaces", tags=["spaces"], response_model=dict[str, Any])
@@ -280,8 +286,8 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         """A one-time link (two minutes) that signs a browser in to the space as the caller."""
         job = space_of(cp, p, name, team)
         if not may_open(p, job):
-            raise Problem(403, "forbidden", f"space {name} is {job.spec.service.space.access}; user "  # type: ignore
-                          f"{p.name} may not open it")
+            raise Problem(403, "forbidden", f"space {name} is {job.spec.user}'s "  # type: ignore
+                          f"({job.spec.service.space.access}); user {p.name} may not open it")
         url = view(cp, job)["url"]
         if url is None:
             raise Problem(409, "space not running", f"space {name} is {view(cp, job)['state']}: "
