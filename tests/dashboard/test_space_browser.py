@@ -121,12 +121,22 @@ def test_a_space_opens_runs_a_cell_is_preempted_with_a_notice_and_starts_again_w
     assert space(server, alice)["state"] == "Running"
     ide.close()
 
-    # stop keeps the files; start runs it again; delete removes them
-    server.cli("space", "stop", "nb", token=alice)
+    # stop keeps the files; start runs it again; delete removes them (HyperPod's forms for two of them)
+    server.cli("hyp", "stop", "hyp-space", "--name", "nb", "-n", "hyperpod-ns-smith", token=alice)
     wait_for(lambda: space(server, alice)["state"] == "Stopped", 60, "nb stopped")
     assert (files / "kept.txt").exists()
     assert server.api("POST", "/spaces/nb/start", token=users["bob"]).status_code == 403  # not bob's
-    server.cli("space", "start", "nb", token=alice)
+    server.cli("hyp", "start", "hyp-space", "--name", "nb", "-n", "hyperpod-ns-smith", token=alice)
     wait_for(lambda: space(server, alice)["state"] == "Running", 60, "nb running again")
     server.cli("space", "delete", "nb", token=alice)
     assert not files.exists() and server.api("GET", "/spaces/nb", token=alice).status_code == 404
+
+    # a space nobody uses is stopped after its idle time, its files kept
+    server.cli("hyp", "create", "hyp-space", "--name", "idle", "--display-name", "Idle", "--queue-name",
+               "hyperpod-ns-smith-localqueue", "--app-type", "jupyterlab", "--idle-shutdown",
+               "enabled=true,idleTimeoutInMinutes=0.05", token=alice)
+    idle = wait_for(lambda: (s := server.api("GET", "/spaces/idle", token=alice).json())["state"] == "Stopped"
+                    and s, 90, "the idle space stopped")
+    assert Path(idle["files"]).is_dir()
+    events = server.api("GET", f"/jobs/{idle['job_id']}/events").json()
+    assert any(e["kind"] == "SpaceIdle" for e in events["events"]), events

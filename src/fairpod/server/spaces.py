@@ -31,7 +31,7 @@ from fairpod.model.spaces import SpaceSpec, files_key
 from fairpod.model.spec import NAME_PATTERN
 from fairpod.server.auth import Auth, Principal, below
 from fairpod.server.control import ControlPlane
-from fairpod.server.errors import Problem
+from fairpod.server.errors import Problem, WrongState
 from fairpod.server.routes_dashboard import SignInLinks
 from fairpod.server.space_proxy import Backend, SpaceProxy, Verdict
 from fairpod.server.views import reason_now
@@ -202,16 +202,24 @@ def open_proxy(cp: ControlPlane, jid: int, team: str, name: str) -> SpaceProxy:
 
 
 def stop_idle(cp: ControlPlane) -> None:
-    """Cancel each running space with no request through its proxy for its idle time (its files stay)."""
+    """Cancel each running space with no request through its proxy for its idle time (its files stay); the time
+    counts from its last request or from the start of this run, whichever is later (a preempted space that waited
+    for capacity is not idle for that wait)."""
     if cp.services is None:
         return
     for jid, proxy in list(cp.services.proxies.items()):
         if not isinstance(proxy, SpaceProxy):
             continue
         job = cp.store.get_job(jid)
-        limit = idle_minutes(cp, job) if job is not None and not job.state.finished else None
-        if limit is not None and time.monotonic() - proxy.last_request >= limit * 60:
-            cp.cancel(job, "fairpod")
+        if job is None or job.state != JobState.RUNNING:
+            continue
+        limit = idle_minutes(cp, job)
+        idle = min(time.monotonic() - proxy.last_request, cp.clock() - (job.started_at or cp.clock()))
+        if limit is not None and idle >= limit * 60:
+            try:
+                cp.cancel(job, "fairpod")
+            except WrongState:  # stopped meanwhile
+                continue
             cp.event("SpaceIdle", f"space {job.name} stopped after {limit:g} min without a request; its files are "
                      "kept ('fairpod space start')", job)
 
