@@ -127,11 +127,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         ("list-pods", "list a job's pods (its replicas)", list_pods),
         ("get-logs", "print the output of one pod of a job", get_logs),
     ]
-    kinds_of: dict[str, argparse._SubParsersAction] = {}
     for verb, hlp, func in specs:
         vp = verbs.add_parser(verb, help=hlp, description=hlp)
-        kinds = kinds_of[verb] = vp.add_subparsers(dest="hyp_kind", metavar="KIND", parser_class=HypParser,
-                                                   required=True)
+        kinds = vp.add_subparsers(dest="hyp_kind", metavar="KIND", parser_class=HypParser, required=True)
         p = kinds.add_parser(KIND, help=hlp, description=hlp)
         _ns(p)
         if verb == "create":
@@ -143,7 +141,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         if verb in ("list", "describe", "list-pods"):
             p.add_argument("-o", "--output", choices=["table", "json"], default="table")
         p.set_defaults(func=func)
-    hyp_space.register(verbs, kinds_of)  # hyp-space (docs/spaces.md)
+    hyp_space.register(verbs)  # hyp-space (docs/spaces.md)
     hyp.set_defaults(func=lambda a: _usage(hyp))
 
 

@@ -12,6 +12,7 @@ offered: argparse names them as unknown.
 from __future__ import annotations
 
 import argparse
+import re
 
 from fairpod.cli.errors import CliError
 from fairpod.cli.job_cmds import job_name, memory_gib, priority_class, vcpus, whole
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 KIND = "hyp-space"
+NS = r"^hyperpod-ns-([a-z0-9]([-a-z0-9]*[a-z0-9])?)$"
+QUEUE = r"^hyperpod-ns-([a-z0-9]([-a-z0-9]*[a-z0-9])?)-localqueue$"
 APP_TYPES = {"jupyterlab": "jupyter", "jupyter": "jupyter", "code-editor": "code-server",
              "codeeditor": "code-server", "code-server": "code-server"}
 
@@ -45,9 +48,27 @@ def _idle(v: str) -> float | None:
     return minutes
 
 
-def register(verbs: argparse._SubParsersAction, kinds: dict[str, argparse._SubParsersAction]) -> None:
-    """Add ``hyp-space`` under the verbs ``fairpod hyp`` has (``kinds``: each verb's kinds) and the verbs only
+def team_of(verb: str, namespace: str | None, queue: str | None) -> str | None:
+    """The team that ``--namespace hyperpod-ns-TEAM`` or ``--queue-name hyperpod-ns-TEAM-localqueue`` names."""
+    found = {}
+    for flag, text, pattern in (("--namespace", namespace, NS), ("--queue-name", queue, QUEUE)):
+        if text is None:
+            continue
+        m = re.match(pattern, text)
+        if not m:
+            raise CliError(f"hyp {verb} hyp-space: {flag} {text!r} is not a team's: use "
+                           + ("hyperpod-ns-<team>" if flag == "--namespace" else "hyperpod-ns-<team>-localqueue"))
+        found[m.group(1)] = flag
+    if len(found) > 1:
+        raise CliError(f"hyp {verb} hyp-space: --namespace and --queue-name name different teams")
+    return next(iter(found), None)
+
+
+def register(verbs: argparse._SubParsersAction) -> None:
+    """Add ``hyp-space`` under the verbs ``fairpod hyp`` has (create, list, describe, delete) and the verbs only
     spaces have (start, stop, portforward)."""
+    kinds: dict[str, Any] = {v: vp._subparsers._group_actions[0] for v, vp in verbs.choices.items()  # type: ignore
+                             if vp._subparsers is not None}
     for verb in ("start", "stop", "portforward"):
         vp = verbs.add_parser(verb, help=f"{verb} a space", description=f"HyperPod's '{verb} hyp-space'.")
         kinds[verb] = vp.add_subparsers(dest="hyp_kind", metavar="KIND", parser_class=type(vp), required=True)
@@ -84,12 +105,8 @@ def register(verbs: argparse._SubParsersAction, kinds: dict[str, argparse._SubPa
 
 def run(a: argparse.Namespace) -> int:
     from fairpod.cli import space_cmds
-    from fairpod.cli.hyp_cmds import team_of
 
-    try:
-        team = team_of(a.namespace, getattr(a, "queue_name", None))
-    except CliError as e:
-        raise CliError(f"hyp {a.hyp_space_verb} hyp-space: {e}") from None
+    team = team_of(a.hyp_space_verb, a.namespace, getattr(a, "queue_name", None))
     ns: dict[str, Any] = {"team": team, "output": getattr(a, "output", "table")}
     verb = a.hyp_space_verb
     if verb == "create":

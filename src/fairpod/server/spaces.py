@@ -30,7 +30,7 @@ from fairpod.model.services import ServiceSpec
 from fairpod.model.spaces import SpaceSpec, files_key
 from fairpod.model.spec import NAME_PATTERN
 from fairpod.server.auth import Auth, Principal, below
-from fairpod.server.control import ControlPlane
+from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem, WrongState
 from fairpod.server.routes_dashboard import SignInLinks
 from fairpod.server.space_proxy import Backend, SpaceProxy, Verdict
