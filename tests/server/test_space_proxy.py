@@ -19,14 +19,17 @@ class Ide:
     """A stand-in for the IDE: answers 200 with a Set-Cookie that names a fairpod cookie, records the heads."""
 
     def __init__(self) -> None:
-        self.seen: list[tuple[str, dict[str, str]]] = []
+        self.seen: list[tuple[str, dict[str, str]]] = []  # path, headers (a header sent twice: joined by " | ")
         ide = self
 
         class H(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
-                ide.seen.append((self.path, {k.lower(): v for k, v in self.headers.items()}))
+                heads: dict[str, str] = {}
+                for k, v in self.headers.items():
+                    heads[k.lower()] = f"{heads[k.lower()]} | {v}" if k.lower() in heads else v
+                ide.seen.append((self.path, heads))
                 body = b"ide"
                 self.send_response(200)
                 self.send_header("Set-Cookie", "fairpod-space=planted; Path=/")
