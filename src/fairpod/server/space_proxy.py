@@ -165,11 +165,12 @@ class SpaceProxy:
     says where a request of ``user`` (signed in by a session; or None and the bearer token it sent) goes."""
 
     def __init__(self, team: str, name: str, decide: Callable[[str | None, str | None], Verdict],
-                 redeem: Callable[[str], str | None], host: str = "127.0.0.1", port: int = 0) -> None:
+                 redeem: Callable[[str], str | None], host: str = "127.0.0.1", port: int = 0,
+                 sessions: Sessions | None = None) -> None:
         self.team, self.name = team, name
         self.prefix = f"/spaces/{team}/{name}/"
         self.decide, self.redeem = decide, redeem
-        self.sessions = Sessions()
+        self.sessions = sessions if sessions is not None else Sessions()
         self.last_request = time.monotonic()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         proxy = self

@@ -33,7 +33,7 @@ from fairpod.server.auth import Auth, Principal, below
 from fairpod.server.core import ControlPlane
 from fairpod.server.errors import Problem, WrongState
 from fairpod.server.routes_dashboard import SignInLinks
-from fairpod.server.space_proxy import Backend, SpaceProxy, Verdict
+from fairpod.server.space_proxy import Backend, Sessions, SpaceProxy, Verdict
 from fairpod.server.views import reason_now
 from fairpod.store import Job
 
@@ -89,7 +89,7 @@ def may_open(p: Principal, job: Job) -> bool:
         return False
     if space.access == "Public" and job.team in p.teams:
         return True
-    return p.name == job.spec.user
+    return p.name == job.spec.user and p.acts_for(job.team)  # an owner taken off the team is out
 
 
 def may_manage(p: Principal, job: Job) -> bool:
@@ -176,7 +176,8 @@ def _esc(text: str) -> str:
     return html.escape(text)
 
 
-LINKS = SignInLinks()  # one-time sign-in codes of every space: "user\0team/name"
+LINKS = SignInLinks()  # one-time sign-in codes of every space: "user\0home\0team/name"
+SESSIONS: dict[tuple[str, str, str], Sessions] = {}  # (control plane's home, team, name) -> its browser sessions
 
 
 def open_proxy(cp: ControlPlane, jid: int, team: str, name: str) -> SpaceProxy:
@@ -186,16 +187,18 @@ def open_proxy(cp: ControlPlane, jid: int, team: str, name: str) -> SpaceProxy:
 
     def redeem(code: str) -> str | None:
         hit = LINKS.redeem(code, time.monotonic())
-        user, _, where = (hit or "").partition("\0")
-        return user if hit and where == f"{team}/{name}" else None
+        user, _, where = (hit or "").partition("\0")  # user, then home\0team/name
+        return user if hit and where == f"{cp.home}\0{team}/{name}" else None
 
     def judge(user: str | None, token: str | None) -> Verdict:
         return decide(cp, team, name, user, token)
 
+    # a browser stays signed in across the space's runs
+    sessions = SESSIONS.setdefault((str(cp.home), team, name), Sessions())
     try:
-        proxy = SpaceProxy(team, name, judge, redeem, port=want)
+        proxy = SpaceProxy(team, name, judge, redeem, port=want, sessions=sessions)
     except OSError:
-        proxy = SpaceProxy(team, name, judge, redeem)
+        proxy = SpaceProxy(team, name, judge, redeem, sessions=sessions)
     f.parent.mkdir(parents=True, exist_ok=True)
     f.write_text(str(proxy.port))
     return proxy
@@ -300,5 +303,5 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if url is None:
             raise Problem(409, "space not running", f"space {name} is {view(cp, job)['state']}: "
                           f"{reason_now(cp, job) or 'not running yet'}; its address comes once it first runs")
-        code = LINKS.issue(f"{p.name}\0{job.team}/{job.name}", time.monotonic())
+        code = LINKS.issue(f"{p.name}\0{cp.home}\0{job.team}/{job.name}", time.monotonic())
         return {"url": f"{url}_fairpod/signin?code={code}", "address": url, "expires_in": 120}
