@@ -9,6 +9,7 @@ once john's job ends the space starts again by itself with its files, in the sam
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -92,13 +93,17 @@ def test_a_space_opens_runs_a_cell_is_preempted_with_a_notice_and_starts_again_w
     if dialog.count():
         dialog.first.click()
     cell.click()
-    page.keyboard.type("import os, pathlib; pathlib.Path('kept.txt').write_text('kept'); "
-                       "print('secrets:', sorted(k for k in os.environ if 'TOKEN' in k and k != 'FAIRPOD_TOKEN'), "
-                       "os.path.exists(os.environ.get('FAIRPOD_CONFIG', '/nonexistent')))")
+    # the cell looks for the server's admin token (by its hash) in its environment and tries fairpod's config and
+    # database
+    admin = hashlib.sha256(server.token.encode()).hexdigest()
+    page.keyboard.type(f"import os, pathlib, hashlib; pathlib.Path('kept.txt').write_text('kept'); "
+                       f"print('secrets:', [k for k, v in os.environ.items() if hashlib.sha256(v.encode())"
+                       f".hexdigest() == '{admin}'], os.access('{server.env['FAIRPOD_CONFIG']}', os.R_OK), "
+                       f"os.access('{server.home / 'fairpod.db'}', os.R_OK))")
     page.keyboard.press("Shift+Enter")
     output = page.locator(".jp-OutputArea-output").first
     output.wait_for(timeout=60_000)
-    assert "secrets: [] False" in output.inner_text()  # the server's token and config are nowhere to be seen
+    assert "secrets: [] False False" in output.inner_text()  # the server's token, config and database: out of reach
     page.keyboard.press("Control+s")
     wait_for(lambda: "secrets:" in (files / "t.ipynb").read_text(), 20, "the notebook saved with its output")
     assert (files / "kept.txt").read_text() == "kept"
@@ -117,7 +122,7 @@ def test_a_space_opens_runs_a_cell_is_preempted_with_a_notice_and_starts_again_w
     # john's job ends: the space starts again by itself; the same tab opens it again, with its files
     server.cli("cancel-job", "john-reclaim")
     page.locator(".jp-Notebook .jp-Cell").first.wait_for(timeout=120_000)
-    assert "secrets: [] False" in page.locator(".jp-OutputArea-output").first.inner_text()
+    assert "secrets: [] False False" in page.locator(".jp-OutputArea-output").first.inner_text()
     assert space(server, alice)["state"] == "Running"
     ide.close()
 
