@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -77,6 +79,17 @@ def test_a_space_opens_runs_a_cell_is_preempted_with_a_notice_and_starts_again_w
     assert httpx.get(s["url"] + "api/status", headers={"Authorization": f"Bearer {server.token}"}).status_code == 403
     assert httpx.get(s["url"] + "api/status").status_code == 401
     files = Path(s["files"])
+    # port-forward: a local port that adds alice's token (HyperPod's 'hyp portforward hyp-space')
+    fwd = subprocess.Popen([sys.executable, "-m", "fairpod.cli.main", "hyp", "portforward", "hyp-space", "--name",
+                            "nb", "-n", "hyperpod-ns-smith", "--local-port", "0"],
+                           env={**server.env, "FAIRPOD_TOKEN": alice}, stdout=subprocess.PIPE, text=True)
+    try:
+        local = (fwd.stdout.readline().split() or ["", "(nothing)"])[1]  # type: ignore[union-attr]
+        assert local.startswith("http://127.0.0.1:") and local.endswith("/spaces/smith/nb/"), local
+        assert httpx.get(local + "api/status", timeout=20).status_code == 200
+    finally:
+        fwd.terminate()
+        fwd.wait(timeout=10)
     assert ide.put("api/contents/t.ipynb", json={"type": "notebook", "content": {
         "cells": [], "metadata": {"kernelspec": {
         "name": "python3", "display_name": "Python 3", "language": "python"}}, "nbformat": 4, "nbformat_minor": 5}}).status_code in (200, 201)
