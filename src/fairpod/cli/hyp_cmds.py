@@ -18,6 +18,7 @@ HyperPod's training operator does. The replicas run as a PyTorchJob's pods would
 image's entrypoint when no ``--command`` is given); ``--on-host`` (fairpod's own) runs the command on the node
 instead and only reports the image. Flags whose meaning fairpod cannot give (volumes, service accounts,
 separate limits) are refused with one line, never silently dropped.
+Longer than fairpod's usual module by the two lines that hand ``hyp-space`` to ``cli.hyp_space`` (docs/spaces.md).
 """
 
 from __future__ import annotations

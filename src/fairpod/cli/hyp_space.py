@@ -15,7 +15,7 @@ import argparse
 import re
 
 from fairpod.cli.errors import CliError
-from fairpod.cli.job_cmds import job_name, memory_gib, priority_class, vcpus, whole
+from fairpod.cli.jobbody import job_name, memory_gib, priority_class, vcpus, whole
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:

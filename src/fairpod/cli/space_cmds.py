@@ -12,7 +12,7 @@ import threading
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
-from fairpod.cli.job_cmds import _team_flags, job_name, memory_gib, only_team, priority_class, vcpus, whole
+from fairpod.cli.jobbody import _team_flags, job_name, memory_gib, only_team, priority_class, vcpus, whole
 from fairpod.cli.output import add_output, emit, table
 
 TYPE_CHECKING = False
