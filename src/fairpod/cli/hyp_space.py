@@ -67,6 +67,8 @@ def team_of(verb: str, namespace: str | None, queue: str | None) -> str | None:
 def register(verbs: argparse._SubParsersAction) -> None:
     """Add ``hyp-space`` under the verbs ``fairpod hyp`` has (create, list, describe, delete) and the verbs only
     spaces have (start, stop, portforward)."""
+    if not isinstance(verbs, argparse._SubParsersAction):
+        return  # 'fairpod hyp' is not the command being parsed: its parser is not built (cli.main._OnlyWanted)
     kinds: dict[str, Any] = {v: vp._subparsers._group_actions[0] for v, vp in verbs.choices.items()  # type: ignore
                              if vp._subparsers is not None}
     for verb in ("start", "stop", "portforward"):
