@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 
 from fairpod.model.spec import load_spec
 from fairpod.sim import load_trace
 from fairpod.sim.compare import compare
 from fairpod.sim.run import simulate
+from fairpod.sim.trace import TraceError
 
 from .helpers import write_trace
 from .test_cli import _run
@@ -172,3 +174,24 @@ def test_priority_aging_in_a_replay(tmp_path):
         starts = _starts(simulate(spec, load_trace(trace, spec)))
         got[rate] = (starts["old"], starts["new"])
     assert got == {0: (7300.0, 7200.0), 60: (7200.0, 7300.0)}
+
+
+def test_a_priority_change_in_a_replay(tmp_path):
+    # one node of team a: hog runs until 1000; first (low) and second (low) wait; at 500 second is raised to high
+    # (the trace's priority_change_at/_to, as fairpod set-priority): it preempts nothing (hog is high) but starts
+    # before first when hog ends; without the change first goes first. A change before submit is refused
+    classes = [{"name": "high", "weight": 90}, {"name": "low", "weight": 10}]
+    spec_path = _spec(tmp_path, 1, [{"name": "a", "nodes": 1, "strategy": "DontLend"}],
+                      task_prioritization="TaskRanking", priority_classes=classes)
+    header = "submit_time,team,duration,accelerators,nodes,name,priority,priority_change_at,priority_change_to"
+    spec = load_spec(spec_path)
+    got = {}
+    for change in ("", "500,high"):
+        rows = ["0,a,1000,8,1,hog,high,,", "10,a,100,8,1,first,low,,", f"20,a,100,8,1,second,low,{change or ','}"]
+        trace = write_trace(tmp_path, rows, header=header)
+        starts = _starts(simulate(spec, load_trace(trace, spec)))
+        got[change] = (starts["first"], starts["second"])
+    assert got == {"": (1000.0, 1100.0), "500,high": (1100.0, 1000.0)}
+    trace = write_trace(tmp_path, ["0,a,1000,8,1,hog,high,,", "20,a,100,8,1,second,low,5,high"], header=header)
+    with pytest.raises(TraceError, match="column priority_change_at: 5 is before the job's submit_time 20"):
+        load_trace(trace, spec)

@@ -49,6 +49,7 @@ from fairpod.governance import (
     Grow,
     Preempt,
     Shrink,
+    Snapshot,
     Wait,
     Workload,
     feasible,
@@ -213,6 +214,9 @@ class Simulation:
             self.by_id[j.name] = sj
         self.events: list[tuple[float, int, str, int]] = []  # (time, seq, job id, version or -1 = wake-up)
         self.seq = 0
+        for sj in self.jobs:  # the trace's priority changes (version -3)
+            if sj.w is not None and sj.job.priority_change is not None:
+                self._push(_r(sj.job.priority_change[0]), sj.job.name, -3)
         caps = spec.capacity()
         self.result = SimResult(
             spec=spec, teams=self.team_names, jobs=self.jobs,
@@ -345,6 +349,9 @@ class Simulation:
                     changed |= self.owed if version == -2 else bool(snap.pending)
                     continue
                 sj = self.by_id[jid]
+                if version == -3:  # the trace's priority change (fairpod set-priority)
+                    changed |= _reprioritize(snap, sj)
+                    continue
                 if version < 0:
                     changed |= bool(snap.pending)  # a min_runtime ended: victims may now be taken
                 elif version == sj.version:
@@ -498,6 +505,22 @@ class Simulation:
             res.borrowed[name] += n * dt
         for name, n in self._lend_sum.items():
             res.lent[name] += n * dt
+
+
+def _reprioritize(snap: Snapshot, sj: SimJob) -> bool:
+    """The job's priority changed (``TraceJob.priority_change``): as the control plane does, a pending job is queued
+    again under its new key (its submit time and sequence kept), a running one counts with it. Did anything change?"""
+    w = sj.w
+    if w is None or sj.job.priority_change is None:
+        return False
+    prio = sj.job.priority_change[1]
+    if w.id in snap.pending:
+        snap.remove_pending(w.id)
+        w.priority = prio
+        snap.add_pending(w)
+        return True
+    w.priority = prio
+    return w.id in snap.running
 
 
 def simulate(spec: ClusterSpec, jobs: list[TraceJob], *, record_timeline: bool = False,

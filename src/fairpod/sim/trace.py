@@ -11,7 +11,9 @@ Two formats, told apart by the header:
   (``job``, the default; ``service``; ``ray``: see ``fairpod.governance.kinds``), and for a service
   ``min_replicas`` (default 1) and ``max_replicas`` (default ``min_replicas``): a service's ``accelerators`` are
   each replica's (one replica per node) and ``duration`` is how long it is up; a Ray job is ``nodes`` Ray nodes,
-  one gang of a fixed size. An empty cell means the column's default.
+  one gang of a fixed size; ``priority_change_at`` (s, at or after ``submit_time``) and ``priority_change_to`` (a
+  priority class, or ``none``): the job's priority changed then, as ``fairpod set-priority`` does. An empty cell
+  means the column's default.
 - ITP traces (``job_id,submission_time,duration,num_gpu``): one team per file, named after the file stem.
 
 A trace path may be one file or a directory of ``*.csv`` files (each in either format). Problems raise
@@ -32,7 +34,8 @@ from fairpod.model.spec import ClusterSpec
 
 REQUIRED = ("submit_time", "team", "duration", "accelerators")
 OPTIONAL = ("nodes", "instance_type", "priority", "name", "checkpoint_interval", "min_runtime", "required_topology",
-            "preferred_topology", "user", "min_nodes", "kind", "min_replicas", "max_replicas")
+            "preferred_topology", "user", "min_nodes", "kind", "min_replicas", "max_replicas", "priority_change_at",
+            "priority_change_to")
 ITP = ("job_id", "submission_time", "duration", "num_gpu")
 
 
@@ -64,6 +67,7 @@ class TraceJob:
     # job, service or ray (``governance.kinds``); a service's ``nodes`` is its max_replicas, ``min_nodes`` its
     # min_replicas (when below), ``accelerators`` its total at max_replicas and ``duration`` how long it is up
     kind: str = "job"
+    priority_change: tuple[float, int] | None = None  # (when, the new weight): ``fairpod set-priority`` then
 
     @property
     def min_replicas(self) -> int:
@@ -133,6 +137,21 @@ class _Resolver:
         got = self.shapes[key] = (nodes, share(t, acc // nodes))
         return got
 
+    def priority_change(self, cell: dict[str, str], submit: float, where: str) -> tuple[float, int] | None:
+        at, to = cell.get("priority_change_at", ""), cell.get("priority_change_to", "")
+        if not at and not to:
+            return None
+        if not at or not to:
+            raise TraceError(f"{where}: columns priority_change_at and priority_change_to: give both, or neither")
+        when = _number(at, where, "priority_change_at")
+        if when < submit:
+            raise TraceError(f"{where}: column priority_change_at: {when:g} is before the job's submit_time "
+                             f"{submit:g}")
+        if to != "none" and to not in self.prios:
+            raise TraceError(f"{where}: column priority_change_to: unknown priority class {to!r} "
+                             f"(valid: {', '.join(self.prios) or 'none defined'}, or none)")
+        return when, (-1 if to == "none" else self.prios[to])
+
     def job(self, cell: dict[str, str], where: str) -> TraceJob:
         """The job of one row (cells by column name); names default to ``<team>-<n>``, n counting from 1."""
         team = cell["team"]
@@ -177,7 +196,9 @@ class _Resolver:
             col = "required_topology" if req else "preferred_topology"
             raise TraceError(f"{where}: column {col}: the cluster has no topology level {req or pref!r} "
                              f"(cluster.topology_levels: {', '.join(levels) or 'none defined'})")
+        submit = _number(cell["submit_time"], where, "submit_time")
         return TraceJob(
+            priority_change=self.priority_change(cell, submit, where),
             name=cell.get("name") or f"{team}-{n}",
             team=team,
             itype=t.name,
@@ -185,7 +206,7 @@ class _Resolver:
             accelerators=acc,
             per_replica=per,
             priority=self.prios[prio_name] if prio_name is not None else -1,
-            submit=_number(cell["submit_time"], where, "submit_time"),
+            submit=submit,
             duration=_number(cell["duration"], where, "duration"),
             checkpoint_interval=_number(ck, where, "checkpoint_interval", positive=True) if ck else None,
             min_runtime=_number(mr, where, "min_runtime") if mr else 0.0,
