@@ -1,7 +1,10 @@
 """Container images for the live container tests, built on this machine once and kept in podman's own storage
-(no registry is reached): ``busybox`` (a scratch image holding the distribution's static busybox) and
-``python`` (a Debian root filesystem with python3, made with mmdebstrap from the mirror apt uses). The tests
-skip, saying why, where podman or the tools cannot be had (scripts/test.sh installs them as root)."""
+(no registry is reached): ``busybox`` (a scratch image holding the distribution's static busybox),
+``python`` (a Debian root filesystem with python3, made with mmdebstrap from the mirror apt uses) and ``ray``
+(that one plus the Ray of the test environment: the files of the ``ray`` distribution and of its required
+dependencies, copied from this interpreter's site-packages, and a ``ray`` command; a stand-in for
+``rayproject/ray``, which no test can pull). The tests skip, saying why, where podman or the tools cannot be had
+(scripts/test.sh installs them as root)."""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from fairpod.sandbox import container
 BUSYBOX = "localhost/fairpod-test/busybox:2"
 SETUID = "localhost/fairpod-test/setuid:1"
 PYTHON = "localhost/fairpod-test/python:bookworm"
+RAY = "localhost/fairpod-test/ray:{version}"
 LOCK = Path(tempfile.gettempdir()) / "fairpod-test-images.lock"
 APPLETS = ("sh", "cat", "ls", "sleep", "echo", "id", "env", "head", "dd", "test", "true", "kill", "tr", "grep",
            "touch", "mkdir", "mknod", "unshare", "stat")
@@ -122,7 +126,51 @@ def _setuid(e: container.Engine, ref: str, tmp: Path) -> str | None:
     return None if p.returncode == 0 else p.stderr.strip()[-300:]
 
 
-_BUILDERS = {"busybox": _busybox, "python": _python, "setuid": _setuid}
+def ray_files() -> dict[Path, str]:
+    """The files of the ``ray`` distribution and of the distributions it requires (no extras), as installed for
+    this interpreter: source path -> path under site-packages."""
+    import importlib.metadata as md
+    import re
+
+    seen: dict[str, md.Distribution] = {}
+    todo = ["ray"]
+    while todo:
+        name = re.sub(r"[-_.]+", "-", todo.pop()).lower()
+        if name in seen:
+            continue
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        seen[name] = dist
+        todo += [re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0] for r in dist.requires or [] if "extra" not in r]
+    out: dict[Path, str] = {}
+    for dist in seen.values():
+        for f in dist.files or ():
+            rel = str(f)
+            if not rel.startswith("..") and "__pycache__" not in rel:
+                out[Path(str(dist.locate_file(f)))] = rel
+    return out
+
+
+def _ray(e: container.Engine, ref: str, tmp: Path) -> str | None:
+    """``python``'s image plus this environment's Ray (and what it requires) in its dist-packages."""
+    site = tmp / "site"
+    for src, rel in ray_files().items():
+        if src.is_file():
+            (site / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, site / rel)
+    (tmp / "ray").write_text("#!/usr/bin/python3\nimport sys\nfrom ray.scripts.scripts import main\nsys.exit(main())\n")
+    (tmp / "ray").chmod(0o755)
+    (tmp / "python").write_text('#!/bin/sh\nexec /usr/bin/python3 "$@"\n')  # rayproject/ray's images have python
+    (tmp / "python").chmod(0o755)
+    (tmp / "Containerfile").write_text(f"FROM {PYTHON}\nCOPY site /usr/local/lib/python3.11/dist-packages\n"
+                                       "COPY ray /usr/local/bin/ray\nCOPY python /usr/local/bin/python\n")
+    p = subprocess.run([e.path, "build", "-q", "-t", ref, str(tmp)], capture_output=True, text=True, timeout=900)
+    return None if p.returncode == 0 else p.stderr.strip()[-300:]
+
+
+_BUILDERS = {"busybox": _busybox, "python": _python, "setuid": _setuid, "ray": _ray}
 
 
 def derived(ref: str, base: str, files: dict[str, str]) -> str:
@@ -160,3 +208,11 @@ def setuid() -> str:
 
 def python() -> str:
     return _build(engine(), PYTHON, "python")
+
+
+def ray() -> str:
+    """Debian's python3 with this environment's Ray (tagged with its version), on ``python``'s image."""
+    import importlib.metadata as md
+
+    python()
+    return _build(engine(), RAY.format(version=md.version("ray")), "ray")

@@ -114,3 +114,32 @@ def test_a_missing_image_fails_the_replica_with_the_registrys_answer(ex, tmp_pat
     launch(ex, tmp_path, "never", "localhost/fairpod-test/none:1", "Never")
     e = exit_of(ex, "never", [], 60.0)
     assert e.reason == "image localhost/fairpod-test/none:1 is not on this node (imagePullPolicy Never)"
+
+
+def test_a_kubernetes_command_replaces_the_images_entrypoint_and_a_ray_job_gets_its_launcher() -> None:
+    """Kubernetes' ``command`` replaces the image's ENTRYPOINT (``--entrypoint ""``, then the command), its ``args``
+    alone keep it (podman's ``run IMAGE ARGS``); a Ray job's launcher is the node's own file, bound read-only."""
+    keep = container.run_argv(ENGINE, spec(), {}, user=None, cgroup_parent=None, pids=None)
+    assert "--entrypoint" not in keep and keep[-3:] == ["torchrun", "$(RANK)", "$(RANK)"]
+    c = {"image": "reg.example/t:1", "mounts": [], "entrypoint": "replace", "ray": True,
+         "launcher": "/opt/fp/raycluster.py"}
+    argv = container.run_argv(ENGINE, spec(container=c), {}, user=None, cgroup_parent=None, pids=None)
+    i = argv.index("--entrypoint")
+    assert argv[i + 1] == "" and argv.index("reg.example/t:1") > i and argv[-3] == "torchrun"
+    assert f"/opt/fp/raycluster.py:{container.RAY_LAUNCHER}:ro" in argv
+
+
+def test_the_launch_of_a_ray_job_in_an_image() -> None:
+    """The control plane's container of a Ray job: the entrypoint replaced, its own /dev/shm (Ray's object store),
+    and the command that finds the image's Python with Ray and runs the bound launcher."""
+    from fairpod.server.core.transitions.attempt import container_of
+    from fairpod.server.core.transitions.rayjobs import IN_IMAGE_SH
+
+    c = container_of("i:1", None, [], None, Path("/nonexistent"), ray=True)
+    assert c is not None and (c["entrypoint"], c["ray"], c["scratch"]) == ("replace", True, ["/dev/shm"])
+    c = container_of("i:1", None, [], None, Path("/nonexistent"), ["/dev/shm:512"], ray=True)
+    assert c is not None and c["scratch"] == ["/dev/shm:512"]
+    c = container_of("i:1", None, [], None, Path("/nonexistent"), entrypoint=True)
+    assert c is not None and c["entrypoint"] == "replace" and "ray" not in c and "scratch" not in c
+    assert container_of("i:1", None, [], None, Path("/nonexistent")).get("entrypoint") is None  # type: ignore[union-attr]
+    assert container.RAY_LAUNCHER in IN_IMAGE_SH and "find_spec('ray')" in IN_IMAGE_SH

@@ -48,7 +48,7 @@ def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list
         from fairpod.formats.kube import rayjob
 
         try:
-            jobs = rayjob.convert_all(docs, cwd=os.getcwd(), teams=teams)
+            jobs = rayjob.convert_all(docs, cwd=os.getcwd(), teams=teams, on_host=on_host, registry=registry)
         except ManifestError as e:  # one line per refused field
             errors += str(e).splitlines()
     for d in docs:

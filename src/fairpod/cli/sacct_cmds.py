@@ -4,8 +4,9 @@
           [-S TIME] [-E TIME] [-a] [-u USERS] [--json]
 
 Jobs are fairpod jobs (sbatch jobs, srun's allocations, any other); an array task is ``ARRAY_TASK``. Without
-``-j`` the jobs submitted since midnight are listed (``-S`` moves that), as Slurm does. fairpod keeps no job
-steps, so ``-X`` (allocations only) changes nothing. Columns are Slurm's names (case does not matter, ``%N``
+``-j`` the jobs submitted since midnight are listed (``-S`` moves that), as Slurm does. Under each started job
+come Slurm's ``ID.batch`` and ``ID.extern`` step lines (:func:`steps`); ``-X`` (allocations only) leaves them
+out. Columns are Slurm's names (case does not matter, ``%N``
 sets a width): JobID, JobIDRaw, JobName, Partition (the instance type), Account (the team), User, State,
 ExitCode (``CODE:SIGNAL``), Elapsed, ElapsedRaw, Submit, Start, End, NNodes, NodeList, AllocCPUS, AllocTRES,
 ReqTRES, Priority (the class), QOS, Restarts, Reason.
@@ -46,7 +47,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--help", action="help", help="show this help and exit")
     p.add_argument("-j", "--jobs", help="job ids (comma-separated; ARRAY for every task, ARRAY_TASK for one)")
     p.add_argument("-o", "--format", dest="fmt", help=f"comma-separated fields (default {DEFAULT})")
-    p.add_argument("-X", "--allocations", action="store_true", help="allocations only (fairpod keeps no steps)")
+    p.add_argument("-X", "--allocations", action="store_true", help="allocations only: no ID.batch and ID.extern step lines")
     p.add_argument("-P", "--parsable2", action="store_true", help="fields separated by |, no padding")
     p.add_argument("-p", "--parsable", action="store_true", help="fields separated by |, one at the end too")
     p.add_argument("-n", "--noheader", action="store_true", help="no header")
@@ -148,6 +149,27 @@ def row(job: dict[str, Any], now: float) -> dict[str, Any]:
             "restarts": str(job.get("restarts") or 0), "reason": job.get("reason") or "None"}
 
 
+def steps(job: dict[str, Any], r: dict[str, Any]) -> list[dict[str, Any]]:
+    """The step lines Slurm prints under a started job's line (without ``-X``), which scripts parse: ``ID.batch``
+    (the batch script: replica 0's command, its exit code; TIMEOUT's step is CANCELLED as Slurm's) and
+    ``ID.extern`` (Slurm's per-node extern step: COMPLETED once the job ended). fairpod keeps no ``srun`` steps
+    of its own, so there are no ``ID.0`` lines."""
+    if not job.get("started_at"):
+        return []
+    ended = job["state"] in ("Succeeded", "Failed", "Cancelled")
+    first = (job.get("placement") or [""])[0]
+    batch = {**r, "jobid": f"{r['jobid']}.batch", "jobidraw": f"{r['jobidraw']}.batch", "jobname": "batch",
+             "partition": "", "user": "", "state": "CANCELLED" if r["state"] == "TIMEOUT" else r["state"],
+             "nnodes": "1", "nodelist": first or r["nodelist"], "alloccpus": "1", "reqtres": "", "priority": "",
+             "qos": "", "restarts": "", "reason": ""}
+    if batch["state"] == "CANCELLED" and r["exitcode"] == "0:0":
+        batch["exitcode"] = "0:15"  # the SIGTERM that ended it
+    extern = {**batch, "jobid": f"{r['jobid']}.extern", "jobidraw": f"{r['jobidraw']}.extern", "jobname": "extern",
+              "state": "COMPLETED" if ended else "RUNNING", "exitcode": "0:0", "nnodes": r["nnodes"],
+              "nodelist": r["nodelist"], "alloccpus": r["alloccpus"]}
+    return [batch, extern]
+
+
 FIELDS = ["JobID", "JobIDRaw", "JobName", "Partition", "Account", "User", "State", "ExitCode", "Elapsed",
           "ElapsedRaw", "Submit", "Start", "End", "NNodes", "NodeList", "AllocCPUS", "AllocTRES", "ReqTRES",
           "Priority", "QOS", "Restarts", "Reason"]
@@ -210,7 +232,10 @@ def sacct(a: argparse.Namespace) -> int:
         picked = [c.get(f"/jobs/{j['id']}") if j["state"] in ("Succeeded", "Failed", "Cancelled") else j
                   for j in picked]
     now = time.time()
-    rows = [row(j, now) for j in picked]
+    rows = []
+    for j in picked:
+        rows.append(row(j, now))
+        rows += [] if a.allocations else steps(j, rows[-1])
     if a.json:
         emit_json({"jobs": [{h: r[k] for k, h, _ in cols} for r in rows]})
         return 0

@@ -164,7 +164,7 @@ class Cluster:
             env["RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE"] = "1"
         for tries in range(STARTS, 0, -1):  # a loaded machine may miss Ray's own 30 s start-up limit
             ports, env["AUTOSCALER_METRIC_PORT"] = _ports(self.rank == 0)
-            proc = subprocess.Popen([sys.executable, "-m", "fairpod.executors.raycluster", "ray", *args, *ports],
+            proc = subprocess.Popen([*_myself(), "ray", *args, *ports],
                                     env=env, start_new_session=True, stdout=sys.stderr, stderr=sys.stderr)
             self.pgid = proc.pid
             if proc.wait() == 0:
@@ -214,6 +214,34 @@ class Cluster:
             shutil.rmtree(self.tmp, ignore_errors=True)
 
 
+def _myself() -> list[str]:
+    """This program: the module of an installed fairpod, or (in a container image, where fairpod is not installed)
+    the file bound in, run by the image's Python."""
+    if __package__:
+        return [sys.executable, "-m", "fairpod.executors.raycluster"]
+    return [sys.executable, os.path.abspath(__file__)]
+
+
+RUNTIME_ENV = "FAIRPOD_RAY_RUNTIME_ENV"  # a job's Ray runtime environment (JSON), for its entrypoint's driver
+
+
+def job_config(env: dict[str, str]) -> dict[str, str]:
+    """The entrypoint's Ray job config: the runtime environment of ``$FAIRPOD_RAY_RUNTIME_ENV`` (a KubeRay
+    RayJob's ``runtimeEnvYAML``, its ``pip``, ``conda``, a remote ``working_dir``, ...) in the variable Ray's job
+    submission gives a driver, which ``ray.init`` reads, so Ray sets it up for the job's tasks and actors as on a
+    KubeRay cluster. Only the entrypoint gets it (not the launcher's own check of the nodes)."""
+    text = env.get(RUNTIME_ENV)
+    if not text:
+        return {}
+    try:
+        runtime_env = json.loads(text)
+    except ValueError as e:
+        raise SystemExit(f"fairpod ray: {RUNTIME_ENV} is not JSON: {e}") from None
+    if not isinstance(runtime_env, dict):
+        raise SystemExit(f"fairpod ray: {RUNTIME_ENV} is not a JSON object")
+    return {"RAY_JOB_CONFIG_JSON_ENV_VAR": json.dumps({"runtime_env": runtime_env})}
+
+
 def _group_alive(pgid: int) -> bool:
     try:
         os.killpg(pgid, 0)
@@ -241,7 +269,7 @@ def run(entrypoint: list[str]) -> int:
         c.wait_nodes()
         signal.signal(signal.SIGTERM, term)  # the Ray driver of wait_nodes put its own handler in its place
         _say(f"{c.world} Ray nodes joined; running the entrypoint against {c.host}:{c.port}")
-        child = subprocess.Popen(entrypoint, env={**c.env, **c.driver_env()})
+        child = subprocess.Popen(entrypoint, env={**c.env, **c.driver_env(), **job_config(c.env)})
         while True:
             try:
                 return child.wait()

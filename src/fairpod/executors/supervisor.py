@@ -301,7 +301,7 @@ class Supervisor:
             c = sandbox.paths_of(s, self.dir, (user.uid, user.gid) if user is not None else None) or c
         except sandbox.hostpaths.HostPathError as e:
             return {"returncode": 126, "signal": None, "reason": str(e)}
-        s = {**s, "container": c}
+        s = {**s, "container": {**c, "launcher": str(Path(__file__).with_name("raycluster.py"))} if c.get("ray") else c}
         workdir = c.get("workdir")
         if workdir and not os.path.isdir(c["workdir_source"]):
             return {"returncode": 127, "signal": None, "reason": f"workdir not found: {workdir}"}

@@ -22,6 +22,7 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "min_nodes": "--min-nodes", "max_nodes": "--max-nodes",
              "service": "the service's checks (fairpod start-service)", "ray": "--ray",
              "image": "--image", "image_pull_policy": "--image-pull-policy", "mounts": "--mount",
+             "replace_entrypoint": "replace_entrypoint (--config-file: the command replaces the image's ENTRYPOINT)",
              "scratch": "--scratch", "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
              "restarts_in_place": "--restarts-in-place", "restart_eval_period_seconds": "--restart-eval-period",
              "log_rules": "--log-rule", "labels": "labels (--config-file's labels: a mapping)",

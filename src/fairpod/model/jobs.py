@@ -101,6 +101,10 @@ class JobSpec(BaseModel):
                               description="a container image: each replica runs its command in it (docs/containers.md)")
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = Field(
         default=None, description="as Kubernetes: default Always for :latest or no tag, else IfNotPresent")
+    replace_entrypoint: bool = Field(
+        default=False, description="with image: the command replaces the image's ENTRYPOINT (a Kubernetes "
+        "container's command); default: the command is the ENTRYPOINT's arguments (podman run IMAGE CMD, a "
+        "Kubernetes container's args)")
     mounts: list[str] = Field(default_factory=list, max_length=64,
                               description="with image: HOST:CONTAINER[:ro] directories bound into the container")
     scratch: list[str] = Field(default_factory=list, max_length=16,
@@ -165,8 +169,8 @@ class JobSpec(BaseModel):
     def _container(self) -> JobSpec:
         """``image_pull_policy`` and ``mounts`` go with an ``image``; each mount is ``HOST:CONTAINER[:ro]`` with
         absolute paths."""
-        if self.image is None and (self.mounts or self.image_pull_policy or self.scratch):
-            raise ValueError("image_pull_policy, mounts and scratch need an image")
+        if self.image is None and (self.mounts or self.image_pull_policy or self.scratch or self.replace_entrypoint):
+            raise ValueError("image_pull_policy, mounts, scratch and replace_entrypoint need an image")
         for d in self.scratch:
             path, _, size = d.partition(":")
             if not path.startswith("/") or path == "/" or ".." in path.split("/") or (size and not (

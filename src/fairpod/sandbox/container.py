@@ -44,6 +44,7 @@ NVIDIA_CONTROL = ("nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset
 POLICIES = ("Always", "IfNotPresent", "Never")
 PULL_TIMEOUT = 1800.0
 VIEW_TTL = 10.0
+RAY_LAUNCHER = "/run/fairpod/raycluster.py"  # where a Ray job's launcher is in its container (server.core.transitions.rayjobs)
 
 
 @dataclass(frozen=True)
@@ -209,6 +210,10 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
     argv += scratch_flags(c.get("scratch") or (), lim.get("mib"))
     if workdir:
         argv += ["--workdir", str(workdir)]
+    if c.get("launcher"):  # a Ray job's launcher (fairpod.executors.raycluster), the node's own file
+        argv += ["--volume", f"{c['launcher']}:{RAY_LAUNCHER}:ro"]
+    if c.get("entrypoint") == "replace" and spec.get("command"):  # Kubernetes' command: no ENTRYPOINT before it
+        argv += ["--entrypoint", ""]
     argv += gpu_flags(tuple(int(g) for g in lim.get("gpus") or ()))
     for k, v in sorted(env.items()):
         if k != "PATH" or "PATH" in (spec.get("env") or {}):  # the image's PATH unless the job set one

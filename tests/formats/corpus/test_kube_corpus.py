@@ -11,7 +11,10 @@ Stand-ins, named: **images** — no registry is reachable here, so every image a
 image with stand-in programs (``python``, ``python3``, ``torchrun``, ``bash``; ``/agnhost`` as the entrypoint of
 the agnhost image) tagged under the name Kubernetes resolves the file's reference to (``kubeflow/x:latest`` ->
 ``docker.io/kubeflow/x:latest``); the stand-ins print that they are stand-ins and exit 0 (no PyTorch, no model
-download). **GPUs** — the cluster's GPU nodes are the spec's instance types on this machine's CPUs (the FAKE
+download). **Ray** — the ``rayproject/ray`` images are a Debian python3 image holding this environment's Ray
+(tests/sandbox/images.py, ``ray``) with ``/home/ray/samples/sample_code.py``, a Ray program of these tests in
+place of the file's ConfigMap or image code (an actor reading ``counter_name``, the cluster's nodes): a real Ray
+cluster runs in the containers. **GPUs** — the cluster's GPU nodes are the spec's instance types on this machine's CPUs (the FAKE
 NVML lists none; fairpod counts accelerator slots).
 """
 
@@ -52,6 +55,31 @@ STUBS = {p: PROGRAM for p in ("/usr/bin/python3", "/usr/bin/python", "/usr/local
                               "/usr/local/bin/torchrun", "/usr/bin/nvidia-smi")}
 STUBS["/bin/bash"] = '#!/bin/sh\nexec /bin/sh "$@"\n'
 AGNHOST_PROGRAM = f'#!/bin/sh\ncase "$1" in pause) exec sleep 600;; esac\necho "{MARK} for agnhost: $*"\n'
+RAY_STANDIN = "localhost/fairpod-test/kuberay-standin:1"
+RAY_SAMPLE = f"""import os
+import ray
+
+ray.init()
+
+
+@ray.remote
+class Counter:
+    def __init__(self):
+        self.name, self.n = os.getenv("counter_name"), 0
+
+    def inc(self):
+        self.n += 1
+
+    def get(self):
+        return f"{{self.name}} got {{self.n}}"
+
+
+counter = Counter.remote()
+for _ in range(3):
+    ray.get(counter.inc.remote())
+alive = sum(1 for n in ray.nodes() if n["Alive"])
+print("{MARK} sample_code.py:", ray.get(counter.get.remote()), f"on {{alive}} Ray nodes", flush=True)
+"""
 RUNS_UNTIL_STOPPED = {"kueue-sleep"}  # agnhost pause: a pod that runs until it is deleted
 FSX = "/tmp/fairpod-corpus-fsx"  # j11's hostPath
 
@@ -139,12 +167,13 @@ def stand_in_images() -> None:
     base = images.busybox()
     standin = images.derived(STANDIN, base, STUBS)
     agnhost = _agnhost(base)
+    ray = images.derived(RAY_STANDIN, images.ray(), {"/home/ray/samples/sample_code.py": RAY_SAMPLE})
     e = images.engine()
     for path in JOBS:
         for d in yaml.safe_load_all(path.read_text()):
             for c in _containers(d):
                 ref = qualify(str(c["image"]))
-                src = agnhost if "/agnhost:" in ref else standin
+                src = agnhost if "/agnhost:" in ref else ray if "/rayproject/ray:" in ref else standin
                 subprocess.run([e.path, "tag", src, ref], check=True, capture_output=True, timeout=60)
 
 
@@ -198,6 +227,8 @@ def _check(job: dict[str, Any], expect: dict[str, Any]) -> list[str]:
             "memory_gib": job.get("memory_gib_per_node")}
     bad = []
     for k, want in expect.items():
+        if k == "log":  # replica 0's output holds it (checked by the caller)
+            continue
         got = view.get(k)
         if k == "instance_type" and "," in str(want):  # several in order of preference: the first that fits
             ok = got in (want, *str(want).split(","))
@@ -244,13 +275,17 @@ def test_the_job_files_run_as_written_or_are_refused_in_one_answer(fed: tuple[Se
         job = s.api("GET", f"/jobs/{s.job(name)['id']}").json()
         want_state = "Running" if name in RUNS_UNTIL_STOPPED else "Succeeded"
         if job["state"] != want_state:
-            problems.append(f"{fname}: job {name} is {job['state']}: {job['reason']}")
+            logs = sorted((s.home / "runs").glob(f"{name}-{job['id']}/*/*/output.log"))
+            problems.append(f"{fname}: job {name} is {job['state']}: {job['reason']}; "
+                            + "; ".join(f"{p.parent.name}: {p.read_text()[-500:]!r}" for p in logs))
         problems += [f"{fname}: {b}" for b in _check(job, {k: v for k, v in expect.items()})]
         if job["state"] == "Succeeded":
             log = s.home / "runs" / f"{name}-{job['id']}" / "0" / "0" / "output.log"
             text = log.read_text() if log.exists() else ""
             if MARK not in text and "index 0" not in text and fname != "b02-quick-start-job.yaml":
                 problems.append(f"{fname}: replica 0's log shows no run of its image's program: {text[-400:]!r}")
+            if expect.get("log") and expect["log"] not in text:
+                problems.append(f"{fname}: replica 0's log has no {expect['log']!r}: {text[-600:]!r}")
     ran = len({f for f, _ in jobs.values()})
     assert ran + refused == len(JOBS)
     assert not problems, "\n".join(problems)

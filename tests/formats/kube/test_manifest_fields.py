@@ -115,3 +115,21 @@ def test_a_job_naming_no_instance_type_gets_the_teams_types_that_fit_in_order():
     assert t.instance_types("ml", {"accelerators": 1}) == "ml.g5.12xlarge,ml.g5.8xlarge"
     assert t.instance_types("ml", {"vcpu": 1}) == "ml.g5.12xlarge,ml.g5.8xlarge,ml.c5.4xlarge"
     assert t.instance_types("ml", {"accelerators": 8}) is None
+
+
+def test_a_command_replaces_the_images_entrypoint_and_args_alone_keep_it():
+    """Kubernetes: a container's ``command`` replaces the image's ENTRYPOINT, ``args`` alone are its arguments."""
+    body = convert(torch(), python="py", cwd="/w", teams=TEAMS).body
+    assert body["command"] == ["python", "t.py"] and body["replace_entrypoint"] is True
+    JobSpec.model_validate(body)
+    args_only = torch()
+    args_only["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"] = {
+        "containers": [{"name": "pytorch", "image": "pytorch/pytorch:2.1", "args": ["--epochs", "2"]}]}
+    assert "replace_entrypoint" not in convert(args_only, python="py", cwd="/w", teams=TEAMS).body
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "default"},
+           "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["sh"], "args": ["-c", "true"]}]}}
+    b = batch.convert(pod, cwd="/w", teams=TEAMS).body
+    assert (b["command"], b["replace_entrypoint"]) == (["sh", "-c", "true"], True)
+    with pytest.raises(ValueError, match="replace_entrypoint need an image"):
+        JobSpec.model_validate({"name": "x", "team": "a", "instance_type": "ml.g5.8xlarge", "command": ["true"],
+                                "replace_entrypoint": True})

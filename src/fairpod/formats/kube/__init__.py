@@ -340,7 +340,8 @@ def convert(doc: dict[str, Any], *, python: str, cwd: str, on_host: bool = False
             mounts, scratch = volumes(c, tspec, where)
         except VolumeError as e:
             raise ManifestError(str(e)) from None
-        body.update(image=image, mounts=mounts, **({"scratch": scratch} if scratch else {}))
+        body.update(image=image, mounts=mounts, **({"scratch": scratch} if scratch else {}),
+                    **({"replace_entrypoint": True} if c.get("command") else {}))  # Kubernetes' command
         if c.get("imagePullPolicy"):
             if c["imagePullPolicy"] not in ("Always", "IfNotPresent", "Never"):
                 raise ManifestError(f"{where}.imagePullPolicy: {c['imagePullPolicy']!r} is not Always, IfNotPresent "

@@ -31,7 +31,7 @@ from fairpod.formats.kube.teams import Teams
 # kinds a user may bring that fairpod does not run: refused by their own name, with what to do instead
 REFUSED_KINDS = {
     "MPIJob": "fairpod starts no MPI launcher pod nor SSH between replicas; run the mpirun command's program as a "
-    "fairpod job of that many replicas (fairpod start --nodes N; each replica gets RANK, WORLD_SIZE, MASTER_ADDR)",
+    "fairpod job of that many replicas (fairpod start-job --node-count N; each replica gets RANK, WORLD_SIZE, MASTER_ADDR)",
     "TFJob": "fairpod runs PyTorchJob, Job and RayJob manifests; TensorFlow's TF_CONFIG is not made",
     "XGBoostJob": "fairpod runs PyTorchJob, Job and RayJob manifests",
     "PaddleJob": "fairpod runs PyTorchJob, Job and RayJob manifests",
@@ -41,7 +41,7 @@ REFUSED_KINDS = {
     "RayCluster": "a standing Ray cluster: fairpod starts a Ray cluster for each RayJob and stops it after; "
     "submit the work as a RayJob",
     "RayService": "Ray Serve on a standing Ray cluster: run the Serve application as a fairpod service "
-    "(fairpod service create)",
+    "(fairpod start-service)",
     "JobSet": "fairpod runs one gang of one shape per job; submit each replicated job as a Job or PyTorchJob",
     "AppWrapper": "fairpod runs one gang of one shape per job; submit the wrapped Job or PyTorchJob itself",
 }
@@ -80,7 +80,7 @@ def convert(doc: dict[str, Any], *, cwd: str, on_host: bool = False, teams: Team
         if completions is not None and _whole(completions, "spec.completions", 1) != replicas:
             raise ManifestError(f"spec.completions {completions} with parallelism {replicas}: fairpod runs a job's "
                                 "replicas at once, each once (completions = parallelism); for a queue of work items "
-                                "use a job array (fairpod start --array)")
+                                "use a job array (fairpod start-job --array)")
         retries = spec.get("backoffLimit")
         deadline = spec.get("activeDeadlineSeconds")
         if spec.get("suspend"):
@@ -125,7 +125,8 @@ def convert(doc: dict[str, Any], *, cwd: str, on_host: bool = False, teams: Team
             mounts, scratch = volumes(c, pod, cwhere)
         except VolumeError as e:
             raise ManifestError(str(e)) from None
-        body.update(image=qualify(image, registry), mounts=mounts, **({"scratch": scratch} if scratch else {}))
+        body.update(image=qualify(image, registry), mounts=mounts, **({"scratch": scratch} if scratch else {}),
+                    **({"replace_entrypoint": True} if c.get("command") else {}))  # Kubernetes' command
         if c.get("imagePullPolicy") in ("Always", "IfNotPresent", "Never"):
             body["image_pull_policy"] = c["imagePullPolicy"]
     elif image:

@@ -36,13 +36,18 @@ log = logging.getLogger("fairpod.control")
 
 
 def container_of(image: str | None, pull: str | None, mounts: list[str], workdir: str | None,
-                 auth: Path, scratch: list[str] | None = None) -> dict[str, Any] | None:
+                 auth: Path, scratch: list[str] | None = None, *, entrypoint: bool = False,
+                 ray: bool = False) -> dict[str, Any] | None:
     """The ``container`` of a job's launch (fairpod.sandbox.container), None for a host command; ``auth`` is the
-    team's registry logins (fairpod.server.registries), passed on only when the team has some."""
+    team's registry logins (fairpod.server.registries), passed on only when the team has some; ``entrypoint``:
+    the command replaces the image's ENTRYPOINT; ``ray``: a Ray job, whose launcher the node binds in."""
     if not image:
         return None
+    if ray and not any(d.split(":")[0] == "/dev/shm" for d in scratch or ()):  # Ray's object store: its own, sized
+        scratch = [*(scratch or ()), "/dev/shm"]  # to the replica's memory (podman's 64 MiB would put it in /tmp)
     return {"image": image, "pull": pull, "mounts": list(mounts), "workdir": workdir,
-            "auth_file": str(auth) if auth.exists() else None, **({"scratch": list(scratch)} if scratch else {})}
+            "auth_file": str(auth) if auth.exists() else None, **({"scratch": list(scratch)} if scratch else {}),
+            **({"entrypoint": "replace"} if entrypoint or ray else {}), **({"ray": True} if ray else {})}
 
 
 class AttemptLife:
@@ -177,7 +182,8 @@ class AttemptLife:
             run_as=identity.job_user(self.spec, job.spec) or self.spec.run_as(job.team),
             umask=identity.job_umask(self.spec, job.spec), world=len(job.placement) if grow else 0,
             container=container_of(job.spec.image, job.spec.image_pull_policy, job.spec.mounts, job.spec.workdir,
-                                   self.home / "registries" / f"{job.team}.json", job.spec.scratch),
+                                   self.home / "registries" / f"{job.team}.json", job.spec.scratch,
+                                   entrypoint=job.spec.replace_entrypoint, ray=job.spec.ray),
             readiness=job.spec.service.readiness_command if job.spec.service is not None else None,
             mounts_allow=tuple(self.spec.cluster.mounts.allow),
             log_max_bytes=self.spec.policy.log_max_bytes,

@@ -10,15 +10,27 @@ from __future__ import annotations
 
 import sys
 
+from fairpod.sandbox.container import RAY_LAUNCHER
 from fairpod.store.records import Job
 
 LAUNCHER = "fairpod.executors.raycluster"
+
+
+# in a container image: the launcher's file, bound in read-only by the node (fairpod.sandbox.container), run by the
+# image's Python that has Ray (a Ray image's ``python``, else ``python3``)
+IN_IMAGE = RAY_LAUNCHER
+IN_IMAGE_SH = ('for p in python python3; do command -v "$p" >/dev/null 2>&1 && '
+               '"$p" -c "import importlib.util as u, sys; sys.exit(u.find_spec(\'ray\') is None)" 2>/dev/null && '
+               f'exec "$p" {IN_IMAGE} -- "$@"; done; '
+               'echo "fairpod ray: no python with Ray in this image (python, python3)" >&2; exit 127')
 
 
 def command(job: Job) -> list[str]:
     """What the replicas of ``job`` run."""
     if not job.spec.ray:
         return list(job.spec.command)
+    if job.spec.image:
+        return ["/bin/sh", "-c", IN_IMAGE_SH, "fairpod-ray", *job.spec.command]
     return [sys.executable, "-m", LAUNCHER, "--", *job.spec.command]
 
 
