@@ -89,3 +89,37 @@ def test_a_good_launch_passes_validate() -> None:
     _launch().validate()
     _launch(workdir="/no/such/dir").validate()  # the workdir is checked where the replicas run
 
+
+
+def test_each_executor_option_is_a_flag_of_fairpod_up_and_a_field_of_the_spec() -> None:
+    """An executor's options are declared in its registry entry: fairpod up offers each as a flag (from the
+    entry, not a list of its own) and the spec's cluster.executor has each as a field with the same default."""
+    from fairpod.cli.main import build_parser
+
+    up = build_parser("up")._subparsers._group_actions[0].choices["up"]  # type: ignore[union-attr]
+    flags = {s for a in up._actions for s in a.option_strings}
+    for _, o in registry.options():
+        assert o.flag in flags, o.flag
+        assert ExecutorInfo.model_fields[o.name].default == o.default, o.name
+    probe = registry.ExecutorKind("probe", "a test's own", lambda root, **o: o, in_spec=False,
+                                  options=(registry.ExecutorOption("probe_depth", "3", "N", "how deep"),))
+    registry.register(probe)
+    try:
+        up = build_parser("up")._subparsers._group_actions[0].choices["up"]  # type: ignore[union-attr]
+        assert "--probe-depth" in {s for a in up._actions for s in a.option_strings}
+        assert make_executor(Path("/nonexistent"), "probe", {"probe_depth": "5"}) == {"probe_depth": "5",
+                                                                                        "exclusive": True}
+        assert make_executor(Path("/nonexistent"), "probe")["probe_depth"] == "3"  # the entry's default
+    finally:
+        del registry.KINDS["probe"]
+
+
+def test_the_sandbox_names_no_executor() -> None:
+    """fairpod.sandbox sits below every executor: it is told whose nodes are elsewhere, it names none itself."""
+    text = (Path(__file__).resolve().parents[2] / "src/fairpod/sandbox/capabilities.py").read_text()
+    assert '"local"' not in text and "ray" not in text.lower().replace("array", "")
+    from fairpod.sandbox import capabilities
+
+    assert capabilities.required_gap("required", registry.elsewhere("ray")) == (
+        "cluster.isolation: required: the ray executor's nodes are not checked for isolation in this version")
+    assert registry.elsewhere("local") is None and registry.elsewhere("timed") is not None

@@ -28,8 +28,10 @@ def _up(a: argparse.Namespace) -> Any:
                   file=sys.stderr)
             return 2
         os.environ["FAIRPOD_RUNS_DIR"] = runs
-    return daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, a.ray_address, a.ray_namespace,
-                     a.advertise_address, ha)
+    from fairpod.executors import registry
+
+    options = {o.name: getattr(a, o.name) for _, o in registry.options()}
+    return daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, options, a.advertise_address, ha)
 
 
 def _down(a: argparse.Namespace) -> Any:
@@ -65,12 +67,8 @@ def _up_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--executor", choices=registry.names(), default=None,
                    help="where jobs run: " + "; ".join(f"'{k.name}' ({k.help})" for k in registry.KINDS.values())
                    + ". Default: the spec's cluster.executor.kind, else local")
-    p.add_argument("--ray-address", metavar="auto|HOST:PORT",
-                   help="the Ray head's GCS address (implies --executor ray); 'auto': $RAY_ADDRESS or the cluster "
-                   "'ray start' started on this machine (default: the spec's cluster.executor.ray_address, else auto)")
-    p.add_argument("--ray-namespace", metavar="NAME",
-                   help="Ray namespace of fairpod's actors and placement groups; one fairpod per namespace "
-                   "(default: the spec's cluster.executor.ray_namespace, else fairpod)")
+    for _, option in registry.options():  # each executor's own (Ray's address and namespace)
+        p.add_argument(option.flag, metavar=option.metavar, help=option.help)
     p.add_argument("--db", help="database URL (default SQLite under $FAIRPOD_HOME; postgresql+psycopg://… works)")
     p.add_argument("--foreground", action="store_true", help="stay in the foreground (for service managers)")
     p.add_argument("--advertise-address", metavar="IP", default=None,

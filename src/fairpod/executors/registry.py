@@ -2,8 +2,11 @@
 ``cluster.executor.kind`` and the composition root (``fairpod.server.runtime``) read.
 
 Each :class:`ExecutorKind` says how to build the executor (``make``, imported only when called, so that reading
-this list costs nothing: the CLI and the spec model import it) and what the rest of fairpod needs to know of it.
-Adding an executor is one :func:`register` call here (docs/extending.md walks through it). This module imports
+this list costs nothing: the spec model and ``fairpod up`` import it) and what the rest of fairpod needs to know of
+it, its own options included (:class:`ExecutorOption`: the flag of ``fairpod up``, the field of the spec's
+``cluster.executor``, the default; ``fairpod up``, the daemon and the composition root pass them through as they
+are). Adding an executor is one :func:`register` call here, and a field of ``cluster.executor``
+(``fairpod.model.cluster.ExecutorInfo``) for each option (docs/extending.md walks through it). This module imports
 nothing of fairpod at load time.
 """
 
@@ -19,6 +22,21 @@ if TYPE_CHECKING:
 
 
 @dataclass(frozen=True)
+class ExecutorOption:
+    """An option of one executor: ``fairpod up``'s flag ``--<name with ->``, the spec's ``cluster.executor.<name>``
+    (``fairpod.model.cluster.ExecutorInfo`` has the field), passed to ``make``, ``check`` and ``reach`` by name."""
+
+    name: str  # e.g. ray_address
+    default: str
+    metavar: str
+    help: str  # what ``fairpod up --help`` says of it
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+@dataclass(frozen=True)
 class ExecutorKind:
     name: str
     help: str  # what ``fairpod up --help`` says of it
@@ -29,6 +47,9 @@ class ExecutorKind:
     node_label: str | None = None  # with nodes_from_executor: the label its stored nodes carry (NodeTable)
     check: Callable[..., None] | None = None  # (**options): ValueError (one line) for options it cannot take
     reach: Callable[..., dict[str, str]] | None = None  # (**options) -> options resolved; ExecutorError if unreachable
+    options: tuple[ExecutorOption, ...] = ()  # its own options (fairpod up's flags, the spec's cluster.executor)
+    on_this_host: bool = False  # its replicas run on this host, in this host's sandbox (what the host enforces holds)
+    where: Callable[..., str] | None = None  # (**options) -> where its nodes come from, as fairpod up says it
 
 
 KINDS: dict[str, ExecutorKind] = {}
@@ -56,6 +77,22 @@ def nodes_from_executor(name: str) -> bool:
     """Whether the nodes of executor ``name`` come from the executor (unknown names: no)."""
     kind = KINDS.get(name)
     return kind is not None and kind.nodes_from_executor
+
+
+def options() -> list[tuple[ExecutorKind, ExecutorOption]]:
+    """Every executor's own options, with the executor each belongs to."""
+    return [(k, o) for k in KINDS.values() for o in k.options]
+
+
+def on_this_host(name: str | None) -> bool:
+    """Whether the replicas of executor ``name`` run on this host (what this host's sandbox enforces holds)."""
+    kind = KINDS.get(name or "")
+    return kind is not None and kind.on_this_host
+
+
+def elsewhere(name: str) -> str | None:
+    """None where the executor's nodes are this host; else whose nodes they are, for a message."""
+    return None if on_this_host(name) else f"the {name} executor's nodes"
 
 
 def node_labels() -> list[str]:
@@ -94,6 +131,10 @@ def _ray_reach(*, ray_address: str = "auto", ray_namespace: str = "fairpod", **o
     return {"ray_address": check_reachable(ray_address), "ray_namespace": ray_namespace}
 
 
+def _ray_where(*, ray_address: str, ray_namespace: str, **options: Any) -> str:
+    return f"nodes from the Ray cluster at {ray_address} (namespace {ray_namespace})"
+
+
 def _timed(root: Path, **options: Any) -> Any:
     import logging
 
@@ -104,11 +145,19 @@ def _timed(root: Path, **options: Any) -> Any:
     return TimedExecutor(root)
 
 
-register(ExecutorKind("local", "this machine; the default", _local))
+register(ExecutorKind("local", "this machine; the default", _local, on_this_host=True))
 register(ExecutorKind(
     "ray", "the nodes of a Ray cluster: each Ray node with the resource fairpod/instance-type:<type> is a node of "
     "that type; see docs/ray.md", _ray, nodes_from_executor=True, real_mig=False,
-    node_label="ray_node_id", check=_ray_check, reach=_ray_reach))  # fairpod.executors.ray.nodes.NODE_ID (tests/executors/test_registry.py)
+    node_label="ray_node_id",  # fairpod.executors.ray.nodes.NODE_ID (tests/executors/test_registry.py)
+    check=_ray_check, reach=_ray_reach, where=_ray_where, options=(
+        ExecutorOption("ray_address", "auto", "auto|HOST:PORT",
+                       "the Ray head's GCS address (implies --executor ray); 'auto': $RAY_ADDRESS or the cluster "
+                       "'ray start' started on this machine (default: the spec's cluster.executor.ray_address, else "
+                       "auto)"),
+        ExecutorOption("ray_namespace", "fairpod", "NAME",
+                       "Ray namespace of fairpod's actors and placement groups; one fairpod per namespace (default: "
+                       "the spec's cluster.executor.ray_namespace, else fairpod)"))))
 register(ExecutorKind(
     "timed", "for benchmarks and tests only: runs no processes, each job just lasts its FAIRPOD_BENCH_DURATION "
     "or 'sleep N' seconds", _timed, in_spec=False))

@@ -44,15 +44,14 @@ def host() -> Enforcement:
     return _host(sandbox.mode())
 
 
-def required_gap(isolation: str, executor: str) -> str | None:
-    """With ``cluster.isolation: required``, why this host's nodes take no job (None: they may). On the local
-    executor every node is this host; on Ray each node agent's host is not probed from here, so the requirement
-    cannot be shown to hold and no node takes a job."""
+def required_gap(isolation: str, elsewhere: str | None) -> str | None:
+    """With ``cluster.isolation: required``, why this host's nodes take no job (None: they may). ``elsewhere``:
+    None where every node is this host; else whose nodes they are (a phrase for the message): they are not
+    probed from here, so the requirement cannot be shown to hold and no node takes a job."""
     if isolation != "required":
         return None
-    if executor != "local":
-        return (f"cluster.isolation: required: the {executor} executor's nodes are not checked for isolation in "
-                "this version")
+    if elsewhere is not None:
+        return f"cluster.isolation: required: {elsewhere} are not checked for isolation in this version"
     e = host()
     missing = [k for k in KINDS if not e.enforced(k)]
     if not missing:

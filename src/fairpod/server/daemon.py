@@ -182,21 +182,23 @@ def _healthz_pid(port: int) -> int | None:
         return None
 
 
-def executor_config(kind: str | None, ray_address: str | None, ray_namespace: str | None,
-                    spec: ClusterSpec | None) -> tuple[str, str, str]:
-    """(kind, Ray address, Ray namespace): the command line's choice, else the spec's ``cluster.executor``."""
+def executor_config(kind: str | None, given: dict[str, str | None],
+                    spec: ClusterSpec | None) -> tuple[str, dict[str, str]]:
+    """(kind, its own options: fairpod.executors.registry): the command line's (``given``; an option names its
+    executor), else the spec's ``cluster.executor`` (where it names that executor), else the defaults."""
     ex = spec.cluster.executor if spec is not None else None
+    owners = [k for k in registry.KINDS.values() if any(given.get(o.name) for o in k.options)]
     if kind is None:
-        kind = "ray" if ray_address or ray_namespace else (ex.kind if ex is not None else "local")
-    if kind != "ray" and (ray_address or ray_namespace):
-        raise ValueError("--ray-address and --ray-namespace go with --executor ray")
-    from_spec = ex is not None and ex.kind == "ray"
-    address = ray_address or (ex.ray_address if from_spec and ex is not None else "auto")
-    namespace = ray_namespace or (ex.ray_namespace if from_spec and ex is not None else "fairpod")
+        kind = owners[0].name if owners else (ex.kind if ex is not None else "local")
+    for other in (k for k in owners if k.name != kind):
+        raise ValueError(f"{' and '.join(o.flag for o in other.options)} go with --executor {other.name}")
+    from_spec = ex is not None and ex.kind == kind
+    options = {o.name: given.get(o.name) or (getattr(ex, o.name) if from_spec else o.default)
+               for o in registry.get(kind).options}
     check = registry.get(kind).check
     if check is not None:  # the executor's own options (Ray's address and namespace)
-        check(ray_address=address, ray_namespace=namespace)
-    return kind, address, namespace
+        check(**options)
+    return kind, options
 
 
 def check_advertise_address(address: str | None) -> str:
@@ -242,8 +244,8 @@ def _listen(addresses: list[str], port: int) -> list[socket.socket]:
     return socks
 
 
-def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_address: str = "auto",
-          ray_namespace: str = "fairpod", advertise: str = "127.0.0.1", ha: HaSettings | None = None) -> None:
+def serve(home: Path, url: str, port: int, executor_name: str = "local", options: dict[str, str] | None = None,
+          advertise: str = "127.0.0.1", ha: HaSettings | None = None) -> None:
     """Run the control plane in the foreground until SIGTERM/SIGINT."""
     import uvicorn
 
@@ -257,10 +259,10 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", ray_add
 
         socks = _listen([LOOPBACK, advertise], port)
         write_pid(home, port)
-        serve_ha(home, url, port, socks, executor_name, ray_address, ray_namespace, api_url(advertise, port), ha)
+        serve_ha(home, url, port, socks, executor_name, options or {}, api_url(advertise, port), ha)
         return
     try:
-        executor = make_executor(home, executor_name, ray_address, ray_namespace)
+        executor = make_executor(home, executor_name, options)
     except (ExecutorError, ValueError) as e:
         raise SystemExit(f"fairpod: error: {e}") from None
     try:  # the memory's recovery writes the store, and the PID file: a full disk is one line
@@ -318,8 +320,8 @@ def can_listen(addresses: list[str], port: int) -> str | None:
 
 
 def up(port: int, spec_file: str | None, db: str | None, executor: str | None, foreground: bool,
-       ray_address: str | None = None, ray_namespace: str | None = None, advertise_address: str | None = None,
-       ha: HaSettings | None = None) -> int:
+       given: dict[str, str | None] | None = None, advertise_address: str | None = None,
+       ha: HaSettings | None = None) -> int:  # given: the executors' own options (fairpod.executors.registry)
     try:
         advertise = check_advertise_address(advertise_address)
         if ha is not None:
@@ -363,17 +365,16 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         print(f"fairpod: error: {e.detail}", file=sys.stderr)
         return 1
     try:
-        executor, ray_address, ray_namespace = executor_config(executor, ray_address, ray_namespace,
-                                                               rec.spec if rec else None)
+        executor, options = executor_config(executor, given or {}, rec.spec if rec else None)
     except ValueError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
-        return 2 if "go with --executor ray" in str(e) else 1
+        return 2 if "go with --executor" in str(e) else 1
     reach = registry.get(executor).reach
     if reach is not None:  # the executor's cluster, reached before anything is started (Ray)
         from fairpod.executors.base import ExecutorError
 
         try:
-            ray_address = reach(ray_address=ray_address, ray_namespace=ray_namespace)["ray_address"]
+            options = reach(**options)
         except ExecutorError as e:
             print(f"fairpod: error: {e}", file=sys.stderr)
             return 1
@@ -388,11 +389,11 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         print(start_failure(home, e), file=sys.stderr)
         return 1
     if log is None:  # --foreground
-        serve(home, url, port, executor, ray_address, ray_namespace, advertise, ha)
+        serve(home, url, port, executor, options, advertise, ha)
         return 0
     cmd = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(port), "--executor", executor]
-    if executor == "ray":
-        cmd += ["--ray-address", ray_address, "--ray-namespace", ray_namespace]
+    for o in registry.get(executor).options:
+        cmd += [o.flag, options[o.name]]
     if db:
         cmd += ["--db", db]
     if advertise != LOOPBACK:
@@ -407,8 +408,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         return 1
     assert rec is not None
     total = sum(c.acc for c in rec.spec.capacity().values())
-    where = (f"nodes from the Ray cluster at {ray_address} (namespace {ray_namespace})"
-             if registry.nodes_from_executor(executor) else f"{total} accelerators")
+    said = registry.get(executor).where
+    where = said(**options) if said is not None else f"{total} accelerators"
     print(f"fairpod is up (pid {proc.pid}): cluster {rec.spec.cluster.name}, {where}, {len(rec.spec.teams)} teams")
     print(f"  API:       {server_url}/api/v1   (docs: {server_url}/docs)")
     print(f"  dashboard: {server_url}/")
@@ -418,7 +419,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     if ha is not None:
         print(f"  HA:        {api_url(advertise, port)} takes part in the election (lease {ha.lease:g} s); "
               "'fairpod status' shows who leads")
-    if executor in (None, "local"):
+    if registry.on_this_host(executor):
         from fairpod.sandbox import capabilities
 
         print(f"  enforced:  {capabilities.host().line()}")

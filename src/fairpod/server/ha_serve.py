@@ -37,14 +37,14 @@ def _restart_as_standby(why: str) -> None:
     os.execv(sys.executable, [sys.executable, *args])
 
 
-def lead(home: Path, url: str, elector: Elector, app: HaApp, executor_name: str, ray_address: str,
-         ray_namespace: str, my_url: str) -> Any:
+def lead(home: Path, url: str, elector: Elector, app: HaApp, executor_name: str, options: dict[str, str],
+         my_url: str) -> Any:
     """Build and start the runtime of a new leader; None if it stepped down meanwhile."""
     from fairpod.server.runtime import build, make_executor
     from fairpod.store import lease
 
     t0 = time.monotonic()
-    executor = make_executor(home, executor_name, ray_address, ray_namespace, exclusive=False)
+    executor = make_executor(home, executor_name, options, exclusive=False)
     with elector.engine.connect() as conn:  # replicas get every address, this one first (the SDK follows)
         others = [m.url for m in lease.members(conn)[0] if m.url != my_url]
     rt = build(home, url, executor, ",".join([my_url, *others]), elector=elector, own_heap=True)
@@ -73,8 +73,8 @@ def lead(home: Path, url: str, elector: Elector, app: HaApp, executor_name: str,
     return rt
 
 
-def serve_ha(home: Path, url: str, port: int, socks: list[Any], executor_name: str, ray_address: str,
-             ray_namespace: str, my_url: str, settings: HaSettings) -> None:
+def serve_ha(home: Path, url: str, port: int, socks: list[Any], executor_name: str, options: dict[str, str],
+             my_url: str, settings: HaSettings) -> None:
     """Stand by, lead when elected, until SIGTERM/SIGINT (then the lease is given up at once)."""
     import uvicorn
 
@@ -85,7 +85,7 @@ def serve_ha(home: Path, url: str, port: int, socks: list[Any], executor_name: s
     def won(_epoch: int) -> None:
         def go() -> None:
             try:
-                rt = lead(home, url, elector, app, executor_name, ray_address, ray_namespace, my_url)
+                rt = lead(home, url, elector, app, executor_name, options, my_url)
             except Exception as e:  # a fenced recovery, or the executor cannot be had: stand by again
                 log.exception("could not take over")
                 elector.step_down(f"the takeover failed: {str(e).splitlines()[0] if str(e) else type(e).__name__}")

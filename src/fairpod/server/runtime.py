@@ -28,13 +28,14 @@ from fairpod.store.db import use_clock
 log = logging.getLogger("fairpod")
 
 
-def make_executor(home: Path, kind: str, ray_address: str = "auto", ray_namespace: str = "fairpod",
-                  exclusive: bool = True) -> Executor:
-    """The executor of ``kind`` (:mod:`fairpod.executors.registry`) on ``home``; ExecutorError or ValueError with
-    one line if it cannot be had. ``exclusive=False``: the lease of ``--ha`` keeps other control planes off
-    the runs directory, not the executor's own lock (a stopped old leader may still hold that)."""
-    return registry.get(kind).make(runs_dir(home), ray_address=ray_address, ray_namespace=ray_namespace,
-                                   exclusive=exclusive)
+def make_executor(home: Path, kind: str, options: dict[str, str] | None = None, exclusive: bool = True) -> Executor:
+    """The executor of ``kind`` (:mod:`fairpod.executors.registry`) on ``home`` with its own ``options`` (by
+    name, e.g. Ray's ray_address; the registry's defaults for those not given); ExecutorError or ValueError with
+    one line if it cannot be had. ``exclusive=False``: the lease of ``--ha`` keeps other control planes off the runs
+    directory, not the executor's own lock (a stopped old leader may still hold that)."""
+    ex = registry.get(kind)
+    given = {o.name: o.default for o in ex.options} | (options or {})
+    return ex.make(runs_dir(home), **given, exclusive=exclusive)
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fairpod.executors import registry
 from fairpod.governance.topology import domain_name
 from fairpod.model.catalog import InstanceType
 from fairpod.model.jobs import JobState
@@ -199,8 +200,9 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
 
 def enforced_view(cp: ControlPlane) -> dict[str, bool] | None:
     """Which of cpu / memory / devices / files a replica is held to on the node (fairpod.sandbox.capabilities):
-    the local executor's nodes are all this host; None where fairpod cannot tell (another executor's nodes)."""
-    if cp.executor.name != "local":
+    an executor whose nodes are all this host (fairpod.executors.registry); None where fairpod cannot tell (another
+    executor's nodes)."""
+    if not registry.on_this_host(cp.executor.name):
         return None
     from fairpod.sandbox import capabilities
 
@@ -208,9 +210,9 @@ def enforced_view(cp: ControlPlane) -> dict[str, bool] | None:
 
 
 def containers_view(cp: ControlPlane) -> dict[str, Any] | None:
-    """The container engine of the node and the images in its cache (fairpod.sandbox.container): the local
-    executor's nodes are all this host; None where fairpod cannot tell (another executor's nodes)."""
-    if cp.executor.name != "local":
+    """The container engine of the node and the images in its cache (fairpod.sandbox.container): an executor whose
+    nodes are all this host; None where fairpod cannot tell (another executor's nodes)."""
+    if not registry.on_this_host(cp.executor.name):
         return None
     from fairpod.sandbox import container
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fairpod.executors import registry
 from fairpod.governance import Snapshot, Workload, history
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobState, fallback_choices
@@ -55,7 +56,7 @@ class Memory:
         dry run tries); call it holding the lock. ``unfinished``: the store's unfinished jobs, read already."""
         snap = empty_snapshot(spec, self.clock())
         cat = spec.catalog()
-        isolating = capabilities.required_gap(spec.cluster.isolation, self.executor.name) is None
+        isolating = capabilities.required_gap(spec.cluster.isolation, registry.elsewhere(self.executor.name)) is None
         for nd in self.store.list_nodes():
             if nd.instance_type not in cat:
                 continue

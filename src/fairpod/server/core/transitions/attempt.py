@@ -8,6 +8,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from fairpod.executors import registry
 from fairpod.executors.base import ExecutorError, HostGpus, JobLaunch, ReplicaExit, ReplicaLaunch, capability
 from fairpod.governance import Admit, Preempt, Wait
 from fairpod.model.jobs import JobState
@@ -210,7 +211,7 @@ class AttemptLife:
 
     def _isolation_gap(self) -> str | None:
         """Why no node takes a job under ``cluster.isolation: required`` (fairpod.sandbox.capabilities)."""
-        return capabilities.required_gap(self.spec.cluster.isolation, self.executor.name)
+        return capabilities.required_gap(self.spec.cluster.isolation, registry.elsewhere(self.executor.name))
 
     def _wait_reason(self, d: Wait) -> str:
         """A job back in its queue after a preemption says so until it runs again."""
