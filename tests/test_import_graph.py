@@ -81,8 +81,8 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_graph_sees_the_server() -> None:
     g = graph()
-    assert "fairpod.server.core" in g["fairpod.server.app"]
-    assert "fairpod.server.membership" in g["fairpod.server.core.loop"]
+    assert "fairpod.server.core.api" in g["fairpod.server.app"]
+    assert "fairpod.server.core.transitions.membership" in g["fairpod.server.core.loop"]
 
 
 def test_no_import_circles_in_src_fairpod() -> None:

@@ -13,6 +13,8 @@ from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.snapshot import Workload
 from fairpod.model.resources import Res
 from fairpod.model.spec import seed_spec
+from fairpod.server.core.door import Door
+from fairpod.server.core.queries import Queries
 from fairpod.server.routes_reports import day_edges, parse_time, run_windows
 from fairpod.server.usage import UsageSampler, current_samples, history
 from fairpod.server.usage_math import integrate
@@ -72,6 +74,11 @@ def test_run_windows_from_lifecycle_events():
     assert run_windows(running, ev[:4], now=100) == [[10, 20], [40, 100]]
 
 
+class Plane(Door, SimpleNamespace):
+    """The control plane's door (``Core.engine_read``, ``record_usage``, ``roll_up_usage``, ``queries``) over a
+    store and a snapshot of the test's own, without a control plane around them."""
+
+
 @pytest.fixture
 def cp(tmp_path: Path):
     spec = seed_spec()
@@ -81,8 +88,8 @@ def cp(tmp_path: Path):
         for i in range(g.count):
             store.add_node(f"{g.name}-{i}", g.name, g.instance_type)
     clock = SimpleNamespace(t=1000.0)
-    cp = SimpleNamespace(spec=spec, snap=snapshot_from_spec(spec), store=store, clock=lambda: clock.t, cycles=0,
-                         cycle_seconds=0.0, now=clock)
+    cp = Plane(spec=spec, snap=snapshot_from_spec(spec), store=store, clock=lambda: clock.t, cycles=0,
+               cycle_seconds=0.0, now=clock, queries=Queries(store), lock=threading.RLock())
     yield cp
     store.close()
 

@@ -44,7 +44,7 @@ def test_a_pattern_re2_cannot_match_in_linear_time_is_refused(pattern: str, says
 
 
 def test_a_stored_rule_is_not_checked_again() -> None:
-    """A rule an older fairpod stored (it matched with Python's re) still loads; fairpod.server.logrules says it
+    """A rule an older fairpod stored (it matched with Python's re) still loads; fairpod.server.core.transitions.logrules says it
     is not matched instead."""
     r = LogRule.model_validate({"name": "x", "pattern": r"(a)\1"}, context={STORED: True})
     assert r.pattern == r"(a)\1"

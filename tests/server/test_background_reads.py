@@ -15,7 +15,7 @@ from fairpod.health.manager import HealthManager
 from fairpod.model.jobs import JobState
 from fairpod.model.nodes import NodeHealth
 from fairpod.server.core import ControlPlane
-from fairpod.server.services import Services
+from fairpod.server.core.transitions.services import Services
 
 from .inproc import InProc
 

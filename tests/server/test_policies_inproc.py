@@ -13,7 +13,7 @@ import yaml
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import parse_spec
 from fairpod.server.core import ControlPlane
-from fairpod.server.fairshare_history import KEY
+from fairpod.server.core.history import KEY
 from fairpod.server.routes_reports import usage_report
 
 from .inproc import SEED_SPEC, InProc

@@ -8,7 +8,7 @@ import json
 import signal
 import time
 
-from fairpod.server.fairshare_history import EVERY as FAIRSHARE_SAVE_EVERY
+from fairpod.server.core.history import EVERY as FAIRSHARE_SAVE_EVERY
 
 from .. import httpclient
 from .conftest import Server, wait_for

@@ -16,9 +16,9 @@ from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.services import ServiceSpec
 from fairpod.model.spec import parse_spec
 from fairpod.server.core import ControlPlane
+from fairpod.server.core.transitions.services import Services
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import job_key
-from fairpod.server.services import Services
 from fairpod.store import Store
 
 from .faults import fail_writes

@@ -83,12 +83,10 @@ def test_the_overview_pages_every_unfinished_job_in_order_without_reading_them_a
             for key in ("counts", "unfinished_total", "waiting_after_preemption"):
                 assert paged[key] == rows[key], (key, st, offset, limit)
         assert len(tasks_view(h.cp, None, None, None, "1h", 0)["tasks"]) == 20
-        import fairpod.server.routes_dashboard as rd
-
         def every_row(*a: object) -> None:
             raise AssertionError("read every unfinished job")
 
-        monkeypatch.setattr(rd, "unfinished_rows", every_row)
+        monkeypatch.setattr(h.cp.queries, "unfinished_rows", every_row)
         assert tasks_view(h.cp, ["smith"], None, None, "1h", 0, limit=2)["unfinished_total"] == 13
     finally:
         h.close()

@@ -202,7 +202,7 @@ class Following(Protocol):
 
 @runtime_checkable
 class NodeTable(Protocol):
-    """Has its own table of nodes (a Ray cluster): the control plane follows it (``fairpod.server.membership``);
+    """Has its own table of nodes (a Ray cluster): the control plane follows it (``fairpod.server.core.transitions.membership``);
     ``nodes_version`` changes whenever the table does. Each row of ``cluster_nodes()`` has ``name``, ``node_id``,
     ``alive``, ``instance_type`` (None: not a fairpod node), ``gpus``, ``problem``, ``death``, ``expected_death``,
     ``labels`` (its own, e.g. topology), ``group`` (the instance group it is stored under) and ``store_labels``
@@ -252,7 +252,7 @@ class Starting(Protocol):
 @runtime_checkable
 class Probing(Protocol):
     """Runs a launch's ``readiness`` command inside each replica's sandbox, on its node, and says what it found
-    (services, ``server/services.py``): the control plane runs nothing of the job's."""
+    (services, ``server/core/transitions/services.py``): the control plane runs nothing of the job's."""
 
     def probed_ready(self, job: str, attempt: int) -> set[int]:
         """The ranks of the attempt whose last readiness probe passed."""

@@ -32,14 +32,16 @@ log = logging.getLogger("fairpod.health")
 
 class NodeOwner(Protocol):
     """What node health uses of the control plane (``fairpod.server.core.ControlPlane`` is one): it reads
-    nodes from the store and changes them only through these transitions, each of which takes the core's lock."""
+    nodes from the store (``queries``) and changes them only through these transitions, each of which takes the core's lock."""
 
-    store: Any  # reads only: get_node, list_nodes, append_event
+    queries: Any  # the store, read only (fairpod.server.core.queries.Queries): get_node, list_nodes
     executor: Any  # fairpod.executors.base.Executor (a NodeRunner runs checks on their node)
     spec: ClusterSpec
     home: Path
 
     def event(self, kind: str, msg: str, job: Any = None, /, **data: Any) -> None: ...
+
+    def node_event(self, node: str, kind: str, msg: str, data: dict[str, Any]) -> None: ...
 
     def set_labels(self, name: str, labels: dict[str, Any]) -> Any: ...
 
@@ -57,7 +59,7 @@ class NodeOwner(Protocol):
 
     def jobs_on(self, name: str) -> list[int]: ...
 
-    def store_lost(self, e: BaseException) -> bool:
+    def database_lost(self, e: BaseException) -> bool:
         """True when ``e`` came of a database that cannot be reached (said once by the core, not per round)."""
         ...
 
@@ -83,7 +85,7 @@ class HealthManager:
     def inject(self, node: str, kind: str) -> None:
         if kind not in FAULT_KINDS:
             raise ValueError(f"unknown fault kind {kind!r} ({', '.join(FAULT_KINDS)})")
-        nd = self.cp.store.get_node(node)
+        nd = self.cp.queries.get_node(node)
         if nd is None:
             raise KeyError(node)
         faults = sorted(set(nd.labels.get("injected_faults", [])) | {kind})
@@ -105,7 +107,7 @@ class HealthManager:
 
     # -- the loop ------------------------------------------------------------------------------
     def start(self) -> None:
-        for nd in self.cp.store.list_nodes():
+        for nd in self.cp.queries.list_nodes():
             if self._configured_checks(nd.instance_group) and nd.deep_health_check is None:
                 self.request_check(nd.name, "node joined")
         self._thread = threading.Thread(target=self._loop, name="fairpod-health", daemon=True)
@@ -128,14 +130,14 @@ class HealthManager:
                 self.recovery_round()
                 self.check_round()
             except Exception as e:
-                if not self.cp.store_lost(e):
+                if not self.cp.database_lost(e):
                     log.exception("health loop failed; retrying")
             self._wake.wait(min(self.interval, 0.5))
             self._wake.clear()
 
     def probe(self, node: str, nd: Any = None) -> Probe:
         """The node's probe; ``nd``: its record when the caller has just read it."""
-        nd = nd if nd is not None else self.cp.store.get_node(node)
+        nd = nd if nd is not None else self.cp.queries.get_node(node)
         cat = self.cp.spec.catalog()
         itype = cat.get(nd.instance_type) if nd else None
         acc = itype.accelerators if itype else 0
@@ -153,7 +155,7 @@ class HealthManager:
     def agent_round(self) -> None:
         now = time.time()
         runner = self.cp.executor if isinstance(self.cp.executor, NodeRunner) else None
-        for nd in self.cp.store.list_nodes(health_status=NodeHealth.SCHEDULABLE):
+        for nd in self.cp.queries.list_nodes(health_status=NodeHealth.SCHEDULABLE):
             probe = self.probe(nd.name, nd)
             if runner is not None:
                 findings = self._monitor_on_node(runner, nd.name, probe, now)
@@ -186,7 +188,7 @@ class HealthManager:
     def recovery_round(self) -> None:
         automatic = self.cp.spec.cluster.node_recovery == NodeRecovery.AUTOMATIC
         pending = (NodeHealth.PENDING_REBOOT, NodeHealth.PENDING_REPLACEMENT)
-        for nd in self.cp.store.list_nodes(health_status=pending):  # (read every 0.5 s: only those that wait)
+        for nd in self.cp.queries.list_nodes(health_status=pending):  # (read every 0.5 s: only those that wait)
             if nd.health_status == NodeHealth.PENDING_REBOOT:
                 action = "reboot"
             elif nd.health_status == NodeHealth.PENDING_REPLACEMENT:
@@ -249,7 +251,7 @@ class HealthManager:
             return r
 
     def deep_check(self, node: str, why: str) -> bool:
-        nd = self.cp.store.get_node(node)
+        nd = self.cp.queries.get_node(node)
         if nd is None:
             return False
         names = self._configured_checks(nd.instance_group) or ["InstanceStress"]
@@ -262,7 +264,7 @@ class HealthManager:
         if "InstanceStress" in names:
             results.append(self._stress(node, probe))
         if "InstanceConnectivity" in names:
-            peers = [n.name for n in self.cp.store.list_nodes(instance_group=nd.instance_group)
+            peers = [n.name for n in self.cp.queries.list_nodes(instance_group=nd.instance_group)
                      if n.name == node or n.schedulable]
             conn = next((g.connectivity for g in self.cp.spec.cluster.instance_groups
                          if g.name == nd.instance_group), None)
@@ -270,10 +272,10 @@ class HealthManager:
             results += [r for r in checks.instance_connectivity(peers, **kw) if r.node == node]
         for r in results:
             for e in r.events:
-                self.cp.store.append_event("HealthCheck", e["msg"], node=node, data=e)
+                self.cp.node_event(node, "HealthCheck", e["msg"], e)
         readings = [e["reading"] for r in results for e in r.events if e.get("reading", {}).get("source") != "virtual"
                     and "reading" in e]
-        if readings and (now_nd := self.cp.store.get_node(node)) is not None:  # what `node list` shows
+        if readings and (now_nd := self.cp.queries.get_node(node)) is not None:  # what `node list` shows
             gpu = {"model": readings[0].get("name"), "memory_mib": readings[0].get("memory_mib"),
                    "count": len(readings), "source": readings[0].get("source")}
             self.cp.set_labels(node, {**now_nd.labels, "gpu": gpu})

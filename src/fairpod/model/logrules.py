@@ -8,7 +8,7 @@ priority class. A rule has a regular expression and one of three forms:
 Each has an ``action``: ``notify`` (an event), ``restart_in_place`` (that replica's process is restarted on its
 node, as :mod:`fairpod.server.core.transitions.restarts` does for a crash; a rule over the time since the start or the last line,
 which no replica alone broke, restarts the job), ``restart`` (the job restarts whole: auto-resume, counts against
-``max_retry``) or ``fail``. ``fairpod.server.logrules`` applies them.
+``max_retry``) or ``fail``. ``fairpod.server.core.transitions.logrules`` applies them.
 
 Patterns are RE2's (``google-re2``), not Python's ``re``: RE2 matches in time linear in the line whatever the
 pattern, so no pattern a member submits can keep the control plane busy (``(a+)+$`` against a line of ``a``s
@@ -50,7 +50,7 @@ class LogRule(BaseModel):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, v: str, info: ValidationInfo) -> str:
-        if not (info.context or {}).get(STORED):  # a rule stored by an older fairpod: see fairpod.server.logrules
+        if not (info.context or {}).get(STORED):  # a rule stored by an older fairpod: see fairpod.server.core.transitions.logrules
             compile_pattern(v)
         return v
 

@@ -35,7 +35,7 @@ from fairpod.server import (
     routes_static,
     spaces,
 )
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import HTTP_STATUS, Problem, http_problem
 from fairpod.server.limits import PROBLEM_RESPONSES, BodyLimit, allowed_methods
 
@@ -83,7 +83,7 @@ def switch_interval() -> float:
     return _setting("FAIRPOD_SWITCH_INTERVAL_MS", SWITCH_INTERVAL_MS, 0.1, 100, float) / 1000
 
 
-def create_app(cp: ControlPlane, job_secret: bytes) -> FastAPI:
+def create_app(cp: Core, job_secret: bytes) -> FastAPI:
     threads = api_threads()
     interval = switch_interval()
 

@@ -11,43 +11,43 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from fairpod.model.keys import TASK_REF, task_ref
-from fairpod.server.arrays import array_of, array_view, same_array
+from fairpod.server.arrays import array_of, array_view
 from fairpod.server.errors import Problem
 from fairpod.server.limits import MAX_ID
 from fairpod.store import Job
 
 if TYPE_CHECKING:
     from fairpod.server.auth import Principal
-    from fairpod.server.core import ControlPlane
+    from fairpod.server.core.api import Core
 
 
 
-def _tasks(cp: ControlPlane, first: Job) -> list[Job]:
-    tasks = same_array(cp.store, first) or [first]
+def _tasks(cp: Core, first: Job) -> list[Job]:
+    tasks = cp.queries.same_array(first) or [first]
     return sorted(tasks, key=lambda j: (array_view(j) or {}).get("task_id", 0))
 
 
-def _by_id(cp: ControlPlane, text: str) -> Job | None:
-    return cp.store.get_job(int(text)) if int(text) <= MAX_ID else None
+def _by_id(cp: Core, text: str) -> Job | None:
+    return cp.queries.get_job(int(text)) if int(text) <= MAX_ID else None
 
 
-def _array_named(cp: ControlPlane, teams: list[str], name: str) -> list[Job]:
+def _array_named(cp: Core, teams: list[str], name: str) -> list[Job]:
     """The first task of the newest array called ``name`` in each of ``teams`` that has one."""
     newest: dict[str, Job] = {}
-    for j in cp.store.array_firsts_named(teams, name + "-"):
+    for j in cp.queries.array_firsts_named(teams, name + "-"):
         if (array_view(j) or {}).get("name") == name and (j.team not in newest or j.id > newest[j.team].id):
             newest[j.team] = j
     return [newest[t] for t in dict.fromkeys(teams) if t in newest]
 
 
-def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
+def find_job(cp: Core, p: Principal, ref: str, team: str | None) -> Job:
     """A job by id or by name (the team's unfinished job of that name, else its latest), as ``p`` may see it."""
     job: Job | None = None
     if ref.isascii() and ref.isdigit():
-        job = cp.store.get_job(int(ref)) if len(ref) <= 19 and int(ref) <= MAX_ID else None
+        job = cp.queries.get_job(int(ref)) if len(ref) <= 19 and int(ref) <= MAX_ID else None
     else:
         teams = [team] if team else (p.visible_teams() or [t.name for t in cp.spec.teams])
-        found = cp.store.jobs_named(teams, ref)
+        found = cp.queries.jobs_named(teams, ref)
         if len(found) > 1:
             names = ", ".join(j.team for j in found)
             raise Problem(409, "ambiguous job name", f"teams {names} each have a job {ref!r}; give --team")
@@ -57,7 +57,7 @@ def find_job(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
     return job
 
 
-def resolve(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> tuple[Job, list[Job] | None]:
+def resolve(cp: Core, p: Principal, ref: str, team: str | None) -> tuple[Job, list[Job] | None]:
     """``(job, tasks)`` for ``ref``; ``tasks`` is the whole array when ``ref`` names one. Anything that is not an
     array address is a plain job (:func:`find_job`)."""
     m = TASK_REF.fullmatch(ref)
@@ -92,7 +92,7 @@ def resolve(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> tuple
     return job, None
 
 
-def one_task(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
+def one_task(cp: Core, p: Principal, ref: str, team: str | None) -> Job:
     """The one job ``ref`` names (a task by ``ID_T`` too); an array's name alone is refused with the way to
     name one of its tasks (its id alone stays its first task, as before)."""
     job, tasks = resolve(cp, p, ref, team)

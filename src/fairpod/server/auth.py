@@ -27,8 +27,8 @@ from fastapi import Depends, Request
 from fairpod.model.spec import ClusterSpec
 from fairpod.model.users import Role
 from fairpod.server import identity
+from fairpod.server.core.queries import Queries
 from fairpod.server.errors import Problem
-from fairpod.store import Store
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def unix_teams(spec: ClusterSpec, pw: pwd.struct_passwd) -> set[str]:
     return out
 
 
-def unix_principal(store: Store, spec: ClusterSpec | None, uid: int, how: str) -> Principal:
+def unix_principal(store: Queries, spec: ClusterSpec | None, uid: int, how: str) -> Principal:
     """The fairpod user of the Unix account ``uid`` (recognised ``how``: for the error only)."""
     try:
         pw = pwd.getpwuid(uid)
@@ -100,7 +100,7 @@ def unix_principal(store: Store, spec: ClusterSpec | None, uid: int, how: str) -
     return Principal(user.name, user.role, tuple(sorted(teams | set(user.teams))))
 
 
-def authenticate(store: Store, request: Request, spec: ClusterSpec | None = None) -> Principal:
+def authenticate(store: Queries, request: Request, spec: ClusterSpec | None = None) -> Principal:
     unix = spec is not None and spec.cluster.identity == "unix"
     peer = request.scope.get(identity.PEER_KEY)
     header = request.headers.get("authorization", "")
@@ -157,7 +157,7 @@ def require_team(p: Principal, team: str) -> None:
 
 def current_principal(request: Request) -> Principal:
     cp = request.app.state.cp
-    return authenticate(cp.store, request, cp.spec)
+    return authenticate(cp.queries, request, cp.spec)
 
 
 Auth = Annotated[Principal, Depends(current_principal)]

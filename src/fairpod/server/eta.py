@@ -34,12 +34,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Any
 
 from fairpod.governance.forecast import estimate_starts
-from fairpod.governance.snapshot import Workload
+from fairpod.governance.snapshot import Snapshot, Workload
 from fairpod.model.jobs import JobState
 from fairpod.server.core.api import Core
-from fairpod.server.runs import to_engine
 from fairpod.store.records import Job
 
 log = logging.getLogger("fairpod.eta")
@@ -99,13 +99,13 @@ class Estimates:
         if self._seeded:
             return
         self._seeded = True
-        for job in reversed(cp.store.list_jobs(state=JobState.SUCCEEDED, limit=20 * KEEP, descending=True)):
+        for job in reversed(cp.queries.list_jobs(state=JobState.SUCCEEDED, limit=20 * KEEP, descending=True)):
             if job.finished_at is not None:
                 self.typical.observe(job, job.finished_at)
 
     def ensure(self, cp: Core, jobs: list[Job]) -> None:
         """Pending jobs that arrived after the last refresh: refresh now, if the CPU and lock budget allows
-        (call it without holding ``cp.lock``)."""
+        (call it without holding the control plane's lock)."""
         if all(j.state != JobState.PENDING or j.id in self.starts for j in jobs):
             return
         if self.copy_seconds + self.forecast_seconds > self.inline:  # too long to make the request wait for
@@ -130,25 +130,29 @@ class Estimates:
 
     @staticmethod
     def _signature(cp: Core) -> tuple:
-        snap = cp.snap  # a new object after a rebuild; its version counts every start and stop
-        return (id(snap), snap.version, len(snap.pending), len(snap.running))
+        return cp.engine_read(_signature)
 
     def refresh(self, cp: Core) -> None:
         """Estimate every pending job's start now."""
         t0 = time.perf_counter()
         self._last = time.monotonic()
         self._wanted = False
-        with cp.lock:
+
+        def copy(live: Snapshot) -> tuple[float, bytes, dict[Any, float], Throttled] | float:
+            """Under the lock: what the forecast starts from, or the snapshot's time when nothing is pending."""
             self.seed(cp)
-            self._seen = self._signature(cp)
-            if not cp.snap.pending and not cp.array_holds:
-                self.starts, self.at, self.copy_seconds, self.forecast_seconds = {}, cp.snap.now, 0.0, 0.0
-                self.forecast_cpu = 0.0
-                return
-            now = cp.clock()
-            frozen = pickle.dumps(cp.snap, pickle.HIGHEST_PROTOCOL)
-            medians = self.typical.medians()
-            throttled = _throttled(cp)
+            self._seen = _signature(live)
+            throttled = cp.throttled_arrays()
+            if not live.pending and not throttled:
+                return live.now
+            return cp.clock(), pickle.dumps(live, pickle.HIGHEST_PROTOCOL), self.typical.medians(), throttled
+
+        got = cp.engine_read(copy, lock=True)
+        if not isinstance(got, tuple):
+            self.starts, self.at, self.copy_seconds, self.forecast_seconds = {}, got, 0.0, 0.0
+            self.forecast_cpu = 0.0
+            return
+        now, frozen, medians, throttled = got
         t1 = time.perf_counter()
         c1 = time.thread_time()
         snap = pickle.loads(frozen)
@@ -174,7 +178,7 @@ class Estimates:
                     if self.due(cp):
                         self.refresh(cp)
                 except Exception as e:  # an estimate is never worth stopping the server for
-                    if not cp.store_lost(e):
+                    if not cp.database_lost(e):
                         log.exception("estimating start times failed")
                 if self._wanted:  # asked for, but the budget did not allow it yet: when it will
                     wait = max(self.spacing * self.forecast_cpu, self.copy_seconds / self.lock_share)
@@ -195,29 +199,13 @@ class Estimates:
             self._thread.join(timeout=10)
 
 
+def _signature(snap: Snapshot) -> tuple:
+    """Changes when the snapshot does: a new object after a rebuild; its version counts every start and stop."""
+    return (id(snap), snap.version, len(snap.pending), len(snap.running))
+
+
 # an array's tasks for held_starts: (limit, [(job id, its workload, held?) in task order])
 Throttled = list[tuple[int, list[tuple[int, Workload, bool]]]]
-
-
-def _throttled(cp: Core) -> Throttled:
-    """The throttled arrays with held tasks, as held_starts needs them (under ``cp.lock``). The held tasks are
-    read in one query and looked up in a set: one read and a list scan per held task made a 10,000-task array's
-    refresh hold the lock for tens of seconds, and every request and turn waited."""
-    out: Throttled = []
-    running, pending = cp.snap.running, cp.snap.pending
-    for h in cp.array_holds.values():
-        held = set(h.held)
-        jobs = cp.store.get_jobs([j for j in h.held if to_engine(j) not in running and to_engine(j) not in pending])
-        tasks = []
-        for jid in h.tasks:
-            w = running.get(to_engine(jid)) or pending.get(to_engine(jid))
-            if w is None and jid in held:
-                job = jobs.get(jid)
-                w = cp.workload(job) if job is not None and job.state == JobState.PENDING else None
-            if w is not None:
-                tasks.append((jid, w, jid in held))
-        out.append((h.limit, tasks))
-    return out
 
 
 def held_starts(throttled: Throttled, starts: dict[int, float | None],

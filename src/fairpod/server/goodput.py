@@ -1,7 +1,7 @@
 """Goodput: of the accelerator-seconds a job's attempts held, those that produced progress it kept, and those lost
 (work since its last checkpoint when the attempt, or a replica of it, was stopped), by cause.
 
-Each time work is given up the control plane writes a ``Goodput`` event with the figures (:func:`account`): when
+Each time work is given up the control plane writes a ``Goodput`` event with the figures (:func:`span_event`): when
 an attempt ends (preempted, restarted, failed, cancelled, requeued after a readiness timeout, or finished) and
 when a replica is restarted in place (the job goes back to its checkpoint; the attempt goes on). Work is counted
 from the attempt's start, or the last restart in place (``Run.good_from``), to the end: a finished attempt keeps
@@ -17,13 +17,11 @@ dashboard and ``fairpod simulate`` show them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
 from fairpod.server.runs import STOP_CANCEL, STOP_NOT_READY, STOP_PREEMPT, Run
 from fairpod.store.records import Job
-
-if TYPE_CHECKING:
-    from fairpod.server.core.api import Core
 
 EVENT = "Goodput"
 CAUSES = ("preemption", "failure", "restart", "readiness", "hang", "cancelled")
@@ -53,22 +51,26 @@ def split(start: float, end: float, checkpoint: float | None, done: bool) -> tup
     return kept, span - kept
 
 
-def account(cp: Core, job: Job, run: Run, cause: str | None, *, restart_in_place: bool = False) -> None:
-    """Write the ``Goodput`` event of the span that ends now (``cause`` None: the attempt finished its work)."""
-    if not run.launched or job.started_at is None:
-        return
+def counted(job: Job, run: Run) -> bool:
+    """Does the attempt hold a span to account for (its replicas were launched and the job started)?"""
+    return run.launched and job.started_at is not None
+
+
+def span_event(job: Job, run: Run, cause: str | None, now: float, *,
+               restart_in_place: bool = False) -> tuple[str, dict[str, Any]] | None:
+    """The ``Goodput`` event (message, data) of the span of a :func:`counted` attempt that ends at ``now``
+    (``cause`` None: the attempt finished its work); None when it held no accelerator-seconds. The control plane
+    writes it and starts the next span at ``now`` (``fairpod.server.core.transitions.attempt.account``)."""
     acc = job.acc * max(1, len(job.placement) or job.nodes)
-    now = cp.clock()
-    start = max(float(job.started_at), float(run.good_from or 0.0))
+    start = max(float(job.started_at or 0.0), float(run.good_from or 0.0))
     kept, lost = split(start, now, job.checkpoint_at, cause is None)
-    run.good_from = now
     if acc <= 0 or kept + lost <= 0:
-        return
+        return None
     lost_acc = lost * acc
     what = ("restart in place" if restart_in_place else f"attempt {run.attempt}")
     tail = f", {lost_acc:.0f} lost to {cause}" if cause is not None else ""
-    cp.event(EVENT, f"job {job.name} {what}: {kept * acc:.0f} accelerator-seconds kept{tail}", job,
-             attempt=run.attempt, kept=round(kept * acc, 3), lost=round(lost_acc, 3), cause=cause or "")
+    return (f"job {job.name} {what}: {kept * acc:.0f} accelerator-seconds kept{tail}",
+            {"attempt": run.attempt, "kept": round(kept * acc, 3), "lost": round(lost_acc, 3), "cause": cause or ""})
 
 
 def summarize(events: list[Any], live: float = 0.0) -> dict[str, Any]:
@@ -89,15 +91,15 @@ def summarize(events: list[Any], live: float = 0.0) -> dict[str, Any]:
             "goodput": round(kept / total, 4) if total > 0 else None}
 
 
-def of_job(cp: Core, job: Job) -> dict[str, Any]:
-    """A job's goodput (``get-job``). A job that never started has no ``Goodput`` event: no read (the answer
+def of_job(job: Job, list_events: Callable[..., list[Any]], run: dict[str, Any] | None, now: float) -> dict[str, Any]:
+    """A job's goodput (``get-job``), of its ``Goodput`` events (read with ``list_events``) and its live attempt
+    (``run``: its state, None without one). A job that never started has no ``Goodput`` event: no read (the answer
     to every submit shows its goodput)."""
     never = job.first_started_at is None and job.started_at is None and job.attempt == 0
-    events = [] if never else cp.store.list_events(job_id=job.id, kind=EVENT, limit=None)
-    run = cp.runs.get(job.id)
+    events = [] if never else list_events(job_id=job.id, kind=EVENT, limit=None)
     live = 0.0
-    if run is not None and run.launched and job.started_at is not None:
-        live = max(0.0, cp.clock() - max(float(job.started_at), float(run.good_from or 0.0))) * job.acc * job.nodes
+    if run is not None and run.get("launched") and job.started_at is not None:
+        live = max(0.0, now - max(float(job.started_at), float(run.get("good_from") or 0.0))) * job.acc * job.nodes
     return summarize(events, live)
 
 

@@ -32,7 +32,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.store import Store
 from fairpod.store.records import Job
@@ -102,7 +102,7 @@ def job_of_request(request: Request) -> int | None:
     if not is_job_token(token):
         return None
     jid = claimed_job(token)
-    job = request.app.state.cp.store.get_job(jid) if jid is not None else None
+    job = request.app.state.cp.queries.get_job(jid) if jid is not None else None
     if jid is None or job is None:
         raise Problem(401, "not authenticated", "the job token is not valid")
     if not verify(request.app.state.job_secret, token, job):
@@ -114,9 +114,9 @@ def job_of_request(request: Request) -> int | None:
 JobTokenJob = Annotated[int | None, Depends(job_of_request)]
 
 
-def job_for_token(cp: ControlPlane, job_id: int, ref: str) -> Job:
+def job_for_token(cp: Core, job_id: int, ref: str) -> Job:
     """The job a job token may report for, if ``ref`` (id or name) names it and it has not finished."""
-    job = cp.store.get_job(job_id)
+    job = cp.queries.get_job(job_id)
     if job is None:
         raise Problem(401, "not authenticated", "the job token is not valid")
     if ref != str(job.id) and ref != job.name:

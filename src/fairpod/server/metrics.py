@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from fastapi import APIRouter, FastAPI, Response
 from prometheus_client import CollectorRegistry, generate_latest
@@ -20,10 +21,11 @@ from prometheus_client.registry import Collector
 from sqlalchemy import func, select
 
 from fairpod import __version__
+from fairpod.governance.snapshot import Snapshot
 from fairpod.model.jobs import JobState
 from fairpod.server import diskfull, heap, outage
 from fairpod.server.auth import Auth, Principal
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.figures import instance_types, team_figures
 from fairpod.server.job_tallies import JobTallies
 from fairpod.store.tables import EventRow, JobRow
@@ -60,8 +62,8 @@ class EventCounters:
         self.lost: dict[tuple[str, str], float] = {}  # (team, cause) -> accelerator-seconds lost
         self.lock = threading.Lock()
 
-    def update(self, cp: ControlPlane) -> None:
-        with self.lock, cp.store.engine.connect() as conn:
+    def update(self, cp: Core) -> None:
+        with self.lock, cp.queries.connect() as conn:
             q = (select(EventRow.id, EventRow.kind, EventRow.team, EventRow.data)
                  .where(EventRow.id > self.last_id, EventRow.kind.in_(COUNTED_EVENTS)).order_by(EventRow.id))
             for eid, kind, team, data in conn.execute(q):
@@ -103,7 +105,7 @@ def _le(b: float) -> str:
 
 
 class FairpodCollector(Collector):
-    def __init__(self, cp: ControlPlane) -> None:
+    def __init__(self, cp: Core) -> None:
         self.cp = cp
         self.events = EventCounters()
         self.jobs = JobTallies(WAIT_BUCKETS, RUN_BUCKETS)
@@ -149,8 +151,8 @@ class FairpodCollector(Collector):
         running = GaugeMetricFamily("fairpod_running_jobs", "Admitted jobs that hold resources", labels=["team"])
         stopping = GaugeMetricFamily("fairpod_preempting_jobs", "Preempted jobs whose replicas are stopping",
                                      labels=["team"])
-        with cp.lock:
-            snap = cp.snap
+
+        def figures(snap: Snapshot) -> tuple[Any, ...]:  # under the lock: one consistent view
             for it in instance_types(snap):
                 nodes = snap.by_type.get(it, [])
                 for d, (res, k) in enumerate(RESOURCES):
@@ -176,12 +178,15 @@ class FairpodCollector(Collector):
                 if shown(name):
                     weight.add_metric([name], t.weight)
                     limit.add_metric([name], t.borrow_limit if t.borrows else 0)
-            budget_rows = [b for b in cp.budgets.rows(cp) if shown(b["team"])]
+            budget_rows = [b for b in cp.budget_rows() if shown(b["team"])]
             cycle_hist = cp.usage.cycles
             hist_snapshot = (list(cycle_hist.counts), cycle_hist.total, cycle_hist.sum)
             last_cycle, cycles = cp.cycle_seconds, cp.cycles
+            return counts, budget_rows, hist_snapshot, last_cycle, cycles
+
+        counts, budget_rows, hist_snapshot, last_cycle, cycles = cp.engine_read(figures, lock=True)
         q_stop = select(JobRow.team, func.count()).where(JobRow.state == JobState.PREEMPTED.value).group_by(JobRow.team)
-        with cp.store.engine.connect() as conn:
+        with cp.queries.connect() as conn:
             for team, n in conn.execute(q_stop):
                 if team in counts:
                     counts[team][3] += n
@@ -224,7 +229,7 @@ class FairpodCollector(Collector):
                 pre.add_metric([team, reason], ev.preempted.get((team, reason), 0))
         fin = CounterMetricFamily("fairpod_finished_jobs", "Jobs that finished, by final state",
                                   labels=["team", "state"])
-        self.jobs.update(cp.store.engine)
+        self.jobs.update(cp.queries.engine)
         finished = {(t, st): 0 for t in known for st in FINAL_STATES}
         finished.update((k, n) for k, n in self.jobs.finished.items() if shown(k[0]))
         for (team, state), n in sorted(finished.items()):
@@ -268,7 +273,7 @@ class FairpodCollector(Collector):
                                                               "fault_reason"])
         by_health: dict[tuple[str, str, str], int] = {}
         by_group: dict[tuple[str, str], list[int]] = {}
-        for n in cp.store.list_nodes():
+        for n in cp.queries.list_nodes():
             status.add_metric([n.name, n.instance_group, n.health_status.value, n.fault_type or "",
                                n.fault_reason or ""], 1)
             k = (n.instance_group, n.instance_type, n.health_status.value)
@@ -286,7 +291,7 @@ class FairpodCollector(Collector):
         counts_c, total, summ = hist_snapshot
         cyc = HistogramMetricFamily("fairpod_scheduler_cycle_duration_seconds",
                                     "Duration of the engine's scheduling cycles since this control plane started")
-        cyc.add_metric([], [(_le(b), c) for b, c in zip(cycle_hist.buckets, counts_c, strict=True)]
+        cyc.add_metric([], [(_le(b), c) for b, c in zip(cp.usage.cycles.buckets, counts_c, strict=True)]
                        + [("+Inf", total)], summ)
         yield cyc
         g = GaugeMetricFamily("fairpod_scheduler_last_cycle_duration_seconds", "Duration of the last cycle")
@@ -315,7 +320,7 @@ def _gc_families() -> Iterator[Metric]:
     yield from (n, t, longest_g)
 
 
-def add_routes(app_router: FastAPI | APIRouter, cp: ControlPlane) -> None:
+def add_routes(app_router: FastAPI | APIRouter, cp: Core) -> None:
     """``GET /metrics`` (Prometheus text format; bearer token; members see only their teams' series)."""
     collector = FairpodCollector(cp)
     registry = CollectorRegistry(auto_describe=False)

@@ -40,7 +40,7 @@ def status_labels(health_status: str, fault_type: str | None, fault_reason: str 
 
 def sync_nodes(store: Store | Tx, spec: ClusterSpec, busy: set[str] = frozenset()) -> None:  # type: ignore[assignment]
     """Make the store's nodes match the spec's instance groups (``<group>-<i>``); busy nodes are kept.
-    With an executor that has its own nodes (Ray) they come from its cluster (``fairpod.server.membership``), not the spec."""
+    With an executor that has its own nodes (Ray) they come from its cluster (``fairpod.server.core.transitions.membership``), not the spec."""
     want: dict[str, tuple[str, str]] = {}
     from_executor = registry.nodes_from_executor(spec.cluster.executor.kind)
     for g in spec.cluster.instance_groups if not from_executor else []:

@@ -60,7 +60,7 @@ def lost(cp: Any) -> bool:
 def _ping(cp: Any) -> str | None:
     """Why the database cannot be reached now, or None when it answers."""
     try:
-        cp.store.ping()
+        cp.queries.ping()
     except Exception as e:  # noqa: BLE001 - whatever the driver raises is the reason
         return _short(e)
     return None

@@ -10,8 +10,9 @@ remembers (as of ``at``, the control plane's clock when they were read; a job qu
 from __future__ import annotations
 
 import threading
-from typing import Any
 
+from fairpod.governance.snapshot import Snapshot
+from fairpod.server.core.api import Busy, Core
 from fairpod.server.runs import from_engine
 
 WAIT = 0.05  # seconds a read waits for the control plane's lock before it answers from what it remembers
@@ -22,16 +23,20 @@ class QueuePositions:
         self._teams: dict[str, tuple[float, dict[int, int]]] = {}  # team -> (read at, job id -> position)
         self._lock = threading.Lock()
 
-    def read(self, cp: Any, teams: list[str] | None) -> tuple[dict[int, int], float | None]:
+    def read(self, cp: Core, teams: list[str] | None) -> tuple[dict[int, int], float | None]:
         """Job id -> place in its team's queue (1 is next) for ``teams`` (None: all), and when they were read
         (the oldest team's time; None if nothing was ever read for them)."""
-        if cp.lock.acquire(timeout=WAIT):
-            try:
-                now = cp.clock()
-                fresh = {name: (now, {from_engine(w.id): i for i, w in enumerate(t.queue.in_order(), 1)})
-                         for name, t in cp.snap.teams.items() if teams is None or name in teams}
-            finally:
-                cp.lock.release()
+
+        def positions(snap: Snapshot) -> dict[str, tuple[float, dict[int, int]]]:
+            now = cp.clock()
+            return {name: (now, {from_engine(w.id): i for i, w in enumerate(t.queue.in_order(), 1)})
+                    for name, t in snap.teams.items() if teams is None or name in teams}
+
+        try:
+            fresh = cp.engine_read(positions, wait=WAIT)
+        except Busy:
+            fresh = None
+        if fresh is not None:
             with self._lock:
                 if teams is None:
                     self._teams = fresh

@@ -16,7 +16,7 @@ from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
 from fairpod.server.auth import Auth, require_team
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 
 
@@ -58,7 +58,7 @@ def _names(data: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     def team_of(team: str, p: Any) -> Path:
         if cp.spec.team(team) is None:
             raise Problem(404, "no such team", f"no team {team!r}")
@@ -73,7 +73,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         token = base64.b64encode(f"{body.username}:{body.password}".encode()).decode()
         data["auths"][body.registry] = {"auth": token}
         _write(path, data)
-        cp.store.append_audit(p.name, "registry.login", team, {"registry": body.registry, "username": body.username})
+        cp.audit(p.name, "registry.login", team, {"registry": body.registry, "username": body.username})
         return {"team": team, "registry": body.registry, "username": body.username}
 
     @api.get("/teams/{team}/registry-logins", tags=["teams"])
@@ -88,5 +88,5 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if data["auths"].pop(registry, None) is None:
             raise Problem(404, "no such login", f"team {team} has no login for {registry}")
         _write(path, data)
-        cp.store.append_audit(p.name, "registry.logout", team, {"registry": registry})
+        cp.audit(p.name, "registry.logout", team, {"registry": registry})
         return {"team": team, "registry": registry, "removed": True}

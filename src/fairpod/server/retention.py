@@ -33,7 +33,7 @@ class Retention:
         if days is None or now - self.last < self.every:
             return
         try:
-            pruned = cp.store.prune(now - days * 86400.0, limit=self.batch)
+            pruned = cp.prune(now - days * 86400.0, self.batch)
         except (StoreError, SQLAlchemyError) as e:  # a locked or full database must not stop scheduling
             log.warning("could not delete old records: %s", e)
             return

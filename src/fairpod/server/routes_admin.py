@@ -11,10 +11,9 @@ from fairpod.model.spec import ClusterSpec, Policy, SpecError, Team, parse_spec
 from fairpod.model.users import Role
 from fairpod.server.api_rules import POLICY_RULES, SPEC_RULES, TEAM_RULES, USER_RULES, body_of, rules
 from fairpod.server.auth import Auth, require_admin, require_manager
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.server.limits import Limit, SinceId
-from fairpod.server.task_index import node_page
 from fairpod.server.views import cluster_view, node_view
 
 
@@ -30,7 +29,7 @@ class NewUser(BaseModel):
     teams: list[str] = Field(default_factory=list)
 
 
-def _apply(cp: ControlPlane, data: dict[str, Any], actor: str, action: str, target: str) -> dict[str, Any]:
+def _apply(cp: Core, data: dict[str, Any], actor: str, action: str, target: str) -> dict[str, Any]:
     try:
         spec = parse_spec(data)
     except SpecError as e:
@@ -39,11 +38,11 @@ def _apply(cp: ControlPlane, data: dict[str, Any], actor: str, action: str, targ
     changed = spec.model_dump(mode="json") != before
     if changed:
         cp.replace_spec(spec, actor=actor, action=action)
-        cp.store.append_audit(actor, action, target, {"spec": spec.model_dump(mode="json")})
+        cp.audit(actor, action, target, {"spec": spec.model_dump(mode="json")})
     return {"changed": changed, "spec": cp.spec.model_dump(mode="json")}
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     @api.get("/cluster", tags=["cluster"])
     def get_cluster(p: Auth) -> dict[str, Any]:
         view = cluster_view(cp)
@@ -67,7 +66,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                    problems_first: bool = Query(default=False, description="nodes that are not schedulable first"),
                    ) -> dict[str, Any]:
         """The nodes by name (pool-2 before pool-10); ``total``: how many there are in all."""
-        nodes = node_page(cp.store, limit, offset, problems_first)
+        nodes = cp.queries.node_page(limit, offset, problems_first)
         return {"nodes": [node_view(n, cp, p) for n in nodes.page], "total": nodes.total}
 
     def _admin(p: Auth) -> None:  # a dependency: runs before the body is read, so a member gets 403, never 422
@@ -78,7 +77,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         actions = ("cordon", "uncordon", "check", "reboot", "replace", "inject-fault", "quarantine", "unquarantine")
         if action not in actions:
             raise Problem(404, "unknown action", f"unknown node action {action!r} ({', '.join(actions)})")
-        node = cp.store.get_node(name)
+        node = cp.queries.get_node(name)
         if node is None:
             raise Problem(404, "no such node", f"no node {name!r}")
         if action in ("cordon", "uncordon"):
@@ -103,15 +102,15 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                     raise Problem(422, "invalid request", str(e)) from None
             else:
                 cp.health.request_recovery(name, action)
-        cp.store.append_audit(p.name, f"node.{action}", name, body.model_dump() if body else {})
-        return node_view(cp.store.get_node(name) or node, cp)
+        cp.audit(p.name, f"node.{action}", name, body.model_dump() if body else {})
+        return node_view(cp.queries.get_node(name) or node, cp)
 
     @api.get("/nodes/{name}/health", tags=["nodes"])
     def node_health(name: str, p: Auth, limit: Limit = 200) -> dict[str, Any]:
-        node = cp.store.get_node(name)
+        node = cp.queries.get_node(name)
         if node is None:
             raise Problem(404, "no such node", f"no node {name!r}")
-        evs = cp.store.list_events(node=name, limit=limit, descending=True)
+        evs = cp.queries.list_events(node=name, limit=limit, descending=True)
         return {"node": node_view(node, cp, p),
                 "checks": [e.data for e in reversed(evs) if e.kind == "HealthCheck"],
                 "events": [{"ts": e.ts, "kind": e.kind, "message": e.message} for e in reversed(evs)
@@ -174,7 +173,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     def list_users(p: Auth) -> dict[str, Any]:
         require_admin(p)
         return {"users": [{"name": u.name, "role": u.role.value, "teams": u.teams, "created_at": u.created_at}
-                          for u in cp.store.list_users()]}
+                          for u in cp.queries.list_users()]}
 
     @api.post("/users", status_code=201, tags=["users"], openapi_extra=rules({422: [USER_RULES]}))
     def create_user(body: NewUser, p: Auth) -> dict[str, Any]:
@@ -190,42 +189,37 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                 raise Problem(422, "invalid request", f"unknown team(s): {', '.join(unknown)}")
         if body.role == Role.MEMBER and not body.teams:
             raise Problem(422, "invalid request", "a member needs at least one team (--team)")
-        with cp.store.tx() as t:
-            u = t.create_user(body.name, body.role, body.teams)
-            token = t.issue_token(u.name, "created with the user")
-            t.append_audit(p.name, "user.create", u.name, {"role": u.role.value, "teams": u.teams})
+        u, token = cp.create_user(body.name, body.role, body.teams, p.name)
         return {"name": u.name, "role": u.role.value, "teams": u.teams, "token": token}
 
     @api.post("/users/{name}/tokens", status_code=201, tags=["users"])
     def new_token(name: str, p: Auth) -> dict[str, Any]:
         require_admin(p)
-        if cp.store.get_user(name) is None:
+        if cp.queries.get_user(name) is None:
             raise Problem(404, "no such user", f"no user {name!r}")
-        token = cp.store.issue_token(name, "issued by " + p.name)
-        cp.store.append_audit(p.name, "token.issue", name, {})
+        token = cp.issue_token(name, "issued by " + p.name, p.name, "token.issue")
         return {"name": name, "token": token}
 
     @api.post("/users/{name}/revoke", tags=["users"])
     def revoke_user(name: str, p: Auth) -> dict[str, Any]:
         require_admin(p)
-        if cp.store.get_user(name) is None:
+        if cp.queries.get_user(name) is None:
             raise Problem(404, "no such user", f"no user {name!r}")
         if name == p.name:
             raise Problem(409, "conflict", "you cannot revoke your own tokens")
-        n = cp.store.revoke_user_tokens(name)
-        cp.store.append_audit(p.name, "user.revoke", name, {"tokens": n})
+        n = cp.revoke_user_tokens(name, p.name)
         return {"name": name, "revoked_tokens": n}
 
     @api.get("/audit", tags=["users"])
     def audit(p: Auth, limit: Limit = 200, since_id: SinceId = None) -> dict[str, Any]:
         require_admin(p)
-        rows = cp.store.list_audit(since_id=since_id, limit=limit, descending=since_id is None)
+        rows = cp.queries.list_audit(since_id=since_id, limit=limit, descending=since_id is None)
         return {"audit": [{"id": a.id, "ts": a.ts, "actor": a.actor, "action": a.action, "target": a.target,
                            "detail": a.detail} for a in rows]}
 
     @api.get("/events", tags=["events"])
     def events(p: Auth, since_id: SinceId = None, limit: Limit = 200) -> dict[str, Any]:
-        evs = cp.store.list_events(since_id=since_id, limit=limit, descending=since_id is None)
+        evs = cp.queries.list_events(since_id=since_id, limit=limit, descending=since_id is None)
         visible = p.visible_teams()
         out = [{"id": e.id, "ts": e.ts, "kind": e.kind, "job_id": e.job_id, "node": e.node, "team": e.team,
                 "message": e.message} for e in evs if visible is None or e.team is None or e.team in visible]

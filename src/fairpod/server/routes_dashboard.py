@@ -13,24 +13,20 @@ from pydantic import BaseModel, Field
 
 from fairpod.model.jobs import JobState
 from fairpod.server.auth import Auth
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.server.queue_positions import QueuePositions
 from fairpod.server.task_index import (
     PAGE_ORDER,
     RecentRow,
     TaskRow,
-    recent_rows,
-    unfinished_counts,
-    unfinished_page,
-    unfinished_rows,
 )
 from fairpod.server.usage import WINDOWS, history
 from fairpod.server.views import reason_now
 from fairpod.store import Job
 
 
-def _teams_for(cp: ControlPlane, visible: list[str] | None, team: str | None, user: str) -> list[str] | None:
+def _teams_for(cp: Core, visible: list[str] | None, team: str | None, user: str) -> list[str] | None:
     if team is None:
         return visible
     if visible is not None and team not in visible:
@@ -47,7 +43,7 @@ def _window(window: str) -> float:
     return WINDOWS[window][0]
 
 
-def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, states: list[JobState] | None,
+def tasks_view(cp: Core, teams: list[str] | None, group: str | None, states: list[JobState] | None,
                window: str, finished_limit: int, limit: int = 500, offset: int = 0,
                queues: QueuePositions | None = None) -> dict[str, Any]:
     """Counts over every unfinished job and the recent window; the unfinished tasks' rows from ``offset``, at
@@ -63,7 +59,7 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
             names = ", ".join(g.name for g in cp.spec.cluster.instance_groups)
             raise Problem(404, "no such instance group", f"no instance group {group!r} (there are: {names})")
         group_type = g.node_type
-        group_nodes = {n.name for n in cp.store.list_nodes(instance_group=group)}
+        group_nodes = {n.name for n in cp.queries.list_nodes(instance_group=group)}
 
     def in_group(j: Job | TaskRow | RecentRow) -> bool:
         if group is None:
@@ -73,19 +69,19 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
         return j.instance_type == group_type
 
     positions, positions_at = (queues or QueuePositions()).read(cp, teams)  # never waits for a long turn
-    recent = [j for j in recent_rows(cp.store, now - span, now + 1, teams, group is not None) if in_group(j)]
+    recent = [j for j in cp.queries.recent_rows(now - span, now + 1, teams, group is not None) if in_group(j)]
     counts = {s.value: 0 for s in JobState}
     want = set(states) if states else None
     if group is None:  # counted in the store; only the page's (state, team) runs read (task_index.unfinished_page)
-        unfinished = unfinished_counts(cp.store, teams)
+        unfinished = cp.queries.unfinished_counts(teams)
         for state in PAGE_ORDER:
             counts[state.value] = unfinished.count(state)
         waiting_again = unfinished.waiting_again
         shown = tuple(s for s in PAGE_ORDER if want is None or s in want)
         total = sum(unfinished.count(s) for s in shown)
-        page_ids = unfinished_page(cp.store, unfinished, shown, positions, offset, limit)
+        page_ids = cp.queries.unfinished_page(unfinished, shown, positions, offset, limit)
     else:  # an instance group's jobs: by their placement or instance type, row by row
-        active = [j for j in unfinished_rows(cp.store, teams, True) if in_group(j)]
+        active = [j for j in cp.queries.unfinished_rows(teams, True) if in_group(j)]
         for j in active:
             counts[j.state.value] += 1
         waiting_again = sum(1 for j in active if j.state == JobState.PENDING and j.preemptions > 0)
@@ -100,11 +96,11 @@ def tasks_view(cp: ControlPlane, teams: list[str] | None, group: str | None, sta
               if j.first_started_at is not None and j.first_started_at >= now - span]
     ran = [j.finished_at - j.first_started_at for j in recent
            if j.finished_at is not None and j.first_started_at is not None and j.finished_at >= now - span]
-    found = cp.store.get_jobs(page_ids)
+    found = cp.queries.get_jobs(page_ids)
     page = [found[i] for i in page_ids if i in found]  # one that ended meanwhile and was deleted: left out
     ended = sorted((j for j in recent if j.state.finished and (want is None or j.state in want)),
                    key=lambda j: -(j.finished_at or 0))[:finished_limit]
-    found = cp.store.get_jobs([j.id for j in ended])
+    found = cp.queries.get_jobs([j.id for j in ended])
     done = [found[j.id] for j in ended if j.id in found]
     out = []
     for j in page + done:
@@ -161,7 +157,7 @@ class Redeem(BaseModel):
     code: str = Field(min_length=1, max_length=200)
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     links = SignInLinks()
     queues = QueuePositions()  # the queue positions the tasks page read last (served while a turn runs)
 
@@ -178,10 +174,9 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if user is None:
             raise Problem(401, "not authenticated", "the sign-in link is unknown, used or expired; run "
                           "'fairpod dashboard' for a new one")
-        if cp.store.get_user(user) is None:
+        if cp.queries.get_user(user) is None:
             raise Problem(401, "not authenticated", f"user {user} no longer exists")
-        token = cp.store.issue_token(user, "dashboard sign-in link")
-        cp.store.append_audit(user, "dashboard.signin", user, {})
+        token = cp.issue_token(user, "dashboard sign-in link", user, "dashboard.signin")
         return {"token": token, "user": user}
 
     @api.get("/me", tags=["dashboard"])

@@ -8,23 +8,24 @@ from typing import Any
 from fastapi import APIRouter, Query
 
 from fairpod.governance import explain
+from fairpod.governance.snapshot import Snapshot
 from fairpod.model.jobs import JobState
 from fairpod.server.api_rules import rules
 from fairpod.server.array_refs import find_job
 from fairpod.server.auth import Auth
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.server.runs import to_engine
 
 
-def _itype(cp: ControlPlane, teams: list[str], given: str | None) -> str:
-    types = sorted(cp.snap.by_type) or sorted({it for t in cp.snap.teams.values() for it in t.quota})
+def _itype(snap: Snapshot, teams: list[str], given: str | None) -> str:
+    types = sorted(snap.by_type) or sorted({it for t in snap.teams.values() for it in t.quota})
     if given is not None:
         if given not in types:
             raise Problem(422, "invalid request", f"instance_type: the cluster has no {given} (it has: "
                           f"{', '.join(types) or 'none'})")
         return given
-    held = [it for it in types if any(cp.snap.teams[t].q(it)[0] or cp.snap.teams[t].u(it)[0] for t in teams)]
+    held = [it for it in types if any(snap.teams[t].q(it)[0] or snap.teams[t].u(it)[0] for t in teams)]
     if len(held) == 1 or (held and len(types) > 1 and len(set(held)) == 1):
         return held[0]
     if len(types) == 1:
@@ -32,15 +33,15 @@ def _itype(cp: ControlPlane, teams: list[str], given: str | None) -> str:
     raise Problem(422, "invalid request", f"name one instance type with instance_type ({', '.join(held or types)})")
 
 
-def _names(cp: ControlPlane, p: Any, offers: list[dict[str, Any]]) -> None:
+def _names(cp: Core, p: Any, offers: list[dict[str, Any]]) -> None:
     """Job ids as names; a member sees the other teams' offers without their job names."""
     visible = p.visible_teams()
     for o in offers:
-        job = cp.store.get_job(int(o["job"])) if o["job"] and str(o["job"]).isdigit() else None
+        job = cp.queries.get_job(int(o["job"])) if o["job"] and str(o["job"]).isdigit() else None
         o["job"] = None if visible is not None and o["team"] not in visible else (job.name if job else o["job"])
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     @api.get("/explain/teams", tags=["explain"], openapi_extra=rules({422: [
         "instance_type: an instance type of the cluster; without it, the two teams hold quota or use of one only"]}))
     def explain_teams(p: Auth, team: list[str] = Query(description="two different teams", min_length=2,
@@ -53,9 +54,11 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                 raise Problem(404, "no such team", f"no team {t!r}")
             if not p.sees_team(t):
                 raise Problem(403, "forbidden", f"user {p.name} cannot see team {t}")
-        with cp.lock:
-            it = _itype(cp, team, instance_type)
-            out = explain.compare(cp.snap, team[0], team[1], it)
+
+        def compare(snap: Snapshot) -> dict[str, Any]:
+            return explain.compare(snap, team[0], team[1], _itype(snap, team, instance_type))
+
+        out = cp.engine_read(compare, lock=True)
         _names(cp, p, out["next_idle"])
         return out
 
@@ -64,19 +67,24 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         job = find_job(cp, p, ref, team)
         out: dict[str, Any] = {"job": job.name, "team": job.team, "state": job.state.value, "reason": job.reason,
                                "instance_type": job.instance_type}
-        with cp.lock:
-            w = cp.snap.pending.get(to_engine(job.id))
-            t = cp.snap.teams.get(job.team)
+
+        def look(snap: Snapshot) -> bool:
+            w = snap.pending.get(to_engine(job.id))
+            t = snap.teams.get(job.team)
             if t is None:
-                return out
+                return False
             it = w.itype if w is not None else job.instance_type
-            out["levels"] = explain.levels(cp.snap, t, it)
+            out["levels"] = explain.levels(snap, t, it)
             if job.state == JobState.PENDING and w is not None:
                 out["queue_position"] = t.queue.position(w.id)
-                out["team_check"] = explain.holds(cp.snap, w)
-                offers = explain.next_idle(cp.snap, it)
+                out["team_check"] = explain.holds(snap, w)
+                offers = explain.next_idle(snap, it)
                 out["next_idle"] = offers
                 head = next((o for o in offers if o["team"] == job.team), None)
                 out["team_head"] = bool(head and head["job"] == to_engine(job.id))
+            return True
+
+        if not cp.engine_read(look, lock=True):
+            return out
         _names(cp, p, out.get("next_idle", []))
         return out

@@ -17,7 +17,7 @@ from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server import array_refs
 from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, SERVICE_QUOTA, rules
 from fairpod.server.auth import Auth, current_principal, require_team
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.limits import MAX_EXACT, MAX_ID, SinceId, Whole
@@ -55,7 +55,7 @@ def as_json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str
     return JSONResponse(data, status_code=status_code, headers=headers)
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     @api.post("/jobs", status_code=201, tags=["jobs"], response_model=dict[str, Any],
               openapi_extra=rules({400: [JOB_FITS], 422: [JOB_FIELDS, SERVICE_QUOTA]}))
     def submit_job(spec: JobSpec, p: Auth,
@@ -64,7 +64,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                                                                     "first job instead of submitting another"),
                    ) -> JSONResponse:
         require_team(p, spec.team)
-        replay = idempotency_key is not None and cp.store.submitted_with(p.name, idempotency_key) is not None
+        replay = idempotency_key is not None and cp.queries.submitted_with(p.name, idempotency_key) is not None
         job = cp.submit(spec, p.name, idempotency_key)
         if job.name != spec.name or job.team != spec.team:
             raise Problem(409, "idempotency key reused",
@@ -83,7 +83,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         and SLURM_ARRAY_TASK_ID (and the array's id, count, min and max) in its env."""
         spec = body.job
         require_team(p, spec.team)
-        replay = idempotency_key is not None and cp.store.submitted_with(p.name, idempotency_key) is not None
+        replay = idempotency_key is not None and cp.queries.submitted_with(p.name, idempotency_key) is not None
         tasks = cp.submit_array(spec, body.array, p.name, idempotency_key)
         if replay:
             response.status_code = 200
@@ -105,7 +105,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         visible = p.visible_teams()
         if team is not None:
             known = [t.name for t in cp.spec.teams]
-            if team not in known and not cp.store.count_jobs(team=[team]):  # (a deleted team's jobs stay listed)
+            if team not in known and not cp.queries.count_jobs(team=[team]):  # (a deleted team's jobs stay listed)
                 mine = known if visible is None else [t for t in known if t in visible]
                 close = difflib.get_close_matches(team, mine, n=1, cutoff=0.6)
                 raise Problem(404, "unknown team", f"unknown team {team}" + (f" (did you mean {close[0]}?)" if close
@@ -115,7 +115,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
             teams: list[str] | None = [team]
         else:
             teams = visible
-        with cp.store.tx(write=False) as t:  # the page and its count from one snapshot, never behind the lock
+        with cp.queries.read() as t:  # the page and its count from one snapshot, never behind the lock
             jobs = t.list_jobs(team=teams, state=state, limit=limit or None, offset=offset, descending=True)
             full_page = bool(limit) and len(jobs) == limit
             total = t.count_jobs(team=teams, state=state) if full_page or offset else len(jobs)
@@ -132,7 +132,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         cp.eta.ensure(cp, [job, *(tasks or [])])  # a job submitted since the last estimates gets one now
         out = job_view(cp, job, detail=True, reader=p)
         out["events"] = [{"ts": e.ts, "kind": e.kind, "message": e.message}
-                         for e in cp.store.list_events(job_id=job.id, limit=200)]
+                         for e in cp.queries.list_events(job_id=job.id, limit=200)]
         if tasks is not None:
             out["array_tasks"] = [{k: v[k] for k in ("id", "name", "state", "reason", "estimated_start")}
                                   | {"task_id": (v["array"] or {}).get("task_id")}
@@ -177,7 +177,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
     @api.get("/jobs/{ref}/events", tags=["jobs"])
     def job_events(ref: str, p: Auth, team: str | None = None, since_id: SinceId = None) -> dict[str, Any]:
         job = array_refs.resolve(cp, p, ref, team)[0]
-        evs = cp.store.list_events(job_id=job.id, since_id=since_id, limit=1000)
+        evs = cp.queries.list_events(job_id=job.id, since_id=since_id, limit=1000)
         return {"events": [_ev(e) for e in evs]}
 
     @api.post("/jobs/{ref}/progress", tags=["jobs"])
@@ -253,7 +253,7 @@ def _ev(e: Any) -> dict[str, Any]:
             "message": e.message, "data": e.data}
 
 
-async def _stream(cp: ControlPlane, job_id: int, key: str, replica: int, follow: bool,
+async def _stream(cp: Core, job_id: int, key: str, replica: int, follow: bool,
                   tail: int | None = None) -> AsyncIterator[bytes]:
     """The replica's log of the latest attempt (its last ``tail`` lines), ``CHUNK`` bytes at a time, as the file
     holds it when asked; with follow, new output until the job has finished (offsets in the output: a log over
@@ -280,7 +280,7 @@ async def _stream(cp: ControlPlane, job_id: int, key: str, replica: int, follow:
             await asyncio.sleep(0)
         if not follow:
             return
-        job = cp.store.get_job(job_id)
+        job = cp.queries.get_job(job_id)
         if job is None or job.state.finished:
             idle_after_end += 1
             if idle_after_end > 1:

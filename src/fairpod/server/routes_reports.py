@@ -18,9 +18,8 @@ from fairpod.model.spec import ClusterSpec
 from fairpod.server import goodput
 from fairpod.server.api_rules import rules
 from fairpod.server.auth import Auth, Principal
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
-from fairpod.server.rollups import integrals
 from fairpod.store import Job
 from fairpod.store.usage import TEAM
 
@@ -89,10 +88,10 @@ def run_windows(job: Job, events: list[Any], now: float) -> list[list[float]]:
     return out
 
 
-def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] | None) -> dict[str, Any]:
+def usage_report(cp: Core, since: float, until: float, teams: list[str] | None) -> dict[str, Any]:
     now = cp.clock()
     edges = day_edges(since, until)
-    ints = integrals(cp.store, edges, min(until, now))  # the days' hourly buckets, and the samples for the rest
+    ints = cp.queries.integrals(edges, min(until, now))  # the days' hourly buckets, and the samples for the rest
     usage: list[dict[str, Any]] = []
     totals: dict[tuple[str, str], dict[str, float]] = {}
     for (kind, team, itype), figs in sorted(ints.series.items()):
@@ -114,8 +113,8 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
                           "utilization": round(used / quota, 4) if quota else None,
                           "recorded_hours": round(ints.covered[i] / 3600, 4)})
     usage.sort(key=lambda r: (r["date"], r["team"], r["instance_type"]))
-    jobs = cp.store.jobs_between(since, until, teams)
-    events = cp.store.job_lifecycle_events([j.id for j in jobs], (OPENS, *CLOSES))
+    jobs = cp.queries.jobs_between(since, until, teams)
+    events = cp.queries.job_lifecycle_events([j.id for j in jobs], (OPENS, *CLOSES))
     by_job: dict[int, list[Any]] = {}
     for e in events:
         by_job.setdefault(e.job_id, []).append(e)
@@ -137,9 +136,9 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
             "preemptions": j.preemptions, "restarts": j.attempt,
             "running_now": j.state in (JobState.RUNNING, JobState.PREEMPTED),
         })  # fmt: skip
-    first, last = cp.store.usage_span()
+    first, last = cp.queries.usage_span()
     # samples are deleted a while after they are rolled up into buckets: the oldest bucket may be older
-    first = min((t for t in (first, cp.store.first_rollup()) if t is not None), default=None)
+    first = min((t for t in (first, cp.queries.first_rollup()) if t is not None), default=None)
     return {
         "from": iso(since), "to": iso(until), "timezone": "UTC",
         "samples": {"first": iso(first), "last": iso(last)},
@@ -150,14 +149,14 @@ def usage_report(cp: ControlPlane, since: float, until: float, teams: list[str] 
         "groups": group_totals(cp.spec, totals),
         "tasks": tasks,
         "goodput": goodput_of(cp, since, until, teams),  # per team, and the cluster's under "*"
-        "budgets": cp.budgets.rows(cp, teams),  # the current period of every budget (docs/policies.md)
+        "budgets": cp.budget_rows(teams),  # the current period of every budget (docs/policies.md)
     }  # fmt: skip
 
 
-def goodput_of(cp: ControlPlane, since: float, until: float, teams: list[str] | None) -> dict[str, Any]:
+def goodput_of(cp: Core, since: float, until: float, teams: list[str] | None) -> dict[str, Any]:
     """Goodput per team (and the cluster's under "*") of the attempts that ended in the period
     (:mod:`fairpod.server.goodput`)."""
-    gp = [e for e in cp.store.list_events(kind=goodput.EVENT, limit=None, ts_from=since, ts_to=until)
+    gp = [e for e in cp.queries.list_events(kind=goodput.EVENT, limit=None, ts_from=since, ts_to=until)
           if teams is None or e.team in teams]
     return goodput.by_team(gp)
 
@@ -197,7 +196,7 @@ TO = Query(default=None, description="YYYY-MM-DD (inclusive, UTC) or ISO date-ti
 TEAMS = Query(default=None, description="only these teams (repeatable)")
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     @api.get("/reports/usage", tags=["reports"], openapi_extra=RULES)
     def report_usage(
         p: Auth,
@@ -222,7 +221,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
                 "goodput": goodput_of(cp, since, until, teams_asked(cp, p, team, until))}
 
 
-def period(cp: ControlPlane, from_: str | None, to: str | None) -> tuple[float, float]:
+def period(cp: Core, from_: str | None, to: str | None) -> tuple[float, float]:
     """A report's period from its ``from`` and ``to`` (default: the 7 days before now), checked."""
     until = parse_time(to, "to", end=True) if to else cp.clock()
     since = parse_time(from_, "from", end=False) if from_ else until - 7 * 86400
@@ -235,7 +234,7 @@ def period(cp: ControlPlane, from_: str | None, to: str | None) -> tuple[float, 
     return since, until
 
 
-def teams_asked(cp: ControlPlane, p: Principal, team: list[str] | None, until: float) -> list[str] | None:
+def teams_asked(cp: Core, p: Principal, team: list[str] | None, until: float) -> list[str] | None:
     """The teams a report covers: those asked for (each visible to ``p`` and existing now or before ``until``),
     else all that ``p`` sees (None: every team)."""
     visible = p.visible_teams()
@@ -246,6 +245,6 @@ def teams_asked(cp: ControlPlane, p: Principal, team: list[str] | None, until: f
     hidden = [t for t in team if visible is not None and t not in visible]
     if hidden:
         raise Problem(403, "forbidden", f"user {p.name} is not a member of team(s) {', '.join(hidden)}")
-    if unknown and not cp.store.jobs_between(0, until, unknown):
+    if unknown and not cp.queries.jobs_between(0, until, unknown):
         raise Problem(404, "no such team", f"no team {', '.join(unknown)} now or in the past")
     return list(team)

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from fairpod.server.array_refs import find_job
 from fairpod.server.auth import current_principal, require_team
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.server.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.limits import Whole
@@ -23,7 +23,7 @@ class Ready(BaseModel):
     attempt: Annotated[int, Field(ge=0, le=1_000_000, strict=True), Whole]
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     def the_job(ref: str, request: Request, job_token: int | None, team: str | None) -> Job:
         if job_token is not None:
             return job_for_token(cp, job_token, ref)

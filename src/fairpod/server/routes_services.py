@@ -9,12 +9,12 @@ from fastapi import APIRouter
 from fairpod.model.jobs import JobState
 from fairpod.server.array_refs import find_job
 from fairpod.server.auth import Auth
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.store import Job
 
 
-def service_view(cp: ControlPlane, job: Job) -> dict[str, Any]:
+def service_view(cp: Core, job: Job) -> dict[str, Any]:
     """A service as ``get-service`` shows it: its address (None until it first ran in this control plane) and
     the endpoints that take requests now."""
     svc = job.spec.service
@@ -45,7 +45,7 @@ def restarts(job: Job) -> list[dict[str, Any]]:
             for r, c in sorted(crashes.items(), key=lambda kv: int(kv[0])) if int(r) < job.nodes]
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     @api.get("/services/{ref}", tags=["services"], response_model=dict[str, Any])
     def get_service(ref: str, p: Auth, team: str | None = None) -> dict[str, Any]:
         job = find_job(cp, p, ref, team)
@@ -58,7 +58,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         teams = [team] if team else p.visible_teams()
         if team is not None and not p.sees_team(team):
             raise Problem(403, "forbidden", f"user {p.name} is not a member of team {team}")
-        with cp.store.tx(write=False) as t:
+        with cp.queries.read() as t:
             jobs = t.list_jobs(team=teams, finished=False)
         return {"services": [service_view(cp, j) for j in jobs if j.spec.service is not None
                              and not j.state.finished]}

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field
 from fairpod.model.spec import ClusterSpec, SpecError, parse_spec
 from fairpod.server.api_rules import SPEC_RULES, body_of, rules
 from fairpod.server.auth import Auth, require_admin
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.server.limits import MAX_EXACT, MAX_ID, Whole
 from fairpod.server.spec_changes import diff, dry_run
@@ -22,14 +22,14 @@ class Rollback(BaseModel):
     version: Annotated[int, Whole] = Field(ge=1, le=MAX_EXACT, strict=True, description="the spec version to go back to")
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     @api.get("/spec/history", tags=["cluster"])
     def spec_history(p: Auth, limit: int = Query(default=100, ge=1, le=10_000)) -> dict[str, Any]:
         """Every applied spec version, newest first: who applied it, when, and how."""
-        current = cp.store.spec_version()
+        current = cp.queries.spec_version()
         return {"current": current, "versions": [
             {"version": v.version, "applied_at": v.applied_at, "actor": v.actor, "action": v.action,
-             "current": v.version == current} for v in cp.store.spec_history(limit)]}
+             "current": v.version == current} for v in cp.queries.spec_history(limit)]}
 
     @api.get("/spec/history/{version}", tags=["cluster"])
     def spec_version(version: int, p: Auth) -> dict[str, Any]:
@@ -37,7 +37,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if not 1 <= version <= MAX_ID:
             raise Problem(404, "not found", f"spec version {version} is not in the history")
         try:
-            v = cp.store.spec_at(version)
+            v = cp.queries.spec_at(version)
         except NotFound as e:
             raise Problem(404, "not found", str(e)) from None
         assert v.spec is not None
@@ -61,12 +61,12 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         """Apply an earlier version of the spec again (as a new version)."""
         require_admin(p)
         try:
-            v = cp.store.spec_at(body.version)
+            v = cp.queries.spec_at(body.version)
         except NotFound as e:
             raise Problem(404, "not found", str(e)) from None
         assert v.spec is not None
         changed = v.spec.model_dump(mode="json") != cp.spec.model_dump(mode="json")
         if changed:
             cp.replace_spec(v.spec, actor=p.name, action=f"spec.rollback to {v.version}")
-            cp.store.append_audit(p.name, "spec.rollback", "cluster", {"to_version": v.version})
-        return {"changed": changed, "version": cp.store.spec_version(), "spec": cp.spec.model_dump(mode="json")}
+            cp.audit(p.name, "spec.rollback", "cluster", {"to_version": v.version})
+        return {"changed": changed, "version": cp.queries.spec_version(), "spec": cp.spec.model_dump(mode="json")}

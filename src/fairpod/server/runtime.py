@@ -81,8 +81,8 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
 def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool, elector: Elector | None) -> Runtime:
     from fairpod.health.manager import HealthManager
     from fairpod.server.app import create_app
+    from fairpod.server.core.transitions.services import Services
     from fairpod.server.jobtoken import job_secret, launch_env
-    from fairpod.server.services import Services
 
     # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
     # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.

@@ -19,7 +19,8 @@ from fairpod.model.spec import ClusterSpec
 from fairpod.server.runs import from_engine
 
 if TYPE_CHECKING:
-    from fairpod.server.core import ControlPlane
+    from fairpod.governance.snapshot import Snapshot
+    from fairpod.server.core.api import Core
 
 
 def as_yaml(spec: ClusterSpec) -> str:
@@ -32,20 +33,23 @@ def diff(old: ClusterSpec, new: ClusterSpec, old_name: str = "live", new_name: s
                                         fromfile=old_name, tofile=new_name))
 
 
-def _decisions(cp: ControlPlane, spec: ClusterSpec) -> tuple[dict[str, Preempt], dict[str, Admit]]:
+def _decisions(cp: Core, spec: ClusterSpec) -> tuple[dict[str, Preempt], dict[str, Admit]]:
     decided = net_changes(schedule(cp.build_snapshot(spec)))
     return ({d.job: d for d in decided if isinstance(d, Preempt)},
             {d.job: d for d in decided if isinstance(d, Admit)})
 
 
-def dry_run(cp: ControlPlane, new: ClusterSpec) -> dict[str, Any]:
+def dry_run(cp: Core, new: ClusterSpec) -> dict[str, Any]:
     """What applying ``new`` would do now (see the module's doc); the caller checked ``new`` is valid."""
-    with cp.lock:
+    def look(_: Snapshot) -> tuple[Any, ...]:  # under the lock: both specs' decisions from one state
         old = cp.spec
-        gone = sorted(cp.store.unfinished_teams() - {t.name for t in new.teams})
+        gone = sorted(cp.queries.unfinished_teams() - {t.name for t in new.teams})
         pre_old, adm_old = _decisions(cp, old)
         pre_new, adm_new = _decisions(cp, new)
-        jobs = cp.store.get_jobs(int(j) for j in {*pre_new, *adm_new})
+        return old, gone, pre_old, adm_old, pre_new, adm_new, cp.queries.get_jobs(
+            int(j) for j in {*pre_new, *adm_new})
+
+    old, gone, pre_old, adm_old, pre_new, adm_new, jobs = cp.engine_read(look, lock=True)
     def who(jid: str) -> dict[str, Any]:
         job = jobs.get(from_engine(jid))
         return {"id": from_engine(jid), "name": job.name if job else None, "team": job.team if job else None}

@@ -22,11 +22,12 @@ from dataclasses import dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fairpod.server.core.api import Core
+from fairpod.governance.snapshot import Snapshot
+from fairpod.model.spec import ClusterSpec
+from fairpod.server.core.api import Busy, Core
 from fairpod.server.figures import instance_types, team_figures
 from fairpod.server.rollups import EVERY as ROLL_EVERY
 from fairpod.server.rollups import PASS_ROWS as ROLL_ROWS
-from fairpod.server.rollups import integrals, roll_up
 from fairpod.store import StoreError
 from fairpod.store.usage import GROUP, TEAM, UsageSample
 
@@ -56,9 +57,13 @@ class CycleHistogram:
 
 def current_samples(cp: Core, groups_of: dict[str, str]) -> list[UsageSample]:
     """The figures now: one series per instance group, one per team and instance type it has quota on or uses."""
-    snap = cp.snap
+    return cp.engine_read(lambda snap: samples_of(snap, cp.spec, groups_of))
+
+
+def samples_of(snap: Snapshot, spec: ClusterSpec, groups_of: dict[str, str]) -> list[UsageSample]:
+    """:func:`current_samples` of the engine's snapshot ``snap`` under ``spec``."""
     out: list[UsageSample] = []
-    for g in cp.spec.cluster.instance_groups:
+    for g in spec.cluster.instance_groups:
         nodes = [n for name, n in snap.nodes.items() if groups_of.get(name) == g.name]
         cap = [sum(n.cap[d] for n in nodes) for d in range(3)]
         used = [sum(n.cap[d] - n.free[d] for n in nodes) for d in range(3)]
@@ -100,15 +105,15 @@ class UsageSampler:
             self._sample(cp)
             if self.last_write - self.last_roll >= ROLL_EVERY:  # samples written since: sum them into buckets
                 per_pass = max(15, ROLL_ROWS // max(1, len(self.last or ())))  # ~ROLL_ROWS rows read a pass
-                behind = roll_up(cp.store, self.last_write, samples=per_pass)
+                behind = cp.roll_up_usage(self.last_write, per_pass)
                 self.last_roll = -math.inf if behind else self.last_write  # behind (an upgrade): again next turn
         except (StoreError, SQLAlchemyError) as e:  # a full disk must not stop scheduling
             log.warning("could not record usage: %s", e)
 
     def _sample(self, cp: Core) -> None:
-        nodes = frozenset(cp.snap.nodes)
+        nodes = cp.engine_read(lambda snap: frozenset(snap.nodes))
         if nodes != self._nodes_seen:
-            self._groups_of = cp.store.node_groups()
+            self._groups_of = cp.queries.node_groups()
             self._nodes_seen = nodes
         now = cp.clock()
         since = now - self.last_write
@@ -117,7 +122,7 @@ class UsageSampler:
         samples = current_samples(cp, self._groups_of)
         self.latest = (now, samples)
         if (samples != self.last and since >= self.min_interval) or since >= self.heartbeat:
-            cp.store.append_usage(now, samples)
+            cp.record_usage(now, samples)
             self.last, self.last_write = samples, now
             self.samples_written += 1
 
@@ -133,7 +138,7 @@ def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, obj
     step = span / n
     end = math.ceil(now / step) * step  # buckets aligned to the step, the last one holds now
     edges = [end - span + i * step for i in range(n + 1)]
-    ints = integrals(cp.store, edges, now)  # from the rollups where they fit
+    ints = cp.queries.integrals(edges, now)  # from the rollups where they fit
     visible = None if teams is None else set(teams)
     groups, team_rows = [], []
     for key in sorted(ints.series):
@@ -146,7 +151,7 @@ def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, obj
             team_rows.append({"team": name, "instance_type": itype, "in_use": ints.mean(key, "acc"),
                               "quota": ints.mean(key, "cap_acc"), "borrowed": ints.mean(key, "borrowed"),
                               "lent": ints.mean(key, "lent")})
-    groups_of = cp.store.node_groups()
+    groups_of = cp.queries.node_groups()
     now_at, current = now_figures(cp, groups_of)
     now_groups = [{"name": s.name, "instance_type": s.instance_type, "acc": s.acc, "vcpu": s.vcpu,
                    "memory_gib": s.memory_gib, "cap_acc": s.cap_acc, "cap_vcpu": s.cap_vcpu,
@@ -171,13 +176,15 @@ def now_figures(cp: Core, groups_of: dict[str, str]) -> tuple[float, list[UsageS
     most), as ``queue_positions`` does for queue positions. Before the sampler's first figures it waits."""
     sampler = getattr(cp, "usage", None)
     latest = sampler.latest if isinstance(sampler, UsageSampler) else None
+
+    def now(snap: Snapshot) -> tuple[float, list[UsageSample]]:
+        return cp.clock(), samples_of(snap, cp.spec, groups_of)
+
     if latest is None:
-        cp.lock.acquire()
-    elif not cp.lock.acquire(timeout=NOW_WAIT):
-        return latest
+        return cp.engine_read(now, lock=True)
     try:
-        return cp.clock(), current_samples(cp, groups_of)
-    finally:
-        cp.lock.release()
+        return cp.engine_read(now, wait=NOW_WAIT)
+    except Busy:
+        return latest
 
 

@@ -5,29 +5,32 @@ from __future__ import annotations
 from typing import Any
 
 from fairpod.executors import registry
+from fairpod.governance.snapshot import Snapshot
 from fairpod.governance.topology import domain_name
 from fairpod.model.catalog import InstanceType
 from fairpod.model.jobs import JobState
 from fairpod.server import goodput
 from fairpod.server.arrays import array_view
 from fairpod.server.auth import Principal
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.figures import group_figures, instance_types, team_figures
 from fairpod.server.nodes import status_labels
 from fairpod.server.runs import to_engine
 from fairpod.store import Job, Node
 
 
-def queue_position(cp: ControlPlane, job: Job) -> int | None:
+def queue_position(cp: Core, job: Job) -> int | None:
     if job.state != JobState.PENDING:
         return None
-    team = cp.snap.teams.get(job.team)
-    if team is None:
-        return None
-    return team.queue.position(to_engine(job.id))
+
+    def position(snap: Snapshot) -> int | None:
+        team = snap.teams.get(job.team)
+        return None if team is None else team.queue.position(to_engine(job.id))
+
+    return cp.engine_read(position)
 
 
-def reason_now(cp: ControlPlane, job: Job) -> str | None:
+def reason_now(cp: Core, job: Job) -> str | None:
     """The job's reason; for a running job admitted as a borrower whose lenders are no longer whom its team
     borrows from (a quota was cut, a lender's quota freed up), what its team borrows now, so the reason agrees
     with ``cluster show``."""
@@ -36,7 +39,7 @@ def reason_now(cp: ControlPlane, job: Job) -> str | None:
         return job.reason
     from fairpod.governance.quota import lending
 
-    now = lending(cp.snap, job.instance_type).get(job.team, {})
+    now = cp.engine_read(lambda snap: lending(snap, job.instance_type)).get(job.team, {})
     if set(job.borrowed_from) <= set(now):
         return job.reason
     then = ", ".join(job.borrowed_from)
@@ -51,7 +54,7 @@ HIDDEN = "(hidden)"
 _NO_TYPE = InstanceType(name="unknown", accelerators=0, vcpu=1, memory_gib=1)
 
 
-def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Principal | None = None) -> dict[str, Any]:
+def job_view(cp: Core, job: Job, *, detail: bool = False, reader: Principal | None = None) -> dict[str, Any]:
     """A job as the API shows it. Env values (where secrets live) only to those who act for the job's team
     (its members and admins) and to the job itself (``reader`` None): anyone else sees the keys only."""
     out: dict[str, Any] = {
@@ -99,7 +102,7 @@ def job_view(cp: ControlPlane, job: Job, *, detail: bool = False, reader: Princi
             exit=(job.run_state or {}).get("exits"),
             usage=usage_view(job),
             limits=limits_view(cp, job),
-            goodput=goodput.of_job(cp, job),
+            goodput=goodput.of_job(job, cp.queries.list_events, cp.attempt_state(job.id), cp.clock()),
         )
     return out
 
@@ -115,24 +118,25 @@ def usage_view(job: Job) -> dict[str, Any] | None:
             "replicas": per}
 
 
-def topology_view(cp: ControlPlane, job: Job) -> dict[str, Any] | None:
+def topology_view(cp: Core, job: Job) -> dict[str, Any] | None:
     """What the job asks of the topology and where it runs: per level (outermost first), the domains its
     replicas are in. None in a cluster without topology levels."""
     levels = cp.spec.cluster.topology_levels
     if not levels:
         return None
     placed: dict[str, list[str]] = {lv: [] for lv in levels}
-    for name in job.placement or ():
-        nd = cp.snap.nodes.get(name)
+    topos = cp.engine_read(lambda snap: [nd.topo if (nd := snap.nodes.get(name)) is not None else None
+                                         for name in job.placement or ()])
+    for topo in topos:
         for i, lv in enumerate(levels):
-            d = domain_name(nd.topo[i]) if nd is not None and i < len(nd.topo) else "?"
+            d = domain_name(topo[i]) if topo is not None and i < len(topo) else "?"
             if d not in placed[lv]:
                 placed[lv].append(d)
     return {"required": job.spec.required_topology, "preferred": job.spec.preferred_topology,
             "placed": placed if job.placement else None}
 
 
-def limits_view(cp: ControlPlane, job: Job) -> dict[str, Any]:
+def limits_view(cp: Core, job: Job) -> dict[str, Any]:
     """The job's runtime bounds as in force: protected from preemption for ``min_runtime_seconds`` (at most the
     policy's maximum), stopped at ``max_runtime_seconds`` (its own or its class's), and its hang watch."""
     limit, action = cp.spec.runtime_limit(job.spec.max_runtime_seconds, job.spec.priority)
@@ -142,9 +146,8 @@ def limits_view(cp: ControlPlane, job: Job) -> dict[str, Any]:
             "hang_action": job.spec.hang_action if job.spec.hang_timeout_seconds is not None else None}
 
 
-def replicas_view(cp: ControlPlane, job: Job) -> list[dict[str, Any]]:
-    run = cp.runs.get(job.id)
-    info = run.to_json() if run else (job.run_state or {})
+def replicas_view(cp: Core, job: Job) -> list[dict[str, Any]]:
+    info = cp.attempt_state(job.id) or (job.run_state or {})
     exits = info.get("exits") or {}
     slots = info.get("slots") or {}
     out = []
@@ -162,15 +165,19 @@ def replicas_view(cp: ControlPlane, job: Job) -> list[dict[str, Any]]:
     return out
 
 
-def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> dict[str, Any]:
+def node_view(node: Node, cp: Core, reader: Principal | None = None) -> dict[str, Any]:
     """A node; a member sees the ids of its own teams' jobs on it, and only how many others there are."""
-    snode = cp.snap.nodes.get(node.name)
-    jobs = sorted(snode.jobs) if snode else []
     teams = reader.visible_teams() if reader is not None else None
-    others = 0
-    if teams is not None:
-        mine = [j for j in jobs if (w := cp.snap.running.get(j)) is not None and w.team in teams]
-        others, jobs = len(jobs) - len(mine), mine
+
+    def engine_node(snap: Snapshot) -> tuple[Any, list[str], int]:
+        snode = snap.nodes.get(node.name)
+        jobs = sorted(snode.jobs) if snode else []
+        if teams is None:
+            return snode, jobs, 0
+        mine = [j for j in jobs if (w := snap.running.get(j)) is not None and w.team in teams]
+        return snode, mine, len(jobs) - len(mine)
+
+    snode, jobs, others = cp.engine_read(engine_node)
     return {
         "name": node.name,
         "instance_group": node.instance_group,
@@ -198,7 +205,7 @@ def node_view(node: Node, cp: ControlPlane, reader: Principal | None = None) -> 
     }
 
 
-def enforced_view(cp: ControlPlane) -> dict[str, bool] | None:
+def enforced_view(cp: Core) -> dict[str, bool] | None:
     """Which of cpu / memory / devices / files a replica is held to on the node (fairpod.sandbox.capabilities):
     an executor whose nodes are all this host (fairpod.executors.registry); None where fairpod cannot tell (another
     executor's nodes)."""
@@ -209,7 +216,7 @@ def enforced_view(cp: ControlPlane) -> dict[str, bool] | None:
     return capabilities.host().view()
 
 
-def containers_view(cp: ControlPlane) -> dict[str, Any] | None:
+def containers_view(cp: Core) -> dict[str, Any] | None:
     """The container engine of the node and the images in its cache (fairpod.sandbox.container): an executor whose
     nodes are all this host; None where fairpod cannot tell (another executor's nodes)."""
     if not registry.on_this_host(cp.executor.name):
@@ -219,9 +226,12 @@ def containers_view(cp: ControlPlane) -> dict[str, Any] | None:
     return container.node_view()
 
 
-def cluster_view(cp: ControlPlane) -> dict[str, Any]:
+def cluster_view(cp: Core) -> dict[str, Any]:
     """Capacity and, per team and instance type, quota / in use / borrowed / lent / available."""
-    snap = cp.snap
+    return cp.engine_read(lambda snap: _cluster_view(cp, snap))
+
+
+def _cluster_view(cp: Core, snap: Snapshot) -> dict[str, Any]:
     capacity = {}
     teams: list[dict[str, Any]] = []
     for it in instance_types(snap):

@@ -20,7 +20,7 @@ Nodes. A Ray node is a fairpod node when it carries the custom resource ``fairpo
 (``ray start --resources '{"fairpod/instance-type:ml.g5.12xlarge": 1}' --num-gpus 4``) or the label
 ``fairpod/instance-type=<type>``. Its fairpod name is its Ray node name (``ray start --node-name``, by
 default its IP address); when another live node has that name already, ``<name>-<first 8 hex of the node
-id>``. :meth:`RayExecutor.cluster_nodes` is the table :mod:`fairpod.server.membership` turns into joins,
+id>``. :meth:`RayExecutor.cluster_nodes` is the table :mod:`fairpod.server.core.transitions.membership` turns into joins,
 faults and departures.
 
 State. Everything needed to pick up after a restart of the control plane is under ``root``:

@@ -1,8 +1,12 @@
-"""What the parts of the control plane (node membership, usage sampling, node health) use of its core.
+"""The door to the control plane's core: named commands, and reads that change nothing.
 
-They are given the :class:`fairpod.server.core.ControlPlane` itself, but know it only as this protocol,
-so that no module of ``fairpod.server`` imports the core and is imported by it at once. ``ControlPlane``
-names this protocol among its bases: what is listed here is what it promises.
+Every module outside :mod:`fairpod.server.core` (the routes, the views, the keepers, node health) knows the core
+only as :class:`Core`: it has no store, no snapshot, no lock and no live attempts to reach into. Reads of the
+store go through ``queries`` (:class:`fairpod.server.core.queries.Queries`, never behind the core's lock); reads
+of the engine's memory through :meth:`Core.engine_read`; every change through a named command, which takes the
+lock itself and writes the store, then the memory (one owner per transition: docs/architecture.md).
+:class:`fairpod.server.core.ControlPlane` implements this protocol; ``tests/test_layers.py`` checks that nothing
+outside the core reaches past it.
 """
 
 from __future__ import annotations
@@ -10,32 +14,103 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from fairpod.executors.base import Executor
 from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.model.jobs import JobSpec
 from fairpod.model.spec import ClusterSpec
-from fairpod.store.records import Job, Node
+from fairpod.server.core.queries import Queries
+from fairpod.store.records import Job, Node, User
+
+T = TypeVar("T")
+
+
+class Busy(Exception):
+    """The core's lock was not free within the wait given to :meth:`Core.engine_read` (a long turn)."""
 
 
 class Core(Protocol):
-    """The control plane's public side. Every method that changes state takes ``lock`` itself."""
+    """The control plane as the rest of fairpod sees it. Every command that changes state takes the lock itself."""
 
-    lock: threading.RLock
-    store: Any  # fairpod.server.batch.BatchingStore
+    queries: Queries  # the store, read only
     executor: Executor
     spec: ClusterSpec
-    snap: Snapshot
     home: Path
     clock: Callable[[], float]
     wake: threading.Event  # wakes the reconcile loop for a turn now
     cycles: int
     cycle_seconds: float
+    # what runs beside the core and the routes show: fairpod.server.eta.Estimates, usage.UsageSampler,
+    # turns.TurnHistogram, health.manager.HealthManager (None without node health), the services' keeper
+    eta: Any
+    usage: Any
+    turns: Any
+    health: Any
+    services: Any
 
+    # -- reads of the core's memory ------------------------------------------------------------------------
+    def engine_read(self, fn: Callable[[Snapshot], T], *, lock: bool = False, wait: float | None = None) -> T:
+        """``fn`` of the engine's snapshot; it must not change it. ``lock``: under the core's lock (a consistent
+        view; ``wait``: at most that many seconds for it, else :class:`Busy`); without, the snapshot as it is
+        now (it is replaced whole when rebuilt)."""
+        ...
+
+    def attempt_state(self, job_id: int) -> dict[str, Any] | None:
+        """A copy of the live attempt's state of a job (what the store keeps as ``run_state``); None if none."""
+        ...
+
+    def live_attempts(self) -> dict[int, int]:
+        """Job id -> attempt of every attempt whose replicas run (launched, not stopping)."""
+        ...
+
+    def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload: ...
+
+    def build_snapshot(self, spec: ClusterSpec, unfinished: list[Job] | None = None) -> Snapshot: ...
+
+    def throttled_arrays(self) -> list[tuple[int, list[tuple[int, Workload, bool]]]]:
+        """The throttled job arrays with held tasks (``fairpod.server.eta.Throttled``); call it in engine_read."""
+        ...
+
+    def output_seen(self, job: Job) -> float | None: ...
+
+    def budget_rows(self, teams: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every budget now (of ``teams``; None: all): team, instance type, period, hours used, its state."""
+        ...
+
+    def database_lost(self, e: BaseException) -> bool: ...  # e came of an unreachable database (server.outage)
+
+    # -- commands -------------------------------------------------------------------------------------------
     def event(self, kind: str, msg: str, job: Any = None, /, **data: Any) -> None: ...
 
-    def store_lost(self, e: BaseException) -> bool: ...  # e came of an unreachable database (server.outage)
+    def node_event(self, node: str, kind: str, msg: str, data: dict[str, Any]) -> None: ...
 
+    def audit(self, actor: str, action: str, target: str, detail: dict[str, Any]) -> None: ...
+
+    def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job: ...
+
+    def cancel(self, job: Job, actor: str, left: str | None = None) -> Job: ...
+
+    def report_progress(self, job: Job, step: int | None, checkpoint: str | None,
+                        next_checkpoint_in: float | None = None) -> Job: ...
+
+    def replace_spec(self, spec: ClusterSpec, actor: str = "fairpod", action: str = "spec.apply") -> None: ...
+
+    def create_user(self, name: str, role: Any, teams: list[str], actor: str) -> tuple[User, str]: ...
+
+    def issue_token(self, user: str, description: str, actor: str, action: str) -> str: ...
+
+    def revoke_user_tokens(self, user: str, actor: str) -> int: ...
+
+    def record_usage(self, now: float, samples: list[Any]) -> None: ...
+
+    def roll_up_usage(self, last_sample: float, samples: int) -> bool: ...
+
+    def prune(self, before: float, limit: int) -> Any: ...
+
+    def set_meta(self, key: str, value: str) -> None: ...
+
+    # nodes
     def add_node(self, name: str, group: str, itype: str, **fields: Any) -> None: ...
 
     def cordon(self, name: str, cordoned: bool = True) -> Node: ...
@@ -69,20 +144,3 @@ class Core(Protocol):
     def set_schedulable(self, node: str, schedulable: bool) -> None: ...
 
     def jobs_on(self, name: str) -> list[int]: ...
-
-    # job arrays (fairpod.server.arrays): throttled tasks kept out of the snapshot
-    array_holds: dict[int, Any]  # array job id -> fairpod.server.core.transitions.array_holds.Hold
-    restart_holds: dict[int, float]  # job id -> when its restart backoff ends (fairpod.server.core.transitions.backoff)
-
-    def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload: ...
-
-    # the watchdog (runtime limits, hangs); called from the reconcile loop, which holds the lock
-    runs: dict[int, Any]  # job id -> fairpod.server.runs.Run
-
-    def begin_stop(self, job: Job, run: Any, kind: str, reason: str) -> None: ...
-
-    def build_launch(self, job: Job, run: Any, ranks: list[int] | None = None) -> Any: ...
-
-    def output_seen(self, job: Job) -> float | None: ...
-
-    def gpu_utilization(self, job: Job, run: Any) -> list[float] | None: ...

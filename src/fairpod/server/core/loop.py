@@ -15,8 +15,8 @@ from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
 from fairpod.model.keys import job_id_of
-from fairpod.server import diskfull, membership, outage
-from fairpod.server.core.transitions import array_holds, backoff, restarts
+from fairpod.server import diskfull, outage
+from fairpod.server.core.transitions import array_holds, backoff, membership, restarts
 from fairpod.server.core.transitions.readiness import Readiness
 from fairpod.server.runs import from_engine
 
@@ -39,7 +39,7 @@ def standard_keepers(cp: Any) -> Keepers:
     backoff ran out (:mod:`fairpod.server.core.transitions.backoff`); then the usage
     sampler, retention, the watchdog (runtime limits, hangs), the fair-share history, restarts in place that are
     due (:mod:`fairpod.server.core.transitions.restarts`), gang readiness (:mod:`fairpod.server.core.transitions.readiness`) and log rules
-    (:mod:`fairpod.server.logrules`: the control plane's ``logwatch``, whose reader thread matches off the lock)."""
+    (:mod:`fairpod.server.core.transitions.logrules`: the control plane's ``logwatch``, whose reader thread matches off the lock)."""
     return Keepers(before=[cp.budgets.apply, membership.sync, array_holds.release, backoff.release],
                    after=[cp.usage.tick, cp.retention.tick, cp.watchdog.tick, cp.history.tick,
                           restarts.launch_due, Readiness().tick, cp.logwatch.tick])

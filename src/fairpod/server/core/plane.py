@@ -20,19 +20,22 @@ from fairpod.model.keys import job_id_of
 from fairpod.model.spec import ClusterSpec
 from fairpod.server import eta, outage
 from fairpod.server.batch import BatchingStore
-from fairpod.server.budgets import BudgetKeeper
 from fairpod.server.core.api import Core
+from fairpod.server.core.door import Door
+from fairpod.server.core.history import HistoryKeeper
 from fairpod.server.core.loop import Keepers, Loop, standard_keepers
 from fairpod.server.core.memory import Memory
+from fairpod.server.core.queries import Queries
 from fairpod.server.core.transitions import array_holds, priority, readiness, restarts
 from fairpod.server.core.transitions.attempt import AttemptLife
+from fairpod.server.core.transitions.budgets import BudgetKeeper
+from fairpod.server.core.transitions.logrules import LogWatch
 from fairpod.server.core.transitions.nodes import NodeTransitions
 from fairpod.server.core.transitions.resize import Resize
 from fairpod.server.core.transitions.serving import Serving
 from fairpod.server.core.transitions.submit import Submitting
+from fairpod.server.core.transitions.watchdog import Watchdog
 from fairpod.server.errors import WrongState
-from fairpod.server.fairshare_history import HistoryKeeper
-from fairpod.server.logrules import LogWatch
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.retention import Retention
 from fairpod.server.runs import (
@@ -48,7 +51,6 @@ from fairpod.server.submits import SubmitQueue
 from fairpod.server.turn_gate import TurnGate
 from fairpod.server.turns import TurnHistogram, TurnPace
 from fairpod.server.usage import UsageSampler
-from fairpod.server.watchdog import Watchdog
 from fairpod.store import Store, StoreError
 from fairpod.store.records import Job
 
@@ -57,7 +59,7 @@ log = logging.getLogger("fairpod.control")
 STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
-class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransitions, Loop, Core):
+class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransitions, Loop, Door, Core):
     """The control plane's core (see :mod:`fairpod.server.core` for its transitions)."""
 
     def __init__(
@@ -70,7 +72,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         keepers: Callable[[ControlPlane], Keepers] = standard_keepers,
     ) -> None:
         self.store = BatchingStore(store)  # batches the reconcile loop's job writes (fairpod.server.batch)
-        self.store.quiet = self.store_lost  # a lost database is said once (fairpod.server.outage)
+        self.store.quiet = self.database_lost  # a lost database is said once (fairpod.server.outage)
+        self.queries = Queries(self.store)  # what every other module reads of the store (core.queries)
         self.executor = executor
         self.home = Path(home)
         self.clock = clock
@@ -99,7 +102,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.budgets = BudgetKeeper()  # teams' accelerator-hours in the current budget periods
         self.health: Any = None  # fairpod.health.manager.HealthManager, when node health runs
         self.output_sizes: dict[int, tuple[int, dict[int, int], float]] = {}  # job -> (attempt, log sizes, written)
-        self.services: Any = None  # fairpod.server.services.Services: readiness, endpoints, drain (runtime.build)
+        self.services: Any = None  # fairpod.server.core.transitions.services.Services: readiness, endpoints, drain (runtime.build)
         self.array_holds: dict[int, array_holds.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         self.restart_holds: dict[int, float] = {}  # restarts backing off (fairpod.server.core.transitions.backoff)
         self._groups: dict[str, Any] = {}  # node -> its instance group or None (cleared when rebuilt)
@@ -108,10 +111,6 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.keepers = keepers(self)  # what runs beside the engine at every turn (loop.standard_keepers)
         with self.lock:
             self._recover()
-
-    def store_lost(self, e: BaseException) -> bool:
-        """True when ``e`` came of a database that cannot be reached: said once (fairpod.server.outage)."""
-        return outage.failed(self, e)
 
     def reload(self) -> None:
         """Forget the memory and build it again from the store (after a failed store write)."""

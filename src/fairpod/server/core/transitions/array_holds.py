@@ -15,11 +15,12 @@ from fairpod.model.arrays import ArrayError, parse_array, task_env
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.arrays import array_of
 from fairpod.server.errors import InvalidJob
+from fairpod.server.eta import Throttled
 from fairpod.server.runs import to_engine
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
-    from fairpod.server.core.api import Core
+    from fairpod.server.core.state import CoreState
 
 HELD_REASON = "held: the array runs at most {limit} tasks at a time"
 
@@ -31,7 +32,7 @@ class Hold:
     held: list[int] = field(default_factory=list)  # job ids kept out of the snapshot, in task order
 
 
-def hold_back(cp: Core, jobs: list[Job]) -> None:
+def hold_back(cp: CoreState, jobs: list[Job]) -> None:
     """After the snapshot was (re)built from ``jobs`` (the unfinished ones): take out of it the pending tasks
     of throttled arrays beyond their limit."""
     holds: dict[int, Hold] = {}
@@ -54,7 +55,7 @@ def hold_back(cp: Core, jobs: list[Job]) -> None:
     cp.array_holds = {k: h for k, h in holds.items() if h.held}
 
 
-def release(cp: Core) -> None:
+def release(cp: CoreState) -> None:
     """Let held tasks into the snapshot while their array runs fewer than its limit (under ``cp.lock``)."""
     holds = cp.array_holds
     for aid, h in list(holds.items()):
@@ -71,7 +72,7 @@ def release(cp: Core) -> None:
             del holds[aid]
 
 
-def forget(cp: Core, ids: list[int]) -> None:
+def forget(cp: CoreState, ids: list[int]) -> None:
     """Cancelled tasks leave their arrays' held lists at once (under ``cp.lock``): ``release`` would otherwise
     read each of them back from the store, one by one, inside the next turns (a 10,000-task array's cancel)."""
     gone = set(ids)
@@ -119,7 +120,7 @@ def insert_tasks(t: Any, spec: JobSpec, resolved: Any, text: str, indices: list[
     return tasks
 
 
-def admit_tasks(cp: Core, tasks: list[Job], limit: int | None) -> None:
+def admit_tasks(cp: CoreState, tasks: list[Job], limit: int | None) -> None:
     """The first ``limit`` tasks go to the engine; the rest are held."""
     hold = Hold(limit or len(tasks), [j.id for j in tasks])
     for i, job in enumerate(tasks):
@@ -129,3 +130,24 @@ def admit_tasks(cp: Core, tasks: list[Job], limit: int | None) -> None:
             hold.held.append(job.id)
     if hold.held:
         cp.array_holds[tasks[0].id] = hold
+
+
+def throttled(cp: CoreState) -> Throttled:
+    """The throttled arrays with held tasks, as ``fairpod.server.eta.held_starts`` needs them (the lock is held:
+    the estimates ask through ``Core.throttled_arrays``). The held tasks are read in one query and looked up in a set: one read and a list scan per held task made a 10,000-task array's
+    refresh hold the lock for tens of seconds, and every request and turn waited."""
+    out: Throttled = []
+    running, pending = cp.snap.running, cp.snap.pending
+    for h in cp.array_holds.values():
+        held = set(h.held)
+        jobs = cp.store.get_jobs([j for j in h.held if to_engine(j) not in running and to_engine(j) not in pending])
+        tasks = []
+        for jid in h.tasks:
+            w = running.get(to_engine(jid)) or pending.get(to_engine(jid))
+            if w is None and jid in held:
+                job = jobs.get(jid)
+                w = cp.workload(job) if job is not None and job.state == JobState.PENDING else None
+            if w is not None:
+                tasks.append((jid, w, jid in held))
+        out.append((h.limit, tasks))
+    return out

@@ -16,7 +16,7 @@ from fairpod.model.keys import job_id_of
 from fairpod.model.spaces import files_key
 from fairpod.sandbox import capabilities
 from fairpod.server import goodput, identity
-from fairpod.server.core.transitions import backoff, rayjobs, readiness, resize, restarts
+from fairpod.server.core.transitions import backoff, goodput_spans, rayjobs, readiness, resize, restarts
 from fairpod.server.runs import (
     STOP_CANCEL,
     STOP_DONE,
@@ -251,7 +251,7 @@ class AttemptLife:
         if run.stop_at is not None and getattr(self.clock, "from_wall", float)(e.ended_at) < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
-            faulted = not e.ok or str(e.rank) in run.log_faults  # a log rule stopped it (server/logrules.py)
+            faulted = not e.ok or str(e.rank) in run.log_faults  # a log rule stopped it (server/core/transitions/logrules.py)
             if not e.started:  # its launch never reached its node: the attempt stops, the job is queued again
                 self.begin_stop(job, run, STOP_PREEMPT, f"replica {e.rank} {e.reason}")
             elif faulted and restarts.decide(self, job, run, e):  # restart that replica only (server/core/transitions/restarts.py)
@@ -334,8 +334,8 @@ class AttemptLife:
         return gpus.gpu_utilization(held)
 
     def finish(self, job: Job, run: Run, state: JobState, reason: str) -> None:
-        goodput.account(self, job, run, None if state == JobState.SUCCEEDED else
-                        "cancelled" if state == JobState.CANCELLED else goodput.cause_of(run.stopping, reason))
+        goodput_spans.account(self, job, run, None if state == JobState.SUCCEEDED else
+                              "cancelled" if state == JobState.CANCELLED else goodput.cause_of(run.stopping, reason))
         self._release(job, run)
         if state == JobState.SUCCEEDED:
             self.eta.typical.observe(job, self.clock())
@@ -371,7 +371,7 @@ class AttemptLife:
         elif kind == STOP_FAIL:
             self.finish(job, run, JobState.FAILED, run.stop_reason)
         elif kind in (STOP_PREEMPT, STOP_RESTART, STOP_NOT_READY):
-            goodput.account(self, job, run, goodput.cause_of(kind, run.stop_reason))
+            goodput_spans.account(self, job, run, goodput.cause_of(kind, run.stop_reason))
             self._release(job, run)
             now = self.clock()
             changes: dict[str, Any] = {"state": JobState.PENDING, "enqueued_at": now, "run_state": run.to_json(),

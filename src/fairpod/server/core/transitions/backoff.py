@@ -22,7 +22,7 @@ from fairpod.store.records import Job
 
 if TYPE_CHECKING:
     from fairpod.model.spec import Policy
-    from fairpod.server.core.api import Core
+    from fairpod.server.core.state import CoreState
 
 KEY = "restart_not_before"
 
@@ -52,7 +52,7 @@ def not_before(job: Job) -> float | None:
     return float(t) if isinstance(t, int | float) else None
 
 
-def hold(cp: Core, job: Job) -> bool:
+def hold(cp: CoreState, job: Job) -> bool:
     """Keep ``job`` (Pending again) out of the snapshot while its backoff runs; True if it is held."""
     t = not_before(job)
     if job.state != JobState.PENDING or t is None or t <= cp.clock():
@@ -61,7 +61,7 @@ def hold(cp: Core, job: Job) -> bool:
     return True
 
 
-def hold_back(cp: Core, jobs: list[Job]) -> None:
+def hold_back(cp: CoreState, jobs: list[Job]) -> None:
     """After the snapshot was (re)built from ``jobs`` (the unfinished ones): take out of it the jobs whose
     restart backoff has not run out."""
     cp.restart_holds = {}
@@ -70,7 +70,7 @@ def hold_back(cp: Core, jobs: list[Job]) -> None:
             cp.snap.remove_pending(to_engine(job.id))
 
 
-def release(cp: Core) -> None:
+def release(cp: CoreState) -> None:
     """Let in the jobs whose backoff ran out (each reconcile turn, under ``cp.lock``)."""
     if not cp.restart_holds:
         return

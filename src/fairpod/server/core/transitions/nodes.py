@@ -1,6 +1,6 @@
 """The transitions of a node: joined, cordoned, its labels, a deep health check started / passed / failed, a
 fault, a recovery asked for, restarted, recovered, left. Each writes the store, then the engine's view of the
-node, under the lock; :mod:`fairpod.health.manager`, :mod:`fairpod.server.membership` and the admin routes call
+node, under the lock; :mod:`fairpod.health.manager`, :mod:`fairpod.server.core.transitions.membership` and the admin routes call
 them by name."""
 
 from __future__ import annotations

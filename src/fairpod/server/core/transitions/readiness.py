@@ -26,17 +26,17 @@ from fairpod.server.runs import STOP_FAIL, STOP_NOT_READY, Run, job_key
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
-    from fairpod.server.core.api import Core
+    from fairpod.server.core.state import CoreState
 
 EVENT = "JobNotReady"
 
 
-def timeout_of(cp: Core, job: Job) -> float | None:
+def timeout_of(cp: CoreState, job: Job) -> float | None:
     t = job.spec.ready_timeout_seconds
     return float(t) if t is not None else cp.spec.policy.ready_timeout_seconds
 
 
-def not_ready(cp: Core, job: Job, run: Run) -> list[int]:
+def not_ready(cp: CoreState, job: Job, run: Run) -> list[int]:
     """The ranks of the attempt that are not ready yet."""
     ranks = range(job.nodes)
     if job.spec.ready_signal == "sdk":
@@ -58,7 +58,7 @@ class Readiness:
     def __init__(self) -> None:
         self.unchecked: dict[int, tuple[int, float | None]] = {}  # job id -> (attempt, the policy's timeout then)
 
-    def tick(self, cp: Core) -> None:
+    def tick(self, cp: CoreState) -> None:
         now, policy = cp.clock(), cp.spec.policy.ready_timeout_seconds
         for jid in [j for j in self.unchecked if j not in cp.runs]:
             del self.unchecked[jid]
@@ -74,7 +74,7 @@ def _awaited(run: Run) -> bool:
     return run.ready_at is None and run.launched and run.stopping is None and not run.restart_due
 
 
-def _check(cp: Core, jid: int, run: Run, now: float, unchecked: dict[int, tuple[int, float | None]],
+def _check(cp: CoreState, jid: int, run: Run, now: float, unchecked: dict[int, tuple[int, float | None]],
            policy: float | None) -> None:
     """One attempt whose readiness is awaited (``_awaited``): ready now (noted once), or past its timeout
     (stopped: requeued, or failed past the limit); an attempt no timeout applies to goes into ``unchecked``."""
@@ -104,7 +104,7 @@ def _check(cp: Core, jid: int, run: Run, now: float, unchecked: dict[int, tuple[
     cp.begin_stop(job, run, STOP_FAIL if gives_up else STOP_NOT_READY, why)
 
 
-def delay(cp: Core, job: Job) -> float:
+def delay(cp: CoreState, job: Job) -> float:
     """The backoff before the job's requeue after its k-th readiness timeout."""
     p = cp.spec.policy
     k = max(1, len(cp.store.list_events(job_id=job.id, kind=EVENT, limit=None)))
@@ -113,7 +113,7 @@ def delay(cp: Core, job: Job) -> float:
     return float(min(p.ready_backoff_max_seconds, p.ready_backoff_base_seconds * 2.0 ** min(k - 1, 60)))
 
 
-def requeue_changes(cp: Core, job: Job, run_state: dict[str, Any], reason: str, now: float) -> dict[str, Any]:
+def requeue_changes(cp: CoreState, job: Job, run_state: dict[str, Any], reason: str, now: float) -> dict[str, Any]:
     """What the transition to Pending adds after a readiness timeout: the backoff stored with the run."""
     wait = delay(cp, job)
     if wait <= 0:
@@ -122,7 +122,7 @@ def requeue_changes(cp: Core, job: Job, run_state: dict[str, Any], reason: str, 
             "reason": f"requeued: {reason}; backing off {wait:g} s"}
 
 
-def mark_ready(cp: Core, job: Job, rank: int, attempt: int) -> bool:
+def mark_ready(cp: CoreState, job: Job, rank: int, attempt: int) -> bool:
     """A replica said it is ready (``fairpod.sdk.ready``); False when that attempt is not the live one."""
     run = cp.runs.get(job.id)
     if run is None or run.attempt != attempt or rank < 0 or rank >= job.nodes:

@@ -107,7 +107,7 @@ class Resize:
         if res is None:
             return
         key, attempt, grace = job_key(job), run.attempt, job.spec.termination_grace_seconds
-        if job.spec.service is not None and self.services is not None:  # drained first (server/services.py)
+        if job.spec.service is not None and self.services is not None:  # drained first (server/core/transitions/services.py)
             drain, jid = job.spec.service.drain_seconds, job.id
             self.store.after_commit(lambda: self.services.drain(jid, key, attempt, ranks, grace, drain))
             return

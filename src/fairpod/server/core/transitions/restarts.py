@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING
 
 from fairpod.executors.base import ExecutorError, ReplicaExit, Resizing, RestartingInPlace, capability
 from fairpod.model.jobs import JobState
-from fairpod.server import goodput
+from fairpod.server.core.transitions import goodput_spans
 from fairpod.server.runs import Run, failure_kind, job_key
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
-    from fairpod.server.core.api import Core
+    from fairpod.server.core.state import CoreState
 
 log = logging.getLogger("fairpod.restarts")
 
@@ -46,11 +46,11 @@ def recent(job: Job, run: Run, now: float) -> int:
 
 
 def why(run: Run, e: ReplicaExit) -> str:
-    """Why the replica ended: the log rule that stopped it (``fairpod.server.logrules``), else its exit."""
+    """Why the replica ended: the log rule that stopped it (``fairpod.server.core.transitions.logrules``), else its exit."""
     return run.log_faults.pop(str(e.rank), None) or e.reason
 
 
-def decide(cp: Core, job: Job, run: Run, e: ReplicaExit) -> bool:
+def decide(cp: CoreState, job: Job, run: Run, e: ReplicaExit) -> bool:
     """A replica failed while the attempt runs: True when it is to be restarted in place (``Run.restart_due``).
     A log rule's ``restart_in_place`` gets at least one restart in place per evaluation period."""
     n = job.spec.restarts_in_place
@@ -79,7 +79,7 @@ def generation(run: Run) -> int:
     return len(run.restarts)
 
 
-def launch_due(cp: Core) -> None:
+def launch_due(cp: CoreState) -> None:
     """Start the replicas due for a restart in place (a keeper: after the turn's commit, exits acknowledged)."""
     for jid, run in list(cp.runs.items()):
         if not run.restart_due or run.stopping is not None:
@@ -109,7 +109,7 @@ def launch_due(cp: Core) -> None:
             run.restart_due = []
             cp.begin_stop(job, run, failure_kind(job), f"replica {ranks[0]} could not be restarted in place: {err}")
             continue
-        goodput.account(cp, job, run, "restart", restart_in_place=True)  # the job goes back to its checkpoint
+        goodput_spans.account(cp, job, run, "restart", restart_in_place=True)  # the job goes back to its checkpoint
         now = cp.clock()
         for r in ranks:
             run.exits.pop(str(r), None)

@@ -211,7 +211,7 @@ class Services:
             try:
                 self.probe_once()
             except Exception as e:  # a probe round must never end the thread
-                if not self.cp.store_lost(e):
+                if not self.cp.database_lost(e):
                     log.exception("service probes failed")
 
     def _targets(self) -> tuple[list[_Target], set[int]]:

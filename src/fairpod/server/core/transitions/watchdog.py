@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from fairpod.model.jobs import JobState
-from fairpod.server.core.api import Core
+from fairpod.server.core.state import CoreState
 from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run
 from fairpod.store.records import Job
 from fairpod.store.tables import JobRow
@@ -54,7 +54,7 @@ class Watchdog:
         self.watched: dict[int, tuple[int, bool]] = {}
         self.judged_spec: object = None
 
-    def _to_watch(self, cp: Core) -> list[int]:
+    def _to_watch(self, cp: CoreState) -> list[int]:
         """The ids of the live attempts this look must read: a job without a runtime limit, a hang timeout or
         elastic replicas is read once per attempt (and again when the spec changes), not once a second."""
         if cp.spec is not self.judged_spec:
@@ -74,7 +74,7 @@ class Watchdog:
                     self.watched[jid] = (live[jid], needs)
         return [jid for jid, (_, needs) in self.watched.items() if needs]
 
-    def tick(self, cp: Core) -> None:
+    def tick(self, cp: CoreState) -> None:
         now = cp.clock()
         if now - self.last < self.every:
             return
@@ -95,7 +95,7 @@ class Watchdog:
             del self.seen[jid]
 
     # -- runtime limits -------------------------------------------------------------------------------
-    def _runtime(self, cp: Core, job: Job, run: Run, now: float) -> None:
+    def _runtime(self, cp: CoreState, job: Job, run: Run, now: float) -> None:
         limit, action = cp.spec.runtime_limit(job.spec.max_runtime_seconds, job.spec.priority)
         if limit is None or job.started_at is None or now - job.started_at < limit:
             return
@@ -106,7 +106,7 @@ class Watchdog:
         cp.begin_stop(job, run, kind, why)
 
     # -- regroup after a shrink ----------------------------------------------------------------------
-    def _regroup(self, cp: Core, job: Job, run: Run, now: float) -> None:
+    def _regroup(self, cp: CoreState, job: Job, run: Run, now: float) -> None:
         timeout = cp.spec.policy.elastic_regroup_timeout_seconds
         shrunk = float(run.shrunk_at or now)
         if timeout is None or now - shrunk < timeout:
@@ -128,7 +128,7 @@ class Watchdog:
         self._act(cp, job, run, s, signal, f"regroup timeout {timeout:g} s")
 
     # -- hangs --------------------------------------------------------------------------------------
-    def _hang(self, cp: Core, job: Job, run: Run, now: float) -> None:
+    def _hang(self, cp: CoreState, job: Job, run: Run, now: float) -> None:
         timeout = float(job.spec.hang_timeout_seconds or 0)
         progress = (job.checkpoint_step, job.checkpoint_at)
         started = job.started_at or now
@@ -153,7 +153,7 @@ class Watchdog:
             return
         self._act(cp, job, run, s, signal, f"hang timeout {timeout:g} s")
 
-    def _act(self, cp: Core, job: Job, run: Run, s: _Seen, signal: str, limit: str) -> None:
+    def _act(self, cp: CoreState, job: Job, run: Run, s: _Seen, signal: str, limit: str) -> None:
         """What the job's hang_action says: an event once (notify), or a restart or cancel."""
         action = job.spec.hang_action
         if action == "notify":

@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.governance import history
-from fairpod.server.core.api import Core
+from fairpod.server.core.state import CoreState
 from fairpod.store import StoreError
 
 log = logging.getLogger("fairpod.fairshare")
@@ -45,7 +45,7 @@ class HistoryKeeper:
             return None
         return data if isinstance(data, dict) else None
 
-    def tick(self, cp: Core, *, force: bool = False) -> None:
+    def tick(self, cp: CoreState, *, force: bool = False) -> None:
         if cp.snap.history_half_life is None:
             return
         now = cp.clock()

@@ -28,7 +28,7 @@ from weakref import WeakKeyDictionary
 
 from fairpod.executors.base import NodeTable, capability
 from fairpod.model.nodes import DeepHealthCheck
-from fairpod.server.core.api import Core
+from fairpod.server.core.state import CoreState
 
 log = logging.getLogger("fairpod.membership")
 
@@ -48,7 +48,7 @@ class _Memory:
 _MEMORY: WeakKeyDictionary[Any, _Memory] = WeakKeyDictionary()
 
 
-def sync(cp: Core) -> None:
+def sync(cp: CoreState) -> None:
     """One membership pass (see the module doc); a no-op for executors without a node table."""
     table = capability(cp.executor, NodeTable)
     if table is None:
@@ -64,16 +64,16 @@ def sync(cp: Core) -> None:
         mem.version, mem.nodes, mem.at = version, frozenset(cp.snap.nodes), now
 
 
-def _busy(cp: Core, name: str) -> bool:
+def _busy(cp: CoreState, name: str) -> bool:
     node = cp.snap.nodes.get(name)
     return bool(cp.jobs_on(name)) or (node is not None and bool(node.jobs))
 
 
-def _forget(cp: Core, name: str) -> None:
+def _forget(cp: CoreState, name: str) -> None:
     cp.forget_node(name)
 
 
-def _sync(cp: Core, nodes: list[Any], node_label: str, mem: _Memory) -> None:
+def _sync(cp: CoreState, nodes: list[Any], node_label: str, mem: _Memory) -> None:
     cat = cp.spec.catalog()
     stored = {n.name: n for n in cp.store.list_nodes()}
     by_name = {rn.name: rn for rn in nodes}

@@ -18,8 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.governance.budget import WARN, Meter, period_start
 from fairpod.governance.build import budget_meter
 from fairpod.model.spec import ClusterSpec
-from fairpod.server.core.api import Core
-from fairpod.server.rollups import integrals
+from fairpod.server.core.state import CoreState
 from fairpod.store import StoreError
 from fairpod.store.usage import TEAM
 
@@ -31,7 +30,7 @@ class BudgetKeeper:
         self.meter: Meter | None = None
         self.spec: ClusterSpec | None = None
 
-    def apply(self, cp: Core) -> None:
+    def apply(self, cp: CoreState) -> None:
         spec = cp.spec
         if not any(t.budgets for t in spec.teams):
             self.meter, self.spec = None, spec
@@ -62,17 +61,17 @@ class BudgetKeeper:
                                                     b.accelerator_hours, b.hard_cap)
 
     @staticmethod
-    def _from_samples(cp: Core, key: tuple[str, str], start: float, now: float) -> float:
+    def _from_samples(cp: CoreState, key: tuple[str, str], start: float, now: float) -> float:
         if now <= start:
             return 0.0
         try:
-            ints = integrals(cp.store, [start, now], now)  # the period's buckets, and the samples for the rest
+            ints = cp.queries.integrals([start, now], now)  # the period's buckets, and the samples for the rest
         except (StoreError, SQLAlchemyError) as e:
             log.warning("budget of %s on %s counted from now only: %s", key[0], key[1], e)
             return 0.0
         return ints.series.get((TEAM, key[0], key[1]), {}).get("acc", [0.0])[0]
 
-    def rows(self, cp: Core, teams: list[str] | None = None) -> list[dict[str, Any]]:
+    def rows(self, cp: CoreState, teams: list[str] | None = None) -> list[dict[str, Any]]:
         """Every budget now: team, instance type, period and its start, hours used, the budget, the state."""
         out: list[dict[str, Any]] = []
         now = cp.clock()

@@ -42,7 +42,7 @@ from fairpod.server.runs import STOP_FAIL, STOP_RESTART, Run, job_key
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
-    from fairpod.server.core.api import Core
+    from fairpod.server.core.state import CoreState
 
 EVERY = 1.0  # seconds between looks
 READ_MAX = 1 << 20  # bytes per replica per look
@@ -73,7 +73,7 @@ class _Watch:
     fired_at: dict[str, float] = field(default_factory=dict)  # start or stall rule -> when its episode fired
 
 
-def rules_of(cp: Core, job: Job) -> list[LogRule]:
+def rules_of(cp: CoreState, job: Job) -> list[LogRule]:
     pc = cp.spec.priority_class(job.spec.priority)
     return effective(job.spec.log_rules, pc.log_rules if pc is not None else [])
 
@@ -92,7 +92,7 @@ class LogWatch:
         self._thread: threading.Thread | None = None
         self.looks = 0  # the reader's passes over every watch, for tests and /metrics
 
-    def tick(self, cp: Core) -> None:
+    def tick(self, cp: CoreState) -> None:
         self._act(cp)
         now = cp.clock()
         if now - self.last < self.every:
@@ -129,7 +129,7 @@ class LogWatch:
 
     # -- the keeper ------------------------------------------------------------------------------------------
     @staticmethod
-    def _watch(cp: Core, job: Job, run: Run, before: _Watch | None) -> _Watch | None:
+    def _watch(cp: CoreState, job: Job, run: Run, before: _Watch | None) -> _Watch | None:
         rules = rules_of(cp, job)
         if not rules:
             return None
@@ -145,7 +145,7 @@ class LogWatch:
             w.offsets = dict(before.offsets)  # its logs: read on from there
         return w
 
-    def _act(self, cp: Core) -> None:
+    def _act(self, cp: CoreState) -> None:
         """Act on the lines the reader found."""
         with self.mu:
             found = [(jid, w, w.hits) for jid, w in self.reading.items() if w.hits]
@@ -168,7 +168,7 @@ class LogWatch:
                     break
 
     @staticmethod
-    def _timers(cp: Core, job: Job, run: Run, w: _Watch, now: float) -> None:
+    def _timers(cp: CoreState, job: Job, run: Run, w: _Watch, now: float) -> None:
         """The start and stall rules: no line matched within S s of the start, or for S s (once per episode: a
         matching line after it fired ends the episode)."""
         start = float(job.started_at or now)
@@ -193,7 +193,7 @@ class LogWatch:
                     return
 
     # -- the reader ------------------------------------------------------------------------------------------
-    def _start(self, cp: Core) -> None:
+    def _start(self, cp: CoreState) -> None:
         log_path, clock, wake = cp.executor.log_path, cp.clock, cp.wake
 
         def loop() -> None:
@@ -311,7 +311,7 @@ def _gens(run: Run) -> dict[int, int]:
     return out
 
 
-def _fire(cp: Core, job: Job, run: Run, rule: LogRule, rank: int | None, what: str) -> bool:
+def _fire(cp: CoreState, job: Job, run: Run, rule: LogRule, rank: int | None, what: str) -> bool:
     """Act on a rule that fired; True when the job is being stopped (no more rules this look)."""
     reason = f"log rule {rule.name!r} ({rule.describe()}): {what}"
     action = rule.action

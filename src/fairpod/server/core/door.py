@@ -1,0 +1,103 @@
+"""The part of :class:`fairpod.server.core.ControlPlane` that only the door (:class:`fairpod.server.core.api.Core`)
+needs: reads of the core's memory handed out as the results of functions, never the memory itself, and the writes
+of records that are no job's or node's state (audit entries, users and tokens, usage samples and their rollups,
+the store's meta table, retention). Those take no lock, as before they were commands: each is one transaction of
+the store's own, and the routes that ask for them never wait for a turn."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.server import outage
+from fairpod.server.batch import BatchingStore
+from fairpod.server.core.api import Busy
+from fairpod.server.core.queries import Queries
+from fairpod.server.core.transitions import array_holds
+from fairpod.server.rollups import roll_up
+from fairpod.server.runs import Run
+from fairpod.store.records import User
+from fairpod.store.usage import UsageSample
+
+T = TypeVar("T")
+
+
+class Door:
+    """Reads and record writes for the modules outside the core (the lock and the memory are the plane's)."""
+
+    queries: Queries
+    lock: threading.RLock
+    store: BatchingStore
+    snap: Snapshot
+    runs: dict[int, Run]
+
+    def engine_read(self, fn: Callable[[Snapshot], T], *, lock: bool = False, wait: float | None = None) -> T:
+        if wait is not None:
+            if not self.lock.acquire(timeout=wait):
+                raise Busy(f"the control plane's lock was not free within {wait:g} s")
+            try:
+                return fn(self.snap)
+            finally:
+                self.lock.release()
+        if lock:
+            with self.lock:
+                return fn(self.snap)
+        return fn(self.snap)
+
+    def attempt_state(self, job_id: int) -> dict[str, Any] | None:
+        run = self.runs.get(job_id)
+        return run.to_json() if run is not None else None
+
+    def live_attempts(self) -> dict[int, int]:
+        return {jid: run.attempt for jid, run in list(self.runs.items())
+                if run.launched and run.stopping is None}
+
+    def throttled_arrays(self) -> list[tuple[int, list[tuple[int, Workload, bool]]]]:
+        return array_holds.throttled(self)  # type: ignore[arg-type]  # (the plane is a CoreState)
+
+    def budget_rows(self, teams: list[str] | None = None) -> list[dict[str, Any]]:
+        return self.budgets.rows(self, teams)  # type: ignore[attr-defined, arg-type]
+
+    def database_lost(self, e: BaseException) -> bool:
+        """True when ``e`` came of a database that cannot be reached: said once (fairpod.server.outage)."""
+        return outage.failed(self, e)
+
+    # -- records that are no job's or node's state ----------------------------------------------------------
+    def node_event(self, node: str, kind: str, msg: str, data: dict[str, Any]) -> None:
+        self.store.append_event(kind, msg, node=node, data=data)
+
+    def audit(self, actor: str, action: str, target: str, detail: dict[str, Any]) -> None:
+        self.store.append_audit(actor, action, target, detail)
+
+    def create_user(self, name: str, role: Any, teams: list[str], actor: str) -> tuple[User, str]:
+        """A new user and its first token, with the audit entry, in one transaction."""
+        with self.store.tx() as t:
+            u = t.create_user(name, role, teams)
+            token = t.issue_token(u.name, "created with the user")
+            t.append_audit(actor, "user.create", u.name, {"role": u.role.value, "teams": u.teams})
+        return u, token
+
+    def issue_token(self, user: str, description: str, actor: str, action: str) -> str:
+        token = self.store.issue_token(user, description)
+        self.store.append_audit(actor, action, user, {})
+        return str(token)
+
+    def revoke_user_tokens(self, user: str, actor: str) -> int:
+        n = int(self.store.revoke_user_tokens(user))
+        self.store.append_audit(actor, "user.revoke", user, {"tokens": n})
+        return n
+
+    def record_usage(self, now: float, samples: list[UsageSample]) -> None:
+        self.store.append_usage(now, samples)
+
+    def roll_up_usage(self, last_sample: float, samples: int) -> bool:
+        """Sum written samples into buckets (:func:`fairpod.server.rollups.roll_up`); True while behind."""
+        return roll_up(self.store, last_sample, samples=samples)
+
+    def prune(self, before: float, limit: int) -> Any:
+        return self.store.prune(before, limit=limit)
+
+    def set_meta(self, key: str, value: str) -> None:
+        self.store.set_meta(key, value)

@@ -1,0 +1,24 @@
+"""The ``Goodput`` event of a span of work that ends (an attempt, or the time since the last restart in place):
+:mod:`fairpod.server.goodput` works the figures out, purely; this writes them and starts the next span."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fairpod.server import goodput
+from fairpod.server.runs import Run
+from fairpod.store.records import Job
+
+if TYPE_CHECKING:
+    from fairpod.server.core.state import CoreState
+
+
+def account(cp: CoreState, job: Job, run: Run, cause: str | None, *, restart_in_place: bool = False) -> None:
+    """Write the ``Goodput`` event of the span that ends now (``cause`` None: the attempt finished its work)."""
+    if not goodput.counted(job, run):
+        return
+    now = cp.clock()
+    event = goodput.span_event(job, run, cause, now, restart_in_place=restart_in_place)
+    run.good_from = now
+    if event is not None:
+        cp.event(goodput.EVENT, event[0], job, **event[1])
