@@ -9,7 +9,7 @@ import ast
 import re
 from pathlib import Path
 
-from tests.test_import_graph import SRC, graph, modules
+from tests.test_import_graph import SRC, graph, imports, modules
 
 DOC = SRC.parent / "docs" / "architecture.md"
 ROW = re.compile(r"^\|\s*`fairpod\.(\w+)`\s*\|\s*(.*?)\s*\|\s*$")
@@ -133,3 +133,71 @@ def test_no_package_imports_one_its_row_does_not_allow() -> None:
 def test_no_module_hands_on_another_packages_names() -> None:
     bad = reexports()
     assert not bad, "names imported through a package that does not define them:\n" + "\n".join(bad)
+
+
+# -- the control plane's core behind its door (docs/architecture.md, "The core and its door") ----------------
+CORE = "fairpod.server.core"
+DOOR = {"fairpod.server.core.api", "fairpod.server.core.queries"}  # what any module outside the core may import
+ROOT = {"fairpod.server.runtime": {CORE}}  # the composition root builds the ControlPlane (the package's __init__)
+PRIVATE = ("store", "snap", "lock", "runs")  # the core's state: never reached through the control plane
+
+
+def _in_core(module: str) -> bool:
+    return module == CORE or module.startswith(CORE + ".")
+
+
+def core_door_violations(mods: dict[str, Path]) -> list[str]:
+    """Each import of the core's state, transitions or plane by a module outside ``fairpod.server.core`` (it
+    may import ``core.api`` and ``core.queries`` only), each route that imports the store itself (routes read
+    through ``core.queries``), and each ``cp.store``, ``cp.snap``, ``cp.lock``, ``cp.runs`` (also ``self.cp.``...,
+    ``app.state.cp.``...) outside the core."""
+    known = set(mods)
+    bad = []
+    for mod, path in sorted(mods.items()):
+        if _in_core(mod):
+            continue
+        door = DOOR | ROOT.get(mod, set())
+        bad += [f"{mod} -> {dep}" for dep in sorted(imports(mod, path, known)) if _in_core(dep) and dep not in door]
+        tree = ast.parse(path.read_text(), str(path))
+        if mod.rpartition(".")[2].startswith("routes_"):
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ImportFrom) and node.module == "fairpod.server.batch":
+                    bad.append(f"{mod} -> fairpod.server.batch (a route reads through core.queries)")
+                elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fairpod.store"):
+                    bad += [f"{mod} imports {node.module}.Store (a route reads through core.queries)"
+                            for a in node.names if a.name == "Store"]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in PRIVATE and (
+                    (isinstance(node.value, ast.Name) and node.value.id == "cp")
+                    or (isinstance(node.value, ast.Attribute) and node.value.attr == "cp")):
+                bad.append(f"{mod}:{node.lineno} reads cp.{node.attr}")
+    return bad
+
+
+def test_nothing_outside_the_core_reaches_past_its_door() -> None:
+    bad = core_door_violations(modules())
+    assert not bad, "modules outside fairpod.server.core that reach past core.api and core.queries:\n" + "\n".join(bad)
+
+
+def test_the_door_check_finds_a_planted_violation(tmp_path: Path) -> None:
+    """A route planted beside the real modules that imports a transition and the core's state, reads the store
+    and the snapshot through the control plane and imports the store: each is found; the same imports inside the
+    core are its own business."""
+    route = tmp_path / "routes_planted.py"
+    route.write_text("from fairpod.server.core.transitions import backoff\n"
+                     "from fairpod.server.core.state import CoreState\n"
+                     "from fairpod.store import Store\n\n\n"
+                     "def get(cp: CoreState, store: Store) -> object:\n"
+                     "    with cp.lock:\n"
+                     "        return cp.store.get_job(1), cp.snap, backoff\n")
+    inside = tmp_path / "planted.py"
+    inside.write_text(route.read_text())
+    mods = {**modules(), "fairpod.server.routes_planted": route, "fairpod.server.core.planted": inside}
+    assert sorted(core_door_violations(mods)) == sorted([
+        "fairpod.server.routes_planted -> fairpod.server.core.state",
+        "fairpod.server.routes_planted -> fairpod.server.core.transitions.backoff",
+        "fairpod.server.routes_planted imports fairpod.store.Store (a route reads through core.queries)",
+        "fairpod.server.routes_planted:7 reads cp.lock",
+        "fairpod.server.routes_planted:8 reads cp.store",
+        "fairpod.server.routes_planted:8 reads cp.snap",
+    ])

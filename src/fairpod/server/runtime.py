@@ -18,8 +18,7 @@ from fairpod.executors import registry
 from fairpod.executors.base import Executor, Notifying, capability
 from fairpod.paths import runs_dir
 from fairpod.server import heap
-from fairpod.server.core import ControlPlane
-from fairpod.server.core.loop import standard_keepers
+from fairpod.server.core import ControlPlane, Services, standard_keepers
 from fairpod.server.leader import Elector, FencedExecutor
 from fairpod.server.steadyclock import control_clock
 from fairpod.store import Store
@@ -81,7 +80,6 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
 def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool, elector: Elector | None) -> Runtime:
     from fairpod.health.manager import HealthManager
     from fairpod.server.app import create_app
-    from fairpod.server.core.transitions.services import Services
     from fairpod.server.jobtoken import job_secret, launch_env
 
     # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
