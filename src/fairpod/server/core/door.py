@@ -16,6 +16,7 @@ from fairpod.server.batch import BatchingStore
 from fairpod.server.core.api import Busy
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.transitions import array_holds
+from fairpod.server.core.transitions.budgets import BudgetKeeper
 from fairpod.server.rollups import roll_up
 from fairpod.server.runs import Run
 from fairpod.store.records import User
@@ -32,6 +33,7 @@ class Door:
     store: BatchingStore
     snap: Snapshot
     runs: dict[int, Run]
+    budgets: BudgetKeeper
 
     def engine_read(self, fn: Callable[[Snapshot], T], *, lock: bool = False, wait: float | None = None) -> T:
         if wait is not None:
@@ -58,7 +60,7 @@ class Door:
         return array_holds.throttled(self)  # type: ignore[arg-type]  # (the plane is a CoreState)
 
     def budget_rows(self, teams: list[str] | None = None) -> list[dict[str, Any]]:
-        return self.budgets.rows(self, teams)  # type: ignore[attr-defined, arg-type]
+        return self.budgets.rows(self, teams)  # type: ignore[arg-type]  # (the plane is a CoreState)
 
     def database_lost(self, e: BaseException) -> bool:
         """True when ``e`` came of a database that cannot be reached: said once (fairpod.server.outage)."""
@@ -94,7 +96,7 @@ class Door:
 
     def roll_up_usage(self, last_sample: float, samples: int) -> bool:
         """Sum written samples into buckets (:func:`fairpod.server.rollups.roll_up`); True while behind."""
-        return roll_up(self.store, last_sample, samples=samples)
+        return roll_up(self.store.store, last_sample, samples=samples)
 
     def prune(self, before: float, limit: int) -> Any:
         return self.store.prune(before, limit=limit)

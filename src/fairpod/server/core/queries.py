@@ -78,21 +78,21 @@ class Queries:
 
     # -- the dashboard's pages (fairpod.server.task_index) ---------------------------------------------------
     def unfinished_rows(self, teams: list[str] | None, placement: bool) -> list[task_index.TaskRow]:
-        return task_index.unfinished_rows(self._store, teams, placement)
+        return task_index.unfinished_rows(self._store.store, teams, placement)
 
     def unfinished_counts(self, teams: list[str] | None) -> task_index.Unfinished:
-        return task_index.unfinished_counts(self._store, teams)
+        return task_index.unfinished_counts(self._store.store, teams)
 
     def unfinished_page(self, counts: task_index.Unfinished, states: tuple[JobState, ...], positions: dict[int, int],
                         offset: int, limit: int) -> list[int]:
-        return task_index.unfinished_page(self._store, counts, states, positions, offset, limit)
+        return task_index.unfinished_page(self._store.store, counts, states, positions, offset, limit)
 
     def recent_rows(self, since: float, until: float, teams: list[str] | None,
                     placement: bool) -> list[task_index.RecentRow]:
-        return task_index.recent_rows(self._store, since, until, teams, placement)
+        return task_index.recent_rows(self._store.store, since, until, teams, placement)
 
     def node_page(self, limit: int, offset: int, problems_first: bool) -> task_index.NodePage:
-        return task_index.node_page(self._store, limit, offset, problems_first)
+        return task_index.node_page(self._store.store, limit, offset, problems_first)
 
     # -- events, audit, users -------------------------------------------------------------------------------
     def list_events(self, **filters: Any) -> list[Event]:
@@ -136,7 +136,7 @@ class Queries:
     # -- usage ----------------------------------------------------------------------------------------------
     def integrals(self, edges: Sequence[float], until: float) -> Integrals:
         """Usage integrated between ``edges`` (:func:`fairpod.server.rollups.integrals`)."""
-        return integrals(self._store, edges, until)
+        return integrals(self._store.store, edges, until)
 
     def usage_span(self) -> tuple[float | None, float | None]:
         return self._store.usage_span()
