@@ -13,6 +13,7 @@ from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.snapshot import Workload
 from fairpod.model.resources import Res
 from fairpod.model.spec import seed_spec
+from fairpod.server.batch import BatchingStore
 from fairpod.server.core.door import Door
 from fairpod.server.core.queries import Queries
 from fairpod.server.routes_reports import day_edges, parse_time, run_windows
@@ -88,8 +89,9 @@ def cp(tmp_path: Path):
         for i in range(g.count):
             store.add_node(f"{g.name}-{i}", g.name, g.instance_type)
     clock = SimpleNamespace(t=1000.0)
-    cp = Plane(spec=spec, snap=snapshot_from_spec(spec), store=store, clock=lambda: clock.t, cycles=0,
-               cycle_seconds=0.0, now=clock, queries=Queries(store), lock=threading.RLock())
+    batching = BatchingStore(store)  # as the control plane holds its store
+    cp = Plane(spec=spec, snap=snapshot_from_spec(spec), store=batching, clock=lambda: clock.t, cycles=0,
+               cycle_seconds=0.0, now=clock, queries=Queries(batching), lock=threading.RLock())
     yield cp
     store.close()
 
