@@ -68,7 +68,7 @@ class Policy(Strict):
     space_idle_minutes: float | None = Field(default=None, gt=0, le=7 * 24 * 60)
     # An elastic job that shrank must show life again (a progress report, else output) within this many seconds,
     # or it is hung (its replicas did not re-form their group: e.g. a torchrun rendezvous still waiting for the
-    # replica that left); the job's hang_action says what follows (fairpod.server.watchdog). null: never.
+    # replica that left); the job's hang_action says what follows (fairpod.server.core.transitions.watchdog). null: never.
     elastic_regroup_timeout_seconds: float | None = Field(default=300.0, ge=1, le=86400)
     # Gang readiness (fairpod.server.core.transitions.readiness, as Kueue's waitForPodsReady): an attempt whose replicas are not all
     # ready this long after its start is stopped, its capacity given back, and requeued after a backoff of base x
