@@ -30,7 +30,7 @@ from fairpod.model.services import ServiceSpec
 from fairpod.model.spaces import SpaceSpec, files_key
 from fairpod.model.spec import NAME_PATTERN
 from fairpod.server.auth import Auth, Principal, below
-from fairpod.server.core import ControlPlane
+from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem, WrongState
 from fairpod.server.routes_dashboard import SignInLinks
 from fairpod.server.space_proxy import Backend, Sessions, SpaceProxy, Verdict
@@ -57,14 +57,14 @@ class SpaceBody(BaseModel):
     idle_minutes: float | None = Field(default=None, gt=0, le=7 * 24 * 60)
 
 
-def files_dir(cp: ControlPlane, team: str, name: str) -> Path:
+def files_dir(cp: Core, team: str, name: str) -> Path:
     return cp.checkpoint_root() / team / files_key(name)
 
 
-def space_of(cp: ControlPlane, p: Principal, ref: str, team: str | None) -> Job:
+def space_of(cp: Core, p: Principal, ref: str, team: str | None) -> Job:
     """The space ``ref`` (a name) of ``team`` (default: the caller's only team that has one) as ``p`` may see it."""
     teams = [team] if team else (p.visible_teams() or [t.name for t in cp.spec.teams])
-    found = [j for j in cp.store.jobs_named(teams, ref) if is_space(j)]
+    found = [j for j in cp.queries.jobs_named(teams, ref) if is_space(j)]
     if len(found) > 1:
         raise Problem(409, "ambiguous space name", f"teams {', '.join(j.team for j in found)} each have a space "
                       f"{ref!r}; give --team")
@@ -77,7 +77,7 @@ def is_space(job: Job) -> bool:
     return job.spec.service is not None and job.spec.service.space is not None
 
 
-def exists(cp: ControlPlane, job: Job) -> bool:
+def exists(cp: Core, job: Job) -> bool:
     """Not deleted: running or waiting, or stopped with its files."""
     return not job.state.finished or files_dir(cp, job.team, job.name).is_dir()
 
@@ -97,7 +97,7 @@ def may_manage(p: Principal, job: Job) -> bool:
     return p.admin or p.name == job.spec.user or (may_open(p, job) and job.team in p.teams)
 
 
-def view(cp: ControlPlane, job: Job) -> dict[str, Any]:
+def view(cp: Core, job: Job) -> dict[str, Any]:
     space = job.spec.service.space if job.spec.service else None
     assert space is not None
     proxy = cp.services.proxies.get(job.id) if cp.services is not None and not job.state.finished else None
@@ -109,7 +109,7 @@ def view(cp: ControlPlane, job: Job) -> dict[str, Any]:
             "idle_minutes": idle_minutes(cp, job), "files": str(files_dir(cp, job.team, job.name))}
 
 
-def idle_minutes(cp: ControlPlane, job: Job) -> float | None:
+def idle_minutes(cp: Core, job: Job) -> float | None:
     space = job.spec.service.space if job.spec.service else None
     own = space.idle_minutes if space is not None else None
     return own if own is not None else cp.spec.policy.space_idle_minutes
@@ -131,9 +131,9 @@ def spec_of(body: SpaceBody) -> JobSpec:
 # -- the proxy's side -------------------------------------------------------------------------------------------
 
 
-def principal_of(cp: ControlPlane, user: str | None, token: str | None) -> Principal | None:
+def principal_of(cp: Core, user: str | None, token: str | None) -> Principal | None:
     """The signed-in user of a session, or the owner of a fairpod token; None when unknown or revoked."""
-    u = cp.store.get_user(user) if user is not None else cp.store.verify_token(token) if token else None
+    u = cp.queries.get_user(user) if user is not None else cp.queries.verify_token(token) if token else None
     if u is None:
         return None
     if u.role.value == "group-admin":
@@ -142,11 +142,11 @@ def principal_of(cp: ControlPlane, user: str | None, token: str | None) -> Princ
     return Principal(u.name, u.role, tuple(u.teams))
 
 
-def decide(cp: ControlPlane, team: str, name: str, user: str | None, token: str | None) -> Verdict:
+def decide(cp: Core, team: str, name: str, user: str | None, token: str | None) -> Verdict:
     p = principal_of(cp, user, token)
     if p is None:
         return Verdict(status=401, page="<p>Unknown or revoked sign-in: run <code>fairpod space open</code>.</p>")
-    job = cp.store.get_job_by_name(team, name)
+    job = cp.queries.get_job_by_name(team, name)
     if job is None or not is_space(job) or not exists(cp, job):
         return Verdict(status=404, page=f"<p>No space {name} in team {team}.</p>")
     if not may_open(p, job):
@@ -180,7 +180,7 @@ LINKS = SignInLinks()  # one-time sign-in codes of every space: "user\0home\0tea
 SESSIONS: dict[tuple[str, str, str], Sessions] = {}  # (control plane's home, team, name) -> its browser sessions
 
 
-def open_proxy(cp: ControlPlane, jid: int, team: str, name: str) -> SpaceProxy:
+def open_proxy(cp: Core, jid: int, team: str, name: str) -> SpaceProxy:
     """The proxy of space ``team``/``name`` (job ``jid``), on the port it had before when that is free."""
     f = cp.home / "services" / f"space.{team}.{name}.port"
     want = int(f.read_text()) if f.exists() and f.read_text().strip().isdigit() else 0
@@ -204,7 +204,7 @@ def open_proxy(cp: ControlPlane, jid: int, team: str, name: str) -> SpaceProxy:
     return proxy
 
 
-def stop_idle(cp: ControlPlane) -> None:
+def stop_idle(cp: Core) -> None:
     """Cancel each running space with no request through its proxy for its idle time (its files stay); the time
     counts from its last request or from the start of this run, whichever is later (a preempted space that waited
     for capacity is not idle for that wait)."""
@@ -213,7 +213,7 @@ def stop_idle(cp: ControlPlane) -> None:
     for jid, proxy in list(cp.services.proxies.items()):
         if not isinstance(proxy, SpaceProxy):
             continue
-        job = cp.store.get_job(jid)
+        job = cp.queries.get_job(jid)
         if job is None or job.state != JobState.RUNNING:
             continue
         limit = idle_minutes(cp, job)
@@ -230,13 +230,13 @@ def stop_idle(cp: ControlPlane) -> None:
 # -- the API ----------------------------------------------------------------------------------------------------
 
 
-def add_routes(api: APIRouter, cp: ControlPlane) -> None:
+def add_routes(api: APIRouter, cp: Core) -> None:
     from fairpod.server.auth import require_team
 
     @api.post("/spaces", status_code=201, tags=["spaces"], response_model=dict[str, Any])
     def create_space(body: SpaceBody, p: Auth) -> dict[str, Any]:
         require_team(p, body.team)
-        old = cp.store.get_job_by_name(body.team, body.name)
+        old = cp.queries.get_job_by_name(body.team, body.name)
         if old is not None and (not old.state.finished or (is_space(old) and exists(cp, old))):
             raise Problem(409, "space exists", f"team {body.team} has a {'space' if is_space(old) else 'job'} "
                           f"{body.name} already ('fairpod space start {body.name}' runs a stopped space again)")
@@ -251,7 +251,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if team is not None and not p.sees_team(team):
             raise Problem(403, "forbidden", f"user {p.name} is not a member of team {team}")
         teams = [team] if team else p.visible_teams()
-        with cp.store.tx(write=False) as t:
+        with cp.queries.read() as t:
             jobs = t.list_jobs(team=teams, descending=True, limit=5000)
         latest: dict[tuple[str, str], Job] = {}
         for j in jobs:
@@ -289,7 +289,7 @@ def add_routes(api: APIRouter, cp: ControlPlane) -> None:
         if not job.state.finished:
             job = cp.cancel(job, p.name)
         shutil.rmtree(files_dir(cp, job.team, job.name), ignore_errors=True)
-        cp.store.append_audit(p.name, "space.delete", f"{job.team}/{job.name}", {"id": job.id})
+        cp.audit(p.name, "space.delete", f"{job.team}/{job.name}", {"id": job.id})
         return {**view(cp, job), "state": "Deleted"}
 
     @api.post("/spaces/{name}/links", status_code=201, tags=["spaces"], response_model=dict[str, Any])

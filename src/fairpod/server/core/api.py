@@ -74,6 +74,8 @@ class Core(Protocol):
 
     def output_seen(self, job: Job) -> float | None: ...
 
+    def checkpoint_root(self) -> Path: ...  # where jobs' checkpoint directories live
+
     def budget_rows(self, teams: list[str] | None = None) -> list[dict[str, Any]]:
         """Every budget now (of ``teams``; None: all): team, instance type, period, hours used, its state."""
         ...

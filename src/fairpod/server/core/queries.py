@@ -51,6 +51,10 @@ class Queries:
     def jobs_named(self, teams: Iterable[str], name: str) -> list[Job]:
         return self._store.jobs_named(teams, name)
 
+    def get_job_by_name(self, team: str, name: str) -> Job | None:
+        """The team's unfinished job of that name, else its most recently submitted one, else None."""
+        return self._store.get_job_by_name(team, name)
+
     def submitted_with(self, user: str, key: str) -> int | None:
         return self._store.submitted_with(user, key)
 
