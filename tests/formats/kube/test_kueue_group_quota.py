@@ -98,3 +98,37 @@ def test_kueues_cohort_with_shared_quota_and_a_queue_of_nominal_quota_0():
     snap = snapshot_from_spec(spec)
     snap.add_pending(Workload("j", team.name, IT, 3, Res(4, 48000, 192 * 1024)))
     assert [d.job for d in schedule(snap) if isinstance(d, Admit)] == ["j"]
+
+
+def test_a_nested_cohort_without_quota_of_its_own_borrows_from_its_parent():
+    # A department's quota in one ClusterQueue and, in a child Cohort "sandbox" that holds no quota (no
+    # resourceGroups), a queue of nominalQuota 0 without a borrowingLimit: in Kueue it borrows the department's idle
+    # GPUs through its Cohort (kubernetes-sigs/kueue site/content/en/docs/concepts/cohort.md, "Hierarchical
+    # Cohorts"). Read as a group with 500 % of no quota it could borrow nothing: a silently wrong import.
+    flavor = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": "gpu-flavor"},
+              "spec": {"nodeLabels": {"node.kubernetes.io/instance-type": IT}}}
+
+    def cq(name, cohort, gpus, **limits):
+        r = {"name": "nvidia.com/gpu", "nominalQuota": gpus, **limits}
+        return {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+                "spec": {"cohortName": cohort, "resourceGroups": [
+                    {"coveredResources": ["nvidia.com/gpu"],
+                     "flavors": [{"name": "gpu-flavor", "resources": [r]}]}]}}
+
+    root = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "department"}, "spec": {}}
+    sandbox = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Cohort", "metadata": {"name": "sandbox"},
+               "spec": {"parentName": "department"}}
+    docs = [flavor, root, sandbox, cq("research", "department", 16), cq("interns", "sandbox", 0),
+            cq("students", "sandbox", 0, borrowingLimit=4)]
+    res = import_kueue(docs)
+    spec = res.spec
+    group = spec.group("sandbox")
+    assert group is not None
+    limits = spec.team_limits(group.sharing.absolute_borrow_limits)
+    assert limits[IT].acc == 16, res.notes  # the whole type: no borrowingLimit on the Cohort
+    snap = snapshot_from_spec(spec)
+    interns = next(t.name for t in spec.teams if "interns" in t.name)
+    students = next(t.name for t in spec.teams if "students" in t.name)
+    snap.add_pending(Workload("a", interns, IT, 2, Res(4, 48000, 192 * 1024)))
+    snap.add_pending(Workload("b", students, IT, 2, Res(4, 48000, 192 * 1024)))  # 8 GPUs > its limit of 4
+    assert sorted(d.job for d in schedule(snap) if isinstance(d, Admit)) == ["a"]

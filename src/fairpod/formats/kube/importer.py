@@ -574,8 +574,11 @@ def _group(c: dict[str, Any], name: str, parents: dict[str, str], root: str, fla
             bl = r["borrowingLimit"]
             borrow.append((q, None if all(v is None for v in bl.values()) else _res(bl)))
     with_quota = [(q, b) for q, b in borrow if q != ZERO]
+    only_borrows = _group_only_borrows(spec, name, below, teams, quota, flavors, cat, notes)
     sharing: dict[str, Any]
-    if lend_zero and all(lend_zero):
+    if only_borrows and not with_quota:  # no quota below it: it borrows by absolute limits, as a queue of quota 0
+        sharing = {"strategy": "LendAndBorrow", "absolute_borrow_limits": only_borrows}
+    elif lend_zero and all(lend_zero):
         sharing = {"strategy": "DontLend"}
     elif with_quota and all(b is not None and b == ZERO for _, b in with_quota):
         sharing = {"strategy": "Lend"}
@@ -592,6 +595,33 @@ def _group(c: dict[str, Any], name: str, parents: dict[str, str], root: str, fla
     parent = parents.get(name, "")
     if parent and parent != root:
         out["parent"] = parent
+    return out
+
+
+def _group_only_borrows(spec: dict[str, Any], name: str, below: set[str], teams: list[dict[str, Any]],
+                        quota: dict[str, Res], flavors: dict[str, str], cat: dict[str, InstanceType],
+                        notes: list[str]) -> list[dict[str, Any]]:
+    """The types a Cohort's queues borrow but nobody below it holds quota of: in Kueue the Cohort borrows them up
+    to its borrowingLimit (none: the whole type), so the group gets absolute borrow limits (count None: sized
+    later to the type's nodes)."""
+    used = {e["instance_type"] for t in teams if t.get("group") in below
+            for e in [*t["quota"], *t["sharing"].get("absolute_borrow_limits", ())]}
+    limits: dict[str, dict[str, Any]] = {}
+    for g in _list(spec.get("resourceGroups"), f"Cohort {name}.spec.resourceGroups"):
+        for fl in _list(_map(g, f"Cohort {name}.spec.resourceGroups[]").get("flavors"), "flavors"):
+            f = _map(fl, f"Cohort {name}.spec.resourceGroups[].flavors[]")
+            it = flavors.get(str(f.get("name")), str(f.get("name")))
+            bl = _resources(f, f"Cohort {name} flavor {f.get('name')}", notes)["borrowingLimit"] if it in cat else {}
+            if it in cat and not all(v is None for v in bl.values()):
+                limits[it] = bl
+    out: list[dict[str, Any]] = []
+    for it in sorted(used):
+        if it not in cat or quota.get(it, ZERO) != ZERO:
+            continue
+        if it not in limits:
+            out.append({"instance_type": it, "count": None})
+        elif _res(limits[it]) != ZERO:
+            out.append(_limit_entry(cat[it], limits[it]))
     return out
 
 
@@ -750,8 +780,8 @@ def from_kueue(objs: _Objects, notes: list[str], given: dict[str, str] | None = 
         notes.append(f"Topology {_name(topo)} ({', '.join(levels)}): where each node sits is in the nodes' labels, "
                      "not in Kueue objects; to place by topology, add cluster.topology_levels and each instance "
                      "group's topology to the spec (docs/placement.md)")
-    for t in teams:  # a queue that borrows a type without limit and has no quota of it: up to the whole type
-        for e in t["sharing"].get("absolute_borrow_limits", ()):
+    for t in [*teams, *tree]:  # a queue or Cohort that borrows a type without limit and has no quota of it:
+        for e in t["sharing"].get("absolute_borrow_limits", ()):  # up to the whole type
             if e.get("count", 0) is None:
                 e["count"] = next((g["count"] for g in groups if g["instance_type"] == e["instance_type"]), 0)
     return {
