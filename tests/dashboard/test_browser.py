@@ -103,8 +103,44 @@ def test_dashboard_shows_the_seed_scenario(server: Server, browser_context: Any,
     page.wait_for_function("[...document.querySelectorAll('#event-table tbody tr')].every("
                            "r => /Preempt|Requeued/.test(r.dataset.kind))")
     page.select_option("#f-kind", "")
+    # a job's start names the nodes it started on (the Node column said '–')
+    started = page.locator("#event-table tr[data-kind=JobStarted]").filter(has_text="john-train").first
+    assert re.fullmatch(r"workers-\d, workers-\d", started.locator("td").nth(3).inner_text()), started.inner_text()
     shot(page, tmp_path, "events")
+    # the Ended card of a busy day's counts: a count keeps its symbol on its line (at this window's width, 123 ✓
+    # 56 ✗ 78 put the last '–' alone on the card's second line)
+    def busy(route: Any) -> None:
+        body = route.fetch().json()
+        body["counts"].update(Succeeded=123, Failed=56, Cancelled=78)
+        route.fulfill(json=body)
+
+    page.route("**/api/v1/dashboard/tasks*", busy)
+    page.goto(server.url + "/#/tasks")
+    page.locator("#task-kpis .kpi").filter(has_text="123").wait_for()
+    split = page.evaluate(SYMBOL_ON_ITS_OWN)
+    assert split == [], split
+    page.unroute("**/api/v1/dashboard/tasks*")
     assert not errors, errors
+
+
+# the symbols of the Ended card whose line is not their number's: [symbol, its top, the number's top]
+SYMBOL_ON_ITS_OWN = """() => {
+  const card = [...document.querySelectorAll('#task-kpis .kpi')].find(k => k.querySelector('.label').textContent === 'Ended');
+  const chars = [];
+  const walk = document.createTreeWalker(card.querySelector('.value'), NodeFilter.SHOW_TEXT);
+  for (let n = walk.nextNode(); n; n = walk.nextNode())
+    for (let i = 0; i < n.data.length; i++) chars.push([n, i, n.data[i]]);
+  const top = ([n, i]) => { const r = document.createRange(); r.setStart(n, i); r.setEnd(n, i + 1);
+                            return Math.round(r.getBoundingClientRect().top); };
+  const out = [];
+  chars.forEach((c, k) => {
+    if (!'✓✗–'.includes(c[2])) return;
+    let j = k - 1;
+    while (j >= 0 && !/[0-9]/.test(chars[j][2])) j--;
+    if (top(c) !== top(chars[j])) out.push([c[2], top(c), top(chars[j])]);
+  });
+  return out;
+}"""
 
 
 def test_a_member_sees_only_their_teams(server: Server, browser_context: Any, tmp_path: Path):

@@ -63,6 +63,8 @@ class Parser(argparse.ArgumentParser):
             what = "command" if self.prog == "fairpod" else "action"
             m = f"unknown {what} {choice.group(1)!r}" + (f" (did you mean {close[0]}?)" if close else
                                                          f"; one of {', '.join(options)}")
+            if not close and (where := self._setting_of(choice.group(1))):  # 'team lend', 'report csv'
+                m += f" ({choice.group(1)!r} is not an action but a setting: {where})"
         if m.startswith("unrecognized arguments: "):
             words = m.split(": ", 1)[1].split()
             flags = [o for a in self._actions for o in a.option_strings if o.startswith("--")]
@@ -78,6 +80,26 @@ class Parser(argparse.ArgumentParser):
                     m += " (put the job's command after --, e.g. -- python train.py)"
         print(f"{self.prog}: error: {m}; see '{self.prog} --help'", file=sys.stderr)
         sys.exit(2)
+
+    def _setting_of(self, word: str) -> str:
+        """Where an action's flags take ``word``: 'fairpod report usage -o csv' for 'csv' (a value of a flag),
+        'fairpod team update --lending-limit' for 'lend' (a flag that names it); '' when none does."""
+        found: list[str] = []
+        w = word.lower()
+        for sub in (a for a in self._actions if isinstance(a, argparse._SubParsersAction)):
+            for name, child in sorted(sub.choices.items(), key=lambda nc: nc[0] != "update"):  # a change first
+                for a in child._actions:
+                    flag = next((o for o in a.option_strings if o.startswith("--")), None)
+                    if flag is None or flag == "--help":
+                        continue
+                    values = [str(c) for c in a.choices or ()]
+                    hit = next((v for v in values if v.lower() == w), None)
+                    if hit is not None:
+                        found.append(f"{self.prog} {name} {flag} {hit}")
+                    elif len(w) >= 3 and (w in flag.lower() or any(v.lower().startswith(w) for v in values)):
+                        found.append(f"{self.prog} {name} {flag}" + (
+                            f" {next(v for v in values if v.lower().startswith(w))}" if w not in flag.lower() else ""))
+        return ", or ".join(list(dict.fromkeys(found))[:2])
 
     def _get_formatter(self) -> argparse.HelpFormatter:
         # argparse makes a formatter for every add_argument; without a width each one imports shutil (with bz2,

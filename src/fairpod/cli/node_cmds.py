@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 
 from fairpod.cli.client import Client
@@ -154,7 +155,8 @@ def node_health(a: argparse.Namespace) -> int:
           + (f", last fault {nd['fault_type']}: {nd['fault_reason']}" if nd["fault_type"] else ""))
     for e in res["checks"]:
         vals = {k: v for k, v in e.items() if k not in ("level", "ts", "node", "check", "msg")}
-        figures = " ".join(f"{k}={fmt(v)}" for k, v in vals.items())  # key=value, as the rest of the line
+        # key=value, as the rest of the line; a value with a space quoted ("name:virtual slot" of a GPU reading)
+        figures = " ".join(f"{k}={shlex.quote(fmt(v))}" for k, v in vals.items())
         print(f"  {e['level']:<7} {e['check']:<20} {e['msg']}" + (f"  ({figures})" if vals else ""))
     for e in res["events"][-10:]:
         print(f"  event   {e['kind']:<20} {e['message']}")

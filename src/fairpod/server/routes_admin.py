@@ -221,7 +221,9 @@ def add_routes(api: APIRouter, cp: Core) -> None:
     def events(p: Auth, since_id: SinceId = None, limit: Limit = 200) -> dict[str, Any]:
         evs = cp.queries.list_events(since_id=since_id, limit=limit, descending=since_id is None)
         visible = p.visible_teams()
+        # nodes: the event's node, or the nodes it names (a job's start: its placement)
         out = [{"id": e.id, "ts": e.ts, "kind": e.kind, "job_id": e.job_id, "node": e.node, "team": e.team,
+                "nodes": [e.node] if e.node else [str(n) for n in (e.data or {}).get("nodes") or ()],
                 "message": e.message} for e in evs if visible is None or e.team is None or e.team in visible]
         return {"events": out}
 

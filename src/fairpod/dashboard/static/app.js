@@ -407,7 +407,10 @@ async function drawTasks() {
     kpi("Preempted, stopping", num(c.Preempted), "replicas get SIGTERM, then go back to the queue", "kpi-preempted") +
     kpi("Average wait", dur(d.avg_wait_seconds), `submission to first start, ${num(d.admitted_in_window)} started in ${winText}`) +
     kpi("Average run time", dur(d.avg_run_seconds), `first start to end, ${num(d.finished_in_window)} ended in ${winText}`) +
-    kpi("Ended", `${num(c.Succeeded)} ✓ ${num(c.Failed)} ✗ ${num(c.Cancelled)} –`, `succeeded, failed, cancelled in ${winText}`);
+    kpi("Ended", "", `succeeded, failed, cancelled in ${winText}`, "kpi-ended");
+  // each count with its symbol, never split: a narrow card wraps between them ("1,234 ✓ 56 ✗" / "789 –")
+  $("#kpi-ended .value").innerHTML = [[c.Succeeded, "✓", "succeeded"], [c.Failed, "✗", "failed"],
+    [c.Cancelled, "–", "cancelled"]].map(([n, s, t]) => `<span class="tally" title="${t}">${num(n)} ${s}</span>`).join(" ");
   rows($("#task-table tbody"), d.tasks.map((t) => `<tr data-task="${esc(t.name)}"><td>${esc(t.name)}</td><td>${esc(t.team)}</td>` +
     `<td>${esc(t.priority || "(none: lowest)")}</td><td class="state-cell">${stateTag(t.state)}</td><td class="num">${t.queue_position ?? "–"}</td>` +
     `<td class="num eta">${eta(t.estimated_start, d.now)}</td>` +
@@ -435,7 +438,7 @@ function drawEvents() {
   const want = $("#f-kind").value.split(",").filter(Boolean);
   const shown = state.events.filter((e) => !want.length || want.some((w) => e.kind.includes(w))).slice(0, 300);
   rows($("#event-table tbody"), shown.map((e) => `<tr data-kind="${esc(e.kind)}"><td>${esc(clock(e.ts))}</td>` +
-    `<td>${esc(e.kind)}</td><td>${esc(e.team || "–")}</td><td>${esc(e.node || "–")}</td><td>${esc(e.message)}</td></tr>`),
+    `<td>${esc(e.kind)}</td><td>${esc(e.team || "–")}</td><td class="node">${esc((e.nodes || []).join(", ") || e.node || "–")}</td><td>${esc(e.message)}</td></tr>`),
     5, "no events yet");
 }
 

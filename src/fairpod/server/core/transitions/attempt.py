@@ -207,7 +207,7 @@ class AttemptLife:
         run.launched = True
         job = self._save_run(job, run, started_at=self.clock())
         self.event("JobStarted", f"job {job.name} started (attempt {job.attempt}) on {', '.join(job.placement)}",
-                   job, attempt=job.attempt)
+                   job, attempt=job.attempt, nodes=list(job.placement))
 
     def _isolation_gap(self) -> str | None:
         """Why no node takes a job under ``cluster.isolation: required`` (fairpod.sandbox.capabilities)."""
