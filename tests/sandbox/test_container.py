@@ -51,6 +51,17 @@ def test_the_run_flags_hold_the_replica_to_its_rules() -> None:
     assert "--device" not in line  # no GPU, no device
 
 
+def test_a_submitters_container_keeps_its_groups_and_umask(monkeypatch: pytest.MonkeyPatch) -> None:
+    """identity unix: the user's supplementary groups are mapped (gids 1, 2 inside) and held; its umask is set."""
+    monkeypatch.setattr(container.os, "geteuid", lambda: 0)  # the flags of a root fairpod, whoever runs the test
+    argv = " ".join(container.run_argv(ENGINE, spec(umask=0o027), {}, user=(1001, 1001, 1001, 2002, 3003),
+                                       cgroup_parent=None, pids=None))
+    assert ("--uidmap 0:1001:1 --gidmap 0:1001:1 --gidmap 1:2002:1 --gidmap 2:3003:1 --user 0:0 "
+            "--group-add 1 --group-add 2 --umask 0027") in argv, argv
+    plain = " ".join(container.run_argv(ENGINE, spec(), {}, user=(990, 990, 990), cgroup_parent=None, pids=None))
+    assert "--gidmap 0:990:1 --user 0:0" in plain and "--group-add" not in plain and "--umask" not in plain
+
+
 def test_gpu_flags_name_exactly_the_replicas_gpus(tmp_path: Path) -> None:
     for name in ("nvidia0", "nvidia1", "nvidia2", "nvidia3", "nvidiactl", "nvidia-uvm"):
         (tmp_path / name).touch()

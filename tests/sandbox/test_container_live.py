@@ -5,7 +5,14 @@ the process inside."""
 
 from __future__ import annotations
 
+import grp
 import os
+import pwd
+import shutil
+import stat
+import subprocess
+import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -138,3 +145,45 @@ def test_a_command_missing_from_the_image_is_named_with_the_image(
                         replicas=(ReplicaLaunch(rank=0, node="n0", mcpu=1000, mib=256),)))
     e = exit_of(ex, "nopy", got, 120.0)
     assert e.reason == f"command not found in image {image}: python3", output(tmp_path, "nopy")
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("useradd"), reason="needs root and useradd")
+def test_a_submitters_container_makes_its_files_as_the_submitter(
+        ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy, image: str) -> None:
+    """Under cluster.identity unix a job runs as its submitter (run_as, with the umask the CLI sent: what the
+    control plane launches, fairpod.server.identity): in a container too, its files on the host are the
+    submitter's, made with that umask, and a directory open to one of its supplementary groups is open to it.
+    Before: 0644 files (podman's umask 0022) and 'Permission denied' in the group's directory."""
+    base = Path(tempfile.mkdtemp(prefix="fairpod-ctr-user-", dir="/var/tmp"))
+    os.chmod(base, 0o755)
+    tag = uuid.uuid4().hex[:6]
+    name, group = f"fpc{tag}", f"fpcg{tag}"
+    try:
+        subprocess.run(["groupadd", group], check=True, capture_output=True)
+        subprocess.run(["useradd", "--no-create-home", "--home-dir", str(base / name), "--user-group", "--groups",
+                        group, name], check=True, capture_output=True)
+        pw, gid = pwd.getpwnam(name), grp.getgrnam(group).gr_gid
+        mine, shared = base / name, base / "lab"
+        mine.mkdir(mode=0o700)
+        os.chown(mine, pw.pw_uid, pw.pw_gid)
+        shared.mkdir()
+        os.chown(shared, 0, gid)
+        os.chmod(shared, 0o2770)  # the lab's: root's, open to the group's members only
+        ex.launch(JobLaunch(job="mine", team="a", attempt=0, command=["sh", "-c",
+                            f"umask; echo out > made.txt; echo lab > {shared}/ours.txt && echo wrote the lab's"],
+                            checkpoint_dir=str(tmp_path / "ckpt" / "a" / "mine"), grace_seconds=5.0,
+                            run_as=name, umask=0o027,
+                            container={"image": image, "pull": "Never", "mounts": [f"{shared}:{shared}"],
+                                       "workdir": str(mine)},
+                            replicas=(ReplicaLaunch(rank=0, node="n0", mcpu=1000, mib=256),)))
+        e = exit_of(ex, "mine", [], 120.0)
+        out = output(tmp_path, "mine")
+        assert e.ok and "0027" in out and "wrote the lab's" in out, (e, out)
+        st = (mine / "made.txt").stat()
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (pw.pw_uid, pw.pw_gid, 0o640), oct(st.st_mode)
+        st = (shared / "ours.txt").stat()
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (pw.pw_uid, gid, 0o640), oct(st.st_mode)
+    finally:
+        subprocess.run(["userdel", name], capture_output=True, check=False)
+        subprocess.run(["groupdel", group], capture_output=True, check=False)
+        shutil.rmtree(base, ignore_errors=True)

@@ -316,7 +316,7 @@ class Supervisor:
         self.note(f"{said}; engine {engine.describe()}")
         pids = box.pids_max if box is not None else None
         argv = ctr.run_argv(engine, s, env, pids=pids, name=ctr.name_of(s, str(self.dir.resolve())),
-                            user=(user.uid, user.gid) if user is not None else None,
+                            user=(user.uid, user.gid, *user.groups()) if user is not None else None,
                             cgroup_parent=box.container_parent() if box is not None else None)
         try:
             self.child = subprocess.Popen(argv, env=dict(os.environ), stdin=subprocess.DEVNULL, stdout=self.out.w,

@@ -179,9 +179,10 @@ def name_of(spec: dict[str, Any], where: str = "") -> str:
     return f"fairpod-{spec.get('job')}.{spec.get('attempt')}.{spec.get('rank')}{tail}"
 
 
-def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user: tuple[int, int] | None,
+def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user: tuple[int, ...] | None,
              cgroup_parent: str | None, pids: int | None, name: str | None = None) -> list[str]:
-    """``podman run`` of one replica (see the module's docstring); ``env`` is its whole environment."""
+    """``podman run`` of one replica (see the module's docstring); ``env`` is its whole environment; ``user``:
+    (uid, gid, its supplementary gids...)."""
     c = spec["container"]
     lim = spec.get("limits") or {}
     argv = [engine.path, "--runtime", engine.runtime, "--cgroup-manager", "cgroupfs", "run", "--rm",
@@ -194,6 +195,8 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
     if lim.get("mcpu"):
         argv += ["--cpus", f"{int(lim['mcpu']) / 1000:g}"]
     argv += hardening(user)
+    if spec.get("umask") is not None:  # run as its submitter: the files are made as theirs would be
+        argv += ["--umask", f"{int(spec['umask']):04o}"]
     seen: set[str] = set()
     workdir = c.get("workdir")  # the job's own, if it named one: mounted at its path (else the image's)
     for d in _own_dirs(spec):
@@ -222,10 +225,12 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
     return argv + [expand(a, env) for a in spec.get("command") or []]
 
 
-def hardening(user: tuple[int, int] | None) -> list[str]:
+def hardening(user: tuple[int, ...] | None) -> list[str]:
     """What keeps the container's processes from any privilege on the host: no capability at all, no gain of
     privileges (a setuid or file-capability binary of the image gives none), and, when fairpod runs as root, a
-    user namespace of one id: the container's root is the replica's user (``user``: its uid and gid) and no
+    user namespace of the replica's user alone: the container's root is that user (``user``: its uid and gid),
+    and its supplementary groups (``user[2:]``, a submitter's under identity unix) are the container's gids 1, 2,
+    ... that its processes hold, so a host directory of one of those groups is open to it as on the host; no
     other id of the host is mapped. The image's files owned by root are the user's inside; any other owner
     shows as ``nobody``. (Not root: podman is rootless, its user namespace already maps fairpod's own user.)"""
     argv = ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
@@ -233,7 +238,11 @@ def hardening(user: tuple[int, int] | None) -> list[str]:
         return argv
     if os.geteuid() != 0:
         return argv + ["--user", f"{user[0]}:{user[1]}"]
-    return argv + ["--uidmap", f"0:{user[0]}:1", "--gidmap", f"0:{user[1]}:1", "--user", "0:0"]
+    extra = [g for g in dict.fromkeys(user[2:]) if g != user[1]]
+    argv += ["--uidmap", f"0:{user[0]}:1", "--gidmap", f"0:{user[1]}:1"]
+    for i, g in enumerate(extra, 1):
+        argv += ["--gidmap", f"{i}:{g}:1"]
+    return argv + ["--user", "0:0"] + [f for i in range(1, len(extra) + 1) for f in ("--group-add", str(i))]
 
 
 def scratch_flags(scratch: Any, mib: Any = None) -> list[str]:
