@@ -67,8 +67,8 @@ class Env:
     alice: Account
     bob: Account
 
-    def cli(self, who: Account, *args: str, url: str | None = None, munge: bool = False,
-            check: bool = True) -> subprocess.CompletedProcess:
+    def cli(self, who: Account, *args: str, url: str | None = None, munge: bool = False, check: bool = True,
+            extra: dict[str, str] | None = None) -> subprocess.CompletedProcess:
         """``fairpod ARGS`` run as ``who`` (its uid, groups, umask 077) from its own directory. The interpreter
         lies under root's 0700 home: as a replica does, the command sees it through a private mount namespace
         (fairpod.sandbox.reach), nothing on the host changed."""
@@ -92,6 +92,7 @@ class Env:
             env["FAIRPOD_URL"] = url
         if munge:
             env.update(FAIRPOD_AUTH="munge", FAIRPOD_MUNGE_SOCKET=str(self.munge_sock))
+        env.update(extra or {})
         r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", *args], cwd=who.dir, env=env,
                            preexec_fn=become, capture_output=True, text=True, timeout=60)
         if check and r.returncode != 0:
@@ -122,6 +123,31 @@ def _remove(acc: Account) -> None:
     subprocess.run(["groupdel", acc.group], capture_output=True, check=False)
 
 
+def start_munged(mdir: Path, key: Path | None = None) -> tuple[subprocess.Popen, Path]:
+    """A ``munged`` of the test's own, with its own key (``key``: another daemon's, as a second host has the
+    cluster's one key), on its own socket under ``mdir``; (the process, its socket)."""
+    mdir.mkdir(mode=0o755)
+    os.chmod(mdir, 0o755)
+    if key is None:
+        key = mdir / "munge.key"
+        subprocess.run(["mungekey", "--create", "--keyfile", str(key), "--bits", "1024"], check=True,
+                       capture_output=True)
+    msock = mdir / "munge.socket"
+    munged = subprocess.Popen(["munged", "--foreground", "--force", f"--socket={msock}", f"--key-file={key}",
+                               f"--pid-file={mdir / 'munged.pid'}", f"--log-file={mdir / 'munged.log'}",
+                               f"--seed-file={mdir / 'munged.seed'}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    reaper.started(munged.pid)
+    wait_for(msock.exists, 20, "munged's socket")
+    return munged, msock
+
+
+def stop_munged(munged: subprocess.Popen | None) -> None:
+    if munged is not None:
+        munged.terminate()
+        munged.wait(timeout=30)
+
+
 @pytest.fixture(scope="module")
 def env() -> Iterator[Env]:
     # not under pytest's tmp (0700 root): the accounts must reach their own directories and the checkpoints
@@ -133,18 +159,7 @@ def env() -> Iterator[Env]:
     try:
         alice, bob = _account("a", base), _account("b", base)
         accounts += [alice, bob]
-        mdir = base / "munge"
-        mdir.mkdir(mode=0o755)
-        os.chmod(mdir, 0o755)
-        subprocess.run(["mungekey", "--create", "--keyfile", str(mdir / "munge.key"), "--bits", "1024"],
-                       check=True, capture_output=True)
-        msock = mdir / "munge.socket"
-        munged = subprocess.Popen(["munged", "--foreground", "--force", f"--socket={msock}",
-                                   f"--key-file={mdir / 'munge.key'}", f"--pid-file={mdir / 'munged.pid'}",
-                                   f"--log-file={mdir / 'munged.log'}", f"--seed-file={mdir / 'munged.seed'}"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        reaper.started(munged.pid)
-        wait_for(msock.exists, 20, "munged's socket")
+        munged, msock = start_munged(base / "munge")
         doc = yaml.safe_load(SEED_SPEC.read_text())
         doc["cluster"]["identity"] = "unix"
         groups = {"john": alice.group, "smith": bob.group}
@@ -161,9 +176,7 @@ def env() -> Iterator[Env]:
     finally:
         if server is not None:
             server.kill(15)
-        if munged is not None:
-            munged.terminate()
-            munged.wait(timeout=30)
+        stop_munged(munged)
         for a in accounts:
             _remove(a)
         shutil.rmtree(base, ignore_errors=True)

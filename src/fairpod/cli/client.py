@@ -78,7 +78,8 @@ def munge_credential(payload: str) -> str:
     try:
         r = subprocess.run(cmd, capture_output=True, timeout=10, check=False, stdin=subprocess.DEVNULL)
     except FileNotFoundError:
-        raise CliError("FAIRPOD_AUTH=munge, but munge is not installed (Debian: apt-get install munge)") from None
+        raise CliError("a MUNGE credential is needed (FAIRPOD_AUTH=munge, or a standby here whose leader is on "
+                       "another host), but munge is not installed (Debian: apt-get install munge)") from None
     except subprocess.TimeoutExpired:
         raise CliError("munge did not answer in 10 s: is munged running?") from None
     if r.returncode != 0:
@@ -277,8 +278,12 @@ class Client:
             except (OSError, ValueError) as e:  # TransportError, timeouts, resets; a bad chunk size
                 self.close()
                 raise CliError(f"request to {self.url} failed: {e or type(e).__name__}") from None
+            local = self.unix is not None and "Authorization" not in self.headers
             if r.status == 503 and LEADER_HEADER in r.headers and self._next(r.headers[LEADER_HEADER]):
-                continue  # a standby: it did nothing; the leader it names will
+                # a standby: it did nothing; the leader it names will. From a standby's Unix socket (identity
+                # unix), the leader on its host knows the caller by a MUNGE credential (docs/identity.md)
+                self.munge = self.munge or local
+                continue
             break
         if r.status >= 400:
             raise self.error(r.status, raw)

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fairpod.server import identity
 from fairpod.server.ha_app import HaApp
 from fairpod.server.leader import Elector, HaSettings
 
@@ -73,10 +74,30 @@ def lead(home: Path, url: str, elector: Elector, app: HaApp, executor_name: str,
     return rt
 
 
+def _stored_spec(url: str) -> Any:
+    """The cluster spec in the database (applied by the first ``fairpod up --ha --spec``; ``fairpod up`` has
+    written one before it serves)."""
+    from fairpod.store import Store
+
+    store = Store(url)
+    try:
+        rec = store.get_spec()
+    finally:
+        store.close()
+    if rec is None:
+        raise SystemExit("fairpod: error: the database holds no cluster spec: start one control plane with --spec")
+    return rec.spec
+
+
 def serve_ha(home: Path, url: str, port: int, socks: list[Any], executor_name: str, options: dict[str, str],
              my_url: str, settings: HaSettings) -> None:
     """Stand by, lead when elected, until SIGTERM/SIGINT (then the lease is given up at once)."""
     import uvicorn
+
+    # cluster.identity unix: every control plane serves its host's Unix socket, leader or standby: the leader
+    # answers it as a single control plane does, a standby names the leader (the CLI follows it with MUNGE)
+    unix, http, unix_path = identity.serve_unix(_stored_spec(url), port)
+    socks = [*socks, *unix]
 
     elector = Elector(url, my_url, my_url, settings)
     app = HaApp(elector)
@@ -98,11 +119,12 @@ def serve_ha(home: Path, url: str, port: int, socks: list[Any], executor_name: s
     elector.on_step_down = _restart_as_standby
     log.info("standing by for the lease (%g s, renewed every %g s) as %s", settings.lease, settings.renew, my_url)
     elector.start()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, http=http)
     server = uvicorn.Server(config)
     try:
         server.run(sockets=socks)
     finally:
+        identity.remove(unix_path)
         for rt in runtime:
             rt.close()
         elector.stop(release=True)
