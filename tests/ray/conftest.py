@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -165,12 +165,15 @@ def ray_server(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path) -> 
     yield from serving(ray_cluster, ray_driver, tmp_path)
 
 
-def serving(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path,
-            spec: dict[str, Any] | None = None) -> Iterator[RayServer]:
-    """A started server on the test Ray cluster (``spec``: the seed's by default), for a fixture to yield from;
-    after the test its jobs are cancelled, the cluster is checked clean, its agents and processes are gone."""
+def serving(ray_cluster: RayTestCluster, ray_driver: Any, tmp_path: Path, spec: dict[str, Any] | None = None,
+            before_start: Callable[[RayServer], None] | None = None) -> Iterator[RayServer]:
+    """A started server on the test Ray cluster (``spec``: the seed's by default; ``before_start(server)`` sets
+    its environment or arguments), for a fixture to yield from; after the test its jobs are cancelled, the
+    cluster is checked clean, its agents and processes are gone."""
     all_gpus_free(ray_driver)  # the previous test gave every GPU back
     s = RayServer(tmp_path, ray_cluster, spec)
+    if before_start is not None:
+        before_start(s)
     s.start()
     try:
         yield s
