@@ -170,7 +170,7 @@ def test_a_submitters_container_makes_its_files_as_the_submitter(
         os.chown(shared, 0, gid)
         os.chmod(shared, 0o2770)  # the lab's: root's, open to the group's members only
         ex.launch(JobLaunch(job="mine", team="a", attempt=0, command=["sh", "-c",
-                            f"umask; echo out > made.txt; echo lab > {shared}/ours.txt && echo wrote the lab's"],
+                            f"umask; echo out > made.txt; echo lab > {shared}/ours.txt && echo wrote the lab dir"],
                             checkpoint_dir=str(tmp_path / "ckpt" / "a" / "mine"), grace_seconds=5.0,
                             run_as=name, umask=0o027,
                             container={"image": image, "pull": "Never", "mounts": [f"{shared}:{shared}"],
@@ -178,7 +178,7 @@ def test_a_submitters_container_makes_its_files_as_the_submitter(
                             replicas=(ReplicaLaunch(rank=0, node="n0", mcpu=1000, mib=256),)))
         e = exit_of(ex, "mine", [], 120.0)
         out = output(tmp_path, "mine")
-        assert e.ok and "0027" in out and "wrote the lab's" in out, (e, out)
+        assert e.ok and "0027" in out and "wrote the lab dir" in out, (e, out)
         st = (mine / "made.txt").stat()
         assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (pw.pw_uid, pw.pw_gid, 0o640), oct(st.st_mode)
         st = (shared / "ours.txt").stat()
