@@ -13,9 +13,9 @@ these paths is in its group without saying so; a test may also carry ``@pytest.m
   which would be another worker's (tests/sandbox's files, reach, devices, live, users and readiness tests,
   tests/server/test_isolation.py, and tests/ray/test_ray_files.py, whose own Ray cluster runs on another /24 of
   loopback, 127.0.100.x, beside the session cluster).
-- ``standby``: the standby control planes of tests/server/test_ha.py and test_leader.py, which bind their ports
-  again after a restart; they listen on a /24 of their own, 127.0.200.x (tests/server/ha_cluster.py), where no Ray
-  node holds a port meanwhile. (These three groups were one, ~1/5 of the suite's time on one worker, which bounded
+- ``standby``: the standby control planes of tests/server/test_ha.py, test_leader.py and test_ha_identity_live.py,
+  which bind their ports again after a restart; they listen on a /24 of their own, 127.0.200.x
+  (tests/server/ha_cluster.py), where no Ray node holds a port meanwhile. (These three groups were one, ~1/5 of the suite's time on one worker, which bounded
   the run's wall time; ~160 s of it were the users' and standby tests.)
 - ``native``: the compiled engine of tests/governance/test_native.py, built once by a module-scoped fixture (minutes
   of mypyc): spread over workers, each would build it again.
@@ -66,6 +66,7 @@ GROUPS = {
     "server/test_isolation.py": "users",
     "server/test_ha.py": "standby",
     "server/test_leader.py": "standby",
+    "server/test_ha_identity_live.py": "standby",
     "server/test_rayjobs_live.py": "ray",
     "governance/test_native.py": "native",
 }
