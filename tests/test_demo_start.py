@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from . import reaper
 from .ports import free_port
 from .server.conftest import fake_nvml
 
@@ -36,6 +37,8 @@ def test_the_demo_says_when_it_is_ready(tmp_path: Path):
     for k in ("FAIRPOD_URL", "FAIRPOD_TOKEN", "FAIRPOD_DB_URL"):
         env.pop(k, None)
     port = free_port()
+    reaper.pidfile(home / "server.pid")  # the demo's fairpod up, a daemon: stopped below, or by the reaper
+    reaper.runs(home / "runs")
     try:
         r = subprocess.run(["bash", str(repo / "scripts" / "demo.sh"), "--no-install", "--port", str(port)],
                            env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
