@@ -47,14 +47,6 @@ if ! { command -v podman && command -v runc && command -v busybox && command -v 
     catatonit busybox-static mmdebstrap) >/dev/null \
     || echo "warning: could not install podman, runc, busybox-static and mmdebstrap; the container tests will be skipped"
 fi
-# code-server from the npm registry for code-server spaces (docs/spaces.md): 4.100.3 is the last release that runs on
-# Node 20; its postinstall builds native modules (a C++ compiler, libkrb5-dev, libx11-dev, libxkbfile-dev,
-# libsecret-1-dev) and refuses root unless unsafe-perm; the space's launcher finds it through FAIRPOD_CODE_SERVER
-if [ ! -x .venv/code-server/node_modules/.bin/code-server ] && command -v npm >/dev/null 2>&1; then
-  npm_config_unsafe_perm=true npm install --prefix .venv/code-server --no-audit --no-fund --omit=dev \
-    code-server@4.100.3 >/dev/null 2>&1 \
-    || echo "warning: could not install code-server from the npm registry (its native modules); code-server spaces are not tested"
-fi
 # (some packages ship files that are not Python 3 on purpose: pip skips them silently, and so does this)
 .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
 echo "== ruff"
