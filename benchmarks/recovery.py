@@ -18,6 +18,10 @@ Run: ``.venv/bin/python benchmarks/recovery.py [--nodes 1000] [--teams 500] [--w
 (``--compare-reads``: the store's read of the unfinished jobs, with the specs validated again and built from the
 stored dump, alternately; ``--profile FILE``: a cProfile of the restart).
 Goal (issue 34): the first admission <= 30 s after the restart with 100,000 jobs waiting.
+
+``--replica-fault [ARGS]``: instead, a replica of a DDP job killed at step k, and the job's way back by checkpoint
+restart, restart in place and recovery from peers side by side (issue 49; ``benchmarks/replica_fault.py``, whose
+arguments follow).
 """
 
 from __future__ import annotations
@@ -43,6 +47,10 @@ from fairpod.store import jobs as store_jobs  # noqa: E402
 
 
 def main() -> None:
+    if "--replica-fault" in sys.argv[1:]:
+        import replica_fault
+
+        return replica_fault.main([a for a in sys.argv[1:] if a != "--replica-fault"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--teams", type=int, default=500)

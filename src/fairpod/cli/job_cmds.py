@@ -113,6 +113,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "restart:metric>10:points=3 'loss=(\\S+)'")
     job_flag(p, "restart_eval_period_seconds", metavar="SECONDS",
                    help="the window --restarts-in-place counts restarts in (default 3600)")
+    job_flag(p, "peer_recovery", nargs="?", const=True, metavar="true|false",
+                   help="a replica restarted in place gets its state from a peer's memory (fairpod.sdk.peers) and "
+                   "the job goes on from its step; a second replica lost meanwhile restarts the job from its "
+                   "checkpoint. Needs --restarts-in-place N")
     job_flag(p, "required_topology", metavar="LEVEL",
                    help="all replicas in one domain of this topology level (e.g. rack), else the job waits")
     job_flag(p, "preferred_topology", metavar="LEVEL",

@@ -149,7 +149,7 @@ TYPES: dict[str, Callable[[str], Any]] = {
     "hang_timeout_seconds": seconds(30 * 86400), "ready_timeout_seconds": seconds(7 * 86400),
     "restarts_in_place": whole(0, 100), "restart_eval_period_seconds": seconds(30 * 86400),
     "required_topology": topology_level, "preferred_topology": topology_level,
-    "accelerator_partition_count": whole(1, 1024), "ray": boolean,
+    "accelerator_partition_count": whole(1, 1024), "ray": boolean, "peer_recovery": boolean,
 }  # fmt: skip
 
 

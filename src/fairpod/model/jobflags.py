@@ -25,6 +25,7 @@ JOB_FLAGS = {"name": "--name", "team": "--team", "priority": "--priority", "inst
              "replace_entrypoint": "replace_entrypoint (--config-file: the command replaces the image's ENTRYPOINT)",
              "scratch": "--scratch", "ready_timeout_seconds": "--ready-timeout", "ready_signal": "--ready-signal",
              "restarts_in_place": "--restarts-in-place", "restart_eval_period_seconds": "--restart-eval-period",
+             "peer_recovery": "--peer-recovery",
              "log_rules": "--log-rule", "labels": "labels (--config-file's labels: a mapping)",
              "array": "--array", "job": "the job"}  # fmt: skip
 

@@ -130,6 +130,10 @@ class JobSpec(BaseModel):
         "many times within restart_eval_period_seconds; then the job restarts whole (max_retry)")
     restart_eval_period_seconds: float = Field(
         default=3600.0, ge=1, le=30 * 86400, description="the window restarts_in_place counts restarts in")
+    peer_recovery: bool = Field(
+        default=False, description="a replica restarted in place gets its state from a peer's memory "
+        "(fairpod.sdk.peers) and the job goes on from the step it was at; a second replica lost while one is "
+        "recovered restarts the job from its checkpoint. Needs restarts_in_place >= 1")
     log_rules: list[LogRule] = Field(
         default_factory=list, max_length=20,
         description="rules over the replicas' output, each with an action (docs/resilience.md); added to the "
@@ -201,6 +205,16 @@ class JobSpec(BaseModel):
             raise ValueError(f"min_nodes {lo} is more than max_nodes {self.max_nodes}")
         object.__setattr__(self, "nodes", lo)
         object.__setattr__(self, "min_nodes", lo)
+        return self
+
+    @model_validator(mode="after")
+    def _peer_recovery(self) -> JobSpec:
+        if self.peer_recovery and self.restarts_in_place < 1:
+            raise ValueError("peer_recovery needs restarts_in_place >= 1 (how many replicas may be recovered from "
+                             "their peers within restart_eval_period_seconds)")
+        if self.peer_recovery and (self.nodes < 2 or self.elastic):
+            raise ValueError("peer_recovery needs a job of at least 2 replicas, not elastic (a replica recovers "
+                             "from a peer's memory)")
         return self
 
     @property

@@ -52,6 +52,7 @@ __all__ = [
     "ready",
     "replica_restarts",
     "report_progress",
+    "report_recovered",
     "restart_count",
 ]
 
@@ -302,6 +303,16 @@ def peer_restarts(timeout: float = 5.0) -> int:
     torchrun-elastic agent does so by itself; a plain DDP program destroys and re-initialises it)."""
     answer = _call("GET", "restarts", None, timeout)
     return int(answer.get("generation", 0)) if answer else 0
+
+
+def report_recovered(ranks: list[int], source: int, step: int, seconds: float, state_bytes: int = 0,
+                     timeout: float = 5.0) -> bool:
+    """Tell the control plane that ``ranks`` (replaced in place) were given the state of rank ``source`` at
+    ``step`` from its memory, ``seconds`` after the fault (a ``ReplicaRecovered`` event; goodput keeps the work).
+    Called by :class:`fairpod.sdk.peers.PeerRecovery`; False outside fairpod or when it was not taken."""
+    body = {"ranks": [int(r) for r in ranks], "source": int(source), "step": int(step),
+            "seconds": round(float(seconds), 3), "state_bytes": int(state_bytes)}
+    return _call("POST", "recovered", body, timeout) is not None
 
 
 def replica_restarts() -> int:

@@ -73,6 +73,20 @@ def span_event(job: Job, run: Run, cause: str | None, now: float, *,
             {"attempt": run.attempt, "kept": round(kept * acc, 3), "lost": round(lost_acc, 3), "cause": cause or ""})
 
 
+def recovered_event(job: Job, run: Run, fault_at: float, now: float) -> tuple[str, dict[str, Any]] | None:
+    """The ``Goodput`` event of a span that ends with a replica recovered from a peer's memory: the work up to the
+    fault is kept, the time from the fault to ``now`` (every replica waited) is lost to ``restart``; nothing is
+    redone. None when it held no accelerator-seconds."""
+    acc = job.acc * max(1, len(job.placement) or job.nodes)
+    start = max(float(job.started_at or 0.0), float(run.good_from or 0.0))
+    kept, lost = max(0.0, min(fault_at, now) - start), max(0.0, now - max(start, fault_at))
+    if acc <= 0 or kept + lost <= 0:
+        return None
+    return (f"job {job.name} recovery from peers: {kept * acc:.0f} accelerator-seconds kept, {lost * acc:.0f} lost "
+            "to restart", {"attempt": run.attempt, "kept": round(kept * acc, 3), "lost": round(lost * acc, 3),
+                           "cause": "restart"})
+
+
 def summarize(events: list[Any], live: float = 0.0) -> dict[str, Any]:
     """The figures of ``Goodput`` events (those of a job, a team or the cluster): accelerator-seconds kept and lost
     by cause, and goodput (kept / all, None without any); ``live``: the running attempts' seconds not counted yet."""

@@ -77,6 +77,8 @@ class Run:
     restart_due: list[int] = field(default_factory=list)
     good_from: float | None = None  # work before this is accounted for (server.goodput): the last restart in place
     log_faults: dict[str, str] = field(default_factory=dict)  # rank -> the log rule that stopped it (server.logrules)
+    # peer recovery (server.restarts): ranks restarted in place that wait for a peer's state -> [since, why]
+    recovering: dict[str, list[Any]] = field(default_factory=dict)
 
     def record_usage(self, rank: int, cpu_seconds: float | None, memory_peak_bytes: int | None) -> dict[str, Any]:
         """Keep what a replica used; the data of its ``ReplicaUsage`` event ({} when nothing was measured)."""

@@ -299,6 +299,11 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         with self._change():
             return readiness.mark_ready(self, job, rank, attempt)
 
+    def replica_recovered(self, job: Job, ranks: list[int], source: int, step: int, seconds: float) -> bool:
+        """Replicas restarted in place got their state from a peer (``fairpod.sdk.peers``, ``server/restarts.py``)."""
+        with self._change():
+            return restarts.recovered(self, job, ranks, source, step, seconds)
+
     def replica_restarts(self, job: Job) -> dict[str, Any]:
         """The restarts in place of the job's live attempt (``fairpod.sdk.peer_restarts``)."""
         with self.lock:

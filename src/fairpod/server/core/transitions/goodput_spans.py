@@ -22,3 +22,14 @@ def account(cp: CoreState, job: Job, run: Run, cause: str | None, *, restart_in_
     run.good_from = now
     if event is not None:
         cp.event(goodput.EVENT, event[0], job, **event[1])
+
+
+def recovered(cp: CoreState, job: Job, run: Run, fault_at: float) -> None:
+    """The span that ends with a replica recovered from a peer's memory (``restarts.recovered``)."""
+    if not goodput.counted(job, run):
+        return
+    now = cp.clock()
+    event = goodput.recovered_event(job, run, fault_at, now)
+    run.good_from = now
+    if event is not None:
+        cp.event(goodput.EVENT, event[0], job, **event[1])

@@ -20,6 +20,12 @@ The other ranks learn of it from :func:`fairpod.sdk.peer_restarts` (the count of
 ``GET /jobs/{job}/restarts``) and the restarted one from ``FAIRPOD_REPLICA_RESTARTS`` (its own count) and
 ``FAIRPOD_RESTART_GENERATION``, so torchrun-elastic and plain DDP programs can re-form their group. Executors
 without the capability, and elastic jobs (they shrink instead), always restart whole.
+
+Peer recovery (``peer_recovery``, :mod:`fairpod.sdk.peers`): the restarted rank waits for a peer's state
+(``Run.recovering``) and nothing is accounted as lost at its start; :func:`recovered` (the report of the rank that
+gave its state) writes ``ReplicaRecovered`` and the goodput of the span, the work kept up to the fault. A second
+replica of the attempt lost while one is due or recovering cannot be recovered so (the group is being formed
+again): :func:`decide` leaves it to the job's restart from its checkpoint.
 """
 
 from __future__ import annotations
@@ -61,6 +67,14 @@ def decide(cp: CoreState, job: Job, run: Run, e: ReplicaExit) -> bool:
     now = cp.clock()
     done = recent(job, run, now) + len(run.restart_due)
     reason = why(run, e)
+    others = sorted({int(r) for r in [*run.restart_due, *run.recovering]} - {e.rank})
+    if job.spec.peer_recovery and others:
+        run.log_faults[str(e.rank)] = reason
+        cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason} while replica "
+                 f"{', '.join(map(str, others))} is recovered from its peers: two replicas lost at once cannot be "
+                 "recovered from peers; the job restarts from its checkpoint", job, rank=e.rank, restart="full",
+                 in_place=done, fallback="checkpoint", recovering=others)
+        return False
     if done >= n:
         run.log_faults[str(e.rank)] = reason  # the full restart's reason names it too
         cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; {done} restart"
@@ -109,8 +123,12 @@ def launch_due(cp: CoreState) -> None:
             run.restart_due = []
             cp.begin_stop(job, run, failure_kind(job), f"replica {ranks[0]} could not be restarted in place: {err}")
             continue
-        goodput_spans.account(cp, job, run, "restart", restart_in_place=True)  # the job goes back to its checkpoint
         now = cp.clock()
+        if job.spec.peer_recovery:  # the work is kept if a peer hands its state over (recovered)
+            for r in ranks:
+                run.recovering[str(r)] = [now, run.exits.get(str(r), "failed")]
+        else:
+            goodput_spans.account(cp, job, run, "restart", restart_in_place=True)  # the job goes back to its checkpoint
         for r in ranks:
             run.exits.pop(str(r), None)
             run.codes.pop(str(r), None)
@@ -119,5 +137,28 @@ def launch_due(cp: CoreState) -> None:
         job = cp.store.update_job(job.id, {"run_state": run.to_json()})
         cp.event("ReplicaRestarted", f"job {job.name}: replica{'s' if len(ranks) > 1 else ''} "
                  f"{', '.join(map(str, ranks))} restarted in place on {', '.join(job.placement[r] for r in ranks)} "
-                 f"(restart in place {generation(run)} of the attempt)", job, ranks=ranks, restart="in-place",
-                 generation=generation(run))
+                 f"(restart in place {generation(run)} of the attempt"
+                 f"{'; its state comes from a peer' if job.spec.peer_recovery else ''})", job, ranks=ranks,
+                 restart="in-place", generation=generation(run), peer_recovery=job.spec.peer_recovery)
+
+
+def recovered(cp: CoreState, job: Job, ranks: list[int], source: int, step: int, seconds: float) -> bool:
+    """``ranks`` (restarted in place) got the state of rank ``source`` at ``step`` from its memory: a
+    ``ReplicaRecovered`` event, and the goodput of the span (kept up to the fault, the recovery's time lost to
+    ``restart``). False when none of them is waiting for it (another attempt, already reported)."""
+    run = cp.runs.get(job.id)
+    if run is None or run.stopping is not None or job.state != JobState.RUNNING:
+        return False
+    mine = [r for r in ranks if str(r) in run.recovering]
+    if not mine:
+        return False
+    since = min(float(run.recovering[str(r)][0]) for r in mine)
+    reasons = "; ".join(f"replica {r} {run.recovering.pop(str(r))[1]}" for r in mine)
+    goodput_spans.recovered(cp, job, run, since)
+    cp.store.update_job(job.id, {"run_state": run.to_json()})
+    cp.event("ReplicaRecovered", f"job {job.name}: replica{'s' if len(mine) > 1 else ''} "
+             f"{', '.join(map(str, mine))} recovered from replica {source}'s memory at step {step}, "
+             f"{seconds:.1f} s after the fault, without a checkpoint (the other replicas kept their processes; "
+             f"{reasons})", job, ranks=mine, source=source, step=step, seconds=round(seconds, 3),
+             reason=reasons, generation=generation(run))
+    return True

@@ -1,0 +1,192 @@
+"""Recovery from peers: a data-parallel job whose replica failed goes on from the step it was at, with the state
+of a healthy replica, instead of every replica going back to the last checkpoint (docs/sdk.md, "Recovery from
+peers"; HyperPod's checkpointless training, torchft's per-step fault tolerance).
+
+Built on torch's own primitives (``torch.distributed`` with gloo or nccl), not on ``torchft``: see docs/resilience.md
+for why. The job runs with ``--peer-recovery`` (and ``--restarts-in-place N``): when a replica fails, fairpod starts
+only that one again on its node; the other replicas keep their processes. Each of them meets the failure as an
+error of a collective (gloo: the dead peer's sockets close; nccl: the group's timeout), and then, in
+:meth:`PeerRecovery.recover`:
+
+1. waits until fairpod has started the replacement (the attempt's restart generation, ``sdk.peer_restarts()``,
+   grows past the one this group was formed in);
+2. forms a new process group of the same size over a fresh rendezvous, ``MASTER_ADDR:MASTER_PORT`` with the
+   generation as a key prefix (rank 0 hosts that store; a replaced rank 0 hosts it again on the same port);
+3. agrees on the highest completed step; the lowest rank at that step sends its model, optimizer and
+   ``extra`` state from memory (one broadcast) to every rank behind it, the replacement first among them;
+4. tells the control plane (a ``ReplicaRecovered`` event with the reason, and goodput keeps the work).
+
+The step that was in flight when the peer failed is done again by all; nothing else is redone. A replacement
+starts its process the same way: it joins the generation fairpod started it in and receives the state. When the
+group cannot be formed again within ``timeout`` (a second replica lost, fairpod restarting the job whole instead),
+:class:`RecoveryFailed` is raised: let the program exit non-zero, and the job takes the checkpoint path.
+
+Only ``torch`` is imported, and only here; ``fairpod.sdk`` itself stays standard library.
+"""
+
+from __future__ import annotations
+
+import datetime
+import io
+import os
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from fairpod import sdk
+
+__all__ = ["PeerRecovery", "RecoveryFailed", "peer_errors"]
+
+
+class RecoveryFailed(RuntimeError):
+    """The group could not be formed again: exit non-zero, the job restarts from its checkpoint."""
+
+
+def peer_errors() -> tuple[type[BaseException], ...]:
+    """The exceptions a collective raises when a peer is lost (gloo: closed connections; nccl: a timeout or an
+    aborted communicator)."""
+    errs: list[type[BaseException]] = [RuntimeError]
+    base = getattr(dist, "DistError", None)
+    if isinstance(base, type):
+        errs.append(base)
+    return tuple(errs)
+
+
+class PeerRecovery:
+    """The process group of a data-parallel job, formed so that a lost replica can be replaced and given a peer's
+    state::
+
+        rec = PeerRecovery(model, optimizer, backend="gloo")   # a replacement receives state here
+        ddp = rec.wrap(model)                                   # DistributedDataParallel over the live group
+        while rec.step < total:
+            try:
+                optimizer.zero_grad(); loss_of(ddp, rec.step).backward(); optimizer.step()
+                rec.step += 1
+            except rec.errors:
+                ddp = rec.recover()                             # a peer was lost: the step is done again
+
+    ``extra``: more state to hand over (a dict of picklable values or tensors, kept in ``rec.extra``).
+    ``timeout``: seconds a collective, the wait for the replacement and the new group may take each.
+    """
+
+    errors: tuple[type[BaseException], ...] = peer_errors()
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, backend: str = "gloo",
+                 timeout: float = 60.0, extra: dict[str, Any] | None = None,
+                 generation: Callable[[], int] | None = None) -> None:
+        self.model, self.optimizer, self.backend, self.timeout = model, optimizer, backend, timeout
+        self.extra: dict[str, Any] = dict(extra or {})
+        self.rank = int(os.environ["RANK"])
+        self.world = int(os.environ["WORLD_SIZE"])
+        self.host = os.environ.get("MASTER_ADDR", "127.0.0.1")
+        self.port = int(os.environ.get("MASTER_PORT", "29500"))
+        self._generation = generation or sdk.peer_restarts
+        self.replaced = sdk.replica_restarts() > 0
+        self.gen = int(os.environ.get("FAIRPOD_RESTART_GENERATION", "0") or 0) if self.replaced else 0
+        self.step = 0
+        self.recoveries = 0
+        self.last: dict[str, Any] = {}  # the last recovery: seconds, source rank, step
+        self._server: dist.TCPStore | None = None
+        self._ddp_args: dict[str, Any] = {}
+        self._form()
+        if self.replaced:  # a replacement: the survivors wait in recover() for it; get the state from one of them
+            self._sync(time.monotonic(), "replaced")
+
+    # -- the group --------------------------------------------------------------------------------------------
+
+    def _store(self) -> dist.Store:
+        t = datetime.timedelta(seconds=self.timeout)
+        if self.rank == 0:
+            if self._server is None:  # rank 0 hosts the rendezvous for every generation it lives through
+                self._server = dist.TCPStore(self.host, self.port, self.world, is_master=True, timeout=t,
+                                             wait_for_workers=False)
+            base: dist.Store = self._server
+        else:
+            base = dist.TCPStore(self.host, self.port, self.world, is_master=False, timeout=t)
+        return dist.PrefixStore(f"fairpod-peers/{self.gen}/", base)
+
+    def _form(self) -> None:
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # noqa: BLE001 - the old group is broken: what is left of it goes
+                pass
+        dist.init_process_group(self.backend, store=self._store(), rank=self.rank, world_size=self.world,
+                                timeout=datetime.timedelta(seconds=self.timeout))
+
+    def wrap(self, model: torch.nn.Module | None = None, **ddp_args: Any) -> torch.nn.Module:
+        """``DistributedDataParallel`` of the model over the live group (again after each :meth:`recover`).
+
+        ``find_unused_parameters`` is True unless given: DDP otherwise rebuilds its gradient buckets after its
+        first step, and a DDP made again after a recovery would reduce that first step in another order, so the
+        model would differ from an undisturbed run's in the last bits (measured: 2.4e-7 after 40 steps)."""
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self._ddp_args = ddp_args or self._ddp_args or {"find_unused_parameters": True}
+        return DDP(model or self.model, **self._ddp_args)
+
+    # -- recovery ---------------------------------------------------------------------------------------------
+
+    def recover(self) -> torch.nn.Module:
+        """A collective failed because a peer was lost: wait for its replacement, form the group again, bring
+        every rank behind to the most advanced one's state; returns the model wrapped again (:meth:`wrap`)."""
+        t0 = time.monotonic()
+        deadline = t0 + self.timeout
+        while True:
+            gen = self._generation()
+            if gen > self.gen:
+                break
+            if time.monotonic() > deadline:
+                raise RecoveryFailed(f"rank {self.rank}: no replacement of the lost replica within "
+                                     f"{self.timeout:g} s (restart generation still {gen})")
+            time.sleep(0.05)
+        self.gen = gen
+        try:
+            self._form()
+            self._sync(t0, "survivor")
+        except self.errors as e:
+            raise RecoveryFailed(f"rank {self.rank}: the group could not be formed again in generation "
+                                 f"{self.gen}: {e}") from e
+        return self.wrap()
+
+    def _sync(self, t0: float, role: str) -> None:
+        """Agree on the most advanced rank; it sends its state to every rank behind it."""
+        mine = -1 if role == "replaced" else self.step
+        dev = torch.device("cuda", torch.cuda.current_device()) if self.backend == "nccl" else torch.device("cpu")
+        steps = torch.tensor([mine], dtype=torch.int64, device=dev)
+        gathered = [torch.zeros(1, dtype=torch.int64, device=dev) for _ in range(self.world)]
+        dist.all_gather(gathered, steps)
+        all_steps = [int(t.item()) for t in gathered]
+        best = max(all_steps)
+        src = all_steps.index(best)
+        if best < 0:
+            raise RecoveryFailed("no rank holds any state to recover from")
+        payload = torch.zeros(0, dtype=torch.uint8)
+        if self.rank == src:
+            buf = io.BytesIO()
+            torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+                        "step": self.step, "extra": self.extra}, buf)
+            payload = torch.frombuffer(bytearray(buf.getbuffer()), dtype=torch.uint8)
+        size = torch.tensor([payload.numel()], dtype=torch.int64, device=dev)
+        dist.broadcast(size, src)
+        if self.rank != src:
+            payload = torch.empty(int(size.item()), dtype=torch.uint8)
+        wire = payload.to(dev)
+        dist.broadcast(wire, src)
+        behind = [r for r, s in enumerate(all_steps) if s < best]
+        if self.rank in behind:
+            where = next((p.device for p in self.model.parameters()), torch.device("cpu"))
+            state = torch.load(io.BytesIO(wire.cpu().numpy().tobytes()), map_location=where, weights_only=True)
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.step, self.extra = int(state["step"]), dict(state["extra"])
+        self.recoveries += 1
+        seconds = time.monotonic() - t0
+        self.last = {"seconds": seconds, "source": src, "step": best, "behind": behind,
+                     "bytes": int(size.item()), "generation": self.gen}
+        if self.rank == src:  # one report per recovery, by the rank that gave its state
+            sdk.report_recovered(ranks=[r for r, s in enumerate(all_steps) if s < 0] or behind, source=src,
+                                 step=best, seconds=seconds, state_bytes=int(size.item()))
