@@ -25,8 +25,8 @@ from fairpod.executors.timed import TimedExecutor  # noqa: E402
 from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
 from fairpod.model.spec import load_spec  # noqa: E402
 from fairpod.server import runs  # noqa: E402
-from fairpod.server.core import ControlPlane  # noqa: E402
 from fairpod.server.nodes import sync_nodes  # noqa: E402
+from fairpod.server.runtime import control_plane  # noqa: E402
 from fairpod.store import Store  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def one(nodes: int, teams: int) -> tuple[int, float, float, int]:
                 group = [s for s in specs if s.team == team]
                 store.insert_tasks(group, resolve_job(group[0], spec), ["queued"] * len(group), array, None)
                 array += len(group)
-        cp = ControlPlane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
+        cp = control_plane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
         serialized = 0
         real = runs.Run.to_json
 

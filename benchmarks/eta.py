@@ -23,8 +23,8 @@ from pathlib import Path
 from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import load_spec
-from fairpod.server.core import ControlPlane
 from fairpod.server.nodes import sync_nodes
+from fairpod.server.runtime import control_plane
 from fairpod.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ def main() -> None:
         spec = load_spec(str(args.spec))
         sync_nodes(store, spec)
         store.put_spec(spec)
-        cp = ControlPlane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
+        cp = control_plane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
         cp.eta.max_cycles = args.max_cycles
         teams = [t.name for t in spec.teams]
         t0 = time.perf_counter()

@@ -27,6 +27,7 @@ from fairpod.model.spec import load_spec
 from fairpod.server.core import ControlPlane
 from fairpod.server.metrics import FairpodCollector
 from fairpod.server.nodes import sync_nodes
+from fairpod.server.runtime import control_plane
 from fairpod.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -67,7 +68,7 @@ def main() -> None:
         spec = load_spec(str(ROOT / "examples" / "seed" / "spec.yaml"))
         sync_nodes(store, spec)
         store.put_spec(spec)
-        cp = ControlPlane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
+        cp = control_plane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
         now = time.time()
         t0 = time.perf_counter()
         finished(store, cp, args.jobs, 0, now, rng)

@@ -40,8 +40,8 @@ from datacenter import TYPES, spec_yaml  # noqa: E402
 from fairpod.executors.timed import TimedExecutor  # noqa: E402
 from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
 from fairpod.model.spec import load_spec  # noqa: E402
-from fairpod.server.core import ControlPlane  # noqa: E402
 from fairpod.server.nodes import sync_nodes  # noqa: E402
+from fairpod.server.runtime import control_plane  # noqa: E402
 from fairpod.store import Store  # noqa: E402
 from fairpod.store import jobs as store_jobs  # noqa: E402
 
@@ -92,7 +92,7 @@ def main() -> None:
         if filled:
             store.update_node(nodes[filled].name, {"cordoned": True})  # open again for the restart's admission
             t1 = time.perf_counter()
-            first = ControlPlane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
+            first = control_plane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
             while True:
                 before = len(first.snap.running)
                 first.reconcile_once()
@@ -117,7 +117,7 @@ def main() -> None:
         if prof:
             prof.enable()
         cpu0, t0 = time.process_time(), time.perf_counter()
-        cp = ControlPlane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
+        cp = control_plane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
         built, built_cpu = time.perf_counter() - t0, time.process_time() - cpu0
         turns, adopted = 0, len(cp.snap.running)
         while len(cp.snap.running) == adopted and turns < 20:

@@ -201,3 +201,47 @@ def test_the_door_check_finds_a_planted_violation(tmp_path: Path) -> None:
         "fairpod.server.routes_planted:8 reads cp.store",
         "fairpod.server.routes_planted:8 reads cp.snap",
     ])
+
+
+def core_upward_imports(mods: dict[str, Path]) -> list[str]:
+    """Each import (top-level or inside a function) by a module of ``fairpod.server.core`` of a module outside the
+    core that itself imports the core, directly or through others: such a module stands on the core's door, so the
+    core importing it is an arrow upwards (the composition root hands such parts in, ``runtime.control_plane``)."""
+    known = set(mods)
+    g = {m: imports(m, p, known) for m, p in mods.items()}
+    above: dict[str, bool] = {}
+
+    def stands_on_core(m: str, seen: set[str]) -> bool:
+        if m not in above:
+            seen.add(m)
+            above[m] = any(_in_core(d) or (d not in seen and stands_on_core(d, seen)) for d in g.get(m, ()))
+        return above[m]
+
+    return [f"{mod} -> {dep}" for mod in sorted(mods) if _in_core(mod) for dep in sorted(g[mod])
+            if not _in_core(dep) and stands_on_core(dep, set())]
+
+
+def test_the_core_imports_nothing_that_stands_on_it() -> None:
+    bad = core_upward_imports(modules())
+    assert not bad, "modules of fairpod.server.core that import a module above the core:\n" + "\n".join(bad)
+
+
+def test_the_upward_check_finds_a_planted_violation(tmp_path: Path) -> None:
+    """A core module planted beside the real ones that imports a module on the door at the top and one inside a
+    function, and one that reaches the door only through another module: each is found; a module outside the core
+    that does not import it (``fairpod.server.runs``) is below it and may be imported."""
+    between = tmp_path / "between.py"
+    between.write_text("from fairpod.server import usage\n")
+    inside = tmp_path / "planted.py"
+    inside.write_text("from fairpod.server.eta import held_starts\n"
+                      "from fairpod.server.planted_between import usage\n"
+                      "from fairpod.server.runs import job_key\n\n\n"
+                      "def hook() -> object:\n"
+                      "    from fairpod.server.spaces import stop_idle\n\n"
+                      "    return stop_idle, held_starts, usage, job_key\n")
+    mods = {**modules(), "fairpod.server.core.planted": inside, "fairpod.server.planted_between": between}
+    assert core_upward_imports(mods) == [
+        "fairpod.server.core.planted -> fairpod.server.eta",
+        "fairpod.server.core.planted -> fairpod.server.planted_between",
+        "fairpod.server.core.planted -> fairpod.server.spaces",
+    ]

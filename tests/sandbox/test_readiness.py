@@ -25,10 +25,10 @@ from fairpod.model.jobs import JobSpec
 from fairpod.model.services import ServiceSpec
 from fairpod.model.spec import parse_spec
 from fairpod.sandbox import namespaces, users
-from fairpod.server.core import ControlPlane
 from fairpod.server.core.transitions.services import Services
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import job_key
+from fairpod.server.runtime import control_plane
 from fairpod.store import Store
 
 from .conftest import wait_for
@@ -55,7 +55,7 @@ class Plane:
         sync_nodes(self.store, cluster)
         self.store.put_spec(cluster)
         self.executor = LocalExecutor(self.home / "runs")
-        self.cp = ControlPlane(self.store, self.executor, self.home)
+        self.cp = control_plane(self.store, self.executor, self.home)
         self.services = Services(self.cp)  # its threads are not started: the test calls what the probe thread calls
 
     def service(self, name: str, check: str, nodes: int = 1) -> int:

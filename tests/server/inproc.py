@@ -15,8 +15,8 @@ from fairpod.executors.base import JobLaunch
 from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec
 from fairpod.model.spec import load_spec
-from fairpod.server.core import ControlPlane
 from fairpod.server.nodes import sync_nodes
+from fairpod.server.runtime import control_plane
 from fairpod.store import Store
 from fairpod.store.records import Job
 
@@ -50,7 +50,7 @@ class InProc:
         sync_nodes(self.store, cluster)
         self.store.put_spec(cluster)
         self.executor = TimedExecutor(tmp / "runs", clock=self.clock)
-        self.cp = ControlPlane(self.store, self.executor, tmp, clock=self.clock)
+        self.cp = control_plane(self.store, self.executor, tmp, clock=self.clock)
         self._faults: list[Callable[[], None]] = []
 
     def submit(self, name: str, team: str, seconds: float = 60, **kw: Any) -> Job:

@@ -14,8 +14,8 @@ from fairpod.executors.timed import TimedExecutor
 from fairpod.health.manager import HealthManager
 from fairpod.model.jobs import JobState
 from fairpod.model.nodes import NodeHealth
-from fairpod.server.core import ControlPlane
 from fairpod.server.core.transitions.services import Services
+from fairpod.server.runtime import control_plane
 
 from .inproc import InProc
 
@@ -79,7 +79,7 @@ def test_a_restart_reads_the_jobs_once_and_adopts_the_timed_replicas(tmp_path: P
     assert len(h.cp.runs) == 4 and all(r.launched for r in h.cp.runs.values())
     h.cp.stop()  # the old executor is not closed: as after kill -9
     reads = counting(h.store, ("get_job", "list_jobs"))
-    cp = ControlPlane(h.store, TimedExecutor(tmp_path / "runs", clock=h.clock), tmp_path, clock=h.clock)
+    cp = control_plane(h.store, TimedExecutor(tmp_path / "runs", clock=h.clock), tmp_path, clock=h.clock)
     try:
         Services(cp)  # as runtime.build makes it: it resumes the drains of services that were shrinking
         assert reads["get_job"] == 0 and reads["list_jobs"] == 1, reads  # (was 2 get_job per live attempt, 2 lists)

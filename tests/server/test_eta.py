@@ -71,7 +71,7 @@ def test_estimated_start_from_declared_and_typical_durations(server: Server):
 
 def test_estimates_in_process_refresh_only_on_change_and_remember_typical_durations(tmp_path):
     """A control plane in process (real SQLite store, the timed executor, a FAKE clock)."""
-    from fairpod.server.core import ControlPlane
+    from fairpod.server.runtime import control_plane
 
     from .inproc import InProc
 
@@ -99,7 +99,7 @@ def test_estimates_in_process_refresh_only_on_change_and_remember_typical_durati
     ip.turn(2)  # b ends, c starts (no declared duration; john's jobs of this shape ran 100 and 50 s)
     ip.cp.stop()
     # a new control plane over the same store learns the typical durations from the succeeded jobs
-    ip.cp = ControlPlane(ip.store, ip.executor, tmp_path, clock=ip.clock)
+    ip.cp = control_plane(ip.store, ip.executor, tmp_path, clock=ip.clock)
     ip.submit("d", "john", 10, nodes=4, expected_duration_seconds=10)
     ip.cp.eta.refresh(ip.cp)
     c = ip.job("c")

@@ -12,9 +12,9 @@ import yaml
 
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import parse_spec
-from fairpod.server.core import ControlPlane
 from fairpod.server.core.history import KEY
 from fairpod.server.routes_reports import usage_report
+from fairpod.server.runtime import control_plane
 
 from .inproc import SEED_SPEC, InProc
 
@@ -58,7 +58,7 @@ def _borrow_for_an_hour(h: InProc) -> float:
 def test_history_survives_a_clean_restart(h: InProc) -> None:
     hist = _borrow_for_an_hour(h)
     h.cp.stop()  # saves the history
-    h.cp = ControlPlane(h.store, h.executor, h.tmp, clock=h.clock)
+    h.cp = control_plane(h.store, h.executor, h.tmp, clock=h.clock)
     assert h.cp.snap.teams["john"].history[T] == pytest.approx(hist)
     h.clock.advance(3600)
     h.turn()  # john still borrows: the mean moves on towards 0.25
@@ -73,14 +73,14 @@ def test_history_survives_a_crash(h: InProc) -> None:
     h.turn()
     assert h.store.get_meta(KEY) == saved
     # no stop: the new control plane starts from the last save and folds in the time since with its shares
-    h.cp = ControlPlane(h.store, h.executor, h.tmp, clock=h.clock)
+    h.cp = control_plane(h.store, h.executor, h.tmp, clock=h.clock)
     h.turn()
     assert h.cp.snap.teams["john"].history[T] == pytest.approx(0.25 * (1 - 0.5 * 2 ** (-2 / 3600)))
 
 
 def test_bad_saved_history_starts_empty(h: InProc) -> None:
     h.store.set_meta(KEY, "{not json")
-    h.cp = ControlPlane(h.store, h.executor, h.tmp, clock=h.clock)
+    h.cp = control_plane(h.store, h.executor, h.tmp, clock=h.clock)
     assert h.cp.snap.teams["john"].history == {}
 
 
@@ -150,7 +150,7 @@ def test_budget_counts_hours_holds_borrowing_and_survives_a_restart(tmp_path: Pa
         assert h.job("borrow-late").reason.startswith("budget spent: team john used")
         # a new control plane counts the day again from the usage samples
         before = h.cp.snap.teams["john"].budget[T][0]
-        h.cp = ControlPlane(h.store, h.executor, h.tmp, clock=h.clock)
+        h.cp = control_plane(h.store, h.executor, h.tmp, clock=h.clock)
         h.turn()
         assert h.cp.snap.teams["john"].budget[T][0] == pytest.approx(before, rel=0.02)
         assert before > used

@@ -19,6 +19,7 @@ from fairpod.server.core import ControlPlane
 from fairpod.server.core.transitions.services import Services
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import job_key
+from fairpod.server.runtime import control_plane
 from fairpod.store import Store
 
 from .faults import fail_writes
@@ -38,7 +39,7 @@ def cp(tmp_path: Path) -> Iterator[ControlPlane]:
     sync_nodes(store, cluster)
     store.put_spec(cluster)
     executor = LocalExecutor(tmp_path / "runs")
-    cp = ControlPlane(store, executor, tmp_path)
+    cp = control_plane(store, executor, tmp_path)
     yield cp
     for job in store.list_jobs(finished=False):
         executor.stop(job_key(job), job.attempt, 0.0)

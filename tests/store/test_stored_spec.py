@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fairpod.model.jobs import JobSpec
-from fairpod.server.core import ControlPlane
+from fairpod.server.runtime import control_plane
 from fairpod.store import jobs as store_jobs
 from fairpod.store.jobs import stored_spec
 
@@ -61,7 +61,7 @@ def test_a_restart_with_waiting_jobs_validates_none_of_their_specs(tmp_path: Pat
     h.turn()
     store_jobs._SPECS.clear()  # a restarted process has built none
     seen = Validations(monkeypatch)
-    h.cp = ControlPlane(h.store, h.executor, h.tmp, clock=h.clock)
+    h.cp = control_plane(h.store, h.executor, h.tmp, clock=h.clock)
     assert len(h.cp.snap.pending) >= 30
     assert seen.n == 0, f"{seen.n} specs validated again at the restart"
     assert {j.spec.command[0] for j in h.store.list_jobs(finished=False)} == {"sleep"}

@@ -39,7 +39,7 @@ from typing import Any
 from fairpod.governance.forecast import estimate_starts
 from fairpod.governance.snapshot import Snapshot, Workload
 from fairpod.model.jobs import JobState
-from fairpod.server.core.api import Core
+from fairpod.server.core.api import Core, Throttled
 from fairpod.store.records import Job
 
 log = logging.getLogger("fairpod.eta")
@@ -202,10 +202,6 @@ class Estimates:
 def _signature(snap: Snapshot) -> tuple:
     """Changes when the snapshot does: a new object after a rebuild; its version counts every start and stop."""
     return (id(snap), snap.version, len(snap.pending), len(snap.running))
-
-
-# an array's tasks for held_starts: (limit, [(job id, its workload, held?) in task order])
-Throttled = list[tuple[int, list[tuple[int, Workload, bool]]]]
 
 
 def held_starts(throttled: Throttled, starts: dict[int, float | None],

@@ -18,13 +18,23 @@ from fairpod.executors import registry
 from fairpod.executors.base import Executor, Notifying, capability
 from fairpod.paths import runs_dir
 from fairpod.server import heap
-from fairpod.server.core import ControlPlane, Services, standard_keepers
+from fairpod.server.core import Beside, ControlPlane, Services, standard_keepers
 from fairpod.server.leader import Elector, FencedExecutor
 from fairpod.server.steadyclock import control_clock
 from fairpod.store import Store
 from fairpod.store.db import use_clock
 
 log = logging.getLogger("fairpod")
+
+
+def control_plane(store: Store, executor: Executor, home: Path, **kw: Any) -> ControlPlane:
+    """The control plane over ``store`` and ``executor`` with what runs beside it (ETA estimates, the usage sampler,
+    retention): those stand on the core's door, so they are built here, not by the core (``kw``: ControlPlane's)."""
+    from fairpod.server.eta import Estimates
+    from fairpod.server.retention import Retention
+    from fairpod.server.usage import UsageSampler
+
+    return ControlPlane(store, executor, home, beside=Beside(Estimates(), UsageSampler(), Retention()), **kw)
 
 
 def make_executor(home: Path, kind: str, options: dict[str, str] | None = None, exclusive: bool = True) -> Executor:
@@ -81,6 +91,7 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
     from fairpod.health.manager import HealthManager
     from fairpod.server.app import create_app
     from fairpod.server.jobtoken import job_secret, launch_env
+    from fairpod.server.spaces import open_proxy, stop_idle
 
     # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
     # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
@@ -92,11 +103,12 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
     clock = control_clock(home)  # durations a step of the wall clock does not move (server.steadyclock)
     if clock is not None:
         use_clock(clock)
-    cp = ControlPlane(store, executor, home, keepers=standard_keepers,  # a new periodic keeper: register it there
+    cp = control_plane(store, executor, home, keepers=standard_keepers,  # a new periodic keeper: register it there
                       clock=clock or time.time)
     secret = job_secret(home, store)
     cp.launch_env = launch_env(secret, api_url)  # FAIRPOD_API_URL, FAIRPOD_TOKEN
-    Services(cp)  # readiness, endpoints, addresses and drains of services (cp.services)
+    # readiness, endpoints, addresses and drains of services (cp.services); spaces' proxies and idle stops
+    Services(cp, open_space=open_proxy, stop_idle=stop_idle)
     notifying = capability(executor, Notifying)
     if notifying is not None:  # the executor wakes the reconcile loop when an exit is due
         notifying.set_notify(cp.wake.set)
@@ -106,4 +118,4 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
     return Runtime(store, executor, cp, create_app(cp, secret), secret)
 
 
-__all__ = ["Runtime", "build", "make_executor"]
+__all__ = ["Runtime", "build", "control_plane", "make_executor"]

@@ -16,6 +16,7 @@ from fairpod.governance import Preempt
 from fairpod.model.jobs import JobState
 from fairpod.server.core import ControlPlane
 from fairpod.server.runs import Slots, SlotsBusy
+from fairpod.server.runtime import control_plane
 
 from ..inproc import InProc
 
@@ -33,7 +34,7 @@ def crash_on_commit(h: InProc, when: Any = lambda: True) -> None:
 def restart(h: InProc) -> ControlPlane:
     """A new control plane on the same store and executor (the old one is dead: never used again)."""
     h.heal()
-    h.cp = ControlPlane(h.store, h.executor, h.tmp, clock=h.clock)
+    h.cp = control_plane(h.store, h.executor, h.tmp, clock=h.clock)
     return h.cp
 
 

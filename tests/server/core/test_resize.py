@@ -20,9 +20,9 @@ import yaml
 from fairpod.executors.local import LocalExecutor
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import parse_spec
-from fairpod.server.core import ControlPlane
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import job_key
+from fairpod.server.runtime import control_plane
 from fairpod.store import Store
 from fairpod.store.records import Job
 
@@ -53,7 +53,7 @@ class Plant:
     def _start(self) -> None:
         self.store = Store(f"sqlite:///{self.tmp / 'fairpod.db'}")
         self.executor = LocalExecutor(self.tmp / "runs")
-        self.cp = ControlPlane(self.store, self.executor, self.tmp)
+        self.cp = control_plane(self.store, self.executor, self.tmp)
 
     def die(self) -> None:
         """From now on this control plane writes nothing; raises ``Died``."""

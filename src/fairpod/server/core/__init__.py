@@ -25,8 +25,8 @@ The store is written first, then the memory. When a store write fails, the memor
 rebuilt from the store (``ControlPlane.reload``), so the two never disagree for longer than one call.
 """
 
-from fairpod.server.core.loop import standard_keepers
+from fairpod.server.core.loop import Beside, standard_keepers
 from fairpod.server.core.plane import ControlPlane
 from fairpod.server.core.transitions.services import Services
 
-__all__ = ["ControlPlane", "Services", "standard_keepers"]  # for the composition root (fairpod.server.runtime)
+__all__ = ["Beside", "ControlPlane", "Services", "standard_keepers"]  # for the composition root (fairpod.server.runtime)

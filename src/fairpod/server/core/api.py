@@ -25,6 +25,10 @@ from fairpod.store.records import Job, Node, User
 
 T = TypeVar("T")
 
+# a throttled job array's tasks, as the core lists them for the estimates (fairpod.server.eta.held_starts):
+# (limit, [(job id, its workload, held?) in task order])
+Throttled = list[tuple[int, list[tuple[int, Workload, bool]]]]
+
 
 class Busy(Exception):
     """The core's lock was not free within the wait given to :meth:`Core.engine_read` (a long turn)."""
@@ -68,8 +72,8 @@ class Core(Protocol):
 
     def build_snapshot(self, spec: ClusterSpec, unfinished: list[Job] | None = None) -> Snapshot: ...
 
-    def throttled_arrays(self) -> list[tuple[int, list[tuple[int, Workload, bool]]]]:
-        """The throttled job arrays with held tasks (``fairpod.server.eta.Throttled``); call it in engine_read."""
+    def throttled_arrays(self) -> Throttled:
+        """The throttled job arrays with held tasks; call it in engine_read."""
         ...
 
     def output_seen(self, job: Job) -> float | None: ...

@@ -33,6 +33,16 @@ class Keepers:
     after: list[Keeper] = field(default_factory=list)  # after the turn's commit, before the launches
 
 
+@dataclass
+class Beside:
+    """What runs beside the core and stands on its door (each takes a :class:`fairpod.server.core.api.Core`), so
+    the core does not import it: the composition root builds it (``fairpod.server.runtime.control_plane``)."""
+
+    eta: Any  # fairpod.server.eta.Estimates: estimated starts, its own thread (started and stopped with the loop)
+    usage: Any  # fairpod.server.usage.UsageSampler: usage history and cycle timings (a keeper after each turn)
+    retention: Any  # fairpod.server.retention.Retention: deletes what policy.retention_days no longer keeps
+
+
 def standard_keepers(cp: Any) -> Keepers:
     """fairpod's keepers: the hours used in each budget period (rule 10, before the exits), nodes joining and
     leaving the executor's cluster (Ray; no-op otherwise), held tasks of throttled job arrays, restarts whose

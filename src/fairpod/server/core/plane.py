@@ -18,12 +18,12 @@ from fairpod.executors.base import Executor, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.keys import job_id_of
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import eta, outage
+from fairpod.server import outage
 from fairpod.server.batch import BatchingStore
 from fairpod.server.core.api import Core
 from fairpod.server.core.door import Door
 from fairpod.server.core.history import HistoryKeeper
-from fairpod.server.core.loop import Keepers, Loop, standard_keepers
+from fairpod.server.core.loop import Beside, Keepers, Loop, standard_keepers
 from fairpod.server.core.memory import Memory
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.transitions import array_holds, priority, readiness, restarts
@@ -37,7 +37,6 @@ from fairpod.server.core.transitions.submit import Submitting
 from fairpod.server.core.transitions.watchdog import Watchdog
 from fairpod.server.errors import WrongState
 from fairpod.server.nodes import sync_nodes
-from fairpod.server.retention import Retention
 from fairpod.server.runs import (
     STOP_CANCEL,
     STOP_DONE,
@@ -50,7 +49,6 @@ from fairpod.server.runs import (
 from fairpod.server.submits import SubmitQueue
 from fairpod.server.turn_gate import TurnGate
 from fairpod.server.turns import TurnHistogram, TurnPace
-from fairpod.server.usage import UsageSampler
 from fairpod.store import Store, StoreError
 from fairpod.store.records import Job
 
@@ -68,6 +66,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         executor: Executor,
         home: Path,
         *,
+        beside: Beside,
         clock: Callable[[], float] = time.time,
         keepers: Callable[[ControlPlane], Keepers] = standard_keepers,
     ) -> None:
@@ -85,7 +84,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self._thread: threading.Thread | None = None
         self.runs: dict[int, Run] = {}
         self.slots = Slots()
-        self.eta = eta.Estimates()  # estimated start times of pending jobs (its own thread, started by start())
+        self.eta = beside.eta  # estimated start times of pending jobs (its own thread, started by start())
         rec = store.get_spec()
         if rec is None:
             raise RuntimeError("the store holds no cluster spec; apply one first")
@@ -94,8 +93,8 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.cycle_seconds = 0.0
         self.turns = TurnHistogram()  # whole reconcile turns, for /metrics
         self.pace = TurnPace()  # how soon a woken turn may follow the last one (coalesces bursts of wakes)
-        self.usage = UsageSampler()  # usage history and cycle timings for the dashboard and /metrics
-        self.retention = Retention()  # deletes what policy.retention_days no longer keeps
+        self.usage = beside.usage  # usage history and cycle timings for the dashboard and /metrics
+        self.retention = beside.retention  # deletes what policy.retention_days no longer keeps
         self.watchdog = Watchdog()  # runtime limits and hang detection
         self.logwatch = LogWatch()  # log rules: the replicas' output matched in a thread of its own
         self.history = HistoryKeeper()  # FairShareHistory kept across restarts

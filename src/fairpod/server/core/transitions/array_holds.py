@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from fairpod.model.arrays import ArrayError, parse_array, task_env
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.arrays import array_of
+from fairpod.server.core.api import Throttled
 from fairpod.server.errors import InvalidJob
-from fairpod.server.eta import Throttled
 from fairpod.server.runs import to_engine
 from fairpod.store.records import Job
 

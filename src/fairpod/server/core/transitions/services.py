@@ -27,6 +27,7 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,8 +75,13 @@ def probe(check: ServiceSpec, host: str, port: int) -> bool:
 class Services:
     """Readiness, endpoints, addresses and drains of the services of a control plane ``cp``."""
 
-    def __init__(self, cp: Any, interval: float = 0.25) -> None:
+    def __init__(self, cp: Any, interval: float = 0.25, *, open_space: Callable[[Any, int, str, str], Any] | None = None,
+                 stop_idle: Callable[[Any], None] | None = None) -> None:
         self.cp = cp
+        # a space's proxy (who comes in) and its idle stop: fairpod.server.spaces, which stands on the core's door,
+        # so the composition root hands them in (runtime.build); without them no space gets a proxy
+        self.open_space = open_space
+        self.stop_idle = stop_idle
         self.interval = interval
         self._lock = threading.Lock()
         self._ready: dict[int, dict[int, int]] = {}  # job id -> rank -> port, of ready replicas
@@ -253,10 +259,8 @@ class Services:
         with self._lock:
             self._ready = seen
         self._forget_exits(targets, seen)
-        if any(t.check.space is not None for t in targets):
-            from fairpod.server.spaces import stop_idle
-
-            stop_idle(self.cp)
+        if self.stop_idle is not None and any(t.check.space is not None for t in targets):
+            self.stop_idle(self.cp)
         for jid in ended:
             p = self.proxies.pop(jid, None)
             if p is not None:
@@ -291,9 +295,8 @@ class Services:
         """The service's proxy, on the port it had before when that is free; a space's checks who comes in
         (``server.spaces``)."""
         if space_team is not None:
-            from fairpod.server.spaces import open_proxy
-
-            self.proxies[jid] = open_proxy(self.cp, jid, space_team, name)  # type: ignore[assignment]
+            if self.open_space is not None:
+                self.proxies[jid] = self.open_space(self.cp, jid, space_team, name)
             return
         f = self._port_file(jid)
         want = int(f.read_text()) if f.exists() and f.read_text().strip().isdigit() else 0
