@@ -5,10 +5,15 @@ Three 1-accelerator nodes; john has one, smith two. john's Ray job (2 replicas) 
 runs a GPU task on each Ray node, reports ``ray.nodes()`` and the GPU ids Ray gave the tasks, and counts steps
 into its checkpoint until smith reclaims its node: the entrypoint gets SIGTERM while its Ray cluster still runs,
 saves, and the job resumes from that step once smith's job is gone.
+
+A KubeRay RayCluster applied with ``fairpod apply -f`` is a service that stands: its head and worker are ready
+when their Ray nodes answer, a Ray driver attaches to the head's endpoint and sees both nodes, and deleting the
+service ends the cluster.
 """
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +37,7 @@ teams:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    yield from running(tmp_path, SPEC)
+    yield from running(tmp_path, SPEC)  # its replicas see tmp_path (the program's files)
 
 
 def test_a_ray_job_runs_on_its_own_ray_cluster_is_preempted_and_resumes(server: Server, tmp_path: Path):
@@ -62,3 +67,68 @@ def test_a_ray_job_runs_on_its_own_ray_cluster_is_preempted_and_resumes(server: 
     assert starts[1]["address"] != starts[0]["address"] or True  # a new cluster (the port may come round again)
     assert notes(out, "done")[0]["step"] == term["step"] + 3
     assert done["preemptions"] == 1
+
+
+# the form of ray-project/kuberay ray-operator/config/samples/ray-cluster.sample.yaml (written for fairpod's tests),
+# without an image: the Ray installed on the nodes runs
+RAYCLUSTER = """
+apiVersion: ray.io/v1
+kind: RayCluster
+metadata: {name: rc, namespace: hyperpod-ns-smith}
+spec:
+  rayVersion: "2.52.0"
+  headGroupSpec:
+    rayStartParams: {}
+    template:
+      spec:
+        containers:
+        - name: ray-head
+          resources: {limits: {cpu: "1", memory: 2Gi}}
+          ports: [{containerPort: 6379, name: gcs-server}]
+  workerGroupSpecs:
+  - replicas: 1
+    groupName: workergroup
+    rayStartParams: {}
+    template:
+      spec:
+        containers:
+        - name: ray-worker
+          resources: {limits: {cpu: "1", memory: 2Gi}}
+"""
+
+ATTACH = """
+import time, ray
+ray.init(_node_ip_address="127.0.0.1", logging_level="ERROR")
+for _ in range(240):  # a worker's raylet answers (ready) just before its node has registered with the head
+    if sum(1 for n in ray.nodes() if n["Alive"]) == 2:
+        break
+    time.sleep(0.25)
+print("alive", sum(1 for n in ray.nodes() if n["Alive"]), int(ray.cluster_resources()["CPU"]))
+"""
+
+
+def test_a_raycluster_stands_as_a_service_a_driver_attaches_and_delete_ends_it(server: Server, tmp_path: Path):
+    (tmp_path / "rc.yaml").write_text(RAYCLUSTER)
+    r = server.cli("apply", "-f", str(tmp_path / "rc.yaml"))
+    assert "raycluster.ray.io/rc created" in r.stdout, r.stdout + r.stderr
+    svc = wait_for(lambda: (v := server.api("GET", "/services/rc").json())["ready_replicas"] == 2 and v, 120,
+                   "the head and the worker's Ray nodes to answer")
+    assert svc["readiness"] == "TCP connect" and server.job("rc")["kind"] == "service"
+    head = next(e["address"] for e in svc["endpoints"] if e["rank"] == 0).removeprefix("http://")
+    out = subprocess.run([sys.executable, "-c", ATTACH], env={**server.env, "RAY_ADDRESS": head, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
+                         capture_output=True, text=True, timeout=120)
+    assert "alive 2 2" in out.stdout, out.stdout + out.stderr[-2000:]  # the head and the worker, 1 CPU each
+    server.cli("delete-service", "rc")
+    server.wait_state("rc", "Cancelled", timeout=60)
+    wait_for(lambda: not _answers(head), 30, "the Ray head to be gone")
+
+
+def _answers(hostport: str) -> bool:
+    import socket
+
+    host, port = hostport.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=1):
+            return True
+    except OSError:
+        return False

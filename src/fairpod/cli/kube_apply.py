@@ -1,5 +1,6 @@
 """``fairpod apply -f job.yaml`` for Kubernetes manifests: submit each PyTorchJob (read by ``fairpod.formats.kube``)
-and each KubeRay RayJob (``fairpod.formats.kube.rayjob``) as a fairpod job."""
+and each KubeRay RayJob (``fairpod.formats.kube.rayjob``) as a fairpod job, each KubeRay RayCluster
+(``fairpod.formats.kube.raycluster``) as a fairpod service (a standing Ray cluster)."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def _teams(a: argparse.Namespace, c: Client) -> Teams:
     return Teams.of(spec.get("teams") or [], flag=getattr(a, "team", None), only=only, spec=spec)
 
 
-RUN = ("PyTorchJob", "RayJob", "Job", "Pod")
+RUN = ("PyTorchJob", "RayJob", "RayCluster", "Job", "Pod")
 
 
 def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list[Any], list[str]]:
@@ -50,6 +51,13 @@ def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list
         try:
             jobs = rayjob.convert_all(docs, cwd=os.getcwd(), teams=teams, on_host=on_host, registry=registry)
         except ManifestError as e:  # one line per refused field
+            errors += str(e).splitlines()
+    if any(_kind(d) == "RayCluster" for d in docs):  # standing Ray clusters: services (formats.kube.raycluster)
+        from fairpod.formats.kube import raycluster
+
+        try:
+            jobs += raycluster.convert_all(docs, cwd=os.getcwd(), teams=teams, on_host=on_host, registry=registry)
+        except ManifestError as e:
             errors += str(e).splitlines()
     for d in docs:
         if _kind(d) in ("Job", "Pod") and str(d.get("apiVersion")) in ("batch/v1", "v1"):
@@ -70,7 +78,7 @@ def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list
     rest = [f"{_kind(d) or '(no kind)'}/{(d.get('metadata') or {}).get('name', '?')}" for d in docs
             if isinstance(d, dict) and _kind(d) not in RUN]
     if rest:
-        warnings.append(f"skipped {', '.join(rest)}: fairpod runs the PyTorchJob, RayJob, Job and Pod documents "
+        warnings.append(f"skipped {', '.join(rest)}: fairpod runs the PyTorchJob, RayJob, RayCluster, Job and Pod documents "
                         "(a PyTorchJob's torchrun rendezvous needs no etcd service)")
     return jobs, warnings
 

@@ -18,6 +18,13 @@ works the same under any executor since it only reads the replica's environment:
   is gone); once the entrypoint has exited the head's Ray processes get SIGTERM, and SIGKILL 5 s later. The
   supervisor's SIGKILL after the job's grace period ends whatever is left.
 
+**A standing cluster** (a service that is a Ray job: a KubeRay RayCluster, ``FAIRPOD_RAY_STANDING=1``): no
+entrypoint, and each replica's Ray node is its service port (``PORT``, from ``FAIRPOD_SERVICE_PORTS``): rank 0's
+is the head's GCS port (the first of the ports, which the workers join), a worker's its raylet's; so the service's
+TCP readiness check is each Ray node answering. The head waits for no worker (they come and go, each restarted on
+its own) and runs until its SIGTERM; a worker ends on its SIGTERM, or when the head is gone (the service starts it
+again, and it joins the head once that is back). An entrypoint, when given, runs against it once the head is up.
+
 ``python -m fairpod.executors.raycluster ray ARGS`` is ``ray ARGS`` keeping a loopback ``--node-ip-address``
 (Ray's CLI would replace it with the machine's external address): a cluster on one machine stays on loopback.
 """
@@ -34,6 +41,7 @@ import sys
 import tempfile
 import time
 
+STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see the module's docstring
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
 STARTS = 3  # tries of ``ray start``
 STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL for the Ray processes once the entrypoint has exited
@@ -107,12 +115,16 @@ PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent
               "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port", "--dashboard-port")
 
 
-def _ports(head: bool) -> tuple[list[str], str]:
-    """``ray start``'s port flags (the dashboard's on the head only) and the autoscaler's metrics port: all
-    different, chosen again for each try of ``ray start`` (a port taken meanwhile fails one try, not all)."""
+def _ports(head: bool, raylet: int | None = None) -> tuple[list[str], str]:
+    """``ray start``'s port flags (the dashboard's on the head only; the raylet's ``raylet`` when given) and the
+    autoscaler's metrics port: all different, chosen again for each try of ``ray start`` (a port taken meanwhile
+    fails one try, not all)."""
     flags = PORT_FLAGS if head else PORT_FLAGS[:-1]
+    if raylet is not None:
+        flags = flags[1:]
     *ports, metrics = _free_ports(len(flags) + 1)
-    return [a for flag, port in zip(flags, ports, strict=True) for a in (flag, str(port))], str(metrics)
+    fixed = ["--node-manager-port", str(raylet)] if raylet is not None else []
+    return fixed + [a for flag, port in zip(flags, ports, strict=True) for a in (flag, str(port))], str(metrics)
 
 
 def _reachable(host: str, port: int) -> bool:
@@ -132,6 +144,14 @@ class Cluster:
         self.world = int(self.env.get("WORLD_SIZE", "1"))
         self.host = self.env.get("MASTER_ADDR", "127.0.0.1")
         self.port = int(self.env.get("MASTER_PORT") or _free_port())
+        self.standing = self.env.get(STANDING) == "1"
+        self.raylet: int | None = None
+        if self.standing:  # a service: the head's GCS on the first service port, each worker's raylet on its own
+            ports = [p for p in self.env.get("FAIRPOD_SERVICE_PORTS", "").split(",") if p]
+            if not ports:
+                raise SystemExit(f"fairpod ray: {STANDING}=1 without FAIRPOD_SERVICE_PORTS (a service's ports)")
+            self.port = int(ports[0])
+            self.raylet = None if self.rank == 0 else int(self.env.get("PORT") or ports[self.rank])
         self.tmp = tempfile.mkdtemp(prefix="fpray-", dir="/tmp")  # short: Ray's socket paths have a length limit
         self.pgid: int | None = None
         self.stopping = False
@@ -163,7 +183,7 @@ class Cluster:
         if slow:
             env["RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE"] = "1"
         for tries in range(STARTS, 0, -1):  # a loaded machine may miss Ray's own 30 s start-up limit
-            ports, env["AUTOSCALER_METRIC_PORT"] = _ports(self.rank == 0)
+            ports, env["AUTOSCALER_METRIC_PORT"] = _ports(self.rank == 0, self.raylet)
             proc = subprocess.Popen([*_myself(), "ray", *args, *ports],
                                     env=env, start_new_session=True, stdout=sys.stderr, stderr=sys.stderr)
             self.pgid = proc.pid
@@ -264,8 +284,12 @@ def run(entrypoint: list[str]) -> int:
         c.start()
         if c.rank != 0:  # a worker's Ray node serves until the head is gone, also after a stop's SIGTERM:
             while _reachable(c.host, c.port):  # the entrypoint may still use it while it saves its checkpoint
+                if c.standing and c.stopping:  # a standing cluster's worker: no entrypoint to wait for
+                    break
                 time.sleep(0.5)
             return 0 if not c.stopping else 128 + signal.SIGTERM
+        if c.standing:
+            return _stand(c, entrypoint)
         c.wait_nodes()
         signal.signal(signal.SIGTERM, term)  # the Ray driver of wait_nodes put its own handler in its place
         _say(f"{c.world} Ray nodes joined; running the entrypoint against {c.host}:{c.port}")
@@ -277,6 +301,19 @@ def run(entrypoint: list[str]) -> int:
                 continue
     finally:
         c.stop()
+
+
+def _stand(c: Cluster, entrypoint: list[str]) -> int:
+    """Rank 0 of a standing cluster: its entrypoint (if any) against it, then on until SIGTERM or the head's end."""
+    _say(f"standing Ray cluster: head at {c.host}:{c.port}; attach with RAY_ADDRESS={c.host}:{c.port}")
+    if entrypoint:
+        code = subprocess.call(entrypoint, env={**c.env, **c.driver_env(), **job_config(c.env)})
+        if code != 0:
+            return code
+    while c.pgid is not None and _group_alive(c.pgid) and _reachable(c.host, c.port):
+        time.sleep(0.5)
+    _say("the Ray head is gone")
+    return 1
 
 
 def ray_cli(args: list[str]) -> None:
@@ -294,11 +331,14 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[:1] == ["--"]:
         argv = argv[1:]
-    if not argv:
+    if not argv and os.environ.get(STANDING) != "1":
         print("usage: python -m fairpod.executors.raycluster -- ENTRYPOINT ...", file=sys.stderr)
         return 2
     return run(argv)
 
 
 if __name__ == "__main__":
+    if not __package__:  # run by its file: its directory (fairpod/executors, with fairpod's own ray.py) off the path
+        here = os.path.dirname(os.path.abspath(__file__))
+        sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
     sys.exit(main(sys.argv[1:]))

@@ -202,15 +202,17 @@ def _spec_fields(spec: dict[str, Any], r: _Reader) -> None:
                        "resources")
 
 
-def _workers(rc: dict[str, Any], r: _Reader, sizes: list[dict[str, Any]]) -> dict[str, int]:
-    """The replicas: {nodes} or, with the autoscaler, {nodes, max_nodes} (elastic)."""
+def _workers(rc: dict[str, Any], r: _Reader, sizes: list[dict[str, Any]], at: str = "spec.rayClusterSpec",
+             kind: str = "RayJob") -> dict[str, int]:
+    """The replicas: {nodes} or, with the autoscaler, {nodes, max_nodes} (elastic); ``at`` is where the cluster's
+    spec is in the manifest."""
     workers = rc.get("workerGroupSpecs") or []
     if not isinstance(workers, list):
-        raise ManifestError(f"RayJob {r.name}: spec.rayClusterSpec.workerGroupSpecs must be a list")
+        raise ManifestError(f"{kind} {r.name}: {at}.workerGroupSpecs must be a list")
     autoscale = bool(rc.get("enableInTreeAutoscaling"))
     lo = hi = n_all = 0
     for i, g in enumerate(workers):
-        where = f"spec.rayClusterSpec.workerGroupSpecs[{i}]"
+        where = f"{at}.workerGroupSpecs[{i}]"
         g = _map(g, where)
         try:
             n = _whole(g.get("replicas", g.get("minReplicas", 1)), f"{where}.replicas", 0)
@@ -230,7 +232,7 @@ def _workers(rc: dict[str, Any], r: _Reader, sizes: list[dict[str, Any]]) -> dic
         r.notes.append(f"enableInTreeAutoscaling: elastic, {1 + lo}..{1 + hi} replicas (the head and "
                        f"{lo}..{hi} workers): it starts with {1 + lo} and grows into idle capacity")
         if rc.get("autoscalerOptions"):
-            r.notes.append("rayClusterSpec.autoscalerOptions not used: fairpod's engine grows and shrinks the job")
+            r.notes.append(f"{at.removeprefix('spec.')}.autoscalerOptions not used: fairpod's engine grows and shrinks the job")
         return {"nodes": 1 + lo, "min_nodes": 1 + lo, "max_nodes": 1 + hi}
     if not autoscale and any(k in _map(g, "") for g in workers if isinstance(g, dict)
                              for k in ("minReplicas", "maxReplicas")):

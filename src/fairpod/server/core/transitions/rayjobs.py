@@ -3,13 +3,17 @@
 A Ray job is admitted, placed, preempted and resumed as one gang like any job; only its launch differs: every
 replica runs ``python -m fairpod.executors.raycluster -- COMMAND`` (the head on rank 0, a worker on each other
 rank, the entrypoint ``COMMAND`` on rank 0 against it) and gets its vCPUs and memory in ``FAIRPOD_VCPU_MILLI`` and
-``FAIRPOD_MEMORY_MIB`` so that its Ray node offers exactly what the engine gave it (docs/workloads.md).
+``FAIRPOD_MEMORY_MIB`` so that its Ray node offers exactly what the engine gave it (docs/workloads.md). A Ray
+job that is a service (a KubeRay RayCluster) is a standing cluster: ``FAIRPOD_RAY_STANDING=1``, its command (often
+none) run once against it, the cluster kept until the service is deleted, each replica's Ray node on its service
+port (the head's GCS on rank 0's), so that the service's TCP readiness is the Ray node answering.
 """
 
 from __future__ import annotations
 
 import sys
 
+from fairpod.executors import raycluster
 from fairpod.sandbox.container import RAY_LAUNCHER
 from fairpod.store.records import Job
 
@@ -31,12 +35,14 @@ def command(job: Job) -> list[str]:
         return list(job.spec.command)
     if job.spec.image:
         return ["/bin/sh", "-c", IN_IMAGE_SH, "fairpod-ray", *job.spec.command]
-    return [sys.executable, "-m", LAUNCHER, "--", *job.spec.command]
+    # by its file: the control plane's own launcher runs, not another fairpod the replica's environment finds first
+    return [sys.executable, raycluster.__file__, "--", *job.spec.command]
 
 
 def env(job: Job) -> dict[str, str]:
     """The sizes a Ray job's replicas give their Ray nodes (none for other jobs)."""
     if not job.spec.ray:
         return {}
+    standing = {"FAIRPOD_RAY_STANDING": "1"} if job.spec.service is not None else {}  # a service: a standing cluster
     return {"FAIRPOD_VCPU_MILLI": str(job.mcpu), "FAIRPOD_MEMORY_MIB": str(job.mib),
-            "FAIRPOD_TERM_GROUP_FIRST": "1"}  # the Ray processes outlive the entrypoint's SIGTERM (supervisor)
+            "FAIRPOD_TERM_GROUP_FIRST": "1", **standing}  # the Ray processes outlive the entrypoint's SIGTERM

@@ -37,8 +37,9 @@ PORTS_ENV = "FAIRPOD_SERVICE_PORTS"
 
 def check(executor: Executor, spec: JobSpec) -> None:
     """InvalidJob if ``executor`` cannot run ``spec`` as a service."""
-    if spec.service is not None and spec.ray:
-        raise InvalidJob("a service cannot be a Ray job: give service or ray, not both")
+    if spec.service is not None and spec.ray and (spec.service.readiness_path or spec.service.readiness_command):
+        raise InvalidJob("a Ray service (a standing Ray cluster) is ready when its Ray nodes answer on their ports: "
+                         "give no readiness_path or readiness_command")
     if spec.service is not None and capability(executor, Resizing) is None:
         raise InvalidJob(f"the {executor.name} executor cannot restart one replica of a running job; services "
                          "need the local executor")

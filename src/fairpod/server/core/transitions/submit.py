@@ -103,7 +103,8 @@ class Submitting:
             resolved = resolve_job(spec, self.spec)
         except ValueError as e:
             raise InvalidJob(str(e)) from None
-        if spec.command == [] and not spec.image:  # in an image: its own entrypoint
+        if spec.command == [] and not spec.image and not (spec.ray and spec.service is not None):  # an image: its
+            # own entrypoint; a Ray service: a standing Ray cluster (fairpod.executors.raycluster)
             raise InvalidJob("the job has no command: give one after --")
         self._host_paths(spec)
         resize.check(self.executor, spec)
