@@ -17,7 +17,7 @@ from fairpod.formats.kube import ManifestError
 from fairpod.formats.kube.rayjob import convert, convert_all
 from fairpod.model.jobs import JobSpec
 
-SAMPLE = Path(__file__).parent / "kuberay" / "ray-job.sample.yaml"
+SAMPLE = Path(__file__).parent / "kuberay" / "rayjob-configmap.yaml"
 
 RUNNABLE = """
 apiVersion: ray.io/v1
@@ -58,9 +58,9 @@ def test_the_kuberay_sample_is_refused_only_for_what_has_no_meaning_here() -> No
     with pytest.raises(ManifestError) as e:
         convert_all(docs, cwd="/w")
     lines = str(e.value).splitlines()
-    assert all(ln.startswith("RayJob rayjob-sample: ") for ln in lines)
+    assert all(ln.startswith("RayJob word-count: ") for ln in lines)
     assert len(lines) == 2 and "which team?" in lines[0], lines
-    assert "containers[ray-head]: volume code-sample (configMap) at /home/ray/samples: a ConfigMap is a " \
+    assert "containers[head]: volume app-code (configMap) at /home/ray/app: a ConfigMap is a " \
            "Kubernetes object" in lines[1], lines
 
 
@@ -180,4 +180,4 @@ def test_fairpod_apply_prints_each_refusal_on_its_own_line_and_submits_nothing(t
     assert r.returncode != 0 and "Traceback" not in r.stderr, r.stderr
     lines = r.stderr.strip().splitlines()
     # no team line: the file names none, and the team is asked of the server only once the file is otherwise fine
-    assert len(lines) == 1 and "volume code-sample (configMap)" in lines[0] and all(f"{SAMPLE}: RayJob rayjob-sample: " in ln for ln in lines), r.stderr
+    assert len(lines) == 1 and "volume app-code (configMap)" in lines[0] and all(f"{SAMPLE}: RayJob word-count: " in ln for ln in lines), r.stderr
