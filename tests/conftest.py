@@ -6,8 +6,9 @@ tests of one group run one after another on one worker. The groups (given here b
 these paths is in its group without saying so; a test may also carry ``@pytest.mark.xdist_group(NAME)`` itself):
 
 - ``ray``: the loopback Ray cluster on 127.0.0.2, 127.0.0.3, ... (tests/ray: the session cluster of
-  tests/ray/conftest.py), and the Ray clusters a Ray job starts (tests/server/test_rayjobs_live.py: Ray's agents bind
-  ports on every address).
+  tests/ray/conftest.py), and the Ray clusters a Ray job starts (tests/server/test_rayjobs_live.py, and the KubeRay
+  files of tests/formats/corpus/test_kube_corpus.py, whose Ray nodes run in containers: Ray's agents bind ports on
+  every address; beside them, the session cluster's nodes failed to join, 'Deadline Exceeded').
 - ``users``: the per-team OS users ``fairpod-<team>`` (``fairpod-smith``, ``fairpod-john``...) that the whole
   sandbox creates as root: the tests that make them remove the ``fairpod-*`` users that appeared while they ran,
   which would be another worker's (tests/sandbox's files, reach, devices, live, users and readiness tests,
@@ -68,6 +69,7 @@ GROUPS = {
     "server/test_leader.py": "standby",
     "server/test_ha_identity_live.py": "standby",
     "server/test_rayjobs_live.py": "ray",
+    "formats/corpus/test_kube_corpus.py": "ray",
     "governance/test_native.py": "native",
 }
 

@@ -58,6 +58,18 @@ class RayNodeProc:
                 self.pids[pid] = procs.start_time(pid)
 
 
+# what a worker's ``ray start`` prints when it gave up on GCS's first answer (a loaded machine), not a fault
+TRANSIENT = ("Deadline Exceeded", "GCS cannot find the node", "Failed to get node info")
+
+
+class NodeExited(AssertionError):
+    """A node's ``ray start`` ended while it was joining; ``log`` is the end of its log."""
+
+    def __init__(self, message: str, log: str):
+        super().__init__(message)
+        self.log = log
+
+
 class RayTestCluster:
     def __init__(self, tmp: Path, net: str = NET) -> None:
         """A cluster whose head is ``<net>.2``, its nodes ``<net>.3``, ``<net>.4``, ..."""
@@ -103,17 +115,29 @@ class RayTestCluster:
                 args += ["--resources", json.dumps({f"fairpod/instance-type:{itype}": 1})]
             if own:
                 args += ["--labels", ",".join(f"{k}={v}" for k, v in own.items())]
-            started.append(self._spawn(name, args))
-        for node in started:
-            node.node_id = self._wait_alive(node)
-            node.remember()
-        return started
+            started.append((name, args, self._spawn(name, args)))
+        return [self._join(name, args, node) for name, args, node in started]
 
     def _start(self, name: str, args: list[str]) -> RayNodeProc:
-        node = self._spawn(name, args)
-        node.node_id = self._wait_alive(node)
-        node.remember()
-        return node
+        return self._join(name, args, self._spawn(name, args))
+
+    def _join(self, name: str, args: list[str], node: RayNodeProc, tries: int = 3) -> RayNodeProc:
+        """Wait until ``node`` is alive in GCS. A worker's ``ray start`` that gives up on its first call to GCS
+        (Ray's own RPC deadline: 'Failed to get node info ... Deadline Exceeded', 'GCS cannot find the node')
+        exits 1 on a loaded machine; that start is made again, by the same name and address, ``tries`` times in
+        all. Any other exit, or a node that never joins, fails at once."""
+        for attempt in range(1, tries + 1):
+            try:
+                node.node_id = self._wait_alive(node)
+            except NodeExited as e:
+                if attempt == tries or not any(m in e.log for m in TRANSIENT):
+                    raise
+                self.stop_node(name)
+                node = self._spawn(name, args)
+                continue
+            node.remember()
+            return node
+        raise AssertionError("unreachable")
 
     def _spawn(self, name: str, args: list[str]) -> RayNodeProc:
         log = self.tmp / f"ray-{name}.log"
@@ -143,8 +167,8 @@ class RayTestCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if node.proc.poll() is not None:
-                raise AssertionError(f"ray node {node.name} exited {node.proc.returncode}:\n"
-                                     f"{node.log.read_text(errors='replace')[-3000:]}")
+                tail = node.log.read_text(errors="replace")[-3000:]
+                raise NodeExited(f"ray node {node.name} exited {node.proc.returncode}:\n{tail}", tail)
             for info in self.node_table():
                 if info["name"] == node.name and info["alive"]:
                     return str(info["node_id"])

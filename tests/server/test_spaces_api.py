@@ -57,6 +57,10 @@ def test_a_space_is_a_job_of_its_owner_that_only_its_owner_opens(api: Api):
     assert again["owner"] == "mia" and again["job_id"] != s["job_id"] and again["state"] == "Pending"
     assert api.api("DELETE", "/spaces/nb", mia).json()["state"] == "Deleted"
     assert not files.exists() and api.api("GET", "/spaces/nb", mia).status_code == 404
+    # an IDE still stopping after the delete writes into its directory again: the space stays deleted
+    (files / ".ipynb_checkpoints").mkdir(parents=True)
+    assert api.api("GET", "/spaces/nb", mia).status_code == 404
+    assert api.api("GET", "/spaces", mia).json()["spaces"] == []
 
 
 def test_a_public_space_opens_for_its_team_and_bad_requests_say_which_field(api: Api):

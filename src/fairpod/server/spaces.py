@@ -29,6 +29,7 @@ from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.services import ServiceSpec
 from fairpod.model.spaces import SpaceSpec, files_key
 from fairpod.model.spec import NAME_PATTERN
+from fairpod.server.api_rules import JOB_FITS, SERVICE_EXECUTOR, SERVICE_QUOTA, rules
 from fairpod.server.auth import Auth, Principal, below
 from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem, WrongState
@@ -77,8 +78,16 @@ def is_space(job: Job) -> bool:
     return job.spec.service is not None and job.spec.service.space is not None
 
 
+def deleted_mark(cp: Core, job: Job) -> Path:
+    """Written by delete before the space's job is stopped: a deleted space is gone at once, also while its IDE
+    is still stopping (and whatever that IDE writes meanwhile)."""
+    return cp.checkpoint_root() / job.team / f".{files_key(job.name)}.deleted-{job.id}"
+
+
 def exists(cp: Core, job: Job) -> bool:
     """Not deleted: running or waiting, or stopped with its files."""
+    if deleted_mark(cp, job).exists():
+        return False
     return not job.state.finished or files_dir(cp, job.team, job.name).is_dir()
 
 
@@ -233,7 +242,8 @@ def stop_idle(cp: Core) -> None:
 def add_routes(api: APIRouter, cp: Core) -> None:
     from fairpod.server.auth import require_team
 
-    @api.post("/spaces", status_code=201, tags=["spaces"], response_model=dict[str, Any])
+    @api.post("/spaces", status_code=201, tags=["spaces"], response_model=dict[str, Any],
+              openapi_extra=rules({400: [JOB_FITS, SERVICE_EXECUTOR], 422: [SERVICE_QUOTA]}))
     def create_space(body: SpaceBody, p: Auth) -> dict[str, Any]:
         require_team(p, body.team)
         old = cp.queries.get_job_by_name(body.team, body.name)
@@ -286,6 +296,9 @@ def add_routes(api: APIRouter, cp: Core) -> None:
     @api.delete("/spaces/{name}", tags=["spaces"], response_model=dict[str, Any])
     def delete_space(name: str, p: Auth, team: str | None = None) -> dict[str, Any]:
         job = managed(name, p, team)
+        mark = deleted_mark(cp, job)
+        mark.parent.mkdir(parents=True, exist_ok=True)
+        mark.touch()
         if not job.state.finished:
             job = cp.cancel(job, p.name)
         shutil.rmtree(files_dir(cp, job.team, job.name), ignore_errors=True)

@@ -52,7 +52,7 @@ spec:
 
 
 def test_the_kuberay_sample_is_refused_only_for_what_has_no_meaning_here() -> None:
-    """KubeRay's own sample, unchanged: its image, runtimeEnvYAML, rayStartParams and autoscaling bounds are read;
+    """Our RayJob in the form of KubeRay's sample: its image, runtimeEnvYAML, rayStartParams and autoscaling bounds are read;
     only its ConfigMap volume (the code) and the missing team are refused, one line each."""
     docs = list(yaml.safe_load_all(SAMPLE.read_text()))
     with pytest.raises(ManifestError) as e:
