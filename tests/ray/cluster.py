@@ -121,9 +121,10 @@ class RayTestCluster:
     def _start(self, name: str, args: list[str]) -> RayNodeProc:
         return self._join(name, args, self._spawn(name, args))
 
-    def _join(self, name: str, args: list[str], node: RayNodeProc, tries: int = 3) -> RayNodeProc:
+    def _join(self, name: str, args: list[str], node: RayNodeProc, tries: int = 5) -> RayNodeProc:
         """Wait until ``node`` is alive in GCS. A worker's ``ray start`` that gives up on its first call to GCS
-        (Ray's own RPC deadline: 'Failed to get node info ... Deadline Exceeded', 'GCS cannot find the node')
+        (Ray's own RPC deadline: 'Failed to get node info ... Deadline Exceeded', 'GCS cannot find the node', and
+        its fixed 30 s wait for the raylet to register: 'timed out during startup')
         exits 1 on a loaded machine; that start is made again, by the same name and address, ``tries`` times in
         all. Any other exit, or a node that never joins, fails at once."""
         for attempt in range(1, tries + 1):

@@ -38,7 +38,8 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayTestClu
     c = RayTestCluster(tmp_path_factory.mktemp("ray-cluster"))
     try:
         c.start_head()
-        c.add_nodes([(w, ITYPE, 4, False, 2) for w in WORKERS])
+        for w in WORKERS:  # one at a time: four raylets registering at once with GCS on a loaded machine (the
+            c.add_nodes([(w, ITYPE, 4, False, 2)])  # suite's first minute) ran out Ray's own 30 s start wait
         yield c
     finally:
         c.shutdown()

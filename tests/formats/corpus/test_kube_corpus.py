@@ -80,8 +80,8 @@ for _ in range(3):
 alive = sum(1 for n in ray.nodes() if n["Alive"])
 print("{MARK} sample_code.py:", ray.get(counter.get.remote()), f"on {{alive}} Ray nodes", flush=True)
 """
-RUNS_UNTIL_STOPPED = {"kueue-sleep", "raycluster-sample"}  # agnhost pause: a pod that runs until it is deleted;
-# a RayCluster: a service, a standing Ray cluster
+RUNS_UNTIL_STOPPED = {"kueue-sleep"}  # agnhost pause: a pod that runs until it is deleted
+# (the RayCluster and four RayJobs in images: tests/formats/corpus/test_kube_ray_images.py)
 FSX = "/tmp/fairpod-corpus-fsx"  # j11's hostPath
 
 # the cluster the files are submitted to: HyperPod's names for john, smith, team-a, team-b; Kueue's samples'
