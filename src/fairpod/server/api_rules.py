@@ -28,6 +28,7 @@ JOB_FIELDS = ("rules between fields of the job: min_nodes needs max_nodes, nodes
               "env names are variable names")
 SERVICE_QUOTA = ("a service's minimum replicas (nodes) fit its team's own quota of at least one instance type it "
                  "names: its minimum never borrows, so beyond that it could never run")
+PRIORITY_CLASS = "priority_class: a priority class of the cluster spec (null: none)"
 SERVICE_EXECUTOR = ("a service or space needs an executor that restarts one replica of a running job (the local "
                     "executor): the cluster's executor is state, not part of the request")
 SPEC_RULES = ("the spec holds together: names are unique (instance groups, instance types, topology levels, groups, "

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from fairpod.executors.logs import CHUNK, byte_range, output_start, read_chunks, read_output, tail_start
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server import array_refs
-from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, SERVICE_QUOTA, rules
+from fairpod.server.api_rules import JOB_FIELDS, JOB_FITS, PRIORITY_CLASS, SERVICE_QUOTA, rules
 from fairpod.server.auth import Auth, current_principal, require_team
 from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
@@ -158,7 +158,7 @@ def add_routes(api: APIRouter, cp: Core) -> None:
         return {"array_job_id": arr.get("job_id", job.id), "name": name, "team": job.team,
                 "tasks": len(tasks), "cancelled": done}
 
-    @api.post("/jobs/{ref}/priority", tags=["jobs"])
+    @api.post("/jobs/{ref}/priority", tags=["jobs"], openapi_extra=rules({422: [PRIORITY_CLASS]}))
     def set_priority(ref: str, body: PriorityChange, p: Auth, team: str | None = None) -> dict[str, Any]:
         """Change a pending or running job's priority class; it keeps its place among jobs of the new priority and
         the engine decides again in its next cycle (an event ``JobPriorityChanged`` records it)."""
