@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairpod.formats.kube import PRIORITY_LABEL, Converted, ManifestError, _map, _team
+from fairpod.formats.kube import PRIORITY_LABEL, Converted, ManifestError, _map
 from fairpod.formats.kube.image import DOCKER_HUB
-from fairpod.formats.kube.rayjob import _Reader, _shape, _workers
+from fairpod.formats.kube.rayjob import _shape, _workers, convert_kind, opening, place
 from fairpod.formats.kube.teams import Teams
 
 KNOWN_SPEC = {"rayVersion", "headGroupSpec", "workerGroupSpecs", "enableInTreeAutoscaling", "autoscalerOptions",
@@ -31,19 +31,7 @@ KNOWN_SPEC = {"rayVersion", "headGroupSpec", "workerGroupSpecs", "enableInTreeAu
 def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_host: bool = False,
             registry: str = DOCKER_HUB) -> Converted:
     """One RayCluster as the body of a fairpod service submit; ManifestError with one line per refused field."""
-    meta = _map(doc.get("metadata"), "metadata")
-    name = str(meta.get("name") or "")
-    spec = _map(doc.get("spec"), "spec")
-    r = _Reader(name, on_host, registry)
-    if str(doc.get("apiVersion", "")) not in ("ray.io/v1", "ray.io/v1alpha1"):
-        r.refused.append(f"apiVersion {doc.get('apiVersion')!r}: fairpod reads ray.io/v1 RayClusters")
-    labels = _map(meta.get("labels"), "metadata.labels")
-    try:
-        team, team_src = _team(meta, [labels], teams)
-        r.notes.append(f"team {team} ({team_src})")
-    except ManifestError as e:
-        r.refused.append(str(e))
-        team = ""
+    name, spec, r, labels, team = opening(doc, "RayCluster", teams, on_host, registry)
     for key in sorted(set(spec) - KNOWN_SPEC):
         r.refused.append(f"spec.{key}: not known to fairpod")
     if spec.get("suspend"):
@@ -66,17 +54,7 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
     priority = str(labels[PRIORITY_LABEL]).removesuffix("-priority") if labels.get(PRIORITY_LABEL) else None
     body: dict[str, Any] = {"name": name, "team": team, "priority": priority, "instance_type": r.instance_type,
                             **size, "command": [], "ray": True, "service": {}, "env": r.env, **_shape(sizes, r)}
-    image = next(iter(r.images), None)
-    if on_host or image is None:
-        body["workdir"] = cwd
-        if image:
-            r.warnings.append(f"the image {image} is not used (--on-host): the Ray installed on the nodes runs")
-        else:
-            r.notes.append("no container image: the Ray installed on the nodes runs")
-    else:
-        body.update(image=image, mounts=r.mounts, scratch=r.scratch, image_pull_policy=r.pull)
-        if image != r.images[image][0]:
-            r.notes.append(f"image {image} (as Kubernetes reads a name without a registry)")
+    place(body, r, on_host, cwd, None, "no container image: the Ray installed on the nodes runs")
     if r.grace is not None:
         body["termination_grace_seconds"] = r.grace
     r.notes.append("a standing Ray cluster until 'fairpod delete-service " + name + "'; attach a Ray driver on "
@@ -88,13 +66,5 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
 def convert_all(docs: list[Any], *, cwd: str, teams: Teams | None = None, on_host: bool = False,
                 registry: str = DOCKER_HUB) -> list[Converted]:
     """Every RayCluster of ``docs``; ManifestError naming every refused field of all of them."""
-    out, errors = [], []
-    for d in docs:
-        if isinstance(d, dict) and d.get("kind") == "RayCluster":
-            try:
-                out.append(convert(d, cwd=cwd, teams=teams, on_host=on_host, registry=registry))
-            except ManifestError as e:
-                errors.append(str(e))
-    if errors:
-        raise ManifestError("\n".join(errors))
-    return out
+    return convert_kind(docs, "RayCluster", lambda d: convert(d, cwd=cwd, teams=teams, on_host=on_host,
+                                                              registry=registry))

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -253,15 +254,16 @@ def _shape(sizes: list[dict[str, Any]], r: _Reader) -> dict[str, Any]:
     return out
 
 
-def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_host: bool = False,
-            registry: str = DOCKER_HUB) -> Converted:
-    """One RayJob as the body of a fairpod job submit; ManifestError with one line per refused field."""
+def opening(doc: dict[str, Any], kind: str, teams: Teams | None, on_host: bool,
+            registry: str) -> tuple[str, dict[str, Any], _Reader, dict[str, Any], str]:
+    """What a RayJob and a RayCluster read alike first: (name, spec, reader, labels, team); a wrong apiVersion
+    and an unknown team are refusals of the reader."""
     meta = _map(doc.get("metadata"), "metadata")
     name = str(meta.get("name") or "")
     spec = _map(doc.get("spec"), "spec")
     r = _Reader(name, on_host, registry)
     if str(doc.get("apiVersion", "")) not in ("ray.io/v1", "ray.io/v1alpha1"):
-        r.refused.append(f"apiVersion {doc.get('apiVersion')!r}: fairpod reads ray.io/v1 RayJobs")
+        r.refused.append(f"apiVersion {doc.get('apiVersion')!r}: fairpod reads ray.io/v1 {kind}s")
     labels = _map(meta.get("labels"), "metadata.labels")
     try:
         team, team_src = _team(meta, [labels], teams)
@@ -269,6 +271,45 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
     except ManifestError as e:
         r.refused.append(str(e))
         team = ""
+    return name, spec, r, labels, team
+
+
+def place(body: dict[str, Any], r: _Reader, on_host: bool, host_workdir: str, image_workdir: str | None,
+          host_note: str) -> str | None:
+    """The groups' image into ``body`` (with its mounts, scratch and pull policy, in ``image_workdir``), or, on the
+    host (``--on-host`` or no image), the Ray installed on the nodes in ``host_workdir``; returns the image."""
+    image = next(iter(r.images), None)
+    if on_host or image is None:
+        body["workdir"] = host_workdir
+        if image:
+            r.warnings.append(f"the image {image} is not used (--on-host): the Ray installed on the nodes runs")
+        else:
+            r.notes.append(host_note)
+    else:
+        body.update(image=image, mounts=r.mounts, scratch=r.scratch, image_pull_policy=r.pull, workdir=image_workdir)
+        if image != r.images[image][0]:
+            r.notes.append(f"image {image} (as Kubernetes reads a name without a registry)")
+    return image
+
+
+def convert_kind(docs: list[Any], kind: str, convert_one: Callable[[dict[str, Any]], Converted]) -> list[Converted]:
+    """Every document of ``kind`` in ``docs`` converted; ManifestError naming every refused field of all of them."""
+    out, errors = [], []
+    for d in docs:
+        if isinstance(d, dict) and d.get("kind") == kind:
+            try:
+                out.append(convert_one(d))
+            except ManifestError as e:
+                errors.append(str(e))
+    if errors:
+        raise ManifestError("\n".join(errors))
+    return out
+
+
+def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_host: bool = False,
+            registry: str = DOCKER_HUB) -> Converted:
+    """One RayJob as the body of a fairpod job submit; ManifestError with one line per refused field."""
+    name, spec, r, labels, team = opening(doc, "RayJob", teams, on_host, registry)
     entry = spec.get("entrypoint")
     try:
         command = shlex.split(entry) if isinstance(entry, str) else []
@@ -291,18 +332,8 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
     priority = str(labels[PRIORITY_LABEL]).removesuffix("-priority") if labels.get(PRIORITY_LABEL) else None
     body: dict[str, Any] = {"name": name, "team": team, "priority": priority, "instance_type": r.instance_type,
                             **size, "command": command, "ray": True, "env": r.env, **_shape(sizes, r)}
-    image = next(iter(r.images), None)
-    if on_host or image is None:
-        body["workdir"] = workdir or cwd
-        if image:
-            r.warnings.append(f"the image {image} is not used (--on-host): the Ray installed on the nodes runs")
-        else:
-            r.notes.append("no container image: the Ray installed on the nodes runs, in the working directory "
-                           f"{body['workdir']}")
-    else:
-        body.update(image=image, mounts=r.mounts, scratch=r.scratch, image_pull_policy=r.pull, workdir=workdir)
-        if image != r.images[image][0]:
-            r.notes.append(f"image {image} (as Kubernetes reads a name without a registry)")
+    image = place(body, r, on_host, workdir or cwd, workdir,
+                  f"no container image: the Ray installed on the nodes runs, in the working directory {workdir or cwd}")
     if spec.get("activeDeadlineSeconds") is not None:
         body["max_runtime_seconds"] = float(_whole(spec["activeDeadlineSeconds"], "spec.activeDeadlineSeconds", 1))
     if spec.get("backoffLimit"):
@@ -320,13 +351,5 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
 def convert_all(docs: list[Any], *, cwd: str, teams: Teams | None = None, on_host: bool = False,
                 registry: str = DOCKER_HUB) -> list[Converted]:
     """Every RayJob of ``docs``; ManifestError naming every refused field of all of them."""
-    out, errors = [], []
-    for d in docs:
-        if isinstance(d, dict) and d.get("kind") == "RayJob":
-            try:
-                out.append(convert(d, cwd=cwd, teams=teams, on_host=on_host, registry=registry))
-            except ManifestError as e:
-                errors.append(str(e))
-    if errors:
-        raise ManifestError("\n".join(errors))
-    return out
+    return convert_kind(docs, "RayJob", lambda d: convert(d, cwd=cwd, teams=teams, on_host=on_host,
+                                                          registry=registry))
