@@ -50,6 +50,23 @@ class RayNodeProc:
     log: Path
     node_id: str = ""
     pids: dict[int, int | None] = field(default_factory=dict)  # every process of the node: pid -> start time
+    tdir: Path | None = None  # its --temp-dir
+    old_sessions: set[str] = field(default_factory=set)  # the session directories there before this start
+
+    def raylet_aborted(self) -> str:
+        """The raylet's own abort on its fixed 15 s wait for a port file of its agents (Ray's 'Timed out waiting
+        for file'), which leaves ``ray start`` waiting ~90 s more; '' when it did not (yet)."""
+        if self.tdir is None:
+            return ""
+        for d in self.tdir.glob("session_2*"):
+            if d.name not in self.old_sessions:
+                try:
+                    text = (d / "logs" / "raylet.out").read_text(errors="replace")
+                except OSError:
+                    continue
+                if "Timed out waiting for file" in text:
+                    return text[-3000:]
+        return ""
 
     def remember(self) -> None:
         """Note every process of this node now (it is killed by these PIDs, also after re-parenting)."""
@@ -59,7 +76,8 @@ class RayNodeProc:
 
 
 # what a worker's ``ray start`` prints when it gave up on GCS's first answer (a loaded machine), not a fault
-TRANSIENT = ("Deadline Exceeded", "GCS cannot find the node", "Failed to get node info")
+TRANSIENT = ("Deadline Exceeded", "GCS cannot find the node", "Failed to get node info", "timed out during startup",
+             "Timed out waiting for file")
 
 
 class NodeExited(AssertionError):
@@ -124,9 +142,9 @@ class RayTestCluster:
     def _join(self, name: str, args: list[str], node: RayNodeProc, tries: int = 5) -> RayNodeProc:
         """Wait until ``node`` is alive in GCS. A worker's ``ray start`` that gives up on its first call to GCS
         (Ray's own RPC deadline: 'Failed to get node info ... Deadline Exceeded', 'GCS cannot find the node', and
-        its fixed 30 s wait for the raylet to register: 'timed out during startup')
-        exits 1 on a loaded machine; that start is made again, by the same name and address, ``tries`` times in
-        all. Any other exit, or a node that never joins, fails at once."""
+        its fixed 30 s wait for the raylet to register: 'timed out during startup') exits 1 on a loaded machine, and
+        a raylet aborts when its agents' Python took more than Ray's fixed 15 s to write a port file ('Timed out
+        waiting for file'); that start is made again, by the same name and address, ``tries`` times in all. Any other exit, or a node that never joins, fails at once."""
         for attempt in range(1, tries + 1):
             try:
                 node.node_id = self._wait_alive(node)
@@ -145,6 +163,7 @@ class RayTestCluster:
         # each node its own temp dir: nodes started at once would otherwise race for the same socket names
         tdir = self.temp_dir if "--head" in args else self.temp_dir / name
         tdir.mkdir(parents=True, exist_ok=True)
+        old = {d.name for d in tdir.glob("session_2*")}
         if "--temp-dir" not in args:
             args = [*args, "--temp-dir", str(tdir)]
         if "--head" in args:
@@ -154,13 +173,12 @@ class RayTestCluster:
             self._next_ip += 0 if name in self.ips else 1
         self.ips[name] = ip
         cmd = [sys.executable, str(RAYSTART), "start", "--block", "--node-ip-address", ip,
-               "--node-name", name, "--disable-usage-stats", "--dashboard-agent-listen-port", str(free_port()),
-               "--metrics-export-port", str(free_port()), *args]
+               "--node-name", name, "--disable-usage-stats", *agent_ports(), *args]
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
         reaper.started(proc.pid)
-        node = RayNodeProc(name, proc, log)
+        node = RayNodeProc(name, proc, log, tdir=tdir, old_sessions=old)
         self.nodes[name] = node
         return node
 
@@ -170,6 +188,8 @@ class RayTestCluster:
             if node.proc.poll() is not None:
                 tail = node.log.read_text(errors="replace")[-3000:]
                 raise NodeExited(f"ray node {node.name} exited {node.proc.returncode}:\n{tail}", tail)
+            if aborted := node.raylet_aborted():
+                raise NodeExited(f"ray node {node.name}: its raylet aborted:\n{aborted}", aborted)
             for info in self.node_table():
                 if info["name"] == node.name and info["alive"]:
                     return str(info["node_id"])
@@ -228,6 +248,15 @@ class RayTestCluster:
             node.remember()
             out.update(p for p, st in node.pids.items() if procs.alive(p, st))
         return out
+
+
+def agent_ports() -> list[str]:
+    """Every port of a node's agents given on the command line. A port left to the agent is one the raylet waits
+    for in a file the agent writes once it started, a fixed 15 s per port (not a setting of this Ray): on a loaded
+    2-core machine the agent's Python start took longer, the raylet aborted ('Timed out waiting for file
+    .../metrics_agent_port_...') and its node never joined. With every port given, the raylet waits for none."""
+    return ["--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
+            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port())]
 
 
 def _cmd(pid: int) -> str:

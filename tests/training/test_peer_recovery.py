@@ -140,12 +140,17 @@ def test_a_killed_replica_recovers_from_its_peers_and_the_job_goes_on_from_its_s
     assert after[1] not in (None, before[1]), (before, after)  # replica 1 is a new process
     done = srv.wait_state("peers", "Succeeded", 120, srv.activity)
     assert done["restarts"] == 0, "no full restart: the job went on in its attempt"
-    for r in range(3):  # every step 1..N once on every rank: no gap, nothing done twice
-        assert [st for st, _ in steps(out, r)] == list(range(1, STEPS + 1)), f"rank {r}"
     rec = events(srv, "peers", "ReplicaRecovered")
     assert len(rec) == 1, rec
     d = rec[0]["data"]
     assert d["ranks"] == [1] and d["source"] in (0, 2) and d["step"] >= KILL_AT, d
+    for r in (0, 2):  # every step 1..N once on the healthy ranks: no gap, nothing done twice
+        assert [st for st, _ in steps(out, r)] == list(range(1, STEPS + 1)), f"rank {r}"
+    # rank 1: its first process's steps, then the new process's from the step after the peers' state on. The kill
+    # may land between a step's update and the line that logs it: the peers, whose all-reduce had rank 1's part,
+    # then hold that step (done, not written), and that one step alone is missing from rank 1's lines
+    full = list(range(1, STEPS + 1))
+    assert [st for st, _ in steps(out, 1)] in (full, [st for st in full if st != d["step"]]), ("rank 1", d)
     assert d["reason"].startswith("replica 1 "), d  # why it was lost: the exit its executor saw
     gp = [e["data"] for e in events(srv, "peers", "Goodput")]
     kept_to_fault = [g for g in gp if g["cause"] == "restart"]
