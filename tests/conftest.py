@@ -6,9 +6,11 @@ tests of one group run one after another on one worker. The groups (given here b
 these paths is in its group without saying so; a test may also carry ``@pytest.mark.xdist_group(NAME)`` itself):
 
 - ``ray``: the loopback Ray cluster on 127.0.0.2, 127.0.0.3, ... (tests/ray: the session cluster of
-  tests/ray/conftest.py), and the Ray clusters a Ray job starts (tests/server/test_rayjobs_live.py, and the KubeRay
-  files of tests/formats/corpus/test_kube_corpus.py, whose Ray nodes run in containers: Ray's agents bind ports on
-  every address; beside them, the session cluster's nodes failed to join, 'Deadline Exceeded').
+  tests/ray/conftest.py).
+- ``rayjobs``: the Ray clusters that fairpod's Ray jobs start on the local executor (tests/server/test_rayjobs_live.py,
+  and the KubeRay files of tests/formats/corpus/test_kube_corpus.py, whose Ray nodes run in containers), one at a
+  time: on 127.0.0.1 and on ports free on every address (fairpod.executors.raycluster), so beside the session
+  cluster, not in its group (the ``ray`` group bounded the run's wall time: 1,456 of its 1,510 s on one worker).
 - ``users``: the per-team OS users ``fairpod-<team>`` (``fairpod-smith``, ``fairpod-john``...) that the whole
   sandbox creates as root: the tests that make them remove the ``fairpod-*`` users that appeared while they ran,
   which would be another worker's (tests/sandbox's files, reach, devices, live, users and readiness tests,
@@ -68,8 +70,8 @@ GROUPS = {
     "server/test_ha.py": "standby",
     "server/test_leader.py": "standby",
     "server/test_ha_identity_live.py": "standby",
-    "server/test_rayjobs_live.py": "ray",
-    "formats/corpus/test_kube_corpus.py": "ray",
+    "server/test_rayjobs_live.py": "rayjobs",
+    "formats/corpus/test_kube_corpus.py": "rayjobs",
     "governance/test_native.py": "native",
 }
 
@@ -120,7 +122,7 @@ def _module_group(item: pytest.Item) -> str | None:
 
 
 # what takes longest, first (groups, then folders): workers start these as the run starts, not at its end
-FIRST = ("ray", "native", "training/", "users", "standby")
+FIRST = ("ray", "rayjobs", "native", "training/", "users", "standby")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
