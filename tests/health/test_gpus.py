@@ -242,17 +242,21 @@ def test_xids_from_the_nvml_event_stream_reach_the_next_reading_once(monkeypatch
 
 def test_the_all_reduce_check_measures_bus_bandwidth_and_fails_below_the_floor():
     """The node-local all-reduce of the GPU check, run with gloo on two CPU processes (the same harness runs
-    NCCL across the GPUs of a real node)."""
+    NCCL across the GPUs of a real node). One real measurement is judged against a floor below it and one above
+    it (the check is measure, then judge_allreduce: a second run would only repeat the first's processes)."""
     pytest.importorskip("torch")
-    from fairpod.health.checks import CheckResult, nccl_allreduce
+    from fairpod.health.allreduce import measure
+    from fairpod.health.checks import CheckResult, judge_allreduce, nccl_allreduce
     from fairpod.model.catalog import GpuThresholds
 
+    got = measure(2, backend="gloo", device="cpu", mib=4, iters=2)
+    assert got.get("correct") is True and got["ranks"] == 2 and got["busbw_gbps"] > 0, got
     ok = CheckResult("InstanceStress", "n0", True)
-    nccl_allreduce(2, GpuThresholds(min_nccl_busbw_gbps=1e-6), ok, backend="gloo", device="cpu", mib=4, iters=2)
+    judge_allreduce(got, 2, GpuThresholds(min_nccl_busbw_gbps=1e-6), ok)
     (ev,) = [e for e in ok.events if "busbw_gbps" in e]
     assert ok.passed and ev["busbw_gbps"] > 0 and ev["threshold"] == 1e-6
     slow = CheckResult("InstanceStress", "n0", True)
-    nccl_allreduce(2, GpuThresholds(min_nccl_busbw_gbps=99_999), slow, backend="gloo", device="cpu", mib=4, iters=2)
+    judge_allreduce(got, 2, GpuThresholds(min_nccl_busbw_gbps=99_999), slow)
     assert not slow.passed and slow.fault_type == "GpuInterconnectSlow"
     broken = CheckResult("InstanceStress", "n0", True)
     nccl_allreduce(2, GpuThresholds(), broken, backend="nccl", device="cpu", mib=4, iters=1)  # NCCL needs GPUs

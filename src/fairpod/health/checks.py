@@ -187,7 +187,11 @@ def nccl_allreduce(count: int, th: GpuThresholds, r: CheckResult, **kw: Any) -> 
     (``fairpod.health.allreduce``; ``kw`` for tests: backend/device/mib)."""
     from fairpod.health.allreduce import measure
 
-    got = measure(count, **kw)
+    judge_allreduce(measure(count, **kw), count, th, r)
+
+
+def judge_allreduce(got: dict[str, Any], count: int, th: GpuThresholds, r: CheckResult) -> None:
+    """One all-reduce reading (``fairpod.health.allreduce.measure``) against the model's floor."""
     if "error" in got:
         r.fail("NcclAllReduceFailed", f"all-reduce across {count} GPUs: {got['error']}", gpus=count)
     elif not got.get("correct"):
