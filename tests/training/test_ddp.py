@@ -25,15 +25,17 @@ torch = pytest.importorskip("torch", reason="torch is not installed: the DDP exa
 REPO = Path(__file__).resolve().parents[2]
 DDP = REPO / "examples" / "ddp" / "ddp.py"
 TORCHRUN = Path(sys.executable).parent / "torchrun"
-EPOCHS, SAVE_EVERY, DATASET, BATCH, WORKERS = 64, 4, 1024, 32, 4
+EPOCHS, SAVE_EVERY, DATASET, BATCH, WORKERS = 32, 4, 512, 32, 2
 STEPS_PER_EPOCH = DATASET // WORKERS // BATCH
 TOTAL = EPOCHS * STEPS_PER_EPOCH
 INTERVAL = SAVE_EVERY * STEPS_PER_EPOCH  # steps between periodic snapshots
 
 
 def ddp_command() -> list[str]:
-    """One torchrun per fairpod replica: 2 nodes x 2 processes, static rendezvous on the job's port."""
-    return ["sh", "-c", f'exec "{TORCHRUN}" --nnodes "$NNODES" --nproc_per_node 2 --node_rank "$NODE_RANK" '
+    """One torchrun per fairpod replica: 2 nodes x 1 process, static rendezvous on the job's port (two processes
+    per node, and the kill of one of them, are test_seed_ddp's: here a process costs as much as a step of the
+    scenario)."""
+    return ["sh", "-c", f'exec "{TORCHRUN}" --nnodes "$NNODES" --nproc_per_node 1 --node_rank "$NODE_RANK" '
             f'--master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "{DDP}" {EPOCHS} {SAVE_EVERY} '
             f'--dataset_size {DATASET} --batch_size {BATCH} --log_every 1 --timeout 60 --backend gloo']
     # gloo: the demo cluster's "nodes" are slots of this one host, whatever GPUs it has
@@ -98,7 +100,7 @@ def test_ddp_job_preempted_by_a_reclaim_and_killed_resumes_to_the_same_model(ser
     resumed_at = int(re.search(r"Resuming training from snapshot .*\(step (\d+), restart 0\)", out).group(1))
     assert resumed_at == preempted_at
 
-    # a crash: kill one training process of replica 1 after the next periodic snapshot and a few steps
+    # a crash: kill the training process of replica 1 after the next periodic snapshot and a few steps
     def progressed() -> int | None:
         snap_step = server.job("smith-train")["checkpoint"]["step"] or 0
         if snap_step <= resumed_at or snap_step % INTERVAL:
@@ -111,7 +113,7 @@ def test_ddp_job_preempted_by_a_reclaim_and_killed_resumes_to_the_same_model(ser
                              server.activity)
     child = server.home / "runs" / f"smith-train-{smith['id']}" / "0" / "1" / "child.pid"
     victims = workers_of(int(child.read_text().split()[0]))
-    assert len(victims) == 2, victims
+    assert len(victims) == 1, victims
     os.kill(victims[0], signal.SIGKILL)
 
     done = server.wait_state("smith-train", "Succeeded", 120, server.activity)
