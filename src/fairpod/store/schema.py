@@ -1,7 +1,8 @@
 """The database schema's version: bring any fairpod database up to this fairpod's schema at start-up.
 
 Four cases, in ``migrate``:
-1. an empty database: create the tables as ``fairpod.store.tables`` declares them and stamp the newest revision;
+1. an empty database: create the tables as ``fairpod.store.tables`` declares them and stamp the newest revision
+   (in Alembic's version table, written without importing Alembic: ``_stamp_new``);
 2. a database at the newest revision: nothing to do (one small query, no Alembic import);
 3. a database at an older revision, or one made before fairpod used Alembic (tables, no ``alembic_version``;
    its revision is read from which tables it has): run the migrations up to the newest;
@@ -15,7 +16,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import (
+    Column,
+    Connection,
+    Engine,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    inspect,
+    text,
+)
 
 from fairpod.store import lease as _lease  # noqa: F401 - its tables are part of the schema
 from fairpod.store.db import WRITE_OPTION
@@ -54,19 +65,29 @@ def known_revisions() -> set[str]:
     return {r.revision for r in ScriptDirectory(SCRIPTS).walk_revisions()}
 
 
+def _stamp_new(conn: Connection) -> None:
+    """Mark a new database as at ``HEAD`` as ``alembic stamp`` does, in Alembic's own version table
+    (alembic.runtime.migration: ``version_num VARCHAR(32) NOT NULL``, primary key ``alembic_version_pkc``), without
+    importing Alembic and reading every migration script: every new home pays this at its first start."""
+    table = Table(VERSION_TABLE, MetaData(), Column("version_num", String(32), nullable=False),
+                  PrimaryKeyConstraint("version_num", name=f"{VERSION_TABLE}_pkc"))
+    table.create(conn)
+    conn.execute(table.insert().values(version_num=HEAD))
+
+
 def migrate(engine: Engine) -> str:
     """Bring the database to ``HEAD`` (see the module's doc). Returns the revision it was at before
     (``"empty"`` for a new database)."""
-    from alembic import command
-
     with engine.execution_options(**{WRITE_OPTION: True}).begin() as conn:
         before = revision_of(conn)
         if before == HEAD:
             return before
         if before is None:
             Base.metadata.create_all(conn)
-            command.stamp(_config(conn), HEAD)
+            _stamp_new(conn)
             return "empty"
+        from alembic import command
+
         if before not in known_revisions():
             raise StoreError(f"the database has schema revision {before}, written by a newer fairpod; this "
                              f"fairpod knows up to {HEAD}: upgrade fairpod (or restore a backup made by this one)")
