@@ -16,7 +16,8 @@ are estimates: nothing new is assumed to arrive and no job ends early.
 
 A job that arrived after the last refresh gets its estimate at once when someone asks for it (``ensure``:
 ``get-job``, a ``list-jobs`` page), within the same CPU and lock budget, when the last refresh took at most
-``inline`` seconds (copy and forecast: a queue of a few hundred jobs); with a longer queue the request does not
+``inline`` seconds (copy and forecast: a queue of a few hundred jobs) and no turn holds the control plane (the
+request does not wait for the lock); with a longer queue the request does not
 wait for a forecast (at 10,000 jobs waiting one takes tenths of a second, and a reader asking for new jobs made every
 such request that slow: benchmarks/datacenter.py) but wakes the estimator's thread, which refreshes as soon as the
 budget allows; until then the new job's ``estimated_start`` is null, as for a job with no estimate. The held tasks of a throttled job array
@@ -39,7 +40,7 @@ from typing import Any
 from fairpod.governance.forecast import estimate_starts
 from fairpod.governance.snapshot import Snapshot, Workload
 from fairpod.model.jobs import JobState
-from fairpod.server.core.api import Core, Throttled
+from fairpod.server.core.api import Busy, Core, Throttled
 from fairpod.store.records import Job
 
 log = logging.getLogger("fairpod.eta")
@@ -108,11 +109,14 @@ class Estimates:
         (call it without holding the control plane's lock)."""
         if all(j.state != JobState.PENDING or j.id in self.starts for j in jobs):
             return
-        if self.copy_seconds + self.forecast_seconds > self.inline:  # too long to make the request wait for
-            self._wanted = True
-            self._wake.set()
-        elif self._allowed():
-            self.refresh(cp)
+        if self.copy_seconds + self.forecast_seconds <= self.inline and self._allowed():
+            try:
+                self.refresh(cp, wait=0)  # only if the core is free: a request never waits for a turn
+                return
+            except Busy:
+                pass
+        self._wanted = True  # too long to make the request wait for, or a turn holds the core: the thread does it
+        self._wake.set()
 
     def _allowed(self) -> bool:
         """Does the CPU and lock budget allow a refresh now?"""
@@ -132,11 +136,11 @@ class Estimates:
     def _signature(cp: Core) -> tuple:
         return cp.engine_read(_signature)
 
-    def refresh(self, cp: Core) -> None:
-        """Estimate every pending job's start now."""
+    def refresh(self, cp: Core, wait: float | None = None) -> None:
+        """Estimate every pending job's start now (``wait``: for the core's lock at most that long, else
+        :class:`fairpod.server.core.api.Busy`)."""
         t0 = time.perf_counter()
-        self._last = time.monotonic()
-        self._wanted = False
+        started = time.monotonic()
 
         def copy(live: Snapshot) -> tuple[float, bytes, dict[Any, float], Throttled] | float:
             """Under the lock: what the forecast starts from, or the snapshot's time when nothing is pending."""
@@ -147,7 +151,9 @@ class Estimates:
                 return live.now
             return cp.clock(), pickle.dumps(live, pickle.HIGHEST_PROTOCOL), self.typical.medians(), throttled
 
-        got = cp.engine_read(copy, lock=True)
+        got = cp.engine_read(copy, lock=True, wait=wait)
+        self._last = started
+        self._wanted = False
         if not isinstance(got, tuple):
             self.starts, self.at, self.copy_seconds, self.forecast_seconds = {}, got, 0.0, 0.0
             self.forecast_cpu = 0.0

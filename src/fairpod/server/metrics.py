@@ -1,6 +1,7 @@
 """Prometheus metrics at ``/metrics``, named in the style of Kueue's (``fairpod_...``); see docs/metrics.md.
 
-Gauges come from the engine's snapshot and the store at scrape time. Counters and the wait/run-time
+Gauges come from the engine's snapshot and the store at scrape time; the engine's figures from a consistent view
+that never waits for a turn (``Core.engine_view``: at most one turn old, ``fairpod_figures_as_of_turn`` says which). Counters and the wait/run-time
 histograms are derived from the store (events and job records), so they survive a control-plane restart
 unchanged; each scrape reads only the events and the jobs' starts and ends since the previous one
 (:mod:`fairpod.server.job_tallies`); only the engine-cycle histogram and ``fairpod_scheduler_cycles_total`` live in memory and
@@ -26,6 +27,7 @@ from fairpod.model.jobs import JobState
 from fairpod.server import diskfull, heap, outage
 from fairpod.server.auth import Auth, Principal
 from fairpod.server.core.api import Core
+from fairpod.server.errors import Problem
 from fairpod.server.figures import instance_types, team_figures
 from fairpod.server.job_tallies import JobTallies
 from fairpod.store.tables import EventRow, JobRow
@@ -45,6 +47,34 @@ RESOURCES = (("accelerators", 1.0), ("cpu", 1 / 1000), ("memory", 1024 * 1024)) 
 def inadmissible(reason: str) -> bool:
     """A pending job the engine tried and could not start (vs. one not tried since it entered the queue)."""
     return reason.startswith(INADMISSIBLE_PREFIXES)
+
+
+def engine_figures(cp: Core, snap: Snapshot) -> dict[str, Any]:
+    """The figures ``/metrics`` reads of the engine and the core's memory, for every team (the scrape keeps those
+    its reader sees): run under the core's lock by ``Core.engine_view``, by a scrape or at the end of a turn."""
+    cluster, teams, lent = [], [], []
+    for it in instance_types(snap):
+        nodes = snap.by_type.get(it, [])
+        for d, (res, k) in enumerate(RESOURCES):
+            cluster.append((it, res, sum(n.cap[d] for n in nodes) * k,
+                            sum(n.cap[d] for n in nodes if n.schedulable) * k,
+                            sum(n.cap[d] - n.free[d] for n in nodes) * k))
+        for f in team_figures(snap, it):
+            teams += [(f.team, it, res, f.quota[d] * k, f.used[d] * k, f.borrowed[d] * k)
+                      for d, (res, k) in enumerate(RESOURCES)]
+            lent.append((f.team, it, f.lent))
+    counts: dict[str, list[int]] = {name: [0, 0, 0] for name in snap.teams}
+    for w in snap.pending.values():
+        if w.team in counts:
+            counts[w.team][1 if inadmissible(w.reason) else 0] += 1
+    for w in snap.running.values():
+        if w.team in counts:
+            counts[w.team][2] += 1
+    settings = [(name, t.weight, t.borrow_limit if t.borrows else 0) for name, t in sorted(snap.teams.items())]
+    hist = cp.usage.cycles
+    return {"cluster": cluster, "teams": teams, "lent": lent, "counts": counts, "settings": settings,
+            "budgets": cp.budget_rows(), "cycle_hist": (list(hist.counts), hist.total, hist.sum),
+            "last_cycle": cp.cycle_seconds, "cycles": cp.cycles}
 
 
 class EventCounters:
@@ -152,39 +182,34 @@ class FairpodCollector(Collector):
         stopping = GaugeMetricFamily("fairpod_preempting_jobs", "Preempted jobs whose replicas are stopping",
                                      labels=["team"])
 
-        def figures(snap: Snapshot) -> tuple[Any, ...]:  # under the lock: one consistent view
-            for it in instance_types(snap):
-                nodes = snap.by_type.get(it, [])
-                for d, (res, k) in enumerate(RESOURCES):
-                    cap.add_metric([it, res], sum(n.cap[d] for n in nodes) * k)
-                    sched.add_metric([it, res], sum(n.cap[d] for n in nodes if n.schedulable) * k)
-                    used.add_metric([it, res], sum(n.cap[d] - n.free[d] for n in nodes) * k)
-                for f in team_figures(snap, it):
-                    if not shown(f.team):
-                        continue
-                    for d, (res, k) in enumerate(RESOURCES):
-                        quota.add_metric([f.team, it, res], f.quota[d] * k)
-                        usage.add_metric([f.team, it, res], f.used[d] * k)
-                        borrowed.add_metric([f.team, it, res], f.borrowed[d] * k)
-                    lent.add_metric([f.team, it, "accelerators"], f.lent)
-            counts: dict[str, list[int]] = {name: [0, 0, 0, 0] for name in snap.teams if shown(name)}
-            for w in snap.pending.values():
-                if w.team in counts:
-                    counts[w.team][1 if inadmissible(w.reason) else 0] += 1
-            for w in snap.running.values():
-                if w.team in counts:
-                    counts[w.team][2] += 1
-            for name, t in sorted(snap.teams.items()):
-                if shown(name):
-                    weight.add_metric([name], t.weight)
-                    limit.add_metric([name], t.borrow_limit if t.borrows else 0)
-            budget_rows = [b for b in cp.budget_rows() if shown(b["team"])]
-            cycle_hist = cp.usage.cycles
-            hist_snapshot = (list(cycle_hist.counts), cycle_hist.total, cycle_hist.sum)
-            last_cycle, cycles = cp.cycle_seconds, cp.cycles
-            return counts, budget_rows, hist_snapshot, last_cycle, cycles
-
-        counts, budget_rows, hist_snapshot, last_cycle, cycles = cp.engine_read(figures, lock=True)
+        got = cp.engine_view(("metrics",), lambda snap: engine_figures(cp, snap))  # never waits for a turn
+        if got is None:  # a turn holds the core and none published these yet: the scrape fails, and says why
+            raise Problem(503, "busy", "the control plane is in a scheduling turn and has published no figures for "
+                          "/metrics yet; scrape again in a moment (the turn publishes them when it ends)")
+        fig, as_of = got
+        for it, res, c, sc, u in fig["cluster"]:
+            cap.add_metric([it, res], c)
+            sched.add_metric([it, res], sc)
+            used.add_metric([it, res], u)
+        for team, it, res, q, u, b in fig["teams"]:
+            if shown(team):
+                quota.add_metric([team, it, res], q)
+                usage.add_metric([team, it, res], u)
+                borrowed.add_metric([team, it, res], b)
+        for team, it, n in fig["lent"]:
+            if shown(team):
+                lent.add_metric([team, it, "accelerators"], n)
+        for name, w, lim in fig["settings"]:
+            if shown(name):
+                weight.add_metric([name], w)
+                limit.add_metric([name], lim)
+        counts = {name: [*c, 0] for name, c in fig["counts"].items() if shown(name)}
+        budget_rows = [b for b in fig["budgets"] if shown(b["team"])]
+        hist_snapshot, last_cycle, cycles = fig["cycle_hist"], fig["last_cycle"], fig["cycles"]
+        view_turn = GaugeMetricFamily("fairpod_figures_as_of_turn", "The reconcile turn the engine's figures here "
+                                      "are of (they are at most one turn old: a scrape never waits for a turn)")
+        view_turn.add_metric([], as_of.turn)
+        yield view_turn
         q_stop = select(JobRow.team, func.count()).where(JobRow.state == JobState.PREEMPTED.value).group_by(JobRow.team)
         with cp.queries.connect() as conn:
             for team, n in conn.execute(q_stop):

@@ -1,8 +1,10 @@
 """``GET /explain/teams`` and ``GET /explain/jobs/{ref}``: why one team gets more than another, why a job waits
-(``fairpod explain``), from the engine's snapshot (``governance.explain``) under the control plane's lock."""
+(``fairpod explain``), from a consistent view of the engine's snapshot (``governance.explain``) that never waits for
+a turn (``Core.engine_view``): ``as_of`` says which turn it is of."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from fastapi import APIRouter, Query
@@ -13,7 +15,7 @@ from fairpod.model.jobs import JobState
 from fairpod.server.api_rules import rules
 from fairpod.server.array_refs import find_job
 from fairpod.server.auth import Auth
-from fairpod.server.core.api import Core
+from fairpod.server.core.api import AsOf, Core
 from fairpod.server.errors import Problem
 from fairpod.server.runs import to_engine
 
@@ -41,6 +43,16 @@ def _names(cp: Core, p: Any, offers: list[dict[str, Any]]) -> None:
         o["job"] = None if visible is not None and o["team"] not in visible else (job.name if job else o["job"])
 
 
+def view(cp: Core, key: tuple[Any, ...], fn: Any) -> tuple[Any, AsOf]:
+    """``fn`` of a consistent view of the engine (a copy the route may change) and which turn it is of; 503 while a
+    turn holds the core and no turn published it yet (the one running does when it ends)."""
+    got = cp.engine_view(key, fn)
+    if got is None:
+        raise Problem(503, "busy", "the control plane is in a scheduling turn and has no view of this yet; "
+                      "ask again in a moment (the turn publishes it when it ends)")
+    return copy.deepcopy(got[0]), got[1]
+
+
 def add_routes(api: APIRouter, cp: Core) -> None:
     @api.get("/explain/teams", tags=["explain"], openapi_extra=rules({422: [
         "instance_type: an instance type of the cluster; without it, the two teams hold quota or use of one only"]}))
@@ -55,11 +67,14 @@ def add_routes(api: APIRouter, cp: Core) -> None:
             if not p.sees_team(t):
                 raise Problem(403, "forbidden", f"user {p.name} cannot see team {t}")
 
-        def compare(snap: Snapshot) -> dict[str, Any]:
-            return explain.compare(snap, team[0], team[1], _itype(snap, team, instance_type))
+        a, b = team
 
-        out = cp.engine_read(compare, lock=True)
+        def compare(snap: Snapshot) -> dict[str, Any]:
+            return explain.compare(snap, a, b, _itype(snap, [a, b], instance_type))
+
+        out, as_of = view(cp, ("explain teams", a, b, instance_type), compare)
         _names(cp, p, out["next_idle"])
+        out["as_of"] = as_of.json()
         return out
 
     @api.get("/explain/jobs/{ref}", tags=["explain"])
@@ -68,23 +83,28 @@ def add_routes(api: APIRouter, cp: Core) -> None:
         out: dict[str, Any] = {"job": job.name, "team": job.team, "state": job.state.value, "reason": job.reason,
                                "instance_type": job.instance_type}
 
-        def look(snap: Snapshot) -> bool:
-            w = snap.pending.get(to_engine(job.id))
-            t = snap.teams.get(job.team)
-            if t is None:
-                return False
-            it = w.itype if w is not None else job.instance_type
-            out["levels"] = explain.levels(snap, t, it)
-            if job.state == JobState.PENDING and w is not None:
-                out["queue_position"] = t.queue.position(w.id)
-                out["team_check"] = explain.holds(snap, w)
-                offers = explain.next_idle(snap, it)
-                out["next_idle"] = offers
-                head = next((o for o in offers if o["team"] == job.team), None)
-                out["team_head"] = bool(head and head["job"] == to_engine(job.id))
-            return True
+        jid, name, itype, pending = job.id, job.team, job.instance_type, job.state == JobState.PENDING
 
-        if not cp.engine_read(look, lock=True):
+        def look(snap: Snapshot) -> dict[str, Any] | None:
+            w = snap.pending.get(to_engine(jid))
+            t = snap.teams.get(name)
+            if t is None:
+                return None
+            it = w.itype if w is not None else itype
+            got: dict[str, Any] = {"levels": explain.levels(snap, t, it)}
+            if pending and w is not None:
+                got["queue_position"] = t.queue.position(w.id)
+                got["team_check"] = explain.holds(snap, w)
+                offers = explain.next_idle(snap, it)
+                got["next_idle"] = offers
+                head = next((o for o in offers if o["team"] == name), None)
+                got["team_head"] = bool(head and head["job"] == to_engine(jid))
+            return got
+
+        got, as_of = view(cp, ("explain job", jid, pending), look)
+        out["as_of"] = as_of.json()
+        if got is None:
             return out
+        out.update(got)
         _names(cp, p, out.get("next_idle", []))
         return out

@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.governance.snapshot import Snapshot
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.core.api import Busy, Core
+from fairpod.server.errors import Problem
 from fairpod.server.figures import instance_types, team_figures
 from fairpod.server.rollups import EVERY as ROLL_EVERY
 from fairpod.server.rollups import PASS_ROWS as ROLL_ROWS
@@ -165,26 +166,25 @@ def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, obj
             "now": {"groups": now_groups, "teams": now_teams}, "now_at": now_at}
 
 
-NOW_WAIT = 0.05  # seconds the history waits for the control plane's lock before it answers with the sampler's figures
-
-
 def now_figures(cp: Core, groups_of: dict[str, str]) -> tuple[float, list[UsageSample]]:
     """The figures now and the control plane's time they are of. They are read from the engine's snapshot, which
     only the holder of the control plane's lock may read, and a turn at datacenter size holds it for seconds (the
-    dashboard's cluster and teams pages waited for it): after ``NOW_WAIT`` the answer is the usage sampler's last
-    figures, which every turn works out once its last sample is ``MIN_INTERVAL`` old (so they are seconds old at
-    most), as ``queue_positions`` does for queue positions. Before the sampler's first figures it waits."""
+    dashboard's cluster and teams pages waited for it): the lock is taken only when it is free (never waited for);
+    else the answer is the usage sampler's last figures, which every turn works out once its last sample is
+    ``MIN_INTERVAL`` old (so they are seconds old at most), as ``queue_positions`` answers with the positions the
+    last turn published. Before the sampler's first figures, while a turn runs: 503 "busy"."""
     sampler = getattr(cp, "usage", None)
     latest = sampler.latest if isinstance(sampler, UsageSampler) else None
 
     def now(snap: Snapshot) -> tuple[float, list[UsageSample]]:
         return cp.clock(), samples_of(snap, cp.spec, groups_of)
 
-    if latest is None:
-        return cp.engine_read(now, lock=True)
     try:
-        return cp.engine_read(now, wait=NOW_WAIT)
+        return cp.engine_read(now, wait=0)
     except Busy:
+        if latest is None:
+            raise Problem(503, "busy", "the control plane is in its first scheduling turn and has no usage figures "
+                          "yet; ask again in a moment") from None
         return latest
 
 

@@ -13,6 +13,7 @@ from fairpod.server import goodput
 from fairpod.server.arrays import array_view
 from fairpod.server.auth import Principal
 from fairpod.server.core.api import Core
+from fairpod.server.errors import Problem
 from fairpod.server.figures import group_figures, instance_types, team_figures
 from fairpod.server.nodes import status_labels
 from fairpod.server.runs import to_engine
@@ -227,8 +228,13 @@ def containers_view(cp: Core) -> dict[str, Any] | None:
 
 
 def cluster_view(cp: Core) -> dict[str, Any]:
-    """Capacity and, per team and instance type, quota / in use / borrowed / lent / available."""
-    return cp.engine_read(lambda snap: _cluster_view(cp, snap))
+    """Capacity and, per team and instance type, quota / in use / borrowed / lent / available, from a consistent
+    view of the engine that never waits for a turn (``Core.engine_view``); ``as_of``: the turn it is of."""
+    got = cp.engine_view(("cluster",), lambda snap: _cluster_view(cp, snap))
+    if got is None:
+        raise Problem(503, "busy", "the control plane is in a scheduling turn and has no view of the cluster yet; "
+                      "ask again in a moment (the turn publishes it when it ends)")
+    return {**got[0], "as_of": got[1].json()}  # a new dict: the caller may set its keys, not change what they hold
 
 
 def _cluster_view(cp: Core, snap: Snapshot) -> dict[str, Any]:

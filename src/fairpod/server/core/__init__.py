@@ -16,6 +16,7 @@ transitions:
   the core's memory before: ``backoff`` (a restart's backoff), ``readiness`` (gang readiness and its timeout),
   ``restarts`` (restarts in place), ``array_holds`` (job arrays' throttle);
 - :mod:`.loop`: ``reconcile_once`` and the periodic keepers the composition root registers;
+- :mod:`.published`: what reads answer with while a turn holds the lock (published at each turn's end);
 - :mod:`.api`: the door: named commands and read-only queries (:mod:`.queries`).
 
 Only the composition root (``fairpod.server.runtime``) builds a :class:`ControlPlane`; every other module of

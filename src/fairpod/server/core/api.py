@@ -3,7 +3,8 @@
 Every module outside :mod:`fairpod.server.core` (the routes, the views, the keepers, node health) knows the core
 only as :class:`Core`: it has no store, no snapshot, no lock and no live attempts to reach into. Reads of the
 store go through ``queries`` (:class:`fairpod.server.core.queries.Queries`, never behind the core's lock); reads
-of the engine's memory through :meth:`Core.engine_read`; every change through a named command, which takes the
+of the engine's memory through :meth:`Core.engine_view` (never waits for a turn: ``core.published``) or
+:meth:`Core.engine_read`; every change through a named command, which takes the
 lock itself and writes the store, then the memory (one owner per transition: docs/architecture.md).
 :class:`fairpod.server.core.ControlPlane` implements this protocol; ``tests/test_layers.py`` checks that nothing
 outside the core reaches past it.
@@ -12,7 +13,7 @@ outside the core reaches past it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -20,6 +21,7 @@ from fairpod.executors.base import Executor
 from fairpod.governance.snapshot import Snapshot, Workload
 from fairpod.model.jobs import JobSpec
 from fairpod.model.spec import ClusterSpec
+from fairpod.server.core.published import AsOf
 from fairpod.server.core.queries import Queries
 from fairpod.store.records import Job, Node, User
 
@@ -58,6 +60,14 @@ class Core(Protocol):
         """``fn`` of the engine's snapshot; it must not change it. ``lock``: under the core's lock (a consistent
         view; ``wait``: at most that many seconds for it, else :class:`Busy`); without, the snapshot as it is
         now (it is replaced whole when rebuilt)."""
+        ...
+
+    def engine_view(self, key: Hashable, fn: Callable[[Snapshot], T]) -> tuple[T, AsOf] | None:
+        """``fn`` of a consistent view of the engine's snapshot, never waiting for a turn: the live one when the
+        core is free, else the answer published for ``key`` at the end of the last turn (at most one turn old;
+        :class:`AsOf` says which); None when none was published yet (the turn now running publishes it).
+        ``fn`` must not change the snapshot, nor may the caller change what it gets (copy it first);
+        ``key`` names what ``fn`` reads (:mod:`fairpod.server.core.published`)."""
         ...
 
     def attempt_state(self, job_id: int) -> dict[str, Any] | None:

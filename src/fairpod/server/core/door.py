@@ -7,13 +7,14 @@ the store's own, and the routes that ask for them never wait for a turn."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from fairpod.governance.snapshot import Snapshot, Workload
 from fairpod.server import outage
 from fairpod.server.batch import BatchingStore
 from fairpod.server.core.api import Busy
+from fairpod.server.core.published import AsOf, Published
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.transitions import array_holds
 from fairpod.server.core.transitions.budgets import BudgetKeeper
@@ -34,6 +35,9 @@ class Door:
     snap: Snapshot
     runs: dict[int, Run]
     budgets: BudgetKeeper
+    published: Published
+    cycles: int
+    clock: Callable[[], float]
 
     def engine_read(self, fn: Callable[[Snapshot], T], *, lock: bool = False, wait: float | None = None) -> T:
         if wait is not None:
@@ -47,6 +51,17 @@ class Door:
             with self.lock:
                 return fn(self.snap)
         return fn(self.snap)
+
+    def engine_view(self, key: Hashable, fn: Callable[[Snapshot], T]) -> tuple[T, AsOf] | None:
+        if self.lock.acquire(blocking=False):  # never waits: a turn or a command holds it, the published answer
+            try:
+                as_of = AsOf(self.cycles, self.clock())
+                value = fn(self.snap)
+            finally:
+                self.lock.release()
+            self.published.put(key, fn, value, as_of)
+            return value, as_of
+        return self.published.get(key, fn)
 
     def attempt_state(self, job_id: int) -> dict[str, Any] | None:
         run = self.runs.get(job_id)

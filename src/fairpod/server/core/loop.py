@@ -16,6 +16,7 @@ from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
 from fairpod.model.keys import job_id_of
 from fairpod.server import diskfull, outage
+from fairpod.server.core.published import AsOf
 from fairpod.server.core.transitions import array_holds, backoff, membership, restarts
 from fairpod.server.core.transitions.readiness import Readiness
 from fairpod.server.runs import from_engine
@@ -102,6 +103,7 @@ class Loop:
             self._launch_grown(grown)  # new replicas of running attempts: under the lock, as before
             for keep in self.keepers.after:  # usage, retention, the watchdog, fair-share history
                 keep(self)
+            self.published.refresh(self.snap, AsOf(self.cycles, self.clock()))  # what reads answer with next
             starts = self._reserve_launches(ready)
         self._launch_unlocked(starts)  # forking takes milliseconds per replica: not under the lock
 

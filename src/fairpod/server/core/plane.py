@@ -25,6 +25,7 @@ from fairpod.server.core.door import Door
 from fairpod.server.core.history import HistoryKeeper
 from fairpod.server.core.loop import Beside, Keepers, Loop, standard_keepers
 from fairpod.server.core.memory import Memory
+from fairpod.server.core.published import Published
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.transitions import array_holds, priority, readiness, restarts
 from fairpod.server.core.transitions.attempt import AttemptLife
@@ -91,6 +92,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.spec: ClusterSpec = rec.spec
         self.cycles = 0
         self.cycle_seconds = 0.0
+        self.published = Published()  # what reads answer with while a turn holds the lock (core.published)
         self.turns = TurnHistogram()  # whole reconcile turns, for /metrics
         self.pace = TurnPace()  # how soon a woken turn may follow the last one (coalesces bursts of wakes)
         self.usage = beside.usage  # usage history and cycle timings for the dashboard and /metrics
