@@ -25,6 +25,8 @@ from fairpod.store.usage import UsageSample
 
 T = TypeVar("T")
 
+FIRST_WAIT = 0.05  # seconds a read of the engine with no published answer yet waits for the lock, at most
+
 
 class Door:
     """Reads and record writes for the modules outside the core (the lock and the memory are the plane's)."""
@@ -53,15 +55,21 @@ class Door:
         return fn(self.snap)
 
     def engine_view(self, key: Hashable, fn: Callable[[Snapshot], T]) -> tuple[T, AsOf] | None:
-        if self.lock.acquire(blocking=False):  # never waits: a turn or a command holds it, the published answer
-            try:
-                as_of = AsOf(self.cycles, self.clock())
-                value = fn(self.snap)
-            finally:
-                self.lock.release()
-            self.published.put(key, fn, value, as_of)
-            return value, as_of
-        return self.published.get(key, fn)
+        # the lock only when it is free: while a turn or a command holds it, the published answer; a key with
+        # none yet waits FIRST_WAIT at most (a short turn ends within it), else None
+        if not self.lock.acquire(blocking=False):
+            got = self.published.get(key, fn)
+            if got is not None:
+                return got
+            if not self.lock.acquire(timeout=FIRST_WAIT):
+                return None
+        try:
+            as_of = AsOf(self.cycles, self.clock())
+            value = fn(self.snap)
+        finally:
+            self.lock.release()
+        self.published.put(key, fn, value, as_of)
+        return value, as_of
 
     def attempt_state(self, job_id: int) -> dict[str, Any] | None:
         run = self.runs.get(job_id)
