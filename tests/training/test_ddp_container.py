@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: the DDP exa
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = str(Path(torch.__file__).resolve().parents[1])  # the site-packages torch lives in
-EPOCHS, SAVE_EVERY, DATASET, BATCH = 32, 4, 1024, 32
+EPOCHS, SAVE_EVERY, DATASET, BATCH = 16, 4, 1024, 32
 
 
 def ddp_command() -> list[str]:
