@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: the DDP exa
 
 REPO = Path(__file__).resolve().parents[3]
 SEED = Path(__file__).parent / "seed"
-EPOCHS, SAVE_EVERY, DATASET = 40, 4, 512
+EPOCHS, SAVE_EVERY, DATASET = 24, 4, 512
 STEPS_PER_EPOCH = DATASET // 4 // 32
 TOTAL, INTERVAL = EPOCHS * STEPS_PER_EPOCH, SAVE_EVERY * STEPS_PER_EPOCH
 
