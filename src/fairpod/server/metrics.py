@@ -183,9 +183,9 @@ class FairpodCollector(Collector):
                                      labels=["team"])
 
         got = cp.engine_view(("metrics",), lambda snap: engine_figures(cp, snap))  # never waits for a turn
-        if got is None:  # a turn holds the core and none published these yet: the scrape fails, and says why
-            raise Problem(503, "busy", "the control plane is in a scheduling turn and has published no figures for "
-                          "/metrics yet; scrape again in a moment (the turn publishes them when it ends)")
+        if got is None:  # a first scrape waited 30 s for a turn that holds the core: it fails, and says why
+            raise Problem(503, "busy", "the control plane has been in one scheduling turn for 30 s and has published no "
+                          "figures for /metrics yet; scrape again in a moment (the turn publishes them when it ends)")
         fig, as_of = got
         for it, res, c, sc, u in fig["cluster"]:
             cap.add_metric([it, res], c)

@@ -44,12 +44,12 @@ def _names(cp: Core, p: Any, offers: list[dict[str, Any]]) -> None:
 
 
 def view(cp: Core, key: tuple[Any, ...], fn: Any) -> tuple[Any, AsOf]:
-    """``fn`` of a consistent view of the engine (a copy the route may change) and which turn it is of; 503 while a
-    turn holds the core and no turn published it yet (the one running does when it ends)."""
+    """``fn`` of a consistent view of the engine (a copy the route may change) and which turn it is of; 503 when a
+    first read of it waited FIRST_WAIT for the core in vain (a turn held it that long)."""
     got = cp.engine_view(key, fn)
     if got is None:
-        raise Problem(503, "busy", "the control plane is in a scheduling turn and has no view of this yet; "
-                      "ask again in a moment (the turn publishes it when it ends)")
+        raise Problem(503, "busy", "the control plane has been in one scheduling turn for 30 s and has no view of "
+                      "this yet; ask again in a moment (the turn publishes it when it ends)")
     return copy.deepcopy(got[0]), got[1]
 
 

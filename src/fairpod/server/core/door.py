@@ -25,7 +25,7 @@ from fairpod.store.usage import UsageSample
 
 T = TypeVar("T")
 
-FIRST_WAIT = 0.05  # seconds a read of the engine with no published answer yet waits for the lock, at most
+FIRST_WAIT = 30.0  # seconds a read of the engine with no published answer yet waits for the lock (the turn), at most
 
 
 class Door:
@@ -56,7 +56,9 @@ class Door:
 
     def engine_view(self, key: Hashable, fn: Callable[[Snapshot], T]) -> tuple[T, AsOf] | None:
         # the lock only when it is free: while a turn or a command holds it, the published answer; a key with
-        # none yet waits FIRST_WAIT at most (a short turn ends within it), else None
+        # none yet (its first read) waits for the lock, as every read did before answers were published: an
+        # answer of another key, or a 503 for a first scrape or explain, would be wrong or a failure to the
+        # user; None only when the core was held FIRST_WAIT (a stuck core)
         if not self.lock.acquire(blocking=False):
             got = self.published.get(key, fn)
             if got is not None:

@@ -9,9 +9,9 @@ that lock for as long as it runs (seconds at datacenter size). A read of the eng
   consistent view, as of the last turn and the commands after it), and its answer is kept here;
 - when a turn or a command holds the lock, the answer is the one kept here: the one the last turn published at
   its end, or a reader computed since; it is at most one turn old (its :class:`AsOf` says which turn and when);
-- a key no reader asked for before has no answer yet: the read waits for the lock 50 ms at most
-  (``door.FIRST_WAIT``: a short turn ends within it), else says so (``None``; the routes answer 503 "busy"), and
-  the turn that holds the core publishes it when it ends.
+- a key no reader asked for before has no answer yet: its first read waits for the lock (the turn that holds it
+  ends; ``door.FIRST_WAIT``, 30 s, bounds it, then ``None`` and the routes answer 503 "busy"), and from then on
+  every turn publishes it when it ends.
 
 At the end of every turn, after its commit and still under the lock, the core computes again the keys read in
 the last ``keep`` seconds (:meth:`Published.refresh`): the per-turn cost is that of the reads asked for lately,
