@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 
 STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see the module's docstring
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
@@ -205,19 +206,35 @@ class Cluster:
         return out
 
     def wait_nodes(self) -> None:
-        """Rank 0: until every replica's Ray node has joined."""
+        """Rank 0: until every replica's Ray node has joined, read from the head's node table (GCS) without joining
+        the cluster as a driver: a driver here would cost its own start and a Python worker Ray starts for it on the
+        head, a few CPU seconds each (on a loaded machine a minute of wall), before the entrypoint's own driver. An
+        image's Ray without that client (older than this one) is asked as a driver."""
+        try:
+            from ray._raylet import GcsClient
+
+            gcs = GcsClient(address=f"{self.host}:{self.port}")
+            gcs.get_all_node_info  # noqa: B018 - present since Ray 2.10
+        except (ImportError, AttributeError, TypeError):
+            return self._wait_nodes_as_driver()
+        self._until(lambda: _alive_nodes(gcs))
+
+    def _wait_nodes_as_driver(self) -> None:
         os.environ.update(self.driver_env())
         import ray
 
         ray.init(address=f"{self.host}:{self.port}", logging_level="ERROR", log_to_driver=False)
         try:
-            deadline = time.monotonic() + JOIN_TIMEOUT
-            while sum(1 for n in ray.nodes() if n.get("Alive")) < self.world:
-                if self.stopping or time.monotonic() > deadline:
-                    raise SystemExit(f"fairpod ray: {self.world} nodes did not join in {JOIN_TIMEOUT:g} s")
-                time.sleep(0.5)
+            self._until(lambda: sum(1 for n in ray.nodes() if n.get("Alive")))
         finally:
             ray.shutdown()
+
+    def _until(self, alive: Callable[[], int]) -> None:
+        deadline = time.monotonic() + JOIN_TIMEOUT
+        while alive() < self.world:
+            if self.stopping or time.monotonic() > deadline:
+                raise SystemExit(f"fairpod ray: {self.world} nodes did not join in {JOIN_TIMEOUT:g} s")
+            time.sleep(0.5)
 
     def stop(self, keep_dir: bool = False) -> None:
         """SIGTERM to the Ray processes, SIGKILL to what is left after STOP_GRACE seconds."""
@@ -232,6 +249,15 @@ class Cluster:
                     time.sleep(0.1)
         if not keep_dir:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _alive_nodes(gcs: object) -> int:
+    """How many Ray nodes the head's GCS holds alive (0 while it does not answer)."""
+    try:
+        infos = gcs.get_all_node_info(timeout=5)  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - GCS not answering yet (or for a moment): ask again
+        return 0
+    return sum(1 for info in infos.values() if info.state == 0)  # GcsNodeInfo.ALIVE
 
 
 def _myself() -> list[str]:
@@ -291,7 +317,7 @@ def run(entrypoint: list[str]) -> int:
         if c.standing:
             return _stand(c, entrypoint)
         c.wait_nodes()
-        signal.signal(signal.SIGTERM, term)  # the Ray driver of wait_nodes put its own handler in its place
+        signal.signal(signal.SIGTERM, term)  # a Ray driver of wait_nodes puts its own handler in its place
         _say(f"{c.world} Ray nodes joined; running the entrypoint against {c.host}:{c.port}")
         child = subprocess.Popen(entrypoint, env={**c.env, **c.driver_env(), **job_config(c.env)})
         while True:
