@@ -34,6 +34,8 @@ def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condit
     deadline = start + timeout
     last = seen = None
     checked = 0.0
+    pause = 0.02  # doubled up to 0.25 s: a quick condition is seen at once, a long wait (training) asks a live
+    # server 4 times a second instead of 10 (each ask costs the server and this process CPU the others wait for)
     while (now := time.monotonic()) < deadline and now - start < limit:
         last = pred()
         if last:
@@ -42,7 +44,8 @@ def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condit
             checked = now
             if (p := progress()) != seen:
                 seen, deadline = p, now + timeout
-        time.sleep(0.1)
+        time.sleep(pause)
+        pause = min(0.25, pause * 2)
     stalled = f" (no progress for {timeout:g} s; last progress: {seen!r})" if progress is not None else ""
     raise AssertionError(f"timed out after {time.monotonic() - start:.0f} s waiting for {what}{stalled}; "
                          f"last value: {last!r}")
