@@ -24,7 +24,9 @@ def test_kill_9_and_restart_keeps_every_job(server: Server):
     long_pid = wait_for(lambda: pid_file.exists() and pid_file.read_text().split()[:1], 20, "long's process")[0]
 
     server.kill(signal.SIGKILL)
-    time.sleep(3)  # 'short' ends while nobody watches
+    # 'short' ends while nobody watches: its supervisor writes its exit, no server reads it yet
+    short_status = server.home / "runs" / f"short-{before['short']['id']}" / "0" / "0" / "status.json"
+    wait_for(short_status.exists, 20, "short's exit while the server is down")
     server.start()
 
     after = {j["name"]: j for j in server.api("GET", "/jobs").json()["jobs"]}
