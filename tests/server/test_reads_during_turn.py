@@ -3,7 +3,8 @@ an event the test sets), list-jobs, get-job, explain, the replicas and logs of a
 ``/metrics`` and the dashboard's data answer, each from a consistent view at most one turn old that says which turn
 it is of (``as_of``, ``fairpod_figures_as_of_turn``). The first read of a view no reader asked for before (an
 explain of a job just submitted) waits for the turn, as every read did before, and answers with the turn's view
-once it ended; from then on the turns publish it (``fairpod.server.core.published``)."""
+once it ended; from then on the turns publish it (``fairpod.server.core.published``). (The dashboard's tasks page
+among them: it had a test of its own, with the same turn held the same way, that this one took in.)"""
 
 from __future__ import annotations
 
