@@ -1,9 +1,9 @@
 """A real multi-node Ray cluster on this machine for the tests: one ``ray start --block`` process per node,
-every node on its own loopback address (head 127.0.0.2, then 127.0.0.3, 127.0.0.4, ... as if each were a
-host, so nothing works by accident through 127.0.0.1), fake GPUs (``--num-gpus 4``) and fairpod instance-type resources.
+every node on its own loopback address (head NET.2, then NET.3, NET.4, ... as if each were a host, so nothing
+works by accident through 127.0.0.1; NET is 127.0.0 serially, one /24 per xdist worker under pytest-xdist), fake GPUs (``--num-gpus 4``) and fairpod instance-type resources.
 
 Nodes are stopped by the PIDs this helper started (never ``ray stop``, which stops every Ray on the machine).
-Short Ray health checks (500 ms, 3 misses) make a lost node visible in about 2 s.
+Short Ray health checks (500 ms, 10 misses) make a lost node visible in about 5 s.
 """
 
 from __future__ import annotations
@@ -24,18 +24,29 @@ from tests.ports import free_port
 
 RAYSTART = Path(__file__).with_name("raystart.py")
 ITYPE = "ml.g5.12xlarge"
-# the /24 of loopback the test Ray clusters and standby control planes use (127.0.0.2, .3, ...); another
-# checkout of fairpod running its Ray tests on this machine at the same time sets another, e.g. 127.0.1
-NET = os.environ.get("FAIRPOD_TEST_LOOPBACK_NET", "127.0.0")
-HEAD_IP = f"{NET}.2"
+# the /24 of loopback the suite's own addresses start from (standby control planes, Ray clusters); another
+# checkout of fairpod running its tests on this machine at the same time sets another, e.g. 127.0.50
+BASE = os.environ.get("FAIRPOD_TEST_LOOPBACK_NET", "127.0.0")
 
 
 def beside(offset: int) -> str:
-    """Another /24 of loopback, ``offset`` above ``NET`` (127.0.0 -> 127.0.<offset>): for the clusters that run on
-    another worker at the same time as the session cluster (tests/conftest.py's groups), so none binds another's
+    """Another /24 of loopback, ``offset`` above ``BASE`` (127.0.0 -> 127.0.<offset>): for what runs on another
+    worker at the same time as the session clusters (tests/conftest.py's groups), so none binds another's
     addresses."""
-    a, b, c = NET.split(".")
+    a, b, c = BASE.split(".")
     return f"{a}.{b}.{(int(c) + offset) % 256}"
+
+
+def _worker_net() -> str:
+    """The /24 of this process's session cluster: ``BASE`` serially, and under pytest-xdist one per worker (gw0 ->
+    10 above BASE, gw1 -> 11, ...), so the Ray tests can be in several groups, each group's worker with a cluster
+    of its own (tests/conftest.py: 'ray' and 'ray2')."""
+    w = os.environ.get("PYTEST_XDIST_WORKER", "")
+    return beside(10 + int(w[2:])) if w.startswith("gw") and w[2:].isdigit() else BASE
+
+
+NET = _worker_net()
+HEAD_IP = f"{NET}.2"
 # a lost node is noticed in ~5 s (10 missed checks, 500 ms apart): fast for the tests that lose one, and not on
 # a raylet that is only slow for a moment on a loaded 2-core machine (3 missed checks marked live nodes dead there)
 HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "10",

@@ -12,6 +12,8 @@ import sys
 
 import ray._private.services as services
 
+from fairpod.executors.raycluster import raylet_told_agent_port
+
 
 def _keep(host: str) -> str:
     return host
@@ -19,6 +21,7 @@ def _keep(host: str) -> str:
 
 if __name__ == "__main__":
     services.resolve_ip_for_localhost = _keep
+    raylet_told_agent_port(services)  # as fairpod's own Ray nodes (no 15 s wait for the agent's port file)
     from ray.scripts.scripts import main
 
     sys.argv = ["ray", *sys.argv[1:]]

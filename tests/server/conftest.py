@@ -145,8 +145,19 @@ class Server:
         log = open(self.home.parent / "server.out", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=log, start_new_session=True)
         reaper.started(self.proc.pid)
-        wait_for(self._healthy, 30, "the server to answer /healthz")
+        # a stall of 30 s fails; a server still starting (its CPU time grows: imports, a Ray driver's connect on
+        # a loaded machine) is waited for, up to the wait's limit
+        wait_for(self._healthy, 30, "the server to answer /healthz", self._cpu)
         self.token = json.loads(Path(self.env["FAIRPOD_CONFIG"]).read_text())["token"]
+
+    def _cpu(self) -> int:
+        """The server process's CPU time so far (clock ticks; 0 once it is gone)."""
+        try:
+            stat = Path(f"/proc/{self.proc.pid if self.proc else 0}/stat").read_text()
+        except OSError:
+            return 0
+        fields = stat[stat.rfind(")") + 2:].split()
+        return int(fields[11]) + int(fields[12])
 
     def _healthy(self) -> bool:
         assert self.proc is not None

@@ -46,7 +46,8 @@ def test_a_ray_job_runs_on_its_own_ray_cluster_is_preempted_and_resumes(server: 
     server.cli("start-job", "--name", "rl", "--team", "john", "--node-count", "2", "--ray", "--accelerators", "1",
                "--vcpu", "1", "--memory", "3Gi", "--grace-seconds", "20", "--", sys.executable, str(prog), str(out))
     (start,) = wait_for(lambda: notes(out, "start") or server.job("rl")["state"] not in ("Pending", "Running")
-                        and [server.job("rl")], 180, "the Ray program to start")
+                        and [server.job("rl")], 180, "the Ray program to start", server.activity)
+    assert "task_nodes" in start, start  # the program's note, not the job ended before it started
     assert start["nodes"] == 2 and start["task_nodes"] == 2  # one task on each Ray node: head and worker
     assert start["gpu_ids"] == [["0"], ["0"]] and start["node_gpus"] == [1, 1] and start["node_cpus"] == [1, 1]
     assert start["address"].startswith("127.0.0.1:") and start["address"] != "127.0.0.1:6379"
@@ -112,7 +113,7 @@ def test_a_raycluster_stands_as_a_service_a_driver_attaches_and_delete_ends_it(s
     r = server.cli("apply", "-f", str(tmp_path / "rc.yaml"))
     assert "raycluster.ray.io/rc created" in r.stdout, r.stdout + r.stderr
     svc = wait_for(lambda: (v := server.api("GET", "/services/rc").json())["ready_replicas"] == 2 and v, 120,
-                   "the head and the worker's Ray nodes to answer")
+                   "the head and the worker's Ray nodes to answer", server.activity)
     assert svc["readiness"] == "TCP connect" and server.job("rc")["kind"] == "service"
     head = next(e["address"] for e in svc["endpoints"] if e["rank"] == 0).removeprefix("http://")
     out = subprocess.run([sys.executable, "-c", ATTACH], env={**server.env, "RAY_ADDRESS": head, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},

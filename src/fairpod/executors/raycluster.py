@@ -41,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from typing import Any
 
 STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see the module's docstring
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
@@ -347,8 +348,40 @@ def ray_cli(args: list[str]) -> None:
     from ray.scripts.scripts import main
 
     services.resolve_ip_for_localhost = lambda host: host  # a loopback node stays on loopback
+    raylet_told_agent_port(services)
     sys.argv = ["ray", *args]
     main()
+
+
+def raylet_told_agent_port(services: Any) -> None:
+    """Make ``ray start`` give the raylet the dashboard agent's listen port it gives the agent. Ray (2.5x) passes
+    ``--dashboard-agent-listen-port`` to the agent only, so the raylet waits for the file the agent writes once its
+    Python has started, a fixed 15 s, and then aborts ('Timed out waiting for file
+    .../dashboard_agent_listen_port_...'): on a loaded machine the agent took longer and the node never joined.
+    With the port on its command line (a flag the raylet has), the raylet waits for no file. No port given: as
+    Ray does."""
+    from ray._private import ray_constants
+
+    start_raylet, start_process = services.start_raylet, services.start_ray_process
+
+    def with_port(*args: Any, **kwargs: Any) -> Any:
+        port = kwargs.get("dashboard_agent_listen_port")
+        if not port:
+            return start_raylet(*args, **kwargs)
+
+        def start(command: list[str], process_type: str, *a: Any, **kw: Any) -> Any:
+            if process_type == ray_constants.PROCESS_TYPE_RAYLET and not any(
+                    c.startswith("--dashboard_agent_listen_port") for c in command):
+                command = [*command, f"--dashboard_agent_listen_port={port}"]
+            return start_process(command, process_type, *a, **kw)
+
+        services.start_ray_process = start
+        try:
+            return start_raylet(*args, **kwargs)
+        finally:
+            services.start_ray_process = start_process
+
+    services.start_raylet = with_port
 
 
 def main(argv: list[str]) -> int:
