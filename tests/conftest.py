@@ -15,7 +15,8 @@ these paths is in its group without saying so; a test may also carry ``@pytest.m
   cluster, not in its group (the ``ray`` group bounded the run's wall time: 1,456 of its 1,510 s on one worker).
 - ``users``: the per-team OS users ``fairpod-<team>`` (``fairpod-smith``, ``fairpod-john``...) that the whole
   sandbox creates as root: the tests that make them remove the ``fairpod-*`` users that appeared while they ran,
-  which would be another worker's (tests/sandbox's files, reach, devices, live, users and readiness tests,
+  which would be another worker's (tests/sandbox's files, reach, devices, live, users, readiness and container
+  attacks tests,
   tests/server/test_isolation.py, and tests/ray/test_ray_files.py, whose own Ray cluster runs on another /24 of
   loopback, 127.0.100.x, beside the session cluster).
 - ``standby``: the standby control planes of tests/server/test_ha.py, test_leader.py and test_ha_identity_live.py,
@@ -69,6 +70,7 @@ GROUPS = {
     "sandbox/test_live.py": "users",
     "sandbox/test_users.py": "users",
     "sandbox/test_readiness.py": "users",
+    "sandbox/test_container_attacks.py": "users",
     "server/test_isolation.py": "users",
     "server/test_ha.py": "standby",
     "server/test_leader.py": "standby",

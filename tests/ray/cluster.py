@@ -260,6 +260,23 @@ class RayTestCluster:
             self.stop_node(name)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
+    def cpu(self, name: str) -> int:
+        """CPU time so far of node ``name``'s processes (clock ticks): a progress measure for waits on what a node
+        starts (a fairpod node agent is a Python worker Ray starts there, seconds of CPU on a loaded machine)."""
+        node = self.nodes.get(name)
+        if node is None:
+            return 0
+        node.remember()
+        total = 0
+        for pid in node.pids:
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rfind(")") + 2:].split()
+            total += int(fields[11]) + int(fields[12])
+        return total
+
     def pids(self) -> set[int]:
         out: set[int] = set()
         for node in self.nodes.values():

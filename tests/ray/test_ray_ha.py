@@ -28,8 +28,6 @@ from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a rea
 from .cluster import RayTestCluster
 from .conftest import WORKERS, agent_pid, all_gpus_free, remove_agents, seed_spec_data
 
-pytestmark = pytest.mark.xdist_group("ray")
-
 
 @pytest.fixture
 def ray_ha(tmp_path: Path, pg_url: str, ray_cluster: RayTestCluster,  # noqa: F811

@@ -17,13 +17,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ..server.conftest import wait_for
 from ..server.rayjob_program import PROGRAM, notes
 from .conftest import WORKERS, RayServer
-
-pytestmark = pytest.mark.xdist_group("ray")
 
 
 def allocation(server: RayServer, job: str) -> dict[str, list[str]]:

@@ -31,8 +31,6 @@ from .conftest import (
     serving,
 )
 
-pytestmark = pytest.mark.xdist_group("ray")
-
 # Records its PID and Ray node, counts its runs, rank 1 fails while told to, then waits (at most 60 s) for the
 # test's "done", writing how many restarts in place its attempt has had (fairpod.sdk.peer_restarts).
 REPLICA = """
