@@ -5,10 +5,10 @@ Parallel workers share the machine, so a test that needs a resource there is one
 tests of one group run one after another on one worker. The groups (given here by path, so a new test file under
 these paths is in its group without saying so; a test may also carry ``@pytest.mark.xdist_group(NAME)`` itself):
 
-- ``ray`` and ``ray2``: the tests of tests/ray, in two groups of about the same length, each on the session Ray
-  cluster of its worker (tests/ray/conftest.py), which runs on a /24 of loopback of that worker's own (127.0.10.x
-  for gw0, 127.0.11.x for gw1, ...: tests/ray/cluster.py). (One group, they were the run's longest chain: 1,280 of
-  its 1,510 s on one worker; a second cluster costs ~35 CPU-s to start and ~3 CPU-s a minute idle.)
+- ``ray``: the tests of tests/ray, on the session Ray cluster of their worker (tests/ray/conftest.py), which runs
+  on a /24 of loopback of that worker's own (127.0.10.x for gw0, 127.0.11.x for gw1, ...: tests/ray/cluster.py).
+  (Split in two groups with a cluster each, the run was longer and four Ray tests timed out: two Ray clusters, the
+  Ray jobs' clusters, training and the native build at once overloaded the 2 cores.)
 - ``rayjobs``: the Ray clusters that fairpod's Ray jobs start on the local executor (tests/server/test_rayjobs_live.py,
   and the KubeRay files of tests/formats/corpus/test_kube_corpus.py, whose Ray nodes run in containers), one at a
   time: on 127.0.0.1 and on ports free on every address (fairpod.executors.raycluster), so beside the session
@@ -62,7 +62,6 @@ TESTS = Path(__file__).resolve().parent
 # path under tests/ (a folder ends with "/") -> its xdist group (see the docstring)
 GROUPS = {
     "ray/test_ray_files.py": "users",
-    **{f"ray/test_ray_{m}.py": "ray2" for m in ("rayjobs", "agent", "ha", "resilience", "health", "faults")},
     "ray/": "ray",
     "sandbox/test_files.py": "users",
     "sandbox/test_reach.py": "users",
@@ -127,7 +126,7 @@ def _module_group(item: pytest.Item) -> str | None:
 
 
 # what takes longest, first (groups, then folders): workers start these as the run starts, not at its end
-FIRST = ("ray", "ray2", "rayjobs", "native", "training/", "users", "standby")
+FIRST = ("ray", "rayjobs", "native", "training/", "users", "standby")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups

@@ -39,8 +39,7 @@ def beside(offset: int) -> str:
 
 def _worker_net() -> str:
     """The /24 of this process's session cluster: ``BASE`` serially, and under pytest-xdist one per worker (gw0 ->
-    10 above BASE, gw1 -> 11, ...), so the Ray tests can be in several groups, each group's worker with a cluster
-    of its own (tests/conftest.py: 'ray' and 'ray2')."""
+    10 above BASE, gw1 -> 11, ...), so that Ray tests in several groups would each have a cluster of their own."""
     w = os.environ.get("PYTEST_XDIST_WORKER", "")
     return beside(10 + int(w[2:])) if w.startswith("gw") and w[2:].isdigit() else BASE
 

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from ..server.conftest import wait_for
 from ..server.rayjob_program import PROGRAM, notes
 from .conftest import WORKERS, RayServer
@@ -71,6 +73,7 @@ def check_start(server: RayServer, start: dict[str, Any], given: dict[str, list[
     assert sorted(str(n["name"]) for n in server.cluster.node_table() if n["alive"]) == sorted(["head", *WORKERS])
 
 
+@pytest.mark.timeout(600)  # two Ray clusters started as replicas, each wait on the processes' progress
 def test_a_ray_job_runs_its_own_ray_cluster_on_the_ray_executor_is_preempted_and_resumes(
         ray_server: RayServer, tmp_path: Path):
     wait_for(lambda: set(ray_server.nodes()) == set(WORKERS) and all(

@@ -22,7 +22,8 @@ def test_ray_node_labels_place_a_required_rack_job(ray_cluster: RayTestCluster, 
         ray_cluster.add_nodes([("k1", "ml.g5.12xlarge", 4, False, 1), ("k2", "ml.g5.12xlarge", 4, False, 1)],
                               labels={"rack": "ra"})
         try:
-            nodes = wait_for(lambda: {"k1", "k2"} <= set(n := server.nodes()) and n, 15, "k1 and k2 to join")
+            nodes = wait_for(lambda: {"k1", "k2"} <= set(n := server.nodes()) and n, 15, "k1 and k2 to join",
+                             lambda: ray_cluster.cpu("k1") + ray_cluster.cpu("k2"))  # their agents starting
             assert nodes["k1"]["topology"] == {"rack": "ra"} and nodes["k2"]["topology"] == {"rack": "ra"}
             assert nodes["w1"]["topology"] == {"rack": "w1"}  # no rack label: a rack of its own
             server.submit(name="pair", team="john", nodes=2, required_topology="rack", command=["sleep", "60"],

@@ -40,6 +40,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
     yield from running(tmp_path, SPEC)  # its replicas see tmp_path (the program's files)
 
 
+@pytest.mark.timeout(600)  # two Ray clusters started as replicas, each wait on the processes' progress
 def test_a_ray_job_runs_on_its_own_ray_cluster_is_preempted_and_resumes(server: Server, tmp_path: Path):
     out, prog = tmp_path / "ray.log", tmp_path / "prog.py"
     prog.write_text(PROGRAM)
