@@ -21,6 +21,7 @@ from pathlib import Path
 from fairpod.executors import procs
 from tests import reaper
 from tests.ports import free_port
+from tests.server.conftest import _ticks
 
 RAYSTART = Path(__file__).with_name("raystart.py")
 ITYPE = "ml.g5.12xlarge"
@@ -266,15 +267,7 @@ class RayTestCluster:
         if node is None:
             return 0
         node.remember()
-        total = 0
-        for pid in node.pids:
-            try:
-                stat = Path(f"/proc/{pid}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rfind(")") + 2:].split()
-            total += int(fields[11]) + int(fields[12])
-        return total
+        return sum(_ticks(pid) for pid in node.pids)
 
     def pids(self) -> set[int]:
         out: set[int] = set()

@@ -152,12 +152,7 @@ class Server:
 
     def _cpu(self) -> int:
         """The server process's CPU time so far (clock ticks; 0 once it is gone)."""
-        try:
-            stat = Path(f"/proc/{self.proc.pid if self.proc else 0}/stat").read_text()
-        except OSError:
-            return 0
-        fields = stat[stat.rfind(")") + 2:].split()
-        return int(fields[11]) + int(fields[12])
+        return _ticks(self.proc.pid) if self.proc else 0
 
     def _healthy(self) -> bool:
         assert self.proc is not None
