@@ -101,10 +101,19 @@ def test_a_space_opens_runs_a_cell_is_preempted_with_a_notice_and_starts_again_w
     page.goto(s["url"] + "lab/tree/t.ipynb")
     cell = page.locator(".jp-Notebook .jp-Cell .cm-content").first
     cell.wait_for(timeout=90_000)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
     dialog = page.locator(".jp-Dialog .jp-mod-accept")  # a first start may ask for the kernel: the default
-    if dialog.count():
-        dialog.first.click()
+
+    def kernel_idle() -> bool:
+        """The notebook's kernel has started and is idle (its session, read through the proxy). A dialog that
+        asks for the kernel, whenever it opens, is answered first: the session starts after it."""
+        if dialog.count():
+            dialog.first.click()
+            return False
+        return any(x["path"].endswith("t.ipynb") and (x.get("kernel") or {}).get("execution_state") == "idle"
+                   for x in ide.get("api/sessions").json())
+
+    wait_for(kernel_idle, 90, "the notebook's kernel to start and be idle")
+    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000)
     cell.click()
     # the cell looks for the server's admin token (by its hash) in its environment and tries fairpod's config and
     # database
@@ -113,6 +122,8 @@ def test_a_space_opens_runs_a_cell_is_preempted_with_a_notice_and_starts_again_w
                        f"print('secrets:', [k for k, v in os.environ.items() if hashlib.sha256(v.encode())"
                        f".hexdigest() == '{admin}'], os.access('{server.env['FAIRPOD_CONFIG']}', os.R_OK), "
                        f"os.access('{server.home / 'fairpod.db'}', os.R_OK))")
+    # the text is in the cell before it is run (typing that went elsewhere fails here, saying so)
+    page.locator(".jp-Notebook .jp-Cell .cm-content", has_text="kept.txt").first.wait_for(timeout=30_000)
     page.keyboard.press("Shift+Enter")
     output = page.locator(".jp-OutputArea-output").first
     output.wait_for(timeout=60_000)

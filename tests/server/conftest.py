@@ -20,6 +20,7 @@ from fairpod import sandbox
 from fairpod.sandbox import cgroups
 
 from .. import httpclient, reaper
+from ..executors.helpers import kill_recorded
 from ..ports import free_port
 from .api import Api
 from .inproc import InProc
@@ -176,7 +177,20 @@ class Server:
 
     def api(self, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
         headers = {"Authorization": f"Bearer {token or self.token}", **kw.pop("headers", {})}
-        return httpclient.request(method, self.url + "/api/v1" + path, headers=headers, timeout=30, **kw)
+        try:
+            return httpclient.request(method, self.url + "/api/v1" + path, headers=headers, timeout=30, **kw)
+        except httpx.ConnectError as e:  # say whether the server is gone (and how) or only not answering
+            raise AssertionError(f"{method} {path}: {e}; {self.gone()}") from e
+
+    def gone(self) -> str:
+        """How the server process stands, with the end of its output (for a failure's message)."""
+        code = self.proc.poll() if self.proc else None
+        try:
+            out = (self.home.parent / "server.out").read_text(errors="replace")[-2000:]
+        except OSError:
+            out = "(no output)"
+        how = "still running" if self.proc and code is None else f"exited {code}"
+        return f"the server (pid {self.proc.pid if self.proc else None}) {how}; its output ends:\n{out}"
 
     def job(self, name: str, token: str | None = None) -> dict[str, Any]:
         r = self.api("GET", f"/jobs/{name}", token)
@@ -243,12 +257,9 @@ class Server:
     def kill_replicas(self) -> None:
         """Stop every replica and supervisor this server's executor started (by recorded PID), and remove their
         cgroups (fairpod.sandbox: a supervisor killed so leaves its replica's)."""
-        for f in list((self.home / "runs").glob("*/*/*/*.pid")):
-            try:
-                pid = int(f.read_text().split()[0])
-                os.kill(pid, signal.SIGKILL)
-            except (OSError, ValueError, IndexError):
-                pass
+        # by PID and start time: a replica that ended long ago left its PID file, and its PID may be another
+        # test's process by now (PIDs wrap: 32,768 on some hosts, and a run starts tens of thousands)
+        kill_recorded(self.home / "runs")
         for rdir in (self.home / "runs").glob("*/*/*"):
             if rdir.parent.name.isdigit() and rdir.name.isdigit():
                 sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name), rdir)

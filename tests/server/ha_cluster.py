@@ -26,6 +26,7 @@ import httpx
 from sqlalchemy import Connection, create_engine, text
 
 from tests import reaper
+from tests.executors.helpers import kill_recorded
 from tests.ports import free_port
 from tests.ray.cluster import beside
 
@@ -222,11 +223,7 @@ class HaCluster:
                 except subprocess.TimeoutExpired:
                     node.proc.kill()
                     node.proc.wait(timeout=30)
-        for f in list(self.runs.glob("*/*/*/*.pid")):  # what is left of the replicas, by recorded PID
-            try:
-                os.kill(int(f.read_text().split()[0]), signal.SIGKILL)
-            except (OSError, ValueError, IndexError):
-                pass
+        kill_recorded(self.runs)  # what is left of the replicas, by recorded PID and start time
         self.admin.dispose()
 
     # -- the API, through whichever node leads ----------------------------------------------------
