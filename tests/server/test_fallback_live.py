@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fairpod.formats.kube import convert
+from fairpod.formats.kube.pytorchjob import convert
 
 from .conftest import Server, running, wait_for
 

@@ -144,7 +144,7 @@ def _one_task_per_node(v: str, what: str) -> None:
 def start_job(a: argparse.Namespace) -> int:
     from fairpod.cli.client import Client
     from fairpod.cli.jobbody import _kv, finish, typed
-    from fairpod.formats.kube import ENV_CONFIG
+    from fairpod.formats.kube.pod import ENV_CONFIG
 
     values: dict[str, str] = {}  # field -> the text given: the config file's, then the flags' (they win)
     env: list[str] = []  # NAME=VALUE, later ones win

@@ -12,7 +12,8 @@ from typing import Any
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
 from fairpod.cli.output import emit_json
-from fairpod.formats.kube import ManifestError, convert_all
+from fairpod.formats.kube.manifest import ManifestError
+from fairpod.formats.kube.pytorchjob import convert_all
 from fairpod.formats.kube.teams import Teams
 
 

@@ -80,7 +80,8 @@ def export_cmd(a: argparse.Namespace) -> int:
 
 
 def import_cmd(a: argparse.Namespace) -> int:
-    from fairpod.formats.kube.importer import ImportError_, import_kueue, read_dir, spec_yaml
+    from fairpod.formats.kube.importer import import_kueue, read_dir, spec_yaml
+    from fairpod.formats.kube.kueue_objects import ImportError_
 
     given: dict[str, str] = {}
     for f in a.flavor:

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fairpod.formats.kube.export import export_kueue
-from fairpod.formats.kube.importer import ImportError_, import_kueue
+from fairpod.formats.kube.importer import import_kueue
+from fairpod.formats.kube.kueue_objects import ImportError_
 
 from .specs import corpus
 

@@ -11,9 +11,9 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 
 from fairpod.formats.kube import kueue as K
-from fairpod.formats.kube import quantity
 from fairpod.formats.kube.export import FILES, export_kueue, render
 from fairpod.formats.kube.importer import _kueue_part, import_kueue, spec_yaml
+from fairpod.formats.kube.manifest import quantity
 from fairpod.model.spec import ClusterSpec, parse_spec
 
 from .specs import cluster_specs, corpus

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
-from fairpod.formats.kube import ManifestError, batch, convert
+from fairpod.formats.kube import batch
 from fairpod.formats.kube.image import VolumeError, qualify, volumes
+from fairpod.formats.kube.manifest import ManifestError
+from fairpod.formats.kube.pytorchjob import convert
 from fairpod.formats.kube.teams import Teams
 from fairpod.model.jobs import JobSpec
 from fairpod.sandbox.container import scratch_flags

@@ -13,8 +13,9 @@ import pytest
 import yaml
 
 import fairpod
-from fairpod.formats.kube import ManifestError, convert
+from fairpod.formats.kube.manifest import ManifestError
 from fairpod.formats.kube.pod import pod_env
+from fairpod.formats.kube.pytorchjob import convert
 from tests.server.conftest import Server, running, wait_for
 from tests.server.test_elastic_live import SPEC as ELASTIC_SPEC
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from fairpod.formats.kube import ManifestError, batch
+from fairpod.formats.kube import batch
+from fairpod.formats.kube.manifest import ManifestError
 from fairpod.formats.kube.raycluster import convert, convert_all
 from fairpod.formats.kube.teams import Teams
 from fairpod.model.jobs import JobSpec

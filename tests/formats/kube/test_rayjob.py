@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fairpod.formats.kube import ManifestError
+from fairpod.formats.kube.manifest import ManifestError
 from fairpod.formats.kube.rayjob import convert, convert_all
 from fairpod.model.jobs import JobSpec
 

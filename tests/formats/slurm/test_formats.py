@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fairpod.formats.kube import ManifestError, convert, convert_all, quantity
+from fairpod.formats.kube.manifest import ManifestError, quantity
 from fairpod.formats.kube.pod import pod_env, resolve
+from fairpod.formats.kube.pytorchjob import convert, convert_all
 from fairpod.formats.slurm.hostlist import HostlistError, compress, expand
 from fairpod.formats.slurm.runner import expand_pattern
 from fairpod.formats.slurm.sbatch import BatchError, Setting, exported_env, job_name, read_script, to_job

@@ -12,20 +12,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairpod.formats.kube import (
+from fairpod.formats.kube import container as C
+from fairpod.formats.kube.image import DOCKER_HUB, VolumeError, qualify, volumes
+from fairpod.formats.kube.manifest import (
     INSTANCE_TYPE_LABELS,
     PRIORITY_LABEL,
     Converted,
     ManifestError,
-    _command,
-    _container,
-    _env,
-    _map,
-    _resources,
-    _team,
-    _whole,
+    mapping,
+    team_of,
+    whole,
 )
-from fairpod.formats.kube.image import DOCKER_HUB, VolumeError, qualify, volumes
 from fairpod.formats.kube.teams import Teams
 
 # kinds a user may bring that fairpod does not run: refused by their own name, with what to do instead
@@ -52,7 +49,7 @@ def refusals(docs: list[Any]) -> list[str]:
     for d in docs:
         kind = str(d.get("kind", "")) if isinstance(d, dict) else ""
         if kind in REFUSED_KINDS:
-            name = _map(d.get("metadata"), "metadata").get("name", "?")
+            name = mapping(d.get("metadata"), "metadata").get("name", "?")
             out.append(f"{kind} {name}: no meaning here: {REFUSED_KINDS[kind]}")
     return out
 
@@ -63,20 +60,20 @@ def convert(doc: dict[str, Any], *, cwd: str, on_host: bool = False, teams: Team
     warnings: list[str] = []
     notes: list[str] = []
     kind = str(doc.get("kind"))
-    meta = _map(doc.get("metadata"), "metadata")
+    meta = mapping(doc.get("metadata"), "metadata")
     name = str(meta.get("name") or "")
     if not name and meta.get("generateName"):
         name = str(meta["generateName"]).rstrip("-")
         notes.append(f"metadata.generateName {meta['generateName']}: the job is named {name}")
-    spec = _map(doc.get("spec"), "spec")
+    spec = mapping(doc.get("spec"), "spec")
     if kind == "Pod":
         tmeta, pod, replicas, retries, deadline = meta, spec, 1, None, spec.get("activeDeadlineSeconds")
     else:
-        tpl = _map(spec.get("template"), "spec.template")
-        tmeta, pod = _map(tpl.get("metadata"), "spec.template.metadata"), _map(tpl.get("spec"), "spec.template.spec")
-        replicas = _whole(spec.get("parallelism", 1), "spec.parallelism", 1)
+        tpl = mapping(spec.get("template"), "spec.template")
+        tmeta, pod = mapping(tpl.get("metadata"), "spec.template.metadata"), mapping(tpl.get("spec"), "spec.template.spec")
+        replicas = whole(spec.get("parallelism", 1), "spec.parallelism", 1)
         completions = spec.get("completions")
-        if completions is not None and _whole(completions, "spec.completions", 1) != replicas:
+        if completions is not None and whole(completions, "spec.completions", 1) != replicas:
             raise ManifestError(f"spec.completions {completions} with parallelism {replicas}: fairpod runs a job's "
                                 "replicas at once, each once (completions = parallelism); for a queue of work items "
                                 "use a job array (fairpod start-job --array)")
@@ -88,20 +85,20 @@ def convert(doc: dict[str, Any], *, cwd: str, on_host: bool = False, teams: Team
             if spec.get(key) is not None:
                 notes.append(f"spec.{key}: about Kubernetes pods; not used")
     where = f"{'spec' if kind == 'Pod' else 'spec.template.spec'}"
-    c = _container(pod, where.removesuffix(".spec"), warnings)
+    c = C.container(pod, where.removesuffix(".spec"), warnings)
     cwhere = f"{where}.containers[{c.get('name')}]"
-    labels = [_map(meta.get("labels"), "metadata.labels"), _map(tmeta.get("labels"), "template.metadata.labels")]
-    team, team_src = _team(meta, labels, teams)
+    labels = [mapping(meta.get("labels"), "metadata.labels"), mapping(tmeta.get("labels"), "template.metadata.labels")]
+    team, team_src = team_of(meta, labels, teams)
     notes.append(f"team {team} ({team_src})")
     priority = next((str(lab[PRIORITY_LABEL]).removesuffix("-priority") for lab in labels if lab.get(PRIORITY_LABEL)),
                     None)
     restart = str(pod.get("restartPolicy") or ("Always" if kind == "Pod" else "Never"))
     auto, max_retry = False, 0
     if restart in ("OnFailure", "Always"):
-        max_retry = 6 if retries is None else _whole(retries, "spec.backoffLimit", 0)  # Kubernetes' default, 6
+        max_retry = 6 if retries is None else whole(retries, "spec.backoffLimit", 0)  # Kubernetes' default, 6
         auto = max_retry > 0
         notes.append(f"restartPolicy {restart}: a failed job is restarted whole up to {max_retry} times")
-    selector = _map(pod.get("nodeSelector"), f"{where}.nodeSelector")
+    selector = mapping(pod.get("nodeSelector"), f"{where}.nodeSelector")
     instance_type = next((str(selector[k]) for k in INSTANCE_TYPE_LABELS if k in selector), None)
     other = sorted(k for k in selector if k not in INSTANCE_TYPE_LABELS)
     if other:
@@ -109,8 +106,8 @@ def convert(doc: dict[str, Any], *, cwd: str, on_host: bool = False, teams: Team
     image = str(c.get("image") or "")
     in_image = bool(image) and not on_host
     body: dict[str, Any] = {"name": name, "team": team, "priority": priority, "instance_type": instance_type,
-                            "nodes": replicas, **_resources(c, cwhere, warnings),
-                            "command": _command(c, cwhere, in_image), "env": _env(c, cwhere, warnings),
+                            "nodes": replicas, **C.resources(c, cwhere, warnings),
+                            "command": C.command(c, cwhere, in_image), "env": C.env(c, cwhere, warnings),
                             "auto_resume": auto, "max_retry": max_retry,
                             "workdir": None if in_image else cwd}
     body["env"].setdefault("JOB_COMPLETION_INDEX", "$(RANK)" if in_image else "")
@@ -131,7 +128,7 @@ def convert(doc: dict[str, Any], *, cwd: str, on_host: bool = False, teams: Team
     elif image:
         warnings.append(f"the container image {image} is not used (--on-host)")
     if deadline is not None:
-        body["max_runtime_seconds"] = float(_whole(deadline, "spec.activeDeadlineSeconds", 1))
+        body["max_runtime_seconds"] = float(whole(deadline, "spec.activeDeadlineSeconds", 1))
     if pod.get("terminationGracePeriodSeconds") is not None:
         body["termination_grace_seconds"] = float(pod["terminationGracePeriodSeconds"])
     return Converted({k: v for k, v in body.items() if v is not None}, warnings, notes,

@@ -15,7 +15,7 @@ import os
 import shutil
 import sys
 
-from fairpod.formats.kube import ENV_CONFIG
+ENV_CONFIG = "FAIRPOD_PYTORCHJOB"  # the replica's torchrun settings (fairpod.formats.kube.pytorchjob), JSON
 
 
 def pod_env(env: dict[str, str]) -> dict[str, str]:

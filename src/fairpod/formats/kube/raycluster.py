@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairpod.formats.kube import PRIORITY_LABEL, Converted, ManifestError, _map
 from fairpod.formats.kube.image import DOCKER_HUB
+from fairpod.formats.kube.manifest import PRIORITY_LABEL, Converted, ManifestError, mapping
 from fairpod.formats.kube.rayjob import _shape, _workers, convert_kind, opening, place
 from fairpod.formats.kube.teams import Teams
 
@@ -44,7 +44,7 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
     if noted:
         r.notes.append(f"spec.{', spec.'.join(noted)} not used: fairpod gives the cluster one "
                        "address (fairpod get-service)")
-    sizes = [r.group(_map(spec.get("headGroupSpec"), "spec.headGroupSpec"), "spec.headGroupSpec")]
+    sizes = [r.group(mapping(spec.get("headGroupSpec"), "spec.headGroupSpec"), "spec.headGroupSpec")]
     size = _workers(spec, r, sizes, "spec", "RayCluster")
     if len(r.images) > 1 and not on_host:
         r.refused.append(f"{', '.join(f'{w}.image {i}' for i, w in r.images.values())}: one image for every Ray "

@@ -38,18 +38,17 @@ from typing import Any
 
 import yaml
 
-from fairpod.formats.kube import (
+from fairpod.formats.kube import container as C
+from fairpod.formats.kube.image import DOCKER_HUB, VolumeError, qualify, volumes
+from fairpod.formats.kube.manifest import (
     INSTANCE_TYPE_LABELS,
     PRIORITY_LABEL,
     Converted,
     ManifestError,
-    _env,
-    _map,
-    _resources,
-    _team,
-    _whole,
+    mapping,
+    team_of,
+    whole,
 )
-from fairpod.formats.kube.image import DOCKER_HUB, VolumeError, qualify, volumes
 from fairpod.formats.kube.teams import Teams
 
 KNOWN_SPEC = {"entrypoint", "rayClusterSpec", "shutdownAfterJobFinishes", "ttlSecondsAfterFinished",
@@ -84,18 +83,18 @@ class _Reader:
 
     def group(self, g: dict[str, Any], where: str) -> dict[str, Any]:
         """One group's container: its resources; its image, env and volumes kept on the reader."""
-        params = _map(g.get("rayStartParams"), f"{where}.rayStartParams")
+        params = mapping(g.get("rayStartParams"), f"{where}.rayStartParams")
         if params:
             self.notes.append(f"{where}.rayStartParams ({', '.join(sorted(params))}) not used: fairpod starts Ray "
                               "itself, each node with exactly its replica's resources and free ports")
-        pod = _map(_map(g.get("template"), f"{where}.template").get("spec"), f"{where}.template.spec")
+        pod = mapping(mapping(g.get("template"), f"{where}.template").get("spec"), f"{where}.template.spec")
         for key in sorted(set(pod) - NOTED_POD):
             self.refused.append(f"{where}.template.spec.{key}: not known to fairpod")
         for key in ("tolerations", "affinity", "initContainers"):
             if pod.get(key):
                 self.warnings.append(f"{where}.template.spec.{key}: not used (fairpod places the job by its quota "
                                      "rules; init containers are not run)")
-        selector = _map(pod.get("nodeSelector"), f"{where}.template.spec.nodeSelector")
+        selector = mapping(pod.get("nodeSelector"), f"{where}.template.spec.nodeSelector")
         itype = next((str(selector[k]) for k in INSTANCE_TYPE_LABELS if k in selector), None)
         if itype and self.instance_type and itype != self.instance_type:
             self.refused.append(f"{where}.template.spec.nodeSelector: instance type {itype}, another group's is "
@@ -120,9 +119,9 @@ class _Reader:
         if noted:
             self.notes.append(f"{cw}: {', '.join(noted)} not used (fairpod starts the Ray node itself, on free "
                               "ports, as the replica's user)")
-        self.env.update(_env(c, cw, self.warnings))
+        self.env.update(C.env(c, cw, self.warnings))
         self._image(c, cw, pod)
-        return _resources(c, cw, self.notes)
+        return C.resources(c, cw, self.notes)
 
     def _image(self, c: dict[str, Any], cw: str, pod: dict[str, Any]) -> None:
         if not c.get("image"):  # the Ray installed on the nodes runs (convert says so)
@@ -214,11 +213,11 @@ def _workers(rc: dict[str, Any], r: _Reader, sizes: list[dict[str, Any]], at: st
     lo = hi = n_all = 0
     for i, g in enumerate(workers):
         where = f"{at}.workerGroupSpecs[{i}]"
-        g = _map(g, where)
+        g = mapping(g, where)
         try:
-            n = _whole(g.get("replicas", g.get("minReplicas", 1)), f"{where}.replicas", 0)
-            least = _whole(g.get("minReplicas", 0 if autoscale else n), f"{where}.minReplicas", 0)
-            most = _whole(g.get("maxReplicas", n), f"{where}.maxReplicas", 0)
+            n = whole(g.get("replicas", g.get("minReplicas", 1)), f"{where}.replicas", 0)
+            least = whole(g.get("minReplicas", 0 if autoscale else n), f"{where}.minReplicas", 0)
+            most = whole(g.get("maxReplicas", n), f"{where}.maxReplicas", 0)
         except ManifestError as e:
             r.refused.append(str(e))
             continue
@@ -235,7 +234,7 @@ def _workers(rc: dict[str, Any], r: _Reader, sizes: list[dict[str, Any]], at: st
         if rc.get("autoscalerOptions"):
             r.notes.append(f"{at.removeprefix('spec.')}.autoscalerOptions not used: fairpod's engine grows and shrinks the job")
         return {"nodes": 1 + lo, "min_nodes": 1 + lo, "max_nodes": 1 + hi}
-    if not autoscale and any(k in _map(g, "") for g in workers if isinstance(g, dict)
+    if not autoscale and any(k in mapping(g, "") for g in workers if isinstance(g, dict)
                              for k in ("minReplicas", "maxReplicas")):
         r.notes.append("workerGroupSpecs minReplicas/maxReplicas not used: without enableInTreeAutoscaling KubeRay "
                        "runs the replicas given, and so does fairpod")
@@ -258,15 +257,15 @@ def opening(doc: dict[str, Any], kind: str, teams: Teams | None, on_host: bool,
             registry: str) -> tuple[str, dict[str, Any], _Reader, dict[str, Any], str]:
     """What a RayJob and a RayCluster read alike first: (name, spec, reader, labels, team); a wrong apiVersion
     and an unknown team are refusals of the reader."""
-    meta = _map(doc.get("metadata"), "metadata")
+    meta = mapping(doc.get("metadata"), "metadata")
     name = str(meta.get("name") or "")
-    spec = _map(doc.get("spec"), "spec")
+    spec = mapping(doc.get("spec"), "spec")
     r = _Reader(name, on_host, registry)
     if str(doc.get("apiVersion", "")) not in ("ray.io/v1", "ray.io/v1alpha1"):
         r.refused.append(f"apiVersion {doc.get('apiVersion')!r}: fairpod reads ray.io/v1 {kind}s")
-    labels = _map(meta.get("labels"), "metadata.labels")
+    labels = mapping(meta.get("labels"), "metadata.labels")
     try:
-        team, team_src = _team(meta, [labels], teams)
+        team, team_src = team_of(meta, [labels], teams)
         r.notes.append(f"team {team} ({team_src})")
     except ManifestError as e:
         r.refused.append(str(e))
@@ -319,8 +318,8 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
     if not command:
         r.refused.append("spec.entrypoint: the command to run against the Ray cluster is missing")
     _spec_fields(spec, r)
-    rc = _map(spec.get("rayClusterSpec"), "spec.rayClusterSpec")
-    sizes = [r.group(_map(rc.get("headGroupSpec"), "spec.rayClusterSpec.headGroupSpec"),
+    rc = mapping(spec.get("rayClusterSpec"), "spec.rayClusterSpec")
+    sizes = [r.group(mapping(rc.get("headGroupSpec"), "spec.rayClusterSpec.headGroupSpec"),
                      "spec.rayClusterSpec.headGroupSpec")]
     size = _workers(rc, r, sizes)
     workdir = r.runtime_env(spec.get("runtimeEnvYAML"), cwd)
@@ -335,9 +334,9 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
     image = place(body, r, on_host, workdir or cwd, workdir,
                   f"no container image: the Ray installed on the nodes runs, in the working directory {workdir or cwd}")
     if spec.get("activeDeadlineSeconds") is not None:
-        body["max_runtime_seconds"] = float(_whole(spec["activeDeadlineSeconds"], "spec.activeDeadlineSeconds", 1))
+        body["max_runtime_seconds"] = float(whole(spec["activeDeadlineSeconds"], "spec.activeDeadlineSeconds", 1))
     if spec.get("backoffLimit"):
-        body.update(auto_resume=True, max_retry=_whole(spec["backoffLimit"], "spec.backoffLimit", 0))
+        body.update(auto_resume=True, max_retry=whole(spec["backoffLimit"], "spec.backoffLimit", 0))
         r.notes.append(f"backoffLimit {spec['backoffLimit']}: a failed job runs again up to that many times")
     if r.grace is not None:
         body["termination_grace_seconds"] = r.grace
