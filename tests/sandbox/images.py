@@ -9,6 +9,7 @@ dependencies, copied from this interpreter's site-packages, and a ``ray`` comman
 from __future__ import annotations
 
 import fcntl
+import json
 import shutil
 import subprocess
 import tempfile
@@ -173,9 +174,9 @@ def _ray(e: container.Engine, ref: str, tmp: Path) -> str | None:
 _BUILDERS = {"busybox": _busybox, "python": _python, "setuid": _setuid, "ray": _ray}
 
 
-def derived(ref: str, base: str, files: dict[str, str]) -> str:
+def derived(ref: str, base: str, files: dict[str, str], entrypoint: list[str] | None = None) -> str:
     """``ref`` (tagged locally, e.g. with a registry's name the tests cannot reach): ``base`` plus ``files``
-    (path in the image -> text; executable), built once."""
+    (path in the image -> text; executable) and, when given, its ``ENTRYPOINT``, built once."""
     e = engine()
     if _exists(e, ref):
         return ref
@@ -188,6 +189,8 @@ def derived(ref: str, base: str, files: dict[str, str]) -> str:
                     (Path(tmp) / f"f{i}").write_text(text)
                     (Path(tmp) / f"f{i}").chmod(0o755)
                     lines.append(f"COPY f{i} {path}")
+                if entrypoint is not None:
+                    lines.append(f"ENTRYPOINT {json.dumps(entrypoint)}")
                 (Path(tmp) / "Containerfile").write_text("\n".join(lines) + "\n")
                 p = subprocess.run([e.path, "build", "-q", "-t", ref, tmp], capture_output=True, text=True,
                                    timeout=300)

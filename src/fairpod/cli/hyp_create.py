@@ -3,8 +3,10 @@ has the other verbs). The team is the namespace ``hyperpod-ns-<team>`` (or the q
 ``hyperpod-ns-<team>-localqueue``, else the submitter's only team); ``--max-retry N`` turns auto-resume on with N
 restarts, as HyperPod's training operator does. The replicas run as a PyTorchJob's pods would
 (``fairpod.formats.kube.pod``: the ``PET_*`` variables torchrun reads). With ``--image`` each replica runs in that
-image (docs/containers.md; the image's entrypoint when no ``--command`` is given); ``--on-host`` (fairpod's
-own) runs the command on the node instead and only reports the image. Flags whose meaning fairpod cannot give
+image (docs/containers.md): ``--command`` replaces the image's ENTRYPOINT and ``--args`` are its arguments, as
+in the PyTorchJob container HyperPod writes (its ``command`` and ``args``); ``--args`` alone are the arguments of
+the image's ENTRYPOINT. ``--on-host`` (fairpod's own) runs the command on the node instead and only reports the
+image. Flags whose meaning fairpod cannot give
 (persistent volume claims) are refused with one line, never silently dropped; those that mean something only to
 Kubernetes are accepted with one warning each."""
 
@@ -107,8 +109,10 @@ def create_flags(p: argparse.ArgumentParser) -> None:
                    help="as Kubernetes' imagePullPolicy (default: Always for :latest or no tag, else IfNotPresent)")
     p.add_argument("--on-host", action="store_true",
                    help="fairpod's: run the command on the node, not in --image (the image is reported only)")
-    p.add_argument("--command", type=_list, metavar="LIST", help="'[python, train.py]'")
-    p.add_argument("--args", type=_list, metavar="LIST", help="'[--epochs, 3]'")
+    p.add_argument("--command", type=_list, metavar="LIST", help="'[python, train.py]': with --image it replaces the "
+                   "image's ENTRYPOINT (the container's command)")
+    p.add_argument("--args", type=_list, metavar="LIST", help="'[--epochs, 3]': the command's arguments (with --image "
+                   "and no --command, the ENTRYPOINT's)")
     p.add_argument("--version", help="the hyp flag schema version (1.0 or 1.1; both read alike)")
     p.add_argument("--volume", action="append", metavar="name=N,type=hostPath,mount_path=P,path=H[,read_only=B]",
                    help="a hostPath volume: the node's directory H at P in the image (type=pvc is refused: "
@@ -197,8 +201,9 @@ def create(a: argparse.Namespace) -> int:
     if not a.command and not in_image:
         problems.append("give the command to run: --command '[python, train.py]' (or --image, whose entrypoint "
                         "runs)")
-    if not a.command and a.args:
-        problems.append("--args without --command: give the command to run in the image")
+    if not a.command and a.args and not in_image:
+        problems.append("--args without --command: give the command to run (--args alone are the arguments of an "
+                        "--image's entrypoint)")
     body: dict[str, Any] = {"name": a.job_name, "team": team}
     if a.priority:
         body["priority"] = a.priority.removesuffix(hyperpod.PRIORITY_SUFFIX)
@@ -268,6 +273,8 @@ def create(a: argparse.Namespace) -> int:
         pet["nproc_per_node"] = a.tasks_per_node
     if in_image:  # the training operator's variables, expanded as the container starts
         body.update(env={**image_env(pet, {"nodes": int(a.node_count or 1)}), **env}, command=argv, image=a.image)
+        if a.command:  # the container's command, as HyperPod writes it: it replaces the image's ENTRYPOINT
+            body["replace_entrypoint"] = True
         if a.pull_policy:
             body["image_pull_policy"] = a.pull_policy
         if mounts:

@@ -68,6 +68,8 @@ print("train rank", " ".join(f"{k}={os.environ.get(k)}" for k in keys), "args", 
 KEYS = "|".join(("team", "nodes", "accelerators", "priority", "instance_type", "max_retry", "auto_resume", "image",
                  "state", "exit", "tasks", "labels", "max_nodes", "out", "err", "log", "file", "refused"))
 PY_SHIM = '#!/bin/sh\nexec python3 "$@"\n'
+ENTRY_IMAGE = "123456789012.dkr.ecr.us-west-2.amazonaws.com/train-with-entrypoint:1.0"  # a training image whose
+ENTRY = 'import sys\nprint("the image ENTRYPOINT ran with", " ".join(sys.argv[1:]), flush=True)\n'  # own ENTRYPOINT
 GREP = '#!/bin/sh\nexec /bin/busybox grep "$@"\n'
 
 
@@ -78,6 +80,8 @@ def stand_in_images() -> None:
                    {"/usr/local/bin/python": PY_SHIM, "/workspace/train.py": TRAIN})
     images.derived("docker.io/pytorch/pytorch:latest", py, {"/usr/local/bin/python": PY_SHIM, "/train.py": TRAIN})
     images.derived("nvcr.io/nvidia/pytorch:21.12-py3", py, {"/usr/local/bin/python": PY_SHIM})
+    images.derived(ENTRY_IMAGE, py, {"/usr/local/bin/python": PY_SHIM, "/workspace/train.py": TRAIN,
+                                     "/workspace/entry.py": ENTRY}, entrypoint=["python3", "/workspace/entry.py"])
     images.derived("docker.io/library/almalinux:9", images.busybox(),
                    {"/etc/os-release": 'NAME="AlmaLinux"\nPRETTY_NAME="AlmaLinux 9 (a stand-in)"\n',
                     "/bin/grep": GREP})
