@@ -26,7 +26,7 @@ from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
 from fairpod.model.spec import load_spec  # noqa: E402
 from fairpod.server import runs  # noqa: E402
 from fairpod.server.nodes import sync_nodes  # noqa: E402
-from fairpod.server.runtime import control_plane  # noqa: E402
+from fairpod.server.runtime.wiring import control_plane  # noqa: E402
 from fairpod.store import Store  # noqa: E402
 
 

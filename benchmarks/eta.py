@@ -1,4 +1,4 @@
-"""The cost of estimating start times (``fairpod.server.eta``) on a queue of 1,000 pending jobs.
+"""The cost of estimating start times (``fairpod.server.accounting.eta``) on a queue of 1,000 pending jobs.
 
 A real control plane (SQLite store in a temporary directory, the benchmark-only timed executor, which runs no
 processes) on the contended ITP cluster (``examples/itp/contended.yaml``: 128 x p4d, ten teams): jobs of 1 to 8
@@ -24,7 +24,7 @@ from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import load_spec
 from fairpod.server.nodes import sync_nodes
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 from fairpod.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -48,7 +48,7 @@ def serve(port: int) -> None:
     from fastapi.responses import JSONResponse
 
     from fairpod.model.jobs import JobSpec
-    from fairpod.server.app import api_threads, switch_interval
+    from fairpod.server.api.app import api_threads, switch_interval
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

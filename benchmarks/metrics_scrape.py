@@ -24,10 +24,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.spec import load_spec
+from fairpod.server.api.metrics import FairpodCollector
 from fairpod.server.core import ControlPlane
-from fairpod.server.metrics import FairpodCollector
 from fairpod.server.nodes import sync_nodes
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 from fairpod.store import Store
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -41,7 +41,7 @@ from fairpod.executors.timed import TimedExecutor  # noqa: E402
 from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
 from fairpod.model.spec import load_spec  # noqa: E402
 from fairpod.server.nodes import sync_nodes  # noqa: E402
-from fairpod.server.runtime import control_plane  # noqa: E402
+from fairpod.server.runtime.wiring import control_plane  # noqa: E402
 from fairpod.store import Store  # noqa: E402
 from fairpod.store import jobs as store_jobs  # noqa: E402
 

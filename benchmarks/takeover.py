@@ -112,7 +112,7 @@ def submit_costs(url: str, ha: HaCluster, tmp: Path, n: int) -> tuple[list[float
 def fence_cost(url: str, n: int) -> tuple[list[float], list[float]]:
     """The fence alone: ``n`` one-event write transactions of a store without it and of one fenced by a held
     lease, alternated (in this process, on the same database)."""
-    from fairpod.server.leader import Elector
+    from fairpod.server.ha.leader import Elector
     from fairpod.store import Store
 
     elector = Elector(url, "bench", "http://bench")

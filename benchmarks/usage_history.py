@@ -2,7 +2,7 @@
 
 A busy cluster changes its usage at every turn, so the usage sampler writes a sample every 2 s, a row per team
 and instance type and per instance group. This writes ``--hours`` of such samples for ``--teams`` teams into a
-SQLite file, rolls them up as the sampler does (``fairpod.server.rollups.roll_up``, every 30 s of samples), and
+SQLite file, rolls them up as the sampler does (``fairpod.server.accounting.rollups.roll_up``, every 30 s of samples), and
 prints per dashboard window the seconds of reading and integrating the samples the store still has of it (what
 the dashboard, the usage report and the budgets did with every sample) and of reading the rollups (what they do
 now), the cost of one roll-up pass, and the rows the store keeps (samples are kept 2 h after their roll-up).
@@ -22,9 +22,9 @@ from pathlib import Path
 
 from sqlalchemy import func, select
 
-from fairpod.server.rollups import integrals, roll_up
-from fairpod.server.usage import WINDOWS
-from fairpod.server.usage_math import integrate
+from fairpod.server.accounting.rollups import integrals, roll_up
+from fairpod.server.accounting.usage import WINDOWS
+from fairpod.server.accounting.usage_math import integrate
 from fairpod.store import Store
 from fairpod.store.tables import UsageRollupRow, UsageSampleRow
 from fairpod.store.usage import GROUP, TEAM, UsageSample

@@ -51,7 +51,7 @@ fi
 .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
 # and fairpod's own sources (an editable install: nothing compiled them) and the tests' helpers: with
 # PYTHONDONTWRITEBYTECODE set no process writes them, and then every `fairpod up`, CLI call, replica supervisor
-# and fork server the suite starts compiles what it imports from source again (importing fairpod.server.app:
+# and fork server the suite starts compiles what it imports from source again (importing fairpod.server.api.app:
 # 1.37 CPU-s so, 1.0 from the compiled files)
 .venv/bin/python -m compileall -q -j 0 src tests >/dev/null 2>&1 || true
 echo "== ruff"

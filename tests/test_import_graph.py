@@ -81,7 +81,7 @@ def test_the_cycle_finder_finds_a_cycle() -> None:
 
 def test_the_graph_sees_the_server() -> None:
     g = graph()
-    assert "fairpod.server.core.api" in g["fairpod.server.app"]
+    assert "fairpod.server.core.api" in g["fairpod.server.api.app"]
     assert "fairpod.server.core.transitions.membership" in g["fairpod.server.core.loop"]
 
 

@@ -138,7 +138,7 @@ def test_no_module_hands_on_another_packages_names() -> None:
 # -- the control plane's core behind its door (docs/architecture.md, "The core and its door") ----------------
 CORE = "fairpod.server.core"
 DOOR = {"fairpod.server.core.api", "fairpod.server.core.queries"}  # what any module outside the core may import
-ROOT = {"fairpod.server.runtime": {CORE}}  # the composition root builds the ControlPlane (the package's __init__)
+ROOT = {"fairpod.server.runtime.wiring": {CORE}}  # the composition root builds the ControlPlane (the package's __init__)
 PRIVATE = ("store", "snap", "lock", "runs")  # the core's state: never reached through the control plane
 
 
@@ -161,8 +161,8 @@ def core_door_violations(mods: dict[str, Path]) -> list[str]:
         tree = ast.parse(path.read_text(), str(path))
         if mod.rpartition(".")[2].startswith("routes_"):
             for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module == "fairpod.server.batch":
-                    bad.append(f"{mod} -> fairpod.server.batch (a route reads through core.queries)")
+                if isinstance(node, ast.ImportFrom) and node.module == "fairpod.server.core.batch":
+                    bad.append(f"{mod} -> fairpod.server.core.batch (a route reads through core.queries)")
                 elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fairpod.store"):
                     bad += [f"{mod} imports {node.module}.Store (a route reads through core.queries)"
                             for a in node.names if a.name == "Store"]
@@ -231,17 +231,17 @@ def test_the_upward_check_finds_a_planted_violation(tmp_path: Path) -> None:
     function, and one that reaches the door only through another module: each is found; a module outside the core
     that does not import it (``fairpod.server.runs``) is below it and may be imported."""
     between = tmp_path / "between.py"
-    between.write_text("from fairpod.server import usage\n")
+    between.write_text("from fairpod.server.accounting import usage\n")
     inside = tmp_path / "planted.py"
-    inside.write_text("from fairpod.server.eta import held_starts\n"
+    inside.write_text("from fairpod.server.accounting.eta import held_starts\n"
                       "from fairpod.server.planted_between import usage\n"
                       "from fairpod.server.runs import job_key\n\n\n"
                       "def hook() -> object:\n"
-                      "    from fairpod.server.spaces import stop_idle\n\n"
+                      "    from fairpod.server.services.spaces import stop_idle\n\n"
                       "    return stop_idle, held_starts, usage, job_key\n")
     mods = {**modules(), "fairpod.server.core.planted": inside, "fairpod.server.planted_between": between}
     assert core_upward_imports(mods) == [
-        "fairpod.server.core.planted -> fairpod.server.eta",
+        "fairpod.server.core.planted -> fairpod.server.accounting.eta",
         "fairpod.server.core.planted -> fairpod.server.planted_between",
-        "fairpod.server.core.planted -> fairpod.server.spaces",
+        "fairpod.server.core.planted -> fairpod.server.services.spaces",
     ]

@@ -13,12 +13,12 @@ from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.snapshot import Workload
 from fairpod.model.resources import Res
 from fairpod.model.spec import seed_spec
-from fairpod.server.batch import BatchingStore
+from fairpod.server.accounting.usage import UsageSampler, current_samples, history
+from fairpod.server.accounting.usage_math import integrate
+from fairpod.server.api.routes_reports import day_edges, parse_time, run_windows
+from fairpod.server.core.batch import BatchingStore
 from fairpod.server.core.door import Door
 from fairpod.server.core.queries import Queries
-from fairpod.server.routes_reports import day_edges, parse_time, run_windows
-from fairpod.server.usage import UsageSampler, current_samples, history
-from fairpod.server.usage_math import integrate
 from fairpod.store import Store
 from fairpod.store.usage import GROUP, TEAM, UsageSample
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fairpod.executors import ExecutorError, LocalExecutor, state
-from fairpod.server.leader import FencedExecutor
+from fairpod.server.ha.leader import FencedExecutor
 
 from .helpers import job, kill_recorded, wait_for
 

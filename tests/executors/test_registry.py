@@ -12,7 +12,7 @@ from fairpod.executors import registry
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaLaunch
 from fairpod.executors.timed import TimedExecutor
 from fairpod.model.spec import ExecutorInfo
-from fairpod.server.runtime import make_executor
+from fairpod.server.runtime.wiring import make_executor
 
 
 def test_every_registered_executor_is_offered_by_fairpod_up() -> None:

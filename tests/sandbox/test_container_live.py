@@ -151,7 +151,7 @@ def test_a_command_missing_from_the_image_is_named_with_the_image(
 def test_a_submitters_container_makes_its_files_as_the_submitter(
         ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy, image: str) -> None:
     """Under cluster.identity unix a job runs as its submitter (run_as, with the umask the CLI sent: what the
-    control plane launches, fairpod.server.identity): in a container too, its files on the host are the
+    control plane launches, fairpod.server.access.identity): in a container too, its files on the host are the
     submitter's, made with that umask, and a directory open to one of its supplementary groups is open to it.
     Before: 0644 files (podman's umask 0022) and 'Permission denied' in the group's directory."""
     base = Path(tempfile.mkdtemp(prefix="fairpod-ctr-user-", dir="/var/tmp"))

@@ -28,7 +28,7 @@ from fairpod.sandbox import namespaces, users
 from fairpod.server.core.transitions.services import Services
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import job_key
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 from fairpod.store import Store
 
 from .conftest import wait_for

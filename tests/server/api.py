@@ -20,8 +20,8 @@ from typing import Any
 import httpx
 from fastapi.testclient import TestClient
 
-from fairpod.server.daemon import initialize
-from fairpod.server.runtime import Runtime, build, make_executor
+from fairpod.server.runtime.daemon import initialize
+from fairpod.server.runtime.wiring import Runtime, build, make_executor
 
 from .faults import fail_writes
 

@@ -16,7 +16,7 @@ from fairpod.executors.timed import TimedExecutor
 from fairpod.model.jobs import JobSpec
 from fairpod.model.spec import load_spec
 from fairpod.server.nodes import sync_nodes
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 from fairpod.store import Store
 from fairpod.store.records import Job
 

@@ -80,7 +80,7 @@ def test_listening_sockets_send_small_responses_at_once() -> None:
     a delayed ACK."""
     import socket
 
-    from fairpod.server.daemon import _listen
+    from fairpod.server.runtime.daemon import _listen
     from tests.server.conftest import free_port
 
     socks = _listen(["127.0.0.1", ADDR], free_port())

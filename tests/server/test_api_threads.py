@@ -10,7 +10,7 @@ import anyio.to_thread
 import pytest
 from fastapi.testclient import TestClient
 
-from fairpod.server.app import API_THREADS, SWITCH_INTERVAL_MS, create_app
+from fairpod.server.api.app import API_THREADS, SWITCH_INTERVAL_MS, create_app
 
 from .inproc import InProc
 

@@ -15,7 +15,7 @@ from fairpod.health.manager import HealthManager
 from fairpod.model.jobs import JobState
 from fairpod.model.nodes import NodeHealth
 from fairpod.server.core.transitions.services import Services
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 
 from .inproc import InProc
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .conftest import SEED_SPEC, Server, wait_for
 
-# the state directory's own files: clock.json is the control plane's clock anchor (fairpod.server.steadyclock)
+# the state directory's own files: clock.json is the control plane's clock anchor (fairpod.server.runtime.steadyclock)
 STATE = {"fairpod.db", "fairpod.db-wal", "fairpod.db-shm", "server.log", "server.pid", "server.lock", "job-token.key",
          "clock.json", "runs", "checkpoints"}
 

@@ -10,7 +10,7 @@ import pytest
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
 from fairpod.model.spec import seed_spec
 from fairpod.model.users import Role
-from fairpod.server.batch import BatchingStore
+from fairpod.server.core.batch import BatchingStore
 from fairpod.store import NotFound, Store
 
 

@@ -1,7 +1,7 @@
 """A step of the wall clock ends no healthy job: a real ``fairpod up`` under libfaketime, its wall clock stepped an
 hour ahead while a job with a runtime limit of 400 s and a job printing every 4 s with a hang timeout of 600 s run.
 Before, the first ended ``Failed: the attempt ran 3619 s`` and the second ``Cancelled: no output for 3603 s``.
-Durations are measured on the control plane's clock (fairpod.server.steadyclock), which the step does not move.
+Durations are measured on the control plane's clock (fairpod.server.runtime.steadyclock), which the step does not move.
 
 libfaketime: the PyPI package ``libfaketime`` (a test dependency) builds the C library, which is preloaded into the
 server only; the step is written to its ``FAKETIME_TIMESTAMP_FILE`` (read at every call: ``FAKETIME_NO_CACHE``), and

@@ -31,7 +31,7 @@ def test_kill_9_and_restart_keeps_every_job(server: Server):
 
     after = {j["name"]: j for j in server.api("GET", "/jobs").json()["jobs"]}
     assert set(after) == {"long", "short", "queued"}
-    # the memory the restart built was settled (one full collection, then frozen: server/heap.py)
+    # the memory the restart built was settled (one full collection, then frozen: server/runtime/heap.py)
     metrics = httpclient.get(server.url + "/metrics", headers={"Authorization": f"Bearer {server.token}"}).text
     full = [line for line in metrics.splitlines() if line.startswith('fairpod_gc_collections_total{generation="2"}')]
     assert full and float(full[0].split()[-1]) >= 1, full

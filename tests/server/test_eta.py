@@ -71,7 +71,7 @@ def test_estimated_start_from_declared_and_typical_durations(server: Server):
 
 def test_estimates_in_process_refresh_only_on_change_and_remember_typical_durations(tmp_path):
     """A control plane in process (real SQLite store, the timed executor, a FAKE clock)."""
-    from fairpod.server.runtime import control_plane
+    from fairpod.server.runtime.wiring import control_plane
 
     from .inproc import InProc
 

@@ -99,7 +99,7 @@ def test_ha_needs_postgresql(tmp_path: Path):
 
 
 def test_clients_follow_the_leader_and_status_shows_it(ha: HaCluster):
-    from fairpod.server.jobtoken import issue
+    from fairpod.server.access.jobtoken import issue
 
     ha.boot()
     lead = ha.leader()

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from fairpod.server import api_rules
+from fairpod.server.api import api_rules
 
 from .. import httpclient
 from .conftest import Server, wait_for

@@ -1,4 +1,4 @@
-"""The server's heap and the cycle collector (``fairpod.server.heap``): the pauses timed, the collector off while
+"""The server's heap and the cycle collector (``fairpod.server.runtime.heap``): the pauses timed, the collector off while
 the memory is built, what is alive then frozen, and the keeper that freezes after a long full collection and
 settles every so often. Each test leaves the collector as it found it (enabled, nothing frozen)."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fairpod.server import heap
+from fairpod.server.runtime import heap
 
 
 class Node:

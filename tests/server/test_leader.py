@@ -1,4 +1,4 @@
-"""server.leader on a real PostgreSQL: the elector's steps, its fences, and a leader stopped inside a write
+"""server.ha.leader on a real PostgreSQL: the elector's steps, its fences, and a leader stopped inside a write
 transaction (the database ends that transaction, so a standby can take over)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from sqlalchemy.exc import DBAPIError
 
 from fairpod.executors.base import ExecutorError
 from fairpod.model.spec import seed_spec
-from fairpod.server.leader import NO_FENCE_ENV, Elector, FencedExecutor, HaSettings
+from fairpod.server.ha.leader import NO_FENCE_ENV, Elector, FencedExecutor, HaSettings
 from fairpod.store import Store
 from tests.store.conftest import pg_url, wipe  # noqa: F401
 

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import event
 
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
-from fairpod.server.metrics import FairpodCollector
+from fairpod.server.api.metrics import FairpodCollector
 
 from .inproc import InProc
 

@@ -12,9 +12,9 @@ import yaml
 
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import parse_spec
+from fairpod.server.api.routes_reports import usage_report
 from fairpod.server.core.history import KEY
-from fairpod.server.routes_reports import usage_report
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 
 from .inproc import SEED_SPEC, InProc
 

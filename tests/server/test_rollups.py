@@ -1,4 +1,4 @@
-"""Usage rollups (``fairpod.server.rollups``) against a real SQLite store: whatever has been rolled up, reading
+"""Usage rollups (``fairpod.server.accounting.rollups``) against a real SQLite store: whatever has been rolled up, reading
 usage over any edges gives what integrating every sample gives, while the store keeps a bucket per series instead
 of a row per series and sample."""
 
@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fairpod.server import rollups
-from fairpod.server.rollups import integrals, roll_up
-from fairpod.server.usage_math import Integrals, integrate
+from fairpod.server.accounting import rollups
+from fairpod.server.accounting.rollups import integrals, roll_up
+from fairpod.server.accounting.usage_math import Integrals, integrate
 from fairpod.store import Store
 from fairpod.store.tables import UsageRollupRow, UsageSampleRow
 from fairpod.store.usage import FIGURES, GROUP, TEAM, UsageSample

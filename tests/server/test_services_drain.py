@@ -19,7 +19,7 @@ from fairpod.server.core import ControlPlane
 from fairpod.server.core.transitions.services import Services
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import job_key
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 from fairpod.store import Store
 
 from .faults import fail_writes

@@ -1,4 +1,4 @@
-"""A space's proxy (fairpod.server.space_proxy) in-process, in front of a real HTTP server standing for the IDE
+"""A space's proxy (fairpod.server.services.space_proxy) in-process, in front of a real HTTP server standing for the IDE
 that records every request it gets: what a hostile caller sends never reaches the IDE, and the IDE's secret does."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from fairpod.server.space_proxy import Backend, SpaceProxy, Verdict
+from fairpod.server.services.space_proxy import Backend, SpaceProxy, Verdict
 
 SECRET = "ide-secret-of-this-run"
 

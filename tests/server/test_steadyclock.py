@@ -1,4 +1,4 @@
-"""The control plane's clock (fairpod.server.steadyclock): a step of the wall clock does not move it, a restart on
+"""The control plane's clock (fairpod.server.runtime.steadyclock): a step of the wall clock does not move it, a restart on
 the same boot goes on with the same timeline (elapsed time kept), a new boot anchors again."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from fairpod.server import steadyclock
-from fairpod.server.steadyclock import SteadyClock, control_clock
+from fairpod.server.runtime import steadyclock
+from fairpod.server.runtime.steadyclock import SteadyClock, control_clock
 
 
 def test_a_wall_step_moves_nothing_and_a_restart_keeps_the_timeline(tmp_path: Path,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from fairpod.model.jobs import JobState
-from fairpod.server.routes_dashboard import tasks_view
+from fairpod.server.api.routes_dashboard import tasks_view
 from fairpod.store.db import Ops
 
 from .inproc import InProc

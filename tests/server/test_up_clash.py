@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fairpod.server import daemon
+from fairpod.server.runtime import daemon
 
 from .conftest import Server
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from fairpod.model.jobs import JobSpec
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 from fairpod.store import jobs as store_jobs
 from fairpod.store.jobs import stored_spec
 

@@ -139,7 +139,7 @@ def _remove_stale_parts(folder: Path) -> None:
 
 
 def cmd_restore(a: argparse.Namespace) -> int:
-    from fairpod.server import daemon
+    from fairpod.server.runtime import daemon
     from fairpod.store import StoreError
     from fairpod.store.backup import restore, sqlite_path
 

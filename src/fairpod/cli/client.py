@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from typing import Any
 
 DEFAULT_URL = "http://127.0.0.1:8470"
-DEFAULT_SOCKET = "/run/fairpod/api-8470.sock"  # fairpod.server.identity.socket_path(8470)
-LEADER_HEADER = "x-fairpod-leader"  # a standby's 503 names the leader (fairpod.server.ha_app)
+DEFAULT_SOCKET = "/run/fairpod/api-8470.sock"  # fairpod.server.access.identity.socket_path(8470)
+LEADER_HEADER = "x-fairpod-leader"  # a standby's 503 names the leader (fairpod.server.ha.ha_app)
 SUBMIT_RETRIES = (0.25, 0.5, 1.0, 2.0, 4.0)  # seconds between tries of a submit (7.75 s in all)
 
 

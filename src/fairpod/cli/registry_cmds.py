@@ -1,5 +1,5 @@
 """``fairpod registry login|list|logout``: a team's container registry logins, for its image jobs' pulls
-(fairpod.server.registries; docs/containers.md)."""
+(fairpod.server.access.registries; docs/containers.md)."""
 
 from __future__ import annotations
 

@@ -10,12 +10,12 @@ TYPE_CHECKING = False  # typing costs an import a command need not pay
 if TYPE_CHECKING:
     from typing import Any
 
-DEFAULT_PORT = 8470  # fairpod.server.daemon.DEFAULT_PORT (the server is imported only when it starts)
+DEFAULT_PORT = 8470  # fairpod.server.runtime.daemon.DEFAULT_PORT (the server is imported only when it starts)
 
 
 def _up(a: argparse.Namespace) -> Any:
-    from fairpod.server import daemon
-    from fairpod.server.leader import HaSettings
+    from fairpod.server.ha.leader import HaSettings
+    from fairpod.server.runtime import daemon
 
     if a.lease_seconds is not None and not a.ha:
         print("fairpod: error: --lease-seconds goes with --ha", file=sys.stderr)
@@ -35,7 +35,7 @@ def _up(a: argparse.Namespace) -> Any:
 
 
 def _down(a: argparse.Namespace) -> Any:
-    from fairpod.server import daemon
+    from fairpod.server.runtime import daemon
 
     return daemon.down(a.timeout)
 

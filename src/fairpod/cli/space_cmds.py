@@ -151,7 +151,7 @@ def open_link(a: argparse.Namespace) -> int:
 def port_forward(a: argparse.Namespace) -> int:
     from urllib.parse import urlsplit
 
-    from fairpod.server.space_proxy import read_head
+    from fairpod.server.services.space_proxy import read_head
 
     c = Client()
     s = c.get(f"/spaces/{a.name}", **_params(a))
@@ -167,7 +167,7 @@ def port_forward(a: argparse.Namespace) -> int:
         raise CliError(f"--local-port {a.local_port}: {e.strerror}") from None
 
     def one(client: socket.socket) -> None:
-        from fairpod.server.space_proxy import _splice
+        from fairpod.server.services.space_proxy import _splice
 
         with client:
             try:

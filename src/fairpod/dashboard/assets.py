@@ -1,5 +1,5 @@
 """The dashboard's files: the page and our CSS and JS (``static/``), and ``plotly.min.js`` from the installed
-``plotly`` package (nothing third-party is copied here). ``fairpod.server.routes_static`` serves them.
+``plotly`` package (nothing third-party is copied here). ``fairpod.server.api.routes_static`` serves them.
 
 The files hold no data (the page asks the API for everything with the user's token). Each is read once and kept
 in memory with its gzip-compressed form and its ETag.

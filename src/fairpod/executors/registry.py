@@ -1,5 +1,5 @@
 """The executors fairpod knows, by name: the one list that ``fairpod up --executor``, the spec's
-``cluster.executor.kind`` and the composition root (``fairpod.server.runtime``) read.
+``cluster.executor.kind`` and the composition root (``fairpod.server.runtime.wiring``) read.
 
 Each :class:`ExecutorKind` says how to build the executor (``make``, imported only when called, so that reading
 this list costs nothing: the spec model and ``fairpod up`` import it) and what the rest of fairpod needs to know of

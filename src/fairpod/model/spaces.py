@@ -3,7 +3,7 @@
 A space is a service (``JobSpec.service``) whose ``space`` section names its IDE and who may open it. To the
 engine it is a plain job of one replica (``JobSpec.kind``): it runs within its team's quota or on borrowed
 capacity, with its priority class, and a reclaim preempts it as any job; it is not a service's quota-bound
-minimum. Its files live in a directory of its own that outlives each of its runs (``server.spaces``).
+minimum. Its files live in a directory of its own that outlives each of its runs (``server.services.spaces``).
 
 The fields mirror HyperPod's space (aws/sagemaker-hyperpod-cli, doc/cli/space/cli_space.md: ``--app-type``,
 ``--access-type`` Public or OwnerOnly, ``--idle-shutdown idleTimeoutInMinutes=N``).

@@ -1,7 +1,7 @@
 """Errors of the control plane.
 
 The core (``fairpod.server.core`` and its parts) raises *domain* errors: what went wrong, in words a person
-can act on, with no notion of HTTP. Only the API layer (``fairpod.server.app`` and the routes) turns them into
+can act on, with no notion of HTTP. Only the API layer (``fairpod.server.api.app`` and the routes) turns them into
 HTTP problem documents (:data:`HTTP_STATUS`, with the store's NotFound / AlreadyExists / Conflict); the routes' own request errors are :class:`Problem`.
 """
 

@@ -75,7 +75,7 @@ class Run:
     ready_at: float | None = None
     restarts: list[list[float]] = field(default_factory=list)
     restart_due: list[int] = field(default_factory=list)
-    good_from: float | None = None  # work before this is accounted for (server.goodput): the last restart in place
+    good_from: float | None = None  # work before this is accounted for (server.accounting.goodput): the last restart in place
     log_faults: dict[str, str] = field(default_factory=dict)  # rank -> the log rule that stopped it (server.logrules)
     # peer recovery (server.restarts): ranks restarted in place that wait for a peer's state -> [since, why]
     recovering: dict[str, list[Any]] = field(default_factory=dict)

@@ -156,7 +156,7 @@ def build_report(res: SimResult, *, timeline: bool = False, jobs: bool = False) 
             "max_preemptions_of_a_job": max((sj.preemptions for sj in res.jobs), default=0),
             "lost_accelerator_seconds": _round(lost_all),
             "lost_share": _round(lost_all / used_all if used_all else 0.0, 5),
-            # goodput: the share of allocated accelerator-seconds whose progress was kept (fairpod.server.goodput)
+            # goodput: the share of allocated accelerator-seconds whose progress was kept (fairpod.server.accounting.goodput)
             "goodput": _round((used_all - lost_all) / used_all, 5) if used_all else None,
             "useful_utilization": _round((used_all - lost_all) / (res.capacity * span)
                                          if res.capacity and span else 0.0, 4),

@@ -22,7 +22,7 @@ from fairpod.store.schema import HEAD, VERSION_TABLE, known_revisions
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 SIDE_FILES = ("-wal", "-shm", "-journal")
-# temporary files of a backup or restore (fairpod.store.backup, fairpod.server.routes_backup) in FAIRPOD_HOME
+# temporary files of a backup or restore (fairpod.store.backup, fairpod.server.api.routes_backup) in FAIRPOD_HOME
 LEFTOVER_PATTERNS = (".backup-*.db", ".backup-*.db-*", "..backup-*.db.*.tmp", "..backup-*.db.*.tmp-*",
                      ".fairpod.db.restore.tmp", ".fairpod.db.restore.tmp-*")
 

@@ -34,7 +34,7 @@ def make_engine(
     u = make_url(url)
     if u.get_backend_name() != "sqlite":
         # a database cut off by the network: a connection attempt gives up after 10 s instead of the TCP timeout
-        # (minutes), so an outage is seen and said (fairpod.server.outage) and the API answers 503 in time
+        # (minutes), so an outage is seen and said (fairpod.server.keepers.outage) and the API answers 503 in time
         connect = {"connect_timeout": 10} if u.get_backend_name() == "postgresql" else {}
         return create_engine(u, echo=echo, pool_pre_ping=True, future=True, connect_args=connect)
     sync = synchronous.upper()
@@ -80,7 +80,7 @@ def session_makers(engine: Engine) -> tuple[sessionmaker[Session], sessionmaker[
 
 
 # what a store call without an explicit time stores: the wall clock, or the control plane's clock
-# (fairpod.server.steadyclock, set by the composition root with ``use_clock``), so that the times stored with jobs
+# (fairpod.server.runtime.steadyclock, set by the composition root with ``use_clock``), so that the times stored with jobs
 # and the control plane's readings are on one timeline
 _clock: list[Callable[[], float]] = [time.time]
 

@@ -111,7 +111,7 @@ class Job:
     updated_at: float
     array_id: int | None = None  # a task of a job array: the array's id (its first task's id)
     array_limit: int | None = None  # the array's throttle (at most this many tasks at a time)
-    incarnation: str | None = None  # random per job, its job tokens are signed over it (server.jobtoken)
+    incarnation: str | None = None  # random per job, its job tokens are signed over it (server.access.jobtoken)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Usage rollups in the store: each series' figures summed per time bucket (``fairpod.server.rollups`` writes and
+"""Usage rollups in the store: each series' figures summed per time bucket (``fairpod.server.accounting.rollups`` writes and
 reads them; the samples themselves are in ``fairpod.store.usage``).
 
 A resolution ``res`` (seconds) has rows for its buckets ``[t0, t0 + res)`` up to its *mark*: a row of kind ``mark``

@@ -136,7 +136,7 @@ class JobRow(Base):
     array_id: Mapped[int | None] = mapped_column(Integer)  # a job array's task: the array's id (its first task's)
     array_limit: Mapped[int | None] = mapped_column(Integer)  # ... and how many of its tasks may run at a time
     # random per job: its job tokens are signed over it, so none from a discarded timeline (a restore takes ids
-    # back) is good for a later job of the same id (fairpod.server.jobtoken); None: stored before revision 0015
+    # back) is good for a later job of the same id (fairpod.server.access.jobtoken); None: stored before revision 0015
     incarnation: Mapped[str | None] = mapped_column(String(32))
 
 
@@ -218,7 +218,7 @@ class UsageSampleRow(Base):
 class UsageRollupRow(Base):
     """One series' figures summed over one time bucket of ``res`` seconds starting at ``t0`` (a multiple of
     ``res``): each figure is value x seconds, ``covered`` the seconds of the bucket that samples covered (the same
-    for every series of the bucket). Written by ``fairpod.server.rollups`` from the samples; a row of kind
+    for every series of the bucket). Written by ``fairpod.server.accounting.rollups`` from the samples; a row of kind
     ``mark`` per ``res`` holds in ``t0`` the time up to which that resolution is written."""
 
     __tablename__ = "usage_rollups"

@@ -3,7 +3,7 @@
 The control plane writes one *sample* (a set of rows sharing one ``ts``) whenever usage changes, at most
 every few seconds, and a heartbeat sample while nothing changes. A sample lists every series that is not
 all zero; a series missing from a sample was zero then. Between two samples the figures of the earlier
-one hold (a step function), which is how ``fairpod.server.usage`` integrates them into hours.
+one hold (a step function), which is how ``fairpod.server.accounting.usage`` integrates them into hours.
 """
 
 from __future__ import annotations

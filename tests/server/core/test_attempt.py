@@ -16,7 +16,7 @@ from fairpod.governance import Preempt
 from fairpod.model.jobs import JobState
 from fairpod.server.core import ControlPlane
 from fairpod.server.runs import Slots, SlotsBusy
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 
 from ..inproc import InProc
 

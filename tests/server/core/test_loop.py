@@ -14,9 +14,9 @@ import yaml
 
 from fairpod.executors.base import JobLaunch
 from fairpod.model.jobs import JobState
+from fairpod.server.core.turn_gate import TurnGate
+from fairpod.server.core.turns import TurnPace
 from fairpod.server.runs import STOP_CANCEL, job_key
-from fairpod.server.turn_gate import TurnGate
-from fairpod.server.turns import TurnPace
 
 from ..inproc import InProc
 
@@ -134,7 +134,7 @@ def test_a_job_admitted_and_displaced_in_one_cycle_is_never_started_nor_preempte
     ip.close()
 
 
-# -- the pace of woken turns (fairpod.server.turns.TurnPace): a burst of submits is taken in by one turn
+# -- the pace of woken turns (fairpod.server.core.turns.TurnPace): a burst of submits is taken in by one turn
 
 
 def test_a_woken_turn_waits_as_long_as_the_last_turn_lasted_and_no_longer_than_the_bound() -> None:

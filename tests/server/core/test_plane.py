@@ -10,9 +10,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.executors.base import JobLaunch
 from fairpod.model.jobs import JobState
 from fairpod.model.nodes import NodeHealth
+from fairpod.server.api.views import cluster_view
 from fairpod.server.core import ControlPlane
 from fairpod.server.core.api import Core
-from fairpod.server.views import cluster_view
 
 from ..inproc import InProc
 

@@ -22,7 +22,7 @@ from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.spec import parse_spec
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import job_key
-from fairpod.server.runtime import control_plane
+from fairpod.server.runtime.wiring import control_plane
 from fairpod.store import Store
 from fairpod.store.records import Job
 

@@ -46,7 +46,7 @@ function dur(s) {
   if (s < 86400) return `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
   return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 }
-function eta(ts, now) {  // an estimated start (fairpod.server.eta), said to be one
+function eta(ts, now) {  // an estimated start (fairpod.server.accounting.eta), said to be one
   if (ts === null || ts === undefined) return "–";
   return ts <= now ? "≈ now" : `≈ in ${dur(ts - now)}`;
 }
@@ -346,7 +346,7 @@ async function drawTeams() {
   await drawGoodput();
 }
 
-// goodput per team (fairpod.server.goodput, GET /reports/usage): kept and lost accelerator-hours, stacked
+// goodput per team (fairpod.server.accounting.goodput, GET /reports/usage): kept and lost accelerator-hours, stacked
 async function drawGoodput() {
   const el = $("#goodput-chart");
   let gp = {};

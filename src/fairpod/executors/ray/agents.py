@@ -58,7 +58,7 @@ class Agents:
 
     def set_fence(self, fence: Callable[[str], None] | None) -> None:
         """``fence(what)`` raises :class:`ExecutorError` when this executor may no longer act (``fairpod up --ha``:
-        the lease is lost, :class:`fairpod.server.leader.FencedExecutor`); it is asked before every action the
+        the lease is lost, :class:`fairpod.server.ha.leader.FencedExecutor`); it is asked before every action the
         executor takes on its own, in its background thread: a pass that may kill an overdue replica or a lost
         agent, stop a replica whose stop came before its start, or clean up; the start of a new agent."""
         self._fence = fence

@@ -19,7 +19,7 @@ transitions:
 - :mod:`.published`: what reads answer with while a turn holds the lock (published at each turn's end);
 - :mod:`.api`: the door: named commands and read-only queries (:mod:`.queries`).
 
-Only the composition root (``fairpod.server.runtime``) builds a :class:`ControlPlane`; every other module of
+Only the composition root (``fairpod.server.runtime.wiring``) builds a :class:`ControlPlane`; every other module of
 ``fairpod`` imports :mod:`.api` and :mod:`.queries` only (``tests/test_layers.py``).
 
 The store is written first, then the memory. When a store write fails, the memory is thrown away and
@@ -30,4 +30,4 @@ from fairpod.server.core.loop import Beside, standard_keepers
 from fairpod.server.core.plane import ControlPlane
 from fairpod.server.core.transitions.services import Services
 
-__all__ = ["Beside", "ControlPlane", "Services", "standard_keepers"]  # for the composition root (fairpod.server.runtime)
+__all__ = ["Beside", "ControlPlane", "Services", "standard_keepers"]  # for the composition root (fairpod.server.runtime.wiring)

@@ -27,7 +27,7 @@ from fairpod.store.records import Job, Node, User
 
 T = TypeVar("T")
 
-# a throttled job array's tasks, as the core lists them for the estimates (fairpod.server.eta.held_starts):
+# a throttled job array's tasks, as the core lists them for the estimates (fairpod.server.accounting.eta.held_starts):
 # (limit, [(job id, its workload, held?) in task order])
 Throttled = list[tuple[int, list[tuple[int, Workload, bool]]]]
 
@@ -47,7 +47,7 @@ class Core(Protocol):
     wake: threading.Event  # wakes the reconcile loop for a turn now
     cycles: int
     cycle_seconds: float
-    # what runs beside the core and the routes show: fairpod.server.eta.Estimates, usage.UsageSampler,
+    # what runs beside the core and the routes show: fairpod.server.accounting.eta.Estimates, usage.UsageSampler,
     # turns.TurnHistogram, health.manager.HealthManager (None without node health), the services' keeper
     eta: Any
     usage: Any
@@ -95,7 +95,7 @@ class Core(Protocol):
         """Every budget now (of ``teams``; None: all): team, instance type, period, hours used, its state."""
         ...
 
-    def database_lost(self, e: BaseException) -> bool: ...  # e came of an unreachable database (server.outage)
+    def database_lost(self, e: BaseException) -> bool: ...  # e came of an unreachable database (server.keepers.outage)
 
     # -- commands -------------------------------------------------------------------------------------------
     def event(self, kind: str, msg: str, job: Any = None, /, **data: Any) -> None: ...

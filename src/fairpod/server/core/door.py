@@ -11,14 +11,14 @@ from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
 from fairpod.governance.snapshot import Snapshot, Workload
-from fairpod.server import outage
-from fairpod.server.batch import BatchingStore
+from fairpod.server.accounting.rollups import roll_up
 from fairpod.server.core.api import Busy
+from fairpod.server.core.batch import BatchingStore
 from fairpod.server.core.published import AsOf, Published
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.transitions import array_holds
 from fairpod.server.core.transitions.budgets import BudgetKeeper
-from fairpod.server.rollups import roll_up
+from fairpod.server.keepers import outage
 from fairpod.server.runs import Run
 from fairpod.store.records import User
 from fairpod.store.usage import UsageSample
@@ -88,7 +88,7 @@ class Door:
         return self.budgets.rows(self, teams)  # type: ignore[arg-type]  # (the plane is a CoreState)
 
     def database_lost(self, e: BaseException) -> bool:
-        """True when ``e`` came of a database that cannot be reached: said once (fairpod.server.outage)."""
+        """True when ``e`` came of a database that cannot be reached: said once (fairpod.server.keepers.outage)."""
         return outage.failed(self, e)
 
     # -- records that are no job's or node's state ----------------------------------------------------------
@@ -120,7 +120,7 @@ class Door:
         self.store.append_usage(now, samples)
 
     def roll_up_usage(self, last_sample: float, samples: int) -> bool:
-        """Sum written samples into buckets (:func:`fairpod.server.rollups.roll_up`); True while behind."""
+        """Sum written samples into buckets (:func:`fairpod.server.accounting.rollups.roll_up`); True while behind."""
         return roll_up(self.store.store, last_sample, samples=samples)
 
     def prune(self, before: float, limit: int) -> Any:

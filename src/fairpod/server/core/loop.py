@@ -15,10 +15,10 @@ from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
 from fairpod.model.keys import job_id_of
-from fairpod.server import diskfull, outage
 from fairpod.server.core.published import AsOf
 from fairpod.server.core.transitions import array_holds, backoff, membership, restarts
 from fairpod.server.core.transitions.readiness import Readiness
+from fairpod.server.keepers import diskfull, outage
 from fairpod.server.runs import from_engine
 
 log = logging.getLogger("fairpod.control")
@@ -37,11 +37,11 @@ class Keepers:
 @dataclass
 class Beside:
     """What runs beside the core and stands on its door (each takes a :class:`fairpod.server.core.api.Core`), so
-    the core does not import it: the composition root builds it (``fairpod.server.runtime.control_plane``)."""
+    the core does not import it: the composition root builds it (``fairpod.server.runtime.wiring.control_plane``)."""
 
-    eta: Any  # fairpod.server.eta.Estimates: estimated starts, its own thread (started and stopped with the loop)
-    usage: Any  # fairpod.server.usage.UsageSampler: usage history and cycle timings (a keeper after each turn)
-    retention: Any  # fairpod.server.retention.Retention: deletes what policy.retention_days no longer keeps
+    eta: Any  # fairpod.server.accounting.eta.Estimates: estimated starts, its own thread (started and stopped with the loop)
+    usage: Any  # fairpod.server.accounting.usage.UsageSampler: usage history and cycle timings (a keeper after each turn)
+    retention: Any  # fairpod.server.keepers.retention.Retention: deletes what policy.retention_days no longer keeps
 
 
 def standard_keepers(cp: Any) -> Keepers:
@@ -116,7 +116,7 @@ class Loop:
         def loop() -> None:
             while not self._stop.is_set():
                 self.wake.wait(interval)
-                if self.pace.wait(self._stop):  # a burst of wakes: one turn for all of it (server.turns.TurnPace)
+                if self.pace.wait(self._stop):  # a burst of wakes: one turn for all of it (server.core.turns.TurnPace)
                     break
                 self.wake.clear()
                 if not outage.recheck(self, self.reload):  # the database is out: no turn until it answers

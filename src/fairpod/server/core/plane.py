@@ -18,15 +18,15 @@ from fairpod.executors.base import Executor, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.keys import job_id_of
 from fairpod.model.spec import ClusterSpec
-from fairpod.server import outage
-from fairpod.server.batch import BatchingStore
 from fairpod.server.core.api import Core
+from fairpod.server.core.batch import BatchingStore
 from fairpod.server.core.door import Door
 from fairpod.server.core.history import HistoryKeeper
 from fairpod.server.core.loop import Beside, Keepers, Loop, standard_keepers
 from fairpod.server.core.memory import Memory
 from fairpod.server.core.published import Published
 from fairpod.server.core.queries import Queries
+from fairpod.server.core.submits import SubmitQueue
 from fairpod.server.core.transitions import array_holds, priority, readiness, restarts
 from fairpod.server.core.transitions.attempt import AttemptLife
 from fairpod.server.core.transitions.budgets import BudgetKeeper
@@ -36,7 +36,10 @@ from fairpod.server.core.transitions.resize import Resize
 from fairpod.server.core.transitions.serving import Serving
 from fairpod.server.core.transitions.submit import Submitting
 from fairpod.server.core.transitions.watchdog import Watchdog
+from fairpod.server.core.turn_gate import TurnGate
+from fairpod.server.core.turns import TurnHistogram, TurnPace
 from fairpod.server.errors import WrongState
+from fairpod.server.keepers import outage
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runs import (
     STOP_CANCEL,
@@ -47,9 +50,6 @@ from fairpod.server.runs import (
     job_key,
     to_engine,
 )
-from fairpod.server.submits import SubmitQueue
-from fairpod.server.turn_gate import TurnGate
-from fairpod.server.turns import TurnHistogram, TurnPace
 from fairpod.store import Store, StoreError
 from fairpod.store.records import Job
 
@@ -71,15 +71,15 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         clock: Callable[[], float] = time.time,
         keepers: Callable[[ControlPlane], Keepers] = standard_keepers,
     ) -> None:
-        self.store = BatchingStore(store)  # batches the reconcile loop's job writes (fairpod.server.batch)
-        self.store.quiet = self.database_lost  # a lost database is said once (fairpod.server.outage)
+        self.store = BatchingStore(store)  # batches the reconcile loop's job writes (fairpod.server.core.batch)
+        self.store.quiet = self.database_lost  # a lost database is said once (fairpod.server.keepers.outage)
         self.queries = Queries(self.store)  # what every other module reads of the store (core.queries)
         self.executor = executor
         self.home = Path(home)
         self.clock = clock
         self.lock = threading.RLock()
         self.gate = TurnGate()  # the reconcile turn takes the lock ahead of waiting submits
-        self.submits = SubmitQueue()  # submits waiting for the lock: written together (server.submits)
+        self.submits = SubmitQueue()  # submits waiting for the lock: written together (server.core.submits)
         self.wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -107,7 +107,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         self.array_holds: dict[int, array_holds.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         self.restart_holds: dict[int, float] = {}  # restarts backing off (fairpod.server.core.transitions.backoff)
         self._groups: dict[str, Any] = {}  # node -> its instance group or None (cleared when rebuilt)
-        # extra env of every launch (API URL, job token: fairpod.server.jobtoken.launch_env)
+        # extra env of every launch (API URL, job token: fairpod.server.access.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
         self.keepers = keepers(self)  # what runs beside the engine at every turn (loop.standard_keepers)
         with self.lock:

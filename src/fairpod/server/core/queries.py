@@ -4,7 +4,7 @@ The control plane's store is the core's (:mod:`fairpod.server.core`): only its t
 module reads it through :class:`Queries` (``cp.queries``), which has no method that writes. None of them takes
 the core's lock: each reads the committed state in a transaction of its own (SQLite's WAL lets readers run beside
 the writer), except on the reconcile loop's own thread during its turn, where it also sees the turn's job writes
-not flushed yet (:class:`fairpod.server.batch.BatchingStore`). That is the door for a control plane whose API
+not flushed yet (:class:`fairpod.server.core.batch.BatchingStore`). That is the door for a control plane whose API
 reads without the core: nothing here needs the core's memory.
 """
 
@@ -15,16 +15,16 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from fairpod.model.jobs import JobState
-from fairpod.server import task_index
+from fairpod.server.accounting.rollups import integrals
+from fairpod.server.accounting.usage_math import Integrals
 from fairpod.server.arrays import same_array
-from fairpod.server.rollups import integrals
-from fairpod.server.usage_math import Integrals
+from fairpod.server.core import task_index
 from fairpod.store.records import Event, Job, Node, SpecVersion, User
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection, Engine
 
-    from fairpod.server.batch import BatchingStore
+    from fairpod.server.core.batch import BatchingStore
     from fairpod.store.core import Tx
     from fairpod.store.records import AuditEntry
 
@@ -80,7 +80,7 @@ class Queries:
         with self._store.tx(write=False) as t:
             yield t
 
-    # -- the dashboard's pages (fairpod.server.task_index) ---------------------------------------------------
+    # -- the dashboard's pages (fairpod.server.core.task_index) ---------------------------------------------------
     def unfinished_rows(self, teams: list[str] | None, placement: bool) -> list[task_index.TaskRow]:
         return task_index.unfinished_rows(self._store.store, teams, placement)
 
@@ -139,7 +139,7 @@ class Queries:
 
     # -- usage ----------------------------------------------------------------------------------------------
     def integrals(self, edges: Sequence[float], until: float) -> Integrals:
-        """Usage integrated between ``edges`` (:func:`fairpod.server.rollups.integrals`)."""
+        """Usage integrated between ``edges`` (:func:`fairpod.server.accounting.rollups.integrals`)."""
         return integrals(self._store.store, edges, until)
 
     def usage_span(self) -> tuple[float | None, float | None]:
@@ -159,7 +159,7 @@ class Queries:
         return self._store.engine
 
     def ping(self) -> None:
-        """Raises what the driver raises when the database cannot be reached (``fairpod.server.outage``)."""
+        """Raises what the driver raises when the database cannot be reached (``fairpod.server.keepers.outage``)."""
         self._store.ping()
 
     def connect(self) -> Connection:

@@ -9,8 +9,8 @@ import threading
 from typing import Any, Protocol
 
 from fairpod.governance.snapshot import Snapshot
-from fairpod.server.batch import BatchingStore
 from fairpod.server.core.api import Core
+from fairpod.server.core.batch import BatchingStore
 from fairpod.server.runs import Run, Slots
 from fairpod.store.records import Job
 

@@ -133,7 +133,7 @@ def admit_tasks(cp: CoreState, tasks: list[Job], limit: int | None) -> None:
 
 
 def throttled(cp: CoreState) -> Throttled:
-    """The throttled arrays with held tasks, as ``fairpod.server.eta.held_starts`` needs them (the lock is held:
+    """The throttled arrays with held tasks, as ``fairpod.server.accounting.eta.held_starts`` needs them (the lock is held:
     the estimates ask through ``Core.throttled_arrays``). The held tasks are read in one query and looked up in a set: one read and a list scan per held task made a 10,000-task array's
     refresh hold the lock for tens of seconds, and every request and turn waited."""
     out: Throttled = []

@@ -15,7 +15,8 @@ from fairpod.model.jobs import JobState
 from fairpod.model.keys import job_id_of
 from fairpod.model.spaces import files_key
 from fairpod.sandbox import capabilities
-from fairpod.server import goodput, identity
+from fairpod.server.access import identity
+from fairpod.server.accounting import goodput
 from fairpod.server.core.transitions import backoff, goodput_spans, rayjobs, readiness, resize, restarts
 from fairpod.server.runs import (
     STOP_CANCEL,
@@ -40,7 +41,7 @@ def container_of(image: str | None, pull: str | None, mounts: list[str], workdir
                  auth: Path, scratch: list[str] | None = None, *, entrypoint: bool = False,
                  ray: bool = False) -> dict[str, Any] | None:
     """The ``container`` of a job's launch (fairpod.sandbox.container), None for a host command; ``auth`` is the
-    team's registry logins (fairpod.server.registries), passed on only when the team has some; ``entrypoint``:
+    team's registry logins (fairpod.server.access.registries), passed on only when the team has some; ``entrypoint``:
     the command replaces the image's ENTRYPOINT; ``ray``: a Ray job, whose launcher the node binds in."""
     if not image:
         return None
@@ -294,7 +295,7 @@ class AttemptLife:
     def output_seen(self, job: Job) -> float | None:
         """When a replica of the job's current attempt last wrote output, on the control plane's clock (None: no
         log here). A log that grew since the previous look (the watchdog's, once a second) was written then; the
-        logs' mtimes are wall-clock times, which a step of the wall clock moves (server.steadyclock), so an mtime
+        logs' mtimes are wall-clock times, which a step of the wall clock moves (server.runtime.steadyclock), so an mtime
         is read only at the first look at an attempt (and taken as no later than now)."""
         now, sizes, latest = self.clock(), {}, None
         from_wall = getattr(self.clock, "from_wall", float)

@@ -1,11 +1,11 @@
 """The ``Goodput`` event of a span of work that ends (an attempt, or the time since the last restart in place):
-:mod:`fairpod.server.goodput` works the figures out, purely; this writes them and starts the next span."""
+:mod:`fairpod.server.accounting.goodput` works the figures out, purely; this writes them and starts the next span."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fairpod.server import goodput
+from fairpod.server.accounting import goodput
 from fairpod.server.runs import Run
 from fairpod.store.records import Job
 

@@ -34,8 +34,8 @@ from typing import Any
 from fairpod.executors.base import Probing, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.services import ServiceSpec
-from fairpod.server.proxy import Proxy
 from fairpod.server.runs import job_key
+from fairpod.server.services.proxy import Proxy
 
 log = logging.getLogger("fairpod.services")
 
@@ -78,7 +78,7 @@ class Services:
     def __init__(self, cp: Any, interval: float = 0.25, *, open_space: Callable[[Any, int, str, str], Any] | None = None,
                  stop_idle: Callable[[Any], None] | None = None) -> None:
         self.cp = cp
-        # a space's proxy (who comes in) and its idle stop: fairpod.server.spaces, which stands on the core's door,
+        # a space's proxy (who comes in) and its idle stop: fairpod.server.services.spaces, which stands on the core's door,
         # so the composition root hands them in (runtime.build); without them no space gets a proxy
         self.open_space = open_space
         self.stop_idle = stop_idle

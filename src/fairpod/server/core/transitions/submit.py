@@ -1,5 +1,5 @@
 """Submit: a job (or a job array) checked against the cluster and queued; submits that wait for the lock
-together are written in one transaction (group commit, :mod:`fairpod.server.submits`)."""
+together are written in one transaction (group commit, :mod:`fairpod.server.core.submits`)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from fairpod.model.resources import Res
 from fairpod.paths import runs_dir
 from fairpod.sandbox import hostpaths
 from fairpod.server import arrays
+from fairpod.server.core.submits import Submit
 from fairpod.server.core.transitions import array_holds, resize, serving
 from fairpod.server.errors import BeyondQuota, InvalidJob, JobExists, NeverFits
-from fairpod.server.submits import Submit
 from fairpod.store import AlreadyExists
 from fairpod.store.records import Job
 
@@ -23,7 +23,7 @@ class Submitting:
     def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
         """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
         first one created (whatever its state now) instead of a second job. Submits that wait for the lock
-        together are written in one transaction (:mod:`fairpod.server.submits`)."""
+        together are written in one transaction (:mod:`fairpod.server.core.submits`)."""
         spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
         req = Submit(spec, actor, key, self.spec, self._checked(spec))  # validated before the lock: it only reads
         self.submits.add(req)

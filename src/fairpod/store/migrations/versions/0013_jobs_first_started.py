@@ -1,5 +1,5 @@
 """An index on ``jobs.first_started_at``: ``/metrics`` reads the jobs admitted since its previous scrape
-(fairpod.server.job_tallies) instead of every job.
+(fairpod.server.accounting.job_tallies) instead of every job.
 
 Revision ID: 0013
 Revises: 0012

@@ -1,5 +1,5 @@
 """Usage rollups: each series' figures summed per time bucket of 30 s, 150 s, 600 s and an hour
-(fairpod.server.rollups), so the dashboard's trends, the usage report and the budgets read a bucket per series
+(fairpod.server.accounting.rollups), so the dashboard's trends, the usage report and the budgets read a bucket per series
 instead of every sample (a busy cluster of 500 teams writes ~900,000 sample rows an hour); and an index on the
 samples' time alone (the readers ask a time range of every kind).
 

@@ -1,5 +1,5 @@
 """``jobs.incarnation``: a random value per job, stored with it, that its job tokens are signed over
-(fairpod.server.jobtoken). A job id is not unique across timelines: a restore of a backup takes the id counter
+(fairpod.server.access.jobtoken). A job id is not unique across timelines: a restore of a backup takes the id counter
 back, and the next job gets the id of a job of the discarded timeline; that job's token must not be good for it.
 Jobs stored before this revision have none (their tokens, signed over the id alone, keep working).
 
