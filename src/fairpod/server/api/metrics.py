@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, FastAPI, Response
 from prometheus_client import CollectorRegistry, generate_latest
@@ -97,8 +97,9 @@ class EventCounters:
         with self.lock, cp.queries.connect() as conn:
             q = (select(EventRow.id, EventRow.kind, EventRow.team, EventRow.data)
                  .where(EventRow.id > self.last_id, EventRow.kind.in_(COUNTED_EVENTS)).order_by(EventRow.id))
-            for eid, kind, team, data in conn.execute(q):
-                team = team or "(none)"
+            for eid, kind, row_team, row_data in conn.execute(q):
+                team = cast(str, row_team or "(none)")  # the columns are typed loosely: a team's name or None
+                data = cast(dict[str, Any] | None, row_data)  # the event's JSON object or None
                 if kind == "JobAdmitted":
                     self.admitted[team] = self.admitted.get(team, 0) + 1
                 elif kind == "ReplicaUsage":
@@ -118,7 +119,7 @@ class EventCounters:
                     self.preempted[key] = self.preempted.get(key, 0) + 1
                 else:
                     self.restarts[team] = self.restarts.get(team, 0) + 1
-                self.last_id = eid
+                self.last_id = cast(int, eid)
 
 
 def _hist_family(name: str, doc: str, data: dict[str, tuple[list[int], int, float]],
@@ -320,9 +321,9 @@ class FairpodCollector(Collector):
         cyc.add_metric([], [(_le(b), c) for b, c in zip(cp.usage.cycles.buckets, counts_c, strict=True)]
                        + [("+Inf", total)], summ)
         yield cyc
-        g = GaugeMetricFamily("fairpod_scheduler_last_cycle_duration_seconds", "Duration of the last cycle")
-        g.add_metric([], last_cycle)
-        yield g
+        last = GaugeMetricFamily("fairpod_scheduler_last_cycle_duration_seconds", "Duration of the last cycle")
+        last.add_metric([], last_cycle)
+        yield last
         c = CounterMetricFamily("fairpod_scheduler_cycles", "Engine cycles since this control plane started")
         c.add_metric([], cycles)
         yield c
