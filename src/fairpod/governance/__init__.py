@@ -11,7 +11,11 @@
 - ``ordering``   — the order of preemption victims (rules 3, 7)
 - ``preemption`` — picking victims: reclaim (and when a costly one waits), priority, fair share (rules 3, 3b, 4, 5, 7)
 - ``elastic``    — elastic jobs: admission at N..M replicas, growth, shrink before preemption (rule 11)
-- ``scheduler``  — one cycle over a snapshot (rules 4, 6, 8)
+- ``scheduler``  — one cycle over a snapshot (rules 4, 6, 8), its levels: ``cycle_state`` (what a cycle holds),
+  ``team_checks`` (a team check, remembered across cycles when it failed on the team's own quota), ``starvation``
+  (the starvation guard's holds and backfill, rule 6), ``verdicts`` (what is known to fail, teams that sit the
+  rounds out), ``offers`` (a round's offers and their order), ``admission`` (one job's try: admit, preempt, wait)
+- ``protected``  — protected jobs and a service's minimum run within their team's quota only (rule 7)
 - ``feasible``   — can a job ever run on this cluster (the control plane at submit, the simulator at load)
 
 The modules above run as native code when ``python -m fairpod.native build`` has compiled this very source
