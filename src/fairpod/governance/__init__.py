@@ -1,6 +1,8 @@
 """The governance engine: pure, deterministic scheduling decisions over a snapshot.
 
-- ``snapshot``   — the engine's state (nodes, teams, queues, running jobs) and its bookkeeping
+- ``snapshot``   — the engine's state (nodes, teams, queues, running jobs) and its bookkeeping, of parts each in
+  its module: ``workload`` (a job), ``teams`` (a team, a group), ``pending`` (a team's queue), ``nodes`` (nodes,
+  per-type sums and the fit index)
 - ``quota``      — quota, borrow limit and lending arithmetic (rules 2, 3)
 - ``lending``    — lending limits and absolute borrow limits per instance type (rule 2a)
 - ``fairshare``  — weighted dominant share of idle capacity (rule 5)
@@ -28,8 +30,11 @@ native.activate(__path__)  # a native build of exactly this source, when there i
 
 from fairpod.governance import scheduler as _scheduler  # noqa: E402
 from fairpod.governance.decisions import Admit, Decision, Grow, Preempt, Shrink, Wait, net_changes  # noqa: E402
+from fairpod.governance.nodes import Node  # noqa: E402
 from fairpod.governance.scheduler import schedule  # noqa: E402
-from fairpod.governance.snapshot import Node, Snapshot, Team, Workload  # noqa: E402
+from fairpod.governance.snapshot import Snapshot  # noqa: E402
+from fairpod.governance.teams import Team  # noqa: E402
+from fairpod.governance.workload import Workload  # noqa: E402
 
 
 def is_native() -> bool:

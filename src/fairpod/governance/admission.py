@@ -20,7 +20,8 @@ from fairpod.governance.decisions import Admit, Preempt
 from fairpod.governance.offers import Offers
 from fairpod.governance.placement import place, why_not
 from fairpod.governance.protected import is_protected, within_or_undo
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 
 def lenders_for(snap: Snapshot, w: Workload, need: int) -> tuple[tuple[str, int], ...]:

@@ -16,7 +16,9 @@ import math
 
 from fairpod.governance.decisions import Decision, Preempt, Wait
 from fairpod.governance.placement import never_fits
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 class CycleState:

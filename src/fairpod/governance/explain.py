@@ -17,7 +17,9 @@ from typing import Any
 from fairpod.governance import fairshare, groups, users
 from fairpod.governance.offers import offer_rank
 from fairpod.governance.protected import team_check
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 def _share_text(s: float) -> float | None:

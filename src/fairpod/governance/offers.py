@@ -6,8 +6,10 @@ then priority, then submit time), and the deferred offers ranked before a try th
 from __future__ import annotations
 
 from fairpod.governance import budget, fairshare, groups, quota, users
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
 from fairpod.governance.verdicts import Verdicts
+from fairpod.governance.workload import Workload
 
 
 class Offers(Verdicts):

@@ -28,9 +28,11 @@ import math
 from collections.abc import Callable, Sequence
 
 from fairpod.governance import budget, fairshare, groups, quota, topology, users, within_team
+from fairpod.governance.nodes import Node
 from fairpod.governance.ordering import sort_victims
 from fairpod.governance.placement import place
-from fairpod.governance.snapshot import Node, Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 # A job preempted this often is no longer taken for fair share (a lender's reclaim still takes it).
 FAIR_SHARE_MAX_PREEMPTIONS = 2

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from fairpod.governance import quota
 from fairpod.governance.ordering import PROTECTED_AFTER
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 def entitled(team: Team, w: Workload) -> bool:

@@ -44,7 +44,8 @@ from fairpod.governance import aging, elastic, history
 from fairpod.governance.admission import Admission
 from fairpod.governance.consolidation import OFF, consolidate
 from fairpod.governance.decisions import Decision, displaced_reason
-from fairpod.governance.snapshot import Snapshot, Team
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
 
 
 class _Cycle(Admission):

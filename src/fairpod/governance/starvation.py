@@ -16,10 +16,12 @@ import math
 from collections.abc import Iterable, Set
 
 from fairpod.governance import budget, quota, topology, users
+from fairpod.governance.nodes import Node
 from fairpod.governance.ordering import PROTECTED_AFTER
 from fairpod.governance.protected import entitled, is_protected, protected_use
-from fairpod.governance.snapshot import Node, Team, Workload
 from fairpod.governance.team_checks import TeamChecks
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 class StarvationGuard(TeamChecks):

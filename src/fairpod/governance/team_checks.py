@@ -8,7 +8,8 @@ from __future__ import annotations
 from fairpod.governance import quota
 from fairpod.governance.cycle_state import CycleState
 from fairpod.governance.protected import team_check
-from fairpod.governance.snapshot import Team, Workload
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 class TeamChecks(CycleState):

@@ -13,8 +13,9 @@ from __future__ import annotations
 import math
 
 from fairpod.governance import quota, users
-from fairpod.governance.snapshot import Team, Workload
 from fairpod.governance.starvation import StarvationGuard
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 class Verdicts(StarvationGuard):
