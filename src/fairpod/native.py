@@ -40,7 +40,7 @@ MODULES = {
                    "starvation", "verdicts", "offers", "admission", "protected", "preemption", "quota", "fairshare",
                    "ordering", "placement", "lending", "topology", "users", "budget", "elastic", "history",
                    "decisions", "groups", "consolidation"),
-    "sim": ("run", "lenders"),
+    "sim": ("run", "jobs", "ledger", "lenders"),
 }
 MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproject.toml's dependencies)
 # mypy's settings for the build: fairpod's own modules are type-checked with the compiled ones (their types make the
