@@ -37,9 +37,9 @@ from pathlib import Path
 # pydantic model or run rarely) and the simulator's event loop
 MODULES = {
     "governance": ("snapshot", "nodes", "teams", "pending", "workload", "scheduler", "cycle_state", "team_checks",
-                   "starvation", "verdicts", "offers", "admission", "protected", "preemption", "quota", "fairshare",
-                   "ordering", "placement", "lending", "topology", "users", "budget", "elastic", "history",
-                   "decisions", "groups", "consolidation"),
+                   "starvation", "verdicts", "offers", "admission", "protected", "preemption", "fair_victims",
+                   "victim_bounds", "costly_reclaim", "quota", "fairshare", "ordering", "placement", "lending",
+                   "topology", "users", "budget", "elastic", "history", "decisions", "groups", "consolidation"),
     "sim": ("run", "jobs", "ledger", "lenders"),
 }
 MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproject.toml's dependencies)

@@ -12,6 +12,8 @@
 - ``placement``  — gang placement, best fit (rule 1)
 - ``ordering``   — the order of preemption victims (rules 3, 7)
 - ``preemption`` — picking victims: reclaim (and when a costly one waits), priority, fair share (rules 3, 3b, 4, 5, 7)
+  with ``fair_victims`` (which jobs fair share may stop), ``victim_bounds`` (checked before any is stopped) and
+  ``costly_reclaim`` (rule 3b)
 - ``elastic``    — elastic jobs: admission at N..M replicas, growth, shrink before preemption (rule 11)
 - ``scheduler``  — one cycle over a snapshot (rules 4, 6, 8), its levels: ``cycle_state`` (what a cycle holds),
   ``team_checks`` (a team check, remembered across cycles when it failed on the team's own quota), ``starvation``

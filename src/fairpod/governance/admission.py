@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from fairpod.governance import (
     borrow_priority,
+    costly_reclaim,
     elastic,
     fungibility,
     groups,
@@ -222,7 +223,7 @@ class Admission(Offers):
             self.admit(w, nodes, quota.within_quota(snap.teams[w.team], w.itype, w.total), victims)
             return True
         if (within or both) and w.id in snap.cost_held:  # it fits once its reclaim may go (a plan was found)
-            self.wait(w, preemption.held_reason(snap, w))
+            self.wait(w, costly_reclaim.held_reason(snap, w))
             return False
         never = self.never_fits(w)
         if never:
