@@ -161,9 +161,7 @@ def core_door_violations(mods: dict[str, Path]) -> list[str]:
         tree = ast.parse(path.read_text(), str(path))
         if mod.rpartition(".")[2].startswith("routes_"):
             for node in ast.walk(tree):
-                if isinstance(node, ast.ImportFrom) and node.module == "fairpod.server.core.batch":
-                    bad.append(f"{mod} -> fairpod.server.core.batch (a route reads through core.queries)")
-                elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fairpod.store"):
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fairpod.store"):
                     bad += [f"{mod} imports {node.module}.Store (a route reads through core.queries)"
                             for a in node.names if a.name == "Store"]
         for node in ast.walk(tree):
@@ -201,6 +199,59 @@ def test_the_door_check_finds_a_planted_violation(tmp_path: Path) -> None:
         "fairpod.server.routes_planted:8 reads cp.store",
         "fairpod.server.routes_planted:8 reads cp.snap",
     ])
+
+
+# -- the routes (docs/architecture.md, "The server's rooms") ----------------------------------------------------
+# What a route module (server/api/routes_*.py) may import of fairpod.server: the core's door, the domain errors, the
+# HTTP layer's own modules (api/: views, rules, limits, job references; access/: who is calling) and the reports
+# that read through the door themselves (accounting/). Never the core's words it keeps in memory (runs, nodes,
+# arrays), its plumbing, the keepers, the services, HA or the runtime: what a route shows of those, a view builds.
+ROUTE_MAY = ("fairpod.server.core.api", "fairpod.server.core.queries", "fairpod.server.errors",
+             "fairpod.server.api", "fairpod.server.access", "fairpod.server.accounting")
+
+
+def is_route(module: str) -> bool:
+    return module.startswith("fairpod.server.") and module.rpartition(".")[2].startswith("routes_")
+
+
+def route_violations(mods: dict[str, Path]) -> list[str]:
+    """Each import, by a route module, of a module of ``fairpod.server`` that ``ROUTE_MAY`` does not name (top-level
+    or inside a function)."""
+    known = set(mods)
+    return [f"{mod} -> {dep}" for mod, path in sorted(mods.items()) if is_route(mod)
+            for dep in sorted(imports(mod, path, known))
+            if dep.startswith("fairpod.server") and not any(dep == a or dep.startswith(a + ".") for a in ROUTE_MAY)]
+
+
+def test_routes_see_the_core_only_through_its_door() -> None:
+    bad = route_violations(modules())
+    assert not bad, "routes that import more of fairpod.server than the core's door and the API's own modules:\n" + \
+        "\n".join(bad)
+
+
+def test_the_route_check_finds_a_planted_violation(tmp_path: Path) -> None:
+    """A route planted beside the real ones that imports the core's memory (``runs``), a keeper, the runtime (in a
+    function) and the core's state: each is found; the door, the errors and the API's own modules are not; a module
+    of api/ that is no route may import them."""
+    route = tmp_path / "routes_planted.py"
+    route.write_text("from fairpod.server.api.views import job_view\n"
+                     "from fairpod.server.core.api import Core\n"
+                     "from fairpod.server.core.state import CoreState\n"
+                     "from fairpod.server.errors import Problem\n"
+                     "from fairpod.server.keepers import outage\n"
+                     "from fairpod.server.runs import job_key\n\n\n"
+                     "def get(cp: Core) -> object:\n"
+                     "    from fairpod.server.runtime.wiring import build\n\n"
+                     "    return job_view, CoreState, Problem, outage, job_key, build\n")
+    helper = tmp_path / "planted.py"
+    helper.write_text(route.read_text())
+    mods = {**modules(), "fairpod.server.api.routes_planted": route, "fairpod.server.api.planted": helper}
+    assert route_violations(mods) == [
+        "fairpod.server.api.routes_planted -> fairpod.server.core.state",
+        "fairpod.server.api.routes_planted -> fairpod.server.keepers.outage",
+        "fairpod.server.api.routes_planted -> fairpod.server.runs",
+        "fairpod.server.api.routes_planted -> fairpod.server.runtime.wiring",
+    ]
 
 
 def core_upward_imports(mods: dict[str, Path]) -> list[str]:

@@ -15,9 +15,9 @@ from fairpod.model.jobs import JobState
 from fairpod.server.access.auth import Auth
 from fairpod.server.api.api_rules import rules
 from fairpod.server.api.array_refs import find_job
+from fairpod.server.api.views import job_in_engine
 from fairpod.server.core.api import AsOf, Core
 from fairpod.server.errors import Problem
-from fairpod.server.runs import to_engine
 
 
 def _itype(snap: Snapshot, teams: list[str], given: str | None) -> str:
@@ -86,20 +86,7 @@ def add_routes(api: APIRouter, cp: Core) -> None:
         jid, name, itype, pending = job.id, job.team, job.instance_type, job.state == JobState.PENDING
 
         def look(snap: Snapshot) -> dict[str, Any] | None:
-            w = snap.pending.get(to_engine(jid))
-            t = snap.teams.get(name)
-            if t is None:
-                return None
-            it = w.itype if w is not None else itype
-            got: dict[str, Any] = {"levels": explain.levels(snap, t, it)}
-            if pending and w is not None:
-                got["queue_position"] = t.queue.position(w.id)
-                got["team_check"] = explain.holds(snap, w)
-                offers = explain.next_idle(snap, it)
-                got["next_idle"] = offers
-                head = next((o for o in offers if o["team"] == name), None)
-                got["team_head"] = bool(head and head["job"] == to_engine(jid))
-            return got
+            return job_in_engine(snap, jid, name, itype, pending)
 
         got, as_of = view(cp, ("explain job", jid, pending), look)
         out["as_of"] = as_of.json()

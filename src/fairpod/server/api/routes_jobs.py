@@ -1,24 +1,21 @@
-"""Job routes: submit, list, get, cancel, replicas, logs (with follow), events, progress."""
+"""Job routes: submit, list, get, cancel, replicas, logs (with follow: ``api/logs.py``), events, progress."""
 
 from __future__ import annotations
 
-import asyncio
 import difflib
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
-from fairpod.executors.logs import CHUNK, byte_range, output_start, read_chunks, read_output, tail_start
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.access.auth import Auth, current_principal, require_team
 from fairpod.server.access.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.api import array_refs
 from fairpod.server.api.api_rules import JOB_FIELDS, JOB_FITS, PRIORITY_CLASS, SERVICE_QUOTA, rules
 from fairpod.server.api.limits import MAX_EXACT, MAX_ID, SinceId, Whole
+from fairpod.server.api.logs import log_response
 from fairpod.server.api.views import job_view, replicas_view
 from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
@@ -205,43 +202,9 @@ def add_routes(api: APIRouter, cp: Core) -> None:
         require_team(p, job.team)  # viewers may not read logs
         if replica >= job.nodes:
             raise Problem(404, "no such replica", f"job {job.name} has replicas 0..{job.nodes - 1}")
-        from fairpod.server.runs import job_key
-
-        key = job_key(job)
-        if byte_range is not None:
-            if follow or tail is not None:
-                raise Problem(400, "invalid request", "a Range goes without follow and tail")
-            return _ranged(cp.executor.log_path(key, replica), byte_range)
-        return StreamingResponse(_stream(cp, job.id, key, replica, follow, tail), media_type="text/plain",
-                                 headers={"Accept-Ranges": "bytes"})
-
-
-def _ranged(path: Path | None, header: str) -> Response:
-    """The bytes of the log that ``header`` (``Range: bytes=...``) asks for: 206, or 416 outside the log."""
-    try:
-        size = path.stat().st_size if path is not None else 0
-    except OSError:
-        size = 0
-    try:
-        got = byte_range(header, size)
-    except ValueError as e:
-        raise Problem(400, "invalid request", str(e)) from None
-    if got is None or path is None:
-        return Response(status_code=416, headers={"Content-Range": f"bytes */{size}"})
-    first, last = got
-    return StreamingResponse(_chunks(path, first, last + 1), status_code=206, media_type="text/plain",
-                             headers={"Content-Range": f"bytes {first}-{last}/{size}",
-                                      "Content-Length": str(last - first + 1), "Accept-Ranges": "bytes"})
-
-
-async def _chunks(path: Path, start: int, stop: int | None = None) -> AsyncIterator[bytes]:
-    """``read_chunks`` for a response: one chunk read at a time, the event loop free between them."""
-    try:
-        for chunk in read_chunks(path, start, stop):
-            yield chunk
-            await asyncio.sleep(0)
-    except FileNotFoundError:
-        return
+        if byte_range is not None and (follow or tail is not None):
+            raise Problem(400, "invalid request", "a Range goes without follow and tail")
+        return log_response(cp, job, replica, follow, tail, byte_range)
 
 
 def _task_ids(tasks: list[Job]) -> list[int]:
@@ -251,38 +214,3 @@ def _task_ids(tasks: list[Job]) -> list[int]:
 def _ev(e: Any) -> dict[str, Any]:
     return {"id": e.id, "ts": e.ts, "kind": e.kind, "job_id": e.job_id, "node": e.node, "team": e.team,
             "message": e.message, "data": e.data}
-
-
-async def _stream(cp: Core, job_id: int, key: str, replica: int, follow: bool,
-                  tail: int | None = None) -> AsyncIterator[bytes]:
-    """The replica's log of the latest attempt (its last ``tail`` lines), ``CHUNK`` bytes at a time, as the file
-    holds it when asked; with follow, new output until the job has finished (offsets in the output: a log over
-    its cap is written again, ``fairpod.executors.logs``)."""
-    at: int | None = None  # the offset in the output read up to
-    path = None
-    idle_after_end = 0
-    for _ in range(10**7):  # bounded: ~115 days at 1 s
-        path = cp.executor.log_path(key, replica) or path
-        if path is not None and at is None and path.exists():
-            with open(path, "rb") as f:  # one open file: a rotation meanwhile renames another over the path
-                dropped, head = output_start(f)
-                size = f.seek(0, 2)
-                f.seek(tail_start(f, tail) if tail is not None else 0)
-                while f.tell() < size and (chunk := f.read(min(CHUNK, size - f.tell()))):
-                    yield chunk
-                    await asyncio.sleep(0)
-            at = dropped + size - head
-        while follow and path is not None and at is not None:
-            chunk, at = read_output(path, at, CHUNK)
-            if not chunk:
-                break
-            yield chunk
-            await asyncio.sleep(0)
-        if not follow:
-            return
-        job = cp.queries.get_job(job_id)
-        if job is None or job.state.finished:
-            idle_after_end += 1
-            if idle_after_end > 1:
-                return
-        await asyncio.sleep(0.5)

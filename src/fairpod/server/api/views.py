@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from fairpod.executors import registry
+from fairpod.governance import explain
 from fairpod.governance.snapshot import Snapshot
 from fairpod.governance.topology import domain_name
 from fairpod.model.catalog import InstanceType
@@ -29,6 +30,26 @@ def queue_position(cp: Core, job: Job) -> int | None:
         return None if team is None else team.queue.position(to_engine(job.id))
 
     return cp.engine_read(position)
+
+
+def job_in_engine(snap: Snapshot, jid: int, team: str, itype: str, pending: bool) -> dict[str, Any] | None:
+    """What ``fairpod explain`` shows of a job in the engine's snapshot (read under the core's lock, or published
+    at a turn's end): its team's levels and, while it waits, its place in the queue, its team's check and whether
+    its team's offer for the next idle capacity is this job."""
+    w = snap.pending.get(to_engine(jid))
+    t = snap.teams.get(team)
+    if t is None:
+        return None
+    it = w.itype if w is not None else itype
+    got: dict[str, Any] = {"levels": explain.levels(snap, t, it)}
+    if pending and w is not None:
+        got["queue_position"] = t.queue.position(w.id)
+        got["team_check"] = explain.holds(snap, w)
+        offers = explain.next_idle(snap, it)
+        got["next_idle"] = offers
+        head = next((o for o in offers if o["team"] == team), None)
+        got["team_head"] = bool(head and head["job"] == to_engine(jid))
+    return got
 
 
 def reason_now(cp: Core, job: Job) -> str | None:
