@@ -60,7 +60,7 @@ def span_event(job: Job, run: Run, cause: str | None, now: float, *,
                restart_in_place: bool = False) -> tuple[str, dict[str, Any]] | None:
     """The ``Goodput`` event (message, data) of the span of a :func:`counted` attempt that ends at ``now``
     (``cause`` None: the attempt finished its work); None when it held no accelerator-seconds. The control plane
-    writes it and starts the next span at ``now`` (``fairpod.server.core.transitions.attempt.account``)."""
+    writes it and starts the next span at ``now`` (``fairpod.server.core.transitions.goodput_spans.account``)."""
     acc = job.acc * max(1, len(job.placement) or job.nodes)
     start = max(float(job.started_at or 0.0), float(run.good_from or 0.0))
     kept, lost = split(start, now, job.checkpoint_at, cause is None)
