@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
         rec: PeerRecovery | None = PeerRecovery(model, opt, backend=args.backend, timeout=args.timeout)
         ddp = rec.wrap()
         step = rec.step
+        if rec.replaced:  # when its start went where (benchmarks/replica_fault.py reads it)
+            print(f"[RANK {rank}] replacement: " + " ".join(f"{k}={v:.3f}" for k, v in rec.phases.items()),
+                  flush=True)
     else:
         rec = None
         dist.init_process_group(args.backend, timeout=datetime.timedelta(seconds=args.timeout))

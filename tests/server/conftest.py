@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from fairpod import sandbox
+from fairpod.executors import standby
 from fairpod.sandbox import cgroups
 
 from .. import httpclient, reaper
@@ -262,7 +263,8 @@ class Server:
         kill_recorded(self.home / "runs")
         for rdir in (self.home / "runs").glob("*/*/*"):
             if rdir.parent.name.isdigit() and rdir.name.isdigit():
-                sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name), rdir)
+                for box in standby.boxes(rdir):  # a replica's and its spares' (fairpod.executors.standby)
+                    sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name), box)
 
 
 def running(tmp_path: Path, spec: Path | str = SEED_SPEC,

@@ -28,6 +28,7 @@ torch = pytest.importorskip("torch", reason="torch is not installed: the DDP exa
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "ddp" / "peer_ddp.py"
 STEPS, SAVE, KILL_AT = 60, 20, 25
+SPARE = b"# fairpod spare"  # the first line of the program a spare runs (fairpod.executors.spare_program)
 ARGS = ["--steps", str(STEPS), "--save_every", str(SAVE), "--step_seconds", "0.1", "--timeout", "60"]
 
 
@@ -63,7 +64,8 @@ def host_pid(runs: Path, job: str, attempt: int, rank: int) -> int | None:
         return None
     for pid in [child, *_children(child)]:
         try:
-            if b"peer_ddp.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            if b"peer_ddp.py" in cmdline or SPARE in cmdline:  # a replacement run by its spare: python -c <spare>
                 return pid
         except OSError:
             continue
@@ -81,6 +83,28 @@ def _children(pid: int) -> list[int]:
             if int(stat[stat.rfind(")") + 2:].split()[1]) == pid:
                 out += [int(d.name), *_children(int(d.name))]
     return out
+
+
+def spares(job: str, rank: int) -> list[int]:
+    """Host PIDs of the spare processes of the replica ``rank`` (attempt 0) of ``job``: the spare's program, in a
+    cgroup of that replica (fairpod.sandbox.group_name: ``<job>.<attempt>.<rank>.<digest>``)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and (d / "cmdline").read_bytes().startswith(b"%s\0-c\0%s" % (
+                    sys.executable.encode(), SPARE)) and f"/{job}.0.{rank}." in (d / "cgroup").read_text():
+                out.append(int(d.name))
+        except OSError:
+            continue
+    return out
+
+
+def ids(pid: int) -> tuple[str, str, int]:
+    """The real uid, the PID namespace and the nice value of a process."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    uid = next(ln.split()[1] for ln in status.splitlines() if ln.startswith("Uid:"))
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return uid, os.readlink(f"/proc/{pid}/ns/pid"), int(stat[stat.rfind(")") + 2:].split()[16])
 
 
 def final(d: Path) -> dict:
@@ -133,11 +157,25 @@ def kill_at(s: Server, job: dict, out: Path, ranks: list[int]) -> dict[int, int 
 def test_a_killed_replica_recovers_from_its_peers_and_the_job_goes_on_from_its_step(
         srv: Server, reference: Path) -> None:
     job, out = submit(srv, "peers")
+    key = f"{job['name']}-{job['id']}"
+    # replica 1's spare: started ahead in the replica's sandbox, its imports done (it says so in the replica's log)
+    log1 = srv.home / "runs" / key / "0" / "1" / "output.log"
+    wait_for(lambda: log1.exists() and b"fairpod spare: ready" in log1.read_bytes(), 120, "replica 1's spare",
+             srv.activity)
+    (spare,) = spares(key, 1)
     before = kill_at(srv, job, out, [1])
     wait_for(lambda: events(srv, "peers", "ReplicaRecovered"), 120, "ReplicaRecovered", srv.activity)
     after = pids(srv, job)  # while the job still runs (its last steps take a few seconds)
     assert after[0] == before[0] and after[2] == before[2], (before, after)  # the healthy replicas' processes
     assert after[1] not in (None, before[1]), (before, after)  # replica 1 is a new process
+    # ... the spare started before the fault, now in the replacement's sandbox: one of replica 1's cgroups (the
+    # one its supervisor reads and removes), as the team's user like its peers, a PID namespace of its own, and
+    # the priority of its peers again (it imported at nice 10)
+    assert after[1] == spare, (spare, after)
+    assert f"/{key}.0.1." in Path(f"/proc/{spare}/cgroup").read_text()
+    (uid, ns, nice), (uid0, ns0, nice0) = ids(spare), ids(after[0])  # type: ignore[arg-type]
+    assert uid == uid0 != "0" and ns not in (ns0, os.readlink("/proc/self/ns/pid")) and nice == nice0, (
+        ids(spare), ids(after[0]))  # type: ignore[arg-type]
     done = srv.wait_state("peers", "Succeeded", 120, srv.activity)
     assert done["restarts"] == 0, "no full restart: the job went on in its attempt"
     rec = events(srv, "peers", "ReplicaRecovered")

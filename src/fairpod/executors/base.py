@@ -53,6 +53,7 @@ class JobLaunch:
     readiness: list[str] | None = None
     # the host directories the job's mounts and workdir may lie in (cluster.mounts.allow; fairpod.sandbox.hostpaths)
     mounts_allow: tuple[str, ...] = ("/",)
+    spare: bool = False  # peer recovery: a spare of each replica started ahead (fairpod.executors.standby)
     log_max_bytes: int = 1 << 30  # the most each replica's log holds (policy.log_max_bytes; executors.logs.CappedLog)
 
     @property

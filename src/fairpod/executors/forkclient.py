@@ -62,7 +62,8 @@ class ForkServerClient:
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         return self.proc.stdout.readline().strip() if ready else b""
 
-    def spawn(self, rdir: Path, log: Path) -> Forked | None:
+    def spawn(self, rdir: Path, log: Path, *, standby: bool = False) -> Forked | None:
+        """A supervisor of ``rdir`` (``standby``: a standby with a spare, :mod:`fairpod.executors.standby`)."""
         for _ in range(2):
             if self.broken:
                 return None
@@ -72,7 +73,7 @@ class ForkServerClient:
                     return None
             assert self.proc is not None and self.proc.stdin is not None
             try:
-                self.proc.stdin.write(json.dumps({"dir": str(rdir), "log": str(log)}).encode() + b"\n")
+                self.proc.stdin.write(json.dumps({"dir": str(rdir), "log": str(log), "standby": standby}).encode() + b"\n")
                 self.proc.stdin.flush()
                 answer = self._readline(10.0)
             except OSError:

@@ -5,7 +5,8 @@ imports); forking one from a process that has already loaded :mod:`fairpod.execu
 few. The local executor starts this server once (in its own session) and asks it for each supervisor.
 
 Protocol, one line each way per supervisor, on the server's stdin and stdout: the request is JSON
-``{"dir": replica_dir, "log": supervisor_log}``; the answer is the new supervisor's PID, or ``error <text>``.
+``{"dir": replica_dir, "log": supervisor_log}`` (with ``"standby": true``: a standby supervisor holding a spare of the
+replica, :mod:`fairpod.executors.standby`); the answer is the new supervisor's PID, or ``error <text>``.
 The server first writes ``ready``. It exits at the end of its input (when the executor closes the pipe or its
 process ends). A forked supervisor is exactly what ``python -m fairpod.executors.supervisor DIR`` would be:
 a new session, working directory ``DIR``, stdin from /dev/null, stdout and stderr appended to the log; it
@@ -22,7 +23,7 @@ import sys
 import traceback
 from collections.abc import Callable
 
-from fairpod.executors import supervisor
+from fairpod.executors import standby, supervisor
 from fairpod.sandbox import namespaces
 
 
@@ -72,7 +73,7 @@ def main(target: Callable[[list[str]], int] = supervisor.main) -> int:
             wfile.flush()
             continue
         if pid == 0:
-            _child(req, target)
+            _child(req, standby.main if req.get("standby") is True else target)
         wfile.write(f"{pid}\n".encode())
         wfile.flush()
     return 0

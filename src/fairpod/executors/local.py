@@ -34,13 +34,14 @@ from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from fairpod import sandbox
-from fairpod.executors import procs, state
+from fairpod.executors import procs, standby, state
 from fairpod.executors.base import ExecutorError, JobLaunch, ReplicaExit, replica_env
 from fairpod.executors.exitwatch import ExitWatch
 from fairpod.executors.fence import Fence
 from fairpod.executors.forkclient import Forked, ForkServerClient
 from fairpod.executors.hostgpus import ThisHostGpus
 from fairpod.executors.inplace import InPlace
+from fairpod.executors.spares import Spares
 
 log = logging.getLogger("fairpod.executors.local")
 STARTUP_TIMEOUT = 30.0  # a supervisor that has not written its PID file by then has failed
@@ -85,7 +86,7 @@ class _Run:
     started_mono: float | None = None  # time.monotonic() at its spawn by this executor (None: adopted)
 
 
-class LocalExecutor(InPlace, ThisHostGpus, Fence):
+class LocalExecutor(InPlace, Spares, ThisHostGpus, Fence):
     """Executor of replicas as local process groups; ``root`` is where runs are kept (``$FAIRPOD_HOME/runs``)."""
 
     name = "local"
@@ -111,6 +112,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
         self._watched: dict[Path, int] = {}  # replica dir -> its supervisor's pid, watched by a pidfd
         self._watch = ExitWatch()
         self._forkserver = ForkServerClient(self.python, self.root)
+        self._spares: dict[Path, Forked] = {}  # replica dir -> its standby (fairpod.executors.spares)
         self._scan()
 
     # -- the Executor protocol -------------------------------------------------------------------------
@@ -148,6 +150,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
             if ranks is not None and run.rank not in ranks:
                 continue
             self._fenced("stop")
+            self._drop_spare(run.dir)
             # stop.json first, then the PID file: either we see the supervisor or it sees the request
             request = {"grace_seconds": max(0.0, grace_seconds), "requested_at": time.time()}
             state.write_json(run.dir / state.STOP, request)
@@ -340,6 +343,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
             "named_workdir": job.workdir is not None,
             "log_max_bytes": job.log_max_bytes,
             "launch_ranks": [r.rank for r in job.replicas],  # started together: a launch, or a growth's new ranks
+            "spare": job.spare,  # a standby with a spare process beside it (fairpod.executors.standby)
         }
 
     def _spawn(self, job: JobLaunch, rank: int, spec: dict[str, Any]) -> None:
@@ -349,7 +353,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
         self._open[rdir] = _Run(rdir, job.job, job.attempt, rank, spec["launched_at"], spec["master_port"],
                                 time.monotonic())
         self._mine.add(rdir)
-        forked = self._forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG)
+        forked = self._take_spare(rdir) or self._forkserver.spawn(rdir, rdir / state.SUPERVISOR_LOG)
         if forked is not None:
             _SPAWNED[rdir] = forked
         else:  # no fork server: a new interpreter
@@ -365,6 +369,7 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
         self._watched.pop(rdir, None)
         if self._watch.add(_SPAWNED[rdir].pid):
             self._watched[rdir] = _SPAWNED[rdir].pid
+        self._arm_spare(rdir, spec)
 
     @staticmethod
     def _clear(rdir: Path) -> None:
@@ -424,7 +429,8 @@ class LocalExecutor(InPlace, ThisHostGpus, Fence):
             child = state.read_pid(run.dir / state.CHILD_PID)
             if child is not None and (procs.start_time(child[0]) in (None, child[1])):
                 procs.signal_group(child[0], signal.SIGKILL)  # the group id outlives its leader
-            sandbox.discard(run.job, run.attempt, run.rank, run.dir)  # and what left the group, with its cgroup
+            for box in standby.boxes(run.dir):  # and what left the group, with its cgroup (its spares' too)
+                sandbox.discard(run.job, run.attempt, run.rank, box)
         st = {"returncode": None, "signal": None, "reason": reason, "ended_at": time.time()}
         with contextlib.suppress(OSError):  # a full disk: found the same way again until the store has it
             state.write_json(run.dir / state.STATUS, st)

@@ -17,6 +17,7 @@ It reads ``launch.json`` from ``replica_dir`` (layout in :mod:`fairpod.executors
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import select
@@ -46,6 +47,9 @@ def _now() -> str:
 
 
 class Supervisor:
+    standing_by = False  # fairpod.executors.standby.Standby: holds a spare of the replica, started ahead of a failure
+    box_dir: Path | None = None  # the directory the cgroup is named after (None: the replica's)
+
     def __init__(self, rdir: Path) -> None:
         self.dir = rdir
         spec = state.read_launch(rdir)
@@ -68,10 +72,9 @@ class Supervisor:
         ready = spec.get("readiness")  # a service's readiness command: run in the replica's sandbox (readycheck)
         self.ready_check = readycheck.ReadyCheck(rdir, [str(a) for a in ready]) if ready else None
         self.probe: Any = None  # starts one probe, once the command has started (start, _start_container)
-        rfd, wfd = os.pipe()
-        os.set_blocking(rfd, False)
+        self.wake, wfd = os.pipe()
+        os.set_blocking(self.wake, False)
         os.set_blocking(wfd, False)
-        self.wake = rfd
         signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
@@ -81,17 +84,15 @@ class Supervisor:
         # the output goes through a pipe into the log, kept within policy.log_max_bytes (fairpod.executors.logs)
         self.log = logs.CappedLog(rdir / state.OUTPUT, int(spec.get("log_max_bytes") or logs.DEFAULT_CAP))
         self.out = logs.LogPump(self.log)
-        me = os.getpid()
-        state.write_pid(rdir / state.SUPERVISOR_PID, me, procs.start_time(me))
+        if not self.standing_by:  # a standby (fairpod.executors.spare) writes it once it takes the replica over
+            state.write_pid(rdir / state.SUPERVISOR_PID, os.getpid(), procs.start_time(os.getpid()))
 
     def _on_stop(self, signum: int, frame: object) -> None:
         self.signals += 1
 
     def note(self, text: str) -> None:
-        try:
+        with contextlib.suppress(OSError):  # e.g. the disk is full: a lost line of the log never stops the replica
             self.log.write(f"==== fairpod: {text} ====\n".encode())
-        except OSError:  # e.g. the disk is full: a lost line of the log never stops the replica
-            pass
 
     def _stop_requested(self) -> bool:
         return self.signals > 0 or (self.dir / state.STOP).exists()
@@ -212,7 +213,7 @@ class Supervisor:
                     self.note(f"{k} is not bound into the replica's view: it lies under {under}, which user "
                               f"{user.name if user is not None else ids['user']} cannot enter")
             view = dataclasses.replace(view, reach=ops, keep=keep)
-        self.sandbox = box = sandbox.Sandbox(self.spec, view, self.dir) if mode != "off" else None
+        self.sandbox = box = sandbox.Sandbox(self.spec, view, self.box_dir or self.dir) if mode != "off" else None
         for n in box.notes if box is not None else ():
             self.note(n)
 
@@ -229,9 +230,7 @@ class Supervisor:
                 os.chdir(cwd)  # as seen in the replica's own view, as its user
 
         try:
-            self.child = subprocess.Popen(cmd, cwd=cwd or None, env=env, preexec_fn=enter, stdin=subprocess.DEVNULL,
-                                          stdout=self.out.w, stderr=subprocess.STDOUT, start_new_session=True,
-                                          close_fds=True)
+            self.child = self._popen(cmd, cwd, env, enter)
         except FileNotFoundError:
             return {"returncode": 127, "signal": None, "reason": f"command not found: {cmd[0]}"}
         except PermissionError:
@@ -244,6 +243,11 @@ class Supervisor:
         state.write_pid(self.dir / state.CHILD_PID, self.child.pid, procs.start_time(self.child.pid))
         self.probe = self._host_probe(env, ids, cwd, box, view)
         return None
+
+    def _popen(self, cmd: list[str], cwd: str | None, env: dict[str, str], enter: Any) -> subprocess.Popen[bytes]:
+        """The command in its sandbox (``enter`` in the child); a standby hands the launch to its spare instead."""
+        return subprocess.Popen(cmd, cwd=cwd or None, env=env, preexec_fn=enter, stdin=subprocess.DEVNULL,
+                                stdout=self.out.w, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True)
 
     def _host_probe(self, env: dict[str, str], ids: dict[str, Any], cwd: str | None, box: sandbox.Sandbox | None,
                     view: sandbox.namespaces.View | None) -> Any:
@@ -380,11 +384,9 @@ class Supervisor:
         self.out.started()  # the command has its end of the pipe, or never will
         select.select([self.wake, *self.out.fds()], [], [], timeout)
         self.out.pump()
-        try:
+        with contextlib.suppress(BlockingIOError):
             while os.read(self.wake, 512):
                 pass
-        except BlockingIOError:
-            pass
         return False
 
     def run(self) -> dict[str, Any]:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import heapq
 
-from fairpod.governance.snapshot import Snapshot
-from fairpod.governance.workload import Workload
+from fairpod.governance.snapshot import Snapshot, Workload
 
 
 def boost(snap: Snapshot, w: Workload) -> int:

@@ -20,8 +20,7 @@ borrows (policy.preempt_to_borrow)``.
 
 from __future__ import annotations
 
-from fairpod.governance.snapshot import Snapshot
-from fairpod.governance.workload import Workload
+from fairpod.governance.snapshot import Snapshot, Workload
 
 
 def applies(snap: Snapshot) -> bool:

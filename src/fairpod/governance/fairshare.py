@@ -13,8 +13,7 @@ from __future__ import annotations
 
 import math
 
-from fairpod.governance.snapshot import Snapshot
-from fairpod.governance.teams import Team
+from fairpod.governance.snapshot import Snapshot, Team
 
 
 def share(snap: Snapshot, team: Team, itype: str, delta: tuple[int, int, int] = (0, 0, 0),

@@ -30,9 +30,7 @@ from collections import Counter
 from collections.abc import Iterable
 from operator import itemgetter
 
-from fairpod.governance.nodes import Node
-from fairpod.governance.snapshot import Snapshot
-from fairpod.governance.workload import Workload
+from fairpod.governance.snapshot import Node, Snapshot, Workload
 
 
 def level_of(snap: Snapshot, w: Workload) -> tuple[int, bool] | None:

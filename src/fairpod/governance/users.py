@@ -19,9 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fairpod.governance.snapshot import Snapshot
-from fairpod.governance.teams import Team
-from fairpod.governance.workload import Workload
+from fairpod.governance.snapshot import Snapshot, Team, Workload
 
 
 def order(team: Team) -> Callable[[str], tuple[int, int]] | None:

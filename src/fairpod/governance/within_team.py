@@ -7,9 +7,7 @@ one it made room for, and never stops it in turn (it is newer), so two jobs neve
 
 from __future__ import annotations
 
-from fairpod.governance.snapshot import Snapshot
-from fairpod.governance.teams import Team
-from fairpod.governance.workload import Workload
+from fairpod.governance.snapshot import Snapshot, Team, Workload
 
 
 def outranks(snap: Snapshot, team: Team, w: Workload, v: Workload) -> bool:

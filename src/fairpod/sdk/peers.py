@@ -91,9 +91,13 @@ class PeerRecovery:
         self.last: dict[str, Any] = {}  # the last recovery: seconds, source rank, step
         self._server: dist.TCPStore | None = None
         self._ddp_args: dict[str, Any] = {}
+        # a replacement's start (wall-clock times): here (its imports done), its group formed, the state received
+        self.phases: dict[str, float] = {"ready": time.time()}
         self._form()
+        self.phases["group"] = time.time()
         if self.replaced:  # a replacement: the survivors wait in recover() for it; get the state from one of them
             self._sync(time.monotonic(), "replaced")
+            self.phases["state"] = time.time()
 
     # -- the group --------------------------------------------------------------------------------------------
 

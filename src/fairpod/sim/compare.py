@@ -20,8 +20,7 @@ from dataclasses import replace
 from typing import Any
 
 from fairpod.model.spec import ClusterSpec, parse_spec
-from fairpod.sim.jobs import SimResult
-from fairpod.sim.run import simulate
+from fairpod.sim.run import SimResult, simulate
 from fairpod.sim.trace import TraceJob
 
 MODES = ("private", "fcfs", "history")

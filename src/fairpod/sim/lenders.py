@@ -16,8 +16,7 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 
-from fairpod.governance.snapshot import Snapshot
-from fairpod.governance.teams import Team
+from fairpod.governance.snapshot import Snapshot, Team
 
 UNALLOCATED = "(unallocated)"
 

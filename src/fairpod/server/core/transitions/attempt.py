@@ -188,7 +188,7 @@ class AttemptLife:
                                    entrypoint=job.spec.replace_entrypoint, ray=job.spec.ray),
             readiness=job.spec.service.readiness_command if job.spec.service is not None else None,
             mounts_allow=tuple(self.spec.cluster.mounts.allow),
-            log_max_bytes=self.spec.policy.log_max_bytes,
+            log_max_bytes=self.spec.policy.log_max_bytes, spare=job.spec.peer_recovery,
             replicas=tuple(ReplicaLaunch(rank=r, node=n, accelerators=tuple(run.slots.get(n, [])),
                                          real_gpus=self._gpus_are_real(n), devices=devices[n],
                                          mcpu=job.mcpu, mib=job.mib)
