@@ -61,3 +61,22 @@ def test_the_free_space_is_read_from_the_shm_it_runs_with():
     os.close(r)
     os.rmdir(where)
     assert got == ["256", "230"], got  # 30 % of 4 GiB would be 1228 MiB
+
+
+def test_each_rank_takes_its_groups_ray_start_params():
+    """KubeRay's rayStartParams (fairpod.formats.kube.ray_start): rank 0 the head's, then each worker group's for
+    its replicas, the last group's beyond; they replace fairpod's own flags; other keys and bad values are not
+    passed."""
+    params = '{"head": {"num-cpus": "0", "resources": "{\\"r1\\": 2}"}, "workers": [[2, {"num-cpus": "3"}], ' \
+        '[1, {"num-gpus": "1", "temp-dir": "/x"}]]}'
+    base = {"FAIRPOD_VCPU_MILLI": "2000", "FAIRPOD_RAY_START_PARAMS": params}
+
+    def flags(rank: int) -> dict[str, str]:
+        out = raycluster._sizes({**base, "RANK": str(rank)}, shm=None)
+        return dict(zip(out[::2], out[1::2], strict=True))
+
+    assert flags(0) == {"--num-cpus": "0", "--num-gpus": "0", "--resources": '{"r1": 2}'}
+    assert flags(1)["--num-cpus"] == flags(2)["--num-cpus"] == "3" and flags(1)["--resources"] == "{}"
+    assert flags(3) == flags(4) == {"--num-cpus": "2", "--num-gpus": "1", "--resources": "{}"}  # no --temp-dir
+    with pytest.raises(SystemExit, match="FAIRPOD_RAY_START_PARAMS is not the groups' parameters"):
+        raycluster._sizes({"FAIRPOD_RAY_START_PARAMS": '{"head": {"num-cpus": "-1"}}'}, shm=None)

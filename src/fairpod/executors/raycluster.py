@@ -25,6 +25,10 @@ TCP readiness check is each Ray node answering. The head waits for no worker (th
 its own) and runs until its SIGTERM; a worker ends on its SIGTERM, or when the head is gone (the service starts it
 again, and it joins the head once that is back). An entrypoint, when given, runs against it once the head is up.
 
+**KubeRay's settings** (fairpod.formats.kube.ray_start): ``$FAIRPOD_RAY_START_PARAMS``, each group's resource
+flags for ``ray start`` (``APPLIED``), in place of fairpod's own; ``$FAIRPOD_RAY_KEEP_SECONDS`` keeps the cluster
+that long after the entrypoint ends (``inf``: until the job is stopped), then exits with its code.
+
 ``python -m fairpod.executors.raycluster ray ARGS`` is ``ray ARGS`` keeping a loopback ``--node-ip-address``
 (Ray's CLI would replace it with the machine's external address): a cluster on one machine stays on loopback.
 """
@@ -47,6 +51,9 @@ STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see th
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
 STARTS = 3  # tries of ``ray start``
 STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL for the Ray processes once the entrypoint has exited
+START_PARAMS = "FAIRPOD_RAY_START_PARAMS"  # {"head": {..}, "workers": [[replicas, {..}], ..]} (formats.kube.ray_start)
+APPLIED = ("num-cpus", "num-gpus", "memory", "object-store-memory", "resources")  # the keys taken from it
+KEEP = "FAIRPOD_RAY_KEEP_SECONDS"  # seconds the cluster stays after the entrypoint ends ("inf": until stopped)
 
 
 def _free_port() -> int:
@@ -106,10 +113,34 @@ def _sizes(env: dict[str, str], shm: int | None = None) -> list[str]:
     gpus = len([a for a in env.get("FAIRPOD_ACCELERATORS", "").split(",") if a])
     cpus = max(1, int(env.get("FAIRPOD_VCPU_MILLI", "1000") or 1000) // 1000)
     mib = int(env.get("FAIRPOD_MEMORY_MIB", "0") or 0)
-    out = ["--num-cpus", str(cpus), "--num-gpus", str(gpus), "--resources", json.dumps({})]
+    flags = {"num-cpus": str(cpus), "num-gpus": str(gpus), "resources": json.dumps({})}
     if mib:
-        store = object_store_mib(mib, shm)[0]
-        out += ["--memory", str(mib * 2**20), "--object-store-memory", str(store * 2**20)]
+        flags.update({"memory": str(mib * 2**20), "object-store-memory": str(object_store_mib(mib, shm)[0] * 2**20)})
+    flags.update(start_params(env))
+    return [a for k, v in flags.items() for a in (f"--{k}", v)]
+
+
+def start_params(env: dict[str, str]) -> dict[str, str]:
+    """This rank's group's parameters of ``$FAIRPOD_RAY_START_PARAMS``: rank 0 the head's, the next ranks each
+    worker group's in turn, ranks beyond them the last group's; only APPLIED keys, each a whole number (resources:
+    a JSON object)."""
+    text, rank = env.get(START_PARAMS), int(env.get("RANK", "0") or 0)
+    if not text:
+        return {}
+    try:
+        spec = json.loads(text)
+        groups = [(1, spec.get("head") or {})] + [(int(n), p) for n, p in spec.get("workers") or []]
+        left, params = rank, groups[-1][1]
+        for n, p in groups:
+            if left < n:
+                params = p
+                break
+            left -= n
+        out = {k: str(v) for k, v in params.items() if k in APPLIED}
+        if not all(v.isdigit() or k == "resources" and isinstance(json.loads(v), dict) for k, v in out.items()):
+            raise ValueError("a value is not a whole number (resources: a JSON object)")
+    except (ValueError, TypeError, AttributeError) as e:
+        raise SystemExit(f"fairpod ray: {START_PARAMS} is not the groups' parameters: {e}") from None
     return out
 
 
@@ -323,9 +354,21 @@ def run(entrypoint: list[str]) -> int:
         child = subprocess.Popen(entrypoint, env={**c.env, **c.driver_env(), **job_config(c.env)})
         while True:
             try:
-                return child.wait()
+                code = child.wait()
+                break
             except InterruptedError:
                 continue
+        try:
+            keep = float(c.env.get(KEEP) or 0)
+        except ValueError:
+            raise SystemExit(f"fairpod ray: {KEEP} is not a number of seconds (or inf)") from None
+        if keep > 0 and not c.stopping:  # KubeRay's shutdownAfterJobFinishes false / ttlSecondsAfterFinished
+            _say(f"the entrypoint exited {code}; the Ray cluster at {c.host}:{c.port} stays "
+                 + ("until the job is stopped" if keep == float("inf") else f"{keep:g} s"))
+            until = time.monotonic() + keep
+            while not c.stopping and time.monotonic() < until:
+                time.sleep(0.5)
+        return code
     finally:
         c.stop()
 

@@ -142,9 +142,14 @@ def test_a_rayjob_in_its_image_with_its_runtime_env_and_autoscaling_bounds(tmp_p
     assert json.loads(b["env"]["FAIRPOD_RAY_RUNTIME_ENV"]) == {"pip": ["requests==2.26.0"]}  # for Ray itself
     assert (b["auto_resume"], b["max_retry"]) == (True, 2)
     said = "\n".join(c.notes)
-    for words in ("rayStartParams (dashboard-host, num-cpus) not used", "shutdownAfterJobFinishes",
+    for words in ("ttlSecondsAfterFinished 10: the job's Ray cluster stays 10 s",
                   "enableInTreeAutoscaling: elastic, 2..5 replicas"):
         assert words in said, said
+    # the head's num-cpus for its ray start (the worker group's 4 replicas: the autoscaler's maximum), its
+    # dashboard-host warned about; the cluster stays the TTL after the entrypoint
+    assert json.loads(b["env"]["FAIRPOD_RAY_START_PARAMS"]) == {"head": {"num-cpus": "0"}, "workers": [[4, {}]]}
+    assert b["env"]["FAIRPOD_RAY_KEEP_SECONDS"] == "10"
+    assert any("headGroupSpec.rayStartParams.dashboard-host: not used" in w for w in c.warnings), c.warnings
     JobSpec.model_validate(b)
 
 

@@ -9,7 +9,9 @@ listens on its service port (the head's GCS on rank 0's), so the service's TCP r
 (``fairpod.executors.raycluster``, a standing cluster). A replica that exits starts again on its own, a worker
 rejoins the head.
 
-- **noted, not used**: ``rayStartParams``, ``autoscalerOptions``, ``headServiceAnnotations``, ``upgradeStrategy``,
+- **rayStartParams**: as a RayJob's (fairpod.formats.kube.ray_start: the resources given to ``ray start`` of the
+  group's nodes, where Ray writes refused by name, the rest accepted with a warning).
+- **noted, not used**: ``autoscalerOptions``, ``headServiceAnnotations``, ``upgradeStrategy``,
   ports and probes (fairpod starts Ray itself on free ports; the dashboard is not started).
 - **refused, by name**: ``suspend: true``, ``gcsFaultToleranceOptions`` (no external Redis here), several images,
   unknown ``spec`` fields.
@@ -46,6 +48,7 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
                        "address (fairpod get-service)")
     sizes = [r.group(mapping(spec.get("headGroupSpec"), "spec.headGroupSpec"), "spec.headGroupSpec")]
     size = _workers(spec, r, sizes, "spec", "RayCluster")
+    r.env.update(r.start_env())
     if len(r.images) > 1 and not on_host:
         r.refused.append(f"{', '.join(f'{w}.image {i}' for i, w in r.images.values())}: one image for every Ray "
                          "node of a cluster")

@@ -21,9 +21,14 @@ the runtime limit, ``backoffLimit`` the retries.
 - **worker groups**: with ``rayClusterSpec.enableInTreeAutoscaling: true``, ``minReplicas``..``maxReplicas`` make
   an elastic job (1 + the minimum replicas to start, growing into idle capacity up to 1 + the maximum, shrinking
   back instead of being preempted whole); without it KubeRay runs ``replicas`` and so does fairpod.
-- **noted, not used**: ``rayStartParams`` (fairpod starts Ray with each node's exact resources and free ports),
-  ``shutdownAfterJobFinishes``/``ttlSecondsAfterFinished`` (fairpod stops the job's Ray cluster when the entrypoint
-  ends, always), ``entrypointNum*``, ports, lifecycle hooks, a container's ``command``.
+- **rayStartParams** (each group's): ``num-cpus``, ``num-gpus``, ``memory``, ``object-store-memory`` and
+  ``resources`` are given to ``ray start`` of that group's nodes; where Ray writes or which cluster it joins
+  (``temp-dir``, ``address``, ``node-ip-address``, ...) is refused by name; the rest (the dashboard's, ports,
+  ``block``, ...) is accepted with one warning naming it (fairpod.formats.kube.ray_start).
+- **shutdownAfterJobFinishes/ttlSecondsAfterFinished**: ``true`` with a TTL keeps the job's Ray cluster that many
+  seconds after the entrypoint ends, ``false`` until the job is stopped; without the field fairpod stops it when the
+  entrypoint ends (fairpod.formats.kube.ray_start).
+- **noted, not used**: ``entrypointNum*``, ports, lifecycle hooks, a container's ``command``.
 - **refused, by name**: ``submitterPodTemplate``, ``clusterSelector`` (fairpod starts a cluster per job),
   ``suspend: true``, several images, unknown ``spec`` fields.
 """
@@ -39,6 +44,7 @@ from typing import Any
 import yaml
 
 from fairpod.formats.kube import container as C
+from fairpod.formats.kube import ray_start
 from fairpod.formats.kube.image import DOCKER_HUB, VolumeError, qualify, volumes
 from fairpod.formats.kube.manifest import (
     INSTANCE_TYPE_LABELS,
@@ -80,13 +86,13 @@ class _Reader:
         self.pull: str | None = None
         self.instance_type: str | None = None
         self.grace: float | None = None
+        self.start: list[dict[str, str]] = []  # each group's rayStartParams applied, the head's first
+        self.counts: list[int] = []  # each worker group's replicas, for the ranks its parameters go to
+        self.ignored: list[str] = []  # rayStartParams with no meaning here
 
     def group(self, g: dict[str, Any], where: str) -> dict[str, Any]:
         """One group's container: its resources; its image, env and volumes kept on the reader."""
         params = mapping(g.get("rayStartParams"), f"{where}.rayStartParams")
-        if params:
-            self.notes.append(f"{where}.rayStartParams ({', '.join(sorted(params))}) not used: fairpod starts Ray "
-                              "itself, each node with exactly its replica's resources and free ports")
         pod = mapping(mapping(g.get("template"), f"{where}.template").get("spec"), f"{where}.template.spec")
         for key in sorted(set(pod) - NOTED_POD):
             self.refused.append(f"{where}.template.spec.{key}: not known to fairpod")
@@ -121,7 +127,17 @@ class _Reader:
                               "ports, as the replica's user)")
         self.env.update(C.env(c, cw, self.warnings))
         self._image(c, cw, pod)
-        return C.resources(c, cw, self.notes)
+        res = C.resources(c, cw, self.notes)
+        self.start.append(ray_start.read(params, where, res.get("memory_gib"), self.refused, self.ignored))
+        return res
+
+    def start_env(self) -> dict[str, str]:
+        """The groups' rayStartParams for the launcher (and one warning naming those not used)."""
+        if self.ignored:
+            self.warnings.append(ray_start.ignored_warning(self.ignored))
+        if not self.start:
+            return {}
+        return ray_start.start_env(self.start[0], list(zip(self.counts, self.start[1:], strict=False)), self.notes)
 
     def _image(self, c: dict[str, Any], cw: str, pod: dict[str, Any]) -> None:
         if not c.get("image"):  # the Ray installed on the nodes runs (convert says so)
@@ -192,9 +208,7 @@ def _spec_fields(spec: dict[str, Any], r: _Reader) -> None:
         r.refused.append("spec.clusterSelector: fairpod starts a Ray cluster per job; it joins no existing one")
     for key in sorted(set(spec) - KNOWN_SPEC):
         r.refused.append(f"spec.{key}: not known to fairpod")
-    if spec.get("shutdownAfterJobFinishes") is False or spec.get("ttlSecondsAfterFinished") is not None:
-        r.notes.append("shutdownAfterJobFinishes/ttlSecondsAfterFinished: fairpod stops the job's Ray cluster as "
-                       "soon as the entrypoint ends (its logs stay: fairpod get-logs)")
+    r.env.update(ray_start.keep_env(spec, r.refused, r.notes))
     used = [k for k in ("entrypointNumCpus", "entrypointNumGpus", "entrypointResources", "submissionMode",
                         "deletionPolicy", "deletionStrategy", "managedBy", "jobId") if spec.get(k) is not None]
     if used:
@@ -226,6 +240,7 @@ def _workers(rc: dict[str, Any], r: _Reader, sizes: list[dict[str, Any]], at: st
         if g.get("suspend"):
             r.refused.append(f"{where}.suspend: true: submit the job without the group")
         sizes.append(r.group(g, where))
+        r.counts.append(max(most, least) if autoscale else n)
         n_all += n
         lo, hi = lo + least, hi + max(most, least)
     if autoscale and hi > lo:
@@ -323,6 +338,7 @@ def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_hos
                      "spec.rayClusterSpec.headGroupSpec")]
     size = _workers(rc, r, sizes)
     workdir = r.runtime_env(spec.get("runtimeEnvYAML"), cwd)
+    r.env.update(r.start_env())
     if len(r.images) > 1 and not on_host:
         r.refused.append(f"{', '.join(f'{w}.image {i}' for i, w in r.images.values())}: one image for every Ray "
                          "node of a job")
