@@ -316,7 +316,8 @@ class Hierarchy:
                 g.remove()
 
     def create(self, name: str, lim: Limits) -> Group:
-        """A fresh cgroup ``name`` with ``lim``; an old one of that name (left by a crash) is emptied first."""
+        """The cgroup ``name`` with ``lim``: made, or an old one of that name (left by a crash) reused as it is,
+        with any process still in it, its limits set again (a caller that needs it empty names it afresh)."""
         self.prune()
         group = self.group(name)
         dirs = group.dirs
