@@ -23,6 +23,8 @@ from fastapi.testclient import TestClient
 from fairpod.server.runtime.daemon import initialize
 from fairpod.server.runtime.wiring import Runtime, build, make_executor
 
+from .. import reaper
+from ..executors.helpers import stop_runs
 from .faults import fail_writes
 
 SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.yaml"
@@ -39,6 +41,9 @@ class Api:
         store.close()
         assert token is not None
         self.token = self.admin = token
+        self.local = executor == "local"
+        if self.local:
+            reaper.runs(self.home / "runs")  # an interrupted run stops its replicas too
         self.rt: Runtime = build(self.home, self.url, make_executor(self.home, executor), "http://127.0.0.1:9")
         self.cp = self.rt.cp
         self.store = self.rt.store
@@ -114,3 +119,5 @@ class Api:
             self.client.__exit__(None, None, None)
         finally:
             self.rt.close()
+            if self.local:  # what its executor started and the test did not end (by recorded PID and start time)
+                stop_runs(self.home / "runs")

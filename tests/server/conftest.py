@@ -17,11 +17,10 @@ import httpx
 import pytest
 
 from fairpod import sandbox
-from fairpod.executors import standby
 from fairpod.sandbox import cgroups
 
 from .. import httpclient, reaper
-from ..executors.helpers import kill_recorded
+from ..executors.helpers import stop_runs
 from ..ports import free_port
 from .api import Api
 from .inproc import InProc
@@ -258,13 +257,7 @@ class Server:
     def kill_replicas(self) -> None:
         """Stop every replica and supervisor this server's executor started (by recorded PID), and remove their
         cgroups (fairpod.sandbox: a supervisor killed so leaves its replica's)."""
-        # by PID and start time: a replica that ended long ago left its PID file, and its PID may be another
-        # test's process by now (PIDs wrap: 32,768 on some hosts, and a run starts tens of thousands)
-        kill_recorded(self.home / "runs")
-        for rdir in (self.home / "runs").glob("*/*/*"):
-            if rdir.parent.name.isdigit() and rdir.name.isdigit():
-                for box in standby.boxes(rdir):  # a replica's and its spares' (fairpod.executors.standby)
-                    sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name), box)
+        stop_runs(self.home / "runs")
 
 
 def running(tmp_path: Path, spec: Path | str = SEED_SPEC,

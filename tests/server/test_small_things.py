@@ -51,7 +51,8 @@ def test_a_queued_service_runs_no_replica(tmp_path: Path):
         api.turn()
         s = api.api("GET", "/services/web").json()
         assert s["state"] == "Pending" and s["replicas"] == 0 and s["ready_replicas"] == 0, s
-    finally:
+    finally:  # the service first: once the holds end, a turn would start it
+        api.api("POST", "/jobs/web/cancel")
         for team in ("john", "smith"):
             api.api("POST", f"/jobs/hold-{team}/cancel")
         api.turn_until(lambda: all(api.job(f"hold-{t}")["state"] == "Cancelled" for t in ("john", "smith")),
