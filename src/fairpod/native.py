@@ -36,10 +36,11 @@ from pathlib import Path
 # the modules that are compiled, by package: the engine (build, forecast and explain stay Python: they read the
 # pydantic model or run rarely) and the simulator's event loop
 MODULES = {
-    "governance": ("snapshot", "scheduler", "preemption", "quota", "fairshare", "ordering", "placement", "lending",
-                   "topology", "users", "budget", "elastic", "history", "decisions", "groups",
-                   "consolidation"),
-    "sim": ("run", "lenders"),
+    "governance": ("snapshot", "nodes", "teams", "pending", "workload", "scheduler", "cycle_state", "team_checks",
+                   "starvation", "verdicts", "offers", "admission", "protected", "preemption", "fair_victims",
+                   "victim_bounds", "costly_reclaim", "quota", "fairshare", "ordering", "placement", "lending",
+                   "topology", "users", "budget", "elastic", "history", "decisions", "groups", "consolidation"),
+    "sim": ("run", "jobs", "ledger", "lenders"),
 }
 MYPY = "mypy==1.19.1"  # the version the build was checked with (also in pyproject.toml's dependencies)
 # mypy's settings for the build: fairpod's own modules are type-checked with the compiled ones (their types make the

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from fairpod.governance.build import snapshot_from_spec
-from fairpod.governance.snapshot import Workload
+from fairpod.governance.workload import Workload
 from fairpod.model.resources import Res
 from fairpod.model.spec import seed_spec
 from fairpod.server.accounting.usage import UsageSampler, current_samples, history

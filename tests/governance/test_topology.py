@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from fairpod.governance import Workload
 from fairpod.governance.build import snapshot_from_spec
 from fairpod.governance.decisions import Admit, Preempt, net_changes
-from fairpod.governance.snapshot import Snapshot, Team
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
 from fairpod.model.jobs import JobSpec, resolve_job
 from fairpod.model.spec import SpecError, parse_spec
 

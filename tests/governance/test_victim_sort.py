@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fairpod.governance.ordering import sort_victims, victim_key
-from fairpod.governance.snapshot import Workload
+from fairpod.governance.workload import Workload
 from fairpod.model.resources import Res
 
 TEAMS = ["a", "b", "c"]

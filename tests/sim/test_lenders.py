@@ -97,7 +97,7 @@ def test_a_replay_keeps_the_same_account_of_borrowing_as_one_that_recounts_every
     for books in (True, False):
         sim = Simulation(spec, load_trace(tmp_path / "trace.csv", spec), record_timeline=True)
         if not books:
-            sim._books.clear()  # every changed type recounted with quota.lending (as with groups)
+            sim.ledger.books.clear()  # every changed type recounted with quota.lending (as with groups)
         results.append(sim.run())
     kept, recounted = results
     assert kept.cycles == recounted.cycles > 300

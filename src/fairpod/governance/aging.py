@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import heapq
 
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 
 def boost(snap: Snapshot, w: Workload) -> int:

@@ -20,7 +20,8 @@ borrows (policy.preempt_to_borrow)``.
 
 from __future__ import annotations
 
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 
 def applies(snap: Snapshot) -> bool:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from fairpod.governance.snapshot import Team, Workload
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 WARN = 0.8  # past this share of the budget the team's jobs count as the lowest priority
 LOWEST = -2  # below every class and below a job without one (-1)

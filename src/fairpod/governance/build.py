@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from fairpod.governance.budget import Meter
-from fairpod.governance.snapshot import Group, Snapshot, Team
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Group, Team
 from fairpod.model.resources import node_res
 from fairpod.model.spec import (
     ClusterSpec,

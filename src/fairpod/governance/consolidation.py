@@ -33,8 +33,10 @@ from typing import Protocol
 
 from fairpod.governance import quota, users
 from fairpod.governance.decisions import Decision
+from fairpod.governance.nodes import Node
 from fairpod.governance.placement import place
-from fairpod.governance.snapshot import Node, Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 # a job moved (or otherwise preempted) this often is not moved again
 MOVE_MAX_PREEMPTIONS = 2

@@ -32,7 +32,8 @@ from fairpod.governance.decisions import Decision, Grow, Shrink
 from fairpod.governance.ordering import victim_key
 from fairpod.governance.preemption import borrowing
 from fairpod.governance.preemption import fits_now as _fits_now
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 
 class _Cycle(Protocol):

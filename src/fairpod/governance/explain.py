@@ -3,7 +3,7 @@
 - ``levels``: a team's standing on an instance type at each level of the tree of groups, from the top down to the
   team itself: weight, quota, in use, borrowed (use beyond quota) and weighted dominant share (rule 5, 2b).
 - ``next_idle``: who gets the next idle capacity of an instance type: every team's first waiting job on it, in the
-  order the engine offers them (``scheduler._Cycle.rank``), and the rule that puts the first before the second.
+  order the engine offers them (``offers.Offers.rank``), and the rule that puts the first before the second.
 - ``holds``: whether a waiting job's team may hold it now, and what holds it back (the engine's own check: quota,
   borrow limit, budget, a service's minimum that never borrows, a protected job).
 - ``compare``: why team X gets more than team Y: both teams' levels, where their paths part, and the rule that
@@ -15,8 +15,11 @@ from __future__ import annotations
 from typing import Any
 
 from fairpod.governance import fairshare, groups, users
-from fairpod.governance.scheduler import offer_rank, team_check
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.offers import offer_rank
+from fairpod.governance.protected import team_check
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 def _share_text(s: float) -> float | None:
@@ -60,7 +63,7 @@ RULES = ("rule 2: a job within its team's quota goes before any that borrows",
 
 
 def _rule(a: tuple, b: tuple, snap: Snapshot) -> str:
-    """The rule that orders offer rank ``a`` before ``b`` (``scheduler._Cycle._rank``)."""
+    """The rule that orders offer rank ``a`` before ``b`` (``offers.Offers._rank``)."""
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x == y:
             continue
@@ -101,7 +104,7 @@ def next_idle(snap: Snapshot, itype: str) -> list[dict[str, Any]]:
 
 
 def holds(snap: Snapshot, w: Workload) -> dict[str, Any]:
-    """Whether ``w``'s team may hold it now (``scheduler.team_check``, as the cycle asks), and why not."""
+    """Whether ``w``'s team may hold it now (``protected.team_check``, as the cycle asks), and why not."""
     ok, within, why = team_check(snap, w)
     return {"within_quota": within, "may_hold": ok, "quota_bound": w.quota_bound, "why_not": why or None}
 

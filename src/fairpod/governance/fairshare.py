@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 
-from fairpod.governance.snapshot import Snapshot, Team
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
 
 
 def share(snap: Snapshot, team: Team, itype: str, delta: tuple[int, int, int] = (0, 0, 0),

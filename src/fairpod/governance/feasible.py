@@ -28,7 +28,8 @@ from collections.abc import Set
 from fairpod.governance import users
 from fairpod.governance.placement import place, why_not
 from fairpod.governance.quota import pool_ok, team_check
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 
 def never_fits(snap: Snapshot, w: Workload, *, fixed: bool = False, declared: int = 0,

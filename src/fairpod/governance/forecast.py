@@ -24,7 +24,8 @@ from collections.abc import Callable
 
 from fairpod.governance.decisions import Admit, net_changes
 from fairpod.governance.scheduler import schedule
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 END, WAKE = 0, 1  # event kinds: a running job's expected end; the end of its min_runtime
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from fairpod.governance import preemption
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 WORDS = "policy.fallback_when_can_borrow: PreemptionOverBorrowing"
 

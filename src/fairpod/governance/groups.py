@@ -29,7 +29,9 @@ from collections.abc import Callable, Sequence
 
 from fairpod.governance import fairshare
 from fairpod.governance.lending import cap_with_absolute, idle_lendable
-from fairpod.governance.snapshot import Group, Snapshot, Team, Vec, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Group, Team
+from fairpod.governance.workload import Vec, Workload
 
 
 def teams_below(snap: Snapshot, g: Group) -> list[Team]:

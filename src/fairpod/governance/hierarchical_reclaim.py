@@ -17,7 +17,9 @@ candidates too). Off (the default): nothing changes.
 from __future__ import annotations
 
 from fairpod.governance import groups
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 def inside(snap: Snapshot, team: Team, w: Workload) -> tuple[str, set[str]] | None:

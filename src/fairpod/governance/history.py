@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from fairpod.governance.snapshot import Snapshot, Team
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
 
 
 def borrowed_share(snap: Snapshot, team: Team, itype: str) -> float:

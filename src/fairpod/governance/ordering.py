@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from operator import itemgetter
 
-from fairpod.governance.snapshot import PROTECTED_AFTER, Workload
+from fairpod.governance.workload import PROTECTED_AFTER, Workload
 
 # ``PROTECTED_AFTER`` (in ``snapshot``, which queues protected jobs apart): a job preempted this often is protected
 # (rule 2 above; the scheduler starts it only while its team's protected jobs, it included, fit within the team's

@@ -10,7 +10,8 @@ import heapq
 from itertools import islice
 
 from fairpod.governance import topology
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 
 def place(snap: Snapshot, w: Workload, reserved: dict[str, str] | None = None) -> list[str] | None:

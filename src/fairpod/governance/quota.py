@@ -17,7 +17,9 @@ from collections.abc import Collection, Sequence
 
 from fairpod.governance import budget, groups, within_team
 from fairpod.governance.lending import cap_with_absolute, idle_lendable, lend_quota
-from fairpod.governance.snapshot import Snapshot, Team, Vec, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Vec, Workload
 
 
 def within_quota(team: Team, itype: str, add: Vec | tuple) -> bool:

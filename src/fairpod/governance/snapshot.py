@@ -6,319 +6,24 @@ costs time in the number of teams and candidate jobs, not in the number of queue
 changes the snapshot it is given into the state after its decisions; callers build one from their store
 (the control plane) or keep one across events (the simulator).
 
-Longer than fairpod's usual module (~730 lines): the aggregates and the queues they are kept from must change
-together in every mutator (assign, finish, add/remove pending, node changes); one class keeps that invariant
-in one place (``tests/governance`` checks the aggregates against a recount).
+The aggregates and the queues they are kept from change together in every mutator (assign, finish, add/remove
+pending, node changes): one class keeps that invariant (``tests/governance`` checks the aggregates against a
+recount), its nodes and their indexes in its base ``nodes.NodeIndex``; the parts it holds are in modules of
+their own: ``workload`` (a job), ``teams`` (a team, a group), ``pending`` (a team's queue), ``nodes``.
 """
 
 from __future__ import annotations
 
-import heapq
 import math
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from fairpod.governance.lending import idle_lendable, lend_quota
-from fairpod.model.resources import Res
-
-Vec = list[int]  # a mutable resource vector [acc, mcpu, mib]
-
-# A job preempted this often is protected (engine rule 7, ``ordering`` and ``scheduler``). Its queue shape carries
-# ``PROTECTED`` (``Snapshot.add_pending``, ``requeue``): a protected job that waits for room for its team's
-# protected jobs fails apart from the team's other jobs of its size, which may still borrow.
-PROTECTED_AFTER = 5
-PROTECTED = ("protected",)
+from fairpod.governance.lending import lend_quota
+from fairpod.governance.nodes import NodeIndex, add
+from fairpod.governance.teams import Group, Team
+from fairpod.governance.workload import PROTECTED, PROTECTED_AFTER, Vec, Workload
 
 
-@dataclass(slots=True, eq=False)
-class Node:
-    name: str
-    itype: str
-    cap: Res
-    free: Vec
-    schedulable: bool = True
-    health_passed: bool = False  # deep health check Passed
-    jobs: set[str] = field(default_factory=set)
-    stamp: int = 0  # bumped when its free room changes: older entries of it in the fit index are stale
-    bucket: int = -1  # its free accelerators when last indexed (its set in ``Snapshot.by_free``)
-    topo: tuple[str, ...] = ()  # its domain at each topology level, outermost first ("b1", "b1/r3"; see topology)
-
-
-@dataclass(slots=True, eq=False)
-class Workload:
-    """A job as the engine sees it: ``n`` replicas of ``req`` on nodes of ``itype``."""
-
-    id: str
-    team: str
-    itype: str
-    n: int
-    req: Res
-    priority: int = -1
-    submit: float = 0.0
-    seq: int = 0
-    enqueued: float | None = None  # when it last entered the queue (submit, or its last preemption)
-    min_runtime: float = 0.0
-    passed_only: bool = False
-    topology: str | None = None  # a topology level: all replicas in one domain of it (required) or few (preferred)
-    topology_required: bool = False
-    preemptions: int = 0  # how often it was preempted so far
-    expected: float | None = None  # seconds it is expected to run from its (next) start; None: unknown
-    user: str = ""  # who submitted it (per-user limits of its team)
-    # elastic (``governance.elastic``): between min_n and max_n replicas; n is the current count (min_n while
-    # pending); max_n 0: not elastic
-    min_n: int = 0
-    max_n: int = 0
-    resized: float | None = None  # when it last shrank (no growth again for a while: no grow/shrink cycles)
-    # its (minimum) gang is admitted only within its team's quota, never by borrowing, and goes last among a
-    # reclaim's victims, as a protected job (a service's minimum replicas; replicas grown above it may borrow)
-    quota_bound: bool = False
-    # while running
-    nodes: list[str] | None = None
-    started: float | None = None
-    checkpoint: float | None = None  # time of the last reported checkpoint
-    checkpoint_due: float | None = None  # when its next checkpoint is due, as it said (fairpod.sdk); None: unknown
-    # bookkeeping for users
-    reason: str = ""
-    borrowed_from: dict[str, int] = field(default_factory=dict)
-    # fallback instance types: every (instance type, request per replica) it may run on, in order of preference
-    # (the first is ``itype``/``req`` as given); empty: only ``itype``. ``choose`` switches between them.
-    choices: tuple[tuple[str, Res], ...] = ()
-    total: Res = field(init=False)  # n x req, the whole gang
-    # jobs of one shape fit or fail alike: (itype, n, req, passed_only), the topology asked for, and the user
-    # in a team with per-user rules
-    shape: tuple = field(init=False)
-
-    def __post_init__(self) -> None:
-        r = self.req
-        self.total = Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
-        if self.max_n:
-            self.min_n = self.min_n or self.n
-            if not 1 <= self.min_n <= self.n <= self.max_n:
-                raise ValueError(f"job {self.id!r}: elastic replicas must be 1 <= min {self.min_n} <= "
-                                 f"{self.n} <= max {self.max_n}")
-        self.shape = (self.itype, self.min_n if self.max_n else self.n, self.req, self.passed_only)
-        if self.max_n:
-            self.shape += (("elastic", self.max_n),)
-        if self.topology is not None:
-            self.shape += (self.topology, self.topology_required)
-        if self.quota_bound:
-            self.shape += ("quota_bound",)
-
-    def choose(self, i: int) -> None:
-        """Take choice ``i`` of ``choices`` as its instance type and request (its shape follows)."""
-        it, r = self.choices[i]
-        self.itype = it
-        self.req = r
-        self.total = Res(r.acc * self.n, r.mcpu * self.n, r.mib * self.n)
-        self.shape = (it, *self.shape[1:2], r, *self.shape[3:])
-
-    def set_n(self, n: int) -> None:
-        """Change the replica count of an elastic job (its shape, the key of its queue, stays)."""
-        r = self.req
-        self.n = n
-        self.total = Res(r.acc * n, r.mcpu * n, r.mib * n)
-
-    def ends_by(self) -> float:
-        """When a running job is expected to end (inf when unknown)."""
-        if self.expected is None or self.started is None:
-            return math.inf
-        return self.started + self.expected
-
-    def waiting_since(self) -> float:
-        """When it last entered the queue (its submit time if it never left it)."""
-        return self.enqueued if self.enqueued is not None else self.submit
-
-    def lost_work(self, now: float) -> float:
-        """Seconds of work lost if stopped now: since the last checkpoint, or since the start."""
-        if self.started is None:
-            return 0.0
-        since = self.started if self.checkpoint is None or self.checkpoint < self.started else self.checkpoint
-        lost = now - since
-        return lost if lost > 0.0 else 0.0
-
-
-@dataclass(slots=True, eq=False)
-class Team:
-    name: str
-    weight: int = 0
-    lends: bool = True
-    borrows: bool = True
-    borrow_limit: int = 50  # percent of quota
-    preempt_lower: bool = True
-    preempt_newer: bool = False  # also its equal-priority jobs submitted later (``within_team``)
-    quota: dict[str, Res] = field(default_factory=dict)
-    lend_limit: dict[str, Res] = field(default_factory=dict)  # per instance type; none: all idle quota is lent
-    borrow_abs: dict[str, Res] = field(default_factory=dict)  # absolute borrow limit per instance type
-    user_cap: int | None = None  # accelerators one user's jobs may run at once in this team
-    round_robin: bool = False  # the queue goes round-robin across users (fewest running accelerators first)
-    used: dict[str, Vec] = field(default_factory=dict)
-    user_acc: dict[str, int] = field(default_factory=dict)  # running accelerators per user
-    user_turn: dict[str, int] = field(default_factory=dict)  # per user: the count of starts at its last start
-    history: dict[str, float] = field(default_factory=dict)  # decayed mean dominant borrowed share per type
-    # per instance type: (accelerator-hours used this period, budget, hard cap), set by the caller (``budget``)
-    budget: dict[str, tuple[float, float, bool]] = field(default_factory=dict)
-    version: int = 0  # counts changes of its usage (derived views may be cached against it)
-    queue: PendingQueue = field(default_factory=lambda: PendingQueue())
-    path: tuple[str, ...] = ()  # its group and that group's ancestors, nearest first (``governance.groups``)
-
-    def q(self, itype: str) -> Res:
-        return self.quota.get(itype, _ZERO)
-
-    def u(self, itype: str) -> Vec:
-        v = self.used.get(itype)
-        if v is None:
-            v = self.used[itype] = [0, 0, 0]
-        return v
-
-    def lendable_now(self, itype: str) -> tuple[int, int, int]:
-        """What this team lends of ``itype`` now (0 if it does not lend): idle quota up to its lending limit."""
-        if not self.lends:
-            return 0, 0, 0
-        return idle_lendable(self.q(itype), self.u(itype), self.lend_limit.get(itype))
-
-    @property
-    def per_user(self) -> bool:
-        """Whether the team has per-user rules (its queue then keeps each user's jobs apart)."""
-        return self.user_cap is not None or self.round_robin
-
-
-_ZERO = Res(0, 0, 0)
-
-
-@dataclass(slots=True, eq=False)
-class Group:
-    """A node of the tree of groups (``governance.groups``): teams and groups below it share its quota, the sum of
-    theirs, and it lends and borrows for all of them towards the rest of the tree."""
-
-    name: str
-    parent: str | None = None
-    weight: int = 1
-    lends: bool = True
-    borrows: bool = True
-    borrow_limit: int = 50  # percent of the group's quota
-    lend_limit: dict[str, Res] = field(default_factory=dict)
-    borrow_abs: dict[str, Res] = field(default_factory=dict)
-    teams: list[str] = field(default_factory=list)  # the teams directly below it
-    children: list[str] = field(default_factory=list)  # the groups directly below it
-    quota: dict[str, Res] = field(default_factory=dict)  # what it holds itself (not its teams'), per instance type
-
-
-@dataclass(slots=True, eq=False)
-class Pool:
-    """Per instance type: capacity and what the sharing rules need, summed over teams."""
-
-    cap: Vec = field(default_factory=lambda: [0, 0, 0])  # schedulable nodes
-    free: Vec = field(default_factory=lambda: [0, 0, 0])  # free on schedulable nodes
-    quota_all: Vec = field(default_factory=lambda: [0, 0, 0])
-    quota_lend: Vec = field(default_factory=lambda: [0, 0, 0])  # quota of lenders, each up to its lending limit
-    idle_lend: Vec = field(default_factory=lambda: [0, 0, 0])  # sum over lenders of what each lends now
-    over: Vec = field(default_factory=lambda: [0, 0, 0])  # sum of max(0, used - quota) over all teams
-    reserved_borrow: Vec = field(default_factory=lambda: [0, 0, 0])  # held back for a starving borrower
-
-
-class PendingQueue:
-    """One team's pending jobs, one heap per job shape, merged on the fly in queue order.
-
-    A job's key never changes, so a preempted job re-enters at its original place.
-    """
-
-    __slots__ = ("heaps", "live", "tops")
-
-    def __init__(self) -> None:
-        self.heaps: dict[tuple, list[tuple[tuple, str]]] = {}
-        self.live: dict[str, Workload] = {}
-        # the first job of each shape in queue order, (key, job id, shape); None once the queue changed: a cycle
-        # asks for the head of each team's queue round after round, and most queues change far less often
-        self.tops: list[tuple[tuple, str, tuple]] | None = None
-
-    def __len__(self) -> int:
-        return len(self.live)
-
-    def users(self) -> set[str]:
-        return {w.user for w in self.live.values()}
-
-    def push(self, w: Workload, key: tuple) -> None:
-        self.tops = None
-        self.live[w.id] = w
-        heapq.heappush(self.heaps.setdefault(w.shape, []), (key, w.id))
-
-    def discard(self, wid: str) -> Workload | None:
-        self.tops = None
-        return self.live.pop(wid, None)  # its heap entry is dropped lazily
-
-    def _top(self, shape: tuple) -> tuple[tuple, str] | None:
-        h = self.heaps[shape]
-        while h and h[0][1] not in self.live:
-            heapq.heappop(h)
-        if not h:
-            del self.heaps[shape]
-            return None
-        return h[0]
-
-    def head(self, skip: set | None = None, user_rank: Callable[[str], tuple] | None = None) -> Workload | None:
-        """The first job in queue order whose shape is not in ``skip``; with ``user_rank`` (round-robin across
-        users, ``governance.users``), the job of the user with the lowest rank first, then by queue order."""
-        if user_rank is None:
-            for _, wid, shape in self.ordered():
-                if not skip or shape not in skip:
-                    return self.live[wid]
-            return None
-        best: tuple[Any, ...] | None = None
-        for shape in list(self.heaps):
-            if skip and shape in skip:
-                continue
-            got = self._top(shape)
-            if got is None:
-                continue
-            top: tuple[Any, ...] = got if user_rank is None else (user_rank(self.live[got[1]].user), *got)
-            if best is None or top < best:
-                best = top
-        return self.live[best[-1]] if best else None
-
-    def ordered(self) -> list[tuple[tuple, str, tuple]]:
-        """The first job of each shape in queue order: (key, job id, shape); kept until the queue changes."""
-        tops = self.tops
-        if tops is None:
-            tops = self.tops = sorted((*top, shape) for shape in list(self.heaps)
-                                      for top in (self._top(shape),) if top is not None)
-        return tops
-
-    def heads(self) -> Iterator[Workload]:
-        """The first job of each shape."""
-        for shape in list(self.heaps):
-            top = self._top(shape)
-            if top is not None:
-                yield self.live[top[1]]
-
-    def pop(self, w: Workload) -> None:
-        self.tops = None
-        self.live.pop(w.id, None)
-        if w.shape in self.heaps:  # (a job starting on a fallback instance type is queued under its first)
-            self._top(w.shape)  # drop it from its heap if on top
-
-    def position(self, wid: str) -> int | None:
-        """The 1-based place of ``wid`` in :meth:`in_order` without sorting (O(n)); None if not queued. Safe to
-        call from another thread while the engine runs: it reads copies of the heaps."""
-        if wid not in self.live:
-            return None
-        entries = [e for h in list(self.heaps.values()) for e in list(h)]
-        mine = min((e for e in entries if e[1] == wid), default=None)
-        if mine is None:
-            return None
-        return 1 + len({e[1] for e in entries if e < mine and e[1] != wid and e[1] in self.live})
-
-    def in_order(self) -> Iterator[Workload]:
-        """All pending jobs in queue order (for reports; O(n log n))."""
-        entries = sorted(e for h in self.heaps.values() for e in h if e[1] in self.live)
-        seen: set[str] = set()
-        for _, wid in entries:
-            if wid not in seen:
-                seen.add(wid)
-                yield self.live[wid]
-
-
-class Snapshot:
+class Snapshot(NodeIndex):
     """Everything one scheduling cycle needs. See module doc."""
 
     def __init__(
@@ -344,6 +49,7 @@ class Snapshot:
         fallback_preempts: bool = False,
         aging: tuple[float, int] = (0.0, 0),
     ) -> None:
+        super().__init__(topology_levels)
         # rule 12 (``governance.consolidation``): move borrowed jobs to free whole nodes for a waiting multi-node
         # job: "Off", "WithinQuota" (for a job within its team's quota) or "AlsoBorrowing" (for one that borrows too)
         self.consolidation = consolidation
@@ -377,7 +83,6 @@ class Snapshot:
         # fallback instance types (``Workload.choices``): take the first type the job fits now even by borrowing
         # (Kueue's whenCanBorrow: Borrow), or a later type that fits within quota first (TryNextFlavor)
         self.fallback_borrows = fallback_borrows
-        self.levels = tuple(topology_levels)  # the topology's levels, outermost first (e.g. block, rack)
         self.task_ranking = task_ranking
         self.fair_share = fair_share
         # FairShareHistory (``governance.history``): the half-life of past borrowing, when it was last folded in,
@@ -389,105 +94,27 @@ class Snapshot:
         self.starvation_guard = starvation_guard
         self.borrow_limit_while_others_wait = borrow_limit_while_others_wait  # rule 3: limits bind only then
         self.now = now
-        self.nodes: dict[str, Node] = {}
-        self.by_type: dict[str, list[Node]] = {}
-        self.unschedulable: set[str] = set()  # names of nodes that take no new replicas
-        # per instance type and free accelerators: a heap of (not passed, free mcpu, free mib, name, stamp), so
-        # placement finds the best fit without looking at every node (stale entries are dropped lazily)
-        self.fit_index: dict[str, dict[int, list[tuple[bool, int, int, str, int]]]] = {}
-        self._index_size: dict[str, int] = {}
-        # per instance type and count of free accelerators: the names of the nodes with that many free (kept with
-        # the fit index), so the nodes with at least k free (or the nearest to it) are found without looking at the
-        # others
-        self.by_free: dict[str, dict[int, set[str]]] = {}
         self.teams: dict[str, Team] = {}
         self.groups: dict[str, Group] = {}  # the tree of groups; empty: every team at the top (``governance.groups``)
-        self.pools: dict[str, Pool] = {}
         self.running: dict[str, Workload] = {}
         self.running_by: dict[tuple[str, str], dict[str, Workload]] = {}  # (instance type, team) -> running
         self.pending: dict[str, Workload] = {}
-        self.waiting: dict[str, Team] = {}  # the teams with jobs queued (``scheduler.run`` looks at these only)
+        self.waiting: dict[str, Team] = {}  # the teams with jobs queued (a cycle looks at these only)
         self.lenders_of: dict[str, list[Team]] = {}  # per instance type: the teams with quota on it, in team order
         # team checks that failed on the team's own quota or borrow limit, by job: (what the check read, its
         # result); ``scheduler`` reuses one across cycles while the team's usage and limits stay as they were
         self.quota_blocked: dict[str, tuple[tuple, tuple[bool, bool, str]]] = {}
         # per team: whether all of its offers in a cycle's rounds are known to fail, with what that read
-        # (``scheduler._Cycle.verdict``); kept across cycles while that is unchanged
+        # (``verdicts.Verdicts.verdict``); kept across cycles while that is unchanged
         self.verdicts: dict[str, tuple] = {}
-        # counts changes of the nodes alone (added, removed, schedulable, health, topology): what
-        # ``placement.never_fits`` reads; ``scheduler`` keeps its verdicts per job shape while it stays
-        self.nodes_version = 0
         self.never_fit: dict[tuple, str | None] = {}
         self.never_at = 0
         self.elastic: dict[str, Workload] = {}  # running elastic jobs (``governance.elastic``)
         self.elastic_holdoff = 60.0  # seconds after a shrink in which an elastic job does not grow again
         self._seq = 0
         self._starts = 0  # jobs started, for the round-robin turns of users
-        self.version = 0  # counts changes of usage (assign, unassign) and of nodes, so readers can cache derived views
         self.memo: dict[tuple, Any] = {}  # the engine's cache of derived values, keyed with their versions
         self.cycle = 0  # scheduling cycles run on it (caches valid for one cycle are keyed with it)
-
-    # -- building ------------------------------------------------------------------------------
-    def pool(self, itype: str) -> Pool:
-        p = self.pools.get(itype)
-        if p is None:
-            p = self.pools[itype] = Pool()
-        return p
-
-    def add_node(self, name: str, itype: str, cap: Res, *, schedulable: bool = True, passed: bool = False,
-                 topology: tuple[str, ...] = ()) -> Node:
-        """Add a node; ``topology`` is its domain name at each of ``levels`` ("" where unknown)."""
-        if name in self.nodes:
-            raise ValueError(f"node {name!r} already exists")
-        n = Node(name, itype, cap, list(cap), schedulable, passed, topo=domain_ids(name, topology, len(self.levels)))
-        self.version += 1
-        self.nodes_version += 1
-        self.nodes[name] = n
-        self.by_type.setdefault(itype, []).append(n)
-        self.index(n)
-        if schedulable:
-            _add(self.pool(itype).cap, cap, 1)
-            _add(self.pool(itype).free, cap, 1)
-        else:
-            self.unschedulable.add(name)
-        return n
-
-    def set_schedulable(self, name: str, schedulable: bool) -> None:
-        n = self.nodes[name]
-        if n.schedulable != schedulable:
-            self.version += 1
-            self.nodes_version += 1
-            n.schedulable = schedulable
-            if schedulable:
-                self.unschedulable.discard(name)
-            else:
-                self.unschedulable.add(name)
-            _add(self.pool(n.itype).cap, n.cap, 1 if schedulable else -1)
-            _add(self.pool(n.itype).free, n.free, 1 if schedulable else -1)
-
-    def remove_node(self, name: str) -> None:
-        n = self.nodes[name]
-        if n.jobs:
-            raise ValueError(f"node {name!r} still runs {sorted(n.jobs)}")
-        self.set_schedulable(name, False)
-        self.version += 1
-        self.nodes_version += 1
-        del self.nodes[name]
-        self.unschedulable.discard(name)
-        self._unbucket(n)
-        self.by_type[n.itype].remove(n)
-
-    def update_node(self, name: str, *, passed: bool, topology: tuple[str, ...] | None = None) -> None:
-        """A node's deep health check result changed (``passed``), or its topology labels (``topology``: its
-        domain name at each level)."""
-        n = self.nodes[name]
-        topo = n.topo if topology is None else domain_ids(name, topology, len(self.levels))
-        if n.health_passed != passed or n.topo != topo:
-            self.version += 1
-            self.nodes_version += 1
-            n.health_passed = passed
-            n.topo = topo
-            self.index(n)
 
     def add_team(self, team: Team) -> None:
         if team.name in self.teams:
@@ -501,9 +128,9 @@ class Snapshot:
             self.groups[team.path[0]].teams.append(team.name)
         for itype, q in team.quota.items():
             p = self.pool(itype)
-            _add(p.quota_all, q, 1)
+            add(p.quota_all, q, 1)
             if team.lends:
-                _add(p.quota_lend, lend_quota(q, team.lend_limit.get(itype)), 1)
+                add(p.quota_lend, lend_quota(q, team.lend_limit.get(itype)), 1)
         for itype in team.quota:
             self._account(team, itype, 1)
 
@@ -520,9 +147,9 @@ class Snapshot:
             # a group's own quota is never used by the group itself: always idle, lendable to the teams below it
             # first (``groups.flow_ok`` says to whom); counted here as a lender's that lends it all
             p = self.pool(itype)
-            _add(p.quota_all, q, 1)
-            _add(p.quota_lend, q, 1)
-            _add(p.idle_lend, q, 1)
+            add(p.quota_all, q, 1)
+            add(p.quota_lend, q, 1)
+            add(p.idle_lend, q, 1)
 
     def path_of(self, group: str | None) -> tuple[str, ...]:
         """A group and its ancestors, nearest first (a team's ``path``); () for None."""
@@ -533,43 +160,6 @@ class Snapshot:
             g = self.groups[g].parent
         return tuple(out)
 
-    def index(self, n: Node, *, compact: bool = True) -> None:
-        """(Re-)enter node ``n`` in the fit index with its current free room and health."""
-        n.stamp += 1
-        f = n.free
-        if n.bucket != f[0]:
-            self._unbucket(n)
-            buckets = self.by_free.get(n.itype)
-            if buckets is None:
-                buckets = self.by_free[n.itype] = {}
-            names = buckets.get(f[0])
-            if names is None:
-                names = buckets[f[0]] = set()
-            names.add(n.name)
-            n.bucket = f[0]
-        heapq.heappush(self.fit_index.setdefault(n.itype, {}).setdefault(f[0], []),
-                       (not n.health_passed, f[1], f[2], n.name, n.stamp))
-        size = self._index_size[n.itype] = self._index_size.get(n.itype, 0) + 1
-        if compact and size > 4 * len(self.by_type[n.itype]) + 64:
-            self.fit_index[n.itype] = {}
-            self._index_size[n.itype] = 0
-            for nd in self.by_type[n.itype]:
-                self.index(nd)
-
-    def _unbucket(self, n: Node) -> None:
-        if n.bucket >= 0:
-            buckets = self.by_free[n.itype]
-            names = buckets[n.bucket]
-            names.discard(n.name)
-            if not names:
-                del buckets[n.bucket]
-            n.bucket = -1
-
-    def with_free(self, itype: str, at_least: int) -> list[set[str]]:
-        """The sets of names of the nodes of ``itype`` with at least ``at_least`` free accelerators."""
-        return [names for b, names in self.by_free.get(itype, {}).items() if b >= at_least]
-
-    # -- team usage and the pool aggregates ----------------------------------------------------
     def _account(self, team: Team, itype: str, sign: int) -> None:
         """Add (sign=1) or remove (sign=-1) the team's contribution to the pool's idle/over sums."""
         p = self.pool(itype)
@@ -596,7 +186,6 @@ class Snapshot:
         if w.user:
             team.user_acc[w.user] = team.user_acc.get(w.user, 0) + sign * t[0]
 
-    # -- jobs ----------------------------------------------------------------------------------
     def queue_key(self, w: Workload) -> tuple:
         if self.task_ranking:
             if self.boosts:  # priority aging (``governance.aging``): the boost counted at the last cycle's start
@@ -728,11 +317,6 @@ class Snapshot:
         team.queue.push(w, self.queue_key(w))
         self.waiting[team.name] = team
 
-    # -- views ---------------------------------------------------------------------------------
-    def unallocated(self, itype: str) -> Vec:
-        p = self.pool(itype)
-        return [max(0, p.cap[d] - p.quota_all[d]) for d in range(3)]
-
     def lendable(self, itype: str) -> Vec:
         """Capacity others may borrow when idle: lenders' quota (+ unallocated when idle sharing is on)."""
         p = self.pool(itype)
@@ -740,26 +324,3 @@ class Snapshot:
             return list(p.quota_lend)
         ua = self.unallocated(itype)
         return [p.quota_lend[d] + ua[d] for d in range(3)]
-
-
-def domain_ids(node: str, values: tuple[str, ...], levels: int) -> tuple[str, ...]:
-    """A node's domain id at each level: the path of domain names down to it ("b1", "b1/r3"). A node with no
-    name at some level is a domain of its own from there down ("b1/?node"; it shares that domain with no other
-    node)."""
-    out: list[str] = []
-    path = ""
-    own = False
-    for i in range(levels):
-        v = values[i] if i < len(values) else ""
-        if not own:
-            own = not v
-            step = f"?{node}" if own else v
-            path = f"{path}/{step}" if path else step
-        out.append(path)
-    return tuple(out)
-
-
-def _add(v: Vec, r: Sequence[int], k: int) -> None:
-    v[0] += k * r[0]
-    v[1] += k * r[1]
-    v[2] += k * r[2]

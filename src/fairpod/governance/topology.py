@@ -30,7 +30,9 @@ from collections import Counter
 from collections.abc import Iterable
 from operator import itemgetter
 
-from fairpod.governance.snapshot import Node, Snapshot, Workload
+from fairpod.governance.nodes import Node
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 
 
 def level_of(snap: Snapshot, w: Workload) -> tuple[int, bool] | None:

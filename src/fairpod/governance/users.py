@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 def order(team: Team) -> Callable[[str], tuple[int, int]] | None:

@@ -7,7 +7,9 @@ one it made room for, and never stops it in turn (it is newer), so two jobs neve
 
 from __future__ import annotations
 
-from fairpod.governance.snapshot import Snapshot, Team, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
+from fairpod.governance.workload import Workload
 
 
 def outranks(snap: Snapshot, team: Team, w: Workload, v: Workload) -> bool:

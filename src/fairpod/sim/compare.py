@@ -20,7 +20,8 @@ from dataclasses import replace
 from typing import Any
 
 from fairpod.model.spec import ClusterSpec, parse_spec
-from fairpod.sim.run import SimResult, simulate
+from fairpod.sim.jobs import SimResult
+from fairpod.sim.run import simulate
 from fairpod.sim.trace import TraceJob
 
 MODES = ("private", "fcfs", "history")

@@ -16,7 +16,8 @@ from __future__ import annotations
 import heapq
 from bisect import bisect_left, insort
 
-from fairpod.governance.snapshot import Snapshot, Team
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.teams import Team
 
 UNALLOCATED = "(unallocated)"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fairpod.sim.run import SimResult
+from fairpod.sim.jobs import SimResult
 
 
 def plot_usage(res: SimResult, path: str | Path) -> None:

@@ -32,7 +32,7 @@ from typing import Any
 
 from fairpod import governance
 from fairpod.governance.kinds import KINDS
-from fairpod.sim.run import SimJob, SimResult
+from fairpod.sim.jobs import SimJob, SimResult
 
 JAIN_DEFINITION = (
     "Jain's index of x_t = used share / entitled share over teams with quota and jobs; used share = team's "

@@ -30,8 +30,9 @@ A Ray job (``kind`` ray) is one gang of its ``nodes``, as any job of a fixed siz
 
 The run ends when nothing more can happen: no arrivals left and nothing running.
 
-Longer than fairpod's usual module (~520 lines): a job's events, its accounting per kind (work, lost work, a
-service's replica-seconds) and the engine's view of it change together at each start and stop.
+A job's events, its accounting per kind (work, lost work, a service's replica-seconds) and the engine's view of it
+change together at each start and stop, here; a job's record and the result are in ``sim.jobs``, who borrows and
+lends how much over time (and the timeline) in ``sim.ledger``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,6 @@ import heapq
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from fairpod.governance import (
     Admit,
@@ -59,9 +59,9 @@ from fairpod.governance import (
 from fairpod.governance.budget import next_period
 from fairpod.governance.build import budget_meter, snapshot_from_spec
 from fairpod.governance.kinds import kind_fields
-from fairpod.governance.quota import lending
 from fairpod.model.spec import ClusterSpec
-from fairpod.sim.lenders import Book
+from fairpod.sim.jobs import SimJob, SimResult, expected
+from fairpod.sim.ledger import Ledger
 from fairpod.sim.trace import TraceJob
 
 # a job moved to free whole nodes (``governance.consolidation``) is looked at again this long after, about when the
@@ -71,82 +71,6 @@ MOVE_RESTART_SECONDS = 1.0
 
 def _r(t: float) -> float:
     return round(t, 6)
-
-
-@dataclass(slots=True, eq=False)
-class SimJob:
-    """A trace job and what happened to it."""
-
-    job: TraceJob
-    w: Workload | None  # None: never runnable, not given to the engine
-    left: float  # seconds of work still to do
-    first_start: float | None = None
-    end: float | None = None
-    run_start: float | None = None  # start of the current run
-    run_seconds: float = 0.0  # over all runs, lost work included
-    preemptions: int = 0
-    lost_seconds: float = 0.0  # work lost to preemptions
-    version: int = 0  # bumped at each start and stop; stale completion events are skipped
-    reason: str = ""  # the last Wait reason, or why it can never run
-    domains: int | None = None  # domains of its topology level its last run spanned (None: no level asked)
-    nodes: tuple[str, ...] = ()  # where its last run ran
-    shrinks: int = 0  # elastic: replicas taken away while it ran (not preemptions)
-    grows: int = 0
-    lost_resize_seconds: float = 0.0  # work lost to restarts from a checkpoint at grows and shrinks
-    on: str = ""  # the instance type of its current run
-    # a service: replica-seconds of its runs at (up to) its minimum and above it
-    at_min_seconds: float = 0.0
-    above_min_seconds: float = 0.0
-
-    @property
-    def rate(self) -> float:
-        """Accelerators in use per second of its current run as a share of ``job.accelerators``: k/nodes for an
-        elastic job (or a service) on k replicas, else 1. An elastic job's work goes at this rate too."""
-        return len(self.nodes) / self.job.nodes if self.job.min_nodes and self.nodes else 1.0
-
-    @property
-    def progress(self) -> float:
-        """Work per second of its current run: a service is up at any size (1), else ``rate``."""
-        return 1.0 if self.job.kind == "service" else self.rate
-
-    @property
-    def wait(self) -> float | None:
-        return None if self.first_start is None else self.first_start - self.job.submit
-
-
-@dataclass(slots=True)
-class SimResult:
-    spec: ClusterSpec
-    teams: list[str]
-    jobs: list[SimJob]
-    start: float  # first submit
-    end: float  # last event
-    capacity: int  # accelerators of the whole cluster
-    quota: dict[str, int]  # accelerators per team, all instance types
-    borrowed: dict[str, float]  # accelerator-seconds per team
-    lent: dict[str, float]
-    cpu_seconds: float = 0.0  # inside governance.schedule
-    cycles: int = 0
-    decisions: int = 0
-    admits: int = 0
-    waits: int = 0
-    preemptions: int = 0
-    shrinks: int = 0  # elastic jobs: Shrink decisions (not preemptions; the job keeps running)
-    grows: int = 0
-    # (t, allocated per team, borrowed per team) at every change, teams in ``teams`` order
-    timeline: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = field(default_factory=list)
-
-    @property
-    def makespan(self) -> float:
-        return max(0.0, self.end - self.start)
-
-
-def _expected(j: TraceJob, left: float) -> float | None:
-    """What the engine is told a job runs for: an elastic job's time at its minimum size (at most that); a service
-    declares none (it runs until deleted, as the control plane's services)."""
-    if j.kind == "service":
-        return None
-    return left * j.nodes / j.min_nodes if j.min_nodes else left
 
 
 class Simulation:
@@ -165,28 +89,7 @@ class Simulation:
         self.done = 0
         self.on_cycle = on_cycle  # told each cycle's time and decisions (as applied), e.g. to log them
         self.snap = snapshot_from_spec(spec)
-        self._sampled: tuple[int, tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] | None = None
-        # who borrows from whom, kept per instance type and brought up to date only for the types whose usage a
-        # cycle changed: without groups a ``lenders.Book`` per type, moved by the change of each team whose usage
-        # changed; with groups recomputed from the teams that can take part (quota on the type, or jobs running on
-        # it). The sums over types per team (no zeros) are what is integrated over time.
-        self._lent: dict[tuple, tuple[dict[str, int], dict[str, int]]] = {}
-        self._by_type: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
-        self._borrow_sum: dict[str, int] = {}
-        self._lend_sum: dict[str, int] = {}
-        self._dirty: dict[str, set[str]] = {}  # instance type -> teams whose usage of it changed since the last sample
-        self._running_on: dict[str, dict[str, int]] = {}  # instance type -> team -> jobs running on it
         self.team_names = [t.name for t in spec.teams]
-        self.itypes = sorted(self.snap.pools)
-        self._quota_teams = {it: frozenset(t.name for t in self.snap.teams.values() if t.q(it)[0] > 0)
-                             for it in self.itypes}
-        self._books: dict[str, Book] = {}
-        if not self.snap.groups:
-            for it in self.itypes:
-                book = self._books[it] = Book(it)
-                for name in sorted(self._quota_teams[it]):
-                    book.update(self.snap.teams[name])
-        self.record_timeline = record_timeline
         empty = snapshot_from_spec(spec)
         verdicts: dict[tuple, str | None] = {}
         self.jobs: list[SimJob] = []
@@ -194,7 +97,7 @@ class Simulation:
         for j in jobs:
             w = Workload(j.name, j.team, j.itype, j.min_replicas, j.per_replica, priority=j.priority,
                          submit=_r(j.submit), min_runtime=min(j.min_runtime, spec.policy.max_min_runtime_seconds),
-                         expected=_expected(j, j.duration), user=j.user,  # the trace's duration: as declared
+                         expected=expected(j, j.duration), user=j.user,  # the trace's duration: as declared
                          topology=j.topology, topology_required=j.topology_required,
                          choices=((j.itype, j.per_replica), *j.fallbacks) if j.fallbacks else (),
                          **kind_fields(j.kind, j.min_replicas, j.nodes))  # elastic, quota-bound: as the server
@@ -225,6 +128,7 @@ class Simulation:
             quota={t.name: sum(q.acc for q in spec.team_quota(t).values()) for t in spec.teams},
             borrowed=dict.fromkeys(self.team_names, 0.0), lent=dict.fromkeys(self.team_names, 0.0),
         )
+        self.ledger = Ledger(self.snap, self.result, self.team_names, record_timeline)
         self.ckpt: dict[str, SimJob] = {}  # running jobs that take checkpoints
         # budgets (rule 10): hours counted on the virtual clock (trace seconds as unix time), a wake-up at each
         # new period so that held jobs are looked at again
@@ -241,9 +145,7 @@ class Simulation:
     def _start(self, sj: SimJob, t: float) -> None:
         assert sj.w is not None
         it = sj.on = sj.w.itype
-        on = self._running_on.setdefault(it, {})
-        on[sj.job.team] = on.get(sj.job.team, 0) + 1
-        self._dirty.setdefault(it, set()).add(sj.job.team)
+        self.ledger.started(it, sj.job.team)
         sj.run_start = t
         if sj.first_start is None:
             sj.first_start = t
@@ -268,11 +170,7 @@ class Simulation:
         sj.run_start = None
         sj.version += 1
         self.ckpt.pop(sj.job.name, None)
-        on = self._running_on[sj.on]
-        on[sj.job.team] -= 1
-        if not on[sj.job.team]:
-            del on[sj.job.team]
-        self._dirty.setdefault(sj.on, set()).add(sj.job.team)
+        self.ledger.stopped(sj.on, sj.job.team)
         if not preempted:
             self.done += 1
             sj.left = 0.0
@@ -286,7 +184,7 @@ class Simulation:
         saved = math.floor(run / iv + 1e-9) * iv if iv else 0.0
         sj.left = _r(sj.left - saved * rate)
         assert sj.w is not None
-        sj.w.expected = _expected(sj.job, sj.left)
+        sj.w.expected = expected(sj.job, sj.left)
         sj.lost_seconds += (run - saved) * rate
         sj.preemptions += 1
 
@@ -338,7 +236,7 @@ class Simulation:
             if t == math.inf:
                 break
             if sampled:
-                self._integrate(t - last_t)
+                self.ledger.integrate(t - last_t)
             if self.meter is not None:  # budget hours of the usage held until now, before anything ends
                 self.meter.accrue(snap.teams, t)
             last_t = t
@@ -414,7 +312,7 @@ class Simulation:
                 if nxt > t and nxt not in self.woken:
                     self.woken.add(nxt)
                     self._push(nxt, "", -1)
-            self._sample(t)
+            self.ledger.sample(t)
             sampled = True
             if self.meter is not None and snap.pending:  # held jobs are looked at again when a period begins
                 for period in self.periods:
@@ -426,85 +324,6 @@ class Simulation:
         if self.on_progress is not None:
             self.on_progress(last_t, self.done, len(arrivals))
         return res
-
-    def _sample(self, t: float) -> None:
-        """Bring who borrows and lends how much up to date (and the timeline, when it is recorded)."""
-        if self._dirty:
-            for it, teams in self._dirty.items():
-                self._lend_type(it, teams)
-            self._dirty.clear()
-        if self.record_timeline:
-            self._record(t)
-
-    def _lend_type(self, it: str, teams: set[str]) -> None:
-        snap = self.snap
-        book = self._books.get(it)
-        if book is not None:  # no groups: move the teams whose usage changed, then the takes
-            for name in teams:
-                book.update(snap.teams[name])
-            self._set_type(it, (dict(book.over), book.attribute(snap)))
-            return
-        names = sorted({*self._quota_teams.get(it, ()), *self._running_on.get(it, {})})
-        key = (it, tuple(names), tuple(snap.teams[n].used[it][0] if it in snap.teams[n].used else 0 for n in names))
-        got = self._lent.get(key)
-        if got is None:
-            borrowed: dict[str, int] = {}
-            lent: dict[str, int] = {}
-            for borrower, lenders in lending(snap, it, names).items():
-                for lender, n in lenders.items():
-                    borrowed[borrower] = borrowed.get(borrower, 0) + n
-                    if lender in snap.teams:
-                        lent[lender] = lent.get(lender, 0) + n
-            if len(self._lent) >= 8192:
-                self._lent.clear()
-            got = self._lent[key] = (borrowed, lent)
-        self._set_type(it, got)
-
-    def _set_type(self, it: str, got: tuple[dict[str, int], dict[str, int]]) -> None:
-        """Who borrows and lends how much of ``it`` now: into the sums over types."""
-        old = self._by_type.get(it)
-        if old is got:
-            return
-        for new, was, total in ((got[0], old[0] if old else {}, self._borrow_sum),
-                                (got[1], old[1] if old else {}, self._lend_sum)):
-            for name, n in was.items():
-                total[name] -= n
-                if not total[name]:
-                    del total[name]
-            for name, n in new.items():
-                total[name] = total.get(name, 0) + n
-        self._by_type[it] = got
-
-    def _record(self, t: float) -> None:
-        """The timeline's point at ``t``: accelerators allocated and borrowed per team (teams in spec order)."""
-        snap = self.snap
-        cached = self._sampled
-        if cached is not None and cached[0] == snap.version:
-            out = cached[1]
-            tl = self.result.timeline
-            if not tl or tl[-1][1] != out[0] or tl[-1][2] != out[1]:
-                tl.append((t, out[0], out[1]))
-            return
-        teams = [snap.teams[name] for name in self.team_names]
-        alloc = tuple(sum(v[0] for v in tm.used.values()) for tm in teams)
-        borrowed = tuple(self._borrow_sum.get(name, 0) for name in self.team_names)
-        lent = tuple(self._lend_sum.get(name, 0) for name in self.team_names)
-        out = (alloc, borrowed, lent)
-        self._sampled = (snap.version, out)
-        tl = self.result.timeline
-        if tl and tl[-1][0] == t:
-            tl.pop()
-        if not tl or tl[-1][1] != out[0] or tl[-1][2] != out[1]:
-            tl.append((t, out[0], out[1]))
-
-    def _integrate(self, dt: float) -> None:
-        if dt <= 0:
-            return
-        res = self.result
-        for name, n in self._borrow_sum.items():
-            res.borrowed[name] += n * dt
-        for name, n in self._lend_sum.items():
-            res.lent[name] += n * dt
 
 
 def _reprioritize(snap: Snapshot, sj: SimJob) -> bool:

@@ -38,7 +38,8 @@ from collections.abc import Callable
 from typing import Any
 
 from fairpod.governance.forecast import estimate_starts
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 from fairpod.model.jobs import JobState
 from fairpod.server.core.api import Busy, Core, Throttled
 from fairpod.store.records import Job

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from fairpod.executors.base import Executor
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 from fairpod.model.jobs import JobSpec
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.core.published import AsOf

@@ -10,7 +10,8 @@ import threading
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from fairpod.governance.snapshot import Snapshot, Workload
+from fairpod.governance.snapshot import Snapshot
+from fairpod.governance.workload import Workload
 from fairpod.server.accounting.rollups import roll_up
 from fairpod.server.core.api import Busy
 from fairpod.server.core.batch import BatchingStore
