@@ -33,9 +33,14 @@ def test_the_tour_in_accelerators_and_nodes_with_logs_and_checkpoints(server: Se
     assert "borrowing 4 accelerators (1 node) from john" in server.cli("list-jobs").stdout
     wait_for(lambda: "starting at step" in server.cli("get-logs", "smith-train", "--replica", "1").stdout, 20,
              "replica 1's first line")
-    both = server.cli("logs", "smith-train", "--all-replicas").stdout.splitlines()
-    assert any(ln.startswith("[0] rank 0 of 2: starting at step 0") for ln in both), both
-    assert any(ln.startswith("[1] rank 1 of 2: starting at step 0") for ln in both), both
+
+    def both_started() -> list[str] | None:  # each replica writes its first line when it gets there
+        lines = server.cli("logs", "smith-train", "--all-replicas").stdout.splitlines()
+        return lines if all(any(ln.startswith(f"[{r}] rank {r} of 2: starting at step 0") for ln in lines)
+                            for r in (0, 1)) else None
+
+    both = wait_for(both_started, 20, "each replica's first line, with its prefix, in logs --all-replicas")
+    assert both is not None
     # john reclaims: smith's job checkpoints through the SDK and get-job shows it
     server.cli("start-job", "--name", "john-eval", "--team", "john", "--", "sleep", "4")
     wait_for(lambda: server.job("smith-train")["checkpoint"]["path"], 30, "smith-train's checkpoint")
