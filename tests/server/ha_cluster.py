@@ -172,9 +172,20 @@ class HaCluster:
             self.start(i)
 
     def leader(self, timeout: float = 60.0, besides: Node | None = None) -> Node:
-        return wait_for(lambda: next((n for n in self.nodes if n is not besides and n.proc is not None
-                                      and n.proc.poll() is None and n.leading()), None),
-                        timeout, "a leader", step=0.02)
+        try:
+            return wait_for(lambda: next((n for n in self.nodes if n is not besides and n.proc is not None
+                                          and n.proc.poll() is None and n.leading()), None),
+                            timeout, "a leader", step=0.02)
+        except AssertionError as e:  # how each node stood, and what it last said (for the failure's message)
+            raise AssertionError(f"{e}; {self.standing()}") from None
+
+    def standing(self) -> str:
+        out = []
+        for n in self.nodes:
+            code = n.proc.poll() if n.proc is not None else "not started"
+            tail = n.log_text()[-1200:]
+            out.append(f"\n--- node {n.i} ({n.url}): exit {code}, /healthz {n.health()!r}; its log ends:\n{tail}")
+        return "".join(out)
 
     @property
     def resume_hold(self) -> float:
