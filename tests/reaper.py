@@ -162,15 +162,25 @@ def _closure(roots: set[int], table: dict[int, tuple[int, int, int]]) -> set[int
 
 
 def _discard_groups(run_roots: list[Path]) -> None:
-    from fairpod import sandbox
-
     for root in run_roots:
-        for rdir in root.glob("*/*/*"):
-            if rdir.parent.name.isdigit() and rdir.name.isdigit():
-                try:
-                    sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name), rdir)
-                except Exception:  # noqa: BLE001 - best effort at the end of an interrupted run
-                    pass
+        discard_runs(root, best_effort=True)  # the end of an interrupted run: every replica it can
+
+
+def discard_runs(root: Path, best_effort: bool = False) -> None:
+    """Remove the cgroups of every replica under a local executor's runs directory ``root``: the replica's and its
+    spares' (fairpod.executors.standby); a supervisor killed with SIGKILL leaves them. ``best_effort``: a replica
+    whose cgroups cannot be removed is passed over, not raised."""
+    from fairpod import sandbox
+    from fairpod.executors import standby
+
+    for rdir in root.glob("*/*/*"):
+        if rdir.parent.name.isdigit() and rdir.name.isdigit():
+            try:
+                for box in standby.boxes(rdir):
+                    sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name), box)
+            except Exception:  # noqa: BLE001 - see best_effort
+                if not best_effort:
+                    raise
 
 
 def remove(folder: Path) -> None:

@@ -74,14 +74,10 @@ def stop_runs(root: Path) -> None:
     (by PID and start time: a replica that ended long ago left its PID file, and its PID may be another test's
     process by now; PIDs wrap, 32,768 on some hosts, and a run starts tens of thousands), and remove their cgroups
     (a supervisor killed so leaves its replica's, and its spares')."""
-    from fairpod import sandbox
-    from fairpod.executors import standby
+    from .. import reaper
 
     kill_recorded(root)
-    for rdir in root.glob("*/*/*"):
-        if rdir.parent.name.isdigit() and rdir.name.isdigit():
-            for box in standby.boxes(rdir):  # a replica's and its spares' (fairpod.executors.standby)
-                sandbox.discard(rdir.parent.parent.name, int(rdir.parent.name), int(rdir.name), box)
+    reaper.discard_runs(root)
 
 
 def kill_pids(pids: list[int]) -> None:
