@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install fairpod with everything its tests need into .venv, then run the whole suite (ruff + pytest).
-# Needs Python 3.11 and the package mirrors: PyPI (fairpod, Ray, torch CPU, mypyc) and Debian (chromium for the
+# Needs Python 3.11 and the package mirrors: PyPI (fairpod, Ray, torch CPU, mypyc), npm (code-server) and Debian (chromium for the
 # dashboard test, gcc and Python's headers for the native engine's test; installed when missing and we are root).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +47,10 @@ if ! { command -v podman && command -v runc && command -v busybox && command -v 
     catatonit busybox-static mmdebstrap) >/dev/null \
     || echo "warning: could not install podman, runc, busybox-static and mmdebstrap; the container tests will be skipped"
 fi
+# code-server for the code-server space test (tests/dashboard/test_space_code_server.py), from the npm registry
+# (about a minute: it builds native modules), beside the compiling below; a machine without Node.js skips it
+bash scripts/install-code-server.sh > .venv/code-server.log 2>&1 &
+CODE_SERVER=$!
 # (some packages ship files that are not Python 3 on purpose: pip skips them silently, and so does this)
 .venv/bin/python -m compileall -q -j 0 .venv/lib >/dev/null 2>&1 || true
 # and fairpod's own sources (an editable install: nothing compiled them) and the tests' helpers: with
@@ -54,6 +58,8 @@ fi
 # and fork server the suite starts compiles what it imports from source again (importing fairpod.server.api.app:
 # 1.37 CPU-s so, 1.0 from the compiled files)
 .venv/bin/python -m compileall -q -j 0 src tests >/dev/null 2>&1 || true
+wait "$CODE_SERVER" || { echo "warning: code-server was not installed; the code-server space test will be skipped:"; \
+  tail -3 .venv/code-server.log; }
 echo "== ruff"
 .venv/bin/ruff check src tests benchmarks examples
 echo "== pytest"

@@ -3,6 +3,7 @@ that records every request it gets: what a hostile caller sends never reaches th
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import threading
 from collections.abc import Iterator
@@ -99,6 +100,28 @@ def test_what_reaches_the_ide(proxy):
     assert "tok-alice" not in str(h) and h["cookie"] == "_xsrf=1" and h["connection"] == "close"
     assert "x-forwarded-for" not in h and "forwarded" not in h
 
+
+
+def test_what_reaches_code_server():
+    """code-server gets its session cookie (the SHA-256 of this run's secret, what its HASHED_PASSWORD is:
+    fairpod.sdk.space) in place of any the caller sent, the path without the space's prefix, and no
+    Authorization at all."""
+    ide = Ide()
+    backend = Backend("127.0.0.1", ide.srv.server_address[1], SECRET, "code-server")
+    p = SpaceProxy("smith", "ed", lambda user, token: Verdict(backend=backend) if token == "tok-alice" else
+                   Verdict(status=403, page="no"), lambda c: None)
+    try:
+        out = get(p, "/spaces/smith/ed/stable/x.js", "Authorization: Bearer tok-alice\r\n"
+                  "Cookie: code-server-session=planted; fairpod-space=abc; key=1\r\n")
+        assert out.startswith(b"HTTP/1.1 200")
+        path, h = ide.seen[-1]
+        assert path == "/stable/x.js" and "authorization" not in h
+        assert h["cookie"] == f"key=1; code-server-session={hashlib.sha256(SECRET.encode()).hexdigest()}"
+        assert get(p, "/spaces/smith/ed/", "Authorization: Bearer tok-bob\r\n").startswith(b"HTTP/1.1 403")
+        assert len(ide.seen) == 1
+    finally:
+        p.close()
+        ide.srv.shutdown()
 
 def test_a_second_request_on_the_connection_is_not_passed_unchecked(proxy):
     p, ide, _ = proxy

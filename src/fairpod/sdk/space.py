@@ -9,13 +9,14 @@ control plane's. It reads what the replica was given:
 
 It makes a fresh secret for this run, writes it to ``.fairpod/ide-token`` in the space's directory (0600; the
 directory 0700), and starts the IDE so that it answers only requests that carry the secret: JupyterLab with it
-as its token, code-server with it as its password. fairpod's proxy reads the file and adds the secret to each
+as its token, code-server with its SHA-256 as its hashed password. fairpod's proxy reads the file and adds the secret to each
 request it forwards, so another process of the host that reaches the port gets nothing without it. The secret is
 handed to the IDE in its environment, never on its command line (``ps`` shows command lines to every user).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -66,10 +67,15 @@ def code_server(files: Path, port: str, base: str, token: str) -> tuple[list[str
         sys.exit("fairpod space: code-server is not installed on this node (npm install -g code-server; or set "
                  "FAIRPOD_CODE_SERVER to its path)")
     own = files / ".fairpod" / "code-server"
-    env = {"PASSWORD": token}  # code-server's --auth password reads it from here
+    own.mkdir(parents=True, exist_ok=True)
+    # --auth password with HASHED_PASSWORD (read from the environment): a hash that is not argon2's is compared
+    # as SHA-256, and code-server's session cookie is that hash, so fairpod's proxy sends it on the user's behalf
+    # (server.services.space_proxy) and the browser never sees a password prompt
+    env = {"HASHED_PASSWORD": hashlib.sha256(token.encode()).hexdigest()}
     argv = [exe, "--bind-addr", f"127.0.0.1:{port}", "--auth", "password", "--disable-telemetry",
-            "--disable-update-check", "--user-data-dir", str(own / "data"), "--extensions-dir",
-            str(own / "extensions"), "--abs-proxy-base-path", base.rstrip("/"), str(files)]
+            "--disable-update-check", "--disable-workspace-trust", "--config", str(own / "config.yaml"),
+            "--user-data-dir", str(own / "data"), "--extensions-dir", str(own / "extensions"),
+            "--abs-proxy-base-path", base.rstrip("/"), str(files)]
     return argv, env
 
 

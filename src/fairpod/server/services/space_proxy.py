@@ -14,7 +14,9 @@ Every request is checked before a byte reaches the IDE:
 - **From where**: a request another site or another origin of this host sends (``Sec-Fetch-Site`` same-site or
   cross-site, or an ``Origin`` that is not this proxy's) is refused, except a plain navigation (a link).
 - **What goes on**: the caller's ``Authorization``, every ``fairpod*`` cookie and any ``Forwarded``/``X-Forwarded``
-  header are dropped; the IDE's own secret of this run (``fairpod.sdk.space``) is added. Each connection carries one
+  header are dropped; the IDE's own secret of this run (``fairpod.sdk.space``) is added: JupyterLab's token as its
+  ``Authorization``, code-server's session cookie (the secret's SHA-256, which code-server compares with its
+  ``HASHED_PASSWORD``) in place of any the browser sent, so neither IDE asks for a password. Each connection carries one
   request (``Connection: close``) whose body is passed by its ``Content-Length`` (a chunked request body is
   refused), so no second request reaches the IDE unchecked; a WebSocket upgrade (a notebook's kernel) is spliced
   both ways once the IDE accepted it. A ``Set-Cookie`` of the IDE that names a ``fairpod*`` cookie is dropped.
@@ -50,6 +52,7 @@ COOKIE = "fairpod-space"
 DROP = {"authorization", "proxy-authorization", "forwarded", "x-forwarded-for", "x-forwarded-host",
         "x-forwarded-proto", "x-forwarded-port", "x-real-ip", "connection", "keep-alive", "te", "trailer",
         "proxy-connection"}
+CODE_SERVER_COOKIE = "code-server-session"  # code-server's CookieKeys.Session
 TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
 
 
@@ -275,16 +278,21 @@ class SpaceProxy:
         if b.ide == "code-server":  # it serves from / and works behind a proxy that strips the prefix
             target = "/" + target[len(self.prefix):]
         lines = [f"{req.method} {target} {req.version}"]
+        cookies: list[str] = []
         for k, v in req.headers:
             if k in DROP or (k == "upgrade" and not req.upgrade):
                 continue
-            if k == "cookie":
-                v = "; ".join(p.strip() for p in v.split(";") if not p.strip().lower().startswith("fairpod"))
-                if not v:
-                    continue
+            if k == "cookie":  # fairpod's own and the IDE's session cookie are never the browser's to send
+                cookies += [c.strip() for c in v.split(";") if c.strip() and not c.strip().lower().startswith(
+                    ("fairpod", CODE_SERVER_COOKIE))]
+                continue
             lines.append(f"{k}: {v}")
         if b.ide == "jupyter":
             lines.append(f"authorization: token {b.secret}")
+        else:  # code-server: its session cookie, the hash of this run's secret (fairpod.sdk.space.code_server)
+            cookies.append(f"{CODE_SERVER_COOKIE}={sha256(b.secret.encode()).hexdigest()}")
+        if cookies:
+            lines.append("cookie: " + "; ".join(cookies))
         lines.append("connection: upgrade" if req.upgrade else "connection: close")
         try:
             up = socket.create_connection((b.host, b.port), timeout=10)
