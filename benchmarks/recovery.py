@@ -14,7 +14,7 @@ restarted one (a new timed executor on the same runs directory: it adopts them f
 running jobs to take in as well, and one more node open for its first admission.
 
 Run: ``.venv/bin/python benchmarks/recovery.py [--nodes 1000] [--teams 500] [--waiting 100000] [--compare-reads 2]
-[--running-nodes 0]``
+[--running-nodes 0] [--postgres]``
 (``--compare-reads``: the store's read of the unfinished jobs, with the specs validated again and built from the
 stored dump, alternately; ``--profile FILE``: a cProfile of the restart).
 Goal (issue 34): the first admission <= 30 s after the restart with 100,000 jobs waiting.
@@ -36,7 +36,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from datacenter import TYPES, spec_yaml  # noqa: E402
+from datacenter import TYPES, postgres, spec_yaml  # noqa: E402
 from fairpod.executors.timed import TimedExecutor  # noqa: E402
 from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
 from fairpod.model.spec import load_spec  # noqa: E402
@@ -61,13 +61,22 @@ def main() -> None:
     ap.add_argument("--compare-reads", type=int, default=0, metavar="N",
                     help="first read the unfinished jobs back N times each way, specs validated again (as before "
                          "store.jobs.stored_spec) and built from the stored dump, alternately, and print the CPU")
+    ap.add_argument("--postgres", action="store_true",
+                    help="a private PostgreSQL server (initdb/pg_ctl, as datacenter.py --postgres) instead of SQLite")
     args = ap.parse_args()
+    if args.postgres:
+        with postgres() as url:
+            return run(args, url)
+    return run(args, None)
+
+
+def run(args: argparse.Namespace, db_url: str | None) -> None:
     rng = random.Random(34)
     with tempfile.TemporaryDirectory(prefix="fairpod-recovery-") as tmp:
         path = Path(tmp) / "spec.yaml"
         path.write_text(spec_yaml(args.nodes, args.teams))
         spec = load_spec(str(path))
-        store = Store(f"sqlite:///{tmp}/fairpod.db")
+        store = Store(db_url or f"sqlite:///{tmp}/fairpod.db")
         store.create_all()
         sync_nodes(store, spec)
         store.put_spec(spec)

@@ -71,18 +71,20 @@ def test_the_health_loop_reads_only_the_nodes_it_acts_on(tmp_path: Path) -> None
 def test_a_restart_reads_the_jobs_once_and_adopts_the_timed_replicas(tmp_path: Path) -> None:
     """A new control plane (and a new timed executor on the same runs directory, as after kill -9 of
     ``fairpod up --executor timed``) and its services' drains read the unfinished jobs in one query, not once
-    more per live attempt, and adopt the replicas still running: nothing is taken for ended while it was down."""
+    more per live attempt, and adopt the replicas still running: nothing is taken for ended while it was down.
+    That one query reads what the memory needs (``engine_jobs``), no job whole: none of these needs acting on."""
     h = InProc(tmp_path)
     for i in range(4):
         h.submit(f"batch{i}", "john", 600)
     h.turn(3)
     assert len(h.cp.runs) == 4 and all(r.launched for r in h.cp.runs.values())
     h.cp.stop()  # the old executor is not closed: as after kill -9
-    reads = counting(h.store, ("get_job", "list_jobs"))
+    reads = counting(h.store, ("get_job", "get_jobs", "list_jobs", "engine_jobs"))
     cp = control_plane(h.store, TimedExecutor(tmp_path / "runs", clock=h.clock), tmp_path, clock=h.clock)
     try:
         Services(cp)  # as runtime.build makes it: it resumes the drains of services that were shrinking
-        assert reads["get_job"] == 0 and reads["list_jobs"] == 1, reads  # (was 2 get_job per live attempt, 2 lists)
+        # (was 2 get_job per live attempt and 2 lists; then 1 list of the jobs whole)
+        assert reads["engine_jobs"] == 1 and reads["get_job"] + reads["get_jobs"] + reads["list_jobs"] == 0, reads
         assert sorted(cp.runs) == sorted(j.id for j in h.store.list_jobs()) and not cp.snap.pending
         assert {j.state for j in h.store.list_jobs()} == {JobState.RUNNING}
         h.clock.advance(601)

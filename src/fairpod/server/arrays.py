@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fairpod.store.records import Job
+from fairpod.store.records import EngineJob, Job
 
 
-def array_of(job: Job) -> tuple[int, int | None] | None:
+def array_of(job: Job | EngineJob) -> tuple[int, int | None] | None:
     """(array job id, limit) of an array task (the store's ``array_id``, ``array_limit``); None for other jobs."""
     return None if job.array_id is None else (job.array_id, job.array_limit)
 

@@ -107,7 +107,7 @@ class NodeOps(Ops):
         health_status: NodeHealth | str | Iterable[NodeHealth | str] | None = None,
     ) -> list[Node]:
         """All nodes matching every given filter, by name."""
-        q = select(NodeRow).order_by(NodeRow.name)
+        q = select(NodeRow.__table__).order_by(NodeRow.name)
         if (g := _many(instance_group)) is not None:
             q = q.where(NodeRow.instance_group.in_(g))
         if (t := _many(instance_type)) is not None:
@@ -115,7 +115,7 @@ class NodeOps(Ops):
         if (h := _many(health_status)) is not None:
             q = q.where(NodeRow.health_status.in_([str(NodeHealth(x)) for x in h]))
         with self._session(False) as s:
-            return [to_node(r) for r in s.scalars(q)]
+            return [to_node(r) for r in s.connection().execute(q)]  # type: ignore[arg-type]  # Core rows: no ORM objects
 
     def node_states(self) -> list[tuple[str, bool]]:
         """Every node's name and whether it is schedulable (healthy and not cordoned), by name; no record built."""

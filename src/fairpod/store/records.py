@@ -115,6 +115,62 @@ class Job:
 
 
 @dataclass(frozen=True, slots=True)
+class EngineJob:
+    """An unfinished job as the control plane's memory needs it (the engine's workload, the live attempt, the
+    holds of arrays and backoffs): its columns and the few fields of its spec the engine reads, read in one
+    query when the memory is built (``store.unfinished``), without the job's whole spec. ``spec`` is the whole
+    spec only where the engine's fields need more (a service: its kind; a job naming several instance types:
+    its fallbacks; a row an older fairpod wrote without one of the fields), else None."""
+
+    id: int
+    name: str
+    team: str
+    state: JobState
+    reason: str
+    priority: int
+    instance_type: str
+    nodes: int
+    acc: int
+    mcpu: int
+    mib: int
+    submit_time: float
+    seq: int
+    enqueued_at: float | None
+    started_at: float | None
+    attempt: int
+    placement: list[str]
+    borrowed_from: dict[str, Any]
+    preemptions: int
+    run_state: dict[str, Any] | None
+    checkpoint_at: float | None
+    array_id: int | None
+    array_limit: int | None
+    # of the spec
+    kind: str  # JobSpec.kind
+    spec_nodes: int  # JobSpec.nodes (an elastic job's minimum; ``nodes`` above is its size now)
+    max_nodes: int | None
+    expected_duration_seconds: float | None
+    min_runtime_seconds: float
+    passed_only: bool  # JobSpec.deep_health_check_passed_nodes_only
+    user: str | None
+    required_topology: str | None
+    preferred_topology: str | None
+    spec: JobSpec | None = None
+
+    @classmethod
+    def of(cls, job: Job) -> EngineJob:
+        """The same fields of a whole job record (what the memory is given after a transition)."""
+        sp = job.spec
+        return cls(
+            job.id, job.name, job.team, job.state, job.reason, job.priority, job.instance_type, job.nodes, job.acc,
+            job.mcpu, job.mib, job.submit_time, job.seq, job.enqueued_at, job.started_at, job.attempt,
+            job.placement, job.borrowed_from, job.preemptions, job.run_state, job.checkpoint_at, job.array_id,
+            job.array_limit, sp.kind, sp.nodes, sp.max_nodes, sp.expected_duration_seconds, sp.min_runtime_seconds,
+            sp.deep_health_check_passed_nodes_only, sp.user, sp.required_topology, sp.preferred_topology, sp,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
 class Event:
     id: int
     ts: float

@@ -11,47 +11,51 @@ from fairpod.executors import registry
 from fairpod.governance import Snapshot, Workload, history
 from fairpod.governance.build import empty_snapshot, engine_team
 from fairpod.model.jobs import JobState, fallback_choices
+from fairpod.model.keys import run_key
 from fairpod.model.nodes import DeepHealthCheck
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.sandbox import capabilities
 from fairpod.server.core.transitions import array_holds, backoff, resize
-from fairpod.server.runs import Run, Slots, job_key, to_engine
-from fairpod.store.records import Job
+from fairpod.server.runs import Run, Slots, to_engine
+from fairpod.store.records import EngineJob, Job
 
 
 class Memory:
     """The part of :class:`fairpod.server.core.ControlPlane` that keeps the memory (the lock is held)."""
 
-    def workload(self, job: Job, spec: ClusterSpec | None = None) -> Workload:
+    def workload(self, job: Job | EngineJob, spec: ClusterSpec | None = None) -> Workload:
+        """The engine's workload of a job, from its whole record or from the fields the memory is built from
+        (``EngineJob``: one code path for both, so a restart decides as the memory it replaces did)."""
         spec = spec or self.spec
+        e = job if isinstance(job, EngineJob) else EngineJob.of(job)
         return Workload(
-            to_engine(job.id), job.team, job.instance_type, job.nodes, Res(job.acc, job.mcpu, job.mib),
-            priority=job.priority, submit=job.submit_time, seq=job.seq, enqueued=job.enqueued_at,
-            expected=job.spec.expected_duration_seconds,
-            min_runtime=min(job.spec.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
-            passed_only=job.spec.deep_health_check_passed_nodes_only, user=job.spec.user or "",
-            checkpoint=job.checkpoint_at, reason=job.reason, preemptions=job.preemptions,
-            borrowed_from=dict(job.borrowed_from or {}),  # admitted by borrowing: consolidation may move it
-            topology=job.spec.required_topology or job.spec.preferred_topology,
-            topology_required=job.spec.required_topology is not None,
-            **resize.workload_fields(job),  # kind and size (governance.kinds: a service's minimum is quota-bound)
-            choices=fallback_choices(job.spec, spec),
+            to_engine(e.id), e.team, e.instance_type, e.nodes, Res(e.acc, e.mcpu, e.mib),
+            priority=e.priority, submit=e.submit_time, seq=e.seq, enqueued=e.enqueued_at,
+            expected=e.expected_duration_seconds,
+            min_runtime=min(e.min_runtime_seconds, spec.policy.max_min_runtime_seconds),
+            passed_only=e.passed_only, user=e.user or "",
+            checkpoint=e.checkpoint_at, reason=e.reason, preemptions=e.preemptions,
+            borrowed_from=dict(e.borrowed_from or {}),  # admitted by borrowing: consolidation may move it
+            topology=e.required_topology or e.preferred_topology,
+            topology_required=e.required_topology is not None,
+            **resize.workload_fields(e),  # kind and size (governance.kinds: a service's minimum is quota-bound)
+            choices=fallback_choices(e.spec, spec) if e.spec is not None else (),
         )  # fmt: skip
 
 
-    def _rebuild(self, unfinished: list[Job] | None = None) -> None:
+    def _rebuild(self, unfinished: list[EngineJob] | None = None) -> None:
         """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
-        and pending jobs. ``unfinished``: the store's unfinished jobs, read already (100,000 take seconds)."""
+        and pending jobs. ``unfinished``: the store's unfinished jobs, read already (``Store.engine_jobs``)."""
         self._groups.clear()
         if unfinished is None:
-            unfinished = self.store.list_jobs(finished=False)
+            unfinished = self.store.engine_jobs()
         self.snap = self.build_snapshot(self.spec, unfinished)
         array_holds.hold_back(self, unfinished)  # throttled arrays: tasks beyond the limit
         backoff.hold_back(self, unfinished)  # restarts still backing off
 
 
-    def build_snapshot(self, spec: ClusterSpec, unfinished: list[Job] | None = None) -> Snapshot:
+    def build_snapshot(self, spec: ClusterSpec, unfinished: list[EngineJob] | None = None) -> Snapshot:
         """The engine's view of the store's nodes and unfinished jobs under ``spec`` (the live one, or one a
         dry run tries); call it holding the lock. ``unfinished``: the store's unfinished jobs, read already."""
         snap = empty_snapshot(spec, self.clock())
@@ -68,7 +72,7 @@ class Memory:
             snap.add_team(engine_team(spec, t.name))
         history.load(snap, self.history.saved(self))  # FairShareHistory: the past borrowing goes on
         self.budgets.fill(snap.teams, spec, snap.now)  # budgets: the hours counted so far
-        for job in self.store.list_jobs(finished=False) if unfinished is None else unfinished:
+        for job in self.store.engine_jobs() if unfinished is None else unfinished:
             if job.team not in snap.teams:
                 continue
             w = self.workload(job, spec)
@@ -80,7 +84,7 @@ class Memory:
         return snap
 
 
-    def _load_runs(self, unfinished: list[Job]) -> list[tuple[Job, Run]]:
+    def _load_runs(self, unfinished: list[EngineJob]) -> list[tuple[EngineJob, Run]]:
         """``runs`` and ``slots`` from the store's ``unfinished`` jobs (read by the caller, once for this and
         :meth:`_rebuild`); returns the attempts found live that the store does not know as started (the control
         plane died between starting them and recording it)."""
@@ -91,7 +95,7 @@ class Memory:
             if job.state not in (JobState.RUNNING, JobState.PREEMPTED):
                 continue
             run = Run.from_json(job.run_state, job.attempt)
-            if live.get(job_key(job)) == job.attempt and not run.launched:
+            if live.get(run_key(job.name, job.id)) == job.attempt and not run.launched:
                 unrecorded.append((job, run))
             self.runs[job.id] = run
             for node, slots in run.slots.items():

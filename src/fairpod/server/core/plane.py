@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -16,7 +16,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Executor, Resizing, capability
 from fairpod.model.jobs import JobState
-from fairpod.model.keys import job_id_of
+from fairpod.model.keys import job_id_of, run_key
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.core.api import Core
 from fairpod.server.core.batch import BatchingStore
@@ -116,7 +116,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
     def reload(self) -> None:
         """Forget the memory and build it again from the store (after a failed store write)."""
         with self.lock:
-            unfinished = self.store.list_jobs(finished=False)
+            unfinished = self.store.engine_jobs()
             self._load_runs(unfinished)
             self._rebuild(unfinished)
 
@@ -145,30 +145,42 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
             self.lock.release()
 
     def _recover(self) -> None:
-        """Start-up: re-adopt live replicas, take in exits not acknowledged, rebuild the snapshot."""
+        """Start-up: re-adopt live replicas, take in exits not acknowledged, rebuild the snapshot. The unfinished
+        jobs are read once, as the memory needs them (``Store.engine_jobs``: no job's whole spec); each pass
+        below reads whole, in one query, only the jobs it acts on."""
         exits = self.executor.adopt(ack=False)
         live = self.executor.running()
-        unfinished = self.store.list_jobs(finished=False)  # read once: 100,000 jobs take seconds
+        unfinished = self.store.engine_jobs()  # read once: 100,000 jobs take seconds
         unrecorded = self._load_runs(unfinished)
         self._rebuild(unfinished)
-        # the jobs as read, for the passes below (one read, not one query per live attempt); a job that a
-        # transition here changes is read from the store again
-        known = {job.id: job for job in unfinished}
+        keys = {e.id: run_key(e.name, e.id) for e in unfinished if e.id in self.runs}  # a name never changes
+        del unfinished
+        known: dict[int, Job] = {}  # jobs read whole; a job that a transition here changes is read again
+
+        def read(jids: Iterable[int]) -> None:
+            want = [j for j in jids if j not in known]
+            if want:
+                known.update(self.store.get_jobs(want))
 
         def job_of(jid: int) -> Job | None:
             return known.get(jid) or self.store.get_job(jid)
 
-        for job, run in unrecorded:
-            known.pop(job.id, None)
-            self._started(job, run)
+        read(e.id for e, _ in unrecorded)
+        for e, run in unrecorded:
+            if (job := known.pop(e.id, None)) is not None:
+                self._started(job, run)
         for e in exits:
             if (jid := job_id_of(e.job)) is not None:
                 known.pop(jid, None)
-            self.exit(e)
+        with self.store.batch():  # taken as a turn takes them, in one transaction (a restart finds ~1,000)
+            self._take_exits(exits)
         # replicas that ended unseen (an executor that keeps no exits across restarts)
-        for jid, run in list(self.runs.items()):
+        ended = [jid for jid, run in self.runs.items() if run.launched and live.get(keys[jid]) != run.attempt]
+        read(ended)
+        for jid in ended:
+            run = self.runs.get(jid)
             job = job_of(jid)
-            if job is None or not run.launched or live.get(job_key(job)) == run.attempt:
+            if run is None or job is None:
                 continue
             known.pop(jid, None)
             if job.spec.service is not None and set(range(job.nodes)) <= set(run.adding):
@@ -182,23 +194,32 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
                     continue
                 self.begin_stop(job, run, failure_kind(job), "replicas ended while the control plane was down")
             self.stopped(job, run)
-        for jid, run in list(self.runs.items()):
+        unlaunched = [jid for jid, run in self.runs.items() if not run.launched]
+        read(unlaunched)
+        for jid in unlaunched:
+            run = self.runs.get(jid)
             job = job_of(jid)
-            if job is not None and job.state == JobState.PREEMPTED and not run.launched:
+            if run is not None and job is not None and job.state == JobState.PREEMPTED and not run.launched:
                 known.pop(jid, None)
                 self.stopped(job, run)
-        self._carry_out(live, job_of)
-        self.executor.ack(exits)  # every write above is committed (no batch at start-up)
+        # what the store says was decided for a live attempt: only those are read whole
+        due = [jid for jid, run in self.runs.items() if run.launched and live.get(keys[jid]) == run.attempt
+               and (run.starting or run.removing or run.stopping is not None)]
+        read(due)
+        self._carry_out(live, job_of, due)
+        self.executor.ack(exits)  # every write above is committed (the exits' batch ended before the passes after it)
 
-    def _carry_out(self, live: dict[str, int], job_of: Callable[[int], Job | None]) -> None:
-        """Start-up: what the store says was decided for a live attempt is done again, whether or not it was
-        done before the crash (each is idempotent): new ranks of a growth still being started are started
-        (:meth:`Resize._finish_growth`), the ranks a shrink removes get their stop again, an attempt that is
-        stopping (cancel, preemption, failure) gets its stop again."""
+    def _carry_out(self, live: dict[str, int], job_of: Callable[[int], Job | None], due: list[int]) -> None:
+        """Start-up: what the store says was decided for a live attempt (``due``: the jobs of those whose run
+        has such a decision) is done again, whether or not it was done before the crash (each is idempotent): new
+        ranks of a growth still being started are started (:meth:`Resize._finish_growth`), the ranks a shrink
+        removes get their stop again, an attempt that is stopping (cancel, preemption, failure) gets its stop
+        again."""
         res = capability(self.executor, Resizing)
-        for jid, run in list(self.runs.items()):
+        for jid in due:
+            run = self.runs.get(jid)
             job = job_of(jid)
-            if job is None or not run.launched or live.get(job_key(job)) != run.attempt:
+            if run is None or job is None or not run.launched or live.get(job_key(job)) != run.attempt:
                 continue
             if run.starting:
                 self._finish_growth(job, run)

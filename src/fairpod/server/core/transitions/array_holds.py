@@ -17,7 +17,7 @@ from fairpod.server.arrays import array_of
 from fairpod.server.core.api import Throttled
 from fairpod.server.errors import InvalidJob
 from fairpod.server.runs import to_engine
-from fairpod.store.records import Job
+from fairpod.store.records import EngineJob, Job
 
 if TYPE_CHECKING:
     from fairpod.server.core.state import CoreState
@@ -32,7 +32,7 @@ class Hold:
     held: list[int] = field(default_factory=list)  # job ids kept out of the snapshot, in task order
 
 
-def hold_back(cp: CoreState, jobs: list[Job]) -> None:
+def hold_back(cp: CoreState, jobs: list[EngineJob]) -> None:
     """After the snapshot was (re)built from ``jobs`` (the unfinished ones): take out of it the pending tasks
     of throttled arrays beyond their limit."""
     holds: dict[int, Hold] = {}

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairpod.model.jobs import JobState
 from fairpod.server.runs import to_engine
-from fairpod.store.records import Job
+from fairpod.store.records import EngineJob, Job
 
 if TYPE_CHECKING:
     from fairpod.model.spec import Policy
@@ -47,12 +47,12 @@ def restart_changes(policy: Policy, job: Job, run_state: dict[str, Any], stop_re
                       f"of {job.max_retry}"}
 
 
-def not_before(job: Job) -> float | None:
+def not_before(job: Job | EngineJob) -> float | None:
     t = (job.run_state or {}).get(KEY)
     return float(t) if isinstance(t, int | float) else None
 
 
-def hold(cp: CoreState, job: Job) -> bool:
+def hold(cp: CoreState, job: Job | EngineJob) -> bool:
     """Keep ``job`` (Pending again) out of the snapshot while its backoff runs; True if it is held."""
     t = not_before(job)
     if job.state != JobState.PENDING or t is None or t <= cp.clock():
@@ -61,7 +61,7 @@ def hold(cp: CoreState, job: Job) -> bool:
     return True
 
 
-def hold_back(cp: CoreState, jobs: list[Job]) -> None:
+def hold_back(cp: CoreState, jobs: list[EngineJob]) -> None:
     """After the snapshot was (re)built from ``jobs`` (the unfinished ones): take out of it the jobs whose
     restart backoff has not run out."""
     cp.restart_holds = {}

@@ -30,7 +30,7 @@ from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.core.transitions import serving
 from fairpod.server.errors import InvalidJob
 from fairpod.server.runs import Run, SlotsBusy, from_engine, job_key, to_engine
-from fairpod.store.records import Job
+from fairpod.store.records import EngineJob, Job
 
 log = logging.getLogger("fairpod.control")
 
@@ -42,9 +42,9 @@ def check(executor: Executor, spec: JobSpec) -> None:
                          "(max_nodes) need the local executor")
 
 
-def workload_fields(job: Job) -> dict[str, Any]:
+def workload_fields(job: EngineJob) -> dict[str, Any]:
     """The engine's fields of a job's kind and size (``governance.kinds``) and, elastic, when it last shrank."""
-    out = kind_fields(job.spec.kind, job.spec.nodes, job.spec.max_nodes)
+    out = kind_fields(job.kind, job.spec_nodes, job.max_nodes)
     if out["max_n"]:
         out["resized"] = (job.run_state or {}).get("shrunk_at") if job.state == JobState.RUNNING else None
     return out
