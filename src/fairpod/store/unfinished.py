@@ -50,7 +50,7 @@ def _query(dialect: str) -> Any:
         sql = _SQL["postgresql" if dialect == "postgresql" else "sqlite"]
         spec = [literal_column(sql[how].format(k=k)).label(f"s_{k}") for k, how in _FIELDS]
         q = _QUERIES[dialect] = (select(*_COLUMNS, *spec).where(_J.c.state.not_in(FINISHED_STATES))
-                                 .order_by(_J.c.seq))  # fmt: skip
+                                 .order_by(_J.c.seq).execution_options(yield_per=5000))  # streamed  # fmt: skip
     return q
 
 
@@ -88,7 +88,7 @@ class UnfinishedOps(Ops):
         whole: list[int] = []  # rows whose spec is read whole
         with self._session(False) as s:
             conn = s.connection()
-            for r in conn.execution_options(yield_per=5000).execute(_query(conn.dialect.name)):
+            for r in conn.execute(_query(conn.dialect.name)):
                 (jid, name, team, state, reason, prio, itype, nodes, acc, mcpu, mib, submit, seq, enq, started,
                  attempt, placement, borrowed, preempts, run_state, ckpt, aid, alimit,
                  s_nodes, s_max, s_exp, s_min, s_passed, s_user, s_req, s_pref, s_ray, s_itype, s_service) = r
