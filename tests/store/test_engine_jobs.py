@@ -7,11 +7,9 @@ borrowed quota, run state) and preempted ones, a restart backing off, and a row 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-import pytest
 from sqlalchemy import update
 
 from fairpod.model.jobs import JobSpec, JobState, resolve_job
@@ -36,20 +34,6 @@ SHAPES: list[dict[str, Any]] = [
 ]
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def any_store(request: pytest.FixtureRequest, store: Store) -> Iterator[Store]:
-    if request.param == "sqlite":
-        yield store
-        return
-    pg = Store(request.getfixturevalue("pg_url"))
-    from .conftest import wipe
-
-    wipe(pg.engine)
-    pg.create_all()
-    yield pg
-    pg.close()
-
-
 def whole(store: Store) -> list[EngineJob]:
     return [EngineJob.of(j) for j in store.list_jobs(finished=False)]
 
@@ -58,8 +42,9 @@ def without_spec(jobs: list[EngineJob]) -> list[EngineJob]:
     return [replace(e, spec=None) for e in jobs]
 
 
-def test_the_light_read_is_the_whole_read_field_for_field(any_store: Store, cluster: ClusterSpec) -> None:
-    s = any_store
+def test_the_light_read_is_the_whole_read_field_for_field(store: Store, cluster: ClusterSpec) -> None:
+    """On SQLite here, on PostgreSQL in ``test_store_postgres.py``."""
+    s = store
     s.put_spec(cluster)
     resolved = resolve_job(JobSpec(name="x", team="john", command=["true"]), cluster)  # the row's columns only
     jobs = {}

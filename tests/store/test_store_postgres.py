@@ -15,7 +15,14 @@ import pytest
 from fairpod.model.spec import ClusterSpec
 from fairpod.store import Store
 
-from . import test_lookups, test_store_auth, test_store_jobs, test_store_tables, test_store_tx
+from . import (
+    test_engine_jobs,
+    test_lookups,
+    test_store_auth,
+    test_store_jobs,
+    test_store_tables,
+    test_store_tx,
+)
 from .conftest import wipe
 
 CASES: list[Callable[..., None]] = [
@@ -31,6 +38,7 @@ CASES: list[Callable[..., None]] = [
     test_store_jobs.test_expect_state_is_compare_and_set,
     test_store_jobs.test_name_unique_among_unfinished_jobs,
     test_store_jobs.test_list_filters_and_order,
+    test_engine_jobs.test_the_light_read_is_the_whole_read_field_for_field,
     test_lookups.test_jobs_named_is_the_per_team_lookup_for_every_team_at_once,
     test_lookups.test_an_arrays_tasks_and_first_tasks_by_name_prefix,
     test_lookups.test_unfinished_teams,
