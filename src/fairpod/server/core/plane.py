@@ -153,7 +153,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         unfinished = self.store.engine_jobs()  # read once: 100,000 jobs take seconds
         unrecorded = self._load_runs(unfinished)
         self._rebuild(unfinished)
-        keys = {e.id: run_key(e.name, e.id) for e in unfinished if e.id in self.runs}  # a name never changes
+        keys: dict[int, str] = {e.id: run_key(e.name, e.id) for e in unfinished if e.id in self.runs}  # names stay
         del unfinished
         known: dict[int, Job] = {}  # jobs read whole; a job that a transition here changes is read again
 
@@ -165,6 +165,11 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         def job_of(jid: int) -> Job | None:
             return known.get(jid) or self.store.get_job(jid)
 
+        def key_of(jid: int) -> str | None:  # a run the passes gave a job the read had no run for: read it
+            if jid not in keys and (job := job_of(jid)) is not None:
+                keys[jid] = job_key(job)
+            return keys.get(jid)
+
         read(e.id for e, _ in unrecorded)
         for e, run in unrecorded:
             if (job := known.pop(e.id, None)) is not None:
@@ -175,7 +180,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
         with self.store.batch():  # taken as a turn takes them, in one transaction (a restart finds ~1,000)
             self._take_exits(exits)
         # replicas that ended unseen (an executor that keeps no exits across restarts)
-        ended = [jid for jid, run in self.runs.items() if run.launched and live.get(keys[jid]) != run.attempt]
+        ended = [jid for jid, run in self.runs.items() if run.launched and live.get(key_of(jid) or "") != run.attempt]
         read(ended)
         for jid in ended:
             run = self.runs.get(jid)
@@ -203,7 +208,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
                 known.pop(jid, None)
                 self.stopped(job, run)
         # what the store says was decided for a live attempt: only those are read whole
-        due = [jid for jid, run in self.runs.items() if run.launched and live.get(keys[jid]) == run.attempt
+        due = [jid for jid, run in self.runs.items() if run.launched and live.get(key_of(jid) or "") == run.attempt
                and (run.starting or run.removing or run.stopping is not None)]
         read(due)
         self._carry_out(live, job_of, due)
