@@ -16,7 +16,7 @@ from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
 from fairpod.model.keys import job_id_of
 from fairpod.server.core.published import AsOf
-from fairpod.server.core.transitions import array_holds, backoff, membership, restarts
+from fairpod.server.core.transitions import array_holds, backoff, membership, resize, restarts
 from fairpod.server.core.transitions.readiness import Readiness
 from fairpod.server.keepers import diskfull, outage
 from fairpod.server.runs import from_engine
@@ -87,20 +87,20 @@ class Loop:
                 if isinstance(d, Preempt):
                     self.preempt(d)
                 elif isinstance(d, Shrink):
-                    self.shrink(d)
+                    resize.shrink(self, d)
             for d in decisions:
                 if isinstance(d, Admit):
                     self.admit(d)
                 elif isinstance(d, Grow):
-                    self.grow(d)
+                    resize.grow(self, d)
                 elif isinstance(d, Wait):
                     self.store.update_job(from_engine(d.job), {"reason": self._wait_reason(d)})
             ready = self._ready()  # slots of the attempts that can start now, stored before they start
-            grown = self._grow_ready()  # and of the new replicas of elastic jobs that grew
+            grown = resize.grow_ready(self)  # and of the new replicas of elastic jobs that grew
             self.store.flush()  # one commit: the exits' effects, the decisions, the slots
             taken = {(e.job, e.attempt, e.rank): e for e in [*exits, *late]}  # late repeats what exits had
             self.executor.ack(list(taken.values()))  # only now: a crash before the commit re-delivers them
-            self._launch_grown(grown)  # new replicas of running attempts: under the lock, as before
+            resize.launch_grown(self, grown)  # new replicas of running attempts: under the lock, as before
             for keep in self.keepers.after:  # usage, retention, the watchdog, fair-share history
                 keep(self)
             self.published.refresh(self.snap, AsOf(self.cycles, self.clock()))  # what reads answer with next

@@ -27,12 +27,11 @@ from fairpod.server.core.memory import Memory
 from fairpod.server.core.published import Published
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.submits import SubmitQueue
-from fairpod.server.core.transitions import array_holds, priority, readiness, restarts
+from fairpod.server.core.transitions import array_holds, priority, readiness, resize, restarts
 from fairpod.server.core.transitions.attempt import AttemptLife
 from fairpod.server.core.transitions.budgets import BudgetKeeper
 from fairpod.server.core.transitions.logrules import LogWatch
 from fairpod.server.core.transitions.nodes import NodeTransitions
-from fairpod.server.core.transitions.resize import Resize
 from fairpod.server.core.transitions.serving import Serving
 from fairpod.server.core.transitions.submit import Submitting
 from fairpod.server.core.transitions.watchdog import Watchdog
@@ -58,7 +57,7 @@ log = logging.getLogger("fairpod.control")
 STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
-class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransitions, Loop, Door, Core):
+class ControlPlane(Memory, Submitting, AttemptLife, Serving, NodeTransitions, Loop, Door, Core):
     """The control plane's core (see :mod:`fairpod.server.core` for its transitions)."""
 
     def __init__(
@@ -217,7 +216,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
     def _carry_out(self, live: dict[str, int], job_of: Callable[[int], Job | None], due: list[int]) -> None:
         """Start-up: what the store says was decided for a live attempt (``due``: the jobs of those whose run
         has such a decision) is done again, whether or not it was done before the crash (each is idempotent): new
-        ranks of a growth still being started are started (:meth:`Resize._finish_growth`), the ranks a shrink
+        ranks of a growth still being started are started (:func:`resize.finish_growth`), the ranks a shrink
         removes get their stop again, an attempt that is stopping (cancel, preemption, failure) gets its stop
         again."""
         res = capability(self.executor, Resizing)
@@ -227,7 +226,7 @@ class ControlPlane(Memory, Submitting, AttemptLife, Resize, Serving, NodeTransit
             if run is None or job is None or not run.launched or live.get(job_key(job)) != run.attempt:
                 continue
             if run.starting:
-                self._finish_growth(job, run)
+                resize.finish_growth(self, job, run)
             if run.removing and run.stopping is None and res is not None and job.spec.service is None:
                 # a service's are drained again instead, each until its stored time (Services._resume_drains)
                 res.stop_replicas(job_key(job), run.attempt, sorted(int(r) for r in run.removing),

@@ -6,6 +6,7 @@ slots, the holds, the spec, the clock, the executor and the one lock. Private to
 from __future__ import annotations
 
 import threading
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from fairpod.governance.snapshot import Snapshot
@@ -27,6 +28,12 @@ class CoreState(Core, Protocol):
     restart_holds: dict[int, float]  # job id -> when its restart backoff ends (transitions.backoff)
 
     def begin_stop(self, job: Job, run: Run, kind: str, reason: str) -> None: ...
+
+    def _save_run(self, job: Job, run: Run, **changes: Any) -> Job: ...
+
+    def _partitions_per_gpu(self, node: str) -> int: ...
+
+    def _change(self) -> AbstractContextManager[None]: ...
 
     def build_launch(self, job: Job, run: Run, ranks: list[int] | None = None) -> Any: ...
 

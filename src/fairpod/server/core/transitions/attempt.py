@@ -232,7 +232,7 @@ class AttemptLife:
         if run is None or jid is None or run.attempt != e.attempt or str(e.rank) in run.exits:
             return
         if resize.removed(run, e):  # an elastic job shrank: that replica's end ends nothing else
-            self._replica_gone(jid, run, e)
+            resize.replica_gone(self, jid, run, e)
             return
         job = self.store.get_job(jid)
         if job is None:

@@ -8,7 +8,7 @@
 - **Address**: each service gets a round-robin proxy (``server.proxy``) on the control plane's host when it is
   first seen running; the proxy keeps its port for the service's life (kept in ``$FAIRPOD_HOME/services/`` so a
   restarted control plane binds the same one when it is free) and is closed once the service has ended.
-- **Drain**: the ranks a shrink removes (``Resize._stop_removed``) are taken one at a time, the highest first:
+- **Drain**: the ranks a shrink removes (``resize._stop_removed``) are taken one at a time, the highest first:
   out of the endpoint list at once, SIGTERM (then SIGKILL after the grace period) ``drain_seconds`` later, the next
   one once it has exited. Requests already sent to it have the drain period to finish; new ones go elsewhere.
   When a rank's drain begins its SIGTERM time is stored with the run (``ControlPlane.drain_begun``), so a

@@ -5,11 +5,11 @@
   as ``PORT`` (``executors.base.replica_env``).
 - **Restart**: a replica of a running service that exits (any code) is started again on its own, the others
   keep serving: its slots go back, its rank is added again as a growth adds one (``Run.adding``, started by
-  ``Resize._grow_ready``), and its exit is known as ended (``Run.gone``) should it be delivered again.
+  ``resize.grow_ready``), and its exit is known as ended (``Run.gone``) should it be delivered again.
 - **Backoff**: a replica that keeps exiting (a crash loop) starts again later each time: after its k-th exit in a
   row it waits ``ServiceSpec.restart_delay(k)`` (``restart_backoff_seconds`` x 2^(k-1), at most
   ``restart_backoff_max_seconds``). The count and the time are kept with the run (``Run.crashes``), so they survive
-  a restart of the control plane; its rank waits in ``Run.adding`` until then (``Resize._grow_ready`` skips it).
+  a restart of the control plane; its rank waits in ``Run.adding`` until then (``resize.grow_ready`` skips it).
   A replica ready ``restart_reset_seconds`` in a row has its count forgotten (``forget_exits``, asked by
   ``server.services``' probes).
 - **Drain**: the replicas a shrink removes leave the service's endpoint list and get SIGTERM only after the
