@@ -32,7 +32,6 @@ from fairpod.server.core.transitions.attempt import AttemptLife
 from fairpod.server.core.transitions.budgets import BudgetKeeper
 from fairpod.server.core.transitions.logrules import LogWatch
 from fairpod.server.core.transitions.nodes import NodeTransitions
-from fairpod.server.core.transitions.serving import Serving
 from fairpod.server.core.transitions.submit import Submitting
 from fairpod.server.core.transitions.watchdog import Watchdog
 from fairpod.server.core.turn_gate import TurnGate
@@ -57,7 +56,7 @@ log = logging.getLogger("fairpod.control")
 STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
-class ControlPlane(Memory, Submitting, AttemptLife, Serving, NodeTransitions, Loop, Door, Core):
+class ControlPlane(Memory, Submitting, AttemptLife, NodeTransitions, Loop, Door, Core):
     """The control plane's core (see :mod:`fairpod.server.core` for its transitions)."""
 
     def __init__(

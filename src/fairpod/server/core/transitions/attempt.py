@@ -17,7 +17,15 @@ from fairpod.model.spaces import files_key
 from fairpod.sandbox import capabilities
 from fairpod.server.access import identity
 from fairpod.server.accounting import goodput
-from fairpod.server.core.transitions import backoff, goodput_spans, rayjobs, readiness, resize, restarts
+from fairpod.server.core.transitions import (
+    backoff,
+    goodput_spans,
+    rayjobs,
+    readiness,
+    resize,
+    restarts,
+    serving,
+)
 from fairpod.server.runs import (
     STOP_CANCEL,
     STOP_DONE,
@@ -177,7 +185,7 @@ class AttemptLife:
             job=job_key(job), team=job.team, attempt=job.attempt, command=rayjobs.command(job),
             checkpoint_dir=str(self.checkpoint_root() / job.team / (files_key(job.name) if job.spec.service is not None
                                                                     and job.spec.service.space else job_key(job))),
-            env={**job.spec.env, **self.launch_env(job), **resize.env(job), **self.service_env(job, run),
+            env={**job.spec.env, **self.launch_env(job), **resize.env(job), **serving.service_env(self, job, run),
                  **rayjobs.env(job),
                  "FAIRPOD_PREEMPTION_COUNT": str(job.preemptions)},
             workdir=job.spec.workdir, grace_seconds=job.spec.termination_grace_seconds,
@@ -241,7 +249,7 @@ class AttemptLife:
             self._started(job, run)
             job = self.store.get_job(jid) or job
         if job.spec.service is not None and run.stopping is None and job.state == JobState.RUNNING:
-            self._service_replica_exited(job, run, e)  # a service runs until deleted: that replica starts again
+            serving.replica_exited(self, job, run, e)  # a service runs until deleted: that replica starts again
             return
         run.exits[str(e.rank)] = e.reason
         run.codes[str(e.rank)] = e.returncode

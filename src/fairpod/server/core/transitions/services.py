@@ -11,7 +11,7 @@
 - **Drain**: the ranks a shrink removes (``resize._stop_removed``) are taken one at a time, the highest first:
   out of the endpoint list at once, SIGTERM (then SIGKILL after the grace period) ``drain_seconds`` later, the next
   one once it has exited. Requests already sent to it have the drain period to finish; new ones go elsewhere.
-  When a rank's drain begins its SIGTERM time is stored with the run (``ControlPlane.drain_begun``), so a
+  When a rank's drain begins its SIGTERM time is stored with the run (``serving.drain_begun``), so a
   restarted control plane keeps it out of the endpoint list and stops it then (``_resume_drains``); ``draining``
   (get-service) names a rank only once that time is stored (``begin_drain``).
 
@@ -34,6 +34,7 @@ from typing import Any
 from fairpod.executors.base import Probing, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.services import ServiceSpec
+from fairpod.server.core.transitions import serving
 from fairpod.server.runs import job_key
 from fairpod.server.services.proxy import Proxy
 
@@ -195,7 +196,7 @@ class Services:
         if due is None:
             due = self.cp.clock() + seconds
             try:
-                self.cp.drain_begun(jid, rank, due)
+                serving.drain_begun(self.cp, jid, rank, due)
             except Exception:  # the drain goes on; only its survival of a restart is lost
                 log.exception("service %s: could not store the drain of replica %d", key, rank)
         with self._lock:
@@ -275,7 +276,7 @@ class Services:
 
     def _forget_exits(self, targets: list[_Target], seen: dict[int, dict[int, int]]) -> None:
         """Replicas with exits in a row that have been ready ``restart_reset_seconds`` in a row (by this
-        control plane's probes): their restart backoff starts over (``ControlPlane.forget_exits``)."""
+        control plane's probes): their restart backoff starts over (``serving.forget_exits``)."""
         now = self.cp.clock()
         since = {k: v for k, v in self._ready_since.items() if k[1] in seen.get(k[0], {})}
         for jid, ready in seen.items():
@@ -286,7 +287,7 @@ class Services:
             due = [r for r in sorted(t.crashed)
                    if (t.jid, r) in since and now - since[(t.jid, r)] >= t.check.restart_reset_seconds]
             if due:
-                self.cp.forget_exits(t.jid, due)
+                serving.forget_exits(self.cp, t.jid, due)
 
     def _port_file(self, jid: int) -> Any:
         return self.cp.home / "services" / f"{jid}.port"

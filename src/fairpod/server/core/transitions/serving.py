@@ -23,12 +23,16 @@ from __future__ import annotations
 
 import logging
 import socket
+from typing import TYPE_CHECKING
 
 from fairpod.executors.base import Executor, Probing, ReplicaExit, Resizing, capability
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.errors import InvalidJob
 from fairpod.server.runs import Run, usage_message
 from fairpod.store.records import Job
+
+if TYPE_CHECKING:
+    from fairpod.server.core.state import CoreState
 
 log = logging.getLogger("fairpod.control")
 
@@ -54,64 +58,63 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Serving:
-    """The part of :class:`fairpod.server.core.ControlPlane` that keeps services' replicas running."""
+def service_env(cp: CoreState, job: Job, run: Run) -> dict[str, str]:
+    """``FAIRPOD_SERVICE_PORTS`` of a service's launch (ports picked for ranks that have none yet)."""
+    if job.spec.service is None:
+        return {}
+    most = max(job.spec.max_nodes or job.spec.nodes, len(job.placement))
+    while len(run.ports) < most:
+        run.ports.append(free_port())
+    return {PORTS_ENV: ",".join(str(p) for p in run.ports)}
 
-    def service_env(self, job: Job, run: Run) -> dict[str, str]:
-        """``FAIRPOD_SERVICE_PORTS`` of a service's launch (ports picked for ranks that have none yet)."""
-        if job.spec.service is None:
-            return {}
-        most = max(job.spec.max_nodes or job.spec.nodes, len(job.placement))
-        while len(run.ports) < most:
-            run.ports.append(free_port())
-        return {PORTS_ENV: ",".join(str(p) for p in run.ports)}
 
-    def _service_replica_exited(self, job: Job, run: Run, e: ReplicaExit) -> None:
-        """A replica of a running service ended on its own: it starts again, the others serve on."""
-        rank = str(e.rank)
-        if e.rank >= len(job.placement) or e.rank in run.adding:
+def replica_exited(cp: CoreState, job: Job, run: Run, e: ReplicaExit) -> None:
+    """A replica of a running service ended on its own: it starts again, the others serve on."""
+    rank = str(e.rank)
+    if e.rank >= len(job.placement) or e.rank in run.adding:
+        return
+    node = job.placement[e.rank]
+    cp.slots.give_back(node, run.slots.pop(node, []))
+    run.gone[rank] = e.ended_at
+    run.adding.append(e.rank)
+    svc = job.spec.service
+    assert svc is not None
+    exits = int(run.crashes.get(rank, [0, 0.0])[0]) + 1
+    wait = svc.restart_delay(exits)
+    run.crashes[rank] = [exits, cp.clock() + wait]
+    if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):
+        cp.event("ReplicaUsage", usage_message(job.name, use), job, **use)
+    cp._save_run(job, run)
+    when = f"in {wait:g} s" if wait > 0 else "now"
+    cp.event("ReplicaRestarting", f"service {job.name}: replica {e.rank} {e.reason}; it starts again {when} "
+               f"(exit {exits} in a row)", job, rank=e.rank, reason=e.reason, exits=exits, delay=wait)
+    cp.wake.set()
+
+
+def forget_exits(cp: CoreState, jid: int, ranks: list[int]) -> None:
+    """``ranks`` of service ``jid`` stayed ready ``restart_reset_seconds``: their exits in a row are forgotten."""
+    with cp._change():
+        run = cp.runs.get(jid)
+        job = cp.store.get_job(jid)
+        if run is None or job is None or job.state != JobState.RUNNING:
             return
-        node = job.placement[e.rank]
-        self.slots.give_back(node, run.slots.pop(node, []))
-        run.gone[rank] = e.ended_at
-        run.adding.append(e.rank)
-        svc = job.spec.service
-        assert svc is not None
-        exits = int(run.crashes.get(rank, [0, 0.0])[0]) + 1
-        wait = svc.restart_delay(exits)
-        run.crashes[rank] = [exits, self.clock() + wait]
-        if use := run.record_usage(e.rank, e.cpu_seconds, e.memory_peak_bytes):
-            self.event("ReplicaUsage", usage_message(job.name, use), job, **use)
-        self._save_run(job, run)
-        when = f"in {wait:g} s" if wait > 0 else "now"
-        self.event("ReplicaRestarting", f"service {job.name}: replica {e.rank} {e.reason}; it starts again {when} "
-                   f"(exit {exits} in a row)", job, rank=e.rank, reason=e.reason, exits=exits, delay=wait)
-        self.wake.set()
-
-    def forget_exits(self, jid: int, ranks: list[int]) -> None:
-        """``ranks`` of service ``jid`` stayed ready ``restart_reset_seconds``: their exits in a row are forgotten."""
-        with self._change():
-            run = self.runs.get(jid)
-            job = self.store.get_job(jid)
-            if run is None or job is None or job.state != JobState.RUNNING:
-                return
-            gone = [r for r in ranks if run.crashes.pop(str(r), None) is not None]
-            if gone:
-                self._save_run(job, run)
-                log.info("service %s: replicas %s ready long enough, their restart backoff starts over", job.name,
-                         gone)
+        gone = [r for r in ranks if run.crashes.pop(str(r), None) is not None]
+        if gone:
+            cp._save_run(job, run)
+            log.info("service %s: replicas %s ready long enough, their restart backoff starts over", job.name,
+                     gone)
 
 
-    def drain_begun(self, jid: int, rank: int, until: float) -> None:
-        """The drain of ``rank`` of service ``jid`` has begun; its SIGTERM is due at ``until`` (``Run.drain_until``,
-        read again by a restarted control plane: ``server.services.Services._resume_drains``)."""
-        with self._change():
-            run = self.runs.get(jid)
-            job = self.store.get_job(jid)
-            if run is None or job is None or str(rank) not in run.removing:
-                return
-            run.drain_until[str(rank)] = until
-            self._save_run(job, run)
+def drain_begun(cp: CoreState, jid: int, rank: int, until: float) -> None:
+    """The drain of ``rank`` of service ``jid`` has begun; its SIGTERM is due at ``until`` (``Run.drain_until``,
+    read again by a restarted control plane: ``server.services.Services._resume_drains``)."""
+    with cp._change():
+        run = cp.runs.get(jid)
+        job = cp.store.get_job(jid)
+        if run is None or job is None or str(rank) not in run.removing:
+            return
+        run.drain_until[str(rank)] = until
+        cp._save_run(job, run)
 
 
 def backing_off(run: Run, rank: int, now: float) -> bool:
