@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Executor, Resizing, capability
-from fairpod.model.jobs import JobState
+from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.keys import job_id_of, run_key
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.core.api import Core
@@ -27,12 +27,11 @@ from fairpod.server.core.memory import Memory
 from fairpod.server.core.published import Published
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.submits import SubmitQueue
-from fairpod.server.core.transitions import array_holds, priority, readiness, resize, restarts
+from fairpod.server.core.transitions import array_holds, priority, readiness, resize, restarts, submit
 from fairpod.server.core.transitions.attempt import AttemptLife
 from fairpod.server.core.transitions.budgets import BudgetKeeper
 from fairpod.server.core.transitions.logrules import LogWatch
 from fairpod.server.core.transitions.nodes import NodeTransitions
-from fairpod.server.core.transitions.submit import Submitting
 from fairpod.server.core.transitions.watchdog import Watchdog
 from fairpod.server.core.turn_gate import TurnGate
 from fairpod.server.core.turns import TurnHistogram, TurnPace
@@ -56,7 +55,7 @@ log = logging.getLogger("fairpod.control")
 STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
-class ControlPlane(Memory, Submitting, AttemptLife, NodeTransitions, Loop, Door, Core):
+class ControlPlane(Memory, AttemptLife, NodeTransitions, Loop, Door, Core):
     """The control plane's core (see :mod:`fairpod.server.core` for its transitions)."""
 
     def __init__(
@@ -110,6 +109,14 @@ class ControlPlane(Memory, Submitting, AttemptLife, NodeTransitions, Loop, Door,
         self.keepers = keepers(self)  # what runs beside the engine at every turn (loop.standard_keepers)
         with self.lock:
             self._recover()
+
+    def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
+        """Queue a job (:func:`fairpod.server.core.transitions.submit.submit`)."""
+        return submit.submit(self, spec, actor, key)
+
+    def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
+        """Queue the tasks of a job array (:func:`fairpod.server.core.transitions.submit.submit_array`)."""
+        return submit.submit_array(self, spec, text, actor, key)
 
     def reload(self) -> None:
         """Forget the memory and build it again from the store (after a failed store write)."""

@@ -3,7 +3,7 @@ of the control plane's lock.
 
 Each submit validates its job first (no lock), then joins the queue and waits for the lock. Whoever gets the
 lock first writes every queued submit, its own and those of the threads still waiting behind it, in one
-transaction (``ControlPlane._commit_submits``); a thread that finds its submit already written takes its
+transaction (``transitions.submit._commit_submits``); a thread that finds its submit already written takes its
 answer and lets the lock go at once. Every submit still answers only after its own rows are committed, and
 the engine's queue learns of a job only after that commit. A name already taken fails only that submit
 (the group is written again one by one); any other failed write fails every submit of the group, and the

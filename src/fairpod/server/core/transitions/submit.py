@@ -3,6 +3,8 @@ together are written in one transaction (group commit, :mod:`fairpod.server.core
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fairpod.governance import Workload, feasible
 from fairpod.governance.kinds import kind_fields
 from fairpod.model.jobs import JobSpec, ResolvedJob, resolve_job
@@ -16,166 +18,175 @@ from fairpod.server.errors import BeyondQuota, InvalidJob, JobExists, NeverFits
 from fairpod.store import AlreadyExists
 from fairpod.store.records import Job
 
+if TYPE_CHECKING:
+    from fairpod.server.core.state import CoreState
 
-class Submitting:
-    """The part of :class:`fairpod.server.core.ControlPlane` that queues jobs."""
 
-    def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
-        """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
-        first one created (whatever its state now) instead of a second job. Submits that wait for the lock
-        together are written in one transaction (:mod:`fairpod.server.core.submits`)."""
-        spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
-        req = Submit(spec, actor, key, self.spec, self._checked(spec))  # validated before the lock: it only reads
-        self.submits.add(req)
-        self.gate.yield_to_turn()
-        with self._change():
-            if not req.done:  # not written yet by a submit ahead of it: this one writes the group
-                self._commit_submits()
-        if req.error is not None:
-            raise req.error
-        assert req.job is not None
-        if req.created:
-            self.wake.set()
-        return req.job
+def submit(cp: CoreState, spec: JobSpec, actor: str, key: str | None = None) -> Job:
+    """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
+    first one created (whatever its state now) instead of a second job. Submits that wait for the lock
+    together are written in one transaction (:mod:`fairpod.server.core.submits`)."""
+    spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
+    req = Submit(spec, actor, key, cp.spec, check(cp, spec))  # validated before the lock: it only reads
+    cp.submits.add(req)
+    cp.gate.yield_to_turn()
+    with cp._change():
+        if not req.done:  # not written yet by a submit ahead of it: this one writes the group
+            _commit_submits(cp)
+    if req.error is not None:
+        raise req.error
+    assert req.job is not None
+    if req.created:
+        cp.wake.set()
+    return req.job
 
-    def _commit_submits(self) -> None:
-        """Write every queued submit in one transaction, then put the new jobs in the engine's queue (the lock
-        is held). A name already taken fails only its own submit: the group is then written one by one."""
-        group = self.submits.take()
+
+def _commit_submits(cp: CoreState) -> None:
+    """Write every queued submit in one transaction, then put the new jobs in the engine's queue (the lock
+    is held). A name already taken fails only its own submit: the group is then written one by one."""
+    group = cp.submits.take()
+    try:
         try:
-            try:
-                self._write_submits(group)
-            except AlreadyExists:
-                if len(group) == 1:
-                    raise
-                for one in group:
-                    try:
-                        self._write_submits([one])
-                    except AlreadyExists as e:
-                        one.error, one.done = JobExists(str(e)), True
-        except AlreadyExists as e:
-            group[0].error, group[0].done = JobExists(str(e)), True
-        except BaseException as e:  # the store refused the write: every submit not answered yet fails with it
+            _write_submits(cp, group)
+        except AlreadyExists:
+            if len(group) == 1:
+                raise
             for one in group:
-                if not one.done:
-                    one.error, one.done = e, True
-            raise
+                try:
+                    _write_submits(cp, [one])
+                except AlreadyExists as e:
+                    one.error, one.done = JobExists(str(e)), True
+    except AlreadyExists as e:
+        group[0].error, group[0].done = JobExists(str(e)), True
+    except BaseException as e:  # the store refused the write: every submit not answered yet fails with it
+        for one in group:
+            if not one.done:
+                one.error, one.done = e, True
+        raise
 
-    def _write_submits(self, group: list[Submit]) -> None:
-        """One transaction: each submit's job, its event and its audit entry (or the job an earlier submit with
-        the same idempotency key created); answers and the engine's queue change only once it committed."""
-        answers: list[tuple[Submit, Job | None, BaseException | None, bool]] = []
-        with self.store.tx() as t:
-            for r in group:
-                if r.key is not None and (jid := t.submitted_with(r.actor, r.key)) is not None:
-                    earlier = t.get_job(jid)
-                    if earlier is not None:
-                        answers.append((r, earlier, None, False))
-                        continue
-                checked = r.checked if self.spec is r.cluster else self._checked(r.spec)  # the spec changed
-                if isinstance(checked, (InvalidJob, NeverFits)):
-                    answers.append((r, None, checked, False))
-                    continue
-                job = t.insert_job(r.spec, checked, reason="queued")
-                t.append_events([{"kind": "JobSubmitted", "message": f"job {r.spec.name} submitted by {r.actor}",
-                                  "job_id": job.id, "team": job.team, "data": {"actor": r.actor}}])
-                t.append_audit(r.actor, "job.submit", f"{job.team}/{job.name}", {"id": job.id})
-                if r.key is not None:
-                    t.remember_submit(r.actor, r.key, job.id)
-                answers.append((r, job, None, True))
-        self.submits.commits += 1
-        self.submits.written += len(group)
-        for r, job, err, created in answers:
-            if created and job is not None:
-                self.snap.add_pending(self.workload(job))
-            r.job, r.error, r.created, r.done = job, err, created, True
 
-    def _checked(self, spec: JobSpec) -> ResolvedJob | InvalidJob | NeverFits:
-        """:meth:`_admissible`, its error returned rather than raised."""
-        try:
-            return self._admissible(spec)
-        except (InvalidJob, NeverFits) as e:
-            return e
-
-    def _admissible(self, spec: JobSpec) -> ResolvedJob:
-        """The job checked against the cluster: InvalidJob or NeverFits with the reason, else its resolution."""
-        try:
-            resolved = resolve_job(spec, self.spec)
-        except ValueError as e:
-            raise InvalidJob(str(e)) from None
-        if spec.command == [] and not spec.image and not (spec.ray and spec.service is not None):  # an image: its
-            # own entrypoint; a Ray service: a standing Ray cluster (fairpod.executors.raycluster)
-            raise InvalidJob("the job has no command: give one after --")
-        self._host_paths(spec)
-        resize.check(self.executor, spec)
-        serving.check(self.executor, spec)
-        # a job naming several instance types (fallbacks) never fits only when none of them ever can
-        types = [resolved, *(resolved.model_copy(update={"instance_type": it, "per_replica": per})
-                             for it, per in resolved.fallbacks)]  # its instance type, then each fallback
-        nevers = [self._never_fits(r, spec) for r in types]
-        if all(nevers):
-            overs = [self._beyond_quota(r, spec) for r in types]
-            if any(overs):  # a service's minimum that no type's quota can ever hold: 422, in the field's words
-                raise BeyondQuota("; ".join(f"min_nodes {spec.nodes} {o}" if o else n
-                                            for o, n in zip(overs, nevers, strict=True) if o or n)
-                                  + "; a service's minimum replicas run only within its team's quota, never on "
-                                  "borrowed capacity, so it could never run")
-            raise NeverFits("; ".join(n for n in nevers if n))
-        return resolved
-
-    def _host_paths(self, spec: JobSpec) -> None:
-        """InvalidJob when a host path the job names (its mounts, its workdir) breaks the rules of
-        fairpod.sandbox.hostpaths on this host (the supervisor checks again on the replica's node)."""
-        protected = [str(self.home), *hostpaths.protected_dirs(runs_dir(self.home), self.checkpoint_root())]
-        allow = self.spec.cluster.mounts.allow
-        try:
-            for m in (m for m in spec.mounts if not hostpaths.own_shm(m)):
-                hostpaths.check(m.split(":")[0], what=f"mount {m}", allow=allow, protected=protected, bound=True)
-            if spec.workdir:
-                hostpaths.check(spec.workdir, what=f"workdir {spec.workdir}", allow=allow, protected=protected,
-                                bound=bool(spec.image))
-        except hostpaths.HostPathError as e:
-            raise InvalidJob(str(e)) from None
-
-    def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
-        """Queue every task of the job array ``text`` (``0-9%2``, ``1,3,5``) in one transaction; with a
-        throttle the tasks beyond it are held (:mod:`fairpod.server.core.transitions.array_holds`). An idempotency ``key`` repeated
-        by the same ``actor`` returns the tasks the first request created."""
-        indices, limit = array_holds.plan(spec, text)
-        with self._change():
-            if key is not None and (jid := self.store.submitted_with(actor, key)) is not None:
-                first = self.store.get_job(jid)
-                earlier = arrays.same_array(self.store, first) if first is not None else None
+def _write_submits(cp: CoreState, group: list[Submit]) -> None:
+    """One transaction: each submit's job, its event and its audit entry (or the job an earlier submit with
+    the same idempotency key created); answers and the engine's queue change only once it committed."""
+    answers: list[tuple[Submit, Job | None, BaseException | None, bool]] = []
+    with cp.store.tx() as t:
+        for r in group:
+            if r.key is not None and (jid := t.submitted_with(r.actor, r.key)) is not None:
+                earlier = t.get_job(jid)
                 if earlier is not None:
-                    return earlier
-            spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
-            resolved = self._admissible(spec)
-            try:
-                with self.store.tx() as t:
-                    tasks = array_holds.insert_tasks(t, spec, resolved, text, indices, limit, actor)
-                    if key is not None:
-                        t.remember_submit(actor, key, tasks[0].id)
-            except AlreadyExists as e:
-                raise JobExists(str(e)) from None
-            array_holds.admit_tasks(self, tasks, limit)
-        self.wake.set()
-        return tasks
+                    answers.append((r, earlier, None, False))
+                    continue
+            checked = r.checked if cp.spec is r.cluster else check(cp, r.spec)  # the spec changed
+            if isinstance(checked, (InvalidJob, NeverFits)):
+                answers.append((r, None, checked, False))
+                continue
+            job = t.insert_job(r.spec, checked, reason="queued")
+            t.append_events([{"kind": "JobSubmitted", "message": f"job {r.spec.name} submitted by {r.actor}",
+                              "job_id": job.id, "team": job.team, "data": {"actor": r.actor}}])
+            t.append_audit(r.actor, "job.submit", f"{job.team}/{job.name}", {"id": job.id})
+            if r.key is not None:
+                t.remember_submit(r.actor, r.key, job.id)
+            answers.append((r, job, None, True))
+    cp.submits.commits += 1
+    cp.submits.written += len(group)
+    for r, job, err, created in answers:
+        if created and job is not None:
+            cp.snap.add_pending(cp.workload(job))
+        r.job, r.error, r.created, r.done = job, err, created, True
 
-    def _workload(self, resolved: ResolvedJob, spec: JobSpec) -> Workload:
-        """The engine's view of a job being submitted (its minimum gang, on one of its types)."""
-        f = kind_fields(spec.kind, spec.nodes, spec.max_nodes)
-        return Workload("", spec.team, resolved.instance_type, spec.nodes, Res(*resolved.per_replica),
-                        quota_bound=f["quota_bound"])
 
-    def _beyond_quota(self, resolved: ResolvedJob, spec: JobSpec) -> str | None:
-        """:func:`fairpod.governance.feasible.beyond_quota`: a service's minimum beyond its team's whole quota."""
-        return feasible.beyond_quota(self.snap, self._workload(resolved, spec))
+def check(cp: CoreState, spec: JobSpec) -> ResolvedJob | InvalidJob | NeverFits:
+    """:meth:`_admissible`, its error returned rather than raised."""
+    try:
+        return _admissible(cp, spec)
+    except (InvalidJob, NeverFits) as e:
+        return e
 
-    def _never_fits(self, resolved: ResolvedJob, spec: JobSpec) -> str | None:
-        """:func:`fairpod.governance.feasible.never_fits` on the live cluster (nodes may still join)."""
-        itype = resolved.instance_type
-        w = self._workload(resolved, spec)
-        quota_types = set() if self.snap.by_type.get(itype) else {
-            q for t in self.spec.teams for q in self.spec.team_quota(t)}
-        declared = sum(g.count for g in self.spec.cluster.instance_groups if g.node_type == itype)
-        return feasible.never_fits(self.snap, w, declared=declared, quota_types=quota_types)
+
+def _admissible(cp: CoreState, spec: JobSpec) -> ResolvedJob:
+    """The job checked against the cluster: InvalidJob or NeverFits with the reason, else its resolution."""
+    try:
+        resolved = resolve_job(spec, cp.spec)
+    except ValueError as e:
+        raise InvalidJob(str(e)) from None
+    if spec.command == [] and not spec.image and not (spec.ray and spec.service is not None):  # an image: its
+        # own entrypoint; a Ray service: a standing Ray cluster (fairpod.executors.raycluster)
+        raise InvalidJob("the job has no command: give one after --")
+    _host_paths(cp, spec)
+    resize.check(cp.executor, spec)
+    serving.check(cp.executor, spec)
+    # a job naming several instance types (fallbacks) never fits only when none of them ever can
+    types = [resolved, *(resolved.model_copy(update={"instance_type": it, "per_replica": per})
+                         for it, per in resolved.fallbacks)]  # its instance type, then each fallback
+    nevers = [_never_fits(cp, r, spec) for r in types]
+    if all(nevers):
+        overs = [_beyond_quota(cp, r, spec) for r in types]
+        if any(overs):  # a service's minimum that no type's quota can ever hold: 422, in the field's words
+            raise BeyondQuota("; ".join(f"min_nodes {spec.nodes} {o}" if o else n
+                                        for o, n in zip(overs, nevers, strict=True) if o or n)
+                              + "; a service's minimum replicas run only within its team's quota, never on "
+                              "borrowed capacity, so it could never run")
+        raise NeverFits("; ".join(n for n in nevers if n))
+    return resolved
+
+
+def _host_paths(cp: CoreState, spec: JobSpec) -> None:
+    """InvalidJob when a host path the job names (its mounts, its workdir) breaks the rules of
+    fairpod.sandbox.hostpaths on this host (the supervisor checks again on the replica's node)."""
+    protected = [str(cp.home), *hostpaths.protected_dirs(runs_dir(cp.home), cp.checkpoint_root())]
+    allow = cp.spec.cluster.mounts.allow
+    try:
+        for m in (m for m in spec.mounts if not hostpaths.own_shm(m)):
+            hostpaths.check(m.split(":")[0], what=f"mount {m}", allow=allow, protected=protected, bound=True)
+        if spec.workdir:
+            hostpaths.check(spec.workdir, what=f"workdir {spec.workdir}", allow=allow, protected=protected,
+                            bound=bool(spec.image))
+    except hostpaths.HostPathError as e:
+        raise InvalidJob(str(e)) from None
+
+
+def submit_array(cp: CoreState, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
+    """Queue every task of the job array ``text`` (``0-9%2``, ``1,3,5``) in one transaction; with a
+    throttle the tasks beyond it are held (:mod:`fairpod.server.core.transitions.array_holds`). An idempotency ``key`` repeated
+    by the same ``actor`` returns the tasks the first request created."""
+    indices, limit = array_holds.plan(spec, text)
+    with cp._change():
+        if key is not None and (jid := cp.store.submitted_with(actor, key)) is not None:
+            first = cp.store.get_job(jid)
+            earlier = arrays.same_array(cp.store, first) if first is not None else None
+            if earlier is not None:
+                return earlier
+        spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
+        resolved = _admissible(cp, spec)
+        try:
+            with cp.store.tx() as t:
+                tasks = array_holds.insert_tasks(t, spec, resolved, text, indices, limit, actor)
+                if key is not None:
+                    t.remember_submit(actor, key, tasks[0].id)
+        except AlreadyExists as e:
+            raise JobExists(str(e)) from None
+        array_holds.admit_tasks(cp, tasks, limit)
+    cp.wake.set()
+    return tasks
+
+
+def _workload(cp: CoreState, resolved: ResolvedJob, spec: JobSpec) -> Workload:
+    """The engine's view of a job being submitted (its minimum gang, on one of its types)."""
+    f = kind_fields(spec.kind, spec.nodes, spec.max_nodes)
+    return Workload("", spec.team, resolved.instance_type, spec.nodes, Res(*resolved.per_replica),
+                    quota_bound=f["quota_bound"])
+
+
+def _beyond_quota(cp: CoreState, resolved: ResolvedJob, spec: JobSpec) -> str | None:
+    """:func:`fairpod.governance.feasible.beyond_quota`: a service's minimum beyond its team's whole quota."""
+    return feasible.beyond_quota(cp.snap, _workload(cp, resolved, spec))
+
+
+def _never_fits(cp: CoreState, resolved: ResolvedJob, spec: JobSpec) -> str | None:
+    """:func:`fairpod.governance.feasible.never_fits` on the live cluster (nodes may still join)."""
+    itype = resolved.instance_type
+    w = _workload(cp, resolved, spec)
+    quota_types = set() if cp.snap.by_type.get(itype) else {
+        q for t in cp.spec.teams for q in cp.spec.team_quota(t)}
+    declared = sum(g.count for g in cp.spec.cluster.instance_groups if g.node_type == itype)
+    return feasible.never_fits(cp.snap, w, declared=declared, quota_types=quota_types)
