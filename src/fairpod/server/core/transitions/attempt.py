@@ -22,6 +22,7 @@ from fairpod.server.core.transitions import (
     goodput_spans,
     rayjobs,
     readiness,
+    relocation,
     resize,
     restarts,
     serving,
@@ -159,6 +160,8 @@ class AttemptLife:
                 self._started(job, cur)
                 if cur.stopping is not None:
                     self.executor.stop(job_key(job), cur.attempt, job.spec.termination_grace_seconds)
+                elif cur.moving:  # a node failed while they started: its replica leaves it (relocation.py)
+                    relocation.stop_moving(self, job, cur, sorted(int(r) for r in cur.moving))
 
     def _launch_of(self, job: Job, run: Run) -> JobLaunch | None:
         """The executor's launch of an admitted attempt on its slots; None (and the job failed) when its

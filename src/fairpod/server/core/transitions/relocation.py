@@ -41,13 +41,17 @@ def may_move(cp: CoreState, job: Job, *, live: bool) -> bool:
 
 
 def node_down(cp: CoreState, node: str) -> str | None:
-    """Why ``node`` takes no replica now (its fault, a cordon, a check under way), or None: it does."""
+    """Why ``node`` takes no replica now (its fault, a cordon, a check under way), or None: it does (the store's
+    word: the engine's view also takes every node out under ``cluster.isolation: required`` without isolation,
+    which is no fault of the node)."""
     snode = cp.snap.nodes.get(node)
     if snode is not None and snode.schedulable:
         return None
     nd = cp.store.get_node(node)
     if nd is None or snode is None:
         return f"node {node} left the cluster"
+    if nd.schedulable:
+        return None
     if nd.fault_type:
         return f"node {node} fault: {nd.fault_type}: {nd.fault_reason or ''}".rstrip(": ")
     if nd.cordoned:

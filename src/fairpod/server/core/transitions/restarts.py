@@ -3,7 +3,9 @@
 
 When a replica of a job with ``restarts_in_place: N`` fails, and fewer than N replicas of its attempt were
 restarted in place within the last ``restart_eval_period_seconds``, only that replica's process is started
-again on its node: the other replicas keep running (their PIDs do not change). Otherwise the job restarts
+again on its node: the other replicas keep running (their PIDs do not change). When its node takes no work any
+more (a fault, a cordon), or fails under the running replica (:func:`node_lost`, from the node's fault), the
+replica starts on another node the engine chooses (:mod:`fairpod.server.core.transitions.relocation`). Otherwise the job restarts
 whole as before (auto-resume: ``max_retry`` full restarts, then Failed).
 
 The transition has two steps, so that an exit is never acknowledged on a restarted replica's run:
