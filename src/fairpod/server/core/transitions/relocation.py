@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 def may_move(cp: CoreState, job: Job, *, live: bool) -> bool:
     """Can a replica of ``job`` be restarted on another node (``live``: and stopped alone on its own first)?"""
     ex = cp.executor
-    if job.spec.elastic or job.spec.service is not None or job.spec.restarts_in_place <= 0:
+    if job.spec.elastic or job.spec.service is not None:
         return False
     if capability(ex, RestartingInPlace) is None or capability(ex, Relocating) is None:
         return False

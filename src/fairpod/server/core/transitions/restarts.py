@@ -126,7 +126,8 @@ def node_lost(cp: CoreState, job: Job, run: Run, node: str, why: str) -> bool:
     when the job is to restart whole as before (a ``ReplicaRestarting`` event says why, when a move was tried)."""
     rank = job.placement.index(node)
     live = str(rank) not in run.exits
-    if not relocation.may_move(cp, job, live=live) or (not live and rank not in run.restart_due):
+    if job.spec.restarts_in_place <= 0 or not relocation.may_move(cp, job, live=live) or (
+            not live and rank not in run.restart_due):
         return False
     if not live:  # ended already, its restart due: it starts on the new node
         return relocation.move(cp, job, run, rank, why, live=False)[0] is not None
