@@ -1,6 +1,8 @@
 """``fairpod apply -f job.yaml`` for Kubernetes manifests: submit each PyTorchJob (read by ``fairpod.formats.kube``)
 and each KubeRay RayJob (``fairpod.formats.kube.rayjob``) as a fairpod job, each KubeRay RayCluster
-(``fairpod.formats.kube.raycluster``) as a fairpod service (a standing Ray cluster)."""
+(``fairpod.formats.kube.raycluster``) as a fairpod service (a standing Ray cluster), each KubeRay RayService
+(``fairpod.formats.kube.rayservice``) as a fairpod service: a standing Ray cluster serving its Ray Serve
+applications."""
 
 from __future__ import annotations
 
@@ -33,7 +35,7 @@ def _teams(a: argparse.Namespace, c: Client) -> Teams:
     return Teams.of(spec.get("teams") or [], flag=getattr(a, "team", None), only=only, spec=spec)
 
 
-RUN = ("PyTorchJob", "RayJob", "RayCluster", "Job", "Pod")
+RUN = ("PyTorchJob", "RayJob", "RayCluster", "RayService", "Job", "Pod")
 
 
 def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list[Any], list[str]]:
@@ -60,6 +62,13 @@ def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list
             jobs += raycluster.convert_all(docs, cwd=os.getcwd(), teams=teams, on_host=on_host, registry=registry)
         except ManifestError as e:
             errors += str(e).splitlines()
+    if any(_kind(d) == "RayService" for d in docs):  # Ray Serve on a standing cluster (formats.kube.rayservice)
+        from fairpod.formats.kube import rayservice
+
+        try:
+            jobs += rayservice.convert_all(docs, cwd=os.getcwd(), teams=teams, on_host=on_host, registry=registry)
+        except ManifestError as e:
+            errors += str(e).splitlines()
     for d in docs:
         if _kind(d) in ("Job", "Pod") and str(d.get("apiVersion")) in ("batch/v1", "v1"):
             try:
@@ -79,7 +88,7 @@ def _convert(a: argparse.Namespace, docs: list[Any], teams: Teams) -> tuple[list
     rest = [f"{_kind(d) or '(no kind)'}/{(d.get('metadata') or {}).get('name', '?')}" for d in docs
             if isinstance(d, dict) and _kind(d) not in RUN]
     if rest:
-        warnings.append(f"skipped {', '.join(rest)}: fairpod runs the PyTorchJob, RayJob, RayCluster, Job and Pod documents "
+        warnings.append(f"skipped {', '.join(rest)}: fairpod runs the PyTorchJob, RayJob, RayCluster, RayService, Job and Pod documents "
                         "(a PyTorchJob's torchrun rendezvous needs no etcd service)")
     return jobs, warnings
 

@@ -24,6 +24,8 @@ is the head's GCS port (the first of the ports, which the workers join), a worke
 TCP readiness check is each Ray node answering. The head waits for no worker (they come and go, each restarted on
 its own) and runs until its SIGTERM; a worker ends on its SIGTERM, or when the head is gone (the service starts it
 again, and it joins the head once that is back). An entrypoint, when given, runs against it once the head is up.
+Serving (a RayService, ``$FAIRPOD_RAY_SERVE``): the head's GCS on the last service port, rank 0's ``PORT`` Serve's
+HTTP proxy; the head stands while fairpod's Serve driver runs (``rayserve.py`` beside this file, on rank 0).
 
 **KubeRay's settings** (fairpod.formats.kube.ray_start): ``$FAIRPOD_RAY_START_PARAMS``, each group's resource
 flags for ``ray start`` (``APPLIED``), in place of fairpod's own; ``$FAIRPOD_RAY_KEEP_SECONDS`` keeps the cluster
@@ -48,16 +50,13 @@ from collections.abc import Callable
 from typing import Any
 
 STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see the module's docstring
+SERVE = "FAIRPOD_RAY_SERVE"  # a standing cluster's Ray Serve config (JSON, formats.kube.rayservice)
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
 STARTS = 3  # tries of ``ray start``
 STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL for the Ray processes once the entrypoint has exited
 START_PARAMS = "FAIRPOD_RAY_START_PARAMS"  # {"head": {..}, "workers": [[replicas, {..}], ..]} (formats.kube.ray_start)
 APPLIED = ("num-cpus", "num-gpus", "memory", "object-store-memory", "resources")  # the keys taken from it
 KEEP = "FAIRPOD_RAY_KEEP_SECONDS"  # seconds the cluster stays after the entrypoint ends ("inf": until stopped)
-
-
-def _free_port() -> int:
-    return _free_ports(1)[0]
 
 
 def _free_ports(n: int) -> list[int]:
@@ -176,14 +175,14 @@ class Cluster:
         self.rank = int(self.env.get("RANK", "0"))
         self.world = int(self.env.get("WORLD_SIZE", "1"))
         self.host = self.env.get("MASTER_ADDR", "127.0.0.1")
-        self.port = int(self.env.get("MASTER_PORT") or _free_port())
+        self.port = int(self.env.get("MASTER_PORT") or _free_ports(1)[0])
         self.standing = self.env.get(STANDING) == "1"
         self.raylet: int | None = None
         if self.standing:  # a service: the head's GCS on the first service port, each worker's raylet on its own
             ports = [p for p in self.env.get("FAIRPOD_SERVICE_PORTS", "").split(",") if p]
             if not ports:
                 raise SystemExit(f"fairpod ray: {STANDING}=1 without FAIRPOD_SERVICE_PORTS (a service's ports)")
-            self.port = int(ports[0])
+            self.port = int(ports[-1] if self.env.get(SERVE) else ports[0])  # Serve: rank 0's PORT is its HTTP
             self.raylet = None if self.rank == 0 else int(self.env.get("PORT") or ports[self.rank])
         self.tmp = tempfile.mkdtemp(prefix="fpray-", dir="/tmp")  # short: Ray's socket paths have a length limit
         self.pgid: int | None = None
@@ -380,7 +379,12 @@ def _stand(c: Cluster, entrypoint: list[str]) -> int:
         code = subprocess.call(entrypoint, env={**c.env, **c.driver_env(), **job_config(c.env)})
         if code != 0:
             return code
+    serve = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "rayserve.py")],
+                             env={**c.env, **c.driver_env()}) if c.env.get(SERVE) else None
     while c.pgid is not None and _group_alive(c.pgid) and _reachable(c.host, c.port):
+        if serve is not None and serve.poll() is not None:
+            _say(f"Ray Serve's driver exited {serve.returncode}")
+            return serve.returncode or 1
         time.sleep(0.5)
     _say("the Ray head is gone")
     return 1

@@ -215,6 +215,9 @@ def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user:
         argv += ["--workdir", str(workdir)]
     if c.get("launcher"):  # a Ray job's launcher (fairpod.executors.raycluster), the node's own file
         argv += ["--volume", f"{c['launcher']}:{RAY_LAUNCHER}:ro"]
+        serve = os.path.join(os.path.dirname(str(c["launcher"])), "rayserve.py")  # its Serve driver, beside it
+        if os.path.isfile(serve):
+            argv += ["--volume", f"{serve}:{os.path.dirname(RAY_LAUNCHER)}/rayserve.py:ro"]
     if c.get("entrypoint") == "replace" and spec.get("command"):  # Kubernetes' command: no ENTRYPOINT before it
         argv += ["--entrypoint", ""]
     argv += gpu_flags(tuple(int(g) for g in lim.get("gpus") or ()))

@@ -105,7 +105,7 @@ def test_batch_jobs_pods_and_kinds_refused_by_name():
            "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}
     assert batch.convert(pod, cwd="/w", teams=TEAMS).body["nodes"] == 1
     docs = [{"kind": k, "metadata": {"name": "x"}} for k in ("MPIJob", "RayCluster", "RayService", "Service")]
-    assert [r.split(":")[0] for r in batch.refusals(docs)] == ["MPIJob x", "RayService x"]  # RayCluster: a service
+    assert [r.split(":")[0] for r in batch.refusals(docs)] == ["MPIJob x"]  # RayCluster, RayService: services
 
 
 def test_a_job_naming_no_instance_type_gets_the_teams_types_that_fit_in_order():

@@ -1,7 +1,8 @@
 """KubeRay RayCluster manifests: a RayCluster becomes a fairpod service that is a Ray job (a standing Ray cluster:
 head on rank 0, the workers on the others, each Ray node ready when it answers on its service port); its
 autoscaling bounds are the service's min..max replicas; what has no meaning here is refused by name, one line each.
-RayService is refused by name, saying what it needs. The live run is in tests/server/test_rayjobs_live.py."""
+A RayService is no longer refused by its kind (tests/formats/kube/test_rayservice.py). The live run is in
+tests/server/test_rayjobs_live.py."""
 
 from __future__ import annotations
 
@@ -104,7 +105,5 @@ def test_what_has_no_meaning_here_is_refused_by_name_one_line_each() -> None:
     assert "rayClusterSpec" not in text  # a RayCluster's own field names
 
 
-def test_rayservice_is_refused_by_name_saying_what_it_needs() -> None:
-    (line,) = batch.refusals([{"kind": "RayService", "metadata": {"name": "rayservice-sample"}}])
-    assert line.startswith("RayService rayservice-sample: no meaning here: ") and "ray[serve]" in line
-    assert batch.refusals([_doc()]) == []  # a RayCluster is no longer refused
+def test_neither_a_raycluster_nor_a_rayservice_is_refused_by_its_kind() -> None:
+    assert batch.refusals([_doc(), {"kind": "RayService", "metadata": {"name": "rayservice-sample"}}]) == []

@@ -35,9 +35,6 @@ REFUSED_KINDS = {
     "MXJob": "fairpod runs PyTorchJob, Job and RayJob manifests",
     "JAXJob": "fairpod runs PyTorchJob, Job and RayJob manifests",
     "TrainJob": "Kubeflow Trainer v2's TrainJob needs its TrainingRuntime objects; write it as a PyTorchJob",
-    "RayService": "Ray Serve (serveConfigV2) needs Ray's serve extra (ray[serve]: FastAPI, uvicorn, gRPC), which "
-    "fairpod's environment does not install; apply its rayClusterConfig as a RayCluster (a fairpod service) and run "
-    "'serve deploy' against it, or run the Serve application as a fairpod service (fairpod start-service)",
     "JobSet": "fairpod runs one gang of one shape per job; submit each replicated job as a Job or PyTorchJob",
     "AppWrapper": "fairpod runs one gang of one shape per job; submit the wrapped Job or PyTorchJob itself",
 }

@@ -23,43 +23,57 @@ from typing import Any
 
 from fairpod.formats.kube.image import DOCKER_HUB
 from fairpod.formats.kube.manifest import PRIORITY_LABEL, Converted, ManifestError, mapping
-from fairpod.formats.kube.rayjob import _shape, _workers, convert_kind, opening, place
+from fairpod.formats.kube.rayjob import _Reader, _shape, _workers, convert_kind, opening, place
 from fairpod.formats.kube.teams import Teams
 
 KNOWN_SPEC = {"rayVersion", "headGroupSpec", "workerGroupSpecs", "enableInTreeAutoscaling", "autoscalerOptions",
               "headServiceAnnotations", "suspend", "upgradeStrategy", "managedBy", "gcsFaultToleranceOptions"}
 
 
-def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_host: bool = False,
-            registry: str = DOCKER_HUB) -> Converted:
-    """One RayCluster as the body of a fairpod service submit; ManifestError with one line per refused field."""
-    name, spec, r, labels, team = opening(doc, "RayCluster", teams, on_host, registry)
-    for key in sorted(set(spec) - KNOWN_SPEC):
-        r.refused.append(f"spec.{key}: not known to fairpod")
-    if spec.get("suspend"):
-        r.refused.append("spec.suspend: true: fairpod queues the cluster itself; submit it when it should run")
-    if spec.get("gcsFaultToleranceOptions"):
-        r.refused.append("spec.gcsFaultToleranceOptions: fairpod runs no external Redis for the head's GCS; a "
+def read_cluster(rc: dict[str, Any], r: _Reader, at: str, kind: str, on_host: bool) -> tuple[dict[str, int],
+                                                                                              list[dict[str, Any]]]:
+    """A RayCluster's spec (``at``: where it is in the manifest, ``spec`` or a RayService's
+    ``spec.rayClusterConfig``): the replicas ({nodes} or elastic) and each group's resources; refusals kept on
+    ``r``."""
+    for key in sorted(set(rc) - KNOWN_SPEC):
+        r.refused.append(f"{at}.{key}: not known to fairpod")
+    if rc.get("suspend"):
+        r.refused.append(f"{at}.suspend: true: fairpod queues the cluster itself; submit it when it should run")
+    if rc.get("gcsFaultToleranceOptions"):
+        r.refused.append(f"{at}.gcsFaultToleranceOptions: fairpod runs no external Redis for the head's GCS; a "
                          "restarted head starts a new Ray cluster (its workers rejoin it)")
-    noted = [k for k in ("headServiceAnnotations", "upgradeStrategy", "managedBy")
-             if spec.get(k)]
+    noted = [f"{at}.{k}" for k in ("headServiceAnnotations", "upgradeStrategy", "managedBy") if rc.get(k)]
     if noted:
-        r.notes.append(f"spec.{', spec.'.join(noted)} not used: fairpod gives the cluster one "
-                       "address (fairpod get-service)")
-    sizes = [r.group(mapping(spec.get("headGroupSpec"), "spec.headGroupSpec"), "spec.headGroupSpec")]
-    size = _workers(spec, r, sizes, "spec", "RayCluster")
+        r.notes.append(f"{', '.join(noted)} not used: fairpod gives the cluster one address (fairpod get-service)")
+    sizes = [r.group(mapping(rc.get("headGroupSpec"), f"{at}.headGroupSpec"), f"{at}.headGroupSpec")]
+    size = _workers(rc, r, sizes, at, kind)
     r.env.update(r.start_env())
     if len(r.images) > 1 and not on_host:
         r.refused.append(f"{', '.join(f'{w}.image {i}' for i, w in r.images.values())}: one image for every Ray "
                          "node of a cluster")
-    if r.refused:
-        raise ManifestError("\n".join(f"RayCluster {name}: {x}" for x in r.refused))
+    return size, sizes
+
+
+def service_body(name: str, team: str, labels: dict[str, Any], r: _Reader, size: dict[str, int],
+                 sizes: list[dict[str, Any]]) -> dict[str, Any]:
+    """The body of a Ray service (a standing cluster) before its image or host is placed."""
     priority = str(labels[PRIORITY_LABEL]).removesuffix("-priority") if labels.get(PRIORITY_LABEL) else None
     body: dict[str, Any] = {"name": name, "team": team, "priority": priority, "instance_type": r.instance_type,
                             **size, "command": [], "ray": True, "service": {}, "env": r.env, **_shape(sizes, r)}
-    place(body, r, on_host, cwd, None, "no container image: the Ray installed on the nodes runs")
     if r.grace is not None:
         body["termination_grace_seconds"] = r.grace
+    return body
+
+
+def convert(doc: dict[str, Any], *, cwd: str, teams: Teams | None = None, on_host: bool = False,
+            registry: str = DOCKER_HUB) -> Converted:
+    """One RayCluster as the body of a fairpod service submit; ManifestError with one line per refused field."""
+    name, spec, r, labels, team = opening(doc, "RayCluster", teams, on_host, registry)
+    size, sizes = read_cluster(spec, r, "spec", "RayCluster", on_host)
+    if r.refused:
+        raise ManifestError("\n".join(f"RayCluster {name}: {x}" for x in r.refused))
+    body = service_body(name, team, labels, r, size, sizes)
+    place(body, r, on_host, cwd, None, "no container image: the Ray installed on the nodes runs")
     r.notes.append("a standing Ray cluster until 'fairpod delete-service " + name + "'; attach a Ray driver on "
                    "this machine with RAY_ADDRESS=<the head's endpoint> (fairpod get-service " + name + ")")
     return Converted({k: v for k, v in body.items() if v not in (None, [], {}) or k in ("command", "service")},

@@ -6,7 +6,9 @@ rank, the entrypoint ``COMMAND`` on rank 0 against it) and gets its vCPUs and me
 ``FAIRPOD_MEMORY_MIB`` so that its Ray node offers exactly what the engine gave it (docs/workloads.md). A Ray
 job that is a service (a KubeRay RayCluster) is a standing cluster: ``FAIRPOD_RAY_STANDING=1``, its command (often
 none) run once against it, the cluster kept until the service is deleted, each replica's Ray node on its service
-port (the head's GCS on rank 0's), so that the service's TCP readiness is the Ray node answering.
+port (the head's GCS on rank 0's), so that the service's TCP readiness is the Ray node answering. A Ray service
+that serves (a KubeRay RayService: ``FAIRPOD_RAY_SERVE``, fairpod.executors.rayserve) has one more port, the
+last, for its head's GCS: rank 0's is Serve's HTTP proxy, its one endpoint.
 """
 
 from __future__ import annotations
@@ -46,3 +48,8 @@ def env(job: Job) -> dict[str, str]:
     standing = {"FAIRPOD_RAY_STANDING": "1"} if job.spec.service is not None else {}  # a service: a standing cluster
     return {"FAIRPOD_VCPU_MILLI": str(job.mcpu), "FAIRPOD_MEMORY_MIB": str(job.mib),
             "FAIRPOD_TERM_GROUP_FIRST": "1", **standing}  # the Ray processes outlive the entrypoint's SIGTERM
+
+
+def extra_ports(job: Job) -> int:
+    """Ports a service's launch picks beyond one per replica: 1 for a Ray Serve service's head GCS, else 0."""
+    return int(bool(job.spec.ray and job.spec.service is not None and raycluster.SERVE in job.spec.env))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING
 
 from fairpod.executors.base import Executor, Probing, ReplicaExit, Resizing, capability
 from fairpod.model.jobs import JobSpec, JobState
+from fairpod.server.core.transitions import rayjobs
 from fairpod.server.errors import InvalidJob
 from fairpod.server.runs import Run, usage_message
 from fairpod.store.records import Job
@@ -41,9 +42,10 @@ PORTS_ENV = "FAIRPOD_SERVICE_PORTS"
 
 def check(executor: Executor, spec: JobSpec) -> None:
     """InvalidJob if ``executor`` cannot run ``spec`` as a service."""
-    if spec.service is not None and spec.ray and (spec.service.readiness_path or spec.service.readiness_command):
-        raise InvalidJob("a Ray service (a standing Ray cluster) is ready when its Ray nodes answer on their ports: "
-                         "give no readiness_path or readiness_command")
+    if spec.service is not None and spec.ray and spec.service.readiness_path:  # a command, run in each replica,
+        # may say (a RayService's: Serve's applications RUNNING on the head, fairpod.executors.rayserve)
+        raise InvalidJob("a Ray service (a standing Ray cluster) is ready when its Ray nodes answer on their ports "
+                         "(or its readiness_command passes in the replica): give no readiness_path")
     if spec.service is not None and capability(executor, Resizing) is None:
         raise InvalidJob(f"the {executor.name} executor cannot restart one replica of a running job; services "
                          "need the local executor")
@@ -63,6 +65,7 @@ def service_env(cp: CoreState, job: Job, run: Run) -> dict[str, str]:
     if job.spec.service is None:
         return {}
     most = max(job.spec.max_nodes or job.spec.nodes, len(job.placement))
+    most += rayjobs.extra_ports(job)  # a Ray Serve service's head: its GCS on one more, the last
     while len(run.ports) < most:
         run.ports.append(free_port())
     return {PORTS_ENV: ",".join(str(p) for p in run.ports)}
