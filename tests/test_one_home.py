@@ -12,7 +12,7 @@ SRC = Path(__file__).resolve().parents[1] / "src" / "fairpod"
 
 # a form's code (not its prose: docstrings and help texts name the forms freely) -> the one module that writes it
 HOMES = {
-    r'"hyperpod-ns-"|hyperpod-ns-\{|hyperpod-ns-\(\?P': "formats/hyperpod.py",  # the prefix, built or matched
+    r'"hyperpod-ns-"|hyperpod-ns-\{|hyperpod-ns-\(': "formats/hyperpod.py",  # the prefix, built or matched (any group)
     r'rsplit\("-", 1\)\[(1|-1)\]': "model/keys.py",  # the job id read back out of a job key
     r"\}_\{": "model/keys.py",  # ID_T built: f"{array_job_id}_{task_id}"
     r'_\(\\d\{1,9\}\)': "model/keys.py",  # ID_T parsed

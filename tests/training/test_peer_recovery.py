@@ -3,12 +3,15 @@
 A 3-replica job of examples/ddp/peer_ddp.py (``--peer-recovery``) loses replica 1 to SIGKILL mid-training: the
 other two keep their processes, replica 1 is started again in place and gets its state from a peer's memory, every
 rank's completed steps run 1..N without a gap, and the final model is bit for bit the one of the same training run
-undisturbed (three plain processes beside the server). Then two replicas lost at once: the job falls back to its
-checkpoint by itself (a full restart) and still ends with that model.
+undisturbed (three plain processes beside the server). The same when replica 1's node fails (an Xid fault injected,
+seen by the health agent): replica 1 comes back on the cluster's fourth node, rank 0 (the rendezvous' host) staying
+where it was. Then two replicas lost at once: the job falls back to its checkpoint by itself (a full restart) and
+still ends with that model.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -34,7 +37,9 @@ ARGS = ["--steps", str(STEPS), "--save_every", str(SAVE), "--step_seconds", "0.1
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    yield from running(tmp_path_factory.mktemp("peers"))
+    # the health agent's round every 0.5 s: an injected node fault is seen within a step or two of the training
+    yield from running(tmp_path_factory.mktemp("peers"),
+                       before_start=lambda s: s.env.update(FAIRPOD_AGENT_INTERVAL="0.5"))
 
 
 @pytest.fixture(scope="module")
@@ -197,6 +202,40 @@ def test_a_killed_replica_recovers_from_its_peers_and_the_job_goes_on_from_its_s
     assert all(g["lost"] == 0 for g in gp if g["cause"] != "restart"), gp
     wait_for(lambda: (reference / "final.pt").exists(), 120, "the undisturbed run to end")
     assert same_model(final(out), final(reference)), "the recovered run's model differs from the undisturbed one"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_replica_whose_node_fails_comes_back_on_the_spare_node_with_a_peers_state(
+        srv: Server, reference: Path) -> None:
+    job, out = submit(srv, "moved")
+    placed = srv.wait_state("moved", "Running", 60, srv.activity)["placement"]
+    spare = next(n["name"] for n in srv.api("GET", "/nodes").json()["nodes"] if n["name"] not in placed)
+    wait_for(lambda: len(steps(out, 0)) >= KILL_AT, 60, f"rank 0 to reach step {KILL_AT}", srv.activity)
+    before = pids(srv, job)
+    assert all(before.values()), before
+    assert srv.cli("node", "inject-fault", placed[1], "--kind", "xid").returncode == 0
+    wait_for(lambda: events(srv, "moved", "ReplicaRecovered"), 120, "ReplicaRecovered", srv.activity)
+    after = pids(srv, job)
+    assert after[0] == before[0] and after[2] == before[2], (before, after)  # the healthy replicas' processes
+    assert after[1] not in (None, before[1]), (before, after)
+    (moved,) = events(srv, "moved", "ReplicaMoved")
+    assert (moved["data"]["source"], moved["data"]["target"]) == (placed[1], spare), moved
+    assert moved["data"]["reason"].startswith(f"node {placed[1]} fault: NvidiaErrorReboot"), moved
+    done = srv.wait_state("moved", "Succeeded", 120, srv.activity)
+    assert done["restarts"] == 0 and done["placement"] == [placed[0], spare, placed[2]], done
+    assert not events(srv, "moved", "JobRestarting")
+    (rec,) = events(srv, "moved", "ReplicaRecovered")
+    d = rec["data"]
+    assert d["ranks"] == [1] and d["source"] in (0, 2) and d["step"] >= KILL_AT, d
+    for r in (0, 2):  # every step 1..N once on the healthy ranks: no gap, nothing done twice
+        assert [st for st, _ in steps(out, r)] == list(range(1, STEPS + 1)), f"rank {r}"
+    full = list(range(1, STEPS + 1))  # rank 1: as above, the step in flight at the stop may be missing from its lines
+    assert [st for st, _ in steps(out, 1)] in (full, [st for st in full if st != d["step"]]), ("rank 1", d)
+    launch = srv.home / "runs" / f"moved-{job['id']}" / "0" / "1" / "launch.json"
+    assert json.loads(launch.read_text())["node"] == spare  # the replacement ran on the spare node
+    wait_for(lambda: (reference / "final.pt").exists(), 120, "the undisturbed run to end")
+    assert same_model(final(out), final(reference)), "the moved replica's run's model differs from the undisturbed one"
 
 
 @pytest.mark.slow

@@ -12,18 +12,16 @@ offered: argparse names them as unknown.
 from __future__ import annotations
 
 import argparse
-import re
 
 from fairpod.cli.errors import CliError
 from fairpod.cli.jobbody import job_name, memory_gib, priority_class, vcpus, whole
+from fairpod.formats import hyperpod
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any
 
 KIND = "hyp-space"
-NS = r"^hyperpod-ns-([a-z0-9]([-a-z0-9]*[a-z0-9])?)$"
-QUEUE = r"^hyperpod-ns-([a-z0-9]([-a-z0-9]*[a-z0-9])?)-localqueue$"
 APP_TYPES = {"jupyterlab": "jupyter", "jupyter": "jupyter", "code-editor": "code-server",
              "codeeditor": "code-server", "code-server": "code-server"}
 
@@ -51,14 +49,14 @@ def _idle(v: str) -> float | None:
 def team_of(verb: str, namespace: str | None, queue: str | None) -> str | None:
     """The team that ``--namespace hyperpod-ns-TEAM`` or ``--queue-name hyperpod-ns-TEAM-localqueue`` names."""
     found = {}
-    for flag, text, pattern in (("--namespace", namespace, NS), ("--queue-name", queue, QUEUE)):
+    for flag, text, pattern in (("--namespace", namespace, hyperpod.NS_RE), ("--queue-name", queue, hyperpod.QUEUE_RE)):
         if text is None:
             continue
-        m = re.match(pattern, text)
-        if not m:
+        team = hyperpod.team_in(pattern, text)
+        if team is None:
             raise CliError(f"hyp {verb} hyp-space: {flag} {text!r} is not a team's: use "
-                           + ("hyperpod-ns-<team>" if flag == "--namespace" else "hyperpod-ns-<team>-localqueue"))
-        found[m.group(1)] = flag
+                           + (hyperpod.namespace("<team>") if flag == "--namespace" else hyperpod.local_queue("<team>")))
+        found[team] = flag
     if len(found) > 1:
         raise CliError(f"hyp {verb} hyp-space: --namespace and --queue-name name different teams")
     return next(iter(found), None)

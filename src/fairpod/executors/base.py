@@ -143,7 +143,7 @@ class Executor(Protocol):
 
     What some executors can do beyond this is declared by the capability protocols below (:class:`Notifying`,
     :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Resizing`, :class:`HostGpus`,
-    :class:`Discarding`, :class:`Starting`, :class:`RestartingInPlace`, :class:`Probing`);
+    :class:`Discarding`, :class:`Starting`, :class:`RestartingInPlace`, :class:`Relocating`, :class:`Probing`);
     :func:`capability` finds one.
     """
 
@@ -268,6 +268,17 @@ class RestartingInPlace(Protocol):
     def restart_replicas(self, job: JobLaunch) -> None:
         """Start ``job.replicas`` (ranks of attempt ``job.attempt`` whose replica ended and whose exit was
         acknowledged) again, with the attempt's rendezvous address; raises :class:`ExecutorError`."""
+        ...
+
+
+@runtime_checkable
+class Relocating(Protocol):
+    """Its :class:`RestartingInPlace` may start a replica on another node than the one it ran on (that node was lost
+    or is out of service; ``server/core/transitions/relocation.py``), with the attempt's rendezvous address: the
+    ``ReplicaLaunch.node`` of ``restart_replicas`` is then the new node."""
+
+    def relocates(self) -> bool:
+        """True: ``restart_replicas`` starts a replica on the node its launch names, whichever it ran on before."""
         ...
 
 

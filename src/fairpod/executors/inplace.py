@@ -30,7 +30,7 @@ class _Local(Protocol):
 
 class InPlace:
     """Mixed into :class:`fairpod.executors.local.LocalExecutor` (capabilities ``Starting`` and
-    ``RestartingInPlace`` of :mod:`fairpod.executors.base`)."""
+    ``RestartingInPlace`` of :mod:`fairpod.executors.base`, and ``Relocating``: a replica restarted on another node)."""
 
     def restart_replicas(self: _Local, job: JobLaunch) -> None:
         """Start ``job.replicas`` of the live attempt again in their run directories (the log appended to), on
@@ -54,6 +54,11 @@ class InPlace:
             except OSError as e:
                 self.stop(job.job, job.attempt, 0.0, ranks)
                 raise ExecutorError(f"cannot restart job {job.job} ranks {sorted(ranks)}: {e}") from None
+
+    def relocates(self: _Local) -> bool:
+        """Capability ``Relocating``: this host's nodes are virtual, a replica's run directory is its rank's, so a
+        replica restarted on another node starts here as on its own, on the attempt's MASTER_ADDR/MASTER_PORT."""
+        return True
 
     def probed_ready(self: _Local, job: str, attempt: int) -> set[int]:
         """Ranks of the attempt whose last readiness probe, run by its supervisor in its sandbox, passed."""

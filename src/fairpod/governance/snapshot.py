@@ -278,6 +278,29 @@ class Snapshot(NodeIndex):
             self.elastic.pop(w.id, None)
         self._use(w, -1)
 
+    def move_replica(self, w: Workload, rank: int, node: str) -> str:
+        """Replica ``rank`` of the running ``w`` holds ``node`` from now on (``governance.relocation``): its request
+        leaves its old node and takes room on ``node``; its team's usage is unchanged (same instance type). Returns
+        the node it left."""
+        nodes = list(w.nodes or ())
+        old = nodes[rank]
+        for name, k in ((old, 1), (node, -1)):
+            nd = self.nodes.get(name)
+            if nd is None:  # the old node left the cluster
+                continue
+            add(nd.free, w.req, k)
+            if k < 0:
+                nd.jobs.add(w.id)
+            else:
+                nd.jobs.discard(w.id)
+            self.index(nd)
+            if nd.schedulable:
+                add(self.pool(nd.itype).free, w.req, k)
+        nodes[rank] = node
+        w.nodes = nodes
+        self.version += 1
+        return old
+
     def start(self, w: Workload, nodes: list[str], now: float) -> None:
         """A pending job starts on ``nodes``."""
         self.pending.pop(w.id, None)

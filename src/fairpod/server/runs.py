@@ -79,6 +79,9 @@ class Run:
     log_faults: dict[str, str] = field(default_factory=dict)  # rank -> the log rule that stopped it (server.logrules)
     # peer recovery (server.restarts): ranks restarted in place that wait for a peer's state -> [since, why]
     recovering: dict[str, list[Any]] = field(default_factory=dict)
+    # replicas moving off a lost node (server.core.transitions.relocation): rank -> [the node it leaves, why], until
+    # its exit there is taken
+    moving: dict[str, list[str]] = field(default_factory=dict)
 
     def record_usage(self, rank: int, cpu_seconds: float | None, memory_peak_bytes: int | None) -> dict[str, Any]:
         """Keep what a replica used; the data of its ``ReplicaUsage`` event ({} when nothing was measured)."""

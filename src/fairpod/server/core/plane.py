@@ -27,7 +27,15 @@ from fairpod.server.core.memory import Memory
 from fairpod.server.core.published import Published
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.submits import SubmitQueue
-from fairpod.server.core.transitions import array_holds, priority, readiness, resize, restarts, submit
+from fairpod.server.core.transitions import (
+    array_holds,
+    priority,
+    readiness,
+    relocation,
+    resize,
+    restarts,
+    submit,
+)
 from fairpod.server.core.transitions.attempt import AttemptLife
 from fairpod.server.core.transitions.budgets import BudgetKeeper
 from fairpod.server.core.transitions.logrules import LogWatch
@@ -237,6 +245,8 @@ class ControlPlane(Memory, AttemptLife, NodeTransitions, Loop, Door, Core):
                 # a service's are drained again instead, each until its stored time (Services._resume_drains)
                 res.stop_replicas(job_key(job), run.attempt, sorted(int(r) for r in run.removing),
                                   job.spec.termination_grace_seconds)
+            if run.moving and run.stopping is None:  # replicas leaving a lost node (transitions/relocation.py)
+                relocation.stop_moving(self, job, run, sorted(int(r) for r in run.moving))
             if run.stopping is not None:
                 self.executor.stop(job_key(job), run.attempt, job.spec.termination_grace_seconds)
 

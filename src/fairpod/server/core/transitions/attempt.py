@@ -22,6 +22,7 @@ from fairpod.server.core.transitions import (
     goodput_spans,
     rayjobs,
     readiness,
+    relocation,
     resize,
     restarts,
     serving,
@@ -159,6 +160,8 @@ class AttemptLife:
                 self._started(job, cur)
                 if cur.stopping is not None:
                     self.executor.stop(job_key(job), cur.attempt, job.spec.termination_grace_seconds)
+                elif cur.moving:  # a node failed while they started: its replica leaves it (relocation.py)
+                    relocation.stop_moving(self, job, cur, sorted(int(r) for r in cur.moving))
 
     def _launch_of(self, job: Job, run: Run) -> JobLaunch | None:
         """The executor's launch of an admitted attempt on its slots; None (and the job failed) when its
@@ -260,7 +263,8 @@ class AttemptLife:
         if run.stop_at is not None and getattr(self.clock, "from_wall", float)(e.ended_at) < run.stop_at:
             run.before_stop.append(str(e.rank))  # it ended on its own before the stop was asked
         if run.stopping is None:
-            faulted = not e.ok or str(e.rank) in run.log_faults  # a log rule stopped it (server/core/transitions/logrules.py)
+            # a log rule stopped it (server/core/transitions/logrules.py), or its node was lost (relocation.py)
+            faulted = not e.ok or str(e.rank) in run.log_faults or str(e.rank) in run.moving
             if not e.started:  # its launch never reached its node: the attempt stops, the job is queued again
                 self.begin_stop(job, run, STOP_PREEMPT, f"replica {e.rank} {e.reason}")
             elif faulted and restarts.decide(self, job, run, e):  # restart that replica only (server/core/transitions/restarts.py)

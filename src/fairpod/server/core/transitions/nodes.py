@@ -9,6 +9,7 @@ from typing import Any
 
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import node_res
+from fairpod.server.core.transitions import restarts
 from fairpod.server.nodes import ACTION_STATUS
 from fairpod.server.runs import failure_kind
 from fairpod.store.records import Node
@@ -156,6 +157,8 @@ class NodeTransitions:
                 job = self.store.get_job(jid)
                 if job is None or name not in job.placement or run.stopping is not None:
                     continue
+                if run.launched and restarts.node_lost(self, job, run, name, why):
+                    continue  # that replica alone moves to another node (server/core/transitions/relocation.py)
                 self.begin_stop(job, run, failure_kind(job), why)
                 stopped.append(jid)
                 if not run.launched:

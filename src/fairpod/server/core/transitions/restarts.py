@@ -3,7 +3,9 @@
 
 When a replica of a job with ``restarts_in_place: N`` fails, and fewer than N replicas of its attempt were
 restarted in place within the last ``restart_eval_period_seconds``, only that replica's process is started
-again on its node: the other replicas keep running (their PIDs do not change). Otherwise the job restarts
+again on its node: the other replicas keep running (their PIDs do not change). When its node takes no work any
+more (a fault, a cordon), or fails under the running replica (:func:`node_lost`, from the node's fault), the
+replica starts on another node the engine chooses (:mod:`fairpod.server.core.transitions.relocation`). Otherwise the job restarts
 whole as before (auto-resume: ``max_retry`` full restarts, then Failed).
 
 The transition has two steps, so that an exit is never acknowledged on a restarted replica's run:
@@ -36,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from fairpod.executors.base import ExecutorError, ReplicaExit, Resizing, RestartingInPlace, capability
 from fairpod.model.jobs import JobState
-from fairpod.server.core.transitions import goodput_spans
+from fairpod.server.core.transitions import goodput_spans, relocation
 from fairpod.server.runs import Run, failure_kind, job_key
 from fairpod.store.records import Job
 
@@ -57,34 +59,87 @@ def why(run: Run, e: ReplicaExit) -> str:
 
 
 def decide(cp: CoreState, job: Job, run: Run, e: ReplicaExit) -> bool:
-    """A replica failed while the attempt runs: True when it is to be restarted in place (``Run.restart_due``).
+    """A replica failed while the attempt runs: True when it is to be restarted in place (``Run.restart_due``),
+    on its node, or on another when its node takes no work now (:mod:`fairpod.server.core.transitions.relocation`).
     A log rule's ``restart_in_place`` gets at least one restart in place per evaluation period."""
+    if str(e.rank) in run.moving:  # its node was lost: the move was decided then (node_lost), the budget counted
+        old, lost = run.moving[str(e.rank)]
+        relocation.arrived(cp, run, e.rank)
+        run.restart_due.append(e.rank)
+        cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} stopped on node {old} ({lost}); restarting "
+                 f"it on node {job.placement[e.rank]} (the other replicas keep running)", job, rank=e.rank,
+                 restart="in-place", in_place=recent(job, run, cp.clock()) + len(run.restart_due), source=old,
+                 target=job.placement[e.rank])
+        return True
     n = job.spec.restarts_in_place
     if str(e.rank) in run.log_faults:
         n = max(n, 1)
     if n <= 0 or job.spec.elastic or capability(cp.executor, RestartingInPlace) is None:
         return False
-    now = cp.clock()
-    done = recent(job, run, now) + len(run.restart_due)
     reason = why(run, e)
-    others = sorted({int(r) for r in [*run.restart_due, *run.recovering]} - {e.rank})
-    if job.spec.peer_recovery and others:
-        run.log_faults[str(e.rank)] = reason
-        cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason} while replica "
-                 f"{', '.join(map(str, others))} is recovered from its peers: two replicas lost at once cannot be "
-                 "recovered from peers; the job restarts from its checkpoint", job, rank=e.rank, restart="full",
-                 in_place=done, fallback="checkpoint", recovering=others)
+    done = refused(cp, job, run, e.rank, reason, n)
+    if done is None:
         return False
-    if done >= n:
-        run.log_faults[str(e.rank)] = reason  # the full restart's reason names it too
-        cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; {done} restart"
-                 f"{'s' if done != 1 else ''} in place within {job.spec.restart_eval_period_seconds:g} s "
-                 "already: the job restarts whole", job, rank=e.rank, restart="full", in_place=done)
-        return False
+    where = "in place"
+    if (down := relocation.node_down(cp, job.placement[e.rank])) is not None:
+        node, none = (relocation.move(cp, job, run, e.rank, down, live=False) if relocation.may_move(cp, job, live=False)
+                      else (None, f"the {cp.executor.name} executor cannot start it on another node"))
+        if node is None:
+            run.log_faults[str(e.rank)] = f"{reason}; {down}"
+            cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; {down} and no other node "
+                     f"can take the replica ({none}): the job restarts whole", job, rank=e.rank, restart="full",
+                     in_place=done, fallback="full", why=none)
+            return False
+        where = f"on node {node} ({down})"
     run.restart_due.append(e.rank)
-    cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; restarting it in place "
+    cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; restarting it {where} "
              f"({done + 1} of {n} within {job.spec.restart_eval_period_seconds:g} s; the other replicas keep "
              "running)", job, rank=e.rank, restart="in-place", in_place=done + 1)
+    return True
+
+
+def refused(cp: CoreState, job: Job, run: Run, rank: int, reason: str, n: int) -> int | None:
+    """The restarts in place counted against the budget ``n`` of the job's evaluation period (those due and those
+    moving too), or None when replica ``rank``'s restart in place is refused (the budget spent, or another
+    replica being recovered from peers): a ``ReplicaRestarting`` event says why, the job restarts whole."""
+    done = recent(job, run, cp.clock()) + len(run.restart_due) + len(run.moving)
+    others = sorted({int(r) for r in [*run.restart_due, *run.recovering, *run.moving]} - {rank})
+    if job.spec.peer_recovery and others:
+        run.log_faults[str(rank)] = reason
+        cp.event("ReplicaRestarting", f"job {job.name}: replica {rank} {reason} while replica "
+                 f"{', '.join(map(str, others))} is recovered from its peers: two replicas lost at once cannot be "
+                 "recovered from peers; the job restarts from its checkpoint", job, rank=rank, restart="full",
+                 in_place=done, fallback="checkpoint", recovering=others)
+        return None
+    if done >= n:
+        run.log_faults[str(rank)] = reason  # the full restart's reason names it too
+        cp.event("ReplicaRestarting", f"job {job.name}: replica {rank} {reason}; {done} restart"
+                 f"{'s' if done != 1 else ''} in place within {job.spec.restart_eval_period_seconds:g} s "
+                 "already: the job restarts whole", job, rank=rank, restart="full", in_place=done)
+        return None
+    return done
+
+
+def node_lost(cp: CoreState, job: Job, run: Run, node: str, why: str) -> bool:
+    """``node`` failed (``why``) under a replica of the running attempt: True when that replica alone moves to
+    another node (recorded, and stopped on ``node`` once committed), the other replicas kept running; False
+    when the job is to restart whole as before (a ``ReplicaRestarting`` event says why, when a move was tried)."""
+    rank = job.placement.index(node)
+    live = str(rank) not in run.exits
+    if job.spec.restarts_in_place <= 0 or not relocation.may_move(cp, job, live=live) or (
+            not live and rank not in run.restart_due):
+        return False
+    if not live:  # ended already, its restart due: it starts on the new node
+        return relocation.move(cp, job, run, rank, why, live=False)[0] is not None
+    if refused(cp, job, run, rank, why, job.spec.restarts_in_place) is None:
+        return False
+    target, none = relocation.move(cp, job, run, rank, why, live=True)
+    if target is None:
+        cp.event("ReplicaRestarting", f"job {job.name}: replica {rank} lost with its node ({why}); no other node "
+                 f"can take it ({none}): the job restarts whole", job, rank=rank, restart="full", fallback="full",
+                 why=none)
+        return False
+    relocation.stop_moving(cp, job, run, [rank])
     return True
 
 
@@ -106,6 +161,11 @@ def launch_due(cp: CoreState) -> None:
         sizing = capability(cp.executor, Resizing)
         live = sizing.replica_ranks(job_key(job), run.attempt) if sizing is not None else set()
         todo = [r for r in ranks if r not in live]  # a rank already live: started before a crash, record it
+        fresh = [job.placement[r] for r in todo if job.placement[r] not in run.slots]  # moved (relocation)
+        if fresh:
+            if not all(relocation.take_slots(cp, job, run, n) for n in fresh):
+                continue  # a stopping job still holds the new node's slots: a later turn starts it
+            job = cp.store.update_job(job.id, {"run_state": run.to_json()})  # its slots stored before it starts
         try:
             if ex is None:
                 raise ExecutorError(f"the {cp.executor.name} executor cannot restart a replica in place")
