@@ -138,6 +138,17 @@ def test_a_kubernetes_command_replaces_the_images_entrypoint_and_a_ray_job_gets_
     i = argv.index("--entrypoint")
     assert argv[i + 1] == "" and argv.index("reg.example/t:1") > i and argv[-3] == "torchrun"
     assert f"/opt/fp/raycluster.py:{container.RAY_LAUNCHER}:ro" in argv
+    assert not [a for a in argv if "rayserve" in a]  # no Serve driver beside that launcher: none bound
+
+
+def test_a_ray_services_serve_driver_is_bound_in_beside_its_launcher() -> None:
+    """A RayService's head runs fairpod's Serve driver, the file beside the launcher (fairpod.executors.rayserve):
+    bound in read-only next to the launcher's place in the container."""
+    from fairpod.executors import raycluster, rayserve
+
+    c = {"image": "reg.example/t:1", "mounts": [], "ray": True, "launcher": raycluster.__file__}
+    argv = container.run_argv(ENGINE, spec(container=c), {}, user=None, cgroup_parent=None, pids=None)
+    assert f"{rayserve.__file__}:/run/fairpod/rayserve.py:ro" in argv
 
 
 def test_the_launch_of_a_ray_job_in_an_image() -> None:
