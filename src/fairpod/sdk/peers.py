@@ -41,6 +41,12 @@ from fairpod import sdk
 __all__ = ["PeerRecovery", "RecoveryFailed", "peer_errors"]
 
 
+# the address of the node a replica runs on, set by executors whose nodes are other hosts (the Ray executor's node
+# agents: fairpod.executors.ray_node.NODE_ADDRESS_ENV)
+NODE_ADDRESS_ENV = "FAIRPOD_NODE_ADDRESS"
+GLOO_ON_NODE = "fairpod_gloo"  # the name gloo bound to that address is registered under (torch.distributed)
+
+
 class RecoveryFailed(RuntimeError):
     """The group could not be formed again: exit non-zero, the job restarts from its checkpoint."""
 
@@ -53,6 +59,25 @@ def peer_errors() -> tuple[type[BaseException], ...]:
     if isinstance(base, type):
         errs.append(base)
     return tuple(errs)
+
+
+def _gloo_on_node() -> str:
+    """The name of a torch.distributed backend that is gloo with its sockets on this node's address
+    (``FAIRPOD_NODE_ADDRESS``), registered once per process.
+
+    gloo's own default device is the address the host's name resolves to: on a Ray node that may be a loopback
+    address (Debian maps the host name to 127.0.1.1) or another interface than the one its peers reach it on, and
+    a replica started again there would then not be reached by the survivors. gloo takes no address through
+    ``init_process_group``, hence a backend of our own that makes the group as gloo with that device."""
+    if GLOO_ON_NODE not in dist.Backend.backend_list:
+        def make(store: dist.Store, rank: int, size: int, timeout: datetime.timedelta) -> Any:
+            opts = dist.ProcessGroupGloo._Options()
+            opts._devices = [dist.ProcessGroupGloo.create_device(hostname=os.environ[NODE_ADDRESS_ENV])]
+            opts._timeout = timeout
+            return dist.ProcessGroupGloo(store, rank, size, opts)
+
+        dist.Backend.register_backend(GLOO_ON_NODE, make, devices=["cpu"])
+    return GLOO_ON_NODE
 
 
 class PeerRecovery:
@@ -90,6 +115,7 @@ class PeerRecovery:
         self.recoveries = 0
         self.last: dict[str, Any] = {}  # the last recovery: seconds, source rank, step
         self._server: dist.TCPStore | None = None
+        self._retired: list[Any] = []  # the process groups of the generations before (see _form)
         self._ddp_args: dict[str, Any] = {}
         # a replacement's start (wall-clock times): here (its imports done), its group formed, the state received
         self.phases: dict[str, float] = {"ready": time.time()}
@@ -114,11 +140,24 @@ class PeerRecovery:
 
     def _form(self) -> None:
         if dist.is_initialized():
-            try:
-                dist.destroy_process_group()
-            except Exception:  # noqa: BLE001 - the old group is broken: what is left of it goes
-                pass
-        dist.init_process_group(self.backend, store=self._store(), rank=self.rank, world_size=self.world,
+            # The old group is broken: abort it, so that the work still queued in it (DDP's other gradient buckets
+            # of the failed step) fails at once instead of waiting out the timeout for a peer that has moved on.
+            # And keep it: its worker threads, as they drop a finished work, may take the GIL; the group's
+            # destructor joins them, and it runs, with the GIL held, where the program drops its old DDP (``ddp =
+            # rec.recover()``). A survivor whose old group went then deadlocked for good (seen with rank 0 lost:
+            # the main thread in ~ProcessGroupGloo's join, the worker waiting for the GIL). Kept, it is dropped
+            # at the process's end, its threads long idle. One per recovery.
+            old = dist.group.WORLD
+            self._retired.append(old)
+            for end in (lambda: old.abort(), dist.destroy_process_group):  # type: ignore[union-attr]
+                try:
+                    end()
+                except Exception:  # noqa: BLE001 - what is left of it goes
+                    pass
+        backend = self.backend
+        if backend == "gloo" and os.environ.get(NODE_ADDRESS_ENV):
+            backend = _gloo_on_node()
+        dist.init_process_group(backend, store=self._store(), rank=self.rank, world_size=self.world,
                                 timeout=datetime.timedelta(seconds=self.timeout))
 
     def wrap(self, model: torch.nn.Module | None = None, **ddp_args: Any) -> torch.nn.Module:
