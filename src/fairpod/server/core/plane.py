@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from fairpod.executors.base import Executor, Resizing, capability
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.keys import job_id_of, run_key
+from fairpod.model.nodes import NodeHealth
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.core.api import Core
 from fairpod.server.core.batch import BatchingStore
@@ -29,6 +30,7 @@ from fairpod.server.core.queries import Queries
 from fairpod.server.core.submits import SubmitQueue
 from fairpod.server.core.transitions import (
     array_holds,
+    nodes,
     priority,
     readiness,
     relocation,
@@ -39,7 +41,6 @@ from fairpod.server.core.transitions import (
 from fairpod.server.core.transitions.attempt import AttemptLife
 from fairpod.server.core.transitions.budgets import BudgetKeeper
 from fairpod.server.core.transitions.logrules import LogWatch
-from fairpod.server.core.transitions.nodes import NodeTransitions
 from fairpod.server.core.transitions.watchdog import Watchdog
 from fairpod.server.core.turn_gate import TurnGate
 from fairpod.server.core.turns import TurnHistogram, TurnPace
@@ -56,14 +57,14 @@ from fairpod.server.runs import (
     to_engine,
 )
 from fairpod.store import Store, StoreError
-from fairpod.store.records import Job
+from fairpod.store.records import Job, Node
 
 log = logging.getLogger("fairpod.control")
 
 STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
-class ControlPlane(Memory, AttemptLife, NodeTransitions, Loop, Door, Core):
+class ControlPlane(Memory, AttemptLife, Loop, Door, Core):
     """The control plane's core (see :mod:`fairpod.server.core` for its transitions)."""
 
     def __init__(
@@ -125,6 +126,55 @@ class ControlPlane(Memory, AttemptLife, NodeTransitions, Loop, Door, Core):
     def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
         """Queue the tasks of a job array (:func:`fairpod.server.core.transitions.submit.submit_array`)."""
         return submit.submit_array(self, spec, text, actor, key)
+
+    # -- the node transitions' commands (fairpod.server.core.transitions.nodes) ---------------------------------
+    def add_node(self, name: str, group: str, itype: str, **fields: Any) -> None:
+        nodes.add_node(self, name, group, itype, **fields)
+
+    def cordon(self, name: str, cordoned: bool = True) -> Node:
+        return nodes.cordon(self, name, cordoned)
+
+    def quarantine(self, name: str, fault_type: str, reason: str) -> Node:
+        return nodes.quarantine(self, name, fault_type, reason)
+
+    def release(self, name: str) -> Node:
+        return nodes.release(self, name)
+
+    def set_labels(self, name: str, labels: dict[str, Any]) -> Node:
+        return nodes.set_labels(self, name, labels)
+
+    def check_started(self, name: str) -> None:
+        nodes.check_started(self, name)
+
+    def check_passed(self, name: str, status: NodeHealth | None = None) -> None:
+        nodes.check_passed(self, name, status)
+
+    def check_failed(self, name: str, fault_type: str, reason: str, action: str) -> list[int]:
+        return nodes.check_failed(self, name, fault_type, reason, action)
+
+    def check_reset(self, name: str) -> Node:
+        return nodes.check_reset(self, name)
+
+    def recovery_requested(self, name: str, action: str, status: NodeHealth) -> list[int]:
+        return nodes.recovery_requested(self, name, action, status)
+
+    def restarted(self, name: str, labels: dict[str, Any]) -> Node:
+        return nodes.restarted(self, name, labels)
+
+    def set_schedulable(self, node: str, schedulable: bool) -> None:
+        nodes.set_schedulable(self, node, schedulable)
+
+    def forget_node(self, name: str) -> None:
+        nodes.forget_node(self, name)
+
+    def remove_node(self, name: str, reason: str) -> None:
+        nodes.remove_node(self, name, reason)
+
+    def node_fault(self, name: str, fault_type: str, reason: str, action: str) -> list[int]:
+        return nodes.node_fault(self, name, fault_type, reason, action)
+
+    def node_recovered(self, name: str, passed: bool = True) -> None:
+        nodes.node_recovered(self, name, passed)
 
     def reload(self) -> None:
         """Forget the memory and build it again from the store (after a failed store write)."""
