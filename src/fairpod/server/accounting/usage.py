@@ -19,6 +19,7 @@ import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -64,8 +65,11 @@ def current_samples(cp: Core, groups_of: dict[str, str]) -> list[UsageSample]:
 def samples_of(snap: Snapshot, spec: ClusterSpec, groups_of: dict[str, str]) -> list[UsageSample]:
     """:func:`current_samples` of the engine's snapshot ``snap`` under ``spec``."""
     out: list[UsageSample] = []
+    by_group: dict[str | None, list[Any]] = {}  # one pass over the nodes, not one per instance group
+    for name, n in snap.nodes.items():
+        by_group.setdefault(groups_of.get(name), []).append(n)
     for g in spec.cluster.instance_groups:
-        nodes = [n for name, n in snap.nodes.items() if groups_of.get(name) == g.name]
+        nodes = by_group.get(g.name, [])
         cap = [sum(n.cap[d] for n in nodes) for d in range(3)]
         used = [sum(n.cap[d] - n.free[d] for n in nodes) for d in range(3)]
         out.append(UsageSample(

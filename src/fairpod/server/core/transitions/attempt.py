@@ -39,6 +39,7 @@ from fairpod.server.runs import (
     failure_kind,
     from_engine,
     job_key,
+    lacking,
     usage_message,
 )
 from fairpod.store.records import Job
@@ -99,7 +100,7 @@ class AttemptLife:
         taken (and stored with the run) now. An attempt whose slots are still held by a stopping job waits."""
         out = []
         cat = self.spec.catalog()
-        for jid, run in list(self.runs.items()):
+        for jid, run in lacking(self.runs, "launched"):  # the few admitted, not started yet: filtered in C
             if run.launched or run.stopping is not None or any(int(v) in self.runs for v in run.after):
                 continue
             job = self.store.get_job(jid)

@@ -17,6 +17,8 @@ The requeue: the job goes back to Pending with the same attempt (a readiness tim
 
 from __future__ import annotations
 
+from itertools import compress, repeat
+from operator import attrgetter, ne
 from typing import TYPE_CHECKING, Any
 
 from fairpod.executors.base import Starting, capability
@@ -60,10 +62,13 @@ class Readiness:
 
     def tick(self, cp: CoreState) -> None:
         now, policy = cp.clock(), cp.spec.policy.ready_timeout_seconds
-        for jid in [j for j in self.unchecked if j not in cp.runs]:
+        for jid in self.unchecked.keys() - cp.runs.keys():
             del self.unchecked[jid]
-        look = [(jid, run) for jid, run in cp.runs.items()
-                if self.unchecked.get(jid) != (run.attempt, policy) and _awaited(run)]
+        # the attempts not judged yet (or judged under another attempt or policy), picked in C: the judged ones
+        # are nearly all of them, ~30,000 at 10,000 nodes, and a Python pass over them cost ~25 ms a turn
+        seen = map(ne, map(self.unchecked.get, cp.runs), zip(map(attrgetter("attempt"), cp.runs.values()),
+                                                               repeat(policy)))
+        look = [(jid, run) for jid, run in compress(cp.runs.items(), seen) if _awaited(run)]
         cp.store.prefetch(jid for jid, _ in look)  # one query (after a restart: every live attempt at once)
         for jid, run in look:
             _check(cp, jid, run, now, self.unchecked, policy)

@@ -29,7 +29,7 @@ from fairpod.governance.kinds import kind_fields
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.core.transitions import serving
 from fairpod.server.errors import InvalidJob
-from fairpod.server.runs import Run, SlotsBusy, from_engine, job_key, to_engine
+from fairpod.server.runs import Run, SlotsBusy, from_engine, having, job_key, to_engine
 from fairpod.store.records import EngineJob, Job
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def grow_ready(cp: CoreState) -> list[tuple[Job, Run, list[int]]]:
     of the new ranks are free (taken and stored now)."""
     out = []
     cat = cp.spec.catalog()
-    for jid, run in list(cp.runs.items()):
+    for jid, run in having(cp.runs, "adding"):  # the few elastic jobs growing: filtered in C
         if not run.adding or not run.launched or run.stopping is not None or run.removing:
             continue
         job = cp.store.get_job(jid)

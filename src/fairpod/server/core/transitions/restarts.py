@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from fairpod.executors.base import ExecutorError, ReplicaExit, Resizing, RestartingInPlace, capability
 from fairpod.model.jobs import JobState
 from fairpod.server.core.transitions import goodput_spans, relocation
-from fairpod.server.runs import Run, failure_kind, job_key
+from fairpod.server.runs import Run, failure_kind, having, job_key
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
@@ -150,7 +150,7 @@ def generation(run: Run) -> int:
 
 def launch_due(cp: CoreState) -> None:
     """Start the replicas due for a restart in place (a keeper: after the turn's commit, exits acknowledged)."""
-    for jid, run in list(cp.runs.items()):
+    for jid, run in having(cp.runs, "restart_due"):  # the few with a restart due: filtered in C
         if not run.restart_due or run.stopping is not None:
             continue
         job = cp.store.get_job(jid)
