@@ -19,6 +19,7 @@ import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from operator import itemgetter, sub
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -70,8 +71,9 @@ def samples_of(snap: Snapshot, spec: ClusterSpec, groups_of: dict[str, str]) -> 
         by_group.setdefault(groups_of.get(name), []).append(n)
     for g in spec.cluster.instance_groups:
         nodes = by_group.get(g.name, [])
-        cap = [sum(n.cap[d] for n in nodes) for d in range(3)]
-        used = [sum(n.cap[d] - n.free[d] for n in nodes) for d in range(3)]
+        caps, frees = [n.cap for n in nodes], [n.free for n in nodes]  # the sums in C: 10,000 nodes x 3 x 2
+        cap = [sum(map(itemgetter(d), caps)) for d in range(3)]
+        used = [sum(map(sub, map(itemgetter(d), caps), map(itemgetter(d), frees))) for d in range(3)]
         out.append(UsageSample(
             GROUP, g.name, g.node_type, acc=used[0], vcpu=used[1] / 1000, memory_gib=used[2] / 1024,
             cap_acc=cap[0], cap_vcpu=cap[1] / 1000, cap_memory_gib=cap[2] / 1024, nodes=len(nodes),
