@@ -81,6 +81,17 @@ def rules_of(cp: CoreState, job: Job) -> list[LogRule]:
     return effective(job.spec.log_rules, pc.log_rules if pc is not None else [])
 
 
+def to_look(runs: dict[int, Run], watches: dict[int, _Watch | None]) -> list[tuple[int, Run]]:
+    """The live attempts (started, not stopping) not known to have no rules, in the runs' order. Nearly all of the
+    ~30,000 at 10,000 nodes have none, and a Python pass over them cost ~50 ms a look (benchmarks/turn_cost.py):
+    they are told apart in C (map, compress)."""
+    vals = runs.values()
+    ruleless = map(is_, map(watches.get, runs, repeat(_UNSEEN)), repeat(None))
+    on = map(and_, map(and_, map(attrgetter("launched"), vals), map(is_, map(attrgetter("stopping"), vals),
+                                                                    repeat(None))), map(not_, ruleless))
+    return list(compress(runs.items(), on))
+
+
 class LogWatch:
     """The keeper (``tick``, under the control plane's lock) and the reader thread it starts at the first watch;
     ``close`` stops the thread."""
@@ -103,14 +114,7 @@ class LogWatch:
         self.last = now
         for jid in self.watches.keys() - cp.runs.keys():
             del self.watches[jid]
-        # the live attempts not known to have no rules, picked in C (map, compress): nearly all of the ~30,000 at
-        # 10,000 nodes have none, and a Python pass over them cost ~50 ms a look (benchmarks/turn_cost.py)
-        runs = cp.runs
-        vals = runs.values()
-        ruleless = map(is_, map(self.watches.get, runs, repeat(_UNSEEN)), repeat(None))
-        on = map(and_, map(and_, map(attrgetter("launched"), vals), map(is_, map(attrgetter("stopping"), vals),
-                                                                        repeat(None))), map(not_, ruleless))
-        for jid, run in list(compress(runs.items(), on)):
+        for jid, run in to_look(cp.runs, self.watches):
             if not run.launched or run.stopping is not None:
                 continue
             w = self.watches.get(jid)

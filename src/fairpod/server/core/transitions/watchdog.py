@@ -46,6 +46,21 @@ class _Seen:
     hung: bool = False  # notified for this episode
 
 
+def live_attempts(runs: dict[int, Run]) -> dict[int, int]:
+    """Job id -> attempt of the started attempts not stopping, in the runs' order. Every live attempt is looked
+    at each second, ~30,000 at 10,000 nodes: the filters run in C (map, compress), not as Python loops (~40 ms a
+    look at that size; benchmarks/turn_cost.py)."""
+    on = list(map(and_, map(attrgetter("launched"), runs.values()),
+                  map(is_, map(attrgetter("stopping"), runs.values()), repeat(None))))
+    return dict(zip(compress(runs.keys(), on), map(attrgetter("attempt"), compress(runs.values(), on)), strict=True))
+
+
+def unjudged(live: dict[int, int], watched: dict[int, tuple[int, bool]]) -> list[int]:
+    """The ids of the live attempts not judged under their current attempt yet, sorted."""
+    judged = map(itemgetter(0), map(watched.get, live, repeat((None,))))
+    return sorted(compress(live, map(ne, judged, live.values())))
+
+
 class Watchdog:
     def __init__(self, every: float = EVERY) -> None:
         self.every = every
@@ -62,16 +77,10 @@ class Watchdog:
         if cp.spec is not self.judged_spec:
             self.watched.clear()
             self.judged_spec = cp.spec
-        # every live attempt is looked at each second, ~30,000 at 10,000 nodes: the filters run in C (map,
-        # compress), not as Python loops (~40 ms a look at that size; benchmarks/turn_cost.py)
-        runs = cp.runs
-        on = list(map(and_, map(attrgetter("launched"), runs.values()),
-                      map(is_, map(attrgetter("stopping"), runs.values()), repeat(None))))
-        live = dict(zip(compress(runs.keys(), on), map(attrgetter("attempt"), compress(runs.values(), on)), strict=True))
+        live = live_attempts(cp.runs)
         for jid in self.watched.keys() - live.keys():
             del self.watched[jid]
-        judged = map(itemgetter(0), map(self.watched.get, live, repeat((None,))))
-        new = sorted(compress(live, map(ne, judged, live.values())))
+        new = unjudged(live, self.watched)
         with cp.store.engine.connect() as conn:  # the stored specs as dicts: no job record (validation) each
             for i in range(0, len(new), 500):
                 q = select(JobRow.id, JobRow.spec).where(JobRow.id.in_(new[i:i + 500]))
