@@ -7,7 +7,10 @@ process (the one that hosts the group's rendezvous), found through its node agen
 mid-training: the replicas on the other nodes keep their processes, replica 0 is started again by its node's agent
 on the same node, hosts the rendezvous there again and gets its state from a peer's memory, a ``ReplicaRecovered``
 event says so, every rank's steps run without a gap and the final model is bit for bit the undisturbed run's. Then
-two replicas lost at once: the job falls back to its checkpoint by itself.
+two replicas lost at once: the job falls back to its checkpoint by itself. Last, replica 1's node fails (an Xid
+injected, found by the monitoring checks run in that node's agent): replica 1 alone leaves it for the cluster's
+fourth Ray node (``ReplicaMoved``), started there by that node's agent with the attempt's rendezvous address, its
+gloo sockets on its new node's address, and recovers from its peers as above.
 """
 
 from __future__ import annotations
@@ -27,11 +30,13 @@ from .conftest import RayServer, serving
 torch = pytest.importorskip("torch", reason="torch is not installed: the DDP example cannot run")
 
 from tests.training.peerjob import (  # noqa: E402 - torch first
+    KILL_AT,
     check_fell_back,
     check_recovered,
     events,
     kill_at,
     reference_run,
+    steps,
     submit,
     training_pid,
 )
@@ -40,7 +45,9 @@ from tests.training.peerjob import (  # noqa: E402 - torch first
 @pytest.fixture(scope="module")
 def srv(ray_cluster: RayTestCluster, ray_driver: Any,
         tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayServer]:
-    yield from serving(ray_cluster, ray_driver, tmp_path_factory.mktemp("raypeers"))
+    # the monitoring checks every 0.5 s: an injected node fault is seen within a few steps of the training
+    yield from serving(ray_cluster, ray_driver, tmp_path_factory.mktemp("raypeers"),
+                       before_start=lambda s: s.env.update(FAIRPOD_AGENT_INTERVAL="0.5"))
 
 
 @pytest.fixture(scope="module")
@@ -105,3 +112,45 @@ def test_two_replicas_lost_at_once_on_ray_fall_back_to_the_checkpoint(srv: RaySe
     job, out = submit(srv, "twice")
     kill_at(srv, out, lambda: pids(srv, job), [1, 2])
     check_fell_back(srv, "twice", out, reference)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_replica_whose_ray_node_fails_comes_back_on_another_ray_node(srv: RayServer, reference: Path) -> None:
+    job, out = submit(srv, "moved")
+    placed = srv.wait_state("moved", "Running", 60, srv.activity)["placement"]
+    spare = next(n for n, nd in srv.nodes().items() if n not in placed and nd["schedulable"])
+    wait_for(lambda: len(steps(out, 0)) >= KILL_AT, 60, f"rank 0 to reach step {KILL_AT}", srv.activity)
+    before = pids(srv, job)
+    assert all(before.values()), before
+    assert srv.cli("node", "inject-fault", placed[1], "--kind", "xid").returncode == 0
+    wait_for(lambda: events(srv, "moved", "ReplicaRecovered", "JobRestarting"), 120, "ReplicaRecovered",
+             srv.activity)
+    assert not events(srv, "moved", "JobRestarting")  # the job did not restart whole
+    after = pids(srv, job)
+    assert after[0] == before[0] and after[2] == before[2], (before, after)  # the healthy replicas' processes
+    assert after[1] not in (None, before[1]), (before, after)
+    (moved,) = events(srv, "moved", "ReplicaMoved")
+    assert (moved["data"]["source"], moved["data"]["target"]) == (placed[1], spare), moved
+    assert moved["data"]["reason"].startswith(f"node {placed[1]} fault: NvidiaErrorReboot"), moved
+    ids = srv.cluster.nodes
+    assert node_ids(srv, job, 1) >= {ids[spare].node_id}  # the new run on the spare's Ray node, by its agent
+    assert listening(after[1]) == {srv.cluster.ips[spare]}  # type: ignore[arg-type]
+    check_recovered(srv, "moved", out, reference, lost=1)
+    assert srv.job("moved")["placement"] == [placed[0], spare, placed[2]]
+
+
+def test_replica_0_whose_ray_node_fails_restarts_the_job_whole_and_says_why(srv: RayServer) -> None:
+    # rank 0's node address is the attempt's MASTER_ADDR, which the other replicas keep: it does not move on Ray
+    srv.submit(name="host", team="john", nodes=2, restarts_in_place=2, auto_resume=True, max_retry=1,
+               termination_grace_seconds=2, command=["python3", "-c", "import time; time.sleep(600)"])
+    placed = srv.wait_state("host", "Running", 60, srv.activity)["placement"]
+    assert srv.cli("node", "inject-fault", placed[0], "--kind", "xid").returncode == 0
+    (fell,) = wait_for(lambda: [e for e in events(srv, "host", "ReplicaRestarting") if e["data"].get("fallback")],
+                       60, "the fallback's event", srv.activity)
+    assert fell["data"]["rank"] == 0 and fell["data"]["restart"] == "full", fell
+    assert "replica 0 hosts the job's rendezvous" in fell["data"]["why"], fell
+    wait_for(lambda: events(srv, "host", "JobRestarting"), 60, "the job to restart whole", srv.activity)
+    assert not events(srv, "host", "ReplicaMoved")
+    srv.api("POST", "/jobs/host/cancel")
+    srv.wait_state("host", "Cancelled", 60, srv.activity)

@@ -142,8 +142,8 @@ class Executor(Protocol):
     plane's store has committed them, marks them as reported for good. ``poll()`` (``ack=True``) does both.
 
     What some executors can do beyond this is declared by the capability protocols below (:class:`Notifying`,
-    :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`Resizing`, :class:`HostGpus`,
-    :class:`Discarding`, :class:`Starting`, :class:`RestartingInPlace`, :class:`Relocating`, :class:`Probing`);
+    :class:`Following`, :class:`NodeTable`, :class:`NodeRunner`, :class:`StoppingReplicas`, :class:`Resizing`,
+    :class:`HostGpus`, :class:`Discarding`, :class:`Starting`, :class:`RestartingInPlace`, :class:`Relocating`, :class:`Probing`);
     :func:`capability` finds one.
     """
 
@@ -223,13 +223,9 @@ class NodeRunner(Protocol):
 
 
 @runtime_checkable
-class Resizing(Protocol):
-    """Grows and shrinks a live attempt (elastic jobs): starts more replicas of it, stops some of its replicas."""
-
-    def add_replicas(self, job: JobLaunch) -> None:
-        """Start ``job.replicas`` (new ranks) beside the live replicas of attempt ``job.attempt``, with the same
-        rendezvous address (MASTER_ADDR/MASTER_PORT); raises :class:`ExecutorError`."""
-        ...
+class StoppingReplicas(Protocol):
+    """Stops some replicas of a live attempt, the others left running (a replica leaving a node that failed under
+    it: ``server/core/transitions/relocation.py``)."""
 
     def stop_replicas(self, job: str, attempt: int, ranks: Sequence[int], grace_seconds: float) -> None:
         """Begin a graceful stop of those ranks only (SIGTERM, SIGKILL after the grace); the others keep running."""
@@ -237,7 +233,17 @@ class Resizing(Protocol):
 
     def replica_ranks(self, job: str, attempt: int) -> set[int]:
         """The ranks of the attempt that were started and are known here (alive, or ended with an exit not yet
-        acknowledged): after a crash, which ranks of a growth still need starting."""
+        acknowledged): after a crash, which ranks of a growth or a restart still need starting."""
+        ...
+
+
+@runtime_checkable
+class Resizing(StoppingReplicas, Protocol):
+    """Grows and shrinks a live attempt (elastic jobs): starts more replicas of it, stops some of its replicas."""
+
+    def add_replicas(self, job: JobLaunch) -> None:
+        """Start ``job.replicas`` (new ranks) beside the live replicas of attempt ``job.attempt``, with the same
+        rendezvous address (MASTER_ADDR/MASTER_PORT); raises :class:`ExecutorError`."""
         ...
 
 
@@ -277,8 +283,9 @@ class Relocating(Protocol):
     or is out of service; ``server/core/transitions/relocation.py``), with the attempt's rendezvous address: the
     ``ReplicaLaunch.node`` of ``restart_replicas`` is then the new node."""
 
-    def relocates(self) -> bool:
-        """True: ``restart_replicas`` starts a replica on the node its launch names, whichever it ran on before."""
+    def cannot_relocate(self, rank: int) -> str | None:
+        """Why replica ``rank`` of an attempt cannot start on another node (the job then restarts whole, its event
+        saying so), or None: ``restart_replicas`` starts it on the node its launch names."""
         ...
 
 

@@ -55,10 +55,11 @@ class InPlace:
                 self.stop(job.job, job.attempt, 0.0, ranks)
                 raise ExecutorError(f"cannot restart job {job.job} ranks {sorted(ranks)}: {e}") from None
 
-    def relocates(self: _Local) -> bool:
+    def cannot_relocate(self: _Local, rank: int) -> str | None:
         """Capability ``Relocating``: this host's nodes are virtual, a replica's run directory is its rank's, so a
-        replica restarted on another node starts here as on its own, on the attempt's MASTER_ADDR/MASTER_PORT."""
-        return True
+        replica restarted on another node starts here as on its own, on the attempt's MASTER_ADDR/MASTER_PORT
+        (rank 0 too: every node's address is this host's)."""
+        return None
 
     def probed_ready(self: _Local, job: str, attempt: int) -> set[int]:
         """Ranks of the attempt whose last readiness probe, run by its supervisor in its sandbox, passed."""

@@ -1,8 +1,8 @@
 """The Ray executor (a package: :mod:`.connection` connects and checks Ray, :mod:`.nodes` keeps the
 node table, :mod:`.agents` keeps one node agent per node, :mod:`.attempts` launches and adopts attempts,
-:mod:`.pump` pulls logs and exits, :mod:`.inplace` says which replicas really started and restarts one in
-place, :mod:`.executor` ties them together): the replicas of fairpod's jobs run on
-the nodes of an existing Ray cluster.
+:mod:`.pump` pulls logs and exits, :mod:`.inplace` says which replicas really started, restarts one in
+place or on another node (its own failed) and stops one alone, :mod:`.executor` ties them together): the
+replicas of fairpod's jobs run on the nodes of an existing Ray cluster.
 
 fairpod's engine decides which job runs on which nodes and which accelerator slots of each node; this executor
 only carries the decision out. Every fairpod node has one long-lived *node agent* (:class:`~fairpod.executors.

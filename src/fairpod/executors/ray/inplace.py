@@ -12,6 +12,12 @@ environment of the launch the control plane gives, with the attempt's ``MASTER_A
 new run key, so nothing of its previous run on the node is reused; its output is appended to the same log on
 the control plane. The attempt's other replicas are not touched. The attempt's record (``ray.json``) names the
 new run key, so a restarted control plane re-attaches to it.
+
+On another node (capability ``Relocating``: its node failed, ``server/core/transitions/relocation.py``): the same,
+by the agent of the node the launch names, its node and Ray node id written in the record with the run key. The
+replica left its old node first (``stop_replicas``; a node that is gone ends it as lost). Rank 0 does not move:
+``MASTER_ADDR`` is its node's address, which the other replicas keep, so a move of rank 0 is refused and the job
+restarts whole.
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +70,8 @@ class InPlace:
 
     def restart_replicas(self, job: JobLaunch) -> None:
         """Start ``job.replicas`` (ended ranks of the live attempt ``job.attempt``, their exits acknowledged) again
-        on their nodes, through the same node agents, with the attempt's rendezvous address; the attempt's other
+        on the nodes their launch names (their own, or another when theirs failed: ``Relocating``) through those
+        nodes' agents, with the attempt's rendezvous address; the attempt's other
         replicas are not touched. A rank already running its restart number ``FAIRPOD_REPLICA_RESTARTS`` (the
         control plane stopped between this call and its record of it) is left as it is. Raises
         :class:`ExecutorError` (the control plane then restarts the job whole)."""
@@ -86,40 +94,73 @@ class InPlace:
                 if old.final is None or not (old.dir / state.REPORTED).exists():
                     raise ExecutorError(f"job {job.job}: ranks {ranks} have not ended (or their exits are not "
                                         "acknowledged yet)")
-                if launch.node != old.node:
-                    raise ExecutorError(f"job {job.job}: replica {launch.rank} ran on node {old.node}, not "
-                                        f"{launch.node}: a restart in place stays on its node")
-                agent = self._agents.get(old.node_id)
-                rn = self._by_name.get(old.node)
-                if (rn is None or rn.node_id != old.node_id or not rn.alive or agent is None or not agent.ready
-                        or agent.lost is not None):
-                    raise ExecutorError(f"job {job.job}: node {old.node} of replica {launch.rank} is not usable "
+                moved = launch.node != old.node
+                if moved and (no := self.cannot_relocate(launch.rank)) is not None:
+                    raise ExecutorError(f"job {job.job}: replica {launch.rank} cannot leave node {old.node}: {no}")
+                rn = self._by_name.get(launch.node)
+                agent = self._agents.get(rn.node_id) if rn is not None else None
+                if (rn is None or (not moved and rn.node_id != old.node_id) or not rn.alive or agent is None
+                        or not agent.ready or agent.lost is not None):
+                    raise ExecutorError(f"job {job.job}: node {launch.node} of replica {launch.rank} is not usable "
                                         f"({rn.death if rn is not None and rn.death else 'its agent is not live'})")
-                todo.append((launch, old, agent, rn.address))
+                todo.append((launch, old, agent, rn))
             port: Any = att.master_port or att.port_ref
             if todo and (not att.master_addr or not port):
                 raise ExecutorError(f"job {job.job}: the rendezvous address of attempt {job.attempt} is not known")
             run = uuid.uuid4().hex[:8]
             now = time.monotonic()
-            new = {launch.rank: _Rep(job.job, job.attempt, launch.rank, old.node, old.node_id,
+            new = {launch.rank: _Rep(job.job, job.attempt, launch.rank, rn.name, rn.node_id,
                                      f"{job.job}/{job.attempt}/{launch.rank}-{run}", old.dir, agent=agent,
                                      log_base=output_end(old.dir / state.OUTPUT), log_cap=old.log_cap,
                                      started=now, stop_grace=job.grace_seconds, restarts=old.restarts + 1)
-                   for launch, old, agent, _ in todo}
+                   for launch, old, agent, rn in todo}
             self._record(att, new)  # first: a control plane that stops from here on re-attaches to the new runs
-            for launch, old, agent, address in todo:
+            for launch, old, agent, rn in todo:
                 rep = new[launch.rank]
                 for name in (state.STATUS, state.REPORTED, STARTED, state.READY):
                     (old.dir / name).unlink(missing_ok=True)
                 (old.dir / state.OUTPUT).touch()
-                if old.agent_final and old.agent is agent:
-                    agent.handle.finish.remote([old.key])  # the control plane has all of the old run
+                was = old.agent
+                if old.agent_final and was is not None and was is self._agents.get(old.node_id) and was.lost is None:
+                    was.handle.finish.remote([old.key])  # the control plane has all of the old run
                 att.reps[att.reps.index(old)] = rep
                 rep.start_ref = agent.handle.start.remote(rep.key, job, launch, att.master_addr, port, os.getcwd(),
-                                                          address)
+                                                          rn.address)
             if todo:
                 att.cleaned, att.cleanup_refs, att.cleanup_at = False, None, None
         self._wake.set()
+
+    def cannot_relocate(self, rank: int) -> str | None:
+        """Capability ``Relocating``: every rank but 0 may restart on another node (see the module doc)."""
+        if rank == 0:
+            return ("replica 0 hosts the job's rendezvous (MASTER_ADDR is its node's address, which the other "
+                    "replicas keep), so on Ray it restarts only on its own node")
+        return None
+
+    def stop_replicas(self, job: str, attempt: int, ranks: Sequence[int], grace_seconds: float) -> None:
+        """Begin a graceful stop of those ranks of the attempt (a replica whose node failed); the others keep
+        running. A replica whose node or agent is gone ends as lost (the pump sees it)."""
+        with self._lock:
+            att = self._attempts.get((job, attempt))
+            if att is None:
+                return
+            now = time.monotonic()
+            for rep in att.reps:
+                if rep.rank not in ranks or rep.final is not None:
+                    continue
+                grace = max(0.0, grace_seconds)
+                rep.stop_grace = grace if rep.stop_at is None else min(rep.stop_grace, grace)
+                rep.stop_at = rep.stop_at or now
+                if rep.agent is not None and rep.agent.lost is None and rep.start_ref is None:
+                    rep.stop_ref = rep.agent.handle.stop.remote(rep.key, rep.stop_grace)
+        self._wake.set()
+
+    def replica_ranks(self, job: str, attempt: int) -> set[int]:
+        """Ranks of the attempt known here: running, or ended with an exit not acknowledged yet."""
+        with self._lock:
+            att = self._attempts.get((job, attempt))
+            return set() if att is None else {r.rank for r in att.reps
+                                              if r.final is None or not (r.dir / state.REPORTED).exists()}
 
     # -- helpers -------------------------------------------------------------------------------------------
     def _revive(self, job: str, attempt: int) -> _Attempt | None:
@@ -149,5 +190,6 @@ class InPlace:
         for r in rec.get("replicas", []):
             rep = reps.get(int(r["rank"]))
             if rep is not None:
-                r.update(key=rep.key, log_base=rep.log_base, restarts=rep.restarts)
+                r.update(key=rep.key, log_base=rep.log_base, restarts=rep.restarts, node=rep.node,
+                         node_id=rep.node_id)
         state.write_json(path, rec)

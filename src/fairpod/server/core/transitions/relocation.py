@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fairpod.executors.base import Relocating, Resizing, RestartingInPlace, capability
+from fairpod.executors.base import Relocating, RestartingInPlace, StoppingReplicas, capability
 from fairpod.governance import relocation as engine
 from fairpod.server.runs import Run, SlotsBusy, job_key, to_engine
 from fairpod.store.records import Job
@@ -37,7 +37,14 @@ def may_move(cp: CoreState, job: Job, *, live: bool) -> bool:
         return False
     if capability(ex, RestartingInPlace) is None or capability(ex, Relocating) is None:
         return False
-    return not live or capability(ex, Resizing) is not None
+    return not live or capability(ex, StoppingReplicas) is not None
+
+
+def refused(cp: CoreState, rank: int) -> str | None:
+    """Why the executor cannot start replica ``rank`` on another node (on Ray, rank 0: it hosts the attempt's
+    rendezvous, whose address the other replicas keep), or None: it can."""
+    rel = capability(cp.executor, Relocating)
+    return None if rel is None else rel.cannot_relocate(rank)
 
 
 def node_down(cp: CoreState, node: str) -> str | None:
@@ -111,7 +118,7 @@ def arrived(cp: CoreState, run: Run, rank: int) -> str | None:
 def stop_moving(cp: CoreState, job: Job, run: Run, ranks: list[int]) -> None:
     """SIGTERM to the replicas of ``ranks`` on the nodes they leave, once the store has committed their move (also
     at start-up for the moves stored: ``ControlPlane._carry_out``)."""
-    res = capability(cp.executor, Resizing)
+    res = capability(cp.executor, StoppingReplicas)
     if res is None or not ranks:
         return
     key, attempt, grace = job_key(job), run.attempt, job.spec.termination_grace_seconds

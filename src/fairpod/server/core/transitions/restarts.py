@@ -36,7 +36,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING
 
-from fairpod.executors.base import ExecutorError, ReplicaExit, Resizing, RestartingInPlace, capability
+from fairpod.executors.base import ExecutorError, ReplicaExit, RestartingInPlace, StoppingReplicas, capability
 from fairpod.model.jobs import JobState
 from fairpod.server.core.transitions import goodput_spans, relocation
 from fairpod.server.runs import Run, failure_kind, having, job_key
@@ -82,8 +82,9 @@ def decide(cp: CoreState, job: Job, run: Run, e: ReplicaExit) -> bool:
         return False
     where = "in place"
     if (down := relocation.node_down(cp, job.placement[e.rank])) is not None:
-        node, none = (relocation.move(cp, job, run, e.rank, down, live=False) if relocation.may_move(cp, job, live=False)
-                      else (None, f"the {cp.executor.name} executor cannot start it on another node"))
+        no = (relocation.refused(cp, e.rank) if relocation.may_move(cp, job, live=False)
+              else f"the {cp.executor.name} executor cannot start it on another node")
+        node, none = relocation.move(cp, job, run, e.rank, down, live=False) if no is None else (None, no)
         if node is None:
             run.log_faults[str(e.rank)] = f"{reason}; {down}"
             cp.event("ReplicaRestarting", f"job {job.name}: replica {e.rank} {reason}; {down} and no other node "
@@ -129,6 +130,10 @@ def node_lost(cp: CoreState, job: Job, run: Run, node: str, why: str) -> bool:
     if job.spec.restarts_in_place <= 0 or not relocation.may_move(cp, job, live=live) or (
             not live and rank not in run.restart_due):
         return False
+    if (no := relocation.refused(cp, rank)) is not None:
+        cp.event("ReplicaRestarting", f"job {job.name}: replica {rank} lost with its node ({why}); {no}: the job "
+                 "restarts whole", job, rank=rank, restart="full", fallback="full", why=no)
+        return False
     if not live:  # ended already, its restart due: it starts on the new node
         return relocation.move(cp, job, run, rank, why, live=False)[0] is not None
     if refused(cp, job, run, rank, why, job.spec.restarts_in_place) is None:
@@ -158,7 +163,7 @@ def launch_due(cp: CoreState) -> None:
             continue
         ranks = sorted(set(run.restart_due))
         ex = capability(cp.executor, RestartingInPlace)
-        sizing = capability(cp.executor, Resizing)
+        sizing = capability(cp.executor, StoppingReplicas)
         live = sizing.replica_ranks(job_key(job), run.attempt) if sizing is not None else set()
         todo = [r for r in ranks if r not in live]  # a rank already live: started before a crash, record it
         fresh = [job.placement[r] for r in todo if job.placement[r] not in run.slots]  # moved (relocation)
