@@ -4,7 +4,7 @@ registry by scripts/install-code-server.sh) in a replica's sandbox, headless Chr
 alice (smith) creates a code-server space. She opens it with a one-time link: VS Code's workbench loads through
 fairpod's proxy with no password prompt (the proxy sends code-server's session cookie for her), its explorer lists
 the space's files over the IDE's WebSocket, and a cookie she sends herself never reaches code-server. Stopped and
-started again, the space keeps its files.
+started again, the space keeps its address and its files.
 """
 
 from __future__ import annotations
@@ -94,6 +94,9 @@ def test_a_code_server_space_opens_in_the_browser_without_a_password_and_keeps_i
     assert (files / "hello.py").exists()
     server.cli("space", "start", "ed", token=alice)
     wait_for(lambda: space(server, alice)["state"] == "Running", 60, "ed running again")
+    # started again, the space is a new job with the address it had: its tab, its link and its session still work
+    url = wait_for(lambda: space(server, alice)["url"], 30, "ed's address again")
+    assert url == s["url"]
     wait_for(lambda: answers(ide), 90, "code-server to answer again")
     page.goto(s["url"])
     page.locator(".explorer-folders-view .monaco-list-row", has_text="hello.py").first.wait_for(timeout=90_000)

@@ -248,6 +248,13 @@ class Services:
     def probe_once(self) -> None:
         """One round: probe every live replica, update the endpoint lists, open and close proxies."""
         targets, ended = self._targets()
+        # the proxies of ended jobs close first: a space started again is a new job, and its proxy takes the port
+        # its last run's proxy had (the space's address, its browser tabs and sessions) only once that one let go
+        for jid in ended:
+            p = self.proxies.pop(jid, None)
+            if p is not None:
+                p.close()
+                self._port_file(jid).unlink(missing_ok=True)
         seen: dict[int, dict[int, int]] = {}
         for t in targets:
             if t.jid not in self.proxies:
@@ -262,11 +269,6 @@ class Services:
         self._forget_exits(targets, seen)
         if self.stop_idle is not None and any(t.check.space is not None for t in targets):
             self.stop_idle(self.cp)
-        for jid in ended:
-            p = self.proxies.pop(jid, None)
-            if p is not None:
-                p.close()
-                self._port_file(jid).unlink(missing_ok=True)
 
     def _probed(self, t: _Target) -> set[int]:
         """The ranks whose readiness command, run by their supervisors in their sandboxes, passed last (an
