@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from .api import Api
+from .conftest import wait_for
 
 SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
 
@@ -43,6 +45,22 @@ def alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] != "Z"
 
 
+def activity(a: Api) -> tuple[int, int]:
+    """How far the replicas' supervisors have got: the files of the runs directory and their sizes (a start, a
+    stop, a log line changes it)."""
+    files = [f for f in (a.home / "runs").rglob("*") if f.is_file()]
+    return len(files), sum(f.stat().st_size for f in files if f.exists())
+
+
+def turns(a: Api, pred: Callable[[], Any], what: str) -> Any:
+    """Turns of the loop until ``pred()`` is true, for as long as the replicas' processes make progress (starting
+    and stopping processes takes as long as the machine is busy): 30 s without any is a failure, 300 s at most."""
+    def step() -> Any:
+        a.turn()
+        return pred()
+    return wait_for(step, 30, what, lambda: activity(a), 300)
+
+
 def events(a: Api, name: str, kind: str) -> list[dict]:
     return [e for e in a.api("GET", f"/jobs/{name}/events").json()["events"] if e["kind"] == kind]
 
@@ -52,13 +70,13 @@ def started(a: Api, name: str, n: int) -> dict:
     def up() -> dict | None:
         j = a.job(name)
         return j if j["state"] == "Running" and all(child(a, j, r) for r in range(n)) else None
-    return a.turn_until(up, 200, f"job {name}'s {n} replicas to start")
+    return turns(a, up, f"job {name}'s {n} replicas to start")
 
 
 def end(a: Api, *names: str) -> None:
     for name in names:
         a.api("POST", f"/jobs/{name}/cancel")
-    a.turn_until(lambda: all(a.job(n)["state"] == "Cancelled" for n in names), 200, "the jobs to end")
+    turns(a, lambda: all(a.job(n)["state"] == "Cancelled" for n in names), "the jobs to end")
 
 
 def node_fault(a: Api, node: str) -> None:
@@ -84,16 +102,16 @@ def test_a_replica_whose_node_fails_moves_to_the_free_node_and_the_others_keep_t
     spare = next(n["name"] for n in a.api("GET", "/nodes").json()["nodes"] if n["name"] not in placed)
     before = {r: child(a, job, r) for r in range(3)}
     node_fault(a, placed[1])
-    moved = a.turn_until(lambda: (j := a.job("mv"))["placement"][1] == spare and events(a, "mv", "ReplicaRestarted")
-                         and j, 200, "replica 1 to start on the spare node")
+    moved = turns(a, lambda: (j := a.job("mv"))["placement"][1] == spare and events(a, "mv", "ReplicaRestarted")
+                  and j, "replica 1 to start on the spare node")
     assert moved["state"] == "Running" and moved["restarts"] == 0, moved  # the same attempt: no full restart
     assert moved["placement"] == [placed[0], spare, placed[2]]
     ev = events(a, "mv", "ReplicaMoved")
     assert len(ev) == 1 and ev[0]["data"]["source"] == placed[1] and ev[0]["data"]["target"] == spare, ev
     assert ev[0]["data"]["reason"].startswith(f"node {placed[1]} fault: NvidiaErrorReboot"), ev
     assert f"from node {placed[1]} to node {spare}" in ev[0]["message"]
-    after = a.turn_until(lambda: (c := {r: child(a, moved, r) for r in range(3)})[1] not in (None, before[1]) and c, 200,
-                         "replica 1's new process")
+    after = turns(a, lambda: (c := {r: child(a, moved, r) for r in range(3)})[1] not in (None, before[1]) and c,
+                  "replica 1's new process")
     assert after[0] == before[0] and after[2] == before[2]  # the healthy replicas keep their processes
     assert all(alive(after[r]) for r in (0, 2)) and not alive(before[1])  # type: ignore[arg-type]
     launch = a.home / "runs" / f"mv-{job['id']}" / "0" / "1" / "launch.json"
@@ -112,8 +130,8 @@ def test_a_replica_that_crashes_on_a_cordoned_node_restarts_on_another(la: Api) 
     before = {r: child(a, job, r) for r in range(3)}
     assert a.api("POST", f"/nodes/{placed[2]}/cordon").status_code == 200  # no new work there
     os.kill(before[2], signal.SIGKILL)  # type: ignore[arg-type]
-    moved = a.turn_until(lambda: (j := a.job("cr"))["placement"][2] not in placed and events(a, "cr", "ReplicaRestarted")
-                         and j, 200, "replica 2 to restart on another node")
+    moved = turns(a, lambda: (j := a.job("cr"))["placement"][2] not in placed and events(a, "cr", "ReplicaRestarted")
+                  and j, "replica 2 to restart on another node")
     assert moved["restarts"] == 0 and moved["placement"][:2] == placed[:2]
     (ev,) = events(a, "cr", "ReplicaMoved")
     assert ev["data"]["reason"] == f"node {placed[2]} is cordoned" and ev["data"]["target"] == moved["placement"][2]
@@ -134,7 +152,7 @@ def test_no_free_node_restarts_the_job_whole_and_says_why(la: Api) -> None:
     started(a, "filler", 1)
     lost = job["placement"][0]
     node_fault(a, lost)
-    a.turn_until(lambda: a.job("full")["restarts"] == 1, 200, "the full restart")
+    turns(a, lambda: a.job("full")["restarts"] == 1, "the full restart")
     (fall,) = [e for e in events(a, "full", "ReplicaRestarting") if e["data"]["restart"] == "full"]
     assert fall["data"]["fallback"] == "full" and fall["data"]["why"].startswith(
         "no other schedulable ml.g5.12xlarge node has room for the replica (4 accelerators"), fall

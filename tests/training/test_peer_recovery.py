@@ -33,6 +33,7 @@ from .peerjob import (  # noqa: E402 - torch first
     check_recovered,
     events,
     final,
+    healthy_but,
     kill_at,
     reference_run,
     same_model,
@@ -132,8 +133,10 @@ def test_a_replica_whose_node_fails_comes_back_on_the_spare_node_with_a_peers_st
     (rec,) = events(srv, "moved", "ReplicaRecovered")
     d = rec["data"]
     assert d["ranks"] == [1] and d["source"] in (0, 2) and d["step"] >= KILL_AT, d
-    for r in (0, 2):  # every step 1..N once on the healthy ranks: no gap, nothing done twice
-        assert [st for st, _ in steps(out, r)] == list(range(1, STEPS + 1)), f"rank {r}"
+    full = list(range(1, STEPS + 1))
+    for r in (0, 2):  # every step 1..N once on the healthy ranks: no gap, nothing done twice (a stop inside the
+        # step's all-reduce may leave a rank to take the group's state at d["step"] from a peer: peerjob.healthy_but)
+        assert [st for st, _ in steps(out, r)] in (full, healthy_but(full, d["step"])), f"rank {r}"
     full = list(range(1, STEPS + 1))  # rank 1: as above, the step in flight at the stop may be missing from its lines
     assert [st for st, _ in steps(out, 1)] in (full, [st for st in full if st != d["step"]]), ("rank 1", d)
     launch = srv.home / "runs" / f"moved-{job['id']}" / "0" / "1" / "launch.json"
