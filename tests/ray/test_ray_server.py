@@ -89,7 +89,7 @@ def test_a_lost_ray_node_is_a_fault_and_its_job_resumes_elsewhere(ray_server: Ra
         ray_server.cluster.stop_node(victim)
         ray_server.cluster.add_node(victim)
     # ... and it is the same fairpod node, in service again
-    wait_for(lambda: ray_server.nodes()[victim]["schedulable"], 20, f"node {victim} to be back in service")
+    wait_for(lambda: ray_server.nodes()[victim]["schedulable"], 20, f"node {victim} to be back in service", ray_server.activity)
     back = ray_server.nodes()[victim]
     assert back["fault_type"] is None and back["health_status"] == "Schedulable"
 

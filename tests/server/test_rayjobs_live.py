@@ -120,7 +120,7 @@ def test_a_raycluster_stands_as_a_service_a_driver_attaches_and_delete_ends_it(s
     assert svc["readiness"] == "TCP connect" and server.job("rc")["kind"] == "service"
     head = next(e["address"] for e in svc["endpoints"] if e["rank"] == 0).removeprefix("http://")
     out = subprocess.run([sys.executable, "-c", ATTACH], env={**server.env, "RAY_ADDRESS": head, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=300)  # ray.init and the worker's join on a loaded machine
     assert "alive 2 2" in out.stdout, out.stdout + out.stderr[-2000:]  # the head and the worker, 1 CPU each
     server.cli("delete-service", "rc")
     server.wait_state("rc", "Cancelled", timeout=60)
