@@ -154,7 +154,7 @@ def test_a_ray_services_serve_driver_is_bound_in_beside_its_launcher() -> None:
 def test_the_launch_of_a_ray_job_in_an_image() -> None:
     """The control plane's container of a Ray job: the entrypoint replaced, its own /dev/shm (Ray's object store),
     and the command that finds the image's Python with Ray and runs the bound launcher."""
-    from fairpod.server.core.transitions.attempt import container_of
+    from fairpod.server.core.transitions.launch import container_of
     from fairpod.server.core.transitions.rayjobs import IN_IMAGE_SH
 
     c = container_of("i:1", None, [], None, Path("/nonexistent"), ray=True)

@@ -15,6 +15,7 @@ from fairpod.executors.base import JobLaunch, ReplicaExit
 from fairpod.governance import Preempt
 from fairpod.model.jobs import JobState
 from fairpod.server.core import ControlPlane
+from fairpod.server.core.transitions import admit as admission
 from fairpod.server.runs import Slots, SlotsBusy
 from fairpod.server.runtime.wiring import control_plane
 
@@ -136,7 +137,7 @@ def test_a_replica_that_ended_on_its_own_before_the_stop_decides(h: InProc) -> N
     h.turn()
     h.clock.advance(10)  # it ended at t+5, nobody has taken the exit yet
     jid = h.job("j").id
-    h.cp.preempt(Preempt(str(jid), "0", "priority", "preempted by a test"))
+    admission.preempt(h.cp, Preempt(str(jid), "0", "priority", "preempted by a test"))
     h.turn(2)
     j = h.job("j")
     assert (j.state, j.reason) == (JobState.SUCCEEDED, "all replicas exited 0")
@@ -149,8 +150,8 @@ def test_one_stop_is_one_preemption(h: InProc) -> None:
     stop_calls: list[str] = []
     real = h.executor.stop
     h.executor.stop = lambda job, attempt, grace: (stop_calls.append(job), real(job, attempt, grace))  # type: ignore
-    h.cp.preempt(Preempt(jid, "0", "priority", "preempted by a test"))
-    h.cp.preempt(Preempt(jid, "0", "priority", "preempted by a test"))  # a second decision for the same stop
+    admission.preempt(h.cp, Preempt(jid, "0", "priority", "preempted by a test"))
+    admission.preempt(h.cp, Preempt(jid, "0", "priority", "preempted by a test"))  # a second decision for the same stop
     assert h.job("j").preemptions == 1 and h.kinds("j").count("JobPreempted") == 1 and len(stop_calls) == 1
     h.turn()  # stopped, requeued (and admitted again: it is alone)
     assert h.kinds("j").count("JobRequeued") == 1 and h.job("j").preemptions == 1

@@ -14,6 +14,7 @@ import yaml
 
 from fairpod.executors.base import JobLaunch
 from fairpod.model.jobs import JobState
+from fairpod.server.core.transitions import admit as admission
 from fairpod.server.core.turn_gate import TurnGate
 from fairpod.server.core.turns import TurnPace
 from fairpod.server.runs import STOP_CANCEL, job_key
@@ -171,11 +172,12 @@ class HeldPace(TurnPace):
         return stop.is_set()
 
 
-def test_submits_that_arrive_while_the_loop_waits_for_its_pace_start_in_one_turn(h: InProc) -> None:
+def test_submits_that_arrive_while_the_loop_waits_for_its_pace_start_in_one_turn(
+        h: InProc, monkeypatch: pytest.MonkeyPatch) -> None:
     h.cp.pace = pace = HeldPace()
     cycles: list[int] = []
-    admit = h.cp.admit
-    h.cp.admit = lambda d: (cycles.append(h.cp.cycles), admit(d))[1]  # type: ignore[method-assign]
+    admit = admission.admit
+    monkeypatch.setattr(admission, "admit", lambda cp, d: (cycles.append(h.cp.cycles), admit(cp, d))[1])
     h.cp.start(interval=0.05)
     try:
         assert pace.waiting.wait(20), "the loop never asked the pace"

@@ -88,8 +88,6 @@ class Core(Protocol):
         """The throttled job arrays with held tasks; call it in engine_read."""
         ...
 
-    def output_seen(self, job: Job) -> float | None: ...
-
     def checkpoint_root(self) -> Path: ...  # where jobs' checkpoint directories live
 
     def budget_rows(self, teams: list[str] | None = None) -> list[dict[str, Any]]:

@@ -16,7 +16,16 @@ from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
 from fairpod.model.keys import job_id_of
 from fairpod.server.core.published import AsOf
-from fairpod.server.core.transitions import array_holds, backoff, membership, resize, restarts
+from fairpod.server.core.transitions import (
+    admit,
+    array_holds,
+    backoff,
+    exit,
+    launch,
+    membership,
+    resize,
+    restarts,
+)
 from fairpod.server.core.transitions.readiness import Readiness
 from fairpod.server.keepers import diskfull, outage
 from fairpod.server.runs import from_engine
@@ -85,17 +94,17 @@ class Loop:
             self.store.prefetch(d.job for d in decisions)
             for d in decisions:
                 if isinstance(d, Preempt):
-                    self.preempt(d)
+                    admit.preempt(self, d)
                 elif isinstance(d, Shrink):
                     resize.shrink(self, d)
             for d in decisions:
                 if isinstance(d, Admit):
-                    self.admit(d)
+                    admit.admit(self, d)
                 elif isinstance(d, Grow):
                     resize.grow(self, d)
                 elif isinstance(d, Wait):
-                    self.store.update_job(from_engine(d.job), {"reason": self._wait_reason(d)})
-            ready = self._ready()  # slots of the attempts that can start now, stored before they start
+                    self.store.update_job(from_engine(d.job), {"reason": admit.wait_reason(self, d)})
+            ready = launch.ready(self)  # slots of the attempts that can start now, stored before they start
             grown = resize.grow_ready(self)  # and of the new replicas of elastic jobs that grew
             self.store.flush()  # one commit: the exits' effects, the decisions, the slots
             taken = {(e.job, e.attempt, e.rank): e for e in [*exits, *late]}  # late repeats what exits had
@@ -104,13 +113,13 @@ class Loop:
             for keep in self.keepers.after:  # usage, retention, the watchdog, fair-share history
                 keep(self)
             self.published.refresh(self.snap, AsOf(self.cycles, self.clock()))  # what reads answer with next
-            starts = self._reserve_launches(ready)
-        self._launch_unlocked(starts)  # forking takes milliseconds per replica: not under the lock
+            starts = launch.reserve_launches(self, ready)
+        launch.launch_unlocked(self, starts)  # forking takes milliseconds per replica: not under the lock
 
     def _take_exits(self, exits: list[ReplicaExit]) -> None:
         self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
         for e in exits:
-            self.exit(e)
+            exit.exit(self, e)
 
     def start(self, interval: float = 0.25) -> None:
         def loop() -> None:

@@ -14,7 +14,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from fairpod.executors.base import Executor, Resizing, capability
+from fairpod.executors.base import Executor, JobLaunch, Resizing, capability
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.keys import job_id_of, run_key
 from fairpod.model.nodes import NodeHealth
@@ -30,15 +30,16 @@ from fairpod.server.core.queries import Queries
 from fairpod.server.core.submits import SubmitQueue
 from fairpod.server.core.transitions import (
     array_holds,
+    launch,
     nodes,
     priority,
     readiness,
     relocation,
     resize,
     restarts,
+    stop,
     submit,
 )
-from fairpod.server.core.transitions.attempt import AttemptLife
 from fairpod.server.core.transitions.budgets import BudgetKeeper
 from fairpod.server.core.transitions.logrules import LogWatch
 from fairpod.server.core.transitions.watchdog import Watchdog
@@ -64,7 +65,7 @@ log = logging.getLogger("fairpod.control")
 STORE_ERRORS = (StoreError, SQLAlchemyError)
 
 
-class ControlPlane(Memory, AttemptLife, Loop, Door, Core):
+class ControlPlane(Memory, Loop, Door, Core):
     """The control plane's core (see :mod:`fairpod.server.core` for its transitions)."""
 
     def __init__(
@@ -176,6 +177,13 @@ class ControlPlane(Memory, AttemptLife, Loop, Door, Core):
     def node_recovered(self, name: str, passed: bool = True) -> None:
         nodes.node_recovered(self, name, passed)
 
+    # -- what readiness, restarts and resize call back through the state (transitions.stop and .launch import them)
+    def begin_stop(self, job: Job, run: Run, kind: str, reason: str) -> None:
+        stop.begin_stop(self, job, run, kind, reason)
+
+    def build_launch(self, job: Job, run: Run, ranks: list[int] | None = None) -> JobLaunch:
+        return launch.build_launch(self, job, run, ranks)
+
     def reload(self) -> None:
         """Forget the memory and build it again from the store (after a failed store write)."""
         with self.lock:
@@ -236,7 +244,7 @@ class ControlPlane(Memory, AttemptLife, Loop, Door, Core):
         read(e.id for e, _ in unrecorded)
         for e, run in unrecorded:
             if (job := known.pop(e.id, None)) is not None:
-                self._started(job, run)
+                launch.started(self, job, run)
         for e in exits:
             if (jid := job_id_of(e.job)) is not None:
                 known.pop(jid, None)
@@ -258,10 +266,10 @@ class ControlPlane(Memory, AttemptLife, Loop, Door, Core):
                 run.codes.setdefault(str(rank), None)
             if run.stopping is None:
                 if all(c == 0 for c in run.codes.values()):
-                    self.finish(job, run, JobState.SUCCEEDED, "all replicas exited 0")
+                    stop.finish(self, job, run, JobState.SUCCEEDED, "all replicas exited 0")
                     continue
-                self.begin_stop(job, run, failure_kind(job), "replicas ended while the control plane was down")
-            self.stopped(job, run)
+                stop.begin_stop(self, job, run, failure_kind(job), "replicas ended while the control plane was down")
+            stop.stopped(self, job, run)
         unlaunched = [jid for jid, run in self.runs.items() if not run.launched]
         read(unlaunched)
         for jid in unlaunched:
@@ -269,7 +277,7 @@ class ControlPlane(Memory, AttemptLife, Loop, Door, Core):
             job = job_of(jid)
             if run is not None and job is not None and job.state == JobState.PREEMPTED and not run.launched:
                 known.pop(jid, None)
-                self.stopped(job, run)
+                stop.stopped(self, job, run)
         # what the store says was decided for a live attempt: only those are read whole
         due = [jid for jid, run in self.runs.items() if run.launched and live.get(key_of(jid) or "") == run.attempt
                and (run.starting or run.removing or run.stopping is not None)]
@@ -355,19 +363,19 @@ class ControlPlane(Memory, AttemptLife, Loop, Door, Core):
         else:
             run = self.runs.setdefault(job.id, Run(attempt=job.attempt))
             if left is not None and run.stopping is None:  # its user left it: done (Slurm's COMPLETED)
-                self.begin_stop(job, run, STOP_DONE, f"{left}; allocation relinquished by {actor}"[:300])
+                stop.begin_stop(self, job, run, STOP_DONE, f"{left}; allocation relinquished by {actor}"[:300])
             elif left is not None and run.launched:
-                self._send_stop(job, run)
+                stop.send_stop(self, job, run)
             elif run.stopping != STOP_CANCEL:  # a cancel wins over any other stop under way (a restart, a
                 # failure, a preemption, a readiness timeout): what comes after the stop honours it
                 run.restart_due = []
-                self.begin_stop(job, run, STOP_CANCEL, f"cancelled by {actor}")
+                stop.begin_stop(self, job, run, STOP_CANCEL, f"cancelled by {actor}")
                 self.event("JobCancelling", f"job {job.name} is stopping: cancelled by {actor}", job)
             elif run.launched:  # stopping already: the stop is sent again (the first one may have failed)
-                self._send_stop(job, run)
+                stop.send_stop(self, job, run)
             job = self.store.get_job(job.id) or job
             if not run.launched:
-                self.stopped(job, run)
+                stop.stopped(self, job, run)
                 job = self.store.get_job(job.id) or job
         return job
 

@@ -9,6 +9,7 @@ import threading
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
+from fairpod.executors.base import JobLaunch
 from fairpod.governance.snapshot import Snapshot
 from fairpod.server.core.api import Core
 from fairpod.server.core.batch import BatchingStore
@@ -35,8 +36,4 @@ class CoreState(Core, Protocol):
 
     def _change(self) -> AbstractContextManager[None]: ...
 
-    def build_launch(self, job: Job, run: Run, ranks: list[int] | None = None) -> Any: ...
-
-    def gpu_utilization(self, job: Job, run: Run) -> list[float] | None: ...
-
-    def _partitions_per_gpu(self, node: str) -> int: ...
+    def build_launch(self, job: Job, run: Run, ranks: list[int] | None = None) -> JobLaunch: ...

@@ -40,6 +40,7 @@ from fairpod.executors.base import Resizing, RestartingInPlace, capability
 from fairpod.executors.logs import read_output
 from fairpod.model.jobs import JobState
 from fairpod.model.logrules import CROSSES, LINE_MAX, LogRule, compile_pattern, effective, per_line
+from fairpod.server.core.transitions import stop
 from fairpod.server.runs import STOP_FAIL, STOP_RESTART, Run, job_key
 from fairpod.store.records import Job
 
@@ -349,6 +350,6 @@ def _fire(cp: CoreState, job: Job, run: Run, rule: LogRule, rank: int | None, wh
         key, attempt, grace = job_key(job), run.attempt, job.spec.termination_grace_seconds
         cp.store.after_commit(lambda: sizing.stop_replicas(key, attempt, [rank], grace))
         return False
-    cp.begin_stop(job, run, kind, reason)
+    stop.begin_stop(cp, job, run, kind, reason)
     return True
 

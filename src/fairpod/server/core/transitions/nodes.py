@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from fairpod.model.nodes import DeepHealthCheck, NodeHealth
 from fairpod.model.resources import node_res
-from fairpod.server.core.transitions import restarts
+from fairpod.server.core.transitions import admit, restarts, stop
 from fairpod.server.nodes import ACTION_STATUS
 from fairpod.server.runs import failure_kind
 from fairpod.store.records import Node
@@ -50,7 +50,7 @@ def _update_node(cp: CoreState, name: str, changes: dict[str, Any]) -> Node:
                                   topology=cp.spec.node_topology(node.instance_group, name, node.labels)
                                   if labels else None)
             if snode.schedulable != node.schedulable:
-                cp.snap.set_schedulable(name, node.schedulable and not cp._isolation_gap())
+                cp.snap.set_schedulable(name, node.schedulable and not admit.isolation_gap(cp))
     cp.wake.set()
     return node
 
@@ -134,7 +134,7 @@ def set_schedulable(cp: CoreState, node: str, schedulable: bool) -> None:
     check under way)."""
     with cp.lock:
         if node in cp.snap.nodes:
-            cp.snap.set_schedulable(node, schedulable and not cp._isolation_gap())
+            cp.snap.set_schedulable(node, schedulable and not admit.isolation_gap(cp))
     cp.wake.set()
 
 
@@ -175,10 +175,10 @@ def node_fault(cp: CoreState, name: str, fault_type: str, reason: str, action: s
                 continue
             if run.launched and restarts.node_lost(cp, job, run, name, why):
                 continue  # that replica alone moves to another node (server/core/transitions/relocation.py)
-            cp.begin_stop(job, run, failure_kind(job), why)
+            stop.begin_stop(cp, job, run, failure_kind(job), why)
             stopped.append(jid)
             if not run.launched:
-                cp.stopped(cp.store.get_job(jid) or job, run)
+                stop.stopped(cp, cp.store.get_job(jid) or job, run)
     cp.wake.set()
     return stopped
 

@@ -8,7 +8,7 @@ is its replica count now and ``placement`` its nodes in rank order (``spec.nodes
   admitted in their place starts only then. Their exits end nothing (``Run.removing``).
 - **Grow**: the new ranks wait until no replica of the job is still being removed and their accelerator slots
   are free, then start beside the live ones on the same rendezvous address (``Resizing.add_replicas``), with the
-  launch :meth:`fairpod.server.core.transitions.attempt.AttemptLife.build_launch` builds for a first start as well.
+  launch :func:`fairpod.server.core.transitions.launch.build_launch` builds for a first start as well.
 
 Every replica gets ``FAIRPOD_MIN_NODES``, ``FAIRPOD_MAX_NODES`` and ``FAIRPOD_NODES`` (the count when it
 started), so that ``torchrun --nnodes $FAIRPOD_MIN_NODES:$FAIRPOD_MAX_NODES --rdzv-backend c10d

@@ -10,7 +10,7 @@ whole as before (auto-resume: ``max_retry`` full restarts, then Failed).
 
 The transition has two steps, so that an exit is never acknowledged on a restarted replica's run:
 
-1. :func:`decide` (from :meth:`AttemptLife.exit`, under the lock, in the turn's batch): the rank is due for a
+1. :func:`decide` (from :func:`fairpod.server.core.transitions.exit.exit`, under the lock, in the turn's batch): the rank is due for a
    restart (``Run.restart_due``, stored with the run) and a ``ReplicaRestarting`` event says so. Its exit stays
    in ``Run.exits`` (an exit delivered again changes nothing);
 2. :func:`launch_due` (a keeper after the turn's commit and the exits' acknowledgement): the executor starts the

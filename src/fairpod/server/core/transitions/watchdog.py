@@ -27,9 +27,11 @@ from operator import and_, attrgetter, is_, itemgetter, ne
 
 from sqlalchemy import select
 
+from fairpod.executors.base import HostGpus, capability
 from fairpod.model.jobs import JobState
 from fairpod.server.core.state import CoreState
-from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run
+from fairpod.server.core.transitions import stop
+from fairpod.server.runs import STOP_CANCEL, STOP_FAIL, STOP_PREEMPT, STOP_RESTART, Run, job_key
 from fairpod.store.records import Job
 from fairpod.store.tables import JobRow
 
@@ -44,6 +46,51 @@ class _Seen:
     active_at: float  # last sign of life: start, progress, output
     gpu_busy_at: float  # last time a GPU of the job was busy (real GPUs only)
     hung: bool = False  # notified for this episode
+
+
+def output_seen(cp: CoreState, job: Job) -> float | None:
+    """When a replica of the job's current attempt last wrote output, on the control plane's clock (None: no
+    log here). A log that grew since the previous look (the watchdog's, once a second) was written then; the
+    logs' mtimes are wall-clock times, which a step of the wall clock moves (server.runtime.steadyclock), so an mtime
+    is read only at the first look at an attempt (and taken as no later than now)."""
+    now, sizes, latest = cp.clock(), {}, None
+    from_wall = getattr(cp.clock, "from_wall", float)
+    for rank in range(job.nodes):
+        path = cp.executor.log_path(job_key(job), rank, job.attempt)
+        try:
+            st = path.stat() if path is not None else None
+        except OSError:
+            st = None
+        if st is not None:
+            sizes[rank] = st.st_size
+            latest = max(latest or 0.0, min(now, from_wall(st.st_mtime)))
+    if not sizes:
+        return None
+    seen = cp.output_sizes.get(job.id)
+    if seen is None or seen[0] != job.attempt:
+        if len(cp.output_sizes) > 2 * len(cp.runs) + 100:  # ended jobs' sizes go
+            for jid in [j for j in cp.output_sizes if j not in cp.runs]:
+                del cp.output_sizes[jid]
+        cp.output_sizes[job.id] = (job.attempt, sizes, latest or now)
+    elif any(n > seen[1].get(r, 0) for r, n in sizes.items()):  # grew (a rank that left: not a sign of life)
+        cp.output_sizes[job.id] = (job.attempt, sizes, now)
+    else:
+        cp.output_sizes[job.id] = (job.attempt, sizes, seen[2])
+    return cp.output_sizes[job.id][2]
+
+
+def gpu_utilization(cp: CoreState, job: Job, run: Run) -> list[float] | None:
+    """Utilization (%) of the GPUs the job holds, when they are real GPUs the executor can read
+    (:class:`fairpod.executors.base.HostGpus`); None otherwise."""
+    gpus = capability(cp.executor, HostGpus)
+    if gpus is None or not run.slots:
+        return None
+    nodes = [n for n in run.slots if cp._gpus_are_real(n)]
+    if not nodes:
+        return None
+    held = list(dict.fromkeys(i // cp._partitions_per_gpu(n) for n in nodes for i in run.slots[n]))
+    return gpus.gpu_utilization(held)
+
 
 
 def live_attempts(runs: dict[int, Run]) -> dict[int, int]:
@@ -120,7 +167,7 @@ class Watchdog:
         kind = STOP_PREEMPT if action == "requeue" else STOP_FAIL
         cp.event("JobRuntimeLimit", f"job {job.name}: {why}; " + ("back to its queue" if kind == STOP_PREEMPT
                                                                    else "it ends Failed"), job, limit=limit)
-        cp.begin_stop(job, run, kind, why)
+        stop.begin_stop(cp, job, run, kind, why)
 
     # -- regroup after a shrink ----------------------------------------------------------------------
     def _regroup(self, cp: CoreState, job: Job, run: Run, now: float) -> None:
@@ -131,7 +178,7 @@ class Watchdog:
         if job.checkpoint_at is not None:  # it reports progress: only a report counts (agents log while stuck)
             alive = job.checkpoint_at > shrunk
         else:
-            out = cp.output_seen(job)
+            out = output_seen(cp, job)
             alive = out is not None and out > shrunk
         s = self.seen.get(job.id)
         if s is None or s.attempt != job.attempt:
@@ -154,10 +201,10 @@ class Watchdog:
             s = self.seen[job.id] = _Seen(job.attempt, progress, started, now)
         if progress != s.progress:
             s.progress, s.active_at = progress, now
-        out = cp.output_seen(job)
+        out = output_seen(cp, job)
         if out is not None and out > s.active_at:
             s.active_at = out
-        gpus = cp.gpu_utilization(job, run)  # None: not real GPUs of this host
+        gpus = gpu_utilization(cp, job, run)  # None: not real GPUs of this host
         if gpus is None or any(u > 0 for u in gpus):
             s.gpu_busy_at = now
         signal = None
@@ -185,5 +232,5 @@ class Watchdog:
         else:
             kind, what = STOP_CANCEL, "cancelling it"
         cp.event("JobHung", f"job {job.name} is hung: {signal}; {what}", job, signal=signal, action=action)
-        cp.begin_stop(job, run, kind, f"hung: {signal}")
+        stop.begin_stop(cp, job, run, kind, f"hung: {signal}")
         self.seen.pop(job.id, None)
