@@ -267,7 +267,7 @@ class NodeAgent:
         supervisor has finished."""
         for launch in self.root.glob(f"*/*/*/{state.LAUNCH}"):
             rdir = launch.parent
-            owner = (state.read_launch(rdir) or {}).get(OWNER)
+            owner = (state.read_launch(rdir, secret=False) or {}).get(OWNER)
             gone = not (isinstance(owner, list) and len(owner) == 2 and procs.alive(int(owner[0]), owner[1]))
             if gone and (rdir / state.STATUS).exists():
                 shutil.rmtree(rdir, ignore_errors=True)

@@ -63,7 +63,7 @@ def restarts_of(spec: dict[str, Any]) -> int:
 def boxes(rdir: Path) -> list[Path]:
     """The directories the cgroups of the replica of ``rdir`` are named after: its own, the spare that took its
     launch over and the one made for its next."""
-    n = restarts_of(state.read_launch(rdir) or {})
+    n = restarts_of(state.read_launch(rdir, secret=False) or {})
     return [rdir, *(box_of(rdir, k) for k in (n - 1, n) if k >= 0)]
 
 
@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         print("usage: python -m fairpod.executors.standby REPLICA_DIR", file=sys.stderr)
         return 2
     rdir = Path(args[0])
-    spec = state.read_launch(rdir)
+    spec = state.read_launch(rdir, secret=False)  # the replica's credentials are its supervisor's
     why = f"no readable {state.LAUNCH}" if spec is None else unfit(spec)
     if why is not None:
         print(f"fairpod standby: no spare for {rdir}: {why}", flush=True)

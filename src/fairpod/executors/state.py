@@ -75,14 +75,18 @@ def write_launch(rdir: Path, spec: dict[str, Any]) -> None:
     write_json(rdir / LAUNCH, {**spec, "env": env})
 
 
-def read_launch(rdir: Path) -> dict[str, Any] | None:
-    """``launch.json`` with its credentials put back from ``secret.json``, which is deleted (read once)."""
+def read_launch(rdir: Path, *, secret: bool = True) -> dict[str, Any] | None:
+    """``launch.json`` with its credentials put back from ``secret.json``, which is deleted (read once): by the one
+    process that runs the launch (the replica's supervisor, or the standby whose spare takes a new launch over).
+    ``secret=False``: the launch without its credentials, ``secret.json`` left for that process (every other
+    reader: a standby starting beside the supervisor, the executor looking for a replica's cgroups, an agent
+    sorting its leftovers; one of them taking it first left the replica without its ``FAIRPOD_TOKEN``)."""
     spec = read_json(rdir / LAUNCH)
-    if spec is None:
-        return None
-    secret = read_json(rdir / SECRET) or {}
+    if spec is None or not secret:
+        return spec
+    creds = read_json(rdir / SECRET) or {}
     (rdir / SECRET).unlink(missing_ok=True)
-    spec["env"] = {**spec.get("env", {}), **{k: str(v) for k, v in secret.items() if k in SECRET_ENV}}
+    spec["env"] = {**spec.get("env", {}), **{k: str(v) for k, v in creds.items() if k in SECRET_ENV}}
     return spec
 
 
