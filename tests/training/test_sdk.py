@@ -226,3 +226,13 @@ def test_sdk_outside_fairpod_and_its_edges(tmp_path: Path):
     assert r.stderr.count("could not report progress") == 1  # warned once, training goes on
     assert "could not report progress" in out["strict"]
     assert out["rank1"] is False
+
+
+def test_a_replica_without_its_token_is_told_so_once_not_taken_for_outside_fairpod(tmp_path: Path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FAIRPOD_", "SLURM_")) and k != "RANK"}
+    env.update(FAIRPOD_API_URL="http://127.0.0.1:9", FAIRPOD_JOB_ID="7")  # no FAIRPOD_TOKEN
+    code = "from fairpod import sdk; print(sdk.peer_restarts(), sdk.peer_restarts())"
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0 and r.stdout.split() == ["0", "0"], (r.stdout, r.stderr)
+    assert r.stderr.count("FAIRPOD_TOKEN not set, http://127.0.0.1:9 not asked") == 1, r.stderr

@@ -272,6 +272,9 @@ def _call(method: str, path: str, body: dict[str, Any] | None, timeout: float) -
     url, token, job = (os.environ.get("FAIRPOD_API_URL"), os.environ.get("FAIRPOD_TOKEN"),
                        os.environ.get("FAIRPOD_JOB_ID"))
     if not (url and token and job):
+        if url:  # in a replica, without its credentials: said, not silently taken for "outside fairpod"
+            missing = " and ".join(n for n, v in (("FAIRPOD_TOKEN", token), ("FAIRPOD_JOB_ID", job)) if not v)
+            _warn_once(f"fairpod: {missing} not set, {url} not asked; training goes on")
         return None
     req = urllib.request.Request(
         f"{url.rstrip('/')}/api/v1/jobs/{job}/{path}", method=method,
