@@ -7,7 +7,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, cast, runtime_checkable
 
 T = TypeVar("T")
 JOB_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,254}")  # a job name safe as a directory name
@@ -311,6 +311,7 @@ class Discarding(Protocol):
     def discard(self, job: str) -> None: ...
 
 
-def capability(executor: object, kind: type[T]) -> T | None:
-    """``executor`` as the capability ``kind`` (one of the protocols above), or None if it lacks it."""
-    return executor if isinstance(executor, kind) else None  # type: ignore[return-value]
+def capability(executor: object, kind: Callable[..., T]) -> T | None:
+    """``executor`` as the capability ``kind`` (one of the protocols above), or None if it lacks it. ``kind`` is
+    typed as what makes a ``T``, not ``type[T]``: mypy refuses a protocol class where ``type[T]`` is asked."""
+    return cast(T, executor) if isinstance(executor, cast(type, kind)) else None

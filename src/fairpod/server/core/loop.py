@@ -9,13 +9,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from fairpod.executors.base import ReplicaExit
 from fairpod.governance import Admit, Preempt, Wait, net_changes, schedule
 from fairpod.governance.decisions import Grow, Shrink
 from fairpod.model.keys import job_id_of
-from fairpod.server.core.published import AsOf
+from fairpod.server.core.published import AsOf, Published
+from fairpod.server.core.state import CoreState
 from fairpod.server.core.transitions import (
     admit,
     array_holds,
@@ -27,6 +28,7 @@ from fairpod.server.core.transitions import (
     restarts,
 )
 from fairpod.server.core.transitions.readiness import Readiness
+from fairpod.server.core.turns import TurnHistogram, TurnPace
 from fairpod.server.keepers import diskfull, outage
 from fairpod.server.runs import from_engine
 
@@ -65,17 +67,34 @@ def standard_keepers(cp: Any) -> Keepers:
                           restarts.launch_due, Readiness().tick, cp.logwatch.tick])
 
 
-class Loop:
-    """The part of :class:`fairpod.server.core.ControlPlane` that turns."""
+class Turning(CoreState, Protocol):
+    """The core's state as the loop sees it: the state, and what paces, counts and runs beside its turns."""
 
-    def reconcile_once(self) -> None:
+    pace: TurnPace
+    turns: TurnHistogram
+    keepers: Keepers
+    published: Published
+    logwatch: Any  # fairpod.server.core.transitions.logrules.LogWatch (it imports the state)
+    _stop: threading.Event
+    _thread: threading.Thread | None
+
+    def _reconcile_turn(self) -> None: ...
+
+    def _take_exits(self, exits: list[ReplicaExit]) -> None: ...
+
+
+class Loop:
+    """The part of :class:`fairpod.server.core.ControlPlane` that turns; its methods take the core's state as
+    their ``self`` (:class:`Turning`)."""
+
+    def reconcile_once(self: Turning) -> None:
         t_turn = self.pace.clock()
         self._reconcile_turn()
         t_end = self.pace.clock()
         self.pace.ran(t_turn, t_end)
         self.turns.observe(t_end - t_turn)
 
-    def _reconcile_turn(self) -> None:
+    def _reconcile_turn(self: Turning) -> None:
         with self._turn(), self.store.batch():  # a cycle's job updates and events: one transaction per flush
             for keep in self.keepers.before:  # budgets, node membership, held array tasks (standard_keepers)
                 keep(self)
@@ -116,12 +135,12 @@ class Loop:
             starts = launch.reserve_launches(self, ready)
         launch.launch_unlocked(self, starts)  # forking takes milliseconds per replica: not under the lock
 
-    def _take_exits(self, exits: list[ReplicaExit]) -> None:
+    def _take_exits(self: Turning, exits: list[ReplicaExit]) -> None:
         self.store.prefetch(job_id_of(e.job) for e in exits)  # one query for all the jobs involved
         for e in exits:
             exit.exit(self, e)
 
-    def start(self, interval: float = 0.25) -> None:
+    def start(self: Turning, interval: float = 0.25) -> None:
         def loop() -> None:
             while not self._stop.is_set():
                 self.wake.wait(interval)
@@ -149,7 +168,7 @@ class Loop:
         self._thread.start()
         self.eta.start(self)
 
-    def stop(self) -> None:
+    def stop(self: Turning) -> None:
         self._stop.set()
         self.wake.set()
         self.eta.stop()

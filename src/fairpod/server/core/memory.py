@@ -10,21 +10,24 @@ from typing import Any
 from fairpod.executors import registry
 from fairpod.governance import Snapshot, Workload, history
 from fairpod.governance.build import empty_snapshot, engine_team
+from fairpod.model.cluster import InstanceGroup
 from fairpod.model.jobs import JobState, fallback_choices
 from fairpod.model.keys import run_key
 from fairpod.model.nodes import DeepHealthCheck
 from fairpod.model.resources import Res, node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.sandbox import capabilities
+from fairpod.server.core.state import CoreState
 from fairpod.server.core.transitions import array_holds, backoff, resize
 from fairpod.server.runs import Run, Slots, to_engine
 from fairpod.store.records import EngineJob, Job
 
 
 class Memory:
-    """The part of :class:`fairpod.server.core.ControlPlane` that keeps the memory (the lock is held)."""
+    """The part of :class:`fairpod.server.core.ControlPlane` that keeps the memory (the lock is held). Its
+    methods take the core's state as their ``self`` (:class:`fairpod.server.core.state.CoreState`)."""
 
-    def workload(self, job: Job | EngineJob, spec: ClusterSpec | None = None) -> Workload:
+    def workload(self: CoreState, job: Job | EngineJob, spec: ClusterSpec | None = None) -> Workload:
         """The engine's workload of a job, from its whole record or from the fields the memory is built from
         (``EngineJob``: one code path for both, so a restart decides as the memory it replaces did)."""
         spec = spec or self.spec
@@ -44,7 +47,7 @@ class Memory:
         )  # fmt: skip
 
 
-    def _rebuild(self, unfinished: list[EngineJob] | None = None) -> None:
+    def _rebuild(self: CoreState, unfinished: list[EngineJob] | None = None) -> None:
         """The engine's snapshot from the store: nodes, teams, running jobs (whose attempt is not stopping)
         and pending jobs. ``unfinished``: the store's unfinished jobs, read already (``Store.engine_jobs``)."""
         self._groups.clear()
@@ -55,7 +58,7 @@ class Memory:
         backoff.hold_back(self, unfinished)  # restarts still backing off
 
 
-    def build_snapshot(self, spec: ClusterSpec, unfinished: list[EngineJob] | None = None) -> Snapshot:
+    def build_snapshot(self: CoreState, spec: ClusterSpec, unfinished: list[EngineJob] | None = None) -> Snapshot:
         """The engine's view of the store's nodes and unfinished jobs under ``spec`` (the live one, or one a
         dry run tries); call it holding the lock. ``unfinished``: the store's unfinished jobs, read already."""
         snap = empty_snapshot(spec, self.clock())
@@ -84,7 +87,7 @@ class Memory:
         return snap
 
 
-    def _load_runs(self, unfinished: list[EngineJob]) -> list[tuple[EngineJob, Run]]:
+    def _load_runs(self: CoreState, unfinished: list[EngineJob]) -> list[tuple[EngineJob, Run]]:
         """``runs`` and ``slots`` from the store's ``unfinished`` jobs (read by the caller, once for this and
         :meth:`_rebuild`); returns the attempts found live that the store does not know as started (the control
         plane died between starting them and recording it)."""
@@ -103,33 +106,33 @@ class Memory:
         return unrecorded
 
 
-    def _save_run(self, job: Job, run: Run, **changes: Any) -> Job:
+    def _save_run(self: CoreState, job: Job, run: Run, **changes: Any) -> Job:
         """Store the run with ``changes``; in the turn's batch, one ``run_state`` per job per commit
         (``BatchingStore.save_run``)."""
         return self.store.save_run(job.id, run, changes)
 
 
-    def _unsnap(self, jid: int) -> None:
+    def _unsnap(self: CoreState, jid: int) -> None:
         """The job leaves the engine's view: no longer running there, not pending either."""
         if to_engine(jid) in self.snap.running:
             self.snap.finish(to_engine(jid))
         self.snap.remove_pending(to_engine(jid))
 
 
-    def _release(self, job: Job, run: Run) -> None:
+    def _release(self: CoreState, job: Job, run: Run) -> None:
         for node, slots in run.slots.items():
             self.slots.give_back(node, slots)
         self.runs.pop(job.id, None)
         self._unsnap(job.id)
 
 
-    def _gpus_are_real(self, node: str) -> bool:
+    def _gpus_are_real(self: CoreState, node: str) -> bool:
         """Whether a node's accelerators are real GPUs (its instance group says ``accelerators_are: gpus``)."""
         g = self._group_of(node)
         return g is not None and g.accelerators_are == "gpus"
 
 
-    def _group_of(self, node: str) -> Any:
+    def _group_of(self: CoreState, node: str) -> InstanceGroup | None:
         """A node's instance group (None: no such node or group), remembered per node name until the snapshot
         is rebuilt (the spec or the nodes changed): one query per node, not one per launch."""
         if not self._groups:  # the first look after a rebuild: every node's group in one query, not one each
@@ -142,7 +145,7 @@ class Memory:
         return self._groups[node]
 
 
-    def _partitions_per_gpu(self, node: str) -> int:
+    def _partitions_per_gpu(self: CoreState, node: str) -> int:
         """How many accelerator slots of a node are one GPU: its group's MIG partitions per GPU, else 1."""
         from fairpod.model.catalog import MIG_PROFILES
 
@@ -153,13 +156,13 @@ class Memory:
         return MIG_PROFILES[kind][g.accelerator_partition_type]
 
 
-    def checkpoint_root(self) -> Path:
+    def checkpoint_root(self: CoreState) -> Path:
         """Where jobs' checkpoint directories live: ``cluster.checkpoint_dir``, else ``$FAIRPOD_HOME/checkpoints``."""
         custom = self.spec.cluster.checkpoint_dir
         return Path(custom) if custom else self.home / "checkpoints"
 
 
-    def jobs_on(self, name: str) -> list[int]:
+    def jobs_on(self: CoreState, name: str) -> list[int]:
         """Jobs with an attempt placed on ``name`` (starting, running or stopping)."""
         with self.lock:
             return [jid for jid, run in self.runs.items() if name in run.nodes or name in run.slots]

@@ -15,6 +15,8 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from fairpod.executors.base import Executor, JobLaunch, Resizing, capability
+from fairpod.governance.snapshot import Snapshot
+from fairpod.model.cluster import InstanceGroup
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.keys import job_id_of, run_key
 from fairpod.model.nodes import NodeHealth
@@ -68,6 +70,8 @@ STORE_ERRORS = (StoreError, SQLAlchemyError)
 class ControlPlane(Memory, Loop, Door, Core):
     """The control plane's core (see :mod:`fairpod.server.core` for its transitions)."""
 
+    snap: Snapshot  # the engine's, built by Memory._rebuild (at start-up, after a spec change, on reload)
+
     def __init__(
         self,
         store: Store,
@@ -113,7 +117,7 @@ class ControlPlane(Memory, Loop, Door, Core):
         self.services: Any = None  # fairpod.server.core.transitions.services.Services: readiness, endpoints, drain (runtime.build)
         self.array_holds: dict[int, array_holds.Hold] = {}  # throttled job arrays: their tasks kept out of the engine
         self.restart_holds: dict[int, float] = {}  # restarts backing off (fairpod.server.core.transitions.backoff)
-        self._groups: dict[str, Any] = {}  # node -> its instance group or None (cleared when rebuilt)
+        self._groups: dict[str, InstanceGroup | None] = {}  # node -> its instance group or None (cleared when rebuilt)
         # extra env of every launch (API URL, job token: fairpod.server.access.jobtoken.launch_env)
         self.launch_env: Callable[[Job], dict[str, str]] = lambda job: {}
         self.keepers = keepers(self)  # what runs beside the engine at every turn (loop.standard_keepers)
