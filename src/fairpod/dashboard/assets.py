@@ -23,7 +23,7 @@ class MissingAsset(Exception):
 
 def _plotly_path() -> Path:
     try:
-        import plotly
+        import plotly  # type: ignore[import-untyped]  # plotly ships no type information
     except ImportError:  # pragma: no cover - plotly is a dependency
         raise MissingAsset("the 'plotly' package is not installed; "
                            "reinstall fairpod (pip install fairpod) to get its dependencies") from None

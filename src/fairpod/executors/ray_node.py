@@ -45,7 +45,7 @@ import time
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from fairpod import sandbox
 from fairpod.executors import logs, procs, state
@@ -272,7 +272,14 @@ class NodeAgent:
             if gone and (rdir / state.STATUS).exists():
                 shutil.rmtree(rdir, ignore_errors=True)
 
+    @overload
+    def _run(self, key: str, create: Literal[True] = ...) -> _Run: ...
+
+    @overload
+    def _run(self, key: str, create: bool) -> _Run | None: ...
+
     def _run(self, key: str, create: bool = True) -> _Run | None:
+        """The run of ``key``, made when ``create``; without, None when this agent never launched it."""
         parts = key.split("/")
         if len(parts) != 3 or any(p in ("", ".", "..") for p in parts):
             raise ValueError(f"invalid run key {key!r}")

@@ -151,7 +151,7 @@ def _ports(head: bool, raylet: int | None = None) -> tuple[list[str], str]:
     """``ray start``'s port flags (the dashboard's on the head only; the raylet's ``raylet`` when given) and the
     autoscaler's metrics port: all different, chosen again for each try of ``ray start`` (a port taken meanwhile
     fails one try, not all)."""
-    flags = PORT_FLAGS if head else PORT_FLAGS[:-1]
+    flags: tuple[str, ...] = PORT_FLAGS if head else PORT_FLAGS[:-1]
     if raylet is not None:
         flags = flags[1:]
     *ports, metrics = _free_ports(len(flags) + 1)
@@ -242,7 +242,7 @@ class Cluster:
         head, a few CPU seconds each (on a loaded machine a minute of wall), before the entrypoint's own driver. An
         image's Ray without that client (older than this one) is asked as a driver."""
         try:
-            from ray._raylet import GcsClient
+            from ray._raylet import GcsClient  # type: ignore[attr-defined]  # compiled; its stub omits it
 
             gcs = GcsClient(address=f"{self.host}:{self.port}")
             gcs.get_all_node_info  # noqa: B018 - present since Ray 2.10
@@ -254,7 +254,8 @@ class Cluster:
         os.environ.update(self.driver_env())
         import ray
 
-        ray.init(address=f"{self.host}:{self.port}", logging_level="ERROR", log_to_driver=False)
+        ray.init(address=f"{self.host}:{self.port}", logging_level="ERROR",  # type: ignore[arg-type]  # a level's name
+                 log_to_driver=False)  # works too: Ray hands it to logging
         try:
             self._until(lambda: sum(1 for n in ray.nodes() if n.get("Alive")))
         finally:

@@ -36,9 +36,9 @@ def levels(snap: Snapshot, team: Team, itype: str) -> list[dict[str, Any]]:
         out.append({"level": "group", "name": name, "weight": g.weight, "quota": q[0], "in_use": u[0],
                     "borrowed": max(0, u[0] - q[0]), "share": _share_text(shares[k]),
                     "siblings": _siblings(snap, g.parent, name)})
-    q, u = team.q(itype), team.u(itype)
-    out.append({"level": "team", "name": team.name, "weight": team.weight, "quota": q[0], "in_use": u[0],
-                "borrowed": max(0, u[0] - q[0]), "share": _share_text(fairshare.share(snap, team, itype)),
+    tq, tu = team.q(itype), team.u(itype)
+    out.append({"level": "team", "name": team.name, "weight": team.weight, "quota": tq[0], "in_use": tu[0],
+                "borrowed": max(0, tu[0] - tq[0]), "share": _share_text(fairshare.share(snap, team, itype)),
                 "history": round(team.history.get(itype, 0.0), 6) if snap.history_half_life else None,
                 "siblings": _siblings(snap, team.path[0] if team.path else None, team.name)})
     return out

@@ -82,8 +82,8 @@ def estimate_starts(snap: Snapshot, *, durations: Callable[[Workload], float | N
         sim.now = t
         while events and events[0][0] == t:
             _, kind, jid, began = heapq.heappop(events)
-            w = sim.running.get(jid)
-            if kind == END and w is not None and w.started == began:
+            ended = sim.running.get(jid)
+            if kind == END and ended is not None and ended.started == began:
                 sim.finish(jid)
     return out
 

@@ -268,7 +268,7 @@ class HealthManager:
                      if n.name == node or n.schedulable]
             conn = next((g.connectivity for g in self.cp.spec.cluster.instance_groups
                          if g.name == nd.instance_group), None)
-            kw = {"min_mib_per_s": conn.min_mib_per_s, "max_latency_ms": conn.max_latency_ms} if conn else {}
+            kw: dict[str, Any] = {"min_mib_per_s": conn.min_mib_per_s, "max_latency_ms": conn.max_latency_ms} if conn else {}
             results += [r for r in checks.instance_connectivity(peers, **kw) if r.node == node]
         for r in results:
             for e in r.events:

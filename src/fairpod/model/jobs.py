@@ -351,7 +351,7 @@ def _resolve_one(job: JobSpec, spec: ClusterSpec) -> ResolvedJob:
             raise ValueError(f"unknown priority class {job.priority!r} (valid: {valid})") from None
     else:
         prio = -1
-    return ResolvedJob(instance_type=itype_name, per_replica=tuple(per), priority=prio)
+    return ResolvedJob(instance_type=itype_name, per_replica=(per.acc, per.mcpu, per.mib), priority=prio)
 
 
 def fallback_choices(job: JobSpec, spec: ClusterSpec) -> tuple[tuple[str, Res], ...]:

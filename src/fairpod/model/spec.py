@@ -14,7 +14,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # types-PyYAML is not a dependency of fairpod
 from pydantic import BaseModel, ValidationError
 
 from fairpod.model.catalog import BUILTIN_INSTANCE_TYPES, InstanceType, partitioned
@@ -168,14 +168,14 @@ def check_spec(spec: ClusterSpec) -> list[str]:
             probs.append(f"teams: duplicate team {name!r}")
     for what in ("namespaces", "local_queues"):
         owner: dict[str, str] = {}
-        for t in spec.teams:
-            for n in getattr(t, what):
-                if owner.setdefault(n, t.name) != t.name:
-                    probs.append(f"teams: {what} {n!r} is listed by both {owner[n]} and {t.name}")
+        for tm in spec.teams:
+            for n in getattr(tm, what):
+                if owner.setdefault(n, tm.name) != tm.name:
+                    probs.append(f"teams: {what} {n!r} is listed by both {owner[n]} and {tm.name}")
     probs += _group_problems(spec, cat, known)
     quota_sum: dict[str, Res] = {}
-    for i, g in enumerate(spec.groups):
-        probs += _quota_problems(f"groups[{i}]", f"group {g.name!r}", g.quota, cat, known, quota_sum)
+    for i, grp in enumerate(spec.groups):
+        probs += _quota_problems(f"groups[{i}]", f"group {grp.name!r}", grp.quota, cat, known, quota_sum)
     for i, team in enumerate(spec.teams):
         probs += _quota_problems(f"teams[{i}]", f"team {team.name!r}", team.quota, cat, known, quota_sum)
         probs += _limit_problems(i, team, cat, known)

@@ -294,7 +294,7 @@ def node_view() -> dict[str, Any]:
     now = time.monotonic()
     if _VIEW[1] is None or now - _VIEW[0] > VIEW_TTL:
         e = detect()
-        view = ({"engine": None, "why": "podman and runc (or crun) are not installed"} if e is None else
+        view: dict[str, Any] = ({"engine": None, "why": "podman and runc (or crun) are not installed"} if e is None else
                 {"engine": f"podman {e.version}", "runtime": e.runtime, "why": e.why, "images": images(e)})
         _VIEW[:] = [now, view]
     return dict(_VIEW[1])

@@ -24,13 +24,13 @@ from fairpod.store import fields as f
 from fairpod.store.db import Ops
 from fairpod.store.events import serialize_appends
 from fairpod.store.records import AlreadyExists, AuditEntry, NotFound, TokenInfo, User
-from fairpod.store.tables import AuditRow, TokenRow, UserRow
+from fairpod.store.tables import AuditRow, TokenRow, UserRow, table
 
 TOKEN_PREFIX = "fp_"
 TOUCH_INTERVAL_S = 60.0
 VERIFIED_FOR_S = 5.0
 AUDIT_LOCK_KEY = 0x66_70_61_75  # "fpau"
-_INSERT_AUDIT = insert(AuditRow.__table__)
+_INSERT_AUDIT = insert(table(AuditRow))
 
 USER_FIELDS: dict[str, f.Conv] = {"role": f.enum(Role), "teams": f.str_list}
 
@@ -221,8 +221,8 @@ class AuthOps(Ops):
         with self._session(True) as s:
             serialize_appends(s, AUDIT_LOCK_KEY)
             res = s.connection().execute(_INSERT_AUDIT, vals)  # Core: every submit writes one
-            return AuditEntry(res.inserted_primary_key[0], vals["ts"], vals["actor"], vals["action"],
-                              vals["target"], dict(vals["detail"]))
+            key = res.inserted_primary_key[0]  # type: ignore[index]  # a one-row insert has its key
+            return AuditEntry(key, vals["ts"], vals["actor"], vals["action"], vals["target"], dict(vals["detail"]))
 
     def list_audit(
         self,

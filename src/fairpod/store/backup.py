@@ -40,7 +40,7 @@ class BackupInfo:
 def sqlite_path(url: str) -> Path | None:
     """The file of a SQLite database URL; None for other databases and in-memory SQLite."""
     u = make_url(url)
-    if u.get_backend_name() != "sqlite" or u.database in (None, "", ":memory:"):
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return None
     return Path(u.database).expanduser()
 

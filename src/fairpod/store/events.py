@@ -17,10 +17,10 @@ from sqlalchemy.orm import Session
 from fairpod.store import fields as f
 from fairpod.store.db import Ops
 from fairpod.store.records import Event, NotFound
-from fairpod.store.tables import EventRow, JobRow
+from fairpod.store.tables import EventRow, JobRow, table
 
 EVENT_LOCK_KEY = 0x66_70_65_76  # "fpev"
-_INSERT_EVENT = insert(EventRow.__table__)
+_INSERT_EVENT = insert(table(EventRow))
 
 
 def serialize_appends(s: Session, key: int) -> None:

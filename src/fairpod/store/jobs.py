@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -27,7 +27,7 @@ from fairpod.store import fields as f
 from fairpod.store.cluster import next_counter
 from fairpod.store.db import Ops
 from fairpod.store.records import AlreadyExists, Conflict, Job, NotFound
-from fairpod.store.tables import FINISHED_STATES, CounterRow, JobRow, SubmitKeyRow
+from fairpod.store.tables import FINISHED_STATES, CounterRow, JobRow, SubmitKeyRow, table
 
 JOB_SEQ_COUNTER = "job_seq"
 
@@ -121,7 +121,8 @@ def _spec_of(r: Any) -> JobSpec:
     return spec
 
 
-def to_job(r: JobRow) -> Job:
+def to_job(r: JobRow | SimpleNamespace) -> Job:
+    """A job from its row, or from the columns just inserted (a namespace of the row's fields)."""
     return Job(
         id=r.id,
         name=r.name,
@@ -184,8 +185,8 @@ def _filtered(q: Any, team: str | Iterable[str] | None, state: JobState | str | 
     return q
 
 
-_JOBS = JobRow.__table__
-_COUNTERS = CounterRow.__table__
+_JOBS = table(JobRow)
+_COUNTERS = table(CounterRow)
 _INSERT_JOB = insert(_JOBS)
 _ACTIVE_NAMED = (select(_JOBS.c.id).where(_JOBS.c.team == bindparam("t"), _JOBS.c.name == bindparam("n"),
                                            _JOBS.c.state.not_in(FINISHED_STATES)).limit(1))  # fmt: skip
@@ -265,7 +266,7 @@ class JobOps(Ops):
                 res = conn.execute(_INSERT_JOB, row)
             except IntegrityError as e:
                 raise AlreadyExists(taken) from e
-            return to_job(SimpleNamespace(id=res.inserted_primary_key[0], **row))
+            return to_job(SimpleNamespace(id=res.inserted_primary_key[0], **row))  # type: ignore[index]  # a one-row insert has its key
 
     def insert_tasks(self, specs: list[JobSpec], resolved: ResolvedJob, reasons: list[str], array_id: int,
                      array_limit: int | None, *, now: float | None = None) -> list[Job]:
@@ -302,7 +303,7 @@ class JobOps(Ops):
                     updated_at=ts, array_id=array_id, array_limit=array_limit, incarnation=secrets.token_hex(16),
                 ))  # fmt: skip
             try:
-                ids = conn.execute(_INSERT_JOB.returning(_JOBS.c.id, sort_by_parameter_order=True), rows).scalars().all()
+                ids: Sequence[int] = conn.execute(_INSERT_JOB.returning(_JOBS.c.id, sort_by_parameter_order=True), rows).scalars().all()
             except IntegrityError as e:
                 raise AlreadyExists(f"team {team!r} already has an unfinished job of one of these names") from e
         out = []

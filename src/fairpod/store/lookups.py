@@ -16,9 +16,9 @@ from sqlalchemy import func, select
 from fairpod.store.db import Ops
 from fairpod.store.jobs import to_job
 from fairpod.store.records import Job
-from fairpod.store.tables import FINISHED_STATES, JobRow
+from fairpod.store.tables import FINISHED_STATES, JobRow, table
 
-_JOBS = JobRow.__table__
+_JOBS = table(JobRow)
 
 
 class JobLookupOps(Ops):

@@ -7,9 +7,9 @@ SQLite; enum-like columns are short strings checked in Python (so a new enum val
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Table, Text, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -21,6 +21,12 @@ Json = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresq
 
 class Base(DeclarativeBase):
     type_annotation_map = {dict[str, Any]: Json, list[str]: Json}
+
+
+def table(row: type[Base]) -> Table:
+    """A mapped class's table (SQLAlchemy's stubs type ``__table__`` as any ``FromClause``; a declarative
+    class's is its ``Table``, which ``insert`` and ``update`` ask for)."""
+    return cast(Table, row.__table__)
 
 
 class ClusterRow(Base):

@@ -13,17 +13,19 @@ read is the one built from the whole job (``EngineJob.of``), field for field.
 from __future__ import annotations
 
 import json
+import typing
+from collections.abc import Iterable
 from dataclasses import replace
 from typing import Any
 
-from sqlalchemy import Text, cast, literal_column, select
+from sqlalchemy import Label, Text, cast, literal_column, select
 
 from fairpod.model.jobs import JobState
 from fairpod.store.db import Ops
 from fairpod.store.records import EngineJob
-from fairpod.store.tables import FINISHED_STATES, JobRow
+from fairpod.store.tables import FINISHED_STATES, JobRow, table
 
-_J = JobRow.__table__
+_J = table(JobRow)
 _COLUMNS = (_J.c.id, _J.c.name, _J.c.team, _J.c.state, _J.c.reason, _J.c.priority, _J.c.instance_type, _J.c.nodes,
             _J.c.acc, _J.c.mcpu, _J.c.mib, _J.c.submit_time, _J.c.seq, _J.c.enqueued_at, _J.c.started_at,
             _J.c.attempt, cast(_J.c.placement, Text), cast(_J.c.borrowed_from, Text),
@@ -48,7 +50,7 @@ def _query(dialect: str) -> Any:
     q = _QUERIES.get(dialect)
     if q is None:
         sql = _SQL["postgresql" if dialect == "postgresql" else "sqlite"]
-        spec = [literal_column(sql[how].format(k=k)).label(f"s_{k}") for k, how in _FIELDS]
+        spec: list[Label[Any]] = [literal_column(sql[how].format(k=k)).label(f"s_{k}") for k, how in _FIELDS]
         q = _QUERIES[dialect] = (select(*_COLUMNS, *spec).where(_J.c.state.not_in(FINISHED_STATES))
                                  .order_by(_J.c.seq).execution_options(yield_per=5000))  # streamed  # fmt: skip
     return q
@@ -88,7 +90,8 @@ class UnfinishedOps(Ops):
         whole: list[int] = []  # rows whose spec is read whole
         with self._session(False) as s:
             conn = s.connection()
-            for r in conn.execute(_query(conn.dialect.name)):
+            # the query is built per dialect (_query: Any): its rows' items typed here, as _COLUMNS and _FIELDS say
+            for r in typing.cast("Iterable[tuple[Any, ...]]", conn.execute(_query(conn.dialect.name))):
                 (jid, name, team, state, reason, prio, itype, nodes, acc, mcpu, mib, submit, seq, enq, started,
                  attempt, placement, borrowed, preempts, run_state, ckpt, aid, alimit,
                  s_nodes, s_max, s_exp, s_min, s_passed, s_user, s_req, s_pref, s_ray, s_itype, s_service) = r

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any, cast
 
 from sqlalchemy import delete, func, insert, or_, select
 
@@ -84,7 +85,8 @@ class UsageOps(Ops):
                  .where(UsageSampleRow.ts >= (since if start is None else start), UsageSampleRow.ts <= until)
                  .order_by(UsageSampleRow.ts, UsageSampleRow.id))
             # the columns, not rows of the ORM: a day of 500 teams' samples is ~100,000 rows (seconds as objects)
-            return [UsageSample(*r) for r in sess.execute(q).all()]
+            rows = cast("list[tuple[Any, ...]]", sess.execute(q).all())  # _SELECT's columns, in UsageSample's order
+            return [UsageSample(*r) for r in rows]
 
     def jobs_between(self, since: float, until: float, teams: Iterable[str] | None = None) -> list[Job]:
         """Jobs submitted before ``until`` that had not finished before ``since``, in submission order."""

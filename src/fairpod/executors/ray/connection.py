@@ -149,7 +149,7 @@ def _keep_loopback(ray: Any, host: str, port: int, timeout: float) -> str | None
     """For a cluster whose nodes live on this machine's loopback addresses (127.0.0.2, 127.0.0.3, ... as if
     each were a host): the node address this driver attaches to (the head's, ``host``), else None."""
     from ray._private import ray_constants
-    from ray._raylet import GcsClient
+    from ray._raylet import GcsClient  # type: ignore[attr-defined]  # compiled; its stub omits it
 
     try:
         nodes = GcsClient(address=f"{host}:{port}").get_all_node_info(timeout=max(1, int(timeout)))

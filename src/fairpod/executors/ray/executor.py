@@ -131,23 +131,24 @@ class RayExecutor(Agents, NodeTable, Attempts, Pump, InPlace, ThisHostMig):
             if missing:
                 first = next(iter(missing))
                 where = "is not in the Ray cluster" if missing[first] is None else "is not usable"
-                for rep in att.reps:
-                    rn = missing.get(rep.node)
-                    if rep.node not in missing:
+                for started in att.reps:
+                    rn = missing.get(started.node)
+                    if started.node not in missing:
                         why = f"not started: node {first} of this job {where}"
                     elif rn is None:
-                        why = f"node lost: node {rep.node} is not in the Ray cluster"
+                        why = f"node lost: node {started.node} is not in the Ray cluster"
                     else:
-                        why = f"node lost: {rep.node}: {rn.death or 'not alive'}"
-                    self._finalize(rep, {"returncode": None, "signal": None, "reason": why})
+                        why = f"node lost: {started.node}: {rn.death or 'not alive'}"
+                    self._finalize(started, {"returncode": None, "signal": None, "reason": why})
                 att.cleaned = True
                 return
             try:
                 self._start(job, att, nodes)  # type: ignore[arg-type]
             except Exception as e:  # noqa: BLE001 - Ray errors: the replicas end with the reason
                 log.exception("launch of %s attempt %s failed", job.job, job.attempt)
-                for rep in att.reps:
-                    self._finalize(rep, {"returncode": None, "signal": None, "reason": f"could not start on Ray: {e}"})
+                for started in att.reps:
+                    self._finalize(started, {"returncode": None, "signal": None,
+                                             "reason": f"could not start on Ray: {e}"})
                 self._cleanup(att, force=True)
 
     def stop(self, job: str, attempt: int, grace_seconds: float) -> None:

@@ -99,6 +99,7 @@ def peer_protocol() -> type:
         base = import_from_string(HTTP_PROTOCOLS["h11"])
 
     class PeerProtocol(base):  # type: ignore[misc, valid-type]
+        app: Any  # the ASGI app, which uvicorn's protocol sets
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             peer = peer_of(transport.get_extra_info("socket"))

@@ -13,7 +13,8 @@ A job that retention later deletes stays counted: these are counters.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, cast
 
 from sqlalchemy import Engine, select
 
@@ -77,7 +78,8 @@ class JobTallies:
                 JobRow.first_started_at.is_not(None))
             if (since := self._started.since()) is not None:
                 q = q.where(JobRow.first_started_at >= since)
-            for jid, team, submitted, first in conn.execute(q.order_by(JobRow.first_started_at)):
+            started = cast("Iterable[tuple[int, str, float, float]]", conn.execute(q.order_by(JobRow.first_started_at)))
+            for jid, team, submitted, first in started:  # first_started_at set: the query's where
                 self.rows_read += 1
                 if self._started.new(jid, first):
                     self.wait.observe(team, first - submitted)
@@ -86,11 +88,12 @@ class JobTallies:
                  .where(JobRow.finished_at.is_not(None)))
             if (since := self._ended.since()) is not None:
                 q = q.where(JobRow.finished_at >= since)
-            for jid, team, state, first, end in conn.execute(q.order_by(JobRow.finished_at)):
+            ended = cast("Iterable[tuple[int, str, str, float | None, float]]", conn.execute(q.order_by(JobRow.finished_at)))
+            for jid, team, state, began, end in ended:  # finished_at set: the query's where
                 self.rows_read += 1
                 if state not in FINISHED_STATES or not self._ended.new(jid, end):
                     continue
                 self.finished[(team, state)] = self.finished.get((team, state), 0) + 1
-                if first is not None:
-                    self.run.observe(team, end - first)
+                if began is not None:
+                    self.run.observe(team, end - began)
             self._ended.prune()

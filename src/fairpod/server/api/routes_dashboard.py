@@ -94,9 +94,9 @@ def tasks_view(cp: Core, teams: list[str] | None, group: str | None, states: lis
         rows.sort(key=lambda j: (PAGE_ORDER.index(j.state), j.team, positions.get(j.id, 0), j.seq))
         total = len(rows)
         page_ids = [r.id for r in rows[offset:offset + limit]]
-    for j in recent:
-        if j.state.finished and j.finished_at is not None and j.finished_at >= now - span:
-            counts[j.state.value] += 1
+    for row in recent:
+        if row.state.finished and row.finished_at is not None and row.finished_at >= now - span:
+            counts[row.state.value] += 1
     waited = [j.first_started_at - j.submit_time for j in recent
               if j.first_started_at is not None and j.first_started_at >= now - span]
     ran = [j.finished_at - j.first_started_at for j in recent
@@ -108,19 +108,19 @@ def tasks_view(cp: Core, teams: list[str] | None, group: str | None, states: lis
     found = cp.queries.get_jobs([j.id for j in ended])
     done = [found[j.id] for j in ended if j.id in found]
     out = []
-    for j in page + done:
-        end = j.finished_at if j.finished_at is not None else now
+    for job in page + done:
+        end = job.finished_at if job.finished_at is not None else now
         out.append({
-            "id": j.id, "name": j.name, "team": j.team, "priority": j.spec.priority, "priority_weight": j.priority,
-            "state": j.state.value, "queue_position": positions.get(j.id), "reason": reason_now(cp, j),
-            "estimated_start": cp.eta.get(j),
-            "instance_type": j.instance_type, "nodes": j.nodes, "accelerators": j.nodes * j.acc,
-            "min_nodes": j.spec.nodes if j.spec.max_nodes else None, "max_nodes": j.spec.max_nodes,
-            "placement": j.placement, "borrowed_from": j.borrowed_from, "preemptions": j.preemptions,
-            "restarts": j.attempt, "submit_time": j.submit_time, "first_started_at": j.first_started_at,
-            "finished_at": j.finished_at,
-            "wait_seconds": round((j.first_started_at if j.first_started_at is not None else end) - j.submit_time, 3),
-            "run_seconds": None if j.first_started_at is None else round(end - j.first_started_at, 3),
+            "id": job.id, "name": job.name, "team": job.team, "priority": job.spec.priority, "priority_weight": job.priority,
+            "state": job.state.value, "queue_position": positions.get(job.id), "reason": reason_now(cp, job),
+            "estimated_start": cp.eta.get(job),
+            "instance_type": job.instance_type, "nodes": job.nodes, "accelerators": job.nodes * job.acc,
+            "min_nodes": job.spec.nodes if job.spec.max_nodes else None, "max_nodes": job.spec.max_nodes,
+            "placement": job.placement, "borrowed_from": job.borrowed_from, "preemptions": job.preemptions,
+            "restarts": job.attempt, "submit_time": job.submit_time, "first_started_at": job.first_started_at,
+            "finished_at": job.finished_at,
+            "wait_seconds": round((job.first_started_at if job.first_started_at is not None else end) - job.submit_time, 3),
+            "run_seconds": None if job.first_started_at is None else round(end - job.first_started_at, 3),
         })  # fmt: skip
     return {
         "window": window, "now": now, "counts": counts, "waiting_after_preemption": waiting_again,

@@ -117,7 +117,8 @@ def usage_report(cp: Core, since: float, until: float, teams: list[str] | None) 
     events = cp.queries.job_lifecycle_events([j.id for j in jobs], (OPENS, *CLOSES))
     by_job: dict[int, list[Any]] = {}
     for e in events:
-        by_job.setdefault(e.job_id, []).append(e)
+        if e.job_id is not None:  # a lifecycle event always names its job
+            by_job.setdefault(e.job_id, []).append(e)
     tasks = []
     for j in jobs:
         wins = run_windows(j, by_job.get(j.id, []), now)
@@ -168,10 +169,10 @@ def group_totals(spec: ClusterSpec, totals: dict[tuple[str, str], dict[str, floa
     for g in spec.groups_top_down():
         below[g.name] = set()
     for t in spec.teams:
-        g = spec.group(t.group) if t.group else None
-        while g is not None and g.name in below:
-            below[g.name].add(t.name)
-            g = spec.group(g.parent) if g.parent else None
+        up = spec.group(t.group) if t.group else None
+        while up is not None and up.name in below:
+            below[up.name].add(t.name)
+            up = spec.group(up.parent) if up.parent else None
     out = []
     for name, members in below.items():
         for it in sorted({it for (_, it) in totals}):

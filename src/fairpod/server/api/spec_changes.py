@@ -12,7 +12,7 @@ from __future__ import annotations
 import difflib
 from typing import TYPE_CHECKING, Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # types-PyYAML is not a dependency of fairpod
 
 from fairpod.governance import Admit, Preempt, net_changes, schedule
 from fairpod.model.spec import ClusterSpec

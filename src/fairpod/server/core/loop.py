@@ -78,6 +78,8 @@ class Turning(CoreState, Protocol):
     _stop: threading.Event
     _thread: threading.Thread | None
 
+    def reconcile_once(self) -> None: ...
+
     def _reconcile_turn(self) -> None: ...
 
     def _take_exits(self, exits: list[ReplicaExit]) -> None: ...
@@ -86,6 +88,8 @@ class Turning(CoreState, Protocol):
 class Loop:
     """The part of :class:`fairpod.server.core.ControlPlane` that turns; its methods take the core's state as
     their ``self`` (:class:`Turning`)."""
+
+    _thread: threading.Thread | None  # the loop's thread, once started
 
     def reconcile_once(self: Turning) -> None:
         t_turn = self.pace.clock()
@@ -164,8 +168,8 @@ class Loop:
                         if not diskfull.failed(self, e2) and not outage.failed(self, e2):
                             log.exception("reload failed; trying again at the next turn")
 
-        self._thread = threading.Thread(target=loop, name="fairpod-reconcile", daemon=True)
-        self._thread.start()
+        self._thread = thread = threading.Thread(target=loop, name="fairpod-reconcile", daemon=True)
+        thread.start()
         self.eta.start(self)
 
     def stop(self: Turning) -> None:

@@ -246,9 +246,9 @@ class ControlPlane(Memory, Loop, Door, Core):
             return keys.get(jid)
 
         read(e.id for e, _ in unrecorded)
-        for e, run in unrecorded:
-            if (job := known.pop(e.id, None)) is not None:
-                launch.started(self, job, run)
+        for ej, live_run in unrecorded:
+            if (job := known.pop(ej.id, None)) is not None:
+                launch.started(self, job, live_run)
         for e in exits:
             if (jid := job_id_of(e.job)) is not None:
                 known.pop(jid, None)
@@ -426,7 +426,7 @@ class ControlPlane(Memory, Loop, Door, Core):
             if gone:
                 raise WrongState(f"team(s) {', '.join(gone)} still have unfinished jobs; "
                                  "cancel them or wait for them to finish first", "team has jobs")
-            sync_nodes(self.store, spec, busy={n for r in self.runs.values() for n in r.slots})
+            sync_nodes(self.store.store, spec, busy={n for r in self.runs.values() for n in r.slots})
             self.store.put_spec(spec, actor=actor, action=action)
             self.spec = spec
             self._rebuild()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from sqlalchemy import func, or_, select
 
@@ -31,15 +32,17 @@ class TaskRow:
 
 
 def unfinished_rows(store: Store, teams: list[str] | None, placement: bool) -> list[TaskRow]:
-    """Every unfinished job of ``teams`` (None: all), with its placement when ``placement``."""
+    """Every unfinished job of ``teams`` (None: all), with its placement when ``placement``. (A select of a list
+    of columns of several types: SQLAlchemy types its rows' items as ``object``, hence the casts here.)"""
     cols = [JobRow.id, JobRow.state, JobRow.team, JobRow.seq, JobRow.preemptions, JobRow.instance_type]
     q = select(*cols, JobRow.placement) if placement else select(*cols)
     q = q.where(JobRow.state.in_(UNFINISHED))
     if teams is not None:
         q = q.where(JobRow.team.in_(teams))
     with store.engine.connect() as conn:
+        rows = cast("list[tuple[Any, ...]]", conn.execute(q).all())  # all at once: iterating fetches row by row
         return [TaskRow(r[0], _STATE[r[1]], r[2], r[3], r[4], r[5], list(r[6] or []) if placement else [])
-                for r in conn.execute(q).all()]  # all at once: iterating fetches row by row
+                for r in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +121,9 @@ def recent_rows(store: Store, since: float, until: float, teams: list[str] | Non
     if teams is not None:
         q = q.where(JobRow.team.in_(teams))
     with store.engine.connect() as conn:
+        rows = cast("list[tuple[Any, ...]]", conn.execute(q.order_by(JobRow.seq)).all())
         return [RecentRow(r[0], _STATE[r[1]], r[2], r[3], r[4], r[5], list(r[6] or []) if placement else [])
-                for r in conn.execute(q.order_by(JobRow.seq)).all()]
+                for r in rows]
 
 
 @dataclass(frozen=True, slots=True)

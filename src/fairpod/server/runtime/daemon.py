@@ -226,7 +226,7 @@ def api_url(address: str, port: int) -> str:
 
 
 def _listen(addresses: list[str], port: int) -> list[socket.socket]:
-    socks = []
+    socks: list[socket.socket] = []
     for address in dict.fromkeys(addresses):
         s = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

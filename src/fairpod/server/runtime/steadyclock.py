@@ -23,6 +23,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("fairpod.clock")
 
@@ -62,7 +63,7 @@ class SteadyClock:
         """A wall-clock time (e.g. a replica's exit, read on its node) on this timeline, at today's offset."""
         return ts - (time.time() - self())
 
-    def _read(self) -> dict[str, object] | None:
+    def _read(self) -> dict[str, Any] | None:
         try:
             rec = json.loads(self.path.read_text())
             return rec if isinstance(rec, dict) and {"wall", "mono", "boot_id"} <= rec.keys() else None

@@ -251,8 +251,8 @@ class SpaceProxy:
                 return _answer(401, "text/html", page(
                     "Sign-in link used or expired",
                     f"<p>Run <code>fairpod space open {html.escape(self.name)}</code> for a new one.</p>"))
-            sid = self.sessions.new(user, now)
-            cookie = f"{COOKIE}={sid}; Path={self.prefix}; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}"
+            new = self.sessions.new(user, now)
+            cookie = f"{COOKIE}={new}; Path={self.prefix}; HttpOnly; SameSite=Strict; Max-Age={SESSION_SECONDS}"
             return _answer(303, "text/plain", "", [("Set-Cookie", cookie), ("Location", self.prefix)])
         sid = req.cookies().get(COOKIE)
         user = self.sessions.user(sid, now) if sid else None

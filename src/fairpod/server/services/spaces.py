@@ -310,8 +310,10 @@ def add_routes(api: APIRouter, cp: Core) -> None:
         """A one-time link (two minutes) that signs a browser in to the space as the caller."""
         job = space_of(cp, p, name, team)
         if not may_open(p, job):
-            raise Problem(403, "forbidden", f"space {name} is {job.spec.user}'s "  # type: ignore
-                          f"({job.spec.service.space.access}); user {p.name} may not open it")
+            svc = job.spec.service  # a space's: space_of found only spaces
+            access = svc.space.access if svc is not None and svc.space is not None else None
+            raise Problem(403, "forbidden", f"space {name} is {job.spec.user}'s ({access}); user {p.name} may not "
+                          "open it")
         url = view(cp, job)["url"]
         if url is None:
             raise Problem(409, "space not running", f"space {name} is {view(cp, job)['state']}: "

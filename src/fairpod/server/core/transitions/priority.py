@@ -19,10 +19,10 @@ from fairpod.server.runs import to_engine
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
-    from fairpod.server.core.api import Core
+    from fairpod.server.core.state import CoreState
 
 
-def change(cp: Core, job: Job, priority_class: str | None, actor: str) -> Job:
+def change(cp: CoreState, job: Job, priority_class: str | None, actor: str) -> Job:
     """Give ``job`` (read under the lock) the priority class ``priority_class`` (None: no class, the lowest)."""
     if job.state.finished:
         raise WrongState(f"job {job.name} is already {job.state.value}", "job finished")

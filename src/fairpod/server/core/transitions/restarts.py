@@ -104,7 +104,7 @@ def refused(cp: CoreState, job: Job, run: Run, rank: int, reason: str, n: int) -
     moving too), or None when replica ``rank``'s restart in place is refused (the budget spent, or another
     replica being recovered from peers): a ``ReplicaRestarting`` event says why, the job restarts whole."""
     done = recent(job, run, cp.clock()) + len(run.restart_due) + len(run.moving)
-    others = sorted({int(r) for r in [*run.restart_due, *run.recovering, *run.moving]} - {rank})
+    others = sorted({*run.restart_due, *map(int, run.recovering), *map(int, run.moving)} - {rank})
     if job.spec.peer_recovery and others:
         run.log_faults[str(rank)] = reason
         cp.event("ReplicaRestarting", f"job {job.name}: replica {rank} {reason} while replica "

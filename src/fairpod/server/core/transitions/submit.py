@@ -122,7 +122,7 @@ def _admissible(cp: CoreState, spec: JobSpec) -> ResolvedJob:
     if all(nevers):
         overs = [_beyond_quota(cp, r, spec) for r in types]
         if any(overs):  # a service's minimum that no type's quota can ever hold: 422, in the field's words
-            raise BeyondQuota("; ".join(f"min_nodes {spec.nodes} {o}" if o else n
+            raise BeyondQuota("; ".join(f"min_nodes {spec.nodes} {o}" if o else n or ""
                                         for o, n in zip(overs, nevers, strict=True) if o or n)
                               + "; a service's minimum replicas run only within its team's quota, never on "
                               "borrowed capacity, so it could never run")
