@@ -254,8 +254,7 @@ class Cluster:
         os.environ.update(self.driver_env())
         import ray
 
-        ray.init(address=f"{self.host}:{self.port}", logging_level="ERROR",  # type: ignore[arg-type]  # a level's name
-                 log_to_driver=False)  # works too: Ray hands it to logging
+        ray.init(address=f"{self.host}:{self.port}", logging_level="ERROR", log_to_driver=False)  # type: ignore[arg-type]  # Ray takes a level's name
         try:
             self._until(lambda: sum(1 for n in ray.nodes() if n.get("Alive")))
         finally:
