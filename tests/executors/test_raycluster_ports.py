@@ -15,7 +15,8 @@ def test_a_nodes_ports_are_all_different_and_free_on_every_address():
         for _ in range(50):
             flags, metrics = raycluster._ports(head)
             names, ports = flags[0::2], [int(p) for p in flags[1::2]]
-            assert names == list(raycluster.PORT_FLAGS if head else raycluster.PORT_FLAGS[:-1])
+            assert names == list(raycluster.PORT_FLAGS if head else raycluster.PORT_FLAGS[:-raycluster.HEAD_ONLY])
+            assert ("--ray-client-server-port" in names) == head  # not 10001: one per head, as every port
             assert len(set(ports + [int(metrics)])) == len(ports) + 1
             for port in ports:  # nothing holds them: ray start may bind each on every address
                 with socket.socket() as s:

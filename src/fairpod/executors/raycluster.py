@@ -1,7 +1,6 @@
 """A Ray job's own Ray cluster, started inside its replicas: ``python -m fairpod.executors.raycluster -- ENTRYPOINT``.
 
-fairpod runs a Ray job (``JobSpec.ray``) as a gang like any job; every replica's command is this program, which
-works the same under any executor since it only reads the replica's environment:
+fairpod runs a Ray job (``JobSpec.ray``) as a gang; each replica's command is this program, under any executor:
 
 - **rank 0** starts the Ray head on ``MASTER_ADDR:MASTER_PORT`` (the attempt's free port), waits until every
   replica's node has joined (``WORLD_SIZE`` nodes), then runs the entrypoint with ``RAY_ADDRESS`` set, and exits
@@ -144,14 +143,15 @@ def start_params(env: dict[str, str]) -> dict[str, str]:
 
 
 PORT_FLAGS = ("--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-              "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port", "--dashboard-port")
+              "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port",
+              "--dashboard-port", "--ray-client-server-port")  # the last HEAD_ONLY: the head's
+HEAD_ONLY = 2  # Ray Client's server is at 10001 unless given: a second head at one address had none, or the first's
 
 
 def _ports(head: bool, raylet: int | None = None) -> tuple[list[str], str]:
-    """``ray start``'s port flags (the dashboard's on the head only; the raylet's ``raylet`` when given) and the
-    autoscaler's metrics port: all different, chosen again for each try of ``ray start`` (a port taken meanwhile
-    fails one try, not all)."""
-    flags: tuple[str, ...] = PORT_FLAGS if head else PORT_FLAGS[:-1]
+    """``ray start``'s port flags (the head's own last; the raylet's ``raylet`` when given) and the autoscaler's
+    metrics port: all different, chosen again for each try of ``ray start`` (a port taken meanwhile fails one try)."""
+    flags: tuple[str, ...] = PORT_FLAGS if head else PORT_FLAGS[:-HEAD_ONLY]
     if raylet is not None:
         flags = flags[1:]
     *ports, metrics = _free_ports(len(flags) + 1)

@@ -52,9 +52,7 @@ class Supervisor:
 
     def __init__(self, rdir: Path) -> None:
         self.dir = rdir
-        # a standby runs no launch yet: the credentials are the replica's supervisor's (its spare gets the new
-        # launch's own when it takes it over)
-        spec = state.read_launch(rdir, secret=not self.standing_by)
+        spec = state.read_launch(rdir, secret=not self.standing_by)  # a standby's spare: the next launch's own
         if spec is None:
             raise SystemExit(f"fairpod supervisor: no readable {state.LAUNCH} in {rdir}")
         self.spec: dict[str, Any] = spec
