@@ -27,9 +27,9 @@ A cycle:
    groups under FairShare, the borrowing rounds rank the offers again after each admission (rule 2b).
    A job whose team check failed on its team's own quota or borrow limit in an earlier cycle, with nothing it
    read changed since, is known to fail again with the same reason (``known_to_fail``): it is neither ranked nor
-   tried, and keeps its turn (docs/architecture.md, "The engine"); so is a job behind its team's starving job
-   that already waits with that reason. A team all of whose offers are known to fail sits the rounds out
-   (``verdict``, kept across cycles while what it read is unchanged).
+   tried, and keeps its turn (docs/simulator.md, "What a snapshot kept across cycles remembers"); so is a job
+   behind its team's starving job that already waits with that reason. A team all of whose offers are known to
+   fail sits the rounds out (``verdict``, kept across cycles while what it read is unchanged).
    In a team with per-user rules (rule 9, ``users``) a job over its user's cap waits without trying, and a
    RoundRobin team offers the job of the user who runs the fewest accelerators first.
 Under FairShareHistory (rule 5b, ``history``) the cycle first folds the time since the last cycle into each

@@ -1,7 +1,7 @@
 """A cycle's team check (``quota.team_check``, with ``protected.team_check``'s rules), once per job and usage in the
 cycle, and remembered across cycles where it failed on the team's own quota or borrow limit (``Snapshot.quota_blocked``):
 while what it read holds (``quota_stamp``), the same check fails the same way with the same reason
-(docs/architecture.md, "The engine")."""
+(docs/simulator.md, "What a snapshot kept across cycles remembers")."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
 behind its team's starving job or on its team's own quota or borrow limit remembered by ``team_checks``. ``verdict``:
 a team all of whose offers in a phase of the rounds are known to fail sits it out; the verdict is kept on the
 snapshot (``Snapshot.verdicts``) while what it read is unchanged, and ``unsit`` brings the team back when something
-it read may have changed (docs/architecture.md, "The engine"). None of it changes a decision
-(``tests/governance/test_rounds.py``).
+it read may have changed (docs/simulator.md, "What a snapshot kept across cycles remembers"). None of it changes a
+decision (``tests/governance/test_rounds.py``).
 """
 
 from __future__ import annotations
