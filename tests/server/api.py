@@ -101,6 +101,30 @@ class Api:
             self.cp.wake.wait(0.1)
         raise AssertionError(f"{what} did not come in {turns} turns; last value: {last!r}")
 
+    def activity(self) -> tuple[int, int]:
+        """How far the replicas' supervisors have got: the files of the runs directory and their sizes (a start, a
+        stop, a log line changes it)."""
+        n = size = 0
+        for f in (self.home / "runs").rglob("*"):
+            try:
+                st = f.stat()
+            except OSError:  # gone since it was listed
+                continue
+            if not f.is_dir():
+                n, size = n + 1, size + st.st_size
+        return n, size
+
+    def turns_while_busy(self, pred: Callable[[], Any], what: str, stall: float = 30.0) -> Any:
+        """Turns of the loop until ``pred()`` is true, for as long as the replicas' processes make progress (starting
+        and stopping real processes takes as long as the machine is busy): ``stall`` seconds without any progress
+        (:meth:`activity`) is a failure, 300 s in all; returns its value."""
+        from .conftest import wait_for  # (the conftest imports this module)
+
+        def step() -> Any:
+            self.turn()
+            return pred()
+        return wait_for(step, stall, what, self.activity, 300.0)
+
     def until(self, name: str, state: str, turns: int = 50) -> dict[str, Any]:
         """Turns of the loop until job ``name`` is in ``state``; the job."""
         return self.turn_until(lambda: (j := self.job(name))["state"] == state and j, turns, f"job {name} {state}")

@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 
 from .api import Api
-from .conftest import wait_for
 
 SLEEP = ["python3", "-c", "import time; time.sleep(600)"]
 
@@ -45,20 +44,8 @@ def alive(pid: int) -> bool:
     return stat[stat.rfind(")") + 2] != "Z"
 
 
-def activity(a: Api) -> tuple[int, int]:
-    """How far the replicas' supervisors have got: the files of the runs directory and their sizes (a start, a
-    stop, a log line changes it)."""
-    files = [f for f in (a.home / "runs").rglob("*") if f.is_file()]
-    return len(files), sum(f.stat().st_size for f in files if f.exists())
-
-
 def turns(a: Api, pred: Callable[[], Any], what: str) -> Any:
-    """Turns of the loop until ``pred()`` is true, for as long as the replicas' processes make progress (starting
-    and stopping processes takes as long as the machine is busy): 30 s without any is a failure, 300 s at most."""
-    def step() -> Any:
-        a.turn()
-        return pred()
-    return wait_for(step, 30, what, lambda: activity(a), 300)
+    return a.turns_while_busy(pred, what)
 
 
 def events(a: Api, name: str, kind: str) -> list[dict]:

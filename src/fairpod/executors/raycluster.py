@@ -32,6 +32,9 @@ that long after the entrypoint ends (``inf``: until the job is stopped), then ex
 
 ``python -m fairpod.executors.raycluster ray ARGS`` is ``ray ARGS`` keeping a loopback ``--node-ip-address``
 (Ray's CLI would replace it with the machine's external address): a cluster on one machine stays on loopback.
+
+Longer than fairpod's usual module: it runs as a lone file in a Ray job's image (``fairpod.sandbox.container``),
+where nothing else of fairpod is.
 """
 
 from __future__ import annotations
@@ -392,8 +395,12 @@ def _stand(c: Cluster, entrypoint: list[str]) -> int:
 
 def ray_cli(args: list[str]) -> None:
     import ray._private.services as services
+    from ray._private.utils import get_ray_client_dependency_error
     from ray.scripts.scripts import main
 
+    if "--ray-client-server-port" in args and get_ray_client_dependency_error() is not None:
+        i = args.index("--ray-client-server-port")  # a minimal Ray (an image's) has no Ray Client; refuses the port
+        del args[i:i + 2]
     services.resolve_ip_for_localhost = lambda host: host  # a loopback node stays on loopback
     raylet_told_agent_port(services)
     sys.argv = ["ray", *args]
@@ -401,12 +408,10 @@ def ray_cli(args: list[str]) -> None:
 
 
 def raylet_told_agent_port(services: Any) -> None:
-    """Make ``ray start`` give the raylet the dashboard agent's listen port it gives the agent. Ray (2.5x) passes
-    ``--dashboard-agent-listen-port`` to the agent only, so the raylet waits for the file the agent writes once its
-    Python has started, a fixed 15 s, and then aborts ('Timed out waiting for file
-    .../dashboard_agent_listen_port_...'): on a loaded machine the agent took longer and the node never joined.
-    With the port on its command line (a flag the raylet has), the raylet waits for no file. No port given: as
-    Ray does."""
+    """Make ``ray start`` give the raylet the dashboard agent's listen port it gives the agent. Ray (2.5x) gives it
+    the agent only: the raylet waits a fixed 15 s for the file the agent writes once started, then aborts ('Timed
+    out waiting for file .../dashboard_agent_listen_port_...'; a loaded machine's agent took longer). With the port
+    on its command line (a flag the raylet has), it waits for no file. No port given: as Ray does."""
     from ray._private import ray_constants
 
     start_raylet, start_process = services.start_raylet, services.start_ray_process
