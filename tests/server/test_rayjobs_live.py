@@ -102,7 +102,7 @@ spec:
 
 ATTACH = """
 import time, ray
-ray.init(_node_ip_address="127.0.0.1", logging_level="ERROR")
+ray.init(_node_ip_address="127.0.0.1", logging_level="INFO")  # its steps on stderr: where a slow attach is
 for _ in range(240):  # a worker's raylet answers (ready) just before its node has registered with the head
     if sum(1 for n in ray.nodes() if n["Alive"]) == 2:
         break
@@ -119,12 +119,31 @@ def test_a_raycluster_stands_as_a_service_a_driver_attaches_and_delete_ends_it(s
                    "the head and the worker's Ray nodes to answer", server.activity)
     assert svc["readiness"] == "TCP connect" and server.job("rc")["kind"] == "service"
     head = next(e["address"] for e in svc["endpoints"] if e["rank"] == 0).removeprefix("http://")
-    out = subprocess.run([sys.executable, "-c", ATTACH], env={**server.env, "RAY_ADDRESS": head, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"},
-                         capture_output=True, text=True, timeout=300)  # ray.init and the worker's join on a loaded machine
-    assert "alive 2 2" in out.stdout, out.stdout + out.stderr[-2000:]  # the head and the worker, 1 CPU each
+    out, err = attach(server, head, 240)  # ray.init and the worker's join on a loaded machine
+    assert "alive 2 2" in out, out + err[-2000:]  # the head and the worker, 1 CPU each
     server.cli("delete-service", "rc")
     server.wait_state("rc", "Cancelled", timeout=60)
     wait_for(lambda: not _answers(head), 30, "the Ray head to be gone")
+
+
+def attach(server: Server, head: str, timeout: float) -> tuple[str, str]:
+    """A user's driver attaching to the standing cluster (``RAY_ADDRESS``): its stdout and stderr. Past ``timeout``
+    the failure says where the driver was (its Python stack, by py-spy, which Ray's default components bring) and
+    what it logged so far: under the whole suite's load it once did not attach within 300 s, and no cause was
+    left to read."""
+    env = {**server.env, "RAY_ADDRESS": head, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    proc = subprocess.Popen([sys.executable, "-c", ATTACH], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        spy = Path(sys.executable).with_name("py-spy")
+        stack = subprocess.run([str(spy), "dump", "--pid", str(proc.pid)], capture_output=True, text=True,
+                               timeout=60).stdout if spy.exists() else "(no py-spy)"
+        proc.kill()
+        out, err = proc.communicate(timeout=60)
+        raise AssertionError(f"the driver did not attach within {timeout:g} s; where it was:\n{stack}\n"
+                             f"its output:\n{out}\n{err[-3000:]}") from None
 
 
 def _answers(hostport: str) -> bool:
