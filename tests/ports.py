@@ -49,3 +49,17 @@ def free_port() -> int:
     with socket.socket() as s:  # no room outside the ephemeral range on this machine: the kernel's choice
         s.bind(("", 0))
         return int(s.getsockname()[1])
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` different ports, each as :func:`free_port` gives one: for one process that binds them all (a Ray node's
+    components; Ray refuses to start when two of them are given one port, which independent draws once did)."""
+    out: list[int] = []
+    for _ in range(50 * n):
+        if len(out) == n:
+            break
+        port = free_port()
+        if port not in out:
+            out.append(port)
+    assert len(out) == n, f"no {n} different free ports"
+    return out

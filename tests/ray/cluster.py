@@ -20,7 +20,7 @@ from pathlib import Path
 
 from fairpod.executors import procs
 from tests import reaper
-from tests.ports import free_port
+from tests.ports import free_port, free_ports
 from tests.server.conftest import _ticks
 
 RAYSTART = Path(__file__).with_name("raystart.py")
@@ -130,8 +130,7 @@ class RayTestCluster:
     # -- nodes ------------------------------------------------------------------------------------
     def start_head(self) -> RayNodeProc:
         return self._start("head", ["--head", "--port", str(self.port), "--num-cpus", "1", "--num-gpus", "0",
-                                    "--include-dashboard", "false", "--dashboard-port", str(free_port()),
-                                    "--temp-dir", str(self.temp_dir)])
+                                    "--include-dashboard", "false", "--temp-dir", str(self.temp_dir)])
 
     def add_node(self, name: str, itype: str | None = ITYPE, gpus: int = 4, *, label: bool = False,
                  cpus: int = 2) -> RayNodeProc:
@@ -191,7 +190,7 @@ class RayTestCluster:
             self._next_ip += 0 if name in self.ips else 1
         self.ips[name] = ip
         cmd = [sys.executable, str(RAYSTART), "start", "--block", "--node-ip-address", ip,
-               "--node-name", name, "--disable-usage-stats", "--include-log-monitor", "false", *agent_ports(), *args]
+               "--node-name", name, "--disable-usage-stats", "--include-log-monitor", "false", *agent_ports("--head" in args), *args]
         with open(log, "ab") as out:
             proc = subprocess.Popen(cmd, env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
@@ -277,13 +276,15 @@ class RayTestCluster:
         return out
 
 
-def agent_ports() -> list[str]:
+def agent_ports(head: bool = False) -> list[str]:
     """Every port of a node's agents given on the command line. A port left to the agent is one the raylet waits
     for in a file the agent writes once it started, a fixed 15 s per port (not a setting of this Ray): on a loaded
     2-core machine the agent's Python start took longer, the raylet aborted ('Timed out waiting for file
     .../metrics_agent_port_...') and its node never joined. With every port given, the raylet waits for none."""
-    return ["--dashboard-agent-listen-port", str(free_port()), "--dashboard-agent-grpc-port", str(free_port()),
-            "--runtime-env-agent-port", str(free_port()), "--metrics-export-port", str(free_port())]
+    flags = ("--dashboard-agent-listen-port", "--dashboard-agent-grpc-port", "--runtime-env-agent-port",
+             "--metrics-export-port", *(("--dashboard-port",) if head else ()))  # all different (one by one, two
+    # ports drawn for one node once were the same: "Ray component runtime_env_agent is trying to use a port number")
+    return [a for flag, port in zip(flags, free_ports(len(flags)), strict=True) for a in (flag, str(port))]
 
 
 def _cmd(pid: int) -> str:
