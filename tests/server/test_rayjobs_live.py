@@ -111,6 +111,7 @@ print("alive", sum(1 for n in ray.nodes() if n["Alive"]), int(ray.cluster_resour
 """
 
 
+@pytest.mark.timeout(600)  # room for attach()'s 240 s and its py-spy dump after the wait for the service
 def test_a_raycluster_stands_as_a_service_a_driver_attaches_and_delete_ends_it(server: Server, tmp_path: Path):
     (tmp_path / "rc.yaml").write_text(RAYCLUSTER)
     r = server.cli("apply", "-f", str(tmp_path / "rc.yaml"))
