@@ -112,7 +112,7 @@ def test_a_ray_job_runs_its_own_ray_cluster_on_the_ray_executor_is_preempted_and
              "the first Ray cluster to be torn down")
 
     ray_server.api("POST", "/jobs/john-big/cancel")  # the capacity is free again: a new Ray cluster, same checkpoint
-    done = ray_server.wait_state("rl", "Succeeded", timeout=180)
+    done = ray_server.wait_state("rl", "Succeeded", timeout=180, progress=ray_server.activity)
     starts = notes(out, "start")
     assert len(starts) == 2 and starts[1]["step"] == term["step"]
     check_start(ray_server, starts[1], allocation(ray_server, "rl"),

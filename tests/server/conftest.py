@@ -204,8 +204,17 @@ class Server:
 
     def wait_state(self, name: str, state: str, timeout: float = 30.0,
                    progress: Callable[[], Any] | None = None) -> dict[str, Any]:
-        return wait_for(lambda: (j := self.job(name))["state"] == state and j, timeout, f"{name} to be {state}",
-                        progress)
+        seen: dict[str, Any] = {}
+
+        def reached() -> dict[str, Any] | bool:
+            seen.update(self.job(name))
+            return seen["state"] == state and dict(seen)
+        try:
+            return wait_for(reached, timeout, f"{name} to be {state}", progress)
+        except AssertionError as e:  # say where the job was: its state and its last events
+            events = [f"{ev.get('kind')}: {ev.get('message')}" for ev in seen.get("events", [])[-6:]]
+            raise AssertionError(f"{e}; the job was {seen.get('state')!r} (reason {seen.get('reason')!r}), "
+                                 f"last events: {events}") from None
 
     def activity(self) -> Activity:
         """A progress measure for ``wait_for``: what the replicas have written to their logs, the CPU time their
