@@ -67,7 +67,8 @@ def decisions(cp: ControlPlane, now: float) -> list[str]:
     return [repr(d) for d in net_changes(schedule(cp.snap))]
 
 
-CLOCKED = {"estimated_start", "running_accelerator_seconds"}  # worked out from the wall clock at the request
+# worked out from the wall clock at the request, or naming the turn a view is of (a restart counts turns from 0)
+CLOCKED = {"estimated_start", "running_accelerator_seconds", "queue_position_as_of"}
 
 
 def answers(client: TestClient, token: str, ids: list[int]) -> dict[Any, Any]:

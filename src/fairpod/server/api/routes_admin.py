@@ -12,7 +12,7 @@ from fairpod.model.users import Role
 from fairpod.server.access.auth import Auth, require_admin, require_manager
 from fairpod.server.api.api_rules import POLICY_RULES, SPEC_RULES, TEAM_RULES, USER_RULES, body_of, rules
 from fairpod.server.api.limits import Limit, SinceId
-from fairpod.server.api.views import cluster_view, node_view
+from fairpod.server.api.views import cluster_view, node_view, node_views
 from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 
@@ -65,9 +65,11 @@ def add_routes(api: APIRouter, cp: Core) -> None:
                    offset: int = Query(default=0, ge=0, le=1_000_000, description="skip the first N"),
                    problems_first: bool = Query(default=False, description="nodes that are not schedulable first"),
                    ) -> dict[str, Any]:
-        """The nodes by name (pool-2 before pool-10); ``total``: how many there are in all."""
+        """The nodes by name (pool-2 before pool-10); ``total``: how many there are in all; ``as_of``: the turn
+        the engine's part (each node's jobs and free accelerators) is of, at most one turn old."""
         nodes = cp.queries.node_page(limit, offset, problems_first)
-        return {"nodes": [node_view(n, cp, p) for n in nodes.page], "total": nodes.total}
+        views, as_of = node_views(nodes.page, cp, p)  # the engine's part (jobs, free) as of one turn: as_of
+        return {"nodes": views, "total": nodes.total, "as_of": as_of}
 
     def _admin(p: Auth) -> None:  # a dependency: runs before the body is read, so a member gets 403, never 422
         require_admin(p)

@@ -1,10 +1,11 @@
 """Policy as code: what a spec change would do before it is applied (``fairpod apply --dry-run``).
 
-``diff`` is a unified diff of the two specs as YAML. ``dry_run`` runs the engine once on the live state (the
-store's nodes and unfinished jobs) under the live spec and once under the new one, and reports the decisions
-that only the new spec makes: the running jobs it would preempt (and why) and the pending jobs it would start.
-Nothing is written; the engine is pure, so the answer is exactly what the next cycle would do if the change were
-applied now.
+``diff`` is a unified diff of the two specs as YAML. ``dry_run`` runs the engine once on the committed state (the
+store's nodes and unfinished jobs, read in one transaction; the fair-share history and budget hours as the core
+last published them) under the live spec and once under the new one, and reports the decisions that only the new
+spec makes: the running jobs it would preempt (and why) and the pending jobs it would start. Nothing is written,
+and it takes no lock: a turn running meanwhile delays it by no more than the CPU the turn takes. The engine is pure,
+so the answer is what the next cycle would do if the change were applied on that state.
 """
 
 from __future__ import annotations
@@ -33,23 +34,21 @@ def diff(old: ClusterSpec, new: ClusterSpec, old_name: str = "live", new_name: s
                                         fromfile=old_name, tofile=new_name))
 
 
-def _decisions(cp: Core, spec: ClusterSpec) -> tuple[dict[str, Preempt], dict[str, Admit]]:
-    decided = net_changes(schedule(cp.build_snapshot(spec)))
+def _decisions(snap: Snapshot) -> tuple[dict[str, Preempt], dict[str, Admit]]:
+    decided = net_changes(schedule(snap))
     return ({d.job: d for d in decided if isinstance(d, Preempt)},
             {d.job: d for d in decided if isinstance(d, Admit)})
 
 
 def dry_run(cp: Core, new: ClusterSpec) -> dict[str, Any]:
     """What applying ``new`` would do now (see the module's doc); the caller checked ``new`` is valid."""
-    def look(_: Snapshot) -> tuple[Any, ...]:  # under the lock: both specs' decisions from one state
-        old = cp.spec
-        gone = sorted(cp.queries.unfinished_teams() - {t.name for t in new.teams})
-        pre_old, adm_old = _decisions(cp, old)
-        pre_new, adm_new = _decisions(cp, new)
-        return old, gone, pre_old, adm_old, pre_new, adm_new, cp.queries.get_jobs(
-            int(j) for j in {*pre_new, *adm_new})
+    old = cp.spec
+    gone = sorted(cp.queries.unfinished_teams() - {t.name for t in new.teams})
+    # both specs' decisions from one state, built without the core's lock (Core.trial_snapshots): a dry run
+    # never waits for a turn
+    (pre_old, adm_old), (pre_new, adm_new) = (_decisions(snap) for snap in cp.trial_snapshots([old, new]))
+    jobs = cp.queries.get_jobs(int(j) for j in {*pre_new, *adm_new})
 
-    old, gone, pre_old, adm_old, pre_new, adm_new, jobs = cp.engine_read(look, lock=True)
     def who(jid: str) -> dict[str, Any]:
         job = jobs.get(from_engine(jid))
         return {"id": from_engine(jid), "name": job.name if job else None, "team": job.team if job else None}

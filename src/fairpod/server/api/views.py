@@ -21,15 +21,14 @@ from fairpod.server.runs import to_engine
 from fairpod.store import Job, Node
 
 
-def queue_position(cp: Core, job: Job) -> int | None:
+def queue_position(cp: Core, job: Job) -> tuple[int | None, dict[str, Any] | None]:
+    """The pending job's place in its team's queue (1 is next) and the view it is of (``as_of``: the turn; None:
+    the job is not pending). Never waits for a turn (``Core.engine_facts``): while one holds the core, the place as
+    the last turn left it (None for a job queued since), never one from a turn half done."""
     if job.state != JobState.PENDING:
-        return None
-
-    def position(snap: Snapshot) -> int | None:
-        team = snap.teams.get(job.team)
-        return None if team is None else team.queue.position(to_engine(job.id))
-
-    return cp.engine_read(position)
+        return None, None
+    pos, as_of = cp.engine_facts(lambda f: f.position(job.team, to_engine(job.id)))
+    return pos, as_of.json()
 
 
 def job_in_engine(snap: Snapshot, jid: int, team: str, itype: str, pending: bool) -> dict[str, Any] | None:
@@ -59,9 +58,7 @@ def reason_now(cp: Core, job: Job) -> str | None:
     if job.state != JobState.RUNNING or not job.borrowed_from or not (job.reason or "").startswith(
             "admitted, borrowing"):
         return job.reason
-    from fairpod.governance.quota import lending
-
-    now = cp.engine_read(lambda snap: lending(snap, job.instance_type)).get(job.team, {})
+    now = dict(cp.engine_facts(lambda f: f.lending(job.instance_type).get(job.team, {}))[0])
     if set(job.borrowed_from) <= set(now):
         return job.reason
     then = ", ".join(job.borrowed_from)
@@ -79,6 +76,7 @@ _NO_TYPE = InstanceType(name="unknown", accelerators=0, vcpu=1, memory_gib=1)
 def job_view(cp: Core, job: Job, *, detail: bool = False, reader: Principal | None = None) -> dict[str, Any]:
     """A job as the API shows it. Env values (where secrets live) only to those who act for the job's team
     (its members and admins) and to the job itself (``reader`` None): anyone else sees the keys only."""
+    position, position_as_of = queue_position(cp, job) if detail else (None, None)
     out: dict[str, Any] = {
         "id": job.id,
         "name": job.name,
@@ -103,7 +101,8 @@ def job_view(cp: Core, job: Job, *, detail: bool = False, reader: Principal | No
         "placement": job.placement,
         "borrowed_from": job.borrowed_from,
         "topology": topology_view(cp, job),
-        "queue_position": queue_position(cp, job) if detail else None,
+        "queue_position": position,
+        "queue_position_as_of": position_as_of,  # the turn the place is of: at most one turn old
         "estimated_start": cp.eta.get(job),  # an estimate (fairpod.server.accounting.eta); None: unknown or not pending
         "expected_duration_seconds": job.spec.expected_duration_seconds,
         "array": array_view(job),
@@ -147,8 +146,8 @@ def topology_view(cp: Core, job: Job) -> dict[str, Any] | None:
     if not levels:
         return None
     placed: dict[str, list[str]] = {lv: [] for lv in levels}
-    topos = cp.engine_read(lambda snap: [nd.topo if (nd := snap.nodes.get(name)) is not None else None
-                                         for name in job.placement or ()])
+    topos = cp.engine_facts(lambda f: [nd.topo if (nd := f.node(name)) is not None else None
+                                       for name in job.placement or ()])[0]
     for topo in topos:
         for i, lv in enumerate(levels):
             d = domain_name(topo[i]) if topo is not None and i < len(topo) else "?"
@@ -187,19 +186,30 @@ def replicas_view(cp: Core, job: Job) -> list[dict[str, Any]]:
     return out
 
 
-def node_view(node: Node, cp: Core, reader: Principal | None = None) -> dict[str, Any]:
-    """A node; a member sees the ids of its own teams' jobs on it, and only how many others there are."""
+def node_views(nodes: list[Node], cp: Core, reader: Principal | None = None) -> tuple[list[dict[str, Any]],
+                                                                                        dict[str, Any]]:
+    """Nodes as the API shows them, from one view of the engine that never waits for a turn
+    (``Core.engine_facts``), and that view's ``as_of``. A member sees the ids of its own teams' jobs on a node, and
+    only how many others there are."""
+    facts, as_of = cp.engine_facts(lambda f: [f.node(n.name) for n in nodes])
     teams = reader.visible_teams() if reader is not None else None
+    return [_node_view(n, nf, cp, teams) for n, nf in zip(nodes, facts, strict=True)], as_of.json()
 
-    def engine_node(snap: Snapshot) -> tuple[Any, list[str], int]:
-        snode = snap.nodes.get(node.name)
-        jobs = sorted(snode.jobs) if snode else []
-        if teams is None:
-            return snode, jobs, 0
-        mine = [j for j in jobs if (w := snap.running.get(j)) is not None and w.team in teams]
-        return snode, mine, len(jobs) - len(mine)
 
-    snode, jobs, others = cp.engine_read(engine_node)
+def node_view(node: Node, cp: Core, reader: Principal | None = None) -> dict[str, Any]:
+    """One node (``node_views``), with its ``as_of``."""
+    views, as_of = node_views([node], cp, reader)
+    return {**views[0], "as_of": as_of}
+
+
+def _node_view(node: Node, snode: Any, cp: Core, teams: Any) -> dict[str, Any]:
+    # snode: the node's fairpod.server.core.facts.NodeFacts (None: not in the engine's view)
+    jobs = [j for j, _ in snode.jobs] if snode else []
+    if teams is None:
+        others = 0
+    else:
+        jobs = [j for j, team in snode.jobs if team is not None and team in teams] if snode else []
+        others = len(snode.jobs) - len(jobs) if snode else 0
     return {
         "name": node.name,
         "instance_group": node.instance_group,
@@ -213,8 +223,8 @@ def node_view(node: Node, cp: Core, reader: Principal | None = None) -> dict[str
         "last_check_at": node.last_check_at,
         "labels": node.labels,
         "status_labels": status_labels(node.health_status.value, node.fault_type, node.fault_reason),
-        "accelerators": snode.cap[0] if snode else None,
-        "accelerators_free": snode.free[0] if snode else None,
+        "accelerators": snode.accelerators if snode else None,
+        "accelerators_free": snode.free if snode else None,
         "jobs": [int(j) for j in jobs],
         "other_jobs": others,
         "accelerators_are": "gpus" if cp.spec.gpus_are_real(node.instance_group) else "slots",

@@ -22,6 +22,7 @@ from fairpod.governance.snapshot import Snapshot
 from fairpod.governance.workload import Workload
 from fairpod.model.jobs import JobSpec
 from fairpod.model.spec import ClusterSpec
+from fairpod.server.core.facts import Facts
 from fairpod.server.core.published import AsOf
 from fairpod.server.core.queries import Queries
 from fairpod.store.records import EngineJob, Job, Node, User
@@ -72,6 +73,19 @@ class Core(Protocol):
         ``key`` names what ``fn`` reads (:mod:`fairpod.server.core.published`)."""
         ...
 
+    def engine_facts(self, fn: Callable[[Facts], T]) -> tuple[T, AsOf]:
+        """``fn`` of the engine's facts about one job or node at a time (:mod:`fairpod.server.core.facts`: a queue
+        position, a type's lenders, a node's jobs and domains), never waiting for a turn: the live snapshot when
+        the core is free, else the facts the last turn published after its commit (at most one turn old, never
+        a turn half done; :class:`AsOf` says which). ``fn`` must not change what it gets."""
+        ...
+
+    def trial_snapshots(self, specs: list[ClusterSpec]) -> list[Snapshot]:
+        """The engine's snapshot of one committed state of the store under each of ``specs``, built without the
+        core's lock (a spec's dry run): the store's nodes and unfinished jobs read in one transaction, the
+        fair-share history and budget hours as in :meth:`engine_facts`."""
+        ...
+
     def attempt_state(self, job_id: int) -> dict[str, Any] | None:
         """A copy of the live attempt's state of a job (what the store keeps as ``run_state``); None if none."""
         ...
@@ -81,8 +95,6 @@ class Core(Protocol):
         ...
 
     def workload(self, job: Job | EngineJob, spec: ClusterSpec | None = None) -> Workload: ...
-
-    def build_snapshot(self, spec: ClusterSpec, unfinished: list[EngineJob] | None = None) -> Snapshot: ...
 
     def throttled_arrays(self) -> Throttled:
         """The throttled job arrays with held tasks; call it in engine_read."""

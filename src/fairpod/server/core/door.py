@@ -7,6 +7,7 @@ the store's own, and the routes that ask for them never wait for a turn."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
@@ -15,6 +16,7 @@ from fairpod.governance.workload import Workload
 from fairpod.server.accounting.rollups import roll_up
 from fairpod.server.core.api import Busy
 from fairpod.server.core.batch import BatchingStore
+from fairpod.server.core.facts import Facts, LiveFacts
 from fairpod.server.core.published import AsOf, Published
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.transitions import array_holds
@@ -39,6 +41,8 @@ class Door:
     runs: dict[int, Run]
     budgets: BudgetKeeper
     published: Published
+    facts: Facts
+    facts_seconds: float
     cycles: int
     clock: Callable[[], float]
 
@@ -73,6 +77,28 @@ class Door:
             self.lock.release()
         self.published.put(key, fn, value, as_of)
         return value, as_of
+
+    def engine_facts(self, fn: Callable[[Facts], T]) -> tuple[T, AsOf]:
+        # the lock only when it is free (the live snapshot: the last turn and the commands since); while a turn or
+        # a command holds it, what the last turn published after its commit: never a turn half done
+        if self.lock.acquire(blocking=False):
+            try:
+                meter = self.budgets.meter
+                live = LiveFacts(self.snap, AsOf(self.cycles, self.clock()), None if meter is None else meter.used)
+                return fn(live), live.as_of
+            finally:
+                self.lock.release()
+        facts = self.facts
+        return fn(facts), facts.as_of
+
+    def publish_facts(self) -> None:
+        """The end of a turn (and of a rebuild), after its commit, under the lock: the facts reads take while the
+        next turn runs (:mod:`fairpod.server.core.facts`)."""
+        t0 = time.thread_time()
+        meter = self.budgets.meter
+        self.facts = Facts.publish(self.snap, AsOf(self.cycles, self.clock()), getattr(self, "facts", None),
+                                   None if meter is None else dict(meter.used))
+        self.facts_seconds = time.thread_time() - t0  # CPU: what it costs the turn, whatever the machine's load
 
     def attempt_state(self, job_id: int) -> dict[str, Any] | None:
         run = self.runs.get(job_id)

@@ -135,8 +135,10 @@ class Loop:
             resize.launch_grown(self, grown)  # new replicas of running attempts: under the lock, as before
             for keep in self.keepers.after:  # usage, retention, the watchdog, fair-share history
                 keep(self)
-            self.published.refresh(self.snap, AsOf(self.cycles, self.clock()))  # what reads answer with next
             starts = launch.reserve_launches(self, ready)
+            self.store.flush()  # the keepers' writes: what is published next is committed
+            self.published.refresh(self.snap, AsOf(self.cycles, self.clock()))  # what reads answer with next
+            self.publish_facts()  # and the facts of single jobs and nodes (core.facts)
         launch.launch_unlocked(self, starts)  # forking takes milliseconds per replica: not under the lock
 
     def _take_exits(self: Turning, exits: list[ReplicaExit]) -> None:

@@ -20,7 +20,7 @@ from fairpod.sandbox import capabilities
 from fairpod.server.core.state import CoreState
 from fairpod.server.core.transitions import array_holds, backoff, resize
 from fairpod.server.runs import Run, Slots, to_engine
-from fairpod.store.records import EngineJob, Job
+from fairpod.store.records import EngineJob, Job, Node
 
 
 class Memory:
@@ -56,36 +56,27 @@ class Memory:
         self.snap = self.build_snapshot(self.spec, unfinished)
         array_holds.hold_back(self, unfinished)  # throttled arrays: tasks beyond the limit
         backoff.hold_back(self, unfinished)  # restarts still backing off
+        self.publish_facts()  # what reads of one job or node take while the next turn runs (core.facts)
 
 
     def build_snapshot(self: CoreState, spec: ClusterSpec, unfinished: list[EngineJob] | None = None) -> Snapshot:
-        """The engine's view of the store's nodes and unfinished jobs under ``spec`` (the live one, or one a
-        dry run tries); call it holding the lock. ``unfinished``: the store's unfinished jobs, read already."""
-        snap = empty_snapshot(spec, self.clock())
-        cat = spec.catalog()
-        isolating = capabilities.required_gap(spec.cluster.isolation, registry.elsewhere(self.executor.name)) is None
-        for nd in self.store.list_nodes():
-            if nd.instance_type not in cat:
-                continue
-            snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]),
-                          schedulable=nd.schedulable and isolating,
-                          passed=nd.deep_health_check == DeepHealthCheck.PASSED,
-                          topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
-        for t in spec.teams:
-            snap.add_team(engine_team(spec, t.name))
-        history.load(snap, self.history.saved(self))  # FairShareHistory: the past borrowing goes on
-        self.budgets.fill(snap.teams, spec, snap.now)  # budgets: the hours counted so far
-        for job in self.store.engine_jobs() if unfinished is None else unfinished:
-            if job.team not in snap.teams:
-                continue
-            w = self.workload(job, spec)
-            if job.state == JobState.RUNNING:
-                snap.assign(w, [n for n in job.placement if n in snap.nodes])
-                w.started = job.started_at
-            elif job.state == JobState.PENDING:
-                snap.add_pending(w)
-        return snap
+        """The engine's view of the store's nodes and unfinished jobs under ``spec``; call it holding the lock.
+        ``unfinished``: the store's unfinished jobs, read already."""
+        meter = self.budgets.meter
+        return snapshot_of(self, spec, self.store.list_nodes(),
+                           self.store.engine_jobs() if unfinished is None else unfinished,
+                           self.history.saved(self), None if meter is None else meter.used)
 
+    def trial_snapshots(self: CoreState, specs: list[ClusterSpec]) -> list[Snapshot]:
+        """A dry run's snapshots (``Core.trial_snapshots``), without the core's lock: the store read in one
+        transaction (on SQLite one snapshot of the database: the last commit, never a turn half written), the
+        memory the store does not hold (fair-share history, budget hours) from ``engine_facts``."""
+        fair, used = self.engine_facts(lambda f: (f.fair_share(), f.budget_used()))[0]
+        if fair is None:  # the live snapshot keeps none: what the store kept
+            fair = self.history.saved(self)
+        with self.store.tx(write=False) as t:
+            nodes, unfinished = t.list_nodes(), t.engine_jobs()
+        return [snapshot_of(self, spec, nodes, unfinished, fair, used) for spec in specs]
 
     def _load_runs(self: CoreState, unfinished: list[EngineJob]) -> list[tuple[EngineJob, Run]]:
         """``runs`` and ``slots`` from the store's ``unfinished`` jobs (read by the caller, once for this and
@@ -167,3 +158,32 @@ class Memory:
         with self.lock:
             return [jid for jid, run in self.runs.items() if name in run.nodes or name in run.slots]
 
+
+def snapshot_of(cp: CoreState, spec: ClusterSpec, nodes: list[Node], unfinished: list[EngineJob],
+                fair_share: dict[str, Any] | None, budget_used: dict[Any, Any] | None) -> Snapshot:
+    """The engine's snapshot of ``nodes`` and ``unfinished`` jobs under ``spec``, with the fair-share history and
+    the budget hours counted so far given; reads nothing of the core's memory."""
+    snap = empty_snapshot(spec, cp.clock())
+    cat = spec.catalog()
+    isolating = capabilities.required_gap(spec.cluster.isolation, registry.elsewhere(cp.executor.name)) is None
+    for nd in nodes:
+        if nd.instance_type not in cat:
+            continue
+        snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]),
+                      schedulable=nd.schedulable and isolating,
+                      passed=nd.deep_health_check == DeepHealthCheck.PASSED,
+                      topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
+    for t in spec.teams:
+        snap.add_team(engine_team(spec, t.name))
+    history.load(snap, fair_share)  # FairShareHistory: the past borrowing goes on
+    cp.budgets.fill(snap.teams, spec, snap.now, budget_used)  # budgets: the hours counted so far
+    for job in unfinished:
+        if job.team not in snap.teams:
+            continue
+        w = cp.workload(job, spec)
+        if job.state == JobState.RUNNING:
+            snap.assign(w, [n for n in job.placement if n in snap.nodes])
+            w.started = job.started_at
+        elif job.state == JobState.PENDING:
+            snap.add_pending(w)
+    return snap

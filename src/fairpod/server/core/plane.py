@@ -104,6 +104,7 @@ class ControlPlane(Memory, Loop, Door, Core):
         self.cycles = 0
         self.cycle_seconds = 0.0
         self.published = Published()  # what reads answer with while a turn holds the lock (core.published)
+        self.facts_seconds = 0.0  # the CPU the last publish_facts took (core.facts; benchmarks/turn_cost.py)
         self.turns = TurnHistogram()  # whole reconcile turns, for /metrics
         self.pace = TurnPace()  # how soon a woken turn may follow the last one (coalesces bursts of wakes)
         self.usage = beside.usage  # usage history and cycle timings for the dashboard and /metrics

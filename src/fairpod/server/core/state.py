@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from fairpod.executors.base import JobLaunch
 from fairpod.governance.snapshot import Snapshot
 from fairpod.model.cluster import InstanceGroup
+from fairpod.model.spec import ClusterSpec
 from fairpod.server.core.api import Core
 from fairpod.server.core.batch import BatchingStore
 from fairpod.server.core.submits import SubmitQueue
@@ -43,6 +44,10 @@ class CoreState(Core, Protocol):
     _groups: dict[str, InstanceGroup | None]  # node -> its instance group (cleared when rebuilt)
     history: Any  # fairpod.server.core.history.HistoryKeeper
     budgets: Any  # fairpod.server.core.transitions.budgets.BudgetKeeper
+
+    def publish_facts(self) -> None: ...
+
+    def build_snapshot(self, spec: ClusterSpec, unfinished: list[EngineJob] | None = None) -> Snapshot: ...
 
     def begin_stop(self, job: Job, run: Run, kind: str, reason: str) -> None: ...
 

@@ -46,15 +46,17 @@ class BudgetKeeper:
             self.meter.seed(key, start, self._from_samples(cp, key, start, now), now)
         self.meter.accrue(cp.snap.teams, now)
 
-    def fill(self, snap_teams: dict[str, Any], spec: ClusterSpec, now: float) -> None:
-        """Write the hours counted so far into freshly built engine teams (a rebuild, or a dry run of another
-        spec): a budget of the same team, type and period keeps its count; another starts at what is known."""
-        if self.meter is None:
+    def fill(self, snap_teams: dict[str, Any], spec: ClusterSpec, now: float,
+             used: dict[Any, Any] | None) -> None:
+        """Write the hours counted so far (``used``: the meter's, or a copy of them) into freshly built engine
+        teams (a rebuild, or a dry run of another spec): a budget of the same team, type and period keeps its
+        count; another starts at what is known."""
+        if used is None:
             return
         for t in spec.teams:
             team = snap_teams.get(t.name)
             for b in t.budgets:
-                got = self.meter.used.get((t.name, b.instance_type))
+                got = used.get((t.name, b.instance_type))
                 same = got is not None and got[0] == period_start(b.period, now)
                 if team is not None:
                     team.budget[b.instance_type] = ((got[1] if same and got else 0.0) / 3600.0,

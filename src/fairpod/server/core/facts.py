@@ -1,0 +1,128 @@
+"""The engine's facts about one job or one node, as a turn publishes them after its commit, so that the reads of
+one job or node at a time (a get-job's queue position, a running borrower's lenders now, a job's topology, the
+jobs on a node) never wait for a turn and never see one half done.
+
+:meth:`fairpod.server.core.door.Door.engine_facts` hands a read's function a :class:`Facts`: when the core's lock
+is free, the live snapshot under the lock, taken without waiting (:class:`LiveFacts`: as of the last turn and the
+commands since); while a turn or a command holds it, the facts the last turn published at its end (at most one
+turn old, :class:`AsOf` says which). A turn publishes them whole (:meth:`Facts.publish`), not per key read
+lately as :mod:`fairpod.server.core.published` does, because a read of one job or node must not wait for a first
+publication: they are copies made in C (a team's queue's entries and ids) or kept from the last turn where
+nothing changed (a node whose ``stamp`` is the same), so a turn at 10,000 nodes and 100,000 waiting jobs spends
+milliseconds on them (benchmarks/README.md, "Reads that never wait for a turn"). The fair-share history and the
+budgets' hours counted so far go with them: a spec's dry run builds its snapshots from the store and these
+(``core.memory.Memory.trial_snapshot``), never from the core's live memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import chain
+from typing import Any, NamedTuple
+
+from fairpod.governance import history
+from fairpod.governance.nodes import Node
+from fairpod.governance.quota import lending
+from fairpod.governance.snapshot import Snapshot
+from fairpod.server.core.published import AsOf
+
+
+class NodeFacts(NamedTuple):
+    """A node as the engine holds it: accelerators, free ones, its jobs (engine id, team) by id, its domains."""
+
+    accelerators: int
+    free: int
+    jobs: tuple[tuple[str, str | None], ...]
+    topo: tuple[str, ...]
+
+
+def node_facts(snap: Snapshot, n: Node) -> NodeFacts:
+    return NodeFacts(n.cap[0], n.free[0],
+                     tuple(sorted((j, w.team if (w := snap.running.get(j)) is not None else None) for j in n.jobs)),
+                     n.topo)
+
+
+def _position(entries: Iterable[tuple[tuple, str]], live: Any, wid: str) -> int | None:
+    """``PendingQueue.position`` over a queue's entries and live ids (copies, or the queue's own)."""
+    if wid not in live:
+        return None
+    entries = list(entries)
+    mine = min((e for e in entries if e[1] == wid), default=None)
+    if mine is None:
+        return None
+    return 1 + len({e[1] for e in entries if e < mine and e[1] != wid and e[1] in live})
+
+
+class Facts:
+    """The facts one turn published (see the module's doc); never changed once published."""
+
+    def __init__(self, as_of: AsOf, queues: dict[str, tuple[tuple[tuple[tuple, str], ...], frozenset[str]]],
+                 nodes: dict[str, tuple[Node, int, NodeFacts]], lenders: dict[str, dict[str, dict[str, int]]],
+                 fair_share: dict[str, Any] | None, budget_used: dict[Any, Any] | None) -> None:
+        self.as_of = as_of
+        self._queues = queues  # team -> (its heaps' entries, the ids in its queue)
+        self._nodes = nodes  # name -> (the engine's node, its stamp, its facts): kept while the stamp is
+        self._lenders = lenders  # instance type -> quota.lending
+        self._fair_share = fair_share
+        self._budget_used = budget_used
+
+    @classmethod
+    def publish(cls, snap: Snapshot, as_of: AsOf, last: Facts | None, budget_used: dict[Any, Any] | None) -> Facts:
+        """The facts of ``snap`` now (the core's end of turn, under its lock); ``last``: the ones they replace."""
+        queues = {name: (tuple(chain.from_iterable(t.queue.heaps.values())), frozenset(t.queue.live))
+                  for name, t in snap.teams.items()}
+        old = last._nodes if last is not None else {}
+        nodes = {}
+        for name, n in snap.nodes.items():
+            was = old.get(name)
+            nodes[name] = was if was is not None and was[0] is n and was[1] == n.stamp else (n, n.stamp,
+                                                                                              node_facts(snap, n))
+        lenders = {it: lending(snap, it) if p.over[0] > 0 else {} for it, p in snap.pools.items()}
+        fair = history.dump(snap) if snap.history_half_life is not None else None
+        return cls(as_of, queues, nodes, lenders, fair, budget_used)
+
+    def position(self, team: str, wid: str) -> int | None:
+        """The 1-based place of engine job ``wid`` in ``team``'s queue; None if not queued."""
+        q = self._queues.get(team)
+        return None if q is None else _position(q[0], q[1], wid)
+
+    def lending(self, itype: str) -> dict[str, dict[str, int]]:
+        """``quota.lending``: who borrows how many accelerators of ``itype`` from whom (do not change it)."""
+        return self._lenders.get(itype, {})
+
+    def node(self, name: str) -> NodeFacts | None:
+        got = self._nodes.get(name)
+        return None if got is None else got[2]
+
+    def fair_share(self) -> dict[str, Any] | None:
+        """The fair-share history (``governance.history.dump``; None: not kept)."""
+        return self._fair_share
+
+    def budget_used(self) -> dict[Any, Any] | None:
+        """The budget meter's hours counted so far (``BudgetKeeper.meter.used``; None: no budgets)."""
+        return self._budget_used
+
+
+class LiveFacts(Facts):
+    """The same facts read from the live snapshot: only under the core's lock."""
+
+    def __init__(self, snap: Snapshot, as_of: AsOf, budget_used: dict[Any, Any] | None) -> None:
+        super().__init__(as_of, {}, {}, {}, None, budget_used)
+        self._snap = snap
+
+    def position(self, team: str, wid: str) -> int | None:
+        t = self._snap.teams.get(team)
+        return None if t is None else t.queue.position(wid)
+
+    def lending(self, itype: str) -> dict[str, dict[str, int]]:
+        return lending(self._snap, itype)
+
+    def node(self, name: str) -> NodeFacts | None:
+        n = self._snap.nodes.get(name)
+        return None if n is None else node_facts(self._snap, n)
+
+    def fair_share(self) -> dict[str, Any] | None:
+        return history.dump(self._snap) if self._snap.history_half_life is not None else None
+
+    def budget_used(self) -> dict[Any, Any] | None:
+        return None if self._budget_used is None else dict(self._budget_used)
