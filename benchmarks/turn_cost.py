@@ -7,10 +7,13 @@ jobs (the datacenter benchmark's shapes, each array one duration between ``--min
 turns until the cluster is full, then ``--turns`` measured turns: before each, ``--rate`` submits a second for
 as long as the last turn took plus ``--pause`` s are made through the control plane's submit (what ``POST /jobs``
 calls), and jobs end as their durations run out. It prints the measured turns' p50 / p99 / max wall and CPU, and
-how much of them the engine's cycle took (``--profile FILE``: a cProfile of the measured turns only).
+how much of them the engine's cycle took, and what publishing for reads took at each turn's end
+(``core.published``: the views read lately, wall; ``core.facts``: the facts of single jobs and nodes, CPU);
+``--scrape`` reads ``/metrics``' engine figures and the cluster view once before the measured turns, as a scraper
+and the dashboard do, so the turns publish those too (``--profile FILE``: a cProfile of the measured turns only).
 
 Run: ``.venv/bin/python benchmarks/turn_cost.py [--nodes 2000] [--teams 500] [--waiting 20000] [--turns 40]
-[--rate 1000] [--profile FILE]``.
+[--rate 1000] [--scrape] [--profile FILE]``.
 Goal (issue 47): turn p99 <= 0.5 s at 10,000 nodes while 1,000 submits/s arrive.
 """
 
@@ -59,6 +62,8 @@ def main() -> None:
     ap.add_argument("--min-duration", type=float, default=30.0)
     ap.add_argument("--max-duration", type=float, default=600.0)
     ap.add_argument("--profile", type=Path, help="write a cProfile of the measured turns to this file")
+    ap.add_argument("--scrape", action="store_true",
+                    help="read /metrics' engine figures and the cluster view once, so every turn publishes them")
     args = ap.parse_args()
     rng = random.Random(47)
     durations = (args.min_duration, args.max_duration)
@@ -97,12 +102,20 @@ def main() -> None:
                 break
         print(f"filled            {len(cp.snap.running)} running, {len(cp.snap.pending)} pending in "
               f"{time.perf_counter() - t0:.1f} s")
+        if args.scrape:  # what a scraper and the dashboard read: each turn publishes them from now on
+            from fairpod.server.api.metrics import engine_figures
+            from fairpod.server.api.views import cluster_view
+
+            cp.engine_view(("metrics",), lambda snap: engine_figures(cp, snap))
+            cluster_view(cp)
         heap.settle()
         gc0 = sum(heap.PAUSES.seconds)
         prof = cProfile.Profile() if args.profile else None
         walls: list[float] = []
         cpus: list[float] = []
         engine: list[float] = []
+        publish: list[float] = []
+        facts: list[float] = []
         submitted, admitted, last = 0, 0, 0.2
         n = 0
         for _ in range(args.turns):
@@ -124,6 +137,8 @@ def main() -> None:
             walls.append(last)
             cpus.append(cpu)
             engine.append(cp.cycle_seconds if cp.cycles > before else 0.0)
+            publish.append(cp.published.refresh_seconds)
+            facts.append(getattr(cp, "facts_seconds", 0.0))
             admitted += max(0, len(cp.snap.running) - run0)
         if prof:
             prof.dump_stats(args.profile)
@@ -135,6 +150,10 @@ def main() -> None:
         print(f"cycle collector             {sum(heap.PAUSES.seconds) - gc0:.2f} s in the measured turns and between them")
         print(f"engine cycle p50 / max      {pct(engine, .5):.3f} / {max(engine):.3f} s "
               f"({100 * sum(engine) / max(sum(walls), 1e-9):.0f} % of the turns)")
+        print(f"published views p50/p99/max {pct(publish, .5) * 1000:.1f} / {pct(publish, .99) * 1000:.1f} / "
+              f"{max(publish) * 1000:.1f} ms wall (the views read lately, at each turn's end)")
+        print(f"published facts p50/p99/max {pct(facts, .5) * 1000:.1f} / {pct(facts, .99) * 1000:.1f} / "
+              f"{max(facts) * 1000:.1f} ms CPU (one job's or node's facts, at each turn's end)")
         cp.stop()
         store.close()
 
