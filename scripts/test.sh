@@ -32,7 +32,7 @@ if ! .venv/bin/python -c "import fairpod.native as n, sys; sys.exit(1 if n.missi
     "python$(.venv/bin/python -c 'import sys; print("%d.%d" % sys.version_info[:2])')-dev") >/dev/null \
     || echo "warning: could not install gcc and Python's headers; the native engine test will be skipped"
 fi
-# munge (MUNGE, as Slurm uses) for the identity test (tests/server/test_identity_live.py): it starts its own munged
+# munge (MUNGE, as Slurm uses) for the identity test (tests/server/access/test_identity_live.py): it starts its own munged
 # with its own key and socket directory; the package's own daemon is not used
 if ! { command -v munged && command -v munge && command -v unmunge; } >/dev/null 2>&1 \
     && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

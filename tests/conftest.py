@@ -9,17 +9,17 @@ these paths is in its group without saying so; a test may also carry ``@pytest.m
   on a /24 of loopback of that worker's own (127.0.10.x for gw0, 127.0.11.x for gw1, ...: tests/ray/cluster.py).
   (Split in two groups with a cluster each, the run was longer and four Ray tests timed out: two Ray clusters, the
   Ray jobs' clusters, training and the native build at once overloaded the 2 cores.)
-- ``rayjobs``: the Ray clusters that fairpod's Ray jobs start on the local executor (tests/server/test_rayjobs_live.py,
+- ``rayjobs``: the Ray clusters that fairpod's Ray jobs start on the local executor (tests/server/core/test_rayjobs_live.py,
   the KubeRay files of tests/formats/corpus/test_kube_corpus.py, whose Ray nodes run in containers, and the
-  rayStartParams of tests/formats/kube/test_kuberay_start_live.py, the RayService of tests/server/test_rayservice_live.py), one at a time: on 127.0.0.1 and on ports free on every address (fairpod.executors.raycluster), so beside the session
+  rayStartParams of tests/formats/kube/test_kuberay_start_live.py, the RayService of tests/server/services/test_rayservice_live.py), one at a time: on 127.0.0.1 and on ports free on every address (fairpod.executors.raycluster), so beside the session
   cluster, not in its group (the ``ray`` group bounded the run's wall time: 1,456 of its 1,510 s on one worker).
 - ``users``: the per-team OS users ``fairpod-<team>`` (``fairpod-smith``, ``fairpod-john``...) that the whole
   sandbox creates as root: the tests that make them remove the ``fairpod-*`` users that appeared while they ran,
   which would be another worker's (tests/sandbox's files, reach, devices, live, users, readiness and container
   attacks tests,
-  tests/server/test_isolation.py, and tests/ray/test_ray_files.py, whose own Ray cluster runs on another /24 of
+  tests/server/access/test_isolation.py, and tests/ray/test_ray_files.py, whose own Ray cluster runs on another /24 of
   loopback, 127.0.100.x, beside the session cluster).
-- ``standby``: the standby control planes of tests/server/test_ha.py, test_leader.py and test_ha_identity_live.py,
+- ``standby``: the standby control planes of tests/server/ha/ (test_ha.py, test_leader.py, test_ha_identity_live.py),
   which bind their ports again after a restart; they listen on a /24 of their own, 127.0.200.x
   (tests/server/ha_cluster.py), where no Ray node holds a port meanwhile. (These three groups were one, ~1/5 of the suite's time on one worker, which bounded
   the run's wall time; ~160 s of it were the users' and standby tests.)
@@ -70,12 +70,10 @@ GROUPS = {
     "sandbox/test_users.py": "users",
     "sandbox/test_readiness.py": "users",
     "sandbox/test_container_attacks.py": "users",
-    "server/test_isolation.py": "users",
-    "server/test_ha.py": "standby",
-    "server/test_leader.py": "standby",
-    "server/test_ha_identity_live.py": "standby",
-    "server/test_rayjobs_live.py": "rayjobs",
-    "server/test_rayservice_live.py": "rayjobs",
+    "server/access/test_isolation.py": "users",
+    "server/ha/": "standby",
+    "server/core/test_rayjobs_live.py": "rayjobs",
+    "server/services/test_rayservice_live.py": "rayjobs",
     "formats/corpus/test_kube_corpus.py": "rayjobs",
     "formats/kube/test_kuberay_start_live.py": "rayjobs",
     "governance/test_native.py": "native",

@@ -1,4 +1,4 @@
-"""What the CLI prints, read from the real API in-process (tests/server/api.py): the CLI's own client, its
+"""What the CLI prints, read from the real API in-process (tests/server/inproc_api.py): the CLI's own client, its
 requests answered by the app instead of a socket, so each line is checked without a server's start.
 
 - get-job of a container job says its image and pull policy;
@@ -19,7 +19,7 @@ import pytest
 from fairpod.cli import client as cli_client
 from fairpod.cli.main import main
 
-from ..server.api import Api
+from ..server.inproc_api import Api
 
 
 class _Answer:

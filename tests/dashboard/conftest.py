@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from ..server.api import Api
 from ..server.conftest import Server, running
+from ..server.inproc_api import Api
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -25,7 +25,7 @@ def server(tmp_path: Path) -> Iterator[Server]:
 
 @pytest.fixture
 def api(tmp_path: Path) -> Iterator[Api]:
-    """The app in-process (``tests/server/api.py``), for what needs no browser and no server process."""
+    """The app in-process (``tests/server/inproc_api.py``), for what needs no browser and no server process."""
     a = Api(tmp_path)
     yield a
     a.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ..server.api import Api
+from ..server.inproc_api import Api
 
 
 def test_the_page_and_its_files_need_no_token(api: Api):

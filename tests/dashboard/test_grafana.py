@@ -9,7 +9,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..server.api import Api
+from ..server.inproc_api import Api
 
 
 def test_the_grafana_dashboard_uses_only_exposed_metrics(api: Api):

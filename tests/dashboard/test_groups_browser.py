@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ..server.conftest import Server, running
-from ..server.test_groups_live import start, tree_spec
+from ..server.core.test_groups_live import start, tree_spec
 from .test_browser import sign_in
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ..server.conftest import Server, running
-from ..server.test_topology_live import SPEC
+from ..server.core.test_topology_live import SPEC
 from .test_browser import sign_in
 
 

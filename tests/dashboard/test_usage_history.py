@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 
-from ..server.api import Api
+from ..server.inproc_api import Api
 
 
 def test_usage_history_follows_the_cluster(api: Api):

@@ -21,7 +21,15 @@ from typing import Any
 import pytest
 import yaml
 
-from ..server.test_identity_live import Account, Env, _account, _remove, pytestmark, start_munged, stop_munged  # noqa: F401
+from ..server.access.test_identity_live import (  # noqa: F401
+    Account,
+    Env,
+    _account,
+    _remove,
+    pytestmark,
+    start_munged,
+    stop_munged,
+)
 from .cluster import RayTestCluster
 from .conftest import RayServer, seed_spec_data, serving
 

@@ -22,8 +22,8 @@ from fairpod.sandbox import cgroups
 from .. import httpclient, reaper
 from ..executors.helpers import stop_runs
 from ..ports import free_port
-from .api import Api
 from .inproc import InProc
+from .inproc_api import Api
 
 
 def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condition",

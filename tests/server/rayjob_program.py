@@ -1,4 +1,4 @@
-"""The Ray program of the live Ray-job tests (tests/server/test_rayjobs_live.py on the local executor,
+"""The Ray program of the live Ray-job tests (tests/server/core/test_rayjobs_live.py on the local executor,
 tests/ray/test_ray_rayjobs.py on the Ray executor), and how to read what it reports.
 
 ``python PROGRAM OUT``: runs as a fairpod Ray job's entrypoint (``RAY_ADDRESS`` set). It runs one 1-GPU task on

@@ -6,7 +6,7 @@ resources, instance type, priority, retries, image) as a Ray job or a Ray servic
 Not fed to the live server of test_kube_corpus.py: six Ray clusters of two or three nodes each, in containers, at
 once beside the rest of the suite made that server stop answering within the test's time in two full runs (a
 finding of issue 44, open); r01 (KubeRay's sample RayJob in its image) stays there and runs end to end, and
-tests/server/test_rayjobs_live.py runs a RayCluster as a service."""
+tests/server/core/test_rayjobs_live.py runs a RayCluster as a service."""
 
 from __future__ import annotations
 

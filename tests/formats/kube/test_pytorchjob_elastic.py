@@ -17,7 +17,7 @@ from fairpod.formats.kube.manifest import ManifestError
 from fairpod.formats.kube.pod import pod_env
 from fairpod.formats.kube.pytorchjob import convert
 from tests.server.conftest import Server, running, wait_for
-from tests.server.test_elastic_live import SPEC as ELASTIC_SPEC
+from tests.server.core.test_elastic_live import SPEC as ELASTIC_SPEC
 
 
 def manifest(elastic: dict[str, Any] | None, workers: int = 4, master: int = 0) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 head on rank 0, the workers on the others, each Ray node ready when it answers on its service port); its
 autoscaling bounds are the service's min..max replicas; what has no meaning here is refused by name, one line each.
 A RayService is no longer refused by its kind (tests/formats/kube/test_rayservice.py). The live run is in
-tests/server/test_rayjobs_live.py."""
+tests/server/core/test_rayjobs_live.py."""
 
 from __future__ import annotations
 

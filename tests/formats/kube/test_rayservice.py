@@ -4,7 +4,7 @@ mirrors; the samples' code is a GitHub zip archive, which fairpod refuses as a U
 directory in its place: the stand-in, named in each header). Each file's ``# expect:`` line is what it asks for
 (replicas, image, resources, the Serve applications, a warning or a note) or the words its one answer of
 refusals must name. The live run (a Ray cluster, Serve, a request through the service's address) is
-tests/server/test_rayservice_live.py."""
+tests/server/services/test_rayservice_live.py."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from fairpod.governance import net_changes, schedule
 from fairpod.server.core import ControlPlane
 from fairpod.server.runtime.wiring import build, make_executor
 
-from ..api import Api
+from ..inproc_api import Api
 
 
 def memory(cp: ControlPlane) -> dict[str, Any]:
