@@ -13,7 +13,7 @@ from fairpod.formats.slurm.sbatch import BatchError, read_script, to_job
 
 def job_of(script: str) -> dict:
     bs = read_script("job.sh", script)
-    body, _ = to_job(bs, [], cwd="/", environ={}, python="python3", team="smith")
+    body, _ = to_job(bs, [], cwd="/", environ={}, python="python3")
     return body
 
 

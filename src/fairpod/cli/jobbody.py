@@ -3,8 +3,9 @@
 The flags are those of the one table, fairpod.model.jobflags (``SPEC_FLAGS``: the fields a flag of start-job sets
 as it is); the flag types (``whole``, ``seconds``,
 ``memory_gib``, ``team_name``, ``priority_class`` …) check a value as the user typed it, with one line naming it;
-``job_body`` builds the body from ``--config-file`` and the flags, every mistake reported there. ``fairpod
-start-job``, ``start-service``, ``srun``/``salloc`` and ``hyperpod start-job`` use them; HyperPod's names
+``job_body`` builds the body from ``--config-file`` and the flags, every mistake reported there; ``finish`` holds
+the checks and defaults of every job body. ``fairpod start-job``, ``start-service``, ``sbatch``/``srun``/``salloc``
+and ``hyperpod start-job`` use them; HyperPod's names
 (``hyperpod-ns-<team>``, ``<class>-priority``) come from fairpod.formats.hyperpod.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from fairpod.cli.client import Client
 from fairpod.cli.errors import CliError
@@ -238,37 +239,53 @@ def job_body(a: argparse.Namespace) -> dict[str, Any]:
     return finish(body, mounts=a.mount, config_file=a.config_file)
 
 
-def finish(body: dict[str, Any], *, mounts: Sequence[str] = (), config_file: str | None = None) -> dict[str, Any]:
+def finish(body: dict[str, Any], *, mounts: Sequence[str] = (), config_file: str | None = None,
+           team: Callable[[str], str | None] | None = None, said: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The checks and defaults of every job body, whichever front end built it: ``mounts`` (HOST:CONTAINER[:ro])
-    as given on the command line, the name, the team (a member of one team needs none), the command (an image's own
-    without one), --max-retry without --auto-resume, and the working directory (this one, outside an image)."""
+    as given on the command line, the name, the command (an image's own without one), --max-retry without
+    --auto-resume, the working directory (this one, outside an image), and last the team of a body without one
+    (``team``: who names it, given where the user could have set it; default ``only_team``, which asks the server;
+    a front end that has no server to ask returns None and the body keeps no team: the server's answer at submit).
+
+    ``said``: a front end's own words for the fairpod flags these messages name (``--name``, ``--mount``,
+    ``--image``, ``--max-retry``, ``--auto-resume``), e.g. sbatch's ``job.sbatch line 7: #FAIRPOD --max-retry``:
+    where the user wrote it, in the user's words; a flag it does not map is said as fairpod's."""
+    words = said or {}
+
+    def w(flag: str, default: str | None = None) -> str:
+        return words.get(flag, default or flag)
+
     for m in mounts:
         parts = m.split(":")
         if len(parts) not in (2, 3) or not all(x.startswith("/") for x in parts[:2]) or parts[2:] not in ([], ["ro"], ["rw"]):
-            raise CliError(f"--mount {m}: give HOST:CONTAINER or HOST:CONTAINER:ro, both absolute paths")
+            raise CliError(f"{w('--mount')} {m}: give HOST:CONTAINER or HOST:CONTAINER:ro, both absolute paths")
     if (body.get("mounts") or body.get("image_pull_policy")) and not body.get("image"):
-        raise CliError("--mount and --image-pull-policy go with --image (the container image to run in)")
+        raise CliError(f"{w('--mount')} and {w('--image-pull-policy')} go with {w('--image')} (the container image "
+                       "to run in)")
     src = f" (or set it in {config_file})" if config_file else " (or set it in --config-file)"
     if not body.get("name"):
-        raise CliError(f"--name is required{src}")
-    if not body.get("team"):
-        body["team"] = only_team(src)
+        raise CliError(f"{w('--name')} is required{src}")
     cmd = body.get("command")
     if not cmd and body.get("image"):
         cmd = body["command"] = []  # the image's own entrypoint and command
     elif not cmd:
         raise CliError("give the job's command after --, e.g. fairpod start-job --name x --team t -- python "
                        "train.py")
-    if not isinstance(cmd, list) or not all(isinstance(w, str) for w in cmd) or (cmd and not cmd[0].strip()):
+    if not isinstance(cmd, list) or not all(isinstance(x, str) for x in cmd) or (cmd and not cmd[0].strip()):
         import shlex
 
         raise CliError(f"the command {shlex.join(map(str, cmd)) if isinstance(cmd, list) else cmd!r} has no "
                        "program to run: give one after --, e.g. -- python train.py")
     if body.get("max_retry") and not body.get("auto_resume"):
-        raise CliError(f"--max-retry {body['max_retry']} does nothing without --auto-resume true: add "
-                       "--auto-resume true (restarts on failure) or leave --max-retry out")
+        raise CliError(f"{w('--max-retry')} {body['max_retry']} does nothing without auto-resume: add "
+                       f"{w('--auto-resume', '--auto-resume true (restarts on failure)')}, or leave --max-retry out")
     if body.get("workdir") is None and not body.get("image"):  # in an image: the image's own WORKDIR
         body["workdir"] = os.getcwd()
+    if not body.get("team"):  # last: a mistake above is said without asking the server
+        body.pop("team", None)
+        named = (team or only_team)(src)
+        if named:
+            body["team"] = named
     return body
 
 

@@ -34,8 +34,8 @@ SBATCH_EPILOG = """directives: -J/--job-name, -N/--nodes, --ntasks-per-node, -n/
 --exclusive, --wait-all-nodes, --requeue/--no-requeue, -A/--account (team), -p/--partition (instance type),
 -q/--qos (priority class), -D/--chdir, --export, -a/--array (a job array: 0-199%%16 runs at most 16 tasks at
 a time; each task gets SLURM_ARRAY_TASK_ID, %%a and %%A in file names). #FAIRPOD: --team, --priority,
---auto-resume, --no-auto-resume, --max-retry, --instance-type, --accelerators, --grace-seconds, --min-runtime,
---required-topology, --preferred-topology. Unknown #SBATCH options are reported and ignored; --dependency and --hold are refused.
+--auto-resume, --no-auto-resume, --max-retry (with auto-resume), --instance-type, --accelerators, --grace-seconds,
+--min-runtime, --required-topology, --preferred-topology. Unknown #SBATCH options are reported and ignored; --dependency and --hold are refused.
 example: fairpod sbatch 1.conda-train.sbatch"""
 
 
@@ -141,6 +141,40 @@ def _team(c: Client) -> str:
                    f"--team (teams: {', '.join(teams) or 'none'})")
 
 
+# the fairpod flags that jobbody.finish's messages name, as sbatch takes them: the setting (its key) and its words
+SAID = {"--max-retry": ("max_retry", "#FAIRPOD --max-retry"), "--name": ("job_name", "#SBATCH --job-name"),
+        "--image": ("container_image", "#SBATCH --container-image"),
+        "--mount": ("container_mounts", "#SBATCH --container-mounts")}
+AT_SUBMIT = ("no team named (#FAIRPOD --team or #SBATCH --account): at submit the job goes to your only team, or to "
+             "the cluster's only team; --test-only asks no server")
+
+
+def said(bs: Any) -> dict[str, str]:
+    """fairpod's flags in the words the user typed to sbatch (or srun) and where: ``job.sbatch line 7: #FAIRPOD
+    --max-retry`` for a line of the script, the flag itself for the command line. The one mapping of this front
+    end, for the messages of the checks every job body goes through (fairpod.cli.jobbody.finish)."""
+    def at(origin: str | None) -> str:  # the script's file and line, or nothing for the command line
+        return f"{bs.path} {origin}" if origin and origin.startswith("line ") else ""
+
+    out = {flag: f"{at(bs.origin(key))}: {words}" if at(bs.origin(key)) else words.split()[-1]
+           for flag, (key, words) in SAID.items() if bs.origin(key) is not None}
+    fix = "#SBATCH --requeue or #FAIRPOD --auto-resume" if at(bs.origin("max_retry")) else "--requeue or --auto-resume"
+    off = next((s for s in reversed(bs.settings) if s.key in ("auto_resume", "no_auto_resume", "requeue",
+                                                                 "no_requeue")), None)
+    if off is not None and off.key.startswith("no_"):  # turned off on purpose: say which line to change
+        fix += f" in place of --{off.key.replace('_', '-')}" + (f" ({at(off.origin)})" if at(off.origin) else "")
+    return {**out, "--auto-resume": fix}
+
+
+def finish_job(bs: Any, body: dict[str, Any], c: Client | None) -> dict[str, Any]:
+    """The batch job's body through the checks and defaults of every job body, said in sbatch's words; a script
+    without a team gets the submitter's only team or the cluster's only one (``_team``), and none without a
+    server (``c`` None: --test-only), to be resolved at submit."""
+    from fairpod.cli.jobbody import finish
+
+    return finish(body, team=(lambda src: _team(c)) if c is not None else (lambda src: None), said=said(bs))
+
+
 def _submit(c: Client, body: dict[str, Any], array: str | None = None) -> dict[str, Any]:
     """POST /jobs (or /jobs/array); Slurm allows many jobs of one name, so a taken name gets a suffix (-2, …)."""
     base = body["name"]
@@ -198,13 +232,13 @@ def sbatch(a: argparse.Namespace) -> int:
         for pat in unknown_patterns(bs.get(key)):
             bs.warnings.append(f"--{key} {bs.get(key)}: %{pat} is not a pattern fairpod knows; it stays as is")
     c = None if a.test_only else Client()
-    team = bs.get("team") or bs.get("account")
-    if team is None and c is not None:
-        team = _team(c)
     try:
-        body, notes = to_job(bs, args, cwd=os.getcwd(), environ=dict(os.environ), python=sys.executable, team=team)
+        body, notes = to_job(bs, args, cwd=os.getcwd(), environ=dict(os.environ), python=sys.executable)
     except BatchError as e:
         raise CliError(str(e)) from None
+    body = finish_job(bs, body, c)
+    if "team" not in body:
+        notes.append(AT_SUBMIT)
     for w in bs.warnings:
         print(f"sbatch: warning: {w}", file=sys.stderr)
     for n in notes:
@@ -215,7 +249,8 @@ def sbatch(a: argparse.Namespace) -> int:
         if a.json:
             emit_json({"job": shown, "warnings": bs.warnings, "notes": notes})
         else:
-            print(f"sbatch: job {body['name']} for team {body.get('team') or '?'}: {body['nodes']} node(s)"
+            team = f"team {body['team']}" if "team" in body else "the team chosen at submit"
+            print(f"sbatch: job {body['name']} for {team}: {body['nodes']} node(s)"
                   f"{', ' + str(body['accelerators']) + ' accelerators each' if 'accelerators' in body else ''}"
                   f", auto-resume {'on' if body['auto_resume'] else 'off'}; not submitted (--test-only)")
         return 0

@@ -103,7 +103,7 @@ def srun(a: argparse.Namespace) -> int:
 
 
 def run_step(opts: list[str], command: list[str]) -> int:
-    from fairpod.cli.slurm_cmds import _exit_code, _submit, _team
+    from fairpod.cli.slurm_cmds import _exit_code, _submit, finish_job
     from fairpod.formats.slurm.sbatch import BatchError, Setting, parse_options, read_script, to_job
 
     alloc, step = _allocation(opts)
@@ -118,11 +118,11 @@ def run_step(opts: list[str], command: list[str]) -> int:
     bs.settings = [Setting("job_name", name, "srun"), *settings]
     bs.warnings += [w.replace("#SBATCH ", "") for w in warnings]
     c = Client()
-    team = bs.get("team") or bs.get("account") or _team(c)
     try:
-        body, notes = to_job(bs, [], cwd=os.getcwd(), environ=dict(os.environ), python=sys.executable, team=team)
+        body, notes = to_job(bs, [], cwd=os.getcwd(), environ=dict(os.environ), python=sys.executable)
     except BatchError as e:
         raise CliError(f"srun: {e}") from None
+    body = finish_job(bs, body, c)
     if "FAIRPOD_SBATCH" in body.get("env", {}):  # a host step: the runner prints only the step's output
         import json
 

@@ -24,7 +24,7 @@ SEED = Path(__file__).parent / "seed"
 def job_of(text: str, *extra: Setting, env: dict[str, str] | None = None) -> tuple[dict, list[str], list[str]]:
     bs = read_script("job.sbatch", text)
     bs.settings.extend(extra)
-    body, notes = to_job(bs, ["a1"], cwd="/work", environ=env or {"PATH": "/bin"}, python="/py", team=None)
+    body, notes = to_job(bs, ["a1"], cwd="/work", environ=env or {"PATH": "/bin"}, python="/py")
     return body, notes, bs.warnings
 
 

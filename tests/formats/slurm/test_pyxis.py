@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from fairpod.formats.slurm.pyxis import PyxisError, image_ref, mounts
-from fairpod.formats.slurm.sbatch import BatchError, read_script, to_job
+from fairpod.formats.slurm.sbatch import BatchError, Setting, read_script, to_job
 from fairpod.formats.slurm.srun import SrunError, parse
 from fairpod.model.jobs import JobSpec
 
 
 def job_of(text: str, tmp: Path, env: dict[str, str] | None = None) -> tuple[dict, list[str]]:
     bs = read_script("job.sbatch", text)
-    return to_job(bs, ["a1"], cwd=str(tmp), environ=env or {"PATH": "/host/bin", "MY": "v"}, python="/py",
-                  team="john")
+    bs.settings.append(Setting("team", "john", "command line"))  # sbatch --team john
+    return to_job(bs, ["a1"], cwd=str(tmp), environ=env or {"PATH": "/host/bin", "MY": "v"}, python="/py")
 
 
 def test_image_references_as_enroot_reads_them():

@@ -25,7 +25,8 @@ does with each option:
 other ``--container-*`` flags      is the script's only command)
 =================================  ==============================================================================
 
-``#FAIRPOD`` lines: ``--team``, ``--priority``, ``--auto-resume`` / ``--no-auto-resume``, ``--max-retry N``,
+``#FAIRPOD`` lines: ``--team``, ``--priority``, ``--auto-resume`` / ``--no-auto-resume``, ``--max-retry N`` (needs
+auto-resume: the front end refuses it without),
 ``--instance-type``, ``--accelerators N``, ``--grace-seconds S``, ``--min-runtime S``,
 ``--deep-health-check-passed-nodes-only``, ``--required-topology LEVEL`` / ``--preferred-topology LEVEL`` (a
 topology level of the cluster spec, e.g. rack). Options about time limits, CPU binding or mail have no
@@ -263,6 +264,13 @@ def gpu_count(spec: str, origin: str | None) -> tuple[int, list[str]]:
     return gpus, other
 
 
+def _retries(v: Any, origin: str | None) -> int:
+    text = str(v).strip()
+    if not text.isdigit() or int(text) > 1000:
+        raise BatchError(f"{origin}: --max-retry wants a whole number of restarts, 0 to 1000, got {v!r}")
+    return int(text)
+
+
 SLURM_MEM_UNITS = {"": 1 / 1024, "K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0, "T": 1024.0}
 
 
@@ -307,9 +315,10 @@ def exported_env(export: str | None, environ: dict[str, str]) -> tuple[dict[str,
     return env, sorted(skipped)
 
 
-def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str], python: str,
-           team: str | None) -> tuple[dict[str, Any], list[str]]:
-    """The POST /jobs body of a batch script, and notes for the user."""
+def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str],
+           python: str) -> tuple[dict[str, Any], list[str]]:
+    """The POST /jobs body of a batch script, and notes for the user; the front end hands it to the checks and
+    defaults of every job body (fairpod.cli.jobbody.finish: a script without a team gets one there)."""
     notes = list(bs.notes)
     g = bs.get
     slurm_name = str(g("job_name") or Path(bs.path).name)
@@ -371,7 +380,8 @@ def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str
                 notes.append(f"auto-resume on: the script runs srun --auto-resume=1 (line {no})")
                 break
     auto = bool(auto)
-    max_retry = int(g("max_retry")) if g("max_retry") is not None else (DEFAULT_MAX_RETRY if auto else 0)
+    max_retry = _retries(g("max_retry"), bs.origin("max_retry")) if g("max_retry") is not None else \
+        (DEFAULT_MAX_RETRY if auto else 0)
     env, skipped = exported_env(g("export"), environ)
     if skipped:
         notes.append(f"not exported (they look like credentials): {', '.join(skipped)}")
@@ -384,7 +394,7 @@ def to_job(bs: BatchScript, args: list[str], *, cwd: str, environ: dict[str, str
     }  # fmt: skip
     env["FAIRPOD_SBATCH"] = json.dumps(cfg)
     body: dict[str, Any] = {
-        "name": name, "team": g("team") or g("account") or team, "priority": g("priority") or g("qos"),
+        "name": name, "team": g("team") or g("account"), "priority": g("priority") or g("qos"),
         "instance_type": g("instance_type") or g("partition"), "nodes": nodes, "accelerators": accelerators,
         "command": [python, "-m", "fairpod.formats.slurm.runner", *args], "env": env, "workdir": workdir,
         "auto_resume": auto, "max_retry": max_retry, "vcpu": vcpu, "memory_gib": memory_gib,
