@@ -31,7 +31,8 @@ SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.ya
 
 
 class Api:
-    def __init__(self, tmp: Path, spec: Path | str = SEED_SPEC, executor: str = "timed") -> None:
+    def __init__(self, tmp: Path, spec: Path | str = SEED_SPEC, executor: str = "timed",
+                 api_workers: bool = False) -> None:
         if isinstance(spec, str):
             (tmp / "spec.yaml").write_text(spec)
             spec = tmp / "spec.yaml"
@@ -44,7 +45,8 @@ class Api:
         self.local = executor == "local"
         if self.local:
             reaper.runs(self.home / "runs")  # an interrupted run stops its replicas too
-        self.rt: Runtime = build(self.home, self.url, make_executor(self.home, executor), "http://127.0.0.1:9")
+        self.rt: Runtime = build(self.home, self.url, make_executor(self.home, executor), "http://127.0.0.1:9",
+                                 api_workers=api_workers)
         self.cp = self.rt.cp
         self.store = self.rt.store
         self.client = TestClient(self.rt.app, base_url="http://127.0.0.1:9", raise_server_exceptions=False)

@@ -20,6 +20,13 @@ def _up(a: argparse.Namespace) -> Any:
     if a.lease_seconds is not None and not a.ha:
         print("fairpod: error: --lease-seconds goes with --ha", file=sys.stderr)
         return 2
+    if a.api_workers and a.ha:
+        print("fairpod: error: --api-workers does not go with --ha yet: a standby would have to start and stop its "
+              "workers as it is elected (docs/architecture.md, \"API workers\")", file=sys.stderr)
+        return 2
+    if not 0 <= a.api_workers <= 64:
+        print(f"fairpod: error: --api-workers must be from 0 to 64, not {a.api_workers}", file=sys.stderr)
+        return 2
     ha = HaSettings.of(a.lease_seconds) if a.ha else None
     if a.runs_dir:  # the environment is what the server (also one started in the background) and the CLI read
         runs = os.path.abspath(a.runs_dir)
@@ -31,7 +38,7 @@ def _up(a: argparse.Namespace) -> Any:
     from fairpod.executors import registry
 
     options = {o.name: getattr(a, o.name) for _, o in registry.options()}
-    return daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, options, a.advertise_address, ha)
+    return daemon.up(a.port, a.spec, a.db, a.executor, a.foreground, options, a.advertise_address, ha, a.api_workers)
 
 
 def _down(a: argparse.Namespace) -> Any:
@@ -81,6 +88,12 @@ def _up_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lease-seconds", type=float, default=None, metavar="S",
                    help="with --ha: how long the leader's lease lasts without renewal (default 6; renewed every "
                    "quarter of it); a failed leader is replaced within about this plus one second and recovery")
+    p.add_argument("--api-workers", type=int, default=0, metavar="N",
+                   help="serve the API from N worker processes besides the control plane's core (default 0: one "
+                   "process): each answers submit, list-jobs and get-job itself from the database and passes every "
+                   "other request to the core, so submits and reads use more than one CPU; a submit is committed "
+                   "before its answer and the core admits it at its next turn. SQLite only; not with --ha "
+                   "(docs/operations.md)")
     p.add_argument("--runs-dir", metavar="DIR", default=None,
                    help="where replicas' run directories and logs go (default $FAIRPOD_RUNS_DIR, else "
                    "$FAIRPOD_HOME/runs): a volume of their own, so that jobs' output filling it never stops the "

@@ -315,3 +315,20 @@ def capability(executor: object, kind: Callable[..., T]) -> T | None:
     """``executor`` as the capability ``kind`` (one of the protocols above), or None if it lacks it. ``kind`` is
     typed as what makes a ``T``, not ``type[T]``: mypy refuses a protocol class where ``type[T]`` is asked."""
     return cast(T, executor) if isinstance(executor, cast(type, kind)) else None
+
+
+@dataclass(frozen=True)
+class Traits:
+    """What an executor can do that a submit is checked against, as a value another process can be told: an API
+    worker (``fairpod up --api-workers``) checks a job against the executor the core process runs without one."""
+
+    name: str
+    resizing: bool  # Resizing: elastic jobs, services
+    probing: bool  # Probing: a service's readiness command
+
+    @staticmethod
+    def of(executor: Executor | Traits) -> Traits:
+        if isinstance(executor, Traits):
+            return executor
+        return Traits(executor.name, capability(executor, Resizing) is not None,
+                      capability(executor, Probing) is not None)

@@ -4,7 +4,9 @@ A name given to ``get-job`` by someone who sees every team is looked up in all o
 job may be a job array's: both were a query per team (two for a team whose job of that name had finished), and the
 array's by reading every job of every team. Each is one indexed query here: ``ix_jobs_team_name`` for names and
 name prefixes, ``ix_jobs_array_id`` for an array's tasks. Which teams have unfinished jobs (asked before a spec
-that drops teams is taken) is one ``DISTINCT`` instead of every unfinished job's record.
+that drops teams is taken) is one ``DISTINCT`` instead of every unfinished job's record. The jobs submitted
+since a ``seq`` (what the core of ``fairpod up --api-workers`` takes in at a turn: jobs its API workers committed) are
+one range of ``ix_jobs_team_seq`` per team.
 """
 
 from __future__ import annotations
@@ -71,3 +73,19 @@ class JobLookupOps(Ops):
         with self._session(False) as s:
             return set(s.connection().execute(select(c.team).where(c.state.not_in(FINISHED_STATES)).distinct())
                        .scalars())
+
+    def last_seq(self) -> int:
+        """The newest job's ``seq`` (0 without jobs): taken from a counter in each insert's transaction, so a job
+        committed later has a larger one, on SQLite and PostgreSQL alike (the counter's row orders its writers)."""
+        with self._session(False) as s:
+            return int(s.connection().execute(select(func.max(_JOBS.c.seq))).scalar() or 0)
+
+    def submitted_after(self, seq: int, teams: Iterable[str], limit: int = 5000) -> list[Job]:
+        """The jobs of ``teams`` with a ``seq`` above ``seq``, at most ``limit``, oldest first."""
+        teams = list(dict.fromkeys(teams))
+        if not teams:
+            return []
+        c = _JOBS.c
+        q = select(_JOBS).where(c.team.in_(teams), c.seq > seq).order_by(c.seq).limit(limit)
+        with self._session(False) as s:
+            return [to_job(r) for r in s.connection().execute(q)]  # type: ignore[arg-type]

@@ -82,6 +82,34 @@ def switch_interval() -> float:
     return _setting("FAIRPOD_SWITCH_INTERVAL_MS", SWITCH_INTERVAL_MS, 0.1, 100, float) / 1000
 
 
+def add_problem_handlers(app: FastAPI) -> None:
+    """Errors as problem documents: the app's and an API worker's (fairpod.server.api.worker_app) alike."""
+
+    @app.exception_handler(Problem)
+    async def _problem(_: Request, e: Problem) -> JSONResponse:
+        return problem(e.status, e.title, e.detail)
+
+    async def _known(_: Request, e: Exception) -> JSONResponse:
+        return problem(*http_problem(e))
+
+    for known in HTTP_STATUS:  # domain and store errors: one table (server.errors)
+        app.add_exception_handler(known, _known)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
+        msgs = [f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors()]
+        return problem(422, "invalid request", "; ".join(msgs))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
+        """Starlette's own errors (unknown path, unparsable body, wrong method) as problem documents; a 405
+        names in ``Allow`` the methods of every route of that path, not only of the first that matched."""
+        resp = problem(e.status_code, HTTPStatus(e.status_code).phrase.lower(), str(e.detail))
+        if e.status_code == 405:
+            resp.headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
+        return resp
+
+
 def create_app(cp: Core, job_secret: bytes) -> FastAPI:
     threads = api_threads()
     interval = switch_interval()
@@ -108,30 +136,7 @@ def create_app(cp: Core, job_secret: bytes) -> FastAPI:
     app.openapi = openapi  # type: ignore[method-assign]
     app.state.job_secret = job_secret  # verifies job tokens (server.access.jobtoken)
 
-    @app.exception_handler(Problem)
-    async def _problem(_: Request, e: Problem) -> JSONResponse:
-        return problem(e.status, e.title, e.detail)
-
-    async def _known(_: Request, e: Exception) -> JSONResponse:
-        return problem(*http_problem(e))
-
-    for known in HTTP_STATUS:  # domain and store errors: one table (server.errors)
-        app.add_exception_handler(known, _known)
-
-    @app.exception_handler(RequestValidationError)
-    async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:
-        msgs = [f"{_loc(err['loc'])}: {err['msg']}" for err in e.errors()]
-        return problem(422, "invalid request", "; ".join(msgs))
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(request: Request, e: StarletteHTTPException) -> JSONResponse:
-        """Starlette's own errors (unknown path, unparsable body, wrong method) as problem documents; a 405
-        names in ``Allow`` the methods of every route of that path, not only of the first that matched."""
-        resp = problem(e.status_code, HTTPStatus(e.status_code).phrase.lower(), str(e.detail))
-        if e.status_code == 405:
-            resp.headers["Allow"] = ", ".join(allowed_methods(request.app, request.url.path))
-        return resp
-
+    add_problem_handlers(app)
     diskfull.add_handlers(app, cp, problem)
 
     @app.get("/healthz", include_in_schema=False)

@@ -25,7 +25,7 @@ def queue_position(cp: Core, job: Job) -> tuple[int | None, dict[str, Any] | Non
     """The pending job's place in its team's queue (1 is next) and the view it is of (``as_of``: the turn; None:
     the job is not pending). Never waits for a turn (``Core.engine_facts``): while one holds the core, the place as
     the last turn left it (None for a job queued since), never one from a turn half done."""
-    if job.state != JobState.PENDING:
+    if job.state != JobState.PENDING or not cp.engine_memory:  # (an API worker: the core's memory)
         return None, None
     pos, as_of = cp.engine_facts(lambda f: f.position(job.team, to_engine(job.id)))
     return pos, as_of.json()
@@ -55,8 +55,8 @@ def reason_now(cp: Core, job: Job) -> str | None:
     """The job's reason; for a running job admitted as a borrower whose lenders are no longer whom its team
     borrows from (a quota was cut, a lender's quota freed up), what its team borrows now, so the reason agrees
     with ``cluster show``."""
-    if job.state != JobState.RUNNING or not job.borrowed_from or not (job.reason or "").startswith(
-            "admitted, borrowing"):
+    if job.state != JobState.RUNNING or not job.borrowed_from or not cp.engine_memory or not (
+            job.reason or "").startswith("admitted, borrowing"):
         return job.reason
     now = dict(cp.engine_facts(lambda f: f.lending(job.instance_type).get(job.team, {}))[0])
     if set(job.borrowed_from) <= set(now):

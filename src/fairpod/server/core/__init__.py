@@ -18,6 +18,8 @@ transition, one lock"). The modules:
   ``restarts`` (restarts in place), ``array_holds`` (job arrays' throttle);
 - :mod:`.loop`: ``reconcile_once`` and the periodic keepers the composition root registers;
 - :mod:`.published`: what reads answer with while a turn holds the lock (published at each turn's end);
+- :mod:`.worker` and :mod:`.foreign`: ``fairpod up --api-workers``: an API worker's view (submits checked and
+  committed with the submit transition's own functions) and the keeper that takes the jobs they committed;
 - :mod:`.api`: the door: named commands and read-only queries (:mod:`.queries`).
 
 Only the composition root (``fairpod.server.runtime.wiring``) builds a :class:`ControlPlane`; every other module of
@@ -27,8 +29,11 @@ The store is written first, then the memory. When a store write fails, the memor
 rebuilt from the store (``ControlPlane.reload``), so the two never disagree for longer than one call.
 """
 
+from fairpod.server.core.foreign import Foreign
 from fairpod.server.core.loop import Beside, standard_keepers
 from fairpod.server.core.plane import ControlPlane
 from fairpod.server.core.transitions.services import Services
+from fairpod.server.core.worker import WAKE_PATH, Poke, WorkerCore
 
-__all__ = ["Beside", "ControlPlane", "Services", "standard_keepers"]  # for the composition root (fairpod.server.runtime.wiring)
+__all__ = ["WAKE_PATH", "Beside", "ControlPlane", "Foreign", "Poke", "Services", "WorkerCore",
+           "standard_keepers"]  # for the composition root (fairpod.server.runtime.wiring)

@@ -49,6 +49,9 @@ class Core(Protocol):
     wake: threading.Event  # wakes the reconcile loop for a turn now
     cycles: int
     cycle_seconds: float
+    # False in an API worker (fairpod up --api-workers): the engine's snapshot is the core process's, so its views
+    # leave out what only that memory knows (a queue position, what a borrowing job borrows now)
+    engine_memory: bool
     # what runs beside the core and the routes show: fairpod.server.accounting.eta.Estimates, usage.UsageSampler,
     # turns.TurnHistogram, health.manager.HealthManager (None without node health), the services' keeper
     eta: Any

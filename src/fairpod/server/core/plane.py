@@ -71,6 +71,7 @@ class ControlPlane(Memory, Loop, Door, Core):
     """The control plane's core (see :mod:`fairpod.server.core` for its transitions)."""
 
     snap: Snapshot  # the engine's, built by Memory._rebuild (at start-up, after a spec change, on reload)
+    engine_memory = True  # (an API worker's core has none: fairpod.server.core.worker)
 
     def __init__(
         self,

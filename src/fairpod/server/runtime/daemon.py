@@ -7,7 +7,6 @@ again when it comes back. Where the files go: :mod:`fairpod.paths`. The server i
 from __future__ import annotations
 
 import contextlib
-import ipaddress
 import itertools
 import logging
 import os
@@ -29,7 +28,9 @@ from fairpod.server.ha.leader import HaSettings
 from fairpod.server.nodes import sync_nodes
 from fairpod.server.runtime import cli_config
 from fairpod.server.runtime.startup import (
+    LOOPBACK,
     START_ERRORS,
+    check_advertise_address,
     check_state,
     child_failure,
     forget_new_database,
@@ -39,7 +40,6 @@ from fairpod.server.runtime.startup import (
 from fairpod.store import Store, Unreachable
 
 DEFAULT_PORT = 8470
-LOOPBACK = "127.0.0.1"
 
 
 def detect_cluster() -> ClusterSpec:
@@ -201,26 +201,6 @@ def executor_config(kind: str | None, given: dict[str, str | None],
     return kind, options
 
 
-def check_advertise_address(address: str | None) -> str:
-    """The address replicas reach the control plane at: ``address`` (an IP address of this machine; ValueError
-    with one line otherwise) or 127.0.0.1."""
-    if address is None:
-        return LOOPBACK
-    try:
-        ip = ipaddress.ip_address(address.strip().strip("[]"))
-    except ValueError:
-        raise ValueError(f"invalid --advertise-address {address!r}: give an IP address of this machine") from None
-    if ip.is_unspecified or ip.is_multicast:
-        raise ValueError(f"invalid --advertise-address {address}: replicas need an address they can connect to")
-    try:
-        with socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET) as s:
-            s.bind((str(ip), 0))
-    except OSError as e:
-        raise ValueError(f"--advertise-address {address} is not an address of this machine "
-                         f"({e.strerror or e})") from None
-    return str(ip)
-
-
 def api_url(address: str, port: int) -> str:
     return f"http://[{address}]:{port}" if ":" in address else f"http://{address}:{port}"
 
@@ -245,8 +225,9 @@ def _listen(addresses: list[str], port: int) -> list[socket.socket]:
 
 
 def serve(home: Path, url: str, port: int, executor_name: str = "local", options: dict[str, str] | None = None,
-          advertise: str = "127.0.0.1", ha: HaSettings | None = None) -> None:
-    """Run the control plane in the foreground until SIGTERM/SIGINT."""
+          advertise: str = "127.0.0.1", ha: HaSettings | None = None, api_workers: int = 0) -> None:
+    """Run the control plane in the foreground until SIGTERM/SIGINT; with ``api_workers``, the core on a private
+    loopback port and that many API worker processes on ``port`` (:mod:`fairpod.server.runtime.workers`)."""
     import uvicorn
 
     from fairpod.executors.base import ExecutorError
@@ -266,19 +247,32 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", options
     except (ExecutorError, ValueError) as e:
         raise SystemExit(f"fairpod: error: {e}") from None
     try:  # the memory's recovery writes the store, and the PID file: a full disk is one line
-        rt = build(home, url, executor, api_url(advertise, port), own_heap=True)
+        rt = build(home, url, executor, api_url(advertise, port), own_heap=True, api_workers=api_workers > 0)
         write_pid(home, port)
     except START_ERRORS as e:
         executor.close()
         raise SystemExit(start_failure(home, e)) from None
     unix, http, unix_path = identity.serve_unix(rt.cp.spec, port)  # cluster.identity unix: users known by uid
-    socks = _listen([LOOPBACK, advertise], port) + unix
+    socks = _listen([LOOPBACK, advertise], port)
+    pool = None
+    if api_workers:  # the public sockets are the workers'; the core serves a private port
+        from fairpod.server.runtime.workers import Workers
+
+        for s in socks:
+            s.listen(2048)  # connections queue while a worker starts again
+        private = _listen([LOOPBACK], 0)
+        pool = Workers(home, api_workers, socks, private[0].getsockname()[1], url, executor)
+        socks = private
     rt.start()
     config = uvicorn.Config(rt.app, host=LOOPBACK, port=port, log_level="warning", access_log=False, http=http)
     server = uvicorn.Server(config)
     try:
-        server.run(sockets=socks)  # 127.0.0.1, and the advertised address
+        if pool is not None:
+            pool.start()
+        server.run(sockets=socks + unix)  # 127.0.0.1, and the advertised address
     finally:
+        if pool is not None:
+            pool.stop()
         rt.close()
         identity.remove(unix_path)
         try:
@@ -321,7 +315,7 @@ def can_listen(addresses: list[str], port: int) -> str | None:
 
 def up(port: int, spec_file: str | None, db: str | None, executor: str | None, foreground: bool,
        given: dict[str, str | None] | None = None, advertise_address: str | None = None,
-       ha: HaSettings | None = None) -> int:  # given: the executors' own options (fairpod.executors.registry)
+       ha: HaSettings | None = None, api_workers: int = 0) -> int:  # given: the executors' options (registry)
     try:
         advertise = check_advertise_address(advertise_address)
         if ha is not None:
@@ -333,6 +327,10 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     if ha is not None and not db_url(home, db).startswith("postgresql"):
         print("fairpod: error: --ha (standby control planes) needs a PostgreSQL database (--db or FAIRPOD_DB_URL "
               "postgresql+psycopg://…); SQLite serves a single control plane", file=sys.stderr)
+        return 2
+    if api_workers and not db_url(home, db).startswith("sqlite"):
+        print("fairpod: error: --api-workers needs the SQLite database for now (docs/architecture.md, \"API "
+              "workers\")", file=sys.stderr)
         return 2
     running = read_pid(home)
     restarted = bool(running and running[0] == os.getpid())  # a leader that stepped down, now a standby
@@ -389,7 +387,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         print(start_failure(home, e), file=sys.stderr)
         return 1
     if log is None:  # --foreground
-        serve(home, url, port, executor, options, advertise, ha)
+        serve(home, url, port, executor, options, advertise, ha, api_workers)
         return 0
     cmd = [sys.executable, "-m", "fairpod.cli.main", "up", "--foreground", "--port", str(port), "--executor", executor]
     for o in registry.get(executor).options:
@@ -400,6 +398,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         cmd += ["--advertise-address", advertise]
     if ha is not None:
         cmd += ["--ha", "--lease-seconds", f"{ha.lease:g}"]
+    if api_workers:
+        cmd += ["--api-workers", str(api_workers)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
     if not wait_healthy(port, proc):
         print(child_failure(home, proc.poll() is not None), file=sys.stderr)

@@ -9,7 +9,9 @@ a first start on a full disk left a 0-byte ``fairpod.db`` behind.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
+import socket
 from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -76,3 +78,26 @@ def child_failure(home: Path, ended: bool) -> str:
     if said and ended:
         return said[-1]
     return f"fairpod: error: the server did not come up; last lines of {home / 'server.log'}:\n{tail}"
+
+
+LOOPBACK = "127.0.0.1"
+
+
+def check_advertise_address(address: str | None) -> str:
+    """The address replicas reach the control plane at: ``address`` (an IP address of this machine; ValueError
+    with one line otherwise) or 127.0.0.1."""
+    if address is None:
+        return LOOPBACK
+    try:
+        ip = ipaddress.ip_address(address.strip().strip("[]"))
+    except ValueError:
+        raise ValueError(f"invalid --advertise-address {address!r}: give an IP address of this machine") from None
+    if ip.is_unspecified or ip.is_multicast:
+        raise ValueError(f"invalid --advertise-address {address}: replicas need an address they can connect to")
+    try:
+        with socket.socket(socket.AF_INET6 if ip.version == 6 else socket.AF_INET) as s:
+            s.bind((str(ip), 0))
+    except OSError as e:
+        raise ValueError(f"--advertise-address {address} is not an address of this machine "
+                         f"({e.strerror or e})") from None
+    return str(ip)

@@ -7,6 +7,8 @@ Nothing else in ``fairpod.server`` picks concrete classes: the core takes a stor
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import logging
 import os
 import time
@@ -15,9 +17,18 @@ from pathlib import Path
 from typing import Any, cast
 
 from fairpod.executors import registry
-from fairpod.executors.base import Executor, Notifying, capability
+from fairpod.executors.base import Executor, Notifying, Traits, capability
 from fairpod.paths import runs_dir
-from fairpod.server.core import Beside, ControlPlane, Services, standard_keepers
+from fairpod.server.core import (
+    WAKE_PATH,
+    Beside,
+    ControlPlane,
+    Foreign,
+    Poke,
+    Services,
+    WorkerCore,
+    standard_keepers,
+)
 from fairpod.server.ha.leader import Elector, FencedExecutor
 from fairpod.server.runtime import heap
 from fairpod.server.runtime.steadyclock import control_clock
@@ -72,22 +83,25 @@ class Runtime:
 
 
 def build(home: Path, url: str, executor: Executor, api_url: str, *, health: bool = True,
-          elector: Elector | None = None, own_heap: bool = False) -> Runtime:
+          elector: Elector | None = None, own_heap: bool = False, api_workers: bool = False) -> Runtime:
     """Store (``url``), control plane over ``executor``, node health, and the app; nothing runs yet. With an
     ``elector`` (``fairpod up --ha``), every store write and executor action is fenced by its lease.
     ``own_heap`` (a server process, not a test): the memory is built with the cycle collector off, what it
-    built is frozen, and the reconcile loop keeps full collections short (:mod:`fairpod.server.runtime.heap`)."""
+    built is frozen, and the reconcile loop keeps full collections short (:mod:`fairpod.server.runtime.heap`).
+    ``api_workers``: API worker processes commit submits too; the core takes them in at each turn
+    (:mod:`fairpod.server.core.foreign`) and its app takes their wakes (:func:`worker_wakes`)."""
     if not own_heap:
-        return _build(home, url, executor, api_url, health, elector)
+        return _build(home, url, executor, api_url, health, elector, api_workers)
     heap.watch()
     with heap.building():
-        rt = _build(home, url, executor, api_url, health, elector)
+        rt = _build(home, url, executor, api_url, health, elector, api_workers)
     log.info("memory built; the cycle collector leaves it out from now on (%.2f s)", heap.settle())
     rt.cp.keepers.after.append(heap.Heap().tick)
     return rt
 
 
-def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool, elector: Elector | None) -> Runtime:
+def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool, elector: Elector | None,
+           api_workers: bool = False) -> Runtime:
     from fairpod.health.manager import HealthManager
     from fairpod.server.access.jobtoken import job_secret, launch_env
     from fairpod.server.api.app import create_app
@@ -100,6 +114,7 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
         elector.guard(store)
         executor = cast(Executor, FencedExecutor(executor, elector))
     store.create_all()
+    seen = store.last_seq() if api_workers else 0  # read before the memory: a later commit is taken at a turn
     clock = control_clock(home)  # durations a step of the wall clock does not move (server.runtime.steadyclock)
     if clock is not None:
         use_clock(clock)
@@ -115,7 +130,44 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
     if health:
         cp.health = HealthManager(cp, interval=float(os.environ.get("FAIRPOD_AGENT_INTERVAL", "10")),
                                   reboot_seconds=float(os.environ.get("FAIRPOD_REBOOT_SECONDS", "2")))
-    return Runtime(store, executor, cp, create_app(cp, secret), secret)
+    app = create_app(cp, secret)
+    if api_workers:
+        cp.keepers.before.insert(0, Foreign(seen).take)
+        worker_wakes(app, cp.wake, secret)
+    return Runtime(store, executor, cp, app, secret)
 
 
-__all__ = ["Runtime", "build", "control_plane", "make_executor"]
+def wake_token(secret: bytes) -> str:
+    """What an API worker shows the core's private port to wake its loop (a value derived from the job secret,
+    which only the server's own processes read)."""
+    return hmac.new(secret, b"fairpod api worker wake", hashlib.sha256).hexdigest()
+
+
+def worker_wakes(app: Any, wake: Any, secret: bytes) -> None:
+    """``POST /internal/wake`` on the core's app: a worker committed a submit; the loop takes it in now."""
+    from fastapi import Header, Response
+
+    token = wake_token(secret)
+
+    @app.post(WAKE_PATH, include_in_schema=False, response_class=Response)
+    def _wake(fairpod_worker_token: str = Header(default="", max_length=200)) -> Response:
+        if not hmac.compare_digest(fairpod_worker_token.encode(), token.encode()):
+            return Response(status_code=403)
+        wake.set()
+        return Response(status_code=204)
+
+
+def build_worker(home: Path, url: str, traits: Traits, core_url: str) -> Any:
+    """An API worker's app (:mod:`fairpod.server.api.worker_app`) over its own store connections: submits
+    checked against the stored spec and ``traits`` (the core's executor), committed, and the core woken at
+    ``core_url``; every other request forwarded there."""
+    from fairpod.server.access.jobtoken import job_secret
+    from fairpod.server.api.worker_app import create_worker_app
+
+    store = Store(url, synchronous="NORMAL")
+    secret = job_secret(home, store)
+    cp = WorkerCore(store, home, traits, Poke(core_url + WAKE_PATH, wake_token(secret)))
+    return create_worker_app(cp, secret, core_url)  # type: ignore[arg-type] - the part of Core the job routes use
+
+
+__all__ = ["Runtime", "build", "build_worker", "control_plane", "make_executor", "wake_token", "worker_wakes"]

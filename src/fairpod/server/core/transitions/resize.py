@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from fairpod.executors.base import Executor, ExecutorError, ReplicaExit, Resizing, capability
+from fairpod.executors.base import Executor, ExecutorError, ReplicaExit, Resizing, Traits, capability
 from fairpod.governance import Grow, Shrink
 from fairpod.governance import elastic as rules
 from fairpod.governance.kinds import kind_fields
@@ -38,9 +38,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("fairpod.control")
 
 
-def check(executor: Executor, spec: JobSpec) -> None:
+def check(executor: Executor | Traits, spec: JobSpec) -> None:
     """InvalidJob if ``executor`` cannot run ``spec`` as an elastic job."""
-    if spec.elastic and capability(executor, Resizing) is None:
+    if spec.elastic and not Traits.of(executor).resizing:
         raise InvalidJob(f"the {executor.name} executor cannot grow or shrink a running job; elastic jobs "
                          "(max_nodes) need the local executor")
 

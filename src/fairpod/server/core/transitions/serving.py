@@ -25,7 +25,7 @@ import logging
 import socket
 from typing import TYPE_CHECKING
 
-from fairpod.executors.base import Executor, Probing, ReplicaExit, Resizing, capability
+from fairpod.executors.base import Executor, ReplicaExit, Traits
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.server.core.transitions import rayjobs
 from fairpod.server.errors import InvalidJob
@@ -40,16 +40,17 @@ log = logging.getLogger("fairpod.control")
 PORTS_ENV = "FAIRPOD_SERVICE_PORTS"
 
 
-def check(executor: Executor, spec: JobSpec) -> None:
+def check(executor: Executor | Traits, spec: JobSpec) -> None:
     """InvalidJob if ``executor`` cannot run ``spec`` as a service."""
+    can = Traits.of(executor)
     if spec.service is not None and spec.ray and spec.service.readiness_path:  # a command, run in each replica,
         # may say (a RayService's: Serve's applications RUNNING on the head, fairpod.executors.rayserve)
         raise InvalidJob("a Ray service (a standing Ray cluster) is ready when its Ray nodes answer on their ports "
                          "(or its readiness_command passes in the replica): give no readiness_path")
-    if spec.service is not None and capability(executor, Resizing) is None:
+    if spec.service is not None and not can.resizing:
         raise InvalidJob(f"the {executor.name} executor cannot restart one replica of a running job; services "
                          "need the local executor")
-    if spec.service is not None and spec.service.readiness_command and capability(executor, Probing) is None:
+    if spec.service is not None and spec.service.readiness_command and not can.probing:
         raise InvalidJob(f"the {executor.name} executor cannot run a readiness command in a replica's sandbox: "
                          "give service.readiness_path (HTTP) or neither (a TCP connect to PORT)")
 

@@ -3,12 +3,15 @@ together are written in one transaction (group commit, :mod:`fairpod.server.core
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
-from fairpod.governance import Workload, feasible
+from fairpod.executors.base import Executor, Traits
+from fairpod.governance import Snapshot, Workload, feasible
 from fairpod.governance.kinds import kind_fields
 from fairpod.model.jobs import JobSpec, ResolvedJob, resolve_job
 from fairpod.model.resources import Res
+from fairpod.model.spec import ClusterSpec
 from fairpod.paths import runs_dir
 from fairpod.sandbox import hostpaths
 from fairpod.server import arrays
@@ -66,9 +69,24 @@ def _commit_submits(cp: CoreState) -> None:
 
 
 def _write_submits(cp: CoreState, group: list[Submit]) -> None:
+    """:func:`write_submits`, then the engine's queue learns of the new jobs (only once they are committed)."""
+    answers = write_submits(cp, group)
+    cp.submits.commits += 1
+    cp.submits.written += len(group)
+    for r, job, err, created in answers:
+        if created and job is not None:
+            cp.snap.add_pending(cp.workload(job))
+        r.job, r.error, r.created, r.done = job, err, created, True
+
+
+Answer = tuple[Submit, Job | None, BaseException | None, bool]  # the submit, its job, its error, a new job?
+
+
+def write_submits(cp: Checking, group: list[Submit]) -> list[Answer]:
     """One transaction: each submit's job, its event and its audit entry (or the job an earlier submit with
-    the same idempotency key created); answers and the engine's queue change only once it committed."""
-    answers: list[tuple[Submit, Job | None, BaseException | None, bool]] = []
+    the same idempotency key created). The store only: the core's submits and an API worker's
+    (:mod:`fairpod.server.core.worker`) write through this one function."""
+    answers: list[Answer] = []
     with cp.store.tx() as t:
         for r in group:
             if r.key is not None and (jid := t.submitted_with(r.actor, r.key)) is not None:
@@ -87,15 +105,24 @@ def _write_submits(cp: CoreState, group: list[Submit]) -> None:
             if r.key is not None:
                 t.remember_submit(r.actor, r.key, job.id)
             answers.append((r, job, None, True))
-    cp.submits.commits += 1
-    cp.submits.written += len(group)
-    for r, job, err, created in answers:
-        if created and job is not None:
-            cp.snap.add_pending(cp.workload(job))
-        r.job, r.error, r.created, r.done = job, err, created, True
+    return answers
 
 
-def check(cp: CoreState, spec: JobSpec) -> ResolvedJob | InvalidJob | NeverFits:
+class Checking(Protocol):
+    """What checking and writing a submit reads: the core's state, or an API worker's view of the cluster
+    (:class:`fairpod.server.core.worker.WorkerCore`: the stored spec, its nodes, the core's executor's
+    :class:`~fairpod.executors.base.Traits`)."""
+
+    store: Any
+    spec: ClusterSpec
+    snap: Snapshot
+    home: Path
+    executor: Executor | Traits
+
+    def checkpoint_root(self) -> Path: ...
+
+
+def check(cp: Checking, spec: JobSpec) -> ResolvedJob | InvalidJob | NeverFits:
     """:meth:`_admissible`, its error returned rather than raised."""
     try:
         return _admissible(cp, spec)
@@ -103,7 +130,7 @@ def check(cp: CoreState, spec: JobSpec) -> ResolvedJob | InvalidJob | NeverFits:
         return e
 
 
-def _admissible(cp: CoreState, spec: JobSpec) -> ResolvedJob:
+def _admissible(cp: Checking, spec: JobSpec) -> ResolvedJob:
     """The job checked against the cluster: InvalidJob or NeverFits with the reason, else its resolution."""
     try:
         resolved = resolve_job(spec, cp.spec)
@@ -130,7 +157,7 @@ def _admissible(cp: CoreState, spec: JobSpec) -> ResolvedJob:
     return resolved
 
 
-def _host_paths(cp: CoreState, spec: JobSpec) -> None:
+def _host_paths(cp: Checking, spec: JobSpec) -> None:
     """InvalidJob when a host path the job names (its mounts, its workdir) breaks the rules of
     fairpod.sandbox.hostpaths on this host (the supervisor checks again on the replica's node)."""
     protected = [str(cp.home), *hostpaths.protected_dirs(runs_dir(cp.home), cp.checkpoint_root())]
@@ -170,19 +197,19 @@ def submit_array(cp: CoreState, spec: JobSpec, text: str, actor: str, key: str |
     return tasks
 
 
-def _workload(cp: CoreState, resolved: ResolvedJob, spec: JobSpec) -> Workload:
+def _workload(cp: Checking, resolved: ResolvedJob, spec: JobSpec) -> Workload:
     """The engine's view of a job being submitted (its minimum gang, on one of its types)."""
     f = kind_fields(spec.kind, spec.nodes, spec.max_nodes)
     return Workload("", spec.team, resolved.instance_type, spec.nodes, Res(*resolved.per_replica),
                     quota_bound=f["quota_bound"])
 
 
-def _beyond_quota(cp: CoreState, resolved: ResolvedJob, spec: JobSpec) -> str | None:
+def _beyond_quota(cp: Checking, resolved: ResolvedJob, spec: JobSpec) -> str | None:
     """:func:`fairpod.governance.feasible.beyond_quota`: a service's minimum beyond its team's whole quota."""
     return feasible.beyond_quota(cp.snap, _workload(cp, resolved, spec))
 
 
-def _never_fits(cp: CoreState, resolved: ResolvedJob, spec: JobSpec) -> str | None:
+def _never_fits(cp: Checking, resolved: ResolvedJob, spec: JobSpec) -> str | None:
     """:func:`fairpod.governance.feasible.never_fits` on the live cluster (nodes may still join)."""
     itype = resolved.instance_type
     w = _workload(cp, resolved, spec)

@@ -1,0 +1,178 @@
+"""An API worker's view of the cluster (``fairpod up --api-workers N``): what a worker process needs to answer a
+submit, list-jobs and get-job itself, from the store, without the core's memory.
+
+A worker checks a submit with the core's own functions (:func:`fairpod.server.core.transitions.submit.check`:
+the job against the stored spec, its nodes, the host's paths and the core's executor as
+:class:`~fairpod.executors.base.Traits`) and writes it with the core's own transaction
+(:func:`~fairpod.server.core.transitions.submit.write_submits`: the job, its ``JobSubmitted`` event, its audit entry
+and its idempotency key, name uniqueness by the database's index), then answers. It never changes a job after
+that: the core takes the job into the engine's queue at its next turn (:mod:`fairpod.server.core.foreign`), and
+the worker wakes it (:class:`Poke`). The engine's memory (queue positions, estimated starts, what a borrowing job
+borrows now) is the core's: a worker's answers leave those out (``engine_memory`` False; docs/architecture.md).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from fairpod.executors.base import Traits
+from fairpod.governance.build import empty_snapshot
+from fairpod.governance.snapshot import Snapshot
+from fairpod.model.jobs import JobSpec
+from fairpod.model.nodes import DeepHealthCheck
+from fairpod.model.resources import node_res
+from fairpod.model.spec import ClusterSpec
+from fairpod.server.core.facts import Facts, LiveFacts
+from fairpod.server.core.published import AsOf
+from fairpod.server.core.queries import Queries
+from fairpod.server.core.submits import Submit
+from fairpod.server.core.transitions.submit import check, write_submits
+from fairpod.server.errors import JobExists, WrongState
+from fairpod.store import AlreadyExists, Store
+from fairpod.store.records import Job
+
+log = logging.getLogger("fairpod.worker")
+T = TypeVar("T")
+WAKE_PATH = "/internal/wake"  # the core's private port: a worker's commit wakes the loop (fairpod.server.runtime.workers)
+
+
+class NoEstimates:
+    """A worker holds no forecast of starts: that is the core's estimator thread (``server.accounting.eta``)."""
+
+    def get(self, job: Job) -> None:
+        return None
+
+    def ensure(self, cp: Any, jobs: list[Job]) -> None:
+        return None
+
+
+class Poke:
+    """Wakes the core's loop after a worker's commit: one small POST to the core's private port, coalesced (while
+    one is on its way, more commits ask for one more, not one each). A poke that does not arrive (the core is
+    stopped or restarting) only delays the job to the core's next periodic turn, or to its start."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self._url, self._token = url, token
+        self._mu = threading.Lock()
+        self._due = False
+        self._sending = False
+        self.sent = 0
+
+    def set(self) -> None:
+        with self._mu:
+            self._due = True
+            if self._sending:
+                return
+            self._sending = True
+        threading.Thread(target=self._send, name="poke", daemon=True).start()
+
+    def _send(self) -> None:
+        while True:
+            with self._mu:
+                if not self._due:
+                    self._sending = False
+                    return
+                self._due = False
+            req = urllib.request.Request(self._url, method="POST", data=b"",
+                                         headers={"Fairpod-Worker-Token": self._token})
+            try:
+                with urllib.request.urlopen(req, timeout=2.0):  # noqa: S310 - our own loopback URL
+                    self.sent += 1
+            except OSError as e:
+                log.debug("the core did not take the poke (%s); its next turn takes the job", e)
+
+
+class WorkerCore:
+    """The part of :class:`fairpod.server.core.api.Core` that the job routes of an API worker use."""
+
+    engine_memory = False  # the engine's snapshot is the core process's: views leave out what only it knows
+    cycles = 0
+    cycle_seconds = 0.0
+    usage = turns = health = services = None
+
+    def __init__(self, store: Store, home: Path, executor: Traits, wake: Poke | None,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.store = store
+        self.queries = Queries(store)  # type: ignore[arg-type] - a Store reads as the core's BatchingStore does
+        self.home = Path(home)
+        self.executor = executor
+        self.clock = clock
+        self.wake = wake
+        self.eta = NoEstimates()
+        self._mu = threading.Lock()
+        self._version = -1
+        self._checked = 0.0
+        self.spec: ClusterSpec
+        self.snap: Snapshot
+        self.refresh(force=True)
+
+    def refresh(self, force: bool = False) -> None:
+        """The stored spec and its nodes again when the stored spec's version changed (asked at most once a
+        second, except with ``force``: before each submit)."""
+        now = time.monotonic()
+        if not force and now - self._checked < 1.0:
+            return
+        self._checked = now
+        version = self.store.spec_version()
+        if version == self._version:
+            return
+        with self._mu:
+            rec = self.store.get_spec()
+            if rec is None:
+                raise WrongState("the cluster has no spec yet", "no spec")
+            self.spec, self.snap, self._version = rec.spec, self._nodes(rec.spec), rec.version
+
+    def _nodes(self, spec: ClusterSpec) -> Snapshot:
+        """The engine's view of the stored nodes without jobs: what ``never_fits`` and the topology read."""
+        snap = empty_snapshot(spec, self.clock())
+        cat = spec.catalog()
+        for nd in self.store.list_nodes():
+            if nd.instance_type in cat:
+                snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]), schedulable=nd.schedulable,
+                              passed=nd.deep_health_check == DeepHealthCheck.PASSED,
+                              topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
+        return snap
+
+    def checkpoint_root(self) -> Path:
+        custom = self.spec.cluster.checkpoint_dir
+        return Path(custom) if custom else self.home / "checkpoints"
+
+    def engine_read(self, fn: Callable[[Snapshot], T], *, lock: bool = False, wait: float | None = None) -> T:
+        return fn(self.snap)  # nodes only (see engine_memory)
+
+    def attempt_state(self, job_id: int) -> dict[str, Any] | None:
+        """The live attempt's state as the core last committed it (the store's ``run_state``)."""
+        job = self.queries.get_job(job_id)
+        return None if job is None or job.run_state is None else dict(job.run_state)
+
+    def engine_facts(self, fn: Callable[[Facts], T]) -> tuple[T, AsOf]:
+        facts = LiveFacts(self.snap, AsOf(0, self.clock()), None)  # nodes only (see engine_memory)
+        return fn(facts), facts.as_of
+
+    def engine_view(self, key: Hashable, fn: Callable[[Snapshot], T]) -> tuple[T, AsOf] | None:
+        return None
+
+    def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
+        """Check and commit one submit (the core's functions), then wake the core; answers after the commit."""
+        self.refresh(force=True)
+        spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
+        req = Submit(spec, actor, key, self.spec, check(self, spec))
+        try:
+            [(_, job, err, created)] = write_submits(self, [req])
+        except AlreadyExists as e:
+            raise JobExists(str(e)) from None
+        if err is not None:
+            raise err
+        assert job is not None
+        if created and self.wake is not None:
+            self.wake.set()
+        return job
+
+
+__all__ = ["WAKE_PATH", "NoEstimates", "Poke", "WorkerCore"]

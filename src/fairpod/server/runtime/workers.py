@@ -1,0 +1,137 @@
+"""API worker processes (``fairpod up --api-workers N``, docs/architecture.md "API workers").
+
+The core process (turns, executor, keepers, every route) serves a private loopback port; N worker processes serve
+the public sockets, which the core process bound and hands them (one listening socket shared: the kernel gives
+each connection to one worker). :class:`Workers` runs in the core process: it starts each worker, starts it again
+when it ends (kill -9 included), and stops them by PID with the core; a worker ends with the core process too
+(``PR_SET_PDEATHSIG``), so a core killed -9 leaves no worker holding the port. ``python -m
+fairpod.server.runtime.workers`` is one worker (:func:`main`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from fairpod.executors import state
+from fairpod.executors.base import Executor, Traits
+
+log = logging.getLogger("fairpod.workers")
+# "core <pid> <private port>", then one "<index> <pid>" line per live worker (operators and tests read it)
+PIDS_FILE = "api-workers.pid"
+MAX_WORKERS = 64
+
+
+class Workers:
+    """The core process's API workers: started, restarted when they end, stopped by PID."""
+
+    def __init__(self, home: Path, count: int, socks: list[socket.socket], core_port: int, url: str,
+                 executor: Executor | Traits) -> None:
+        self.home, self.count, self.socks = home, count, socks
+        self.core_port, self.url, self.traits = core_port, url, Traits.of(executor)
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.restarts = 0
+        self._mu = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    def _cmd(self, index: int) -> list[str]:
+        t = self.traits
+        return [sys.executable, "-m", "fairpod.server.runtime.workers", "--index", str(index),
+                "--fds", ",".join(str(s.fileno()) for s in self.socks), "--core-port", str(self.core_port),
+                "--db", self.url, "--executor", t.name, "--resizing", str(int(t.resizing)),
+                "--probing", str(int(t.probing))]
+
+    def start(self) -> None:
+        for i in range(self.count):
+            th = threading.Thread(target=self._keep, args=(i,), name=f"api-worker-{i}", daemon=True)
+            th.start()
+            self._threads.append(th)
+
+    def _keep(self, index: int) -> None:
+        """Run worker ``index``, and again whenever it ends (at most once a second), until :meth:`stop`."""
+        while not self._stop.is_set():
+            began = time.monotonic()
+            with self._mu:
+                if self._stop.is_set():
+                    return
+                proc = subprocess.Popen(self._cmd(index), pass_fds=[s.fileno() for s in self.socks],
+                                        stdin=subprocess.DEVNULL)
+                self.procs[index] = proc
+                self._write()
+            code = proc.wait()
+            if self._stop.is_set():
+                return
+            self.restarts += 1
+            log.warning("API worker %d (pid %d) ended (%s); starting it again", index, proc.pid, code)
+            self._stop.wait(max(0.0, 1.0 - (time.monotonic() - began)))
+
+    def _write(self) -> None:
+        text = f"core {os.getpid()} {self.core_port}\n" + "".join(f"{i} {p.pid}\n" for i, p in sorted(self.procs.items()))
+        state.write_atomic(self.home / PIDS_FILE, text)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """SIGTERM to each worker by its PID, SIGKILL to any still there after ``timeout``."""
+        with self._mu:
+            self._stop.set()
+            procs = list(self.procs.values())
+        for p in procs:
+            with contextlib.suppress(ProcessLookupError):
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        with contextlib.suppress(OSError):
+            (self.home / PIDS_FILE).unlink()
+
+
+def _die_with_parent() -> None:
+    """End this process when the core process that started it ends (Linux ``PR_SET_PDEATHSIG``)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:  # the parent ended before the call
+        raise SystemExit(0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """One API worker: serves the inherited sockets until SIGTERM (or its core process ends)."""
+    import uvicorn
+
+    from fairpod.paths import fairpod_home
+    from fairpod.server.runtime.wiring import build_worker
+
+    p = argparse.ArgumentParser(prog="fairpod-api-worker")
+    p.add_argument("--index", type=int, required=True)
+    p.add_argument("--fds", required=True)
+    p.add_argument("--core-port", type=int, required=True)
+    p.add_argument("--db", required=True)
+    p.add_argument("--executor", required=True)
+    p.add_argument("--resizing", type=int, required=True)
+    p.add_argument("--probing", type=int, required=True)
+    a = p.parse_args(argv)
+    _die_with_parent()
+    os.umask(0o077)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s api-worker-{a.index}: %(message)s")
+    socks = [socket.socket(fileno=int(fd)) for fd in a.fds.split(",")]
+    app = build_worker(fairpod_home(), a.db, Traits(a.executor, bool(a.resizing), bool(a.probing)),
+                       f"http://127.0.0.1:{a.core_port}")
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
+    server.run(sockets=socks)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,208 @@
+"""``fairpod up --api-workers 2`` (fairpod.server.runtime.workers): a live server shared by the module, two API
+worker processes on the public port and the core on its private one. Submits, list-jobs and get-job are answered
+by a worker from the database; the core admits what the workers committed; the core stopped, a worker killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from fairpod.executors.base import Traits
+from fairpod.server.runtime.wiring import build_worker, wake_token
+
+from .api import Api
+from .conftest import Server, running, wait_for
+
+WORKER = "fairpod-api-worker"
+
+
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    def workers(s: Server) -> None:
+        s.extra = ["--api-workers", "2"]
+
+    yield from running(tmp_path_factory.mktemp("workers"), before_start=workers)
+
+
+def pids(s: Server) -> tuple[int, int, dict[int, int]]:
+    """(the core's pid, its private port, worker index -> pid) from the home's api-workers.pid."""
+    core, port, out = 0, 0, {}
+    for line in (s.home / "api-workers.pid").read_text().splitlines():
+        a, b, *rest = line.split()
+        if a == "core":
+            core, port = int(b), int(rest[0])
+        else:
+            out[int(a)] = int(b)
+    return core, port, out
+
+
+def fresh(s: Server, method: str, path: str, token: str | None = None, **kw: Any) -> httpx.Response:
+    """A request on a new connection (the kernel hands each connection to one worker)."""
+    headers = {"Authorization": f"Bearer {token or s.token}", **kw.pop("headers", {})}
+    with httpx.Client(timeout=30) as c:
+        return c.request(method, s.url + "/api/v1" + path, headers=headers, **kw)
+
+
+def job(name: str, team: str = "john", **more: Any) -> dict[str, Any]:
+    return {"name": name, "team": team, "instance_type": "ml.g5.12xlarge", "nodes": 1, "accelerators": 1,
+            "command": ["true"], **more}
+
+
+def test_a_submit_through_a_worker_is_admitted_and_runs(srv: Server) -> None:
+    core, _, workers = pids(srv)
+    r = srv.api("POST", "/jobs", json=job("w-run"))
+    assert r.status_code == 201, r.text
+    assert int(r.headers[WORKER]) in workers.values()  # answered by a worker, not the core
+    assert r.json()["state"] == "Pending"
+    done = srv.wait_state("w-run", "Succeeded")
+    assert [e["kind"] for e in done["events"]][:1] == ["JobSubmitted"]
+    assert core == srv.proc.pid  # type: ignore[union-attr]
+
+
+def test_list_and_get_through_a_worker(srv: Server) -> None:
+    _, _, workers = pids(srv)
+    srv.submit(**job("w-list", command=["sleep", "0"]))
+    r = srv.api("GET", "/jobs?team=john")
+    assert r.status_code == 200 and int(r.headers[WORKER]) in workers.values()
+    assert "w-list" in [j["name"] for j in r.json()["jobs"]]
+    g = srv.api("GET", "/jobs/w-list?team=john")
+    assert g.status_code == 200 and g.json()["name"] == "w-list" and int(g.headers[WORKER]) in workers.values()
+    # a route the worker does not serve is the core's answer, passed on unchanged
+    ev = srv.api("GET", f"/jobs/{g.json()['id']}/events")
+    assert ev.status_code == 200 and ev.json()["events"][0]["kind"] == "JobSubmitted"
+
+
+def test_errors_through_a_worker_are_the_cores(srv: Server) -> None:
+    """An unknown token, a job the cluster cannot hold, a field out of range, another team's submit: a worker
+    answers as the core answers (asked on its private port)."""
+    _, port, _ = pids(srv)
+    member = srv.api("POST", "/users", json={"name": "mia", "role": "member", "teams": ["john"]}).json()["token"]
+    asks: list[tuple[str | None, dict[str, Any]]] = [
+        ("not-a-token", job("w-bad")),
+        (None, job("w-bad", nodes=40)),
+        (None, job("w-bad", accelerators=-1)),
+        (None, {**job("w-bad"), "instance_type": "ml.nope"}),
+        (member, job("w-bad", team="smith")),
+    ]
+    for token, body in asks:
+        via = srv.api("POST", "/jobs", token, json=body)
+        headers = {"Authorization": f"Bearer {token or srv.token}"}
+        direct = httpx.post(f"http://127.0.0.1:{port}/api/v1/jobs", json=body, headers=headers, timeout=30)
+        assert WORKER in via.headers and (via.status_code, via.json()) == (direct.status_code, direct.json())
+        assert via.status_code in (400, 401, 403, 422), via.text
+    assert srv.api("GET", "/jobs/w-bad?team=john").status_code == 404
+
+
+def test_an_idempotency_key_repeated_on_two_workers_gives_one_job(srv: Server) -> None:
+    answers: dict[int, httpx.Response] = {}
+    for _ in range(200):  # new connections until two different workers have answered
+        r = fresh(srv, "POST", "/jobs", json=job("w-idem"), headers={"Idempotency-Key": "same-key-1"})
+        answers.setdefault(int(r.headers[WORKER]), r)
+        if len(answers) == 2:
+            break
+    assert len(answers) == 2, "the kernel gave every connection to one worker"
+    codes = sorted(r.status_code for r in answers.values())
+    ids = {r.json()["id"] for r in answers.values()}
+    assert codes[0] in (200, 201) and codes[1] == 200 and len(ids) == 1
+    listed = [j for j in srv.api("GET", "/jobs?team=john&limit=0").json()["jobs"] if j["name"] == "w-idem"]
+    assert len(listed) == 1
+
+
+def test_a_submit_accepted_while_the_core_is_stopped_is_admitted_when_it_returns(srv: Server) -> None:
+    assert srv.proc is not None
+    os.kill(srv.proc.pid, signal.SIGSTOP)
+    try:
+        r = srv.api("POST", "/jobs", json=job("w-stopped"))
+        assert r.status_code == 201, r.text
+        got = srv.api("GET", "/jobs/w-stopped?team=john")  # answered by a worker while the core is stopped
+        assert got.status_code == 200 and got.json()["state"] == "Pending"
+    finally:
+        os.kill(srv.proc.pid, signal.SIGCONT)
+    srv.wait_state("w-stopped", "Succeeded")
+
+
+def test_a_worker_killed_is_started_again_and_nothing_is_lost_or_doubled(srv: Server) -> None:
+    _, _, before = pids(srv)
+    names = [f"w-kill-{i}" for i in range(30)]
+    failed: list[str] = []
+
+    def submit_all() -> None:
+        for n in names:
+            for _ in range(20):  # a connection the killed worker held is retried with the same key
+                try:
+                    r = fresh(srv, "POST", "/jobs", json=job(n), headers={"Idempotency-Key": n})
+                except httpx.HTTPError:
+                    continue
+                if r.status_code in (200, 201):
+                    break
+            else:
+                failed.append(n)
+
+    th = threading.Thread(target=submit_all)
+    th.start()
+    os.kill(before[0], signal.SIGKILL)
+    th.join(timeout=120)
+    assert not th.is_alive() and not failed
+    wait_for(lambda: pids(srv)[2].get(0) not in (None, before[0]), 30, "worker 0 to be started again")
+    new = pids(srv)[2][0]
+    assert Path(f"/proc/{new}").exists()
+    listed = [j["name"] for j in srv.api("GET", "/jobs?team=john&limit=0").json()["jobs"] if j["name"] in names]
+    assert sorted(listed) == sorted(names)  # each once
+    for n in names[-3:]:
+        srv.wait_state(n, "Succeeded", timeout=60)
+
+
+# -- in-process: a worker's app over the same database as a core built for API workers (tests/server/api.py) ----
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[Api, TestClient]]:
+    a = Api(tmp_path, api_workers=True)
+    app = build_worker(a.home, a.url, Traits.of(a.rt.executor), "http://127.0.0.1:9")  # (no core listens there)
+    with TestClient(app, base_url="http://127.0.0.1:9") as c:
+        yield a, c
+    a.close()
+
+
+def test_the_core_takes_in_at_its_turn_what_a_worker_committed(pair: tuple[Api, TestClient]) -> None:
+    a, c = pair
+    auth = {"Authorization": f"Bearer {a.token}"}
+    r = c.post("/api/v1/jobs", json=job("w-in"), headers=auth)
+    assert r.status_code == 201 and r.json()["state"] == "Pending"
+    jid = r.json()["id"]
+    assert not a.cp.snap.pending  # committed, not in the core's memory yet: the core writes no state of it
+    a.turn()
+    assert a.api("GET", f"/jobs/{jid}").json()["state"] == "Running"
+    # the core's own submit meanwhile is not taken in twice; a name taken answers as the core does
+    own = a.api("POST", "/jobs", json=job("w-own"))
+    assert own.status_code == 201
+    again = c.post("/api/v1/jobs", json=job("w-own"), headers=auth)
+    assert (again.status_code, again.json()) == (409, a.api("POST", "/jobs", json=job("w-own")).json())
+    a.turn()
+    assert a.api("GET", f"/jobs/{own.json()['id']}").json()["state"] == "Running"
+
+
+def test_a_worker_forwards_what_it_does_not_serve(pair: tuple[Api, TestClient]) -> None:
+    """Without a core on the other end, a cancel is a 502 that says so (not the worker's own answer)."""
+    a, c = pair
+    r = c.post("/api/v1/jobs/1/cancel", headers={"Authorization": f"Bearer {a.token}"})
+    assert r.status_code == 502 and r.json()["title"] == "core unavailable" and WORKER in r.headers
+
+
+def test_only_a_worker_wakes_the_core(pair: tuple[Api, TestClient]) -> None:
+    """The core's wake route wants the token only the server's processes can derive from its secret."""
+    a, _ = pair
+    a.cp.wake.clear()
+    for bad in ({}, {"Fairpod-Worker-Token": "guess"}, {"Fairpod-Worker-Token": wake_token(b"another secret")}):
+        assert a.request("POST", "/internal/wake", "", headers=bad).status_code == 403
+    assert not a.cp.wake.is_set()
+    assert a.request("POST", "/internal/wake", "", headers={"Fairpod-Worker-Token": wake_token(a.rt.secret)}
+                     ).status_code == 204
+    assert a.cp.wake.is_set()
