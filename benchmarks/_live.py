@@ -52,7 +52,7 @@ class LiveServer:
 
     def __init__(self, spec_yaml: str | None = None, *, executor: str = "local", keep: bool = False,
                  env: dict[str, str] | None = None, start_timeout: float = 60.0,
-                 launcher: Sequence[str] = ("-m", "fairpod.cli.main")) -> None:
+                 launcher: Sequence[str] = ("-m", "fairpod.cli.main"), extra: Sequence[str] = ()) -> None:
         self.tmp = Path(tempfile.mkdtemp(prefix="fairpod-bench-"))
         self.start_timeout = start_timeout  # how long ``with LiveServer(...)`` waits for /healthz
         self.home = self.tmp / "home"
@@ -72,6 +72,7 @@ class LiveServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self.token = ""
         self.launcher = list(launcher)  # what the interpreter runs, given ``up --foreground ...`` after it
+        self.extra = list(extra)  # more arguments of ``fairpod up`` (``--api-workers 2``)
 
     def __enter__(self) -> LiveServer:
         try:
@@ -95,6 +96,7 @@ class LiveServer:
             args += ["--spec", str(self.spec_path)]
         if self.executor != "local":
             args += ["--executor", self.executor]
+        args += self.extra
         self.home.mkdir(parents=True, exist_ok=True)
         with open(self.tmp / "server.out", "ab") as log:
             self.proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=log, stdin=subprocess.DEVNULL,
@@ -123,9 +125,20 @@ class LiveServer:
         return httpx.Client(base_url=self.url + "/api/v1", timeout=timeout,
                             headers={"Authorization": f"Bearer {self.token}"})
 
+    def server_pids(self) -> list[int]:
+        """The server's processes: ``fairpod up``'s, and its API workers' (``--api-workers``: api-workers.pid)."""
+        pids = [self.proc.pid] if self.proc is not None else []
+        try:
+            lines = (self.home / "api-workers.pid").read_text().splitlines()
+        except OSError:
+            lines = []
+        return pids + [int(line.split()[1]) for line in lines if line and not line.startswith("core ")]
+
     def server_cpu_seconds(self) -> float | None:
-        """User + system CPU time of the server process so far (from /proc), None if it is gone."""
-        return proc_cpu_seconds(self.proc.pid) if self.proc is not None else None
+        """User + system CPU time of the server's processes so far (from /proc), None if it is gone."""
+        if self.proc is None or self.proc.poll() is not None:
+            return None
+        return sum(proc_cpu_seconds(p) or 0.0 for p in self.server_pids())
 
     def stop(self) -> None:
         try:

@@ -415,7 +415,8 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
     load0 = os.getloadavg()
     spec = spec_yaml(a.nodes, a.teams)
     t_up = time.monotonic()
-    srv = LiveServer(spec, executor="timed", start_timeout=min(900.0, a.timeout))
+    srv = LiveServer(spec, executor="timed", start_timeout=min(900.0, a.timeout),
+                     extra=["--api-workers", str(a.api_workers)] if a.api_workers else [])
     if db_url:  # LiveServer leaves the caller's FAIRPOD_DB_URL out of the server's environment: set it here
         srv.env["FAIRPOD_DB_URL"] = db_url
     with srv:
@@ -438,7 +439,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         with srv.client() as c:
             waiting = c.get("/jobs", params={"state": "Pending", "limit": 1}).json()["total"]
             running = c.get("/jobs", params={"state": "Running", "limit": 1}).json()["total"]
-        rss, hwm = rss_mib(srv.proc.pid)
+        rss, hwm = (sum(v) for v in zip(*(rss_mib(p) for p in srv.server_pids()), strict=True))  # all processes
         turns = delta(m0, m1, "fairpod_reconcile_turn_duration_seconds_count")
         turn_sum = delta(m0, m1, "fairpod_reconcile_turn_duration_seconds_sum")
         eng_sum = delta(m0, m1, "fairpod_scheduler_cycle_duration_seconds_sum")
@@ -460,6 +461,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         load1 = os.getloadavg()
     r: dict[str, Any] = {
         "benchmark": "datacenter", "store": "postgresql" if db_url else "sqlite", "nodes": a.nodes,
+        "api_workers": a.api_workers,
         "engine": engine,
         "first_start_s": first_start_s,
         "accelerators": a.nodes * ACC, "teams": a.teams, "waiting_target": a.waiting, "fill_jobs": submitted,
@@ -493,7 +495,8 @@ def report(r: dict[str, Any]) -> str:
     paint = r["dashboard"]
     rows = [
         ("store / size", f"{r['store']}: {r['nodes']} nodes x {ACC} = {r['accelerators']} accelerators, "
-                         f"{r['teams']} teams; {r.get('engine', '?')} engine"),
+                         f"{r['teams']} teams; {r.get('engine', '?')} engine; "
+                         f"{r.get('api_workers', 0)} API workers"),
         ("first start", f"{r['first_start_s']:.1f} s to /healthz (the spec's nodes stored)"),
         ("fill", f"{r['fill_jobs']} jobs through arrays in {r['fill_s']:.1f} s; after steady: "
                  f"{r['waiting_after']} waiting, {r['running_after']} running"),
@@ -549,6 +552,9 @@ def main() -> int:
     ap.add_argument("--postgres", action="store_true", help="a private PostgreSQL server instead of SQLite")
     ap.add_argument("--no-browser", action="store_true", help="skip the dashboard's pages in Chromium")
     ap.add_argument("--no-restart", action="store_true", help="skip the kill -9 and restart")
+    ap.add_argument("--api-workers", type=int, default=0, metavar="N",
+                    help="fairpod up --api-workers N: submits, lists and gets served by N worker processes (default 0); "
+                    "the server's CPU and RSS are then those of all its processes")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds (default 1800)")
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON line to this file")
