@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -206,3 +208,20 @@ def test_only_a_worker_wakes_the_core(pair: tuple[Api, TestClient]) -> None:
     assert a.request("POST", "/internal/wake", "", headers={"Fairpod-Worker-Token": wake_token(a.rt.secret)}
                      ).status_code == 204
     assert a.cp.wake.is_set()
+
+
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--api-workers", "2", "--ha", "--db", "postgresql+psycopg://u@127.0.0.1:1/x"],
+     "fairpod: error: --api-workers does not go with --ha yet"),
+    (["--api-workers", "2", "--db", "postgresql+psycopg://u@127.0.0.1:1/x"],
+     "fairpod: error: --api-workers needs the SQLite database for now"),
+    (["--api-workers", "-1"], "fairpod: error: --api-workers must be from 0 to 64, not -1"),
+])
+def test_api_workers_refused_in_one_line(tmp_path: Path, flags: list[str], says: str) -> None:
+    home = tmp_path / "home"
+    env = {**os.environ, "FAIRPOD_HOME": str(home), "FAIRPOD_CONFIG": str(tmp_path / "c.json")}
+    env.pop("FAIRPOD_DB_URL", None)
+    r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "up", "--port", "1", *flags], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.startswith(says) and r.stderr.count("\n") == 1, r.stderr
+    assert not home.exists()  # nothing written
