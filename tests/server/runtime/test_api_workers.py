@@ -20,8 +20,8 @@ from fastapi.testclient import TestClient
 from fairpod.executors.base import Traits
 from fairpod.server.runtime.wiring import build_worker, wake_token
 
-from .api import Api
-from .conftest import Server, running, wait_for
+from ..conftest import Server, running, wait_for
+from ..inproc_api import Api
 
 WORKER = "fairpod-api-worker"
 
@@ -162,7 +162,7 @@ def test_a_worker_killed_is_started_again_and_nothing_is_lost_or_doubled(srv: Se
         srv.wait_state(n, "Succeeded", timeout=60)
 
 
-# -- in-process: a worker's app over the same database as a core built for API workers (tests/server/api.py) ----
+# -- in-process: a worker's app over the same database as a core built for API workers (tests/server/inproc_api.py) ----
 
 @pytest.fixture
 def pair(tmp_path: Path) -> Iterator[tuple[Api, TestClient]]:
