@@ -215,6 +215,10 @@ class Cluster:
         env = {k: v for k, v in self.env.items() if k != "RAY_ADDRESS"}
         env.update(RAY_USAGE_STATS_ENABLED="0")
         env.setdefault("RAY_AUTH_MODE", "disabled")  # a token file another Ray left in ~/.ray would switch it on
+        # Ray holds the first driver's registration until the raylet's prestarted workers register; on a loaded
+        # node they can miss the registration timeout (60 s), are killed, and the driver then waits forever
+        # (ray-project/ray#40131). Workers start on demand instead; a user's own setting wins.
+        env.setdefault("RAY_prestart_worker_first_driver", "0")
         if slow:
             env["RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE"] = "1"
         for tries in range(STARTS, 0, -1):  # a loaded machine may miss Ray's own 30 s start-up limit

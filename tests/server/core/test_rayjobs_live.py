@@ -88,6 +88,8 @@ spec:
         containers:
         - name: ray-head
           resources: {limits: {cpu: "1", memory: 2Gi}}
+          # a loaded node, made certain: Ray workers that take over 1 s to start miss their registration
+          env: [{name: RAY_worker_register_timeout_seconds, value: "1"}]
           ports: [{containerPort: 6379, name: gcs-server}]
   workerGroupSpecs:
   - replicas: 1
