@@ -57,7 +57,10 @@ HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_thr
 # --include-log-monitor false``: it streams workers' output to drivers, and fairpod's drivers ask for none,
 # log_to_driver=False) a node starts one Python process fewer. Measured alone, head and 4 workers: 46.1 s of CPU to
 # start and 5.2 s per idle minute before, 35.5 s and 3.0 s after (docs/testing.md)
-QUIET_ENV = {"RAY_enable_metrics_collection": "0", "RAY_event_stats": "0", "RAY_memory_monitor_refresh_ms": "0"}
+QUIET_ENV = {"RAY_enable_metrics_collection": "0", "RAY_event_stats": "0", "RAY_memory_monitor_refresh_ms": "0",
+             # fairpod's server is this cluster's first driver: under the suite's load, prestarted workers that
+             # miss Ray's registration timeout would hold its ray.init forever (docs/ray.md, "A loaded node")
+             "RAY_prestart_worker_first_driver": "0"}
 
 
 
