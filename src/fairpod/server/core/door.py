@@ -84,7 +84,8 @@ class Door:
         if self.lock.acquire(blocking=False):
             try:
                 meter = self.budgets.meter
-                live = LiveFacts(self.snap, AsOf(self.cycles, self.clock()), None if meter is None else meter.used)
+                live = LiveFacts(self.snap, AsOf(self.cycles, self.clock()), None if meter is None else meter.used,
+                                 self.facts)
                 return fn(live), live.as_of
             finally:
                 self.lock.release()

@@ -65,6 +65,7 @@ class Facts:
         self._lenders = lenders  # instance type -> quota.lending
         self._fair_share = fair_share
         self._budget_used = budget_used
+        self._of: tuple[Snapshot, int] | None = None  # the snapshot and its version they were published of
 
     @classmethod
     def publish(cls, snap: Snapshot, as_of: AsOf, last: Facts | None, budget_used: dict[Any, Any] | None) -> Facts:
@@ -79,7 +80,9 @@ class Facts:
                                                                                               node_facts(snap, n))
         lenders = {it: lending(snap, it) if p.over[0] > 0 else {} for it, p in snap.pools.items()}
         fair = history.dump(snap) if snap.history_half_life is not None else None
-        return cls(as_of, queues, nodes, lenders, fair, budget_used)
+        facts = cls(as_of, queues, nodes, lenders, fair, budget_used)
+        facts._of = (snap, snap.version)
+        return facts
 
     def position(self, team: str, wid: str) -> int | None:
         """The 1-based place of engine job ``wid`` in ``team``'s queue; None if not queued."""
@@ -106,15 +109,20 @@ class Facts:
 class LiveFacts(Facts):
     """The same facts read from the live snapshot: only under the core's lock."""
 
-    def __init__(self, snap: Snapshot, as_of: AsOf, budget_used: dict[Any, Any] | None) -> None:
+    def __init__(self, snap: Snapshot, as_of: AsOf, budget_used: dict[Any, Any] | None,
+                 published: Facts | None = None) -> None:
         super().__init__(as_of, {}, {}, {}, None, budget_used)
         self._snap = snap
+        self._published = published  # the last turn's: their lenders while no usage changed since
 
     def position(self, team: str, wid: str) -> int | None:
         t = self._snap.teams.get(team)
         return None if t is None else t.queue.position(wid)
 
     def lending(self, itype: str) -> dict[str, dict[str, int]]:
+        p = self._published  # a page of running borrowers asks once each: O(teams) under the lock, unless
+        if p is not None and p._of is not None and p._of[0] is self._snap and p._of[1] == self._snap.version:
+            return p.lending(itype)
         return lending(self._snap, itype)
 
     def node(self, name: str) -> NodeFacts | None:
