@@ -61,6 +61,9 @@ class NodeIndex:
         # ``placement.never_fits`` reads; ``scheduler`` keeps its verdicts per job shape while it stays
         self.nodes_version = 0
         self.version = 0  # counts changes of usage (assign, unassign) and of nodes, so readers can cache derived views
+        # names of the nodes changed (room, jobs, health, topology, added, removed) since the control plane last
+        # published its facts of them (fairpod.server.core.facts, which empties it): what it computes again
+        self.touched: set[str] = set()
 
     def pool(self, itype: str) -> Pool:
         p = self.pools.get(itype)
@@ -107,6 +110,7 @@ class NodeIndex:
         self.version += 1
         self.nodes_version += 1
         del self.nodes[name]
+        self.touched.add(name)
         self.unschedulable.discard(name)
         self._unbucket(n)
         self.by_type[n.itype].remove(n)
@@ -126,6 +130,7 @@ class NodeIndex:
     def index(self, n: Node, *, compact: bool = True) -> None:
         """(Re-)enter node ``n`` in the fit index with its current free room and health."""
         n.stamp += 1
+        self.touched.add(n.name)
         f = n.free
         if n.bucket != f[0]:
             self._unbucket(n)

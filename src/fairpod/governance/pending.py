@@ -16,7 +16,7 @@ class PendingQueue:
     A job's key never changes, so a preempted job re-enters at its original place.
     """
 
-    __slots__ = ("heaps", "live", "tops")
+    __slots__ = ("changes", "heaps", "live", "tops")
 
     def __init__(self) -> None:
         self.heaps: dict[tuple, list[tuple[tuple, str]]] = {}
@@ -24,6 +24,7 @@ class PendingQueue:
         # the first job of each shape in queue order, (key, job id, shape); None once the queue changed: a cycle
         # asks for the head of each team's queue round after round, and most queues change far less often
         self.tops: list[tuple[tuple, str, tuple]] | None = None
+        self.changes = 0  # counts pushes and removals, so readers can keep a copy while it stays (server.core.facts)
 
     def __len__(self) -> int:
         return len(self.live)
@@ -33,11 +34,13 @@ class PendingQueue:
 
     def push(self, w: Workload, key: tuple) -> None:
         self.tops = None
+        self.changes += 1
         self.live[w.id] = w
         heapq.heappush(self.heaps.setdefault(w.shape, []), (key, w.id))
 
     def discard(self, wid: str) -> Workload | None:
         self.tops = None
+        self.changes += 1
         return self.live.pop(wid, None)  # its heap entry is dropped lazily
 
     def _top(self, shape: tuple) -> tuple[tuple, str] | None:
@@ -86,6 +89,7 @@ class PendingQueue:
 
     def pop(self, w: Workload) -> None:
         self.tops = None
+        self.changes += 1
         self.live.pop(w.id, None)
         if w.shape in self.heaps:  # (a job starting on a fallback instance type is queued under its first)
             self._top(w.shape)  # drop it from its heap if on top

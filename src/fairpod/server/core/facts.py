@@ -7,9 +7,9 @@ is free, the live snapshot under the lock, taken without waiting (:class:`LiveFa
 commands since); while a turn or a command holds it, the facts the last turn published at its end (at most one
 turn old, :class:`AsOf` says which). A turn publishes them whole (:meth:`Facts.publish`), not per key read
 lately as :mod:`fairpod.server.core.published` does, because a read of one job or node must not wait for a first
-publication: they are copies made in C (a team's queue's entries and ids) or kept from the last turn where
-nothing changed (a node whose ``stamp`` is the same), so a turn at 10,000 nodes and 100,000 waiting jobs spends
-milliseconds on them (benchmarks/README.md, "Reads that never wait for a turn"). The fair-share history and the
+publication: they are copies made in C (a team's queue's entries and ids) and kept from the last turn where
+nothing changed (a team's queue whose ``changes`` count is the same, a node not in the snapshot's ``touched``), so
+a turn spends milliseconds on them (benchmarks/README.md, "Reads that never wait for a turn"). The fair-share history and the
 budgets' hours counted so far go with them: a spec's dry run builds its snapshots from the store and these
 (``core.memory.Memory.trial_snapshot``), never from the core's live memory.
 """
@@ -56,12 +56,12 @@ def _position(entries: Iterable[tuple[tuple, str]], live: Any, wid: str) -> int 
 class Facts:
     """The facts one turn published (see the module's doc); never changed once published."""
 
-    def __init__(self, as_of: AsOf, queues: dict[str, tuple[tuple[tuple[tuple, str], ...], frozenset[str]]],
-                 nodes: dict[str, tuple[Node, int, NodeFacts]], lenders: dict[str, dict[str, dict[str, int]]],
+    def __init__(self, as_of: AsOf, queues: dict[str, tuple[tuple[tuple[tuple, str], ...], dict[str, Any], Any, int]],
+                 nodes: dict[str, NodeFacts], lenders: dict[str, dict[str, dict[str, int]]],
                  fair_share: dict[str, Any] | None, budget_used: dict[Any, Any] | None) -> None:
         self.as_of = as_of
-        self._queues = queues  # team -> (its heaps' entries, the ids in its queue)
-        self._nodes = nodes  # name -> (the engine's node, its stamp, its facts): kept while the stamp is
+        self._queues = queues  # team -> (its heaps' entries, its queue's jobs by id, the queue, its changes count)
+        self._nodes = nodes  # name -> its facts
         self._lenders = lenders  # instance type -> quota.lending
         self._fair_share = fair_share
         self._budget_used = budget_used
@@ -69,16 +69,32 @@ class Facts:
 
     @classmethod
     def publish(cls, snap: Snapshot, as_of: AsOf, last: Facts | None, budget_used: dict[Any, Any] | None) -> Facts:
-        """The facts of ``snap`` now (the core's end of turn, under its lock); ``last``: the ones they replace."""
-        queues = {name: (tuple(chain.from_iterable(t.queue.heaps.values())), frozenset(t.queue.live))
-                  for name, t in snap.teams.items()}
-        old = last._nodes if last is not None else {}
-        nodes = {}
-        for name, n in snap.nodes.items():
-            was = old.get(name)
-            nodes[name] = was if was is not None and was[0] is n and was[1] == n.stamp else (n, n.stamp,
-                                                                                              node_facts(snap, n))
-        lenders = {it: lending(snap, it) if p.over[0] > 0 else {} for it, p in snap.pools.items()}
+        """The facts of ``snap`` now (the core's end of turn, under its lock); ``last``: the ones they replace,
+        whose copies of what did not change since are kept (a team's queue while its ``changes`` count is the
+        same; every node not in the snapshot's ``touched``, which this empties)."""
+        same = last is not None and last._of is not None and last._of[0] is snap
+        old_queues = last._queues if same and last is not None else {}
+        queues = {}
+        for name, t in snap.teams.items():
+            q = t.queue
+            was = old_queues.get(name)
+            queues[name] = was if was is not None and was[2] is q and was[3] == q.changes else (
+                tuple(chain.from_iterable(q.heaps.values())), q.live.copy(), q, q.changes)
+        if same and last is not None:
+            nodes = last._nodes.copy()
+            for name in snap.touched:
+                n = snap.nodes.get(name)
+                if n is None:
+                    nodes.pop(name, None)
+                else:
+                    nodes[name] = node_facts(snap, n)
+        else:
+            nodes = {name: node_facts(snap, n) for name, n in snap.nodes.items()}
+        snap.touched.clear()
+        if same and last is not None and last._of is not None and last._of[1] == snap.version:
+            lenders = last._lenders  # no usage or node changed since
+        else:
+            lenders = {it: lending(snap, it) if p.over[0] > 0 else {} for it, p in snap.pools.items()}
         fair = history.dump(snap) if snap.history_half_life is not None else None
         facts = cls(as_of, queues, nodes, lenders, fair, budget_used)
         facts._of = (snap, snap.version)
@@ -94,8 +110,7 @@ class Facts:
         return self._lenders.get(itype, {})
 
     def node(self, name: str) -> NodeFacts | None:
-        got = self._nodes.get(name)
-        return None if got is None else got[2]
+        return self._nodes.get(name)
 
     def fair_share(self) -> dict[str, Any] | None:
         """The fair-share history (``governance.history.dump``; None: not kept)."""
