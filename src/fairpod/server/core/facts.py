@@ -11,7 +11,7 @@ publication: they are copies made in C (a team's queue's entries and ids) and ke
 nothing changed (a team's queue whose ``changes`` count is the same, a node not in the snapshot's ``touched``), so
 a turn spends milliseconds on them (benchmarks/README.md, "Reads that never wait for a turn"). The fair-share history and the
 budgets' hours counted so far go with them: a spec's dry run builds its snapshots from the store and these
-(``core.memory.Memory.trial_snapshot``), never from the core's live memory.
+(``core.memory.Memory.trial_snapshots``), never from the core's live memory.
 """
 
 from __future__ import annotations
