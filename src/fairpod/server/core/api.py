@@ -70,8 +70,8 @@ class Core(Protocol):
     def engine_view(self, key: Hashable, fn: Callable[[Snapshot], T]) -> tuple[T, AsOf] | None:
         """``fn`` of a consistent view of the engine's snapshot, never waiting for a turn: the live one when the
         core is free, else the answer published for ``key`` at the end of the last turn (at most one turn old;
-        :class:`AsOf` says which); None when none was published yet and the lock was not free within 50 ms (the
-        turn now running publishes it).
+        :class:`AsOf` says which); a key with none published yet (its first read) waits for the lock, as reads
+        did before answers were published; None only when the core was held ``door.FIRST_WAIT`` (30 s: stuck).
         ``fn`` must not change the snapshot, nor may the caller change what it gets (copy it first);
         ``key`` names what ``fn`` reads (:mod:`fairpod.server.core.published`)."""
         ...
