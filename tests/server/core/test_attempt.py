@@ -204,7 +204,7 @@ def test_a_replica_whose_launch_never_reached_its_node_queues_the_job_again(h: I
     assert h.job("j").state == JobState.SUCCEEDED
 
 
-# -- from tests/server/test_build_launch.py:
+# -- the tests once in test_build_launch.py (merged here):
 # One ``build_launch`` for a first launch and for the new ranks of a job that grew: the same command, env,
 # checkpoint directory and replicas, only fewer of them (in-process: the timed executor, a FAKE clock).
 def test_the_new_ranks_of_a_growth_get_the_launch_a_first_start_gets(tmp_path: Path) -> None:

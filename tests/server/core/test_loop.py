@@ -98,7 +98,7 @@ def test_the_gate_never_holds_a_submit_longer_than_its_bound() -> None:
     assert time.monotonic() - t0 < 0.5
 
 
-# -- from tests/server/test_net_changes_live.py:
+# -- the tests once in test_net_changes_live.py (merged here):
 # The control plane applies a cycle's net changes (governance.net_changes), as the simulator does: a job the
 # engine admits and takes back within one cycle never starts, is never preempted, and keeps waiting.
 P4D = "ml.p4d.24xlarge"

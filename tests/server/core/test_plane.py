@@ -128,7 +128,7 @@ def test_a_failed_store_write_puts_the_memory_back_to_the_store(h: InProc) -> No
     assert h.job("a").state == JobState.CANCELLED
 
 
-# -- from tests/server/test_core_api.py:
+# -- the tests once in test_core_api.py (merged here):
 # ControlPlane names the Core protocol among its bases, and implements every method Core lists (none is left
 # to the protocol's empty body).
 def test_the_control_plane_implements_core_explicitly() -> None:

@@ -112,7 +112,7 @@ def test_a_failed_write_fails_the_group_and_the_memory_stays_the_stores(h: InPro
     assert {j.name for j in h.store.list_jobs()} == {"before", "after"}
 
 
-# -- from tests/server/test_joining_nodes.py:
+# -- the tests once in test_joining_nodes.py (merged here):
 # A job is judged against the cluster's declared capacity as well as the nodes present now: on Ray, nodes join
 # one by one after the control plane starts, and a job submitted meanwhile must queue, not be refused. (In-process
 # ControlPlane, real SQLite store, the timed executor, a FAKE clock: tests/server/inproc.py.)
