@@ -51,7 +51,10 @@ def test_seed_manifests_share_the_cluster_and_auto_resume(server: Server, tmp_pa
         f = server.home / "runs" / f"fsdp-{job_id}" / str(attempt) / str(rank) / "output.log"
         return f.read_text() if f.exists() else ""
 
-    out = wait_for(lambda: "replica RANK=1" in (o := log(smith["id"], 0, 1)) and o, 30, "smith's replica 1")
+    # the whole line: with PYTHONUNBUFFERED=1 (fairpod's default) print writes its pieces one by one, and a
+    # fresh-clone run read the line cut before its args
+    out = wait_for(lambda: re.search(r"replica RANK=1[^\n]*\n", o := log(smith["id"], 0, 1)) and o, 30,
+                   "smith's replica 1")
     port = re.search(r"PET_RDZV_ENDPOINT=127\.0\.0\.1:(\d+)", out)
     assert port and "RANK=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 PET_NNODES=2 PET_RDZV_BACKEND=c10d" in out
     assert "PET_MAX_RESTARTS=100 LOGLEVEL=DEBUG FAIRPOD_TEAM=smith FAIRPOD_RESTART_COUNT=0" in out
