@@ -4,6 +4,7 @@ with the seed cluster: create, list, describe, list-pods, get-logs, delete; unsu
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +71,8 @@ def test_hyp_pytorch_job_commands_on_a_live_server(server: Server, tmp_path: Pat
     def logs() -> str:
         r = hyp(server, "get-logs", "hyp-pytorch-job", "--job-name", "hello", "--pod-name", "hello-pod-1")
         assert r.returncode == 0, r.stderr
-        return r.stdout if "replica RANK=1" in r.stdout else ""
+        # the whole line: under PYTHONUNBUFFERED=1 print writes its pieces one by one
+        return r.stdout if re.search(r"replica RANK=1[^\n]*\n", r.stdout) else ""
 
     out = wait_for(logs, 30, "pod 1's output")
     assert out.startswith("Listing logs for pod: hello-pod-1\n")
