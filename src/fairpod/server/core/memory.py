@@ -148,9 +148,7 @@ class Memory:
 
 
     def checkpoint_root(self: CoreState) -> Path:
-        """Where jobs' checkpoint directories live: ``cluster.checkpoint_dir``, else ``$FAIRPOD_HOME/checkpoints``."""
-        custom = self.spec.cluster.checkpoint_dir
-        return Path(custom) if custom else self.home / "checkpoints"
+        return checkpoint_root_of(self.spec, self.home)
 
 
     def jobs_on(self: CoreState, name: str) -> list[int]:
@@ -159,20 +157,31 @@ class Memory:
             return [jid for jid, run in self.runs.items() if name in run.nodes or name in run.slots]
 
 
+def checkpoint_root_of(spec: ClusterSpec, home: Path) -> Path:
+    """Where jobs' checkpoint directories live: ``cluster.checkpoint_dir``, else ``$FAIRPOD_HOME/checkpoints``."""
+    custom = spec.cluster.checkpoint_dir
+    return Path(custom) if custom else home / "checkpoints"
+
+
+def add_nodes(snap: Snapshot, spec: ClusterSpec, nodes: list[Node], isolating: bool = True) -> None:
+    """The stored ``nodes`` of a type ``spec`` knows, into the engine's ``snap`` (schedulable only while the
+    cluster's isolation is met: ``isolating``)."""
+    cat = spec.catalog()
+    for nd in nodes:
+        if nd.instance_type in cat:
+            snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]),
+                          schedulable=nd.schedulable and isolating,
+                          passed=nd.deep_health_check == DeepHealthCheck.PASSED,
+                          topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
+
+
 def snapshot_of(cp: CoreState, spec: ClusterSpec, nodes: list[Node], unfinished: list[EngineJob],
                 fair_share: dict[str, Any] | None, budget_used: dict[Any, Any] | None) -> Snapshot:
     """The engine's snapshot of ``nodes`` and ``unfinished`` jobs under ``spec``, with the fair-share history and
     the budget hours counted so far given; reads nothing of the core's memory."""
     snap = empty_snapshot(spec, cp.clock())
-    cat = spec.catalog()
     isolating = capabilities.required_gap(spec.cluster.isolation, registry.elsewhere(cp.executor.name)) is None
-    for nd in nodes:
-        if nd.instance_type not in cat:
-            continue
-        snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]),
-                      schedulable=nd.schedulable and isolating,
-                      passed=nd.deep_health_check == DeepHealthCheck.PASSED,
-                      topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
+    add_nodes(snap, spec, nodes, isolating)
     for t in spec.teams:
         snap.add_team(engine_team(spec, t.name))
     history.load(snap, fair_share)  # FairShareHistory: the past borrowing goes on

@@ -25,10 +25,9 @@ from fairpod.executors.base import Traits
 from fairpod.governance.build import empty_snapshot
 from fairpod.governance.snapshot import Snapshot
 from fairpod.model.jobs import JobSpec
-from fairpod.model.nodes import DeepHealthCheck
-from fairpod.model.resources import node_res
 from fairpod.model.spec import ClusterSpec
 from fairpod.server.core.facts import Facts, LiveFacts
+from fairpod.server.core.memory import add_nodes, checkpoint_root_of
 from fairpod.server.core.published import AsOf
 from fairpod.server.core.queries import Queries
 from fairpod.server.core.submits import Submit
@@ -131,17 +130,11 @@ class WorkerCore:
     def _nodes(self, spec: ClusterSpec) -> Snapshot:
         """The engine's view of the stored nodes without jobs: what ``never_fits`` and the topology read."""
         snap = empty_snapshot(spec, self.clock())
-        cat = spec.catalog()
-        for nd in self.store.list_nodes():
-            if nd.instance_type in cat:
-                snap.add_node(nd.name, nd.instance_type, node_res(cat[nd.instance_type]), schedulable=nd.schedulable,
-                              passed=nd.deep_health_check == DeepHealthCheck.PASSED,
-                              topology=spec.node_topology(nd.instance_group, nd.name, nd.labels))
+        add_nodes(snap, spec, self.store.list_nodes())
         return snap
 
     def checkpoint_root(self) -> Path:
-        custom = self.spec.cluster.checkpoint_dir
-        return Path(custom) if custom else self.home / "checkpoints"
+        return checkpoint_root_of(self.spec, self.home)
 
     def engine_read(self, fn: Callable[[Snapshot], T], *, lock: bool = False, wait: float | None = None) -> T:
         return fn(self.snap)  # nodes only (see engine_memory)
