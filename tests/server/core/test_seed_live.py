@@ -55,8 +55,11 @@ def test_seed_scenario_live(server: Server, tmp_path: Path):
                     20, "smith's checkpoint")
     ckpt_step = int(logs.split("checkpointed step=")[1].split()[0])
     assert ckpt_step > 0
-    kinds = [e["kind"] for e in server.job("smith-train")["events"]]
-    assert "JobPreempted" in kinds and "JobRequeued" in kinds
+    # the job goes back to its queue once both replicas have exited, which can be after the first one's
+    # "checkpointed" line is read
+    kinds = wait_for(lambda: "JobRequeued" in (k := [e["kind"] for e in server.job("smith-train")["events"]]) and k,
+                     30, "smith's requeue")
+    assert kinds.index("JobPreempted") < kinds.index("JobRequeued")
     # john-eval ends after 2 s; smith borrows again and resumes from its checkpoint
     server.wait_state("john-eval", "Succeeded", 30)
     done = server.wait_state("smith-train", "Succeeded", 60)
