@@ -32,12 +32,12 @@ SEED_SPEC = Path(__file__).resolve().parents[2] / "examples" / "seed" / "spec.ya
 
 class Api:
     def __init__(self, tmp: Path, spec: Path | str = SEED_SPEC, executor: str = "timed",
-                 api_workers: bool = False) -> None:
+                 api_workers: bool = False, db: str | None = None) -> None:
         if isinstance(spec, str):
             (tmp / "spec.yaml").write_text(spec)
             spec = tmp / "spec.yaml"
         self.home = tmp / "home"
-        self.url = f"sqlite:///{self.home / 'fairpod.db'}"
+        self.url = db or f"sqlite:///{self.home / 'fairpod.db'}"  # db: another database (a PostgreSQL URL)
         store, token = initialize(self.home, self.url, str(spec), 0)
         store.close()
         assert token is not None

@@ -92,7 +92,7 @@ def _up_flags(p: argparse.ArgumentParser) -> None:
                    help="serve the API from N worker processes besides the control plane's core (default 0: one "
                    "process): each answers submit, list-jobs and get-job itself from the database and passes every "
                    "other request to the core, so submits and reads use more than one CPU; a submit is committed "
-                   "before its answer and the core admits it at its next turn. SQLite only; not with --ha "
+                   "before its answer and the core admits it at its next turn. SQLite or PostgreSQL; not with --ha "
                    "(docs/operations.md)")
     p.add_argument("--runs-dir", metavar="DIR", default=None,
                    help="where replicas' run directories and logs go (default $FAIRPOD_RUNS_DIR, else "

@@ -7,13 +7,20 @@ name prefixes, ``ix_jobs_array_id`` for an array's tasks. Which teams have unfin
 that drops teams is taken) is one ``DISTINCT`` instead of every unfinished job's record. The jobs submitted
 since a ``seq`` (what the core of ``fairpod up --api-workers`` takes in at a turn: jobs its API workers committed) are
 one range of ``ix_jobs_team_seq`` per team.
+
+Writers of submits on PostgreSQL (the core and API processes, each with its own connections) take
+:meth:`JobLookupOps.serialize` first: what SQLite's one writer gives by itself (a second submit with the same
+Idempotency-Key or the same name sees the first's commit) PostgreSQL's READ COMMITTED gives once the two wait for
+each other.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Text
 
 from fairpod.store.db import Ops
 from fairpod.store.jobs import to_job
@@ -21,6 +28,10 @@ from fairpod.store.records import Job
 from fairpod.store.tables import FINISHED_STATES, JobRow, table
 
 _JOBS = table(JobRow)
+# one transaction-scoped advisory lock per name, taken in the order of their hashes (two writers never wait on
+# each other crosswise); held until the transaction ends
+_SERIALIZE = text("SELECT count(pg_advisory_xact_lock(h)) FROM (SELECT DISTINCT hashtextextended(n, 0) AS h "
+                  "FROM unnest(:names) AS n ORDER BY h) AS locks").bindparams(bindparam("names", type_=ARRAY(Text)))
 
 
 class JobLookupOps(Ops):
@@ -89,3 +100,17 @@ class JobLookupOps(Ops):
         q = select(_JOBS).where(c.team.in_(teams), c.seq > seq).order_by(c.seq).limit(limit)
         with self._session(False) as s:
             return [to_job(r) for r in s.connection().execute(q)]  # type: ignore[arg-type]
+
+    def serialize(self, names: Iterable[str]) -> None:
+        """Wait until no other transaction holds any of ``names`` and hold them until this one ends (call it first
+        in a write transaction: a submit's ``key:<user>:<key>`` and ``name:<team>:<name>``). PostgreSQL: an
+        advisory lock per name (``pg_advisory_xact_lock``), so the statements after it (READ COMMITTED: each its
+        own snapshot) see what the other writer committed: its idempotency key, its unfinished job of that name.
+        SQLite: nothing to do, its write transactions are one at a time (``BEGIN IMMEDIATE``)."""
+        names = sorted(set(names))
+        if not names:
+            return
+        with self._session(True) as s:
+            conn = s.connection()
+            if conn.dialect.name == "postgresql":
+                conn.execute(_SERIALIZE, {"names": names})

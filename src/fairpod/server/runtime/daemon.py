@@ -328,10 +328,6 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         print("fairpod: error: --ha (standby control planes) needs a PostgreSQL database (--db or FAIRPOD_DB_URL "
               "postgresql+psycopg://…); SQLite serves a single control plane", file=sys.stderr)
         return 2
-    if api_workers and not db_url(home, db).startswith("sqlite"):
-        print("fairpod: error: --api-workers needs the SQLite database for now (docs/architecture.md, \"API "
-              "workers\")", file=sys.stderr)
-        return 2
     running = read_pid(home)
     restarted = bool(running and running[0] == os.getpid())  # a leader that stepped down, now a standby
     running = None if restarted else running

@@ -30,6 +30,9 @@ log = logging.getLogger("fairpod.workers")
 # "core <pid> <private port>", then one "<index> <pid>" line per live worker (operators and tests read it)
 PIDS_FILE = "api-workers.pid"
 MAX_WORKERS = 64
+# a worker's database URL: in its environment, not on its command line (a PostgreSQL URL may hold a password,
+# and every user of the host reads command lines)
+DB_ENV = "FAIRPOD_DB_URL"
 
 
 class Workers:
@@ -49,7 +52,7 @@ class Workers:
         t = self.traits
         return [sys.executable, "-m", "fairpod.server.runtime.workers", "--index", str(index),
                 "--fds", ",".join(str(s.fileno()) for s in self.socks), "--core-port", str(self.core_port),
-                "--db", self.url, "--executor", t.name, "--resizing", str(int(t.resizing)),
+                "--executor", t.name, "--resizing", str(int(t.resizing)),
                 "--probing", str(int(t.probing))]
 
     def start(self) -> None:
@@ -66,7 +69,7 @@ class Workers:
                 if self._stop.is_set():
                     return
                 proc = subprocess.Popen(self._cmd(index), pass_fds=[s.fileno() for s in self.socks],
-                                        stdin=subprocess.DEVNULL)
+                                        stdin=subprocess.DEVNULL, env={**os.environ, DB_ENV: self.url})
                 self.procs[index] = proc
                 self._write()
             code = proc.wait()
@@ -118,7 +121,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--fds", required=True)
     p.add_argument("--core-port", type=int, required=True)
-    p.add_argument("--db", required=True)
     p.add_argument("--executor", required=True)
     p.add_argument("--resizing", type=int, required=True)
     p.add_argument("--probing", type=int, required=True)
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s api-worker-{a.index}: %(message)s")
     socks = [socket.socket(fileno=int(fd)) for fd in a.fds.split(",")]
-    app = build_worker(fairpod_home(), a.db, Traits(a.executor, bool(a.resizing), bool(a.probing)),
+    app = build_worker(fairpod_home(), os.environ[DB_ENV], Traits(a.executor, bool(a.resizing), bool(a.probing)),
                        f"http://127.0.0.1:{a.core_port}")
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     server.run(sockets=socks)

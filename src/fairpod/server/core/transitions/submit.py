@@ -88,6 +88,9 @@ def write_submits(cp: Checking, group: list[Submit]) -> list[Answer]:
     (:mod:`fairpod.server.core.worker`) write through this one function."""
     answers: list[Answer] = []
     with cp.store.tx() as t:
+        # several processes write submits (API workers, `fairpod api`): the same key or name waits for the other
+        t.serialize([f"key:{r.actor}:{r.key}" for r in group if r.key is not None]
+                    + [f"name:{r.spec.team}:{r.spec.name}" for r in group])
         for r in group:
             if r.key is not None and (jid := t.submitted_with(r.actor, r.key)) is not None:
                 earlier = t.get_job(jid)

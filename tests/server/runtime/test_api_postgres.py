@@ -1,0 +1,150 @@
+"""API workers on PostgreSQL (``fairpod up --api-workers N --db postgresql://…``, ``fairpod api``): two worker apps,
+each over its own connections, and a core built for API workers, all on one real PostgreSQL server the module
+starts (tests/store/conftest.py). What SQLite's one writer gave for free is checked here with two transactions
+really open at once: the first submit is held inside its transaction (after its insert) until the second is seen
+waiting for it in ``pg_stat_activity``."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from fairpod.executors.base import Traits
+from fairpod.server.core.foreign import Foreign
+from fairpod.server.runtime.wiring import build_worker
+from fairpod.store import Store
+from fairpod.store.core import Tx
+from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
+
+from ..conftest import wait_for
+from ..inproc_api import Api
+
+WORKER = "fairpod-api-worker"
+
+
+def job(name: str) -> dict[str, Any]:
+    return {"name": name, "team": "john", "instance_type": "ml.g5.12xlarge", "nodes": 1, "accelerators": 1,
+            "command": ["sleep", "5"]}
+
+
+class Two:
+    """A core (in-process, built for API workers) and two worker apps over their own stores, one PostgreSQL."""
+
+    def __init__(self, tmp: Path, url: str) -> None:
+        s = Store(url)
+        wipe(s.engine)
+        s.close()
+        self.core = Api(tmp, api_workers=True, db=url)
+        self.workers = [TestClient(build_worker(self.core.home, url, Traits.of(self.core.rt.executor),
+                                                "http://127.0.0.1:9"), base_url="http://127.0.0.1:9")
+                        for _ in range(2)]
+        for c in self.workers:
+            c.__enter__()
+        self.auth = {"Authorization": f"Bearer {self.core.token}"}
+
+    def post(self, i: int, body: dict[str, Any], **headers: str) -> httpx.Response:
+        return self.workers[i].post("/api/v1/jobs", json=body, headers={**self.auth, **headers})
+
+    def waiting(self) -> int:
+        """Backends of this database waiting for a lock another transaction holds."""
+        with self.core.store.engine.connect() as c:
+            return int(c.execute(text("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                      "AND datname = current_database()")).scalar() or 0)
+
+    def close(self) -> None:
+        for c in self.workers:
+            c.__exit__(None, None, None)
+            c.app.app.state.cp.store.close()  # type: ignore[attr-defined] - Signed(app): the worker's store
+        self.core.close()
+
+
+@pytest.fixture
+def two(tmp_path: Path, pg_url: str) -> Iterator[Two]:  # noqa: F811
+    t = Two(tmp_path, pg_url)
+    yield t
+    t.close()
+
+
+def at_once(t: Two, monkeypatch: pytest.MonkeyPatch, first: Callable[[], httpx.Response],
+            second: Callable[[], httpx.Response], between: Callable[[], None] = lambda: None,
+            ) -> tuple[httpx.Response, httpx.Response]:
+    """``first`` is held inside its write transaction, after its job's insert (at its audit entry), until
+    ``second`` waits on a lock; both answers. ``between()`` runs while both are open. (The routes run on the
+    app's own threads: the first audit entry of the test is the first submit's.)"""
+    inside, go = threading.Event(), threading.Event()
+    audit = Tx.append_audit
+
+    def held(self: Tx, *a: Any, **kw: Any) -> Any:
+        if not inside.is_set():  # the first audit entry written: the first submit's (the second starts after)
+            inside.set()
+            assert go.wait(60), "the test did not let the first submit go on"
+        return audit(self, *a, **kw)
+
+    monkeypatch.setattr(Tx, "append_audit", held)
+    out: dict[str, httpx.Response] = {}
+    threads = [threading.Thread(target=lambda: out.__setitem__("first", first()), name="first"),
+               threading.Thread(target=lambda: out.__setitem__("second", second()), name="second")]
+    threads[0].start()
+    try:  # (the second thread is started only once the first is inside: joined only if started)
+        assert inside.wait(60), "the first submit did not reach its transaction"
+        threads[1].start()
+        wait_for(lambda: t.waiting() >= 1 or "second" in out, 30, "the second submit to wait for the first")
+        between()
+    finally:
+        go.set()
+        for th in threads:
+            if th.ident is not None:
+                th.join(60)
+    assert not any(th.is_alive() for th in threads) and len(out) == 2
+    return out["first"], out["second"]
+
+
+def test_one_idempotency_key_on_two_workers_at_once_answers_one_job(two: Two, monkeypatch: pytest.MonkeyPatch):
+    key = {"Idempotency-Key": "pg-same-key"}
+    a, b = at_once(two, monkeypatch, lambda: two.post(0, job("pg-idem"), **key),
+                   lambda: two.post(1, job("pg-idem"), **key))
+    assert a.status_code == 201, a.text
+    # the same job (whether the second says 200 'replayed' rests on the route's look-up before the submit, which
+    # found no key yet: 201 too, as on SQLite when two such submits race to the core)
+    assert b.status_code in (200, 201), b.text
+    assert a.json()["id"] == b.json()["id"]
+    listed = [j for j in two.core.api("GET", "/jobs?team=john&limit=0").json()["jobs"] if j["name"] == "pg-idem"]
+    assert len(listed) == 1
+
+
+def test_one_name_on_two_workers_at_once_is_one_job_and_one_clean_409(two: Two, monkeypatch: pytest.MonkeyPatch):
+    a, b = at_once(two, monkeypatch, lambda: two.post(0, job("pg-name")), lambda: two.post(1, job("pg-name")))
+    assert a.status_code == 201, a.text
+    assert b.status_code == 409, b.text
+    assert b.json() == two.core.api("POST", "/jobs", json=job("pg-name")).json()  # the core's own answer
+    listed = [j for j in two.core.api("GET", "/jobs?team=john&limit=0").json()["jobs"] if j["name"] == "pg-name"]
+    assert len(listed) == 1
+
+
+def test_the_core_takes_both_of_two_concurrent_commits_in_seq_order(two: Two, monkeypatch: pytest.MonkeyPatch):
+    """The first holds the next seq, uncommitted; the second waits for it (the seq counter's row, and the events'
+    advisory lock: either alone orders the writers), so it cannot commit a larger seq first: a turn meanwhile
+    takes neither, a turn after takes both (none skipped)."""
+    core = two.core
+    [foreign] = [k.__self__ for k in core.cp.keepers.before if isinstance(getattr(k, "__self__", None), Foreign)]
+
+    def turn_meanwhile() -> None:
+        core.turn()
+        assert foreign.taken == 0 and not core.cp.snap.pending and not core.cp.snap.running
+
+    a, b = at_once(two, monkeypatch, lambda: two.post(0, job("pg-seq-a")), lambda: two.post(1, job("pg-seq-b")),
+                   turn_meanwhile)
+    assert (a.status_code, b.status_code) == (201, 201), (a.text, b.text)
+    sa, sb = (core.store.get_job(r.json()["id"]).seq for r in (a, b))  # type: ignore[union-attr]
+    assert sa < sb  # commit order
+    core.turn()
+    assert foreign.taken == 2
+    for r in (a, b):
+        assert core.api("GET", f"/jobs/{r.json()['id']}").json()["state"] == "Running"
