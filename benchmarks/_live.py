@@ -9,6 +9,7 @@ killed from their recorded PID files.
 from __future__ import annotations
 
 import http.client
+import itertools
 import json
 import math
 import os
@@ -73,6 +74,9 @@ class LiveServer:
         self.token = ""
         self.launcher = list(launcher)  # what the interpreter runs, given ``up --foreground ...`` after it
         self.extra = list(extra)  # more arguments of ``fairpod up`` (``--api-workers 2``)
+        self.addresses = ["127.0.0.1"]  # where RawClients connect, in turn (datacenter.py --api-remote: others)
+        self.spread = itertools.count()
+        self.more_pids: list[int] = []  # processes counted as the server's besides its own (``fairpod api``)
 
     def __enter__(self) -> LiveServer:
         try:
@@ -132,7 +136,7 @@ class LiveServer:
             lines = (self.home / "api-workers.pid").read_text().splitlines()
         except OSError:
             lines = []
-        return pids + [int(line.split()[1]) for line in lines if line and not line.startswith("core ")]
+        return pids + [int(line.split()[1]) for line in lines if line and not line.startswith("core ")] + self.more_pids
 
     def server_cpu_seconds(self) -> float | None:
         """User + system CPU time of the server's processes so far (from /proc), None if it is gone."""
@@ -213,7 +217,10 @@ class RawClient:
         self.timeout = timeout
         self.headers = {"Authorization": f"Bearer {server.token}", "Content-Type": "application/json",
                         "Accept": "application/json"}
-        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
+        # the server's addresses in turn, one per client (several API processes behind no balancer: the clients
+        # spread over them as a load balancer would)
+        self.host = server.addresses[next(server.spread) % len(server.addresses)]
+        self.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
     def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
@@ -225,7 +232,7 @@ class RawClient:
                 return r.status, (json.loads(raw) if raw else None)
             except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError):
                 self.conn.close()  # a dropped keep-alive connection: reconnect once
-                self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=self.timeout)
+                self.conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
                 if attempt:
                     raise
         raise AssertionError("unreachable")

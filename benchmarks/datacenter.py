@@ -49,7 +49,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -405,6 +405,53 @@ def postgres() -> Iterator[str]:
         shutil.rmtree(d, ignore_errors=True)
 
 
+@contextmanager
+def api_processes(srv: LiveServer, db_url: str, n: int) -> Iterator[None]:
+    """``fairpod api`` on 127.0.0.2, 127.0.0.3, …, the core's port: N API processes against the core's database
+    and the core, each with a home of its own holding a copy of the core's job-token.key (what an admin copies to
+    another host); the benchmark's clients spread over them from then on, their CPU and RSS counted as the
+    server's."""
+    procs: list[subprocess.Popen[bytes]] = []
+    addresses = [f"127.0.0.{2 + i}" for i in range(n)]
+    try:
+        for addr in addresses:
+            home = srv.tmp / f"api-{addr}"
+            home.mkdir(mode=0o700)
+            shutil.copy(srv.home / "job-token.key", home / "job-token.key")
+            os.chmod(home / "job-token.key", 0o600)
+            env = {**srv.env, "FAIRPOD_HOME": str(home), "FAIRPOD_DB_URL": db_url}
+            with open(home / "api.log", "wb") as log:
+                procs.append(subprocess.Popen([sys.executable, "-m", "fairpod.cli.main", "api", "--core", srv.url,
+                                               "--address", addr, "--port", str(srv.port)], env=env, stdout=log,
+                                              stderr=subprocess.STDOUT, start_new_session=True))
+            deadline = time.monotonic() + 120
+            while True:
+                if procs[-1].poll() is not None:
+                    raise SystemExit(f"fairpod api on {addr} ended: {(home / 'api.log').read_text()[-2000:]}")
+                try:
+                    if httpx.get(f"http://{addr}:{srv.port}/api/v1/jobs?limit=1", timeout=10,
+                                 headers={"Authorization": f"Bearer {srv.token}"}).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit(f"fairpod api on {addr} did not serve within 120 s")
+                time.sleep(0.2)
+        srv.addresses, srv.more_pids = addresses, [p.pid for p in procs]
+        print(f"  fairpod api: {n} processes on {', '.join(addresses)}", flush=True)
+        yield
+    finally:
+        srv.addresses, srv.more_pids = ["127.0.0.1"], []
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
 def goal(value: float, name: str, below: bool = True) -> str:
     g = GOALS[name]
     ok = value <= g if below else value >= g
@@ -431,15 +478,17 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         submitted, fill_s = fill(srv, a.teams, a.waiting, a.seed, deadline, (a.min_duration, a.max_duration))
         print(f"  filled: {submitted} jobs in {fill_s:.1f} s ({submitted / max(fill_s, 1e-9):.0f}/s through "
               f"arrays)", flush=True)
-        m0, _, _ = scrape(srv)
-        cpu0, client0 = srv.server_cpu_seconds() or 0.0, time.process_time()
-        lat, done, lists, gets, took = steady(srv, a.teams, a.rate, a.seconds, a.seed + 1, (a.min_duration, a.max_duration))
-        cpu1, client1 = srv.server_cpu_seconds() or 0.0, time.process_time()
-        m1, scrape_s, scrape_bytes = scrape(srv)
+        with api_processes(srv, db_url, a.api_remote) if a.api_remote and db_url else nullcontext():
+            m0, _, _ = scrape(srv)
+            cpu0, client0 = srv.server_cpu_seconds() or 0.0, time.process_time()
+            lat, done, lists, gets, took = steady(srv, a.teams, a.rate, a.seconds, a.seed + 1,
+                                                  (a.min_duration, a.max_duration))
+            cpu1, client1 = srv.server_cpu_seconds() or 0.0, time.process_time()
+            rss, hwm = (sum(v) for v in zip(*(rss_mib(p) for p in srv.server_pids()), strict=True))  # all of them
+            m1, scrape_s, scrape_bytes = scrape(srv)
         with srv.client() as c:
             waiting = c.get("/jobs", params={"state": "Pending", "limit": 1}).json()["total"]
             running = c.get("/jobs", params={"state": "Running", "limit": 1}).json()["total"]
-        rss, hwm = (sum(v) for v in zip(*(rss_mib(p) for p in srv.server_pids()), strict=True))  # all processes
         turns = delta(m0, m1, "fairpod_reconcile_turn_duration_seconds_count")
         turn_sum = delta(m0, m1, "fairpod_reconcile_turn_duration_seconds_sum")
         eng_sum = delta(m0, m1, "fairpod_scheduler_cycle_duration_seconds_sum")
@@ -461,7 +510,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         load1 = os.getloadavg()
     r: dict[str, Any] = {
         "benchmark": "datacenter", "store": "postgresql" if db_url else "sqlite", "nodes": a.nodes,
-        "api_workers": a.api_workers,
+        "api_workers": a.api_workers, "api_remote": a.api_remote,
         "engine": engine,
         "first_start_s": first_start_s,
         "accelerators": a.nodes * ACC, "teams": a.teams, "waiting_target": a.waiting, "fill_jobs": submitted,
@@ -496,7 +545,7 @@ def report(r: dict[str, Any]) -> str:
     rows = [
         ("store / size", f"{r['store']}: {r['nodes']} nodes x {ACC} = {r['accelerators']} accelerators, "
                          f"{r['teams']} teams; {r.get('engine', '?')} engine; "
-                         f"{r.get('api_workers', 0)} API workers"),
+                         f"{r.get('api_workers', 0)} API workers, {r.get('api_remote', 0)} fairpod api"),
         ("first start", f"{r['first_start_s']:.1f} s to /healthz (the spec's nodes stored)"),
         ("fill", f"{r['fill_jobs']} jobs through arrays in {r['fill_s']:.1f} s; after steady: "
                  f"{r['waiting_after']} waiting, {r['running_after']} running"),
@@ -555,6 +604,9 @@ def main() -> int:
     ap.add_argument("--api-workers", type=int, default=0, metavar="N",
                     help="fairpod up --api-workers N: submits, lists and gets served by N worker processes (default 0); "
                     "the server's CPU and RSS are then those of all its processes")
+    ap.add_argument("--api-remote", type=int, default=0, metavar="N",
+                    help="with --postgres: N 'fairpod api' processes on 127.0.0.2, 127.0.0.3, ... against the "
+                         "database and the core, the steady phase's clients spread over them (default 0)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=1800, help="give up after this many seconds (default 1800)")
     ap.add_argument("-o", "--output", type=Path, help="also write the JSON line to this file")
@@ -569,6 +621,9 @@ def main() -> int:
         if v <= 0:
             print(f"datacenter: {flag} must be > 0, got {v:g}", file=sys.stderr)
             return 2
+    if a.api_remote and not (a.postgres and 0 < a.api_remote <= 8):
+        print("datacenter: --api-remote N wants --postgres and N from 1 to 8", file=sys.stderr)
+        return 2
     exit_on_sigterm()
     print(f"datacenter: {a.nodes} nodes x {ACC} in {TYPES} types, {a.teams} teams, {a.waiting} waiting, "
           f"{a.rate:g} submits/s for {a.seconds:g} s; timed executor (no processes); "

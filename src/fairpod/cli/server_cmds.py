@@ -1,4 +1,5 @@
-"""``fairpod up`` and ``fairpod down``: run the control plane on this machine."""
+"""``fairpod up`` and ``fairpod down``: run the control plane on this machine; ``fairpod api``: its API on
+another host (a PostgreSQL database shared with the core)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,28 @@ def _down(a: argparse.Namespace) -> Any:
     return daemon.down(a.timeout)
 
 
+def _api(a: argparse.Namespace) -> Any:
+    import logging
+    from pathlib import Path
+
+    from fairpod.paths import fairpod_home
+    from fairpod.server.runtime import apiserver
+
+    home = fairpod_home()
+    try:
+        url = apiserver.database(a.db)
+        core = apiserver.core_url(a.core)
+        if not 0 < a.port < 65536:
+            raise apiserver.Refused(f"--port {a.port}: give a port from 1 to 65535")
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        apiserver.serve_api(home, url, core, a.address, a.port,
+                            Path(a.secret_file) if a.secret_file else home / "job-token.key")
+    except apiserver.Refused as e:
+        print(f"fairpod: error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "up", help="start the control plane on this machine",
@@ -64,6 +87,26 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--timeout", type=float, default=30.0, help="seconds between SIGTERM and SIGKILL "
                    "(default %(default)s)")
     d.set_defaults(func=_down)
+    p = sub.add_parser(
+        "api", help="serve the API on this host for a control plane on PostgreSQL (scale the API out)",
+        description="Serve fairpod's API from this host, beside the control plane's core on another (or the same) "
+        "host, against the cluster's PostgreSQL database: submit, list-jobs and get-job are answered here from "
+        "the database (a submit is committed before its 201 and the core admits it at its next turn, also when "
+        "the core was down at the time); every other request is passed to the core at --core. Run several behind "
+        "a load balancer (docs/operations.md, \"API processes on other hosts\"). Needs FAIRPOD_DB_URL (the "
+        "core's database) and a copy of the core's job-token.key (--secret-file, mode 0600); users' tokens are "
+        "the database's. Runs in the foreground until SIGTERM.",
+    )
+    p.add_argument("--core", required=True, metavar="URL",
+                   help="the core's API, http://HOST:PORT (its fairpod up --port on its --advertise-address)")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="port to serve on (default %(default)s)")
+    p.add_argument("--address", default="127.0.0.1", metavar="IP",
+                   help="address of this host to serve on (default %(default)s; 0.0.0.0 for all)")
+    p.add_argument("--db", metavar="URL", help="the cluster's PostgreSQL URL when it holds no password (default "
+                   "$FAIRPOD_DB_URL; a password belongs in FAIRPOD_DB_URL or ~/.pgpass, never on a command line)")
+    p.add_argument("--secret-file", metavar="PATH", help="a copy of the core's $FAIRPOD_HOME/job-token.key, mode "
+                   "0600 (default $FAIRPOD_HOME/job-token.key of this host)")
+    p.set_defaults(func=_api)
 
 
 def _up_flags(p: argparse.ArgumentParser) -> None:

@@ -1,5 +1,7 @@
 """Jobs the core did not write: with ``fairpod up --api-workers N`` the API workers commit submits themselves
-(:mod:`fairpod.server.core.worker`), and the core takes them into the engine's queue at the start of its next turn.
+(:mod:`fairpod.server.core.worker`), and so does ``fairpod api`` on other hosts against a PostgreSQL database
+(:mod:`fairpod.server.runtime.apiserver`); the core takes them into the engine's queue at the start of its next
+turn.
 
 The store gives each job a ``seq`` from a counter in its insert's transaction, so a job committed later has a
 larger one (SQLite has one writer; on PostgreSQL the counter's row orders the writers). :class:`Foreign` keeps the
@@ -28,16 +30,23 @@ class Foreign:
         self.taken = 0  # jobs taken in so far
 
     def take(self, cp: Any) -> None:
-        jobs = cp.store.submitted_after(self.seq, list(cp.snap.teams), PAGE)
-        for job in jobs:
-            self.seq = max(self.seq, job.seq)
-            wid = to_engine(job.id)
-            if (job.state != JobState.PENDING or job.array_id is not None or wid in cp.snap.pending
-                    or wid in cp.snap.running or job.id in cp.restart_holds):
+        rows = cp.store.seqs_after(self.seq, list(cp.snap.teams), PAGE)  # narrow: most are known already
+        new: list[int] = []
+        for jid, seq, state, array_id in rows:
+            self.seq = max(self.seq, seq)
+            wid = to_engine(jid)
+            if (state != JobState.PENDING or array_id is not None or wid in cp.snap.pending
+                    or wid in cp.snap.running or jid in cp.restart_holds):
                 continue
-            cp.snap.add_pending(cp.workload(job))
-            self.taken += 1
-        if len(jobs) == PAGE:
+            new.append(jid)
+        if new:
+            jobs = cp.store.get_jobs(new)
+            for jid in new:  # in seq order; still pending when read whole
+                job = jobs.get(jid)
+                if job is not None and job.state == JobState.PENDING:
+                    cp.snap.add_pending(cp.workload(job))
+                    self.taken += 1
+        if len(rows) == PAGE:
             cp.wake.set()
 
 

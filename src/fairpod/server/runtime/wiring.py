@@ -7,8 +7,10 @@ Nothing else in ``fairpod.server`` picks concrete classes: the core takes a stor
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
+import json
 import logging
 import os
 import time
@@ -34,6 +36,9 @@ from fairpod.server.runtime import heap
 from fairpod.server.runtime.steadyclock import control_clock
 from fairpod.store import Store
 from fairpod.store.db import use_clock
+
+# the store's meta key where a core that takes in others' submits keeps its executor's Traits (read by `fairpod api`)
+TRAITS_META = "core_executor_traits"
 
 log = logging.getLogger("fairpod")
 
@@ -114,7 +119,9 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
         elector.guard(store)
         executor = cast(Executor, FencedExecutor(executor, elector))
     store.create_all()
-    seen = store.last_seq() if api_workers else 0  # read before the memory: a later commit is taken at a turn
+    # other processes commit submits: API workers, or `fairpod api` on any host of a PostgreSQL database
+    foreign = api_workers or store.dialect == "postgresql"
+    seen = store.last_seq() if foreign else 0  # read before the memory: a later commit is taken at a turn
     clock = control_clock(home)  # durations a step of the wall clock does not move (server.runtime.steadyclock)
     if clock is not None:
         use_clock(clock)
@@ -131,9 +138,10 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
         cp.health = HealthManager(cp, interval=float(os.environ.get("FAIRPOD_AGENT_INTERVAL", "10")),
                                   reboot_seconds=float(os.environ.get("FAIRPOD_REBOOT_SECONDS", "2")))
     app = create_app(cp, secret)
-    if api_workers:
+    if foreign:
         cp.keepers.before.insert(0, Foreign(seen).take)
         worker_wakes(app, cp.wake, secret)
+        store.set_meta(TRAITS_META, json.dumps(dataclasses.asdict(Traits.of(executor))))  # what `fairpod api` checks
     return Runtime(store, executor, cp, app, secret)
 
 
@@ -157,17 +165,18 @@ def worker_wakes(app: Any, wake: Any, secret: bytes) -> None:
         return Response(status_code=204)
 
 
-def build_worker(home: Path, url: str, traits: Traits, core_url: str) -> Any:
+def build_worker(home: Path, url: str, traits: Traits, core_url: str, secret: bytes | None = None) -> Any:
     """An API worker's app (:mod:`fairpod.server.api.worker_app`) over its own store connections: submits
     checked against the stored spec and ``traits`` (the core's executor), committed, and the core woken at
-    ``core_url``; every other request forwarded there."""
+    ``core_url``; every other request forwarded there. ``secret``: the job secret (default: the home's, as the
+    core reads it)."""
     from fairpod.server.access.jobtoken import job_secret
     from fairpod.server.api.worker_app import create_worker_app
 
     store = Store(url, synchronous="NORMAL")
-    secret = job_secret(home, store)
+    secret = job_secret(home, store) if secret is None else secret
     cp = WorkerCore(store, home, traits, Poke(core_url + WAKE_PATH, wake_token(secret)))
     return create_worker_app(cp, secret, core_url)  # type: ignore[arg-type] - the part of Core the job routes use
 
 
-__all__ = ["Runtime", "build", "build_worker", "control_plane", "make_executor", "wake_token", "worker_wakes"]
+__all__ = ["TRAITS_META", "Runtime", "build", "build_worker", "control_plane", "make_executor", "wake_token", "worker_wakes"]

@@ -1,0 +1,149 @@
+"""``fairpod api`` (fairpod.server.runtime.apiserver): an API process of its own on another address (127.0.0.2,
+as another host would be) against the core's PostgreSQL database, beside a live core that runs ``--api-workers 1``
+on it (one live server for the module, on a real PostgreSQL server the module starts: tests/store/conftest.py).
+A submit through it runs; one accepted while the core is stopped (by its PID) is admitted when the core is back;
+what it cannot start with is one line."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from fairpod.store import Store
+from tests.ports import free_port
+from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
+
+from ..conftest import Server, running, wait_for
+
+WORKER = "fairpod-api-worker"
+ADDRESS = "127.0.0.2"
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[Server]:  # noqa: F811
+    s0 = Store(pg_url)
+    wipe(s0.engine)
+    s0.close()
+
+    def on_postgres(s: Server) -> None:
+        s.db = pg_url
+        s.extra = ["--api-workers", "1"]
+
+    yield from running(tmp_path_factory.mktemp("core"), before_start=on_postgres)
+
+
+class ApiProcess:
+    """``fairpod api`` started by the test, stopped by its PID."""
+
+    def __init__(self, tmp: Path, core: Server, url: str) -> None:
+        self.home = tmp / "api-home"
+        self.home.mkdir(mode=0o700)
+        shutil.copy(core.home / "job-token.key", self.home / "job-token.key")  # what the admin copies
+        os.chmod(self.home / "job-token.key", 0o600)
+        self.port = free_port()
+        self.url = f"http://{ADDRESS}:{self.port}"
+        self.env = {**core.env, "FAIRPOD_HOME": str(self.home), "FAIRPOD_DB_URL": url}
+        self.log = open(tmp / "api.log", "wb")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen([sys.executable, "-m", "fairpod.cli.main", "api", "--core", core.url,
+                                      "--address", ADDRESS, "--port", str(self.port)], env=self.env,
+                                     stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.token = core.token
+        wait_for(self.ready, 60, "fairpod api to serve")
+
+    def ready(self) -> bool:
+        assert self.proc.poll() is None, (self.home.parent / "api.log").read_text()
+        try:
+            return self.api("GET", "/jobs?limit=1").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def api(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        with httpx.Client(timeout=30) as c:
+            return c.request(method, self.url + "/api/v1" + path, headers={"Authorization": f"Bearer {self.token}"},
+                             **kw)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            self.proc.wait(30)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def api(core: Server, tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[ApiProcess]:  # noqa: F811
+    a = ApiProcess(tmp_path_factory.mktemp("api"), core, pg_url)
+    yield a
+    a.stop()
+
+
+def job(name: str) -> dict[str, Any]:
+    return {"name": name, "team": "john", "instance_type": "ml.g5.12xlarge", "nodes": 1, "accelerators": 1,
+            "command": ["true"]}
+
+
+def test_a_submit_through_fairpod_api_runs(core: Server, api: ApiProcess) -> None:
+    r = api.api("POST", "/jobs", json=job("remote-run"))
+    assert r.status_code == 201, r.text
+    assert int(r.headers[WORKER]) == api.proc.pid  # answered by the API process, not the core or its worker
+    core.wait_state("remote-run", "Succeeded")
+    ev = api.api("GET", f"/jobs/{r.json()['id']}/events")  # not served there: the core's answer, passed on
+    assert ev.status_code == 200 and ev.json()["events"][0]["kind"] == "JobSubmitted"
+    assert core.job("remote-run")["state"] == "Succeeded"  # and through the core's own worker on PostgreSQL
+    cmdline = Path(f"/proc/{api.proc.pid}/cmdline").read_bytes()
+    assert b"postgresql" not in cmdline and b"job-token" not in cmdline  # no secret on its command line
+
+
+def test_a_submit_accepted_while_the_core_is_down_runs_when_it_returns(core: Server, api: ApiProcess) -> None:
+    assert core.proc is not None
+    core.kill(signal.SIGTERM)  # by its PID; its API worker ends with it, fairpod api does not
+    r = api.api("POST", "/jobs", json=job("remote-down"))
+    assert r.status_code == 201, r.text
+    assert api.api("GET", "/jobs/remote-down?team=john").json()["state"] == "Pending"
+    down = api.api("POST", f"/jobs/{r.json()['id']}/cancel")  # the core's route: it says it is not there
+    assert down.status_code == 502 and down.json()["title"] == "core unavailable"
+    core.start()
+    core.wait_state("remote-down", "Succeeded")
+    assert api.proc.poll() is None
+
+
+def test_fairpod_api_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path, core: Server,
+                                                                   pg_url: str) -> None:  # noqa: F811
+    good = tmp_path / "key"
+    shutil.copy(core.home / "job-token.key", good)
+    os.chmod(good, 0o600)
+    loose = tmp_path / "loose"
+    shutil.copy(good, loose)
+    os.chmod(loose, 0o644)
+    junk = tmp_path / "junk"
+    junk.write_text("not a key\n")
+    os.chmod(junk, 0o600)
+    base = {**core.env, "FAIRPOD_HOME": str(tmp_path / "h")}
+    base.pop("FAIRPOD_DB_URL", None)
+    with_db = {**base, "FAIRPOD_DB_URL": pg_url}
+    core_flag = ["--core", core.url, "--secret-file", str(good), "--port", str(free_port())]
+    cases: list[tuple[dict[str, str], list[str], str]] = [
+        (base, core_flag, "needs the cluster's PostgreSQL database: set FAIRPOD_DB_URL"),
+        (base, [*core_flag, "--db", f"sqlite:///{tmp_path}/x.db"], "--db: fairpod api serves a PostgreSQL"),
+        (base, [*core_flag, "--db", "postgresql+psycopg://u:hunter2@db.example/x"], "--db holds a password"),
+        (with_db, ["--core", "ftp://x", "--secret-file", str(good)], "--core 'ftp://x': give the core's URL"),
+        (with_db, ["--core", "http://h:99999"], "--core 'http://h:99999' is not a URL"),
+        (with_db, ["--core", core.url, "--secret-file", str(tmp_path / "none")], "no such file; copy the core's"),
+        (with_db, ["--core", core.url, "--secret-file", str(loose)], "is readable by other users (mode 644)"),
+        (with_db, ["--core", core.url, "--secret-file", str(junk)], "is not a fairpod job secret"),
+        (with_db, [*core_flag[:4], "--port", "0"], "--port 0: give a port from 1 to 65535"),
+    ]
+    for env, flags, says in cases:
+        r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "api", *flags], env=env, capture_output=True,
+                           text=True, timeout=60)
+        assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, (flags, r.stderr)
+        assert "hunter2" not in r.stderr
+    assert not (tmp_path / "h").exists()  # nothing written
