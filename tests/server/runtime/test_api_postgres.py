@@ -37,11 +37,11 @@ def job(name: str) -> dict[str, Any]:
 class Two:
     """A core (in-process, built for API workers) and two worker apps over their own stores, one PostgreSQL."""
 
-    def __init__(self, tmp: Path, url: str) -> None:
+    def __init__(self, tmp: Path, url: str, api_workers: bool = True) -> None:
         s = Store(url)
         wipe(s.engine)
         s.close()
-        self.core = Api(tmp, api_workers=True, db=url)
+        self.core = Api(tmp, api_workers=api_workers, db=url)
         self.workers = [TestClient(build_worker(self.core.home, url, Traits.of(self.core.rt.executor),
                                                 "http://127.0.0.1:9"), base_url="http://127.0.0.1:9")
                         for _ in range(2)]
@@ -148,3 +148,24 @@ def test_the_core_takes_both_of_two_concurrent_commits_in_seq_order(two: Two, mo
     assert foreign.taken == 2
     for r in (a, b):
         assert core.api("GET", f"/jobs/{r.json()['id']}").json()["state"] == "Running"
+
+
+def test_a_core_on_postgresql_takes_in_what_another_process_committed(tmp_path: Path, pg_url: str):  # noqa: F811
+    """A core on PostgreSQL built without API workers of its own (``fairpod up --db postgresql://…``) still takes in
+    the jobs another process committed (``fairpod api`` on another host), and records its executor for it."""
+    from fairpod.server.runtime.apiserver import core_traits
+
+    t = Two(tmp_path, pg_url, api_workers=False)
+    try:
+        assert core_traits(t.core.store) == Traits.of(t.core.rt.executor)
+        r = t.post(0, job("pg-other"))
+        assert r.status_code == 201, r.text
+        t.core.turn()
+        assert t.core.api("GET", f"/jobs/{r.json()['id']}").json()["state"] == "Running"
+        # its own submits are not taken in twice
+        own = t.core.api("POST", "/jobs", json=job("pg-own"))
+        t.core.turn()
+        assert t.core.api("GET", f"/jobs/{own.json()['id']}").json()["state"] == "Running"
+        assert len(t.core.cp.snap.running) == 2
+    finally:
+        t.close()
