@@ -6,6 +6,7 @@ waiting for it in ``pg_stat_activity``."""
 
 from __future__ import annotations
 
+import secrets
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -169,3 +170,53 @@ def test_a_core_on_postgresql_takes_in_what_another_process_committed(tmp_path: 
         assert len(t.core.cp.snap.running) == 2
     finally:
         t.close()
+
+
+def test_fairpod_api_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path, pg_url: str,  # noqa: F811
+                                                                   monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``fairpod api``'s bad input, each one line naming the flag, file or variable, nothing written; a password
+    given on the command line is refused and never echoed. (In-process: the CLI's main, before it would serve.)"""
+    from fairpod.cli.main import main
+
+    s = Store(pg_url)
+    wipe(s.engine)  # a database no core has started on
+    s.close()
+    good = tmp_path / "key"
+    good.write_text(secrets.token_hex(32) + "\n")
+    good.chmod(0o600)
+    loose = tmp_path / "loose"
+    loose.write_text(good.read_text())
+    loose.chmod(0o644)
+    junk = tmp_path / "junk"
+    junk.write_text("not a key\n")
+    junk.chmod(0o600)
+    monkeypatch.setenv("FAIRPOD_HOME", str(tmp_path / "h"))
+    core = ["--core", "http://127.0.0.1:9", "--secret-file", str(good)]
+    cases: list[tuple[str | None, list[str], str]] = [
+        (None, core, "needs the cluster's PostgreSQL database: set FAIRPOD_DB_URL"),
+        (None, [*core, "--db", f"sqlite:///{tmp_path}/x.db"], "--db: fairpod api serves a PostgreSQL"),
+        (None, [*core, "--db", "postgresql+psycopg://u:hunter2@db.example/x"], "--db holds a password"),
+        (None, [*core, "--db", "nonsense"], "--db is not a database URL"),
+        (pg_url, ["--core", "ftp://x", "--secret-file", str(good)], "--core 'ftp://x': give the core's URL"),
+        (pg_url, ["--core", "http://h:99999"], "--core 'http://h:99999' is not a URL"),
+        (pg_url, ["--core", "http://h:1/api/v1"], "(no path, query or user)"),
+        (pg_url, [*core, "--port", "0"], "--port 0: give a port from 1 to 65535"),
+        (pg_url, ["--core", "http://h:1", "--secret-file", str(tmp_path / "none")], "no such file; copy the core's"),
+        (pg_url, ["--core", "http://h:1", "--secret-file", str(loose)], "is readable by other users (mode 644)"),
+        (pg_url, ["--core", "http://h:1", "--secret-file", str(junk)], "is not a fairpod job secret"),
+        (pg_url, ["--core", "http://h:1", "--secret-file", str(tmp_path)], "not a regular file"),
+        (pg_url, ["--core", "http://h:1", "--secret-file", "/dev/zero"], "not a regular file"),
+        (pg_url, core, "cannot read the cluster from the database"),  # no core has made its tables yet
+        ("postgresql+psycopg://fairpod@/postgres?host=/nonexistent&port=1", core, "cannot read the cluster"),
+    ]
+    for url, flags, says in cases:
+        if url is None:
+            monkeypatch.delenv("FAIRPOD_DB_URL", raising=False)
+        else:
+            monkeypatch.setenv("FAIRPOD_DB_URL", url)
+        assert main(["api", *flags]) == 2, flags
+        err = capsys.readouterr().err
+        assert says in err and err.startswith("fairpod: error: ") and err.count("\n") == 1, (flags, err)
+        assert "hunter2" not in err
+    assert not (tmp_path / "h").exists()  # nothing written

@@ -1,8 +1,8 @@
 """``fairpod api`` (fairpod.server.runtime.apiserver): an API process of its own on another address (127.0.0.2,
 as another host would be) against the core's PostgreSQL database, beside a live core that runs ``--api-workers 1``
 on it (one live server for the module, on a real PostgreSQL server the module starts: tests/store/conftest.py).
-A submit through it runs; one accepted while the core is stopped (by its PID) is admitted when the core is back;
-what it cannot start with is one line."""
+A submit through it runs; one accepted while the core is stopped (by its PID) is admitted when the core is back.
+(What it cannot start with: tests/server/runtime/test_api_postgres.py, in-process.)"""
 
 from __future__ import annotations
 
@@ -113,37 +113,3 @@ def test_a_submit_accepted_while_the_core_is_down_runs_when_it_returns(core: Ser
     core.start()
     core.wait_state("remote-down", "Succeeded")
     assert api.proc.poll() is None
-
-
-def test_fairpod_api_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Path, core: Server,
-                                                                   pg_url: str) -> None:  # noqa: F811
-    good = tmp_path / "key"
-    shutil.copy(core.home / "job-token.key", good)
-    os.chmod(good, 0o600)
-    loose = tmp_path / "loose"
-    shutil.copy(good, loose)
-    os.chmod(loose, 0o644)
-    junk = tmp_path / "junk"
-    junk.write_text("not a key\n")
-    os.chmod(junk, 0o600)
-    base = {**core.env, "FAIRPOD_HOME": str(tmp_path / "h")}
-    base.pop("FAIRPOD_DB_URL", None)
-    with_db = {**base, "FAIRPOD_DB_URL": pg_url}
-    core_flag = ["--core", core.url, "--secret-file", str(good), "--port", str(free_port())]
-    cases: list[tuple[dict[str, str], list[str], str]] = [
-        (base, core_flag, "needs the cluster's PostgreSQL database: set FAIRPOD_DB_URL"),
-        (base, [*core_flag, "--db", f"sqlite:///{tmp_path}/x.db"], "--db: fairpod api serves a PostgreSQL"),
-        (base, [*core_flag, "--db", "postgresql+psycopg://u:hunter2@db.example/x"], "--db holds a password"),
-        (with_db, ["--core", "ftp://x", "--secret-file", str(good)], "--core 'ftp://x': give the core's URL"),
-        (with_db, ["--core", "http://h:99999"], "--core 'http://h:99999' is not a URL"),
-        (with_db, ["--core", core.url, "--secret-file", str(tmp_path / "none")], "no such file; copy the core's"),
-        (with_db, ["--core", core.url, "--secret-file", str(loose)], "is readable by other users (mode 644)"),
-        (with_db, ["--core", core.url, "--secret-file", str(junk)], "is not a fairpod job secret"),
-        (with_db, [*core_flag[:4], "--port", "0"], "--port 0: give a port from 1 to 65535"),
-    ]
-    for env, flags, says in cases:
-        r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "api", *flags], env=env, capture_output=True,
-                           text=True, timeout=60)
-        assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, (flags, r.stderr)
-        assert "hunter2" not in r.stderr
-    assert not (tmp_path / "h").exists()  # nothing written

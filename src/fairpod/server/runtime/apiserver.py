@@ -80,14 +80,15 @@ def secret(path: Path) -> bytes:
     """The job secret from ``path``: a copy of the core's ``job-token.key``, readable by this user only."""
     try:
         st = path.stat()
-        text = path.read_text(encoding="ascii").strip()
+        if not stat.S_ISREG(st.st_mode):  # (a FIFO or a device would block or never end a read)
+            raise Refused(f"--secret-file {path}: not a regular file")
+        with path.open("rb") as f:
+            text = f.read(4096).decode("ascii").strip()
     except FileNotFoundError:
         raise Refused(f"--secret-file {path}: no such file; copy the core's $FAIRPOD_HOME/{SECRET_FILE} here "
                       "(mode 0600)") from None
     except (OSError, UnicodeDecodeError) as e:
         raise Refused(f"--secret-file {path}: cannot read it ({getattr(e, 'strerror', None) or e})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise Refused(f"--secret-file {path}: not a regular file")
     if st.st_mode & 0o077:
         raise Refused(f"--secret-file {path} is readable by other users (mode {stat.S_IMODE(st.st_mode):o}): "
                       f"chmod 600 {path}")
