@@ -19,7 +19,7 @@ import pytest
 
 from fairpod.executors import LocalExecutor
 from fairpod.executors.base import JobLaunch, ReplicaExit, ReplicaLaunch
-from fairpod.sandbox import cgroups
+from fairpod.sandbox import cgroups, container
 
 from . import images
 from .conftest import wait_for
@@ -84,6 +84,29 @@ def test_a_stop_reaches_the_process_inside_with_its_grace(
     assert e.returncode == 7, e
     assert not any(d.name.startswith("term.") for b in hierarchy.bases.values() for d in b.iterdir()), \
         "the replica's cgroup (and the container's inside it) is removed"
+
+
+def test_a_replica_killed_at_the_end_of_its_grace_leaves_no_container(
+        ex: LocalExecutor, tmp_path: Path, hierarchy: cgroups.Hierarchy, image: str) -> None:
+    """A stop with no grace (SIGKILL at once, as when a grace period runs out): the engine's ``run --rm`` is killed
+    before it removes the container, and the container was left behind, listed as running with no process."""
+    launch(ex, tmp_path, "nograce", "a", "trap '' TERM; echo ready; while true; do sleep 0.2; done", image)
+    wait_for(lambda: "\nready" in output(tmp_path, "nograce"), 120.0)
+    name = container.name_of({"job": "nograce", "attempt": 0, "rank": 0},
+                             str((tmp_path / "runs" / "nograce" / "0" / "0").resolve()))
+    engine = container.detect()
+    assert engine is not None
+
+    def exists() -> bool:
+        return subprocess.run([engine.path, "container", "exists", name], timeout=60).returncode == 0
+
+    assert exists()
+    ex.stop("nograce", 0, 0.0)
+    exit_of(ex, "nograce", [], 60.0)
+    sup = tmp_path / "runs" / "nograce" / "0" / "0" / "supervisor.pid"
+    pid = int(sup.read_text().split()[0])
+    wait_for(lambda: not Path(f"/proc/{pid}").exists() or None, 60.0)  # the supervisor removes it, then ends
+    assert not exists(), f"{name} is still there"
 
 
 @pytest.mark.xfail(reason="known race, open: a stop that comes while podman creates the container is still lost "
