@@ -56,7 +56,9 @@ def test_failovers_run_every_job_once_and_no_fenced_leader_writes(ha: HaCluster)
     check_outcome(ha, stream)
     evs = ha.request("GET", "/events", params={"limit": 2000}).json()["events"]
     elected = [e["message"] for e in evs if e["kind"] == "LeaderElected"]
-    assert len(elected) == 4 and sum(f" after http://{NET}." in m for m in elected) == 3, elected
+    said = "\n".join(elected) + "\n" + "\n".join(f"node {n.i}: {ln}" for n in ha.nodes
+                                                for ln in n.log_text().splitlines() if "lead" in ln or "step" in ln)
+    assert len(elected) == 4 and sum(f" after http://{NET}." in m for m in elected) == 3, said
     stepped = [n for n in ha.nodes if "stepping down" in n.log_text()]
     assert stepped, "the stopped and the cut leader say in their log that they stepped down"
     assert all(t < 30 for t in took), took
