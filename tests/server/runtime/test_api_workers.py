@@ -232,3 +232,70 @@ def test_api_workers_refused_in_one_line(tmp_path: Path, flags: list[str], says:
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and r.stderr.startswith(says) and r.stderr.count("\n") == 1, r.stderr
     assert not home.exists()  # nothing written
+
+
+def test_concurrent_submits_in_a_worker_are_one_transaction_each_answered_as_if_sequential(
+        pair: tuple[Api, TestClient]) -> None:
+    """Submits that arrive while the worker's writer waits for SQLite's write lock (held here by another
+    connection, as the core's turn or another worker holds it) are written in one transaction: fewer BEGIN
+    IMMEDIATEs on the worker's store than submits. Each request gets its own answer: a job the cluster can never
+    hold is refused alone, a repeated idempotency key answers the first job, a name taken twice in one group
+    fails only the second, every other job is there once."""
+    import sqlite3
+
+    from sqlalchemy import event
+
+    a, c = pair
+    w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
+    writes: list[str] = []
+    event.listen(w.store.engine, "before_cursor_execute",
+                 lambda conn, cur, sql, *_: writes.append(sql) if sql == "BEGIN IMMEDIATE" else None)
+    auth = {"Authorization": f"Bearer {a.token}"}
+
+    def group(asks: list[tuple[dict[str, Any], dict[str, str]]]) -> list[httpx.Response]:
+        """The asks sent at once: the first takes the writer and waits on SQLite's lock; the rest queue."""
+        out: list[httpx.Response | None] = [None] * len(asks)
+
+        def send(i: int) -> None:
+            body, headers = asks[i]
+            out[i] = c.post("/api/v1/jobs", json=body, headers={**auth, **headers})
+
+        lock = sqlite3.connect(a.home / "fairpod.db", isolation_level=None, timeout=30)
+        lock.execute("BEGIN IMMEDIATE")  # SQLite's one write lock, held by another connection
+        threads = [threading.Thread(target=send, args=(i,)) for i in range(len(asks))]
+        try:
+            threads[0].start()
+            wait_for(lambda: w._writer.locked(), 30, "the first submit to take the worker's writer")
+            for th in threads[1:]:
+                th.start()
+            wait_for(lambda: len(w.submits) == len(asks) - 1, 30, "the other submits to queue behind it")
+        finally:
+            lock.execute("COMMIT")
+            lock.close()
+        for th in threads:
+            th.join(timeout=60)
+        assert not any(th.is_alive() for th in threads)
+        return [r for r in out if r is not None]
+
+    key = {"Idempotency-Key": "gc-key"}
+    asks = [(job(f"gc-{i}"), {}) for i in range(12)]
+    asks += [(job("gc-key"), key), (job("gc-key"), key), (job("gc-never", nodes=40), {})]
+    del writes[:]
+    answers = group(asks)
+    assert len(answers) == len(asks) and len(writes) == 2  # the first alone, then the 14 queued behind it
+    assert [r.status_code for r in answers[:12]] == [201] * 12
+    keyed = sorted(answers[12:14], key=lambda r: r.status_code)  # which of the two came first is the kernel's
+    assert [(r.status_code, r.headers.get("Idempotent-Replayed")) for r in keyed] == [(200, "true"), (201, None)]
+    assert keyed[0].json()["id"] == keyed[1].json()["id"]
+    assert answers[14].status_code == 400 and "40 ml.g5.12xlarge nodes" in answers[14].json()["detail"]
+
+    # a name taken twice in one group: the group is written one by one, only the second of the two fails
+    asks = [(job("gc-a"), {}), (job("gc-b"), {}), (job("gc-same"), {}), (job("gc-same"), {}), (job("gc-c"), {})]
+    answers = group(asks)
+    assert [r.status_code for r in answers[:2] + answers[4:]] == [201, 201, 201], [r.text for r in answers]
+    clash = sorted(answers[2:4], key=lambda r: r.status_code)
+    assert [r.status_code for r in clash] == [201, 409]
+    assert clash[1].json() == a.api("POST", "/jobs", json=job("gc-same")).json()  # as the core answers it
+    names = [j["name"] for j in a.api("GET", "/jobs?team=john&limit=0").json()["jobs"]]
+    want = [f"gc-{i}" for i in range(12)] + ["gc-key", "gc-a", "gc-b", "gc-same", "gc-c"]
+    assert sorted(n for n in names if n.startswith("gc-")) == sorted(want)  # each once, the refused one absent

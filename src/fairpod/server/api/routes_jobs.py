@@ -61,13 +61,12 @@ def add_routes(api: APIRouter, cp: Core) -> None:
                                                                     "first job instead of submitting another"),
                    ) -> JSONResponse:
         require_team(p, spec.team)
-        replay = idempotency_key is not None and cp.queries.submitted_with(p.name, idempotency_key) is not None
-        job = cp.submit(spec, p.name, idempotency_key)
+        job, created = cp.submit_keyed(spec, p.name, idempotency_key)  # not created: an earlier one with the key
         if job.name != spec.name or job.team != spec.team:
             raise Problem(409, "idempotency key reused",
                           f"Idempotency-Key {idempotency_key!r} was used for job {job.team}/{job.name}")
         view = job_view(cp, job, detail=True, reader=p)
-        if replay:  # the first submit's job, as it is now: 200, not 201
+        if not created:  # the first submit's job, as it is now: 200, not 201
             return as_json(view, 200, {"Idempotent-Replayed": "true"})
         return as_json(view, 201)
 

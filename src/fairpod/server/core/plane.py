@@ -130,6 +130,10 @@ class ControlPlane(Memory, Loop, Door, Core):
         """Queue a job (:func:`fairpod.server.core.transitions.submit.submit`)."""
         return submit.submit(self, spec, actor, key)
 
+    def submit_keyed(self, spec: JobSpec, actor: str, key: str | None = None) -> tuple[Job, bool]:
+        """:meth:`submit`, and whether this request created the job (not an earlier one with ``key``)."""
+        return submit.submit_keyed(self, spec, actor, key)
+
     def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
         """Queue the tasks of a job array (:func:`fairpod.server.core.transitions.submit.submit_array`)."""
         return submit.submit_array(self, spec, text, actor, key)

@@ -5,7 +5,8 @@ A worker checks a submit with the core's own functions (:func:`fairpod.server.co
 the job against the stored spec, its nodes, the host's paths and the core's executor as
 :class:`~fairpod.executors.base.Traits`) and writes it with the core's own transaction
 (:func:`~fairpod.server.core.transitions.submit.write_submits`: the job, its ``JobSubmitted`` event, its audit entry
-and its idempotency key, name uniqueness by the database's index), then answers. It never changes a job after
+and its idempotency key, name uniqueness by the database's index), then answers. Concurrent submits in one
+worker are written in one transaction, as the core's are (group commit: ``commit_group``). It never changes a job after
 that: the core takes the job into the engine's queue at its next turn (:mod:`fairpod.server.core.foreign`), and
 the worker wakes it (:class:`Poke`). The engine's memory (queue positions, estimated starts, what a borrowing job
 borrows now) is the core's: a worker's answers leave those out (``engine_memory`` False; docs/architecture.md).
@@ -30,10 +31,10 @@ from fairpod.server.core.facts import Facts, LiveFacts
 from fairpod.server.core.memory import add_nodes, checkpoint_root_of
 from fairpod.server.core.published import AsOf
 from fairpod.server.core.queries import Queries
-from fairpod.server.core.submits import Submit
-from fairpod.server.core.transitions.submit import check, write_submits
-from fairpod.server.errors import JobExists, WrongState
-from fairpod.store import AlreadyExists, Store
+from fairpod.server.core.submits import Submit, SubmitQueue
+from fairpod.server.core.transitions.submit import check, commit_group, write_submits
+from fairpod.server.errors import WrongState
+from fairpod.store import Store
 from fairpod.store.records import Job
 
 log = logging.getLogger("fairpod.worker")
@@ -105,6 +106,8 @@ class WorkerCore:
         self.wake = wake
         self.eta = NoEstimates()
         self._mu = threading.Lock()
+        self._writer = threading.Lock()  # held while a group of submits is written (submit)
+        self.submits = SubmitQueue()  # submits waiting for the writer: written together
         self._version = -1
         self._checked = 0.0
         self.spec: ClusterSpec
@@ -152,20 +155,34 @@ class WorkerCore:
         return None
 
     def submit(self, spec: JobSpec, actor: str, key: str | None = None) -> Job:
-        """Check and commit one submit (the core's functions), then wake the core; answers after the commit."""
+        return self.submit_keyed(spec, actor, key)[0]
+
+    def submit_keyed(self, spec: JobSpec, actor: str, key: str | None = None) -> tuple[Job, bool]:
+        """Check one submit (the core's functions), commit it with the submits that arrived meanwhile in this
+        process (group commit, as the core's: whoever takes the writer writes every queued submit in one
+        transaction, each answered with its own job or its own error), then wake the core; answers after the
+        commit. Whether this request created the job: False where an earlier one with ``key`` did."""
         self.refresh(force=True)
         spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
         req = Submit(spec, actor, key, self.spec, check(self, spec))
-        try:
-            [(_, job, err, created)] = write_submits(self, [req])
-        except AlreadyExists as e:
-            raise JobExists(str(e)) from None
-        if err is not None:
-            raise err
-        assert job is not None
-        if created and self.wake is not None:
+        self.submits.add(req)
+        with self._writer:  # one writer in this process: the submits queued while it waits are its group
+            if not req.done:
+                commit_group(self.submits.take(), self._write)
+        if req.error is not None:
+            raise req.error
+        assert req.job is not None
+        if req.created and self.wake is not None:
             self.wake.set()
-        return job
+        return req.job, req.created
+
+    def _write(self, group: list[Submit]) -> None:
+        """One transaction of the core's (``write_submits``); each submit then holds its answer."""
+        answers = write_submits(self, group)
+        self.submits.commits += 1
+        self.submits.written += len(group)
+        for r, job, err, created in answers:
+            r.job, r.error, r.created, r.done = job, err, created, True
 
 
 __all__ = ["WAKE_PATH", "NoEstimates", "Poke", "WorkerCore"]

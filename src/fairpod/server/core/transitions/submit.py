@@ -3,6 +3,7 @@ together are written in one transaction (group commit, :mod:`fairpod.server.core
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,6 +30,12 @@ def submit(cp: CoreState, spec: JobSpec, actor: str, key: str | None = None) -> 
     """Queue a job. With an idempotency ``key`` a repeated submit by the same ``actor`` returns the job the
     first one created (whatever its state now) instead of a second job. Submits that wait for the lock
     together are written in one transaction (:mod:`fairpod.server.core.submits`)."""
+    return submit_keyed(cp, spec, actor, key)[0]
+
+
+def submit_keyed(cp: CoreState, spec: JobSpec, actor: str, key: str | None = None) -> tuple[Job, bool]:
+    """:func:`submit`, and whether this request created the job (False: an earlier submit with the same key
+    did, committed before this one's group or earlier in it)."""
     spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
     req = Submit(spec, actor, key, cp.spec, check(cp, spec))  # validated before the lock: it only reads
     cp.submits.add(req)
@@ -41,22 +48,29 @@ def submit(cp: CoreState, spec: JobSpec, actor: str, key: str | None = None) -> 
     assert req.job is not None
     if req.created:
         cp.wake.set()
-    return req.job
+    return req.job, req.created
 
 
 def _commit_submits(cp: CoreState) -> None:
     """Write every queued submit in one transaction, then put the new jobs in the engine's queue (the lock
-    is held). A name already taken fails only its own submit: the group is then written one by one."""
-    group = cp.submits.take()
+    is held)."""
+    commit_group(cp.submits.take(), lambda group: _write_submits(cp, group))
+
+
+def commit_group(group: list[Submit], write: Callable[[list[Submit]], None]) -> None:
+    """``write`` the group in one transaction, each submit answered (its job or its own error). A name already
+    taken fails only its own submit: the group is then written one by one. Any other failed write answers every
+    submit not answered yet with that error, and is raised. The core's group commit and an API worker's
+    (:class:`fairpod.server.core.worker.WorkerCore`) both answer through this one function."""
     try:
         try:
-            _write_submits(cp, group)
+            write(group)
         except AlreadyExists:
             if len(group) == 1:
                 raise
             for one in group:
                 try:
-                    _write_submits(cp, [one])
+                    write([one])
                 except AlreadyExists as e:
                     one.error, one.done = JobExists(str(e)), True
     except AlreadyExists as e:
