@@ -57,7 +57,16 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _live import LiveServer, RawClient, exit_on_sigterm, json_line, percentile, submit_all, table  # noqa: E402
+from _live import (  # noqa: E402
+    LiveServer,
+    RawClient,
+    exit_on_sigterm,
+    json_line,
+    percentile,
+    proc_cpu_seconds,
+    submit_all,
+    table,
+)
 
 TYPES = 10
 BURST_SHARE = 0.02  # the running jobs cancelled at once to measure the engine's cost per decision
@@ -186,6 +195,9 @@ def scrape(srv: LiveServer) -> tuple[dict[str, float], float, int]:
         if 'generation="' in key:  # the cycle collector's series also by generation
             gen = key.split('generation="', 1)[1].split('"', 1)[0]
             out[f"{name}{{{gen}}}"] = float(val)
+        if 'process="' in key and not name.endswith("}"):  # the write lock's waits also by process
+            proc = key.split('process="', 1)[1].split('"', 1)[0]
+            out[f"{name}{{{proc}}}"] = float(val)
     return out, dt, len(raw)
 
 
@@ -215,6 +227,24 @@ def rss_mib(pid: int) -> tuple[float, float]:
             if line.startswith(("VmRSS:", "VmHWM:")):
                 vals[line.split(":")[0]] = int(line.split()[1]) / 1024
     return vals.get("VmRSS", float("nan")), vals.get("VmHWM", float("nan"))
+
+
+def cpu_by_process(srv: LiveServer) -> dict[int, float]:
+    """CPU seconds so far of each of the server's processes (pid -> user + system)."""
+    return {p: proc_cpu_seconds(p) or 0.0 for p in srv.server_pids()}
+
+
+def write_waits(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """The waits for SQLite's write lock between two scrapes (``fairpod_store_write_wait_seconds``, per process):
+    the core's, and the API workers' together (as each reported with its last wake of the core)."""
+    name = "fairpod_store_write_wait_seconds"
+    out = {"core_write_waits": delta(before, after, f"{name}_count{{core}}"),
+           "core_write_wait_s": delta(before, after, f"{name}_sum{{core}}")}
+    workers = {k.rsplit("{", 1)[1] for k in after if k.startswith(f"{name}_count{{worker-")}
+    out["workers_write_waits"] = sum(delta(before, after, f"{name}_count{{{w}") for w in workers)
+    out["workers_write_wait_s"] = sum(delta(before, after, f"{name}_sum{{{w}") for w in workers)
+    out["write_wait_p99_s"] = hist_quantile(before, after, name, 0.99)
+    return out
 
 
 def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, durations: tuple[float, float]
@@ -480,12 +510,15 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
               f"arrays)", flush=True)
         with api_processes(srv, db_url, a.api_remote) if a.api_remote and db_url else nullcontext():
             m0, _, _ = scrape(srv)
-            cpu0, client0 = srv.server_cpu_seconds() or 0.0, time.process_time()
+            cpu0, client0, by0 = srv.server_cpu_seconds() or 0.0, time.process_time(), cpu_by_process(srv)
             lat, done, lists, gets, took = steady(srv, a.teams, a.rate, a.seconds, a.seed + 1,
                                                   (a.min_duration, a.max_duration))
-            cpu1, client1 = srv.server_cpu_seconds() or 0.0, time.process_time()
+            cpu1, client1, by1 = srv.server_cpu_seconds() or 0.0, time.process_time(), cpu_by_process(srv)
+            core_cpu = by1.get(srv.proc.pid, 0.0) - by0.get(srv.proc.pid, 0.0)
             rss, hwm = (sum(v) for v in zip(*(rss_mib(p) for p in srv.server_pids()), strict=True))  # all of them
+            core_rss = rss_mib(srv.proc.pid)[0]
             m1, scrape_s, scrape_bytes = scrape(srv)
+            waits = write_waits(m0, m1)
         with srv.client() as c:
             waiting = c.get("/jobs", params={"state": "Pending", "limit": 1}).json()["total"]
             running = c.get("/jobs", params={"state": "Running", "limit": 1}).json()["total"]
@@ -532,7 +565,9 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         "gc_longest_s": m1.get("fairpod_gc_longest_pause_seconds", float("nan")),
         "gc_full_pause_s": delta(m0, m1, "fairpod_gc_pause_seconds_total{2}"),
         "gc_full_collections": delta(m0, m1, "fairpod_gc_collections_total{2}"),
-        "server_cpu_s": cpu1 - cpu0, "client_cpu_s": client1 - client0, "rss_mib": rss, "rss_peak_mib": hwm, "rss_after_restart_mib": rss_after,
+        "server_cpu_s": cpu1 - cpu0, "core_cpu_s": core_cpu, "workers_cpu_s": cpu1 - cpu0 - core_cpu,
+        "core_rss_mib": core_rss, **waits,
+        "client_cpu_s": client1 - client0, "rss_mib": rss, "rss_peak_mib": hwm, "rss_after_restart_mib": rss_after,
         "metrics_scrape_s": scrape_s, "metrics_bytes": scrape_bytes,
         "restart_healthz_s": healthy_s, "restart_first_admission_s": first_admit_s,
         "dashboard": paint, "load_before": load0[0], "load_after": load1[0], "boot_to_end_s": time.time() - t_boot,
@@ -563,12 +598,19 @@ def report(r: dict[str, Any]) -> str:
         ("engine per decision", f"{r['engine_us_per_decision']:.0f} us of cycle per admission after "
                                 f"{r['decision_cancelled']} running jobs ({BURST_SHARE:.0%}) were cancelled at once "
                                 f"({r['decision_admitted']:.0f} admitted in {r['decision_cycles']:.0f} cycles)"),
-        ("server CPU in steady", f"{r['server_cpu_s']:.1f} s; per submit {r['server_cpu_s'] / max(1, r['submits']) * 1000:.1f} "
-                                 f"ms, the client's {r['client_cpu_s'] / max(1, r['submits']) * 1000:.1f} ms"),
+        ("server CPU in steady", f"{r['server_cpu_s']:.1f} s (core {r['core_cpu_s']:.1f} s, API workers "
+                                 f"{r['workers_cpu_s']:.1f} s); per submit "
+                                 f"{r['server_cpu_s'] / max(1, r['submits']) * 1000:.1f} ms; the load generator "
+                                 f"{r['client_cpu_s']:.1f} s, {r['client_cpu_s'] / max(1, r['submits']) * 1000:.1f} ms "
+                                 f"a submit"),
+        ("SQLite write lock in steady", f"core {r['core_write_wait_s']:.2f} s waited in {r['core_write_waits']:.0f} "
+                                        f"write transactions, API workers {r['workers_write_wait_s']:.2f} s in "
+                                        f"{r['workers_write_waits']:.0f}; p99 <= {r['write_wait_p99_s']:g} s"),
         ("cycle collector in steady", f"{r['gc_pause_s']:.2f} s in {r['gc_collections']:.0f} collections, full ones "
                                       f"{r['gc_full_pause_s']:.2f} s in {r['gc_full_collections']:.0f}; longest since "
                                       f"the start {r['gc_longest_s']:.2f} s"),
-        ("server RSS / peak", f"{r['rss_mib']:.0f} / {r['rss_peak_mib']:.0f} MiB {goal(r['rss_peak_mib'], 'rss_mib')}"),
+        ("server RSS / peak", f"{r['rss_mib']:.0f} / {r['rss_peak_mib']:.0f} MiB, all processes (core "
+                              f"{r['core_rss_mib']:.0f} MiB) {goal(r['rss_peak_mib'], 'rss_mib')}"),
         ("/metrics scrape", f"{r['metrics_scrape_s'] * 1000:.0f} ms, {r['metrics_bytes'] / 1024:.0f} KiB"),
     ]
     if r["restart_healthz_s"] is None or r["restart_healthz_s"] != r["restart_healthz_s"]:  # NaN: not run

@@ -3,8 +3,8 @@
 SQLite: WAL journal, ``synchronous`` FULL by default (NORMAL is also safe against a killed process, FULL
 also against a power cut), foreign keys on, a busy timeout, and transactions that write start with
 ``BEGIN IMMEDIATE`` so two writers queue on the busy timeout instead of failing with "database is locked"
-when one upgrades a read lock. Read-only transactions use a plain deferred ``BEGIN`` and never block
-writers (WAL readers see a snapshot).
+when one upgrades a read lock (each one's wait timed: ``store.waits``). Read-only transactions use a plain
+deferred ``BEGIN`` and never block writers (WAL readers see a snapshot).
 
 PostgreSQL: the driver's defaults (READ COMMITTED); the URL names the driver, e.g.
 ``postgresql+psycopg://user:pw@host/db``.
@@ -22,6 +22,8 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
+
+from fairpod.store.waits import WRITE_WAITS
 
 WRITE_OPTION = "fairpod_write"
 SYNCHRONOUS_MODES = ("OFF", "NORMAL", "FULL", "EXTRA")
@@ -64,8 +66,12 @@ def make_engine(
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get(WRITE_OPTION, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        if not conn.get_execution_options().get(WRITE_OPTION, False):
+            conn.exec_driver_sql("BEGIN")
+            return
+        t0 = time.perf_counter()
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        WRITE_WAITS.add(time.perf_counter() - t0)  # the wait for the one write lock (store.waits)
 
     return engine
 

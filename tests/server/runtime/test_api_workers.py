@@ -299,3 +299,54 @@ def test_concurrent_submits_in_a_worker_are_one_transaction_each_answered_as_if_
     names = [j["name"] for j in a.api("GET", "/jobs?team=john&limit=0").json()["jobs"]]
     want = [f"gc-{i}" for i in range(12)] + ["gc-key", "gc-a", "gc-b", "gc-same", "gc-c"]
     assert sorted(n for n in names if n.startswith("gc-")) == sorted(want)  # each once, the refused one absent
+
+
+def test_a_workers_waits_for_the_write_lock_reach_the_cores_metrics(pair: tuple[Api, TestClient]) -> None:
+    """A worker's submit that waits on SQLite's write lock (held by another connection) is timed from its BEGIN
+    IMMEDIATE; the wake it sends carries the figures, and the core's /metrics shows them under the worker's
+    pid. A wake without the worker token is refused, a body of another shape is not kept."""
+    import json
+    import re
+    import sqlite3
+
+    from sqlalchemy import event
+
+    from fairpod.server.access.jobtoken import job_secret
+    from fairpod.server.core.worker import Poke
+
+    a, c = pair
+    w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
+    began = threading.Event()
+    event.listen(w.store.engine, "before_cursor_execute",
+                 lambda conn, cur, sql, *_: began.set() if sql == "BEGIN IMMEDIATE" else None)
+    before = json.loads(Poke.body())["write_waits"]
+    lock = sqlite3.connect(a.home / "fairpod.db", isolation_level=None, timeout=30)
+    lock.execute("BEGIN IMMEDIATE")
+    out: list[httpx.Response] = []
+    th = threading.Thread(target=lambda: out.append(
+        c.post("/api/v1/jobs", json=job("ww-1"), headers={"Authorization": f"Bearer {a.token}"})))
+    th.start()
+    try:
+        assert began.wait(30)
+        th.join(timeout=0.05)  # the lock held 50 ms more while the submit waits on it (it cannot end meanwhile)
+        assert th.is_alive()
+    finally:
+        lock.execute("COMMIT")
+        lock.close()
+    th.join(timeout=60)
+    assert out and out[0].status_code == 201, out
+    body = json.loads(Poke.body())
+    waits = body["write_waits"]
+    assert sum(waits["counts"]) > sum(before["counts"]) and waits["sum"] - before["sum"] >= 0.05
+
+    token = wake_token(job_secret(a.home, a.store))
+    assert a.request("POST", "/internal/wake", "", content=Poke.body(),
+                     headers={"Fairpod-Worker-Token": "nope"}).status_code == 403
+    odd = json.dumps({"pid": 1, "write_waits": {"counts": [1], "sum": -1}})
+    for sent in (Poke.body(), odd.encode(), b"{not json"):
+        r = a.request("POST", "/internal/wake", "", content=sent, headers={"Fairpod-Worker-Token": token})
+        assert r.status_code == 204
+    text = a.request("GET", "/metrics").text
+    got = re.search(rf'fairpod_store_write_wait_seconds_count{{process="worker-{body["pid"]}"}} (\S+)', text)
+    assert got is not None and float(got.group(1)) >= sum(waits["counts"])
+    assert 'process="worker-1"' not in text and 'process="core"' in text

@@ -10,6 +10,7 @@ start again from zero (Prometheus' ``rate()`` handles such resets).
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Iterable, Iterator
 from typing import Any, cast
@@ -31,6 +32,7 @@ from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.server.keepers import diskfull, outage
 from fairpod.server.runtime import heap
+from fairpod.store import waits
 from fairpod.store.tables import EventRow, JobRow
 
 WAIT_BUCKETS = (1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0)
@@ -329,6 +331,7 @@ class FairpodCollector(Collector):
         yield c
         yield from cp.turns.family()
         yield from _gc_families()
+        yield _write_waits()
 
 
 def _gc_families() -> Iterator[Metric]:
@@ -345,6 +348,18 @@ def _gc_families() -> Iterator[Metric]:
     longest_g = GaugeMetricFamily("fairpod_gc_longest_pause_seconds", "The longest cycle collection so far")
     longest_g.add_metric([], longest)
     yield from (n, t, longest_g)
+
+
+def _write_waits() -> Metric:
+    """The waits for the database's write lock (``store/waits.py``): the server's own process as ``core``, each API
+    worker's as it reported them with its last wake (``worker-<pid>``)."""
+    fam = HistogramMetricFamily("fairpod_store_write_wait_seconds", "Seconds a write transaction waited for SQLite's "
+                                "write lock (its BEGIN IMMEDIATE), per server process", labels=["process"])
+    for name, f in waits.every():
+        cum = list(itertools.accumulate(f["counts"]))
+        fam.add_metric([name], [(_le(b), c) for b, c in zip(waits.BUCKETS, cum, strict=False)] + [("+Inf", cum[-1])],
+                       f["sum"])
+    return fam
 
 
 def add_routes(app_router: FastAPI | APIRouter, cp: Core) -> None:

@@ -14,7 +14,9 @@ borrows now) is the core's: a worker's answers leave those out (``engine_memory`
 
 from __future__ import annotations
 
+import json
 import logging
+import os
 import threading
 import time
 import urllib.request
@@ -36,6 +38,7 @@ from fairpod.server.core.transitions.submit import check, commit_group, write_su
 from fairpod.server.errors import WrongState
 from fairpod.store import Store
 from fairpod.store.records import Job
+from fairpod.store.waits import WRITE_WAITS
 
 log = logging.getLogger("fairpod.worker")
 T = TypeVar("T")
@@ -54,7 +57,8 @@ class NoEstimates:
 
 class Poke:
     """Wakes the core's loop after a worker's commit: one small POST to the core's private port, coalesced (while
-    one is on its way, more commits ask for one more, not one each). A poke that does not arrive (the core is
+    one is on its way, more commits ask for one more, not one each), with this worker's waits for the database's
+    write lock so far (``store.waits``, for the core's /metrics). A poke that does not arrive (the core is
     stopped or restarting) only delays the job to the core's next periodic turn, or to its start."""
 
     def __init__(self, url: str, token: str) -> None:
@@ -72,6 +76,11 @@ class Poke:
             self._sending = True
         threading.Thread(target=self._send, name="poke", daemon=True).start()
 
+    @staticmethod
+    def body() -> bytes:
+        """What a wake carries: this worker's pid and its waits for the write lock (``store.waits``)."""
+        return json.dumps({"pid": os.getpid(), "write_waits": WRITE_WAITS.figures()}).encode()
+
     def _send(self) -> None:
         while True:
             with self._mu:
@@ -79,8 +88,9 @@ class Poke:
                     self._sending = False
                     return
                 self._due = False
-            req = urllib.request.Request(self._url, method="POST", data=b"",
-                                         headers={"Fairpod-Worker-Token": self._token})
+            req = urllib.request.Request(self._url, method="POST", data=self.body(),
+                                         headers={"Fairpod-Worker-Token": self._token,
+                                                  "Content-Type": "application/json"})
             try:
                 with urllib.request.urlopen(req, timeout=2.0):  # noqa: S310 - our own loopback URL
                     self.sent += 1

@@ -34,7 +34,7 @@ from fairpod.server.core import (
 from fairpod.server.ha.leader import Elector, FencedExecutor
 from fairpod.server.runtime import heap
 from fairpod.server.runtime.steadyclock import control_clock
-from fairpod.store import Store
+from fairpod.store import Store, waits
 from fairpod.store.db import use_clock
 
 # the store's meta key where a core that takes in others' submits keeps its executor's Traits (read by `fairpod api`)
@@ -152,17 +152,29 @@ def wake_token(secret: bytes) -> str:
 
 
 def worker_wakes(app: Any, wake: Any, secret: bytes) -> None:
-    """``POST /internal/wake`` on the core's app: a worker committed a submit; the loop takes it in now."""
-    from fastapi import Header, Response
+    """``POST /internal/wake`` on the core's app: a worker committed a submit; the loop takes it in now. The body
+    may carry the worker's waits for the database's write lock (``store.waits.report``; a body not of that shape
+    is ignored: the wake still counts)."""
+    from starlette.requests import Request
+    from starlette.responses import Response
 
-    token = wake_token(secret)
+    token = wake_token(secret).encode()
 
-    @app.post(WAKE_PATH, include_in_schema=False, response_class=Response)
-    def _wake(fairpod_worker_token: str = Header(default="", max_length=200)) -> Response:
-        if not hmac.compare_digest(fairpod_worker_token.encode(), token.encode()):
+    async def _wake(request: Request) -> Response:
+        shown = request.headers.get("fairpod-worker-token", "")[:200].encode("latin-1", "replace")
+        if not hmac.compare_digest(shown, token):
             return Response(status_code=403)
         wake.set()
+        body = await request.body()
+        try:
+            got = json.loads(body) if 0 < len(body) <= 4096 else None
+        except ValueError:
+            got = None
+        if isinstance(got, dict) and isinstance(got.get("pid"), int):
+            waits.report(f"worker-{got['pid']}", got.get("write_waits"))
         return Response(status_code=204)
+
+    app.add_route(WAKE_PATH, _wake, methods=["POST"], include_in_schema=False)
 
 
 def build_worker(home: Path, url: str, traits: Traits, core_url: str, secret: bytes | None = None) -> Any:
