@@ -18,9 +18,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fairpod.executors.base import Traits
+from fairpod.server.runtime.daemon import initialize
 from fairpod.server.runtime.wiring import build_worker, wake_token
 
-from ..conftest import Server, running, wait_for
+from ..conftest import SEED_SPEC, Server, running, wait_for
 from ..inproc_api import Api
 
 WORKER = "fairpod-api-worker"
@@ -217,6 +218,65 @@ def test_only_a_worker_wakes_the_core(pair: tuple[Api, TestClient]) -> None:
     assert a.request("POST", "/internal/wake", "", headers={"Fairpod-Worker-Token": wake_token(a.rt.secret)}
                      ).status_code == 204
     assert a.cp.wake.is_set()
+
+
+# the core process (fairpod.server.runtime.workers.Workers starting one worker), ended at once, as kill -9 would, while
+# its worker still imports: before the worker's PR_SET_PDEATHSIG
+CORE = """
+import os, socket, sys, time
+from pathlib import Path
+from fairpod.executors.base import Traits
+from fairpod.server.runtime.workers import PIDS_FILE, Workers
+home = Path(sys.argv[1])
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen()
+Workers(home, 1, [s], 9, sys.argv[2], Traits("local", False, False)).start()
+deadline = time.monotonic() + 30
+while time.monotonic() < deadline and not (home / PIDS_FILE).exists():
+    time.sleep(0.01)
+print(s.getsockname()[1], flush=True)
+os._exit(0)
+"""
+# a subreaper above the core (as systemd --user, or a container's init, is): the orphaned worker becomes its child,
+# not init's; it says whether the worker ended or went on to serve the public socket
+REAPER = """
+import ctypes, os, signal, subprocess, sys, time
+import httpx
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+core = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]], stdout=subprocess.PIPE, text=True)
+port = int(core.stdout.readline())  # (the worker holds the pipe too: no read to its end)
+core.wait()
+home = sys.argv[2]
+pid = int(open(os.path.join(home, "api-workers.pid")).read().splitlines()[1].split()[1])
+deadline, said = time.monotonic() + 60, "still there"
+while time.monotonic() < deadline:
+    if os.waitpid(pid, os.WNOHANG)[0] == pid:
+        said = "ended"
+        break
+    try:
+        httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+        said = "serving"
+        break
+    except httpx.HTTPError:
+        time.sleep(0.05)
+if said != "ended":
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+print(said)
+"""
+
+
+def test_a_worker_whose_core_ended_before_it_started_ends_under_a_subreaper(tmp_path: Path) -> None:
+    """The core killed while a worker it just started still imports (kill -9 of a worker, then of the core): the
+    worker, orphaned before it asked for PR_SET_PDEATHSIG, must not serve the public socket on its own (a new
+    ``fairpod up`` could not bind it), also when the orphan's new parent is a subreaper and not PID 1."""
+    home = tmp_path / "home"
+    url = f"sqlite:///{home / 'fairpod.db'}"
+    initialize(home, url, str(SEED_SPEC), 0)[0].close()
+    r = subprocess.run([sys.executable, "-c", REAPER, CORE, str(home), url], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "ended", (r.stdout, r.stderr[-2000:])
 
 
 @pytest.mark.parametrize(("flags", "says"), [

@@ -53,7 +53,7 @@ class Workers:
         return [sys.executable, "-m", "fairpod.server.runtime.workers", "--index", str(index),
                 "--fds", ",".join(str(s.fileno()) for s in self.socks), "--core-port", str(self.core_port),
                 "--executor", t.name, "--resizing", str(int(t.resizing)),
-                "--probing", str(int(t.probing))]
+                "--probing", str(int(t.probing)), "--core-pid", str(os.getpid())]
 
     def start(self) -> None:
         for i in range(self.count):
@@ -102,11 +102,14 @@ class Workers:
             (self.home / PIDS_FILE).unlink()
 
 
-def _die_with_parent() -> None:
-    """End this process when the core process that started it ends (Linux ``PR_SET_PDEATHSIG``)."""
+def _die_with_parent(core: int) -> None:
+    """End this process when the core process that started it (``core``) ends (Linux ``PR_SET_PDEATHSIG``). A
+    core that ended before the call (killed while this worker imported) is seen by the parent's PID: an orphan is
+    taken by init or by the nearest subreaper (``systemd --user``, a container's init), so its new parent's PID
+    need not be 1."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-    if os.getppid() == 1:  # the parent ended before the call
+    if os.getppid() != core:  # the core ended before the call
         raise SystemExit(0)
 
 
@@ -124,8 +127,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--executor", required=True)
     p.add_argument("--resizing", type=int, required=True)
     p.add_argument("--probing", type=int, required=True)
+    p.add_argument("--core-pid", type=int, required=True)
     a = p.parse_args(argv)
-    _die_with_parent()
+    _die_with_parent(a.core_pid)
     os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s api-worker-{a.index}: %(message)s")
     socks = [socket.socket(fileno=int(fd)) for fd in a.fds.split(",")]
