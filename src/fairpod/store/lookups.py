@@ -34,6 +34,7 @@ T = TypeVar("T")
 # each other crosswise); held until the transaction ends
 _SERIALIZE = text("SELECT count(pg_advisory_xact_lock(h)) FROM (SELECT DISTINCT hashtextextended(n, 0) AS h "
                   "FROM unnest(:names) AS n ORDER BY h) AS locks").bindparams(bindparam("names", type_=ARRAY(Text)))
+_NOTIFY = text("SELECT pg_notify(:channel, '')")
 
 
 class JobLookupOps(Ops):
@@ -125,3 +126,12 @@ class JobLookupOps(Ops):
             conn = s.connection()
             if conn.dialect.name == "postgresql":
                 conn.execute(_SERIALIZE, {"names": names})
+
+    def notify(self, channel: str) -> None:
+        """PostgreSQL: ``pg_notify(channel)`` in this write transaction, delivered to the channel's listeners on its
+        commit only (:mod:`fairpod.store.notify`: how a submit committed outside the core wakes it). SQLite:
+        nothing (its API workers wake the core over HTTP, :class:`fairpod.server.core.worker.Poke`)."""
+        with self._session(True) as s:
+            conn = s.connection()
+            if conn.dialect.name == "postgresql":
+                conn.execute(_NOTIFY, {"channel": channel})

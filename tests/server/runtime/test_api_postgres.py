@@ -151,6 +151,28 @@ def test_the_core_takes_both_of_two_concurrent_commits_in_seq_order(two: Two, mo
         assert core.api("GET", f"/jobs/{r.json()['id']}").json()["state"] == "Running"
 
 
+def test_a_commit_by_another_process_wakes_the_core_through_the_database(two: Two):
+    """A worker on PostgreSQL wakes the core by a ``NOTIFY`` in its submit's transaction, not over HTTP (its core URL
+    here is a port where nothing listens, and it holds no Poke): the core's listener sets the loop's wake on the
+    commit. Its connection killed (``pg_terminate_backend``), it listens again and the next commit wakes the loop."""
+    core = two.core
+    listener = core.rt.listener
+    assert listener is not None
+    assert all(w.app.app.state.cp.wake is None for w in two.workers)  # type: ignore[attr-defined] - Signed(app)
+    listener.start()
+    wake = core.cp.wake
+    for n in (1, 2):
+        wait_for(lambda n=n: listener.listening.is_set() and listener.connects == n, 30, f"listening (connection {n})")
+        wake.clear()
+        r = two.post(0, job(f"pg-wake-{n}"))
+        assert r.status_code == 201, r.text
+        wait_for(wake.is_set, 30, "the commit's NOTIFY to wake the core's loop")
+        with core.store.engine.connect() as c:  # the listener's connection dropped, as a database restart drops it
+            c.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": listener.pid})
+    core.turn()
+    assert all(core.api("GET", f"/jobs/pg-wake-{n}").json()["state"] == "Running" for n in (1, 2))
+
+
 def test_a_core_on_postgresql_takes_in_what_another_process_committed(tmp_path: Path, pg_url: str):  # noqa: F811
     """A core on PostgreSQL built without API workers of its own (``fairpod up --db postgresql://…``) still takes in
     the jobs another process committed (``fairpod api`` on another host), and records its executor for it."""

@@ -8,7 +8,8 @@ the job against the stored spec, its nodes, the host's paths and the core's exec
 and its idempotency key, name uniqueness by the database's index), then answers. Concurrent submits in one
 worker are written in one transaction, as the core's are (group commit: ``commit_group``). It never changes a job after
 that: the core takes the job into the engine's queue at its next turn (:mod:`fairpod.server.core.foreign`), and
-the worker wakes it (:class:`Poke`). The engine's memory (queue positions, estimated starts, what a borrowing job
+the commit wakes it: on PostgreSQL a ``NOTIFY`` in the submit's transaction (:mod:`fairpod.store.notify`), on SQLite
+a POST to the core's private port (:class:`Poke`). The engine's memory (queue positions, estimated starts, what a borrowing job
 borrows now) is the core's: a worker's answers leave those out (``engine_memory`` False; docs/architecture.md).
 """
 
@@ -170,8 +171,8 @@ class WorkerCore:
     def submit_keyed(self, spec: JobSpec, actor: str, key: str | None = None) -> tuple[Job, bool]:
         """Check one submit (the core's functions), commit it with the submits that arrived meanwhile in this
         process (group commit, as the core's: whoever takes the writer writes every queued submit in one
-        transaction, each answered with its own job or its own error), then wake the core; answers after the
-        commit. Whether this request created the job: False where an earlier one with ``key`` did."""
+        transaction, each answered with its own job or its own error), waking the core (the commit notifies it
+        on PostgreSQL; a :class:`Poke` on SQLite); answers after the commit. Whether this request created the job: False where an earlier one with ``key`` did."""
         self.refresh(force=True)
         spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
         req = Submit(spec, actor, key, self.spec, check(self, spec))
@@ -188,7 +189,7 @@ class WorkerCore:
 
     def _write(self, group: list[Submit]) -> None:
         """One transaction of the core's (``write_submits``); each submit then holds its answer."""
-        answers = write_submits(self, group)
+        answers = write_submits(self, group, notify=True)
         self.submits.commits += 1
         self.submits.written += len(group)
         for r, job, err, created in answers:

@@ -5,7 +5,8 @@ It serves what an API worker of ``fairpod up --api-workers N`` serves, with the 
 (:func:`fairpod.server.runtime.wiring.build_worker`): submit, list-jobs and get-job from the database, every other
 request forwarded to the core at ``--core``. Unlike a worker it is no child of the core and does not end with it: a
 submit it accepts while the core is down is committed, and the core takes it in at its first turn back
-(:mod:`fairpod.server.core.foreign`, which a core on PostgreSQL always runs).
+(:mod:`fairpod.server.core.foreign`, which a core on PostgreSQL always runs); a commit wakes the core through the
+database (:mod:`fairpod.store.notify`), not over HTTP.
 
 What it needs, and where from:
 
@@ -13,7 +14,7 @@ What it needs, and where from:
   local user's to read; a password goes in ``~/.pgpass`` or the environment);
 - the core's executor as :class:`~fairpod.executors.base.Traits` (what a submit is checked against): from the
   database, where a core on PostgreSQL writes it at each start (``wiring.TRAITS_META``);
-- the job secret (``job-token.key``, which signs job tokens and the core's wake token): a file the admin copies from
+- the job secret (``job-token.key``, which signs job tokens): a file the admin copies from
   the core's home (mode 0600), never from the database, whose readers could then forge tokens
   (:mod:`fairpod.server.access.jobtoken`). Users' tokens are the database's, as for the core.
 """

@@ -36,6 +36,7 @@ from fairpod.server.runtime import heap
 from fairpod.server.runtime.steadyclock import control_clock
 from fairpod.store import Store, waits
 from fairpod.store.db import use_clock
+from fairpod.store.notify import Listener
 
 # the store's meta key where a core that takes in others' submits keeps its executor's Traits (read by `fairpod api`)
 TRAITS_META = "core_executor_traits"
@@ -70,8 +71,11 @@ class Runtime:
     cp: ControlPlane
     app: Any  # fastapi.FastAPI
     secret: bytes
+    listener: Listener | None = None  # PostgreSQL: others' submit commits wake the loop (fairpod.store.notify)
 
     def start(self) -> None:
+        if self.listener is not None:
+            self.listener.start()
         self.cp.start()
         if self.cp.services is not None:
             self.cp.services.start()
@@ -84,6 +88,8 @@ class Runtime:
         if self.cp.services is not None:
             self.cp.services.stop()
         self.cp.stop()
+        if self.listener is not None:
+            self.listener.stop()
         self.store.close()
 
 
@@ -142,7 +148,9 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
         cp.keepers.before.insert(0, Foreign(seen).take)
         worker_wakes(app, cp.wake, secret)
         store.set_meta(TRAITS_META, json.dumps(dataclasses.asdict(Traits.of(executor))))  # what `fairpod api` checks
-    return Runtime(store, executor, cp, app, secret)
+    # PostgreSQL: a submit committed by an API worker or `fairpod api` wakes the loop through the database
+    listener = Listener(url, cp.wake.set) if store.dialect == "postgresql" else None
+    return Runtime(store, executor, cp, app, secret, listener)
 
 
 def wake_token(secret: bytes) -> str:
@@ -187,7 +195,9 @@ def build_worker(home: Path, url: str, traits: Traits, core_url: str, secret: by
 
     store = Store(url, synchronous="NORMAL")
     secret = job_secret(home, store) if secret is None else secret
-    cp = WorkerCore(store, home, traits, Poke(core_url + WAKE_PATH, wake_token(secret)))
+    # PostgreSQL: the submit's commit notifies the core (fairpod.store.notify); SQLite: a POST to its private port
+    poke = None if store.dialect == "postgresql" else Poke(core_url + WAKE_PATH, wake_token(secret))
+    cp = WorkerCore(store, home, traits, poke)
     return create_worker_app(cp, secret, core_url)  # type: ignore[arg-type] - the part of Core the job routes use
 
 

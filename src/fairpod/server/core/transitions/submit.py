@@ -20,6 +20,7 @@ from fairpod.server.core.submits import Submit
 from fairpod.server.core.transitions import array_holds, resize, serving
 from fairpod.server.errors import BeyondQuota, InvalidJob, JobExists, NeverFits
 from fairpod.store import AlreadyExists
+from fairpod.store.notify import SUBMITS
 from fairpod.store.records import Job
 
 if TYPE_CHECKING:
@@ -96,10 +97,12 @@ def _write_submits(cp: CoreState, group: list[Submit]) -> None:
 Answer = tuple[Submit, Job | None, BaseException | None, bool]  # the submit, its job, its error, a new job?
 
 
-def write_submits(cp: Checking, group: list[Submit]) -> list[Answer]:
+def write_submits(cp: Checking, group: list[Submit], *, notify: bool = False) -> list[Answer]:
     """One transaction: each submit's job, its event and its audit entry (or the job an earlier submit with
     the same idempotency key created). The store only: the core's submits and an API worker's
-    (:mod:`fairpod.server.core.worker`) write through this one function."""
+    (:mod:`fairpod.server.core.worker`) write through this one function. ``notify`` (a process other than the
+    core): a job created notifies the core in the same transaction, delivered on its commit (PostgreSQL
+    ``NOTIFY``, :mod:`fairpod.store.notify`; nothing on SQLite)."""
     answers: list[Answer] = []
     with cp.store.tx() as t:
         # several processes write submits (API workers, `fairpod api`): the same key or name waits for the other
@@ -122,6 +125,8 @@ def write_submits(cp: Checking, group: list[Submit]) -> list[Answer]:
             if r.key is not None:
                 t.remember_submit(r.actor, r.key, job.id)
             answers.append((r, job, None, True))
+        if notify and any(created for *_, created in answers):
+            t.notify(SUBMITS)
     return answers
 
 
