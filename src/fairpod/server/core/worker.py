@@ -172,7 +172,8 @@ class WorkerCore:
         """Check one submit (the core's functions), commit it with the submits that arrived meanwhile in this
         process (group commit, as the core's: whoever takes the writer writes every queued submit in one
         transaction, each answered with its own job or its own error), waking the core (the commit notifies it
-        on PostgreSQL; a :class:`Poke` on SQLite); answers after the commit. Whether this request created the job: False where an earlier one with ``key`` did."""
+        on PostgreSQL; a :class:`Poke` on SQLite); answers after the commit. Whether this request created the
+        job: False where an earlier one with ``key`` did."""
         self.refresh(force=True)
         spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
         req = Submit(spec, actor, key, self.spec, check(self, spec))
