@@ -17,6 +17,11 @@ Reported (all should be 0):
 - ``lost JobStarted``: replica starts (rank 0) with no ``JobStarted`` event of the server for them;
 - ``double preemptions``: jobs with more ``JobPreempted`` events than ``JobRequeued`` ones (one stop, counted twice).
 
+With ``--api-workers N`` the server is ``fairpod up --api-workers N`` (docs/architecture.md, "API workers": the
+submits committed by worker processes, the core's turns in a process of its own), and the kills take in turn one
+API worker (the core starts it again), the core process (its workers end with it; ``fairpod up`` again on the same
+home) and both (a worker, then the core).
+
 Run: ``.venv/bin/python benchmarks/crash.py [--jobs 1000] [--kills 4] [--seed 1] [--runs 1]``; a smaller
 ``--jobs 100 --kills 2`` takes a couple of minutes. Exit status 1 if any figure is not 0, or if no replica's start
 was counted (the replicas append to ``lines.log`` in their workdir, which the sandbox keeps in their view).
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import os
 import random
 import signal
 import sys
@@ -149,17 +155,32 @@ class Submitter(threading.Thread):
             client.close()
 
 
-def kill_and_restart(server: LiveServer, down: float) -> None:
+KILLED = {"core": "the server", "worker": "an API worker", "both": "an API worker and the core"}
+
+
+def kill_and_restart(server: LiveServer, down: float, what: str = "core") -> None:
+    """kill -9 of ``what``: the server (its core process, whose API workers end with it: ``core``), one API worker
+    (the core starts it again: ``worker``) or a worker and then the core (``both``); the server started again."""
     assert server.proc is not None
+    if what in ("worker", "both"):
+        workers = server.server_pids()[1:]
+        if not workers:
+            raise RuntimeError("no API worker to kill: is the server up with --api-workers?")
+        os.kill(workers[0], signal.SIGKILL)
+        if what == "worker":
+            return
     server.proc.send_signal(signal.SIGKILL)
     server.proc.wait(timeout=30)
     time.sleep(down)  # replicas end while nobody watches
     server.start(timeout=120)
 
 
-def one_run(n: int, kills: int, seed: int, pace: float, drain: float, keep: bool) -> dict[str, int]:
+def one_run(n: int, kills: int, seed: int, pace: float, drain: float, keep: bool,
+            api_workers: int = 0) -> dict[str, int]:
     rng = random.Random(seed)
-    with LiveServer(SPEC, keep=keep) as server:
+    extra = ["--api-workers", str(api_workers)] if api_workers else []
+    targets = ("worker", "core", "both") if api_workers else ("core",)  # taken in turn
+    with LiveServer(SPEC, keep=keep, extra=extra) as server:
         if keep:
             print(f"  files kept in {server.tmp}", flush=True)
         log = marks_dir(server) / "lines.log"
@@ -173,8 +194,10 @@ def one_run(n: int, kills: int, seed: int, pace: float, drain: float, keep: bool
         sub.start()
         for k, at in enumerate(moments):
             time.sleep(max(0.0, t0 + at - time.monotonic()))
-            kill_and_restart(server, rng.uniform(0.0, 1.5))
-            print(f"  kill -9 #{k + 1} at {time.monotonic() - t0:.1f} s; server back", flush=True)
+            what = targets[k % len(targets)]
+            kill_and_restart(server, rng.uniform(0.0, 1.5), what)
+            back = "the core starts it again" if what == "worker" else "server back"
+            print(f"  kill -9 #{k + 1} of {KILLED[what]} at {time.monotonic() - t0:.1f} s; {back}", flush=True)
         sub.join(timeout=n / pace + 300)
         if sub.error or sub.is_alive():
             raise RuntimeError(sub.error or "the submitter did not finish")
@@ -378,6 +401,9 @@ def main() -> int:
     ap.add_argument("--pace", type=float, default=8.0, help="jobs submitted per second")
     ap.add_argument("--drain", type=float, default=900.0, help="seconds to wait for the last jobs")
     ap.add_argument("--keep", action="store_true", help="keep the server's home, log and lines.log")
+    ap.add_argument("--api-workers", type=int, default=0,
+                    help="mixed: fairpod up --api-workers N; the kills take an API worker, the core process, "
+                         "both, in turn")
     ap.add_argument("--scenario", choices=("mixed", "grow", "shrink", "cancel", "windows"), default="mixed",
                     help="mixed jobs (above), or the crash window of one transition (windows: all three)")
     ap.add_argument("--max-ms", type=float, default=30.0, help="windows: the latest kill after the transition")
@@ -399,7 +425,7 @@ def main() -> int:
         print(f"run {r + 1} of {args.runs}: {args.jobs} jobs, {args.kills} x kill -9 (seed {args.seed + r})",
               flush=True)
         t0 = time.monotonic()
-        figs = one_run(args.jobs, args.kills, args.seed + r, args.pace, args.drain, args.keep)
+        figs = one_run(args.jobs, args.kills, args.seed + r, args.pace, args.drain, args.keep, args.api_workers)
         print(table([(k, str(v)) for k, v in figs.items()] + [("wall", f"{time.monotonic() - t0:.0f} s")]),
               flush=True)
         bad += sum(v for k, v in figs.items() if k not in ("jobs", "replica starts"))
