@@ -105,8 +105,9 @@ class HaCluster:
     """``n`` control planes on one PostgreSQL server (``pg_url``, whose user may create roles)."""
 
     def __init__(self, tmp: Path, pg_url: str, n: int = 2, lease: float = 3.0,
-                 env: dict[str, str] | None = None) -> None:
+                 env: dict[str, str] | None = None, api_workers: int = 0) -> None:
         self.tmp = tmp
+        self.api_workers = api_workers  # each node's --api-workers
         self.pg_url = pg_url
         self.lease = lease
         self.runs = tmp / "runs"
@@ -139,6 +140,8 @@ class HaCluster:
                 f"{self.lease:g}", "--port", str(node.port), "--advertise-address", node.address, "--db", node.db]
         if spec is not None:
             args += ["--spec", str(spec)]
+        if self.api_workers:
+            args += ["--api-workers", str(self.api_workers)]
         with open(node.log, "ab") as log:
             node.proc = subprocess.Popen(args, env=node.env, stdout=log, stderr=log, start_new_session=True)
             reaper.started(node.proc.pid)

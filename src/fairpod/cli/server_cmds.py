@@ -21,10 +21,6 @@ def _up(a: argparse.Namespace) -> Any:
     if a.lease_seconds is not None and not a.ha:
         print("fairpod: error: --lease-seconds goes with --ha", file=sys.stderr)
         return 2
-    if a.api_workers and a.ha:
-        print("fairpod: error: --api-workers does not go with --ha yet: a standby would have to start and stop its "
-              "workers as it is elected (docs/architecture.md, \"API workers\")", file=sys.stderr)
-        return 2
     if not 0 <= a.api_workers <= 64:
         print(f"fairpod: error: --api-workers must be from 0 to 64, not {a.api_workers}", file=sys.stderr)
         return 2
@@ -135,8 +131,8 @@ def _up_flags(p: argparse.ArgumentParser) -> None:
                    help="serve the API from N worker processes besides the control plane's core (default 0: one "
                    "process): each answers submit, list-jobs and get-job itself from the database and passes every "
                    "other request to the core, so submits and reads use more than one CPU; a submit is committed "
-                   "before its answer and the core admits it at its next turn. SQLite or PostgreSQL; not with --ha "
-                   "(docs/operations.md)")
+                   "before its answer and the core admits it at its next turn. SQLite or PostgreSQL; with --ha every "
+                   "node runs its workers, a standby's accept submits for the leader (docs/operations.md, docs/ha.md)")
     p.add_argument("--runs-dir", metavar="DIR", default=None,
                    help="where replicas' run directories and logs go (default $FAIRPOD_RUNS_DIR, else "
                    "$FAIRPOD_HOME/runs): a volume of their own, so that jobs' output filling it never stops the "

@@ -396,8 +396,6 @@ def test_a_worker_whose_core_ended_before_it_started_ends_under_a_subreaper(tmp_
 
 
 @pytest.mark.parametrize(("flags", "says"), [
-    (["--api-workers", "2", "--ha", "--db", "postgresql+psycopg://u@127.0.0.1:1/x"],
-     "fairpod: error: --api-workers does not go with --ha yet"),
     (["--api-workers", "-1"], "fairpod: error: --api-workers must be from 0 to 64, not -1"),
 ])
 def test_api_workers_refused_in_one_line(tmp_path: Path, flags: list[str], says: str) -> None:

@@ -6,6 +6,14 @@ state). When it wins, it builds the runtime as a single control plane would (:fu
 whose recovery rebuilds the memory from the store and re-attaches to the running replicas), fenced by the
 lease, and serves it. When it must step down it logs why and execs itself again, so it comes back as a standby
 with nothing of the old memory.
+
+With ``--api-workers N`` every node, leader or standby, runs its workers on the public port
+(:mod:`fairpod.server.runtime.workers`) and serves its own app on a private loopback port behind them: a standby's
+workers commit submits to the database (the leader takes them in; the commit's ``NOTIFY`` wakes it) and answer
+list-jobs and get-job from it, and pass the rest to this node's app, which answers as a standby does. Before it
+execs itself on stepping down, a node stops its workers by PID and waits for them: ``exec`` keeps its PID; their
+``PR_SET_PDEATHSIG`` does fire (exec ends the thread that started them), but nothing would wait for one still
+shutting down to let go of the port the new image binds.
 """
 
 from __future__ import annotations
@@ -90,10 +98,14 @@ def _stored_spec(url: str) -> Any:
 
 
 def serve_ha(home: Path, url: str, port: int, socks: list[Any], executor_name: str, options: dict[str, str],
-             my_url: str, settings: HaSettings) -> None:
-    """Stand by, lead when elected, until SIGTERM/SIGINT (then the lease is given up at once)."""
+             my_url: str, settings: HaSettings, pool: Any = None) -> None:
+    """Stand by, lead when elected, until SIGTERM/SIGINT (then the lease is given up at once). ``pool``
+    (``--api-workers N``): the :class:`~fairpod.server.runtime.workers.Workers` on the public sockets, leader or
+    standby; ``socks`` are then this node's private port (docs/ha.md)."""
     import uvicorn
 
+    if pool is not None:
+        pool.start_when_known()
     # cluster.identity unix: every control plane serves its host's Unix socket, leader or standby: the leader
     # answers it as a single control plane does, a standby names the leader (the CLI follows it with MUNGE)
     unix, http, unix_path = identity.serve_unix(_stored_spec(url), port)
@@ -115,8 +127,13 @@ def serve_ha(home: Path, url: str, port: int, socks: list[Any], executor_name: s
 
         threading.Thread(target=go, name="fairpod-takeover", daemon=True).start()
 
+    def step_down(why: str) -> None:
+        if pool is not None:  # ended and waited for: the image exec'd next binds the port they serve
+            pool.stop()
+        _restart_as_standby(why)
+
     elector.on_lead = won
-    elector.on_step_down = _restart_as_standby
+    elector.on_step_down = step_down
     log.info("standing by for the lease (%g s, renewed every %g s) as %s", settings.lease, settings.renew, my_url)
     elector.start()
     config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False, http=http)
@@ -124,6 +141,8 @@ def serve_ha(home: Path, url: str, port: int, socks: list[Any], executor_name: s
     try:
         server.run(sockets=socks)
     finally:
+        if pool is not None:
+            pool.stop()
         identity.remove(unix_path)
         for rt in runtime:
             rt.close()

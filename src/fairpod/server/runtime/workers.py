@@ -101,6 +101,83 @@ class Workers:
         with contextlib.suppress(OSError):
             (self.home / PIDS_FILE).unlink()
 
+    def start_when_known(self, every: float = 1.0) -> None:
+        """``fairpod up --ha``: start the workers once the database holds the executor a leader recorded there
+        (:func:`recorded_traits`: a submit is checked against the leader's executor; a standby runs none). Asked
+        every ``every`` seconds until then, or until :meth:`stop`; at once where a leader has ever run."""
+        def wait() -> None:
+            while not self._stop.is_set():
+                try:
+                    got = recorded_traits(self.url)
+                except Exception as e:  # noqa: BLE001 - the database not answering yet: ask again
+                    log.warning("API workers wait for the database: %s", str(e).splitlines()[0] if str(e) else e)
+                    got = None
+                if got is not None:
+                    with self._mu:
+                        if self._stop.is_set():
+                            return
+                        self.traits = got
+                        self.start()
+                    return
+                self._stop.wait(every)
+
+        threading.Thread(target=wait, name="api-workers-wait", daemon=True).start()
+
+
+def recorded_traits(url: str) -> Traits | None:
+    """The executor the core (the leader) last recorded in the database at ``url``; None before any has."""
+    import json
+
+    from fairpod.server.runtime.wiring import TRAITS_META
+    from fairpod.store import Store
+
+    store = Store(url)
+    try:
+        raw = store.get_meta(TRAITS_META)
+    finally:
+        store.close()
+    return None if raw is None else Traits(**json.loads(raw))
+
+
+def stop_leftovers(home: Path, timeout: float = 10.0) -> list[int]:
+    """``fairpod down`` after its core process ended: SIGTERM (SIGKILL after ``timeout``) to each worker
+    ``api-workers.pid`` still lists that is alive and is an API worker (its command line says so: a PID reused by
+    another process is left alone); the PIDs stopped. A core that ended normally stopped its workers itself and
+    removed the file."""
+    try:
+        lines = (home / PIDS_FILE).read_text().splitlines()[1:]
+    except OSError:
+        return []
+    pids = []
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit() and _is_worker(int(parts[1])):
+            pids.append(int(parts[1]))
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while _is_worker(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _is_worker(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(OSError):
+        (home / PIDS_FILE).unlink()
+    return pids
+
+
+def _is_worker(pid: int) -> bool:
+    """``pid`` is a live API worker (not a zombie, and its command line runs this module)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                return False
+        return b"fairpod.server.runtime.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (OSError, IndexError):
+        return False
+
 
 def _die_with_parent(core: int) -> None:
     """End this process when the core process that started it (``core``) ends (Linux ``PR_SET_PDEATHSIG``). A
