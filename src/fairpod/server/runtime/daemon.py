@@ -17,7 +17,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from fairpod.executors import procs, registry, state
 from fairpod.model.spec import ClusterSpec, SpecError, load_spec, parse_spec, seed_spec
@@ -38,11 +37,8 @@ from fairpod.server.runtime.startup import (
     new_database,
     start_failure,
 )
+from fairpod.server.runtime.workers import Workers, stop_leftovers
 from fairpod.store import Store, Unreachable
-
-if TYPE_CHECKING:
-    from fairpod.executors.base import Executor, Traits
-    from fairpod.server.runtime.workers import Workers
 
 DEFAULT_PORT = 8470
 
@@ -247,9 +243,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", options
         write_pid(home, port)
         ha_pool = None
         if api_workers:  # every node's, leader or standby: their executor is the one the leader recorded
-            from fairpod.executors.base import Traits
-
-            ha_pool, socks = _workers(home, url, socks, api_workers, Traits("", False, False))
+            ha_pool, socks = Workers.fronting(home, api_workers, socks, _listen([LOOPBACK], 0), url, None)
         serve_ha(home, url, port, socks, executor_name, options or {}, api_url(advertise, port), ha, ha_pool)
         return
     try:
@@ -266,7 +260,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", options
     socks = _listen([LOOPBACK, advertise], port)
     pool = None
     if api_workers:  # the public sockets are the workers'; the core serves a private port
-        pool, socks = _workers(home, url, socks, api_workers, executor)
+        pool, socks = Workers.fronting(home, api_workers, socks, _listen([LOOPBACK], 0), url, executor)
     rt.start()
     config = uvicorn.Config(rt.app, host=LOOPBACK, port=port, log_level="warning", access_log=False, http=http)
     server = uvicorn.Server(config)
@@ -284,18 +278,6 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", options
                 pid_file(home).unlink()
         except (OSError, IndexError):
             pass
-
-
-def _workers(home: Path, url: str, socks: list[socket.socket], count: int,
-             executor: Executor | Traits) -> tuple[Workers, list[socket.socket]]:
-    """``--api-workers N``: the workers (not started) on the public ``socks``, and the private loopback socket
-    the core serves behind them."""
-    from fairpod.server.runtime.workers import Workers
-
-    for s in socks:
-        s.listen(2048)  # connections queue while a worker starts again
-    private = _listen([LOOPBACK], 0)
-    return Workers(home, count, socks, private[0].getsockname()[1], url, executor), private
 
 
 def wait_healthy(port: int, proc: subprocess.Popen | None, timeout: float = 30.0) -> bool:
@@ -452,22 +434,15 @@ def down(timeout: float = 30.0) -> int:
     started = procs.start_time(pid)
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not procs.alive(pid, started):
-            _workers_left(home)
-            print(f"fairpod stopped (pid {pid}); running jobs keep running and are adopted by the next 'fairpod up'")
-            return 0
+    while procs.alive(pid, started) and time.monotonic() < deadline:
         time.sleep(0.1)
-    os.kill(pid, signal.SIGKILL)
-    _workers_left(home)
+    stopped = not procs.alive(pid, started)
+    if not stopped:
+        os.kill(pid, signal.SIGKILL)
+    if left := stop_leftovers(home):  # those its core did not stop (it was killed)
+        print(f"stopped API workers the server left: pid {', '.join(map(str, left))}")
+    if stopped:
+        print(f"fairpod stopped (pid {pid}); running jobs keep running and are adopted by the next 'fairpod up'")
+        return 0
     print(f"fairpod did not stop within {timeout:g} s and was killed (pid {pid})")
     return 1
-
-
-def _workers_left(home: Path) -> None:
-    """API workers the core process did not stop (it was killed, or it exec'd itself): stopped by their PIDs."""
-    from fairpod.server.runtime.workers import stop_leftovers
-
-    left = stop_leftovers(home)
-    if left:
-        print(f"stopped API workers the server left: pid {', '.join(map(str, left))}")

@@ -48,6 +48,16 @@ class Workers:
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
+    @classmethod
+    def fronting(cls, home: Path, count: int, socks: list[socket.socket], private: list[socket.socket], url: str,
+                 executor: Executor | Traits | None) -> tuple[Workers, list[socket.socket]]:
+        """``count`` workers (not started) on the public ``socks``, and ``private``, the loopback socket the core
+        serves behind them. ``executor`` None (``--ha``): the one the leader recorded (:meth:`start_when_known`)."""
+        for s in socks:
+            s.listen(2048)  # connections queue while a worker starts again
+        traits = Traits("", False, False) if executor is None else executor
+        return cls(home, count, socks, private[0].getsockname()[1], url, traits), private
+
     def _cmd(self, index: int) -> list[str]:
         t = self.traits
         return [sys.executable, "-m", "fairpod.server.runtime.workers", "--index", str(index),
