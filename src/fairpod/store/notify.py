@@ -30,7 +30,7 @@ def conninfo(url: str) -> str:
 
 class Listener:
     """A thread that LISTENs on ``channel`` of the PostgreSQL database at ``url`` and calls ``wake()`` for each
-    batch of notifications, and once each time it (re)starts listening. :meth:`stop` ends it (within ``poll``)."""
+    notification as it arrives, and once each time it (re)starts listening. :meth:`stop` ends it (within ``poll``)."""
 
     def __init__(self, url: str, wake: Callable[[], None], channel: str = SUBMITS, poll: float = 0.5) -> None:
         self._info, self._wake, self._channel, self._poll = conninfo(url), wake, channel, poll
@@ -78,11 +78,10 @@ class Listener:
             self._wake()  # what was committed while this did not listen is taken at this turn
             self.listening.set()
             while not self._stop.is_set():
-                got = sum(1 for _ in conn.notifies(timeout=self._poll))
-                if got:
-                    self.notified += got
+                for _ in conn.notifies(timeout=self._poll):  # each as it comes (the generator runs to its timeout)
+                    self.notified += 1
                     self._wake()
-                elif conn.closed or conn.broken:
+                if conn.closed or conn.broken:
                     raise psycopg.OperationalError("the connection closed")
             self.listening.clear()
 
