@@ -38,7 +38,6 @@ from fairpod.sandbox import environment as isolation
 # a command that stops what it started in other sessions itself (a Ray job's Ray processes: fairpod.executors.raycluster)
 # sets this in its env: a stop's SIGTERM goes to its process group only; the rest gets SIGKILL after the grace period
 GROUP_FIRST = "FAIRPOD_TERM_GROUP_FIRST"
-
 LEFTOVER_GRACE = 5.0
 
 
@@ -428,22 +427,7 @@ class Supervisor:
         self.out.close()
         self.log.close()
         patient.write_json(self.dir / state.STATUS, result)  # a full disk: kept and retried, never lost
-        if self.spec.get("container") and self.child is not None and (self.killing or self.wait_status is None or
-                                                                      os.WIFSIGNALED(self.wait_status)):
-            self._remove_container()
-
-    def _remove_container(self) -> None:
-        """The container of a replica whose engine was killed (SIGKILL at the end of the grace period, or an
-        abort): ``run --rm`` did not live to remove it, and its monitor (conmon, re-parented to this supervisor, the
-        subreaper) was killed with the rest, so nothing would: the engine would list it as running with no process
-        for ever. After the status is written: the slot is free meanwhile."""
-        engine = sandbox.container.detect()
-        if engine is None:
-            return
-        name = sandbox.container.name_of(self.spec, str(self.dir.resolve()))
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
-            subprocess.run([engine.path, "rm", "--force", "--ignore", "--time", "0", name], stdin=subprocess.DEVNULL,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
+        sandbox.container.remove_killed(self.spec, str(self.dir.resolve()), self.child, self.killing, self.wait_status)
 
 
 def main(argv: list[str] | None = None) -> int:

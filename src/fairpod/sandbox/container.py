@@ -23,6 +23,7 @@ cgroups are a v1/v2 hybrid, so on cgroup v1 hosts runc is used when installed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
@@ -178,6 +179,22 @@ def name_of(spec: dict[str, Any], where: str = "") -> str:
     tail = f"-{hashlib.sha1(where.encode()).hexdigest()[:8]}" if where else ""
     return f"fairpod-{spec.get('job')}.{spec.get('attempt')}.{spec.get('rank')}{tail}"
 
+
+
+def remove_killed(spec: dict[str, Any], where: str, engine_proc: object, killed: bool, status: int | None) -> None:
+    """Remove the container of the replica ``spec`` run in ``where`` (see :func:`name_of`) when the supervisor killed
+    its engine (SIGKILL at the end of the grace period: ``killed``; ended by a signal, or not reaped after an abort:
+    ``status``). ``run --rm`` did not live to remove it, and its monitor (conmon, re-parented to the supervisor, a
+    subreaper) was killed with the rest, so nothing would: the engine would list it as running with no process for
+    ever. Nothing to do for a replica without a container, or whose engine never started (``engine_proc`` None)."""
+    if not spec.get("container") or engine_proc is None or not (killed or status is None or os.WIFSIGNALED(status)):
+        return
+    engine = detect()
+    if engine is None:
+        return
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([engine.path, "rm", "--force", "--ignore", "--time", "0", name_of(spec, where)],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
 
 def run_argv(engine: Engine, spec: dict[str, Any], env: dict[str, str], *, user: tuple[int, ...] | None,
              cgroup_parent: str | None, pids: int | None, name: str | None = None) -> list[str]:
