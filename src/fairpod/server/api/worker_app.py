@@ -73,7 +73,7 @@ def create_worker_app(cp: Core, job_secret: bytes, core_url: str) -> FastAPI:
     api = APIRouter(prefix="/api/v1", responses=PROBLEM_RESPONSES)
     routes_jobs.add_routes(api, cp)  # the job routes themselves; of them, this worker serves SERVED
     api.routes[:] = [r for r in api.routes if isinstance(r, APIRoute) and any((m, r.path) in SERVED
-                                                                              for m in r.methods)]
+                                                                              for m in r.methods or ())]
     app.include_router(api)
 
     async def forward(request: Request) -> Response:
@@ -81,6 +81,7 @@ def create_worker_app(cp: Core, job_secret: bytes, core_url: str) -> FastAPI:
         headers = [(k, v) for k, v in request.headers.raw if k.decode("latin-1").lower() not in HOP]
         body = request.stream() if request.method not in ("GET", "HEAD") else None
         req = client.build_request(request.method, url, headers=headers, content=body)
+        out: Response
         try:
             resp = await client.send(req, stream=True)
         except httpx.HTTPError as e:
@@ -93,7 +94,7 @@ def create_worker_app(cp: Core, job_secret: bytes, core_url: str) -> FastAPI:
         return out
 
     app.add_route("/{path:path}", forward, methods=METHODS, include_in_schema=False)
-    return Signed(app)  # type: ignore[return-value] - an ASGI app uvicorn serves as it serves FastAPI's
+    return Signed(app)  # type: ignore[return-value]  # an ASGI app uvicorn serves as it serves FastAPI's
 
 
 __all__ = ["SERVED", "create_worker_app"]

@@ -110,7 +110,7 @@ class WorkerCore:
     def __init__(self, store: Store, home: Path, executor: Traits, wake: Poke | None,
                  clock: Callable[[], float] = time.time) -> None:
         self.store = store
-        self.queries = Queries(store)  # type: ignore[arg-type] - a Store reads as the core's BatchingStore does
+        self.queries = Queries(store)  # type: ignore[arg-type]  # a Store reads as the core's BatchingStore does
         self.home = Path(home)
         self.executor = executor
         self.clock = clock

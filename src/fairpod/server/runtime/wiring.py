@@ -198,7 +198,7 @@ def build_worker(home: Path, url: str, traits: Traits, core_url: str, secret: by
     # PostgreSQL: the submit's commit notifies the core (fairpod.store.notify); SQLite: a POST to its private port
     poke = None if store.dialect == "postgresql" else Poke(core_url + WAKE_PATH, wake_token(secret))
     cp = WorkerCore(store, home, traits, poke)
-    return create_worker_app(cp, secret, core_url)  # type: ignore[arg-type] - the part of Core the job routes use
+    return create_worker_app(cp, secret, core_url)  # type: ignore[arg-type]  # the part of Core the job routes use
 
 
 __all__ = ["TRAITS_META", "Runtime", "build", "build_worker", "control_plane", "make_executor", "wake_token", "worker_wakes"]

@@ -139,7 +139,9 @@ class Checking(Protocol):
     spec: ClusterSpec
     snap: Snapshot
     home: Path
-    executor: Executor | Traits
+
+    @property
+    def executor(self) -> Executor | Traits: ...  # read only: the core's executor, or a worker's Traits of it
 
     def checkpoint_root(self) -> Path: ...
 
