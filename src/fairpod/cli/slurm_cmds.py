@@ -30,10 +30,10 @@ lines) are read from the top of the script; options given here win over them. Th
 job's first node, with the SLURM_* variables and an srun that starts commands on every node of the job
 (srun --auto-resume=1 means the job's auto-resume). Prints 'Submitted batch job ID'."""
 SBATCH_EPILOG = """directives: -J/--job-name, -N/--nodes, --ntasks-per-node, -n/--ntasks, --gres=gpu:N, -G/--gpus,
---gpus-per-node, -o/--output and -e/--error (%%x job name, %%j job id, %%N node, %%u user), --open-mode,
+--gpus-per-node, -o/--output and -e/--error (%x job name, %j job id, %N node, %u user), --open-mode,
 --exclusive, --wait-all-nodes, --requeue/--no-requeue, -A/--account (team), -p/--partition (instance type),
--q/--qos (priority class), -D/--chdir, --export, -a/--array (a job array: 0-199%%16 runs at most 16 tasks at
-a time; each task gets SLURM_ARRAY_TASK_ID, %%a and %%A in file names). #FAIRPOD: --team, --priority,
+-q/--qos (priority class), -D/--chdir, --export, -a/--array (a job array: 0-199%16 runs at most 16 tasks at
+a time; each task gets SLURM_ARRAY_TASK_ID, %a and %A in file names). #FAIRPOD: --team, --priority,
 --auto-resume, --no-auto-resume, --max-retry (with auto-resume), --instance-type, --accelerators, --grace-seconds,
 --min-runtime, --required-topology, --preferred-topology. Unknown #SBATCH options are reported and ignored; --dependency and --hold are refused.
 example: fairpod sbatch 1.conda-train.sbatch"""

@@ -183,3 +183,13 @@ def test_with_a_server_the_team_is_the_submitters_only_one(api: Api, sbatch, mon
     assert rc == 1 and refusal(err).startswith("job.sbatch line 7: #FAIRPOD --max-retry 3 does nothing"), err
     names = [j["name"] for j in api.api("GET", "/jobs").json()["jobs"]]
     assert names.count("fsdp") == 1 and "fsdp-admin" not in names, names
+
+
+def test_sbatch_help_writes_slurms_filename_patterns_as_users_type_them(capsys: pytest.CaptureFixture[str]) -> None:
+    """The epilog is printed as written (argparse expands ``%`` only in arguments' help): ``%x``, not ``%%x``."""
+    with pytest.raises(SystemExit) as e:
+        main(["sbatch", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "(%x job name, %j job id, %N node, %u user)" in out and "0-199%16" in out and "%a and %A" in out, out
+    assert "%%" not in out
