@@ -524,3 +524,22 @@ def test_a_workers_waits_for_the_write_lock_reach_the_cores_metrics(pair: tuple[
     got = re.search(rf'fairpod_store_write_wait_seconds_count{{process="worker-{body["pid"]}"}} (\S+)', text)
     assert got is not None and float(got.group(1)) >= sum(waits["counts"])
     assert 'process="worker-1"' not in text and 'process="core"' in text
+
+
+def test_a_workers_submit_reads_no_row_back_for_its_answer(pair: tuple[Api, TestClient]) -> None:
+    """The 201 of a worker's submit is the job it wrote: its live attempt (none yet) is the record's own
+    ``run_state``, not a second read of the job's row after the commit; the answer is the view of the job as
+    get-job through the same worker shows it."""
+    from sqlalchemy import event
+
+    a, c = pair
+    w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
+    auth = {"Authorization": f"Bearer {a.token}"}
+    said: list[str] = []
+    event.listen(w.store.engine, "before_cursor_execute", lambda conn, cur, sql, *_: said.append(sql))
+    r = c.post("/api/v1/jobs", json=job("rb-1"), headers=auth)
+    assert r.status_code == 201, r.text
+    inserted = next(i for i, sql in enumerate(said) if sql.startswith("INSERT INTO jobs"))
+    assert not [sql for sql in said[inserted:] if sql.startswith("SELECT") and "FROM jobs" in sql], said[inserted:]
+    got = c.get(f"/api/v1/jobs/{r.json()['id']}", headers=auth).json()
+    assert r.json() == {k: v for k, v in got.items() if k != "events"}  # get-job adds the job's events

@@ -123,9 +123,16 @@ def job_view(cp: Core, job: Job, *, detail: bool = False, reader: Principal | No
             exit=(job.run_state or {}).get("exits"),
             usage=usage_view(job),
             limits=limits_view(cp, job),
-            goodput=goodput.of_job(job, cp.queries.list_events, cp.attempt_state(job.id), cp.clock()),
+            goodput=goodput.of_job(job, cp.queries.list_events, attempt_of(cp, job), cp.clock()),
         )
     return out
+
+
+def attempt_of(cp: Core, job: Job) -> dict[str, Any] | None:
+    """The job's live attempt: the core's memory of it, or (an API worker, which has none) the ``run_state`` of
+    the record in hand, the one the rest of the view shows, not a second read of the job's row (measured: that
+    read was a ninth of a worker's submit, benchmarks/README.md "The CPU of a worker's submit")."""
+    return cp.attempt_state(job.id) if cp.engine_memory else job.run_state
 
 
 def usage_view(job: Job) -> dict[str, Any] | None:
