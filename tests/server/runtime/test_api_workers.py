@@ -543,3 +543,54 @@ def test_a_workers_submit_reads_no_row_back_for_its_answer(pair: tuple[Api, Test
     assert not [sql for sql in said[inserted:] if sql.startswith("SELECT") and "FROM jobs" in sql], said[inserted:]
     got = c.get(f"/api/v1/jobs/{r.json()['id']}", headers=auth).json()
     assert r.json() == {k: v for k, v in got.items() if k != "events"}  # get-job adds the job's events
+
+
+def test_pokes_share_one_kept_connection_and_survive_its_close() -> None:
+    """A worker's wakes go over one kept-alive connection to the core's private port (a real HTTP/1.1 server on
+    loopback here), each arriving with the worker token; when the core closes the connection, the next wake
+    opens a new one and still arrives."""
+    import http.server
+    import queue
+
+    from fairpod.server.core.worker import Poke
+
+    from ...ports import free_port
+
+    got: queue.Queue[tuple[str, int]] = queue.Queue()
+    close = threading.Event()
+
+    class Core(http.server.BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            self.rfile.read(int(self.headers["Content-Length"]))
+            got.put((self.headers["Fairpod-Worker-Token"], self.client_address[1]))
+            self.send_response(204)
+            if close.is_set():
+                self.send_header("Connection", "close")
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Core)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        poke = Poke(f"http://127.0.0.1:{srv.server_address[1]}/internal/wake", "tok")
+        seen = []
+        for i in range(6):
+            if i == 3:
+                close.set()  # the core answers this wake and closes the connection
+            if i == 4:
+                close.clear()
+            poke.set()
+            seen.append(got.get(timeout=30))  # one wake arrives per set: each waited for before the next
+        assert [t for t, _ in seen] == ["tok"] * 6
+        assert len({port for _, port in seen[:4]}) == 1 and len({port for _, port in seen[4:]}) == 1
+        assert seen[4][1] != seen[0][1]  # a new connection after the core closed the first
+        wait_for(lambda: poke.sent == 6, 30, "the last answer to be read")
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        th.join(timeout=30)
