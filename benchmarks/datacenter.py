@@ -9,8 +9,9 @@ capacity. The run, bounded in time at every step:
 1. **fill**: job arrays through ``POST /jobs/array`` (8 client threads) until the cluster is full and
    ``--waiting`` jobs wait (each team 4 arrays of its own shape: 1, 2, 4 or 8 accelerators on one node, or 2
    nodes x 8; each array one duration between ``--min-duration`` and ``--max-duration``, 30-600 s);
-2. **steady**: for ``--seconds``, single submits (``POST /jobs``) at ``--rate`` per second (open loop, 8 threads;
-   a server that cannot keep up gets as many as 8 clients can send back to back until the time is up) while jobs
+2. **steady**: for ``--seconds``, single submits (``POST /jobs``) at ``--rate`` per second (open loop,
+   ``--submit-threads`` threads, 8 by default; a server that cannot keep up gets as many as they can send back to
+   back until the time is up: at most threads / mean latency per second, ~200/s with 8 at 40 ms) while jobs
    finish and others start; beside them one reader alternates a ``GET /jobs?limit=100`` page (of a
    team) and a ``GET /jobs/{id}``;
 3. ``/metrics`` scraped (time, size) before and after steady: reconcile turns (whole turn and the engine's cycle,
@@ -247,9 +248,9 @@ def write_waits(before: dict[str, float], after: dict[str, float]) -> dict[str, 
     return out
 
 
-def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, durations: tuple[float, float]
-           ) -> tuple[list[float], int, list[float], list[float], float]:
-    """Submits at ``rate``/s for ``seconds`` (8 threads, open loop) and one reader; returns (submit latencies,
+def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, durations: tuple[float, float],
+           threads: int = 8) -> tuple[list[float], int, list[float], list[float], float]:
+    """Submits at ``rate``/s for ``seconds`` (``threads`` threads, open loop) and one reader; returns (submit latencies,
     submits done, list latencies, get latencies, seconds the submits took)."""
     rng = random.Random(seed)
     bodies = [job_body(f"s{i}", rng.randrange(teams), SHAPES[rng.randrange(len(SHAPES))], rng.uniform(*durations))
@@ -283,7 +284,7 @@ def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, 
     rd.start()
     t_start = time.time()
     try:
-        sent = submit_all(srv, bodies, 8, on_submitted=lambda i, t0, t1, job: ids.append(int(job["id"])),
+        sent = submit_all(srv, bodies, threads, on_submitted=lambda i, t0, t1, job: ids.append(int(job["id"])),
                           pace=rate, until=seconds)
     finally:
         took = time.time() - t_start
@@ -512,7 +513,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
             m0, _, _ = scrape(srv)
             cpu0, client0, by0 = srv.server_cpu_seconds() or 0.0, time.process_time(), cpu_by_process(srv)
             lat, done, lists, gets, took = steady(srv, a.teams, a.rate, a.seconds, a.seed + 1,
-                                                  (a.min_duration, a.max_duration))
+                                                  (a.min_duration, a.max_duration), a.submit_threads)
             cpu1, client1, by1 = srv.server_cpu_seconds() or 0.0, time.process_time(), cpu_by_process(srv)
             core_cpu = by1.get(srv.proc.pid, 0.0) - by0.get(srv.proc.pid, 0.0)
             rss, hwm = (sum(v) for v in zip(*(rss_mib(p) for p in srv.server_pids()), strict=True))  # all of them
@@ -548,6 +549,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         "first_start_s": first_start_s,
         "accelerators": a.nodes * ACC, "teams": a.teams, "waiting_target": a.waiting, "fill_jobs": submitted,
         "fill_s": fill_s, "waiting_after": waiting, "running_after": running, "rate_asked": a.rate,
+        "submit_threads": a.submit_threads,
         "submits": done, "submit_s": took, "submit_rate": done / took if took else float("nan"),
         "submit_p50_ms": percentile(lat, 50) * 1000, "submit_p99_ms": percentile(lat, 99) * 1000,
         "list_p50_ms": percentile(lists, 50) * 1000, "list_p99_ms": percentile(lists, 99) * 1000,
@@ -584,7 +586,8 @@ def report(r: dict[str, Any]) -> str:
         ("first start", f"{r['first_start_s']:.1f} s to /healthz (the spec's nodes stored)"),
         ("fill", f"{r['fill_jobs']} jobs through arrays in {r['fill_s']:.1f} s; after steady: "
                  f"{r['waiting_after']} waiting, {r['running_after']} running"),
-        ("sustained submits", f"{r['submit_rate']:.0f}/s ({r['submits']} at {r['rate_asked']:g}/s asked) "
+        ("sustained submits", f"{r['submit_rate']:.0f}/s ({r['submits']} at {r['rate_asked']:g}/s asked, "
+                              f"{r['submit_threads']} client threads) "
                               f"{goal(r['submit_rate'], 'submit_rate', below=False)}"),
         ("submit p50 / p99", f"{r['submit_p50_ms']:.1f} / {r['submit_p99_ms']:.1f} ms "
                              f"{goal(r['submit_p50_ms'], 'submit_p50_ms')} {goal(r['submit_p99_ms'], 'submit_p99_ms')}"),
@@ -635,6 +638,9 @@ def main() -> int:
     ap.add_argument("--teams", type=int, default=500, help="teams (default 500)")
     ap.add_argument("--waiting", type=int, default=100_000, help="jobs to keep waiting (default 100,000)")
     ap.add_argument("--rate", type=float, default=1000.0, help="single submits per second in steady (1,000)")
+    ap.add_argument("--submit-threads", type=int, default=8, metavar="N",
+                    help="client threads sending the steady phase's submits (default 8; 1-256): the client's "
+                         "reach is N / the mean submit latency per second")
     ap.add_argument("--seconds", type=float, default=30.0, help="length of the steady phase (default 30 s)")
     ap.add_argument("--min-duration", type=float, default=30.0, help="shortest job in seconds (default 30)")
     ap.add_argument("--max-duration", type=float, default=600.0, help="longest job in seconds (default 600)")
@@ -663,6 +669,9 @@ def main() -> int:
         if v <= 0:
             print(f"datacenter: {flag} must be > 0, got {v:g}", file=sys.stderr)
             return 2
+    if not 1 <= a.submit_threads <= 256:
+        print(f"datacenter: --submit-threads must be from 1 to 256, not {a.submit_threads}", file=sys.stderr)
+        return 2
     if a.api_remote and not (a.postgres and 0 < a.api_remote <= 8):
         print("datacenter: --api-remote N wants --postgres and N from 1 to 8", file=sys.stderr)
         return 2

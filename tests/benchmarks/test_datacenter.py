@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,10 +32,14 @@ def test_the_small_datacenter_runs_and_prints_every_figure(tmp_path: Path):
     assert "sustained submits" in r.stdout and "restart (kill -9)" in r.stdout and "engine per decision" in r.stdout
 
 
-def test_bad_sizes_are_one_line_on_stderr():
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "datacenter.py"), "--nodes", "0"],
+@pytest.mark.parametrize(("flags", "says"), [
+    (["--nodes", "0"], "datacenter: --nodes must be > 0, got 0"),
+    (["--submit-threads", "0"], "datacenter: --submit-threads must be from 1 to 256, not 0"),
+])
+def test_bad_sizes_are_one_line_on_stderr(flags: list[str], says: str):
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "datacenter.py"), *flags],
                        capture_output=True, text=True, timeout=60)
-    assert r.returncode == 2 and r.stderr.strip() == "datacenter: --nodes must be > 0, got 0"
+    assert r.returncode == 2 and r.stderr.strip() == says
 
 
 def test_the_http_floor_serves_submits_and_prints_its_figures():
