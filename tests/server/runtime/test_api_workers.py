@@ -594,3 +594,38 @@ def test_pokes_share_one_kept_connection_and_survive_its_close() -> None:
         srv.shutdown()
         srv.server_close()
         th.join(timeout=30)
+
+
+def test_a_workers_submit_is_one_transaction_checked_against_the_spec_stored_when_it_commits(
+        pair: tuple[Api, TestClient]) -> None:
+    """A worker's submit takes one transaction (no read of the spec's version in one of its own before it), and
+    is checked against the spec stored when it commits: a job that could never fit is refused, the spec grown by
+    the core, the same job through the worker at once (within the second its view of the spec may be old) is
+    accepted; the spec shrunk again, refused again."""
+    from sqlalchemy import event
+
+    a, c = pair
+    w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
+    auth = {"Authorization": f"Bearer {a.token}"}
+    begins: list[str] = []
+    event.listen(w.store.engine, "before_cursor_execute",
+                 lambda conn, cur, sql, *_: begins.append(sql) if sql.startswith("BEGIN") else None)
+
+    def resize(count: int) -> None:
+        spec = a.api("GET", "/spec").json()
+        spec = spec.get("spec", spec)
+        spec["cluster"]["instance_groups"][0]["count"] = count
+        assert a.api("PUT", "/spec", json=spec).status_code == 200
+
+    assert c.post("/api/v1/jobs", json=job("sc-0"), headers=auth).status_code == 201  # (its token now known)
+    del begins[:]
+    for i in range(1, 4):
+        assert c.post("/api/v1/jobs", json=job(f"sc-{i}"), headers=auth).status_code == 201
+    assert [b for b in begins if b.startswith("BEGIN")] == ["BEGIN IMMEDIATE"] * 3, begins
+    assert c.post("/api/v1/jobs", json=job("sc-6", nodes=6), headers=auth).status_code == 400
+    resize(8)
+    r = c.post("/api/v1/jobs", json=job("sc-6", nodes=6), headers=auth)
+    assert r.status_code == 201, r.text
+    resize(4)
+    r = c.post("/api/v1/jobs", json=job("sc-6b", nodes=6), headers=auth)
+    assert r.status_code == 400 and "6 ml.g5.12xlarge nodes" in r.json()["detail"], r.text

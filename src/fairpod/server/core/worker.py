@@ -144,31 +144,36 @@ class WorkerCore:
         self._writer = threading.Lock()  # held while a group of submits is written (submit)
         self.submits = SubmitQueue()  # submits waiting for the writer: written together
         self._version = -1
-        self._checked = 0.0
         self.spec: ClusterSpec
         self.snap: Snapshot
-        self.refresh(force=True)
+        self.refresh()
 
-    def refresh(self, force: bool = False) -> None:
-        """The stored spec and its nodes again when the stored spec's version changed (asked at most once a
-        second, except with ``force``: before each submit)."""
-        now = time.monotonic()
-        if not force and now - self._checked < 1.0:
-            return
-        self._checked = now
-        version = self.store.spec_version()
-        if version == self._version:
+    def refresh(self) -> None:
+        """The stored spec and its nodes again when the stored spec's version changed (at the start; then each
+        group of submits asks in its own write transaction: :meth:`_fresh`)."""
+        self._reload(self.store)
+
+    def _fresh(self, t: Any) -> None:
+        """In a group of submits' write transaction ``t``: the stored spec's version there, the spec and its nodes
+        read again in it where it changed (``write_submits`` then checks each submit again against it). Not a
+        transaction of its own before each submit: that read was a tenth of a worker's submit (benchmarks/README.md
+        "The CPU of a worker's submit"). Reads (list, get) use the spec the last submit found."""
+        self._reload(t)
+
+    def _reload(self, src: Any) -> None:
+        """The spec and its nodes from ``src`` (the store, or a transaction) when its version is not ours."""
+        if src.spec_version() == self._version:
             return
         with self._mu:
-            rec = self.store.get_spec()
+            rec = src.get_spec()
             if rec is None:
                 raise WrongState("the cluster has no spec yet", "no spec")
-            self.spec, self.snap, self._version = rec.spec, self._nodes(rec.spec), rec.version
+            self.spec, self.snap, self._version = rec.spec, self._nodes(rec.spec, src), rec.version
 
-    def _nodes(self, spec: ClusterSpec) -> Snapshot:
+    def _nodes(self, spec: ClusterSpec, src: Any) -> Snapshot:
         """The engine's view of the stored nodes without jobs: what ``never_fits`` and the topology read."""
         snap = empty_snapshot(spec, self.clock())
-        add_nodes(snap, spec, self.store.list_nodes())
+        add_nodes(snap, spec, src.list_nodes())
         return snap
 
     def checkpoint_root(self) -> Path:
@@ -198,7 +203,6 @@ class WorkerCore:
         transaction, each answered with its own job or its own error), waking the core (the commit notifies it
         on PostgreSQL; a :class:`Poke` on SQLite); answers after the commit. Whether this request created the
         job: False where an earlier one with ``key`` did."""
-        self.refresh(force=True)
         spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
         req = Submit(spec, actor, key, self.spec, check(self, spec))
         self.submits.add(req)
@@ -214,7 +218,7 @@ class WorkerCore:
 
     def _write(self, group: list[Submit]) -> None:
         """One transaction of the core's (``write_submits``); each submit then holds its answer."""
-        answers = write_submits(self, group, notify=True)
+        answers = write_submits(self, group, notify=True, fresh=self._fresh)
         self.submits.commits += 1
         self.submits.written += len(group)
         for r, job, err, created in answers:

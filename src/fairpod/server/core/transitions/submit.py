@@ -97,14 +97,19 @@ def _write_submits(cp: CoreState, group: list[Submit]) -> None:
 Answer = tuple[Submit, Job | None, BaseException | None, bool]  # the submit, its job, its error, a new job?
 
 
-def write_submits(cp: Checking, group: list[Submit], *, notify: bool = False) -> list[Answer]:
+def write_submits(cp: Checking, group: list[Submit], *, notify: bool = False,
+                  fresh: Callable[[Any], None] | None = None) -> list[Answer]:
     """One transaction: each submit's job, its event and its audit entry (or the job an earlier submit with
     the same idempotency key created). The store only: the core's submits and an API worker's
     (:mod:`fairpod.server.core.worker`) write through this one function. ``notify`` (a process other than the
     core): a job created notifies the core in the same transaction, delivered on its commit (PostgreSQL
-    ``NOTIFY``, :mod:`fairpod.store.notify`; nothing on SQLite)."""
+    ``NOTIFY``, :mod:`fairpod.store.notify`; nothing on SQLite). ``fresh`` (an API worker) is called first in the
+    transaction with it: the stored spec read again there if its version changed, each submit then checked again
+    against it."""
     answers: list[Answer] = []
     with cp.store.tx() as t:
+        if fresh is not None:
+            fresh(t)
         # several processes write submits (API workers, `fairpod api`): the same key or name waits for the other
         t.serialize([f"key:{r.actor}:{r.key}" for r in group if r.key is not None]
                     + [f"name:{r.spec.team}:{r.spec.name}" for r in group])
