@@ -53,3 +53,13 @@ def test_the_http_floor_serves_submits_and_prints_its_figures():
     bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "http_floor.py"), "--threads", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--threads in 1..256" in bad.stderr.strip().splitlines()[-1]
+
+
+def test_the_worker_submit_benchmark_prints_its_figures():
+    """benchmarks/worker_submit.py: an API worker's submits in-process, their CPU and SQL statements each."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "worker_submit.py"), "--submits", "20"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["benchmark"] == "worker_submit" and d["submits"] == 20 and d["cpu_ms_per_submit"] > 0
+    assert d["sql"]["INSERT"] >= 3 * 20 and d["transactions_per_submit"] >= 1
