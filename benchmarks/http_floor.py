@@ -19,6 +19,7 @@ two is what fairpod's submit costs on top of its HTTP stack (benchmarks/README.m
 # serve()
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import random
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         rng = random.Random(1)
         bodies = [job_body(f"f{i}", rng.randrange(500), SHAPES[rng.randrange(len(SHAPES))], 60.0)
                   for i in range(int(a.seconds * 20000))]
-        srv = SimpleNamespace(port=port, token=TOKEN)
+        srv = SimpleNamespace(port=port, token=TOKEN, addresses=["127.0.0.1"], spread=itertools.count())
         s0, c0, t0 = cpu_of(proc.pid), time.process_time(), time.monotonic()
         sent = submit_all(srv, bodies, a.threads, pace=len(bodies) / a.seconds, until=a.seconds)  # type: ignore[arg-type]
         took = time.monotonic() - t0
