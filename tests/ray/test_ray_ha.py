@@ -19,11 +19,10 @@ from typing import Any
 
 import pytest
 import yaml
-from sqlalchemy import text
 
 from fairpod.executors.ray.agents import AGENT_TIMEOUT
-from tests.server.ha_cluster import HaCluster, JobStream, check_outcome, failover, wait_for
-from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
+from tests.server.ha_cluster import HaCluster, JobStream, check_outcome, empty_database, failover, wait_for
+from tests.store.conftest import pg_url  # noqa: F401  (the fixture: a real PostgreSQL server)
 
 from .cluster import RayTestCluster
 from .conftest import WORKERS, agent_pid, all_gpus_free, remove_agents, seed_spec_data
@@ -32,13 +31,7 @@ from .conftest import WORKERS, agent_pid, all_gpus_free, remove_agents, seed_spe
 @pytest.fixture
 def ray_ha(tmp_path: Path, pg_url: str, ray_cluster: RayTestCluster,  # noqa: F811
            ray_driver: Any) -> Iterator[tuple[HaCluster, str, Path]]:
-    from fairpod.store import Store
-
-    s = Store(pg_url)
-    wipe(s.engine)
-    with s.engine.begin() as c:
-        c.execute(text("DROP TABLE IF EXISTS ha_lease, ha_members, ha_test_roles, ha_test_violations"))
-    s.close()
+    empty_database(pg_url)
     all_gpus_free(ray_driver)  # the previous Ray test gave every GPU back
     namespace = f"t-{uuid.uuid4().hex[:10]}"
     node_dir = tmp_path / "ray-nodes"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pwd
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -10,13 +12,31 @@ from typing import TypeVar
 import pytest
 
 from fairpod.executors import LocalExecutor
-from fairpod.sandbox import cgroups
+from fairpod.sandbox import cgroups, users
 
 from .. import reaper
 from ..executors.helpers import kill_recorded
 from ..server.conftest import Server, running
 
 T = TypeVar("T")
+
+
+# the seed spec's teams (examples/seed/spec.yaml): every worker's live servers run replicas as their users at any
+# time, so a test never removes them, though they may appear while it runs (another worker's server made them)
+SHARED_USERS = {users.user_name("john"), users.user_name("smith")}
+
+
+def team_users() -> set[str]:
+    """The per-team users (``fairpod-<team>``) on this host now."""
+    return {p.pw_name for p in pwd.getpwall() if p.pw_name.startswith(users.PREFIX)}
+
+
+def remove_users_made_since(before: set[str]) -> None:
+    """Remove the per-team users that appeared since ``before`` (what the test's servers made), except the seed
+    teams' (SHARED_USERS). A replica of another worker's server whose user was removed under it failed to start
+    ("cannot start sleep in its sandbox: Exception occurred in preexec_fn", seen in a fresh-clone run)."""
+    for name in team_users() - before - SHARED_USERS:
+        subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
 
 
 def wait_for(pred: Callable[[], T | None], timeout: float, step: float = 0.05) -> T:

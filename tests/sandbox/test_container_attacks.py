@@ -24,7 +24,7 @@ from fairpod.executors.base import JobLaunch, ReplicaExit, ReplicaLaunch
 from fairpod.sandbox import cgroups
 
 from . import images
-from .test_files import created_users
+from .conftest import remove_users_made_since, team_users
 from .test_limits import exit_of, output
 
 TEAM = "atk"
@@ -38,10 +38,9 @@ def root_only() -> None:
 
 @pytest.fixture
 def made_users() -> Iterator[None]:
-    before = created_users()
+    before = team_users()
     yield
-    for name in created_users() - before:  # the per-team user this test made, and nothing else
-        subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
+    remove_users_made_since(before)
 
 
 def run(ex: LocalExecutor, tmp: Path, name: str, command: list[str], image: str, mounts: list[str],

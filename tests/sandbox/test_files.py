@@ -20,10 +20,10 @@ import pytest
 
 from fairpod.executors import state
 from fairpod.executors.supervisor import Supervisor
-from fairpod.sandbox import namespaces, users
+from fairpod.sandbox import namespaces
 
 from ..server.conftest import Server
-from .conftest import live_server, wait_for
+from .conftest import live_server, remove_users_made_since, team_users, wait_for
 
 SECRETS = ("ckpt-secret-smith", "log-secret-smith", "env-secret-smith", "TOKEN-OF-THE-ADMIN", "KEY-OF-THE-SERVER")
 VICTIM = ("echo ckpt-secret-smith > \"$FAIRPOD_CHECKPOINT_DIR/s\"; echo log-secret-smith; echo ready; "
@@ -48,9 +48,6 @@ echo probe-done
 """
 
 
-def created_users() -> set[str]:
-    return {p.pw_name for p in pwd.getpwall() if p.pw_name.startswith(users.PREFIX)}
-
 
 @pytest.fixture
 def root_server(tmp_path: Path, full_sandbox: None) -> Iterator[Server]:
@@ -58,12 +55,11 @@ def root_server(tmp_path: Path, full_sandbox: None) -> Iterator[Server]:
         pytest.skip("needs root: per-team users")
     if why := namespaces.supported():
         pytest.skip(why)
-    before = created_users()
+    before = team_users()
     try:
         yield from live_server(tmp_path, ("victim", "probe"))
     finally:
-        for name in created_users() - before:  # the per-team users this test made, and nothing else
-            subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
+        remove_users_made_since(before)
 
 
 def test_attack_finds_nothing_on_a_default_fairpod_up_as_root(root_server: Server) -> None:
@@ -195,10 +191,9 @@ def test_attack_finds_nothing_as_an_unprivileged_user(unprivileged: pwd.struct_p
 
 @pytest.fixture
 def made_users() -> Iterator[None]:
-    before = created_users()
+    before = team_users()
     yield
-    for name in created_users() - before:
-        subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
+    remove_users_made_since(before)
 
 
 def test_a_stop_reaches_the_command_in_its_namespace_once(full_sandbox: None, made_users: None, tmp_path: Path) -> None:

@@ -152,10 +152,9 @@ def test_isolation_required_runs_jobs_where_everything_is_enforced(tmp_path: Pat
 
     if not all(capabilities.host().view().values()):
         pytest.skip(f"this host does not enforce everything: {capabilities.host().line()}")
-    from .conftest import live_server
-    from .test_files import created_users
+    from .conftest import live_server, remove_users_made_since, team_users
 
-    before = created_users()
+    before = team_users()
     gen = live_server(tmp_path / "b", ("strict",), required_spec())
     s = next(gen)
     try:
@@ -163,8 +162,7 @@ def test_isolation_required_runs_jobs_where_everything_is_enforced(tmp_path: Pat
         s.wait_state("strict", "Succeeded", timeout=60)
     finally:
         gen.close()
-        for name in created_users() - before:  # the per-team user this test made, and nothing else
-            subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
+        remove_users_made_since(before)
 
 
 def wait_until(s: Server, name: str, pred: object) -> dict:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -21,13 +20,10 @@ from fairpod.executors.base import JobLaunch, ReplicaExit, ReplicaLaunch
 from fairpod.sandbox import namespaces, reach, users
 
 from ..server.conftest import Server
-from .conftest import live_server, wait_for
+from .conftest import live_server, remove_users_made_since, team_users, wait_for
 
 SECRET = "SECRET-BESIDE-THE-INTERPRETER"
 
-
-def created_users() -> set[str]:
-    return {p.pw_name for p in pwd.getpwall() if p.pw_name.startswith(users.PREFIX)}
 
 
 @pytest.fixture
@@ -37,10 +33,9 @@ def as_root(full_sandbox: None) -> Iterator[None]:
         pytest.skip("needs root: per-team users")
     if why := namespaces.supported():
         pytest.skip(why)
-    before = created_users()
+    before = team_users()
     yield
-    for name in created_users() - before:
-        subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
+    remove_users_made_since(before)
 
 
 @pytest.fixture

@@ -31,14 +31,11 @@ from fairpod.server.runs import job_key
 from fairpod.server.runtime.wiring import control_plane
 from fairpod.store import Store
 
-from .conftest import wait_for
+from .conftest import remove_users_made_since, team_users, wait_for
 
 SPEC = (Path(__file__).resolve().parents[2] / "examples" / "four" / "spec.yaml").read_text()  # 4 x unit1
 SERVER_SECRET = "SERVER-ENV-SECRET-4711"
 
-
-def created_users() -> set[str]:
-    return {p.pw_name for p in pwd.getpwall() if p.pw_name.startswith(users.PREFIX)}
 
 
 class Plane:
@@ -92,14 +89,13 @@ def plane(full_sandbox: None, monkeypatch: pytest.MonkeyPatch) -> Iterator[Plane
     monkeypatch.setenv("FAIRPOD_CONFIG", str(base / "admin" / ".config" / "fairpod" / "config.json"))
     monkeypatch.setenv("HOME", str(base / "admin"))
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SERVER_SECRET)  # the server's environment (supervisors inherit it)
-    before = created_users()
+    before = team_users()
     p = Plane(base)
     try:
         yield p
     finally:
         p.close()
-        for name in created_users() - before:  # the per-team users this test made, and nothing else
-            subprocess.run(["userdel", "--force", name], capture_output=True, check=False)
+        remove_users_made_since(before)
         subprocess.run(["rm", "-rf", str(base)], check=False)
 
 

@@ -101,6 +101,21 @@ class Node:
         return self.log.read_text(errors="replace") if self.log.exists() else ""
 
 
+def empty_database(pg_url: str) -> None:
+    """The store's tables emptied and the standbys' tables (lease, members, the tests' roles and violations)
+    dropped: a cluster started on it starts as on a new database."""
+    from fairpod.store import Store
+    from tests.store.conftest import wipe
+
+    s = Store(pg_url)
+    try:
+        wipe(s.engine)
+        with s.engine.begin() as c:
+            c.execute(text("DROP TABLE IF EXISTS ha_lease, ha_members, ha_test_roles, ha_test_violations"))
+    finally:
+        s.close()
+
+
 class HaCluster:
     """``n`` control planes on one PostgreSQL server (``pg_url``, whose user may create roles)."""
 

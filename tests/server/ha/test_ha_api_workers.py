@@ -17,23 +17,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
-from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
+from tests.store.conftest import pg_url  # noqa: F401  (the fixture: a real PostgreSQL server)
 
 from ... import httpclient
-from ..ha_cluster import HaCluster, Node, failover, wait_for
+from ..ha_cluster import HaCluster, Node, empty_database, failover, wait_for
 
 
 @pytest.fixture
 def ha(tmp_path: Path, pg_url: str) -> Iterator[HaCluster]:  # noqa: F811
-    from fairpod.store import Store
-
-    s = Store(pg_url)
-    wipe(s.engine)
-    with s.engine.begin() as c:
-        c.execute(text("DROP TABLE IF EXISTS ha_lease, ha_members, ha_test_roles, ha_test_violations"))
-    s.close()
+    empty_database(pg_url)
     cluster = HaCluster(tmp_path, pg_url, n=2, lease=3.0, api_workers=1)
     try:
         yield cluster

@@ -17,22 +17,15 @@ import tempfile
 from pathlib import Path
 
 import yaml
-from sqlalchemy import text
 
-from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
+from tests.store.conftest import pg_url  # noqa: F401  (the fixture: a real PostgreSQL server)
 
 from ..access.test_identity_live import Env, _account, _remove, pytestmark, start_munged, stop_munged  # noqa: F401
-from ..ha_cluster import SEED_SPEC, HaCluster, wait_for
+from ..ha_cluster import SEED_SPEC, HaCluster, empty_database, wait_for
 
 
 def test_the_socket_knows_its_user_through_a_failover(pg_url: str):  # noqa: F811
-    from fairpod.store import Store
-
-    s = Store(pg_url)
-    wipe(s.engine)
-    with s.engine.begin() as c:
-        c.execute(text("DROP TABLE IF EXISTS ha_lease, ha_members, ha_test_roles, ha_test_violations"))
-    s.close()
+    empty_database(pg_url)
     # not under pytest's tmp (0700 root): the account must reach its directory and its job's checkpoints
     base = Path(tempfile.mkdtemp(prefix="fairpod-ha-identity-", dir="/var/tmp"))
     os.chmod(base, 0o755)
