@@ -16,8 +16,7 @@ each other.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import Any, TypeVar
+from collections.abc import Iterable
 
 from sqlalchemy import bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY
@@ -29,7 +28,6 @@ from fairpod.store.records import Job
 from fairpod.store.tables import FINISHED_STATES, JobRow, table
 
 _JOBS = table(JobRow)
-T = TypeVar("T")
 # one transaction-scoped advisory lock per name, taken in the order of their hashes (two writers never wait on
 # each other crosswise); held until the transaction ends
 _SERIALIZE = text("SELECT count(pg_advisory_xact_lock(h)) FROM (SELECT DISTINCT hashtextextended(n, 0) AS h "
@@ -94,24 +92,17 @@ class JobLookupOps(Ops):
         with self._session(False) as s:
             return int(s.connection().execute(select(func.max(_JOBS.c.seq))).scalar() or 0)
 
-    def submitted_after(self, seq: int, teams: Iterable[str], limit: int = 5000) -> list[Job]:
-        """The jobs of ``teams`` with a ``seq`` above ``seq``, at most ``limit``, oldest first."""
-        return self._after(select(_JOBS), seq, teams, limit, lambda r: to_job(r))  # type: ignore[arg-type]
-
     def seqs_after(self, seq: int, teams: Iterable[str], limit: int = 5000) -> list[tuple[int, int, str, int | None]]:
-        """(id, seq, state, array id) of what :meth:`submitted_after` returns: the jobs' narrow columns only (the
-        core asks each turn, and most of what it finds are its own submits, known already)."""
-        c = _JOBS.c
-        return self._after(select(c.id, c.seq, c.state, c.array_id), seq, teams, limit, tuple)
-
-    def _after(self, q: Any, seq: int, teams: Iterable[str], limit: int, row: Callable[[Any], T]) -> list[T]:
+        """(id, seq, state, array id) of the jobs of ``teams`` with a ``seq`` above ``seq``, at most ``limit``,
+        oldest first: the narrow columns only (the core asks each turn, and most of what it finds are its own
+        submits, known already)."""
         teams = list(dict.fromkeys(teams))
         if not teams:
             return []
         c = _JOBS.c
-        q = q.where(c.team.in_(teams), c.seq > seq).order_by(c.seq).limit(limit)
+        q = select(c.id, c.seq, c.state, c.array_id).where(c.team.in_(teams), c.seq > seq).order_by(c.seq).limit(limit)
         with self._session(False) as s:
-            return [row(r) for r in s.connection().execute(q)]
+            return [(r.id, r.seq, r.state, r.array_id) for r in s.connection().execute(q)]
 
     def serialize(self, names: Iterable[str]) -> None:
         """Wait until no other transaction holds any of ``names`` and hold them until this one ends (call it first

@@ -148,20 +148,13 @@ class WorkerCore:
         self.snap: Snapshot
         self.refresh()
 
-    def refresh(self) -> None:
-        """The stored spec and its nodes again when the stored spec's version changed (at the start; then each
-        group of submits asks in its own write transaction: :meth:`_fresh`)."""
-        self._reload(self.store)
-
-    def _fresh(self, t: Any) -> None:
-        """In a group of submits' write transaction ``t``: the stored spec's version there, the spec and its nodes
-        read again in it where it changed (``write_submits`` then checks each submit again against it). Not a
-        transaction of its own before each submit: that read was a tenth of a worker's submit (benchmarks/README.md
-        "The CPU of a worker's submit"). Reads (list, get) use the spec the last submit found."""
-        self._reload(t)
-
-    def _reload(self, src: Any) -> None:
-        """The spec and its nodes from ``src`` (the store, or a transaction) when its version is not ours."""
+    def refresh(self, src: Any = None) -> None:
+        """The stored spec and its nodes again from ``src`` (default the store) when its version is not ours: at
+        the start, then in each group of submits' write transaction (``write_submits``'s ``fresh``, which then checks
+        each submit again against it), not in a transaction of its own before each submit: that read was a tenth of
+        a worker's submit (benchmarks/README.md "The CPU of a worker's submit"). Reads (list, get) use the spec the
+        last submit found."""
+        src = self.store if src is None else src
         if src.spec_version() == self._version:
             return
         with self._mu:
@@ -218,7 +211,7 @@ class WorkerCore:
 
     def _write(self, group: list[Submit]) -> None:
         """One transaction of the core's (``write_submits``); each submit then holds its answer."""
-        answers = write_submits(self, group, notify=True, fresh=self._fresh)
+        answers = write_submits(self, group, notify=True, fresh=self.refresh)
         self.submits.commits += 1
         self.submits.written += len(group)
         for r, job, err, created in answers:
