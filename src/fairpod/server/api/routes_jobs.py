@@ -79,13 +79,15 @@ def add_routes(api: APIRouter, cp: Core) -> None:
         and SLURM_ARRAY_TASK_ID (and the array's id, count, min and max) in its env."""
         spec = body.job
         require_team(p, spec.team)
-        replay = idempotency_key is not None and cp.queries.submitted_with(p.name, idempotency_key) is not None
-        tasks = cp.submit_array(spec, body.array, p.name, idempotency_key)
-        if replay:
-            response.status_code = 200
-            response.headers["Idempotent-Replayed"] = "true"
+        tasks, created = cp.submit_array(spec, body.array, p.name, idempotency_key)  # not created: the key's
         first = job_view(cp, tasks[0])
         arr = first["array"] or {}
+        if not created:
+            if not arr or arr.get("name") != spec.name or tasks[0].team != spec.team:
+                what = f"job array {tasks[0].team}/{arr['name']}" if arr else f"job {tasks[0].team}/{tasks[0].name}"
+                raise Problem(409, "idempotency key reused", f"Idempotency-Key {idempotency_key!r} was used for {what}")
+            response.status_code = 200
+            response.headers["Idempotent-Replayed"] = "true"
         return {"array_job_id": tasks[0].id, "name": spec.name, "team": spec.team, "indices": body.array.split("%")[0],
                 "limit": arr.get("limit"), "tasks": [{"id": t.id, "name": t.name, "task_id": i}
                                                      for t, i in zip(tasks, _task_ids(tasks), strict=True)]}

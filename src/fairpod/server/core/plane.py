@@ -134,7 +134,8 @@ class ControlPlane(Memory, Loop, Door, Core):
         """:meth:`submit`, and whether this request created the job (not an earlier one with ``key``)."""
         return submit.submit_keyed(self, spec, actor, key)
 
-    def submit_array(self, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
+    def submit_array(self, spec: JobSpec, text: str, actor: str,
+                     key: str | None = None) -> tuple[list[Job], bool]:
         """Queue the tasks of a job array (:func:`fairpod.server.core.transitions.submit.submit_array`)."""
         return submit.submit_array(self, spec, text, actor, key)
 

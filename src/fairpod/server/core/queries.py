@@ -55,9 +55,6 @@ class Queries:
         """The team's unfinished job of that name, else its most recently submitted one, else None."""
         return self._store.get_job_by_name(team, name)
 
-    def submitted_with(self, user: str, key: str) -> int | None:
-        return self._store.submitted_with(user, key)
-
     def unfinished_teams(self) -> set[str]:
         return self._store.unfinished_teams()
 

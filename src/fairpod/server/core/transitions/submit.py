@@ -201,17 +201,19 @@ def _host_paths(cp: Checking, spec: JobSpec) -> None:
         raise InvalidJob(str(e)) from None
 
 
-def submit_array(cp: CoreState, spec: JobSpec, text: str, actor: str, key: str | None = None) -> list[Job]:
+def submit_array(cp: CoreState, spec: JobSpec, text: str, actor: str,
+                 key: str | None = None) -> tuple[list[Job], bool]:
     """Queue every task of the job array ``text`` (``0-9%2``, ``1,3,5``) in one transaction; with a
     throttle the tasks beyond it are held (:mod:`fairpod.server.core.transitions.array_holds`). An idempotency ``key`` repeated
-    by the same ``actor`` returns the tasks the first request created."""
+    by the same ``actor`` returns what the first request created (its tasks; the one job when the key was used
+    for a job), decided under the lock, so two requests with one key make one array; and whether this request
+    created them."""
     indices, limit = array_holds.plan(spec, text)
     with cp._change():
         if key is not None and (jid := cp.store.submitted_with(actor, key)) is not None:
             first = cp.store.get_job(jid)
-            earlier = arrays.same_array(cp.store, first) if first is not None else None
-            if earlier is not None:
-                return earlier
+            if first is not None:
+                return arrays.same_array(cp.store, first) or [first], False
         spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
         resolved = _admissible(cp, spec)
         try:
@@ -223,7 +225,7 @@ def submit_array(cp: CoreState, spec: JobSpec, text: str, actor: str, key: str |
             raise JobExists(str(e)) from None
         array_holds.admit_tasks(cp, tasks, limit)
     cp.wake.set()
-    return tasks
+    return tasks, True
 
 
 def _workload(cp: Checking, resolved: ResolvedJob, spec: JobSpec) -> Workload:
