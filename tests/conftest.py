@@ -11,7 +11,8 @@ these paths is in its group without saying so; a test may also carry ``@pytest.m
   Ray jobs' clusters, training and the native build at once overloaded the 2 cores.)
 - ``rayjobs``: the Ray clusters that fairpod's Ray jobs start on the local executor (tests/server/core/test_rayjobs_live.py,
   the KubeRay files of tests/formats/corpus/test_kube_corpus.py, whose Ray nodes run in containers, and the
-  rayStartParams of tests/formats/kube/test_kuberay_start_live.py, the RayService of tests/server/services/test_rayservice_live.py), one at a time: on 127.0.0.1 and on ports free on every address (fairpod.executors.raycluster), so beside the session
+  rayStartParams of tests/formats/kube/test_kuberay_start_live.py, the RayService of tests/server/services/test_rayservice_live.py, the standing cluster's head and worker of
+  tests/executors/test_raycluster_node_up.py), one at a time: on 127.0.0.1 and on ports free on every address (fairpod.executors.raycluster), so beside the session
   cluster, not in its group (the ``ray`` group bounded the run's wall time: 1,456 of its 1,510 s on one worker).
 - ``users``: the per-team OS users ``fairpod-<team>`` (``fairpod-smith``, ``fairpod-john``...) that the whole
   sandbox creates as root: the tests that make them remove the ``fairpod-*`` users that appeared while they ran,
@@ -73,6 +74,7 @@ GROUPS = {
     "server/access/test_isolation.py": "users",
     "server/ha/": "standby",
     "server/core/test_rayjobs_live.py": "rayjobs",
+    "executors/test_raycluster_node_up.py": "rayjobs",
     "server/services/test_rayservice_live.py": "rayjobs",
     "formats/corpus/test_kube_corpus.py": "rayjobs",
     "formats/kube/test_kuberay_start_live.py": "rayjobs",

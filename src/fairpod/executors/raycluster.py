@@ -6,6 +6,10 @@ fairpod runs a Ray job (``JobSpec.ray``) as a gang; each replica's command is th
   replica's node has joined (``WORLD_SIZE`` nodes), then runs the entrypoint with ``RAY_ADDRESS`` set, and exits
   with the entrypoint's code once it has stopped the Ray cluster;
 - **the other ranks** wait for the head, join it, and stay until it is gone (then exit 0; 143 after a SIGTERM);
+- **started** means ALIVE in the head's node table: ``ray start`` exits 0 before the raylet has registered with
+  the head, and a raylet that dies then (one died where it binds its port) is a failed ``ray start`` (stopped, tried
+  again on other ports): :meth:`Cluster.came_up` asks the head's GCS (``alive``, a program of its own) within
+  NODE_UP seconds, while the raylet runs;
 - **resources**: each Ray node gets exactly what the replica was given: ``--num-gpus`` = its accelerators
   (``FAIRPOD_ACCELERATORS``; with real GPUs ``CUDA_VISIBLE_DEVICES`` names them, so Ray's GPU ids are those
   devices), ``--num-cpus`` = its vCPUs (``FAIRPOD_VCPU_MILLI``, rounded down, at least 1), ``--memory`` = its
@@ -19,10 +23,11 @@ fairpod runs a Ray job (``JobSpec.ray``) as a gang; each replica's command is th
 
 **A standing cluster** (a service that is a Ray job: a KubeRay RayCluster, ``FAIRPOD_RAY_STANDING=1``): no
 entrypoint, and each replica's Ray node is its service port (``PORT``, from ``FAIRPOD_SERVICE_PORTS``): rank 0's
-is the head's GCS port (the first of the ports, which the workers join), a worker's its raylet's; so the service's
-TCP readiness check is each Ray node answering. The head waits for no worker (they come and go, each restarted on
-its own) and runs until its SIGTERM; a worker ends on its SIGTERM, or when the head is gone (the service starts it
-again, and it joins the head once that is back). An entrypoint, when given, runs against it once the head is up.
+is the head's GCS port (the first of the ports, which the workers join), a worker's its raylet's. Each replica keeps
+:data:`READY` (in its private /tmp) from the moment its node is ALIVE in the head's table until it stops: the
+service's readiness command (fairpod.model.services.RAY_NODE_READY) tests it. The head waits for no worker (they
+come and go, each restarted on its own) and runs until its SIGTERM; a worker ends on its SIGTERM, when the head is
+gone (the service starts it again, and it joins the head once that is back), or when its raylet is gone. An entrypoint, when given, runs against it once the head is up.
 Serving (a RayService, ``$FAIRPOD_RAY_SERVE``): the head's GCS on the last service port, rank 0's ``PORT`` Serve's
 HTTP proxy; the head stands while fairpod's Serve driver runs (``rayserve.py`` beside this file, on rank 0).
 
@@ -55,6 +60,8 @@ STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see th
 SERVE = "FAIRPOD_RAY_SERVE"  # a standing cluster's Ray Serve config (JSON, formats.kube.rayservice)
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
 STARTS = 3  # tries of ``ray start``
+NODE_UP = 60.0  # seconds for a node whose ``ray start`` exited 0 to be ALIVE in the head's node table
+READY = "/tmp/fairpod-ray-ready-{port}"  # a standing cluster's replica: kept while its Ray node is up (model.jobs)
 STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL for the Ray processes once the entrypoint has exited
 START_PARAMS = "FAIRPOD_RAY_START_PARAMS"  # {"head": {..}, "workers": [[replicas, {..}], ..]} (formats.kube.ray_start)
 APPLIED = ("num-cpus", "num-gpus", "memory", "object-store-memory", "resources")  # the keys taken from it
@@ -189,7 +196,9 @@ class Cluster:
             self.raylet = None if self.rank == 0 else int(self.env.get("PORT") or ports[self.rank])
         self.tmp = tempfile.mkdtemp(prefix="fpray-", dir="/tmp")  # short: Ray's socket paths have a length limit
         self.pgid: int | None = None
+        self.node_ports = ("", "")  # this try's raylet and object manager ports: how the head's table names it
         self.stopping = False
+        self.ready = READY.format(port=self.env["PORT"]) if self.standing and self.env.get("PORT") else None
 
     def start(self) -> None:
         # this node's address: the Ray executor's node agents say it (FAIRPOD_NODE_ADDRESS); on the local executor
@@ -226,14 +235,59 @@ class Cluster:
             proc = subprocess.Popen([*_myself(), "ray", *args, *ports],
                                     env=env, start_new_session=True, stdout=sys.stderr, stderr=sys.stderr)
             self.pgid = proc.pid
-            if proc.wait() == 0:
+            self.node_ports = (ports[ports.index("--node-manager-port") + 1],
+                               ports[ports.index("--object-manager-port") + 1])  # the latter new on each try
+            # ``ray start`` exits 0 once it has started the processes, before the raylet has registered with the
+            # head: a raylet that dies then (a port it cannot bind after all) is a failed start too
+            why = f"exit {proc.returncode}" if proc.wait() != 0 else self.came_up(me, env)
+            if not why:
                 break
             self.stop(keep_dir=tries > 1)
             if tries == 1 or self.stopping:
-                raise SystemExit(f"fairpod ray: ray start failed (exit {proc.returncode}) on rank {self.rank}")
-            _say(f"rank {self.rank}: ray start failed (exit {proc.returncode}); once more, on other ports")
+                raise SystemExit(f"fairpod ray: ray start failed ({why}) on rank {self.rank}")
+            _say(f"rank {self.rank}: ray start failed ({why}); once more, on other ports")
         _say(f"rank {self.rank}: Ray node up ({'head' if self.rank == 0 else 'worker'}, "
              f"{' '.join(_sizes(self.env, shm)[:4])})")
+
+    def came_up(self, address: str, env: dict[str, str]) -> str:
+        """After ``ray start`` exited 0: "" once this node is ALIVE in the head's node table (its raylet registered),
+        else why not: its raylet is gone, or it is not there within NODE_UP seconds. Asked by a short program of its
+        own (``alive``), so that this launcher, which stays for the node's life, does not hold Ray's client."""
+        check = subprocess.Popen([*_myself(), "alive", f"{self.host}:{self.port}", address, *self.node_ports],
+                                 env=env, stdout=subprocess.DEVNULL, stderr=sys.stderr)
+        deadline = time.monotonic() + NODE_UP
+        try:
+            while check.poll() is None:
+                if not _raylet_alive(self.pgid):
+                    return "its raylet exited after ray start"
+                if self.stopping or time.monotonic() > deadline:
+                    return f"not ALIVE in the head's node table within {NODE_UP:g} s"
+                time.sleep(0.2)
+        finally:
+            if check.poll() is None:
+                check.kill()
+                check.wait()
+        if check.returncode != 0:
+            return f"its check of the head's node table failed (exit {check.returncode})"
+        return "" if _raylet_alive(self.pgid) else "its raylet exited after ray start"
+
+    def mark_ready(self, up: bool) -> None:
+        """A standing cluster's replica keeps :data:`READY` while its node is up (the service's readiness command
+        tests it)."""
+        if self.ready is None:
+            return
+        if up:
+            with open(self.ready, "w"):
+                pass
+        else:
+            try:
+                os.unlink(self.ready)
+            except FileNotFoundError:
+                pass
+
+    def up(self) -> bool:
+        """Is this node's raylet still running?"""
+        return _raylet_alive(self.pgid)
 
     def driver_env(self) -> dict[str, str]:
         """What a Ray driver on this node needs: ``RAY_ADDRESS``, and on 127.0.0.1 that Ray keep it (its drivers
@@ -298,6 +352,59 @@ def _alive_nodes(gcs: object) -> int:
     return sum(1 for info in infos.values() if info.state == 0)  # GcsNodeInfo.ALIVE
 
 
+def _raylet_alive(pgid: int | None) -> bool:
+    """Is a ``raylet`` running in the session ``ray start`` was started in (``pgid``, its session and group)?
+    (Read from /proc; where there is none to read, the session's processes at all.)"""
+    if pgid is None:
+        return False
+    try:
+        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+    except OSError:
+        return _group_alive(pgid)
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if comm == "raylet" and int(rest[3]) == pgid and rest[0] != "Z":  # fields: state ppid pgrp session
+            return True
+    return False
+
+
+def alive(gcs: str, address: str, port: int, objects: int) -> int:
+    """``alive GCS ADDRESS PORT OBJECTS``: wait until the head's node table at ``GCS`` holds the node whose raylet
+    is on ``ADDRESS:PORT`` and object manager on ``OBJECTS`` ALIVE (exit 0); the launcher bounds the wait and ends
+    it. (A standing worker's raylet keeps its port from try to try: a node of an earlier try, its raylet dead, is
+    ALIVE there until the head's health checks have missed it, but had another object manager port.) A Ray
+    without the GCS client (older than 2.10) is asked as a driver (``ray.nodes()``)."""
+    try:
+        from ray._raylet import GcsClient  # type: ignore[attr-defined]  # compiled; its stub omits it
+
+        client = GcsClient(address=gcs)
+
+        def nodes() -> list[tuple[str, int, int, bool]]:
+            infos = client.get_all_node_info(timeout=5).values()
+            return [(i.node_manager_address, i.node_manager_port, i.object_manager_port, i.state == 0)  # 0: ALIVE
+                    for i in infos]
+    except (ImportError, AttributeError, TypeError):
+        import ray
+
+        ray.init(address=gcs, logging_level="ERROR", log_to_driver=False)  # type: ignore[arg-type]  # a level's name
+
+        def nodes() -> list[tuple[str, int, int, bool]]:
+            return [(n["NodeManagerAddress"], n["NodeManagerPort"], n["ObjectManagerPort"], n["Alive"])
+                    for n in ray.nodes()]
+    while True:
+        try:
+            if any(ok and (p, o) == (port, objects) and (a == address or not address) for a, p, o, ok in nodes()):
+                return 0
+        except Exception:  # noqa: BLE001 - the GCS not answering for a moment: ask again
+            pass
+        time.sleep(0.5)
+
+
 def _myself() -> list[str]:
     """This program: the module of an installed fairpod, or (in a container image, where fairpod is not installed)
     the file bound in, run by the image's Python."""
@@ -346,10 +453,14 @@ def run(entrypoint: list[str]) -> int:
     signal.signal(signal.SIGTERM, term)
     try:
         c.start()
+        c.mark_ready(True)
         if c.rank != 0:  # a worker's Ray node serves until the head is gone, also after a stop's SIGTERM:
             while _reachable(c.host, c.port):  # the entrypoint may still use it while it saves its checkpoint
                 if c.standing and c.stopping:  # a standing cluster's worker: no entrypoint to wait for
                     break
+                if c.standing and not c.up():  # its raylet died: the replica starts again, a new node joins
+                    _say(f"rank {c.rank}: the Ray node's raylet is gone")
+                    return 1
                 time.sleep(0.5)
             return 0 if not c.stopping else 128 + signal.SIGTERM
         if c.standing:
@@ -376,6 +487,7 @@ def run(entrypoint: list[str]) -> int:
                 time.sleep(0.5)
         return code
     finally:
+        c.mark_ready(False)
         c.stop()
 
 
@@ -388,12 +500,13 @@ def _stand(c: Cluster, entrypoint: list[str]) -> int:
             return code
     serve = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "rayserve.py")],
                              env={**c.env, **c.driver_env()}) if c.env.get(SERVE) else None
-    while c.pgid is not None and _group_alive(c.pgid) and _reachable(c.host, c.port):
+    while c.up() and _reachable(c.host, c.port):
         if serve is not None and serve.poll() is not None:
             _say(f"Ray Serve's driver exited {serve.returncode}")
             return serve.returncode or 1
         time.sleep(0.5)
-    _say("the Ray head is gone")
+    c.mark_ready(False)
+    _say("the Ray head is gone" if c.up() else "the Ray head's raylet is gone")
     return 1
 
 
@@ -444,6 +557,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["ray"]:
         ray_cli(argv[1:])
         return 0
+    if argv[:1] == ["alive"] and len(argv) == 5:
+        return alive(argv[1], argv[2], int(argv[3]), int(argv[4]))
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv and os.environ.get(STANDING) != "1":

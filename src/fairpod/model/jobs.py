@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fairpod.model.catalog import InstanceType
 from fairpod.model.logrules import LogRule
 from fairpod.model.resources import Res, by_ratio, node_res, partition_share
-from fairpod.model.services import ServiceSpec
+from fairpod.model.services import RAY_NODE_READY, ServiceSpec
 from fairpod.model.spec import NAME_PATTERN, ClusterSpec, did_you_mean, no_bool_numbers
 
 
@@ -205,6 +205,16 @@ class JobSpec(BaseModel):
             raise ValueError(f"min_nodes {lo} is more than max_nodes {self.max_nodes}")
         object.__setattr__(self, "nodes", lo)
         object.__setattr__(self, "min_nodes", lo)
+        return self
+
+    @model_validator(mode="after")
+    def _ray_nodes_ready(self) -> JobSpec:
+        """A Ray service (a standing Ray cluster: a KubeRay RayCluster) with no readiness check of its own: a
+        replica is ready while its Ray node is ALIVE in the head's node table (the launcher keeps
+        ``RAY_NODE_READY``'s file while it is, fairpod.executors.raycluster), not while its port merely answers."""
+        if self.ray and self.service is not None and self.service.readiness_path is None \
+                and self.service.readiness_command is None:
+            object.__setattr__(self, "service", self.service.model_copy(update={"readiness_command": RAY_NODE_READY}))
         return self
 
     @model_validator(mode="after")

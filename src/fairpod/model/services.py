@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from fairpod.model.spaces import SpaceSpec
 from fairpod.model.spec import no_bool_numbers
 
+# a Ray service's readiness when it gives none (fairpod.model.jobs): its Ray node ALIVE in the head's node table, which
+# the replica's launcher keeps this file for (fairpod.executors.raycluster.READY), in the replica's own /tmp
+RAY_NODE_READY = ["sh", "-c", 'test -e "/tmp/fairpod-ray-ready-$PORT"']
+
 
 class ServiceSpec(BaseModel):
     """How fairpod checks that a replica serves, and how long a replica is drained before it is stopped."""

@@ -7,12 +7,15 @@ into its checkpoint until smith reclaims its node: the entrypoint gets SIGTERM w
 saves, and the job resumes from that step once smith's job is gone.
 
 A KubeRay RayCluster applied with ``fairpod apply -f`` is a service that stands: its head and worker are ready
-when their Ray nodes answer, a Ray driver attaches to the head's endpoint and sees both nodes, and deleting the
-service ends the cluster.
+when their Ray nodes are ALIVE in the head's node table, a Ray driver attaches to the head's endpoint and sees both
+nodes at once, and deleting the service ends the cluster. The worker's first raylet is killed as its ``ray start``
+exits 0 (as one that died binding its port): the worker starts its node again, and the service is never ready with
+one Ray node.
 """
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,6 +23,9 @@ from pathlib import Path
 
 import pytest
 
+from fairpod.model.services import RAY_NODE_READY
+
+from ...executors.raylet_kill import site
 from ..conftest import Server, running, wait_for
 from ..rayjob_program import PROGRAM, notes
 
@@ -100,30 +106,33 @@ spec:
         containers:
         - name: ray-worker
           resources: {limits: {cpu: "1", memory: 2Gi}}
+          env: [{name: PYTHONPATH, value: "{site}"}, {name: FPTEST_KILLED, value: "{killed}"}]
 """
 
 ATTACH = """
-import time, ray
+import ray
 ray.init(_node_ip_address="127.0.0.1", logging_level="INFO")  # its steps on stderr: where a slow attach is
-for _ in range(240):  # a worker's raylet answers (ready) just before its node has registered with the head
-    if sum(1 for n in ray.nodes() if n["Alive"]) == 2:
-        break
-    time.sleep(0.25)
-print("alive", sum(1 for n in ray.nodes() if n["Alive"]), int(ray.cluster_resources()["CPU"]))
+print("alive", sorted({n["NodeManagerPort"] for n in ray.nodes() if n["Alive"]}))  # by raylet port: a killed
+# raylet's node stands there ALIVE until the head's health checks miss it, on the port its next one took
 """
 
 
 @pytest.mark.timeout(600)  # room for attach()'s 240 s and its py-spy dump after the wait for the service
 def test_a_raycluster_stands_as_a_service_a_driver_attaches_and_delete_ends_it(server: Server, tmp_path: Path):
-    (tmp_path / "rc.yaml").write_text(RAYCLUSTER)
+    killed = tmp_path / "killed"  # the worker's first raylet is killed as its ray start exits (raylet_kill.py)
+    (tmp_path / "rc.yaml").write_text(RAYCLUSTER.replace("{site}", str(site(tmp_path / "site")))
+                                      .replace("{killed}", str(killed)))
     r = server.cli("apply", "-f", str(tmp_path / "rc.yaml"))
     assert "raycluster.ray.io/rc created" in r.stdout, r.stdout + r.stderr
-    svc = wait_for(lambda: (v := server.api("GET", "/services/rc").json())["ready_replicas"] == 2 and v, 120,
-                   "the head and the worker's Ray nodes to answer", server.activity)
-    assert svc["readiness"] == "TCP connect" and server.job("rc")["kind"] == "service"
+    svc = wait_for(lambda: (v := server.api("GET", "/services/rc").json())["ready_replicas"] == 2 and v, 180,
+                   "the head and the worker's Ray nodes to be ALIVE", server.activity)
+    assert svc["readiness"] == "command " + " ".join(RAY_NODE_READY) and server.job("rc")["kind"] == "service"
+    assert killed.exists()  # the worker's first raylet was killed, and the worker's node started again
     head = next(e["address"] for e in svc["endpoints"] if e["rank"] == 0).removeprefix("http://")
-    out, err = attach(server, head, 240)  # ray.init and the worker's join on a loaded machine
-    assert "alive 2 2" in out, out + err[-2000:]  # the head and the worker, 1 CPU each
+    worker = int(next(e["address"] for e in svc["endpoints"] if e["rank"] == 1).rsplit(":", 1)[1])
+    out, err = attach(server, head, 240)  # ray.init on a loaded machine
+    alive = json.loads(out.split("alive ", 1)[1]) if "alive " in out else []
+    assert len(alive) == 2 and worker in alive, out + err[-2000:]  # at once: the head's node and the worker's
     server.cli("delete-service", "rc")
     server.wait_state("rc", "Cancelled", timeout=60)
     wait_for(lambda: not _answers(head), 30, "the Ray head to be gone")

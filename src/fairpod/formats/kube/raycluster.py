@@ -5,8 +5,9 @@ The groups are read as a RayJob's ``rayClusterSpec`` (``fairpod.formats.kube.ray
 env and volumes, the resources, one replica shape, the team, the priority, the instance type): the head on rank 0,
 the workers' ``replicas`` on the others. With ``enableInTreeAutoscaling: true`` the service grows from 1 +
 ``minReplicas`` to 1 + ``maxReplicas`` replicas into idle capacity (a service's min..max). Each replica's Ray node
-listens on its service port (the head's GCS on rank 0's), so the service's TCP readiness is the Ray node answering
-(``fairpod.executors.raycluster``, a standing cluster). A replica that exits starts again on its own, a worker
+listens on its service port (the head's GCS on rank 0's), and is ready while its Ray node is ALIVE in the head's
+node table (``fairpod.executors.raycluster``, a standing cluster; the readiness command a Ray service gets,
+``fairpod.model.services.RAY_NODE_READY``). A replica that exits starts again on its own, a worker
 rejoins the head.
 
 - **rayStartParams**: as a RayJob's (fairpod.formats.kube.ray_start: the resources given to ``ray start`` of the

@@ -6,7 +6,8 @@ rank, the entrypoint ``COMMAND`` on rank 0 against it) and gets its vCPUs and me
 ``FAIRPOD_MEMORY_MIB`` so that its Ray node offers exactly what the engine gave it (docs/workloads.md). A Ray
 job that is a service (a KubeRay RayCluster) is a standing cluster: ``FAIRPOD_RAY_STANDING=1``, its command (often
 none) run once against it, the cluster kept until the service is deleted, each replica's Ray node on its service
-port (the head's GCS on rank 0's), so that the service's TCP readiness is the Ray node answering. A Ray service
+port (the head's GCS on rank 0's), each replica ready while its Ray node is ALIVE in the head's node table (the
+readiness command ``model.services.RAY_NODE_READY`` tests a file the launcher keeps while it is). A Ray service
 that serves (a KubeRay RayService: ``FAIRPOD_RAY_SERVE``, fairpod.executors.rayserve) has one more port, the
 last, for its head's GCS: rank 0's is Serve's HTTP proxy, its one endpoint.
 """

@@ -1,0 +1,92 @@
+"""A standing Ray cluster's replica (fairpod.executors.raycluster, a KubeRay RayCluster's head and worker) counts as
+up only once its Ray node is ALIVE in the head's node table, and a worker whose raylet dies after ``ray start``
+exited 0 starts its node again.
+
+``ray start`` exits 0 once it has started the Ray processes, before the raylet has registered with the head; a
+raylet that died then (once a fatal check where it binds its port) left the worker's launcher waiting on the head
+for good, with one Ray node alive of two. Here the worker's first raylet is killed as its ``ray start`` exits (a
+``sitecustomize`` of tests/executors/raylet_kill.py on the worker's ``PYTHONPATH``), and the head and the
+worker are real Ray nodes on 127.0.0.1: the worker's launcher sees its raylet gone, starts its node again on other
+ports, and its ready file (what the service's readiness command tests) appears only once the head's table holds
+both nodes alive."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from fairpod.executors import raycluster
+from tests import reaper
+
+from .raylet_kill import site
+
+pytest.importorskip("ray")
+
+
+def _alive(gcs: str) -> list[tuple[bool, int, float]]:
+    """The Ray nodes ALIVE in the head's table at ``gcs``: (head?, raylet port, start time in s)."""
+    from ray._raylet import GcsClient
+
+    try:
+        infos = GcsClient(address=gcs).get_all_node_info(timeout=5)
+    except Exception:  # noqa: BLE001 - the GCS not up yet
+        return []
+    return [(i.is_head_node, i.node_manager_port, i.start_time_ms / 1000) for i in infos.values() if i.state == 0]
+
+
+@pytest.mark.timeout(400)
+def test_a_worker_whose_raylet_dies_after_ray_start_starts_again_and_is_ready_only_once_alive(tmp_path: Path):
+    killed = tmp_path / "killed"
+    ports = raycluster._free_ports(2)
+    ready = [Path(raycluster.READY.format(port=p)) for p in ports]
+    base = {**os.environ, "FAIRPOD_RAY_STANDING": "1", "FAIRPOD_SERVICE_PORTS": ",".join(map(str, ports)),
+            "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "FAIRPOD_VCPU_MILLI": "1000", "FAIRPOD_MEMORY_MIB": "1024"}
+    base.pop("RAY_ADDRESS", None)
+    worker_env = {**base, "RANK": "1", "PORT": str(ports[1]), "FPTEST_KILLED": str(killed),
+                  "PYTHONPATH": os.pathsep.join([str(site(tmp_path / "site")), os.environ.get("PYTHONPATH", "")])}
+    procs, logs = [], [tmp_path / "head.log", tmp_path / "worker.log"]
+    try:
+        for env, log in (({**base, "RANK": "0", "PORT": str(ports[0])}, logs[0]), (worker_env, logs[1])):
+            with open(log, "w") as out:
+                p = subprocess.Popen([sys.executable, raycluster.__file__, "--"], env=env, stdout=out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+            reaper.started(p.pid)
+            procs.append(p)
+
+        def text() -> str:
+            return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs)
+
+        deadline = time.monotonic() + 240  # a bound: both nodes are up long before, also on a loaded machine
+        while not ready[1].exists():
+            assert all(p.poll() is None for p in procs), text()
+            assert time.monotonic() < deadline, \
+                f"the worker was never ready (Ray nodes alive: {_alive(f'127.0.0.1:{ports[0]}')}):\n{text()}"
+            time.sleep(0.1)
+        # ready: the head's table holds both nodes alive at this moment (never the head's alone): the head's and
+        # the worker's second, started after its first raylet was killed as its ray start exited (the first's
+        # entry, on the same raylet port, may stand there ALIVE a while yet: until the head's health checks miss it)
+        alive = _alive(f"127.0.0.1:{ports[0]}")
+        assert killed.exists(), text()
+        assert [h for h, _, _ in alive].count(True) == 1, (alive, text())
+        assert [p for h, p, t in alive if not h and t >= killed.stat().st_mtime] == [ports[1]], (alive, text())
+        assert "(its raylet exited after ray start); once more" in logs[1].read_text(), text()  # ... and seen
+        assert ready[0].exists(), text()  # the head's node is up too
+    finally:
+        for p in procs:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(timeout=30)
+    assert not any(r.exists() for r in ready)  # a stopped replica is not ready
