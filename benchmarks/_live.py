@@ -8,6 +8,7 @@ killed from their recorded PID files.
 
 from __future__ import annotations
 
+import glob
 import http.client
 import itertools
 import json
@@ -22,7 +23,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -380,3 +382,31 @@ def json_line(d: dict[str, Any]) -> str:
         return v
 
     return json.dumps(clean(d), sort_keys=False)
+
+
+@contextmanager
+def postgres() -> Iterator[str]:
+    """A private PostgreSQL server in a temporary directory (Unix socket only), stopped at the end: its URL
+    (``--postgres`` of datacenter.py and crash.py)."""
+    def pg_bin(name: str) -> str:
+        found = shutil.which(name) or (sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")) or [None])[-1]
+        if not found:
+            raise SystemExit(f"--postgres: no {name} found (install PostgreSQL's server binaries)")
+        return found
+
+    initdb, pg_ctl = pg_bin("initdb"), pg_bin("pg_ctl")
+    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    d = tempfile.mkdtemp(prefix="fairpod-bench-pg-")
+    if prefix:
+        shutil.chown(d, "postgres")
+    data = os.path.join(d, "data")
+    port = 54000 + os.getpid() % 1000
+    try:
+        subprocess.run([*prefix, initdb, "-A", "trust", "-U", "fairpod", "-D", data], check=True,
+                       capture_output=True, timeout=120)
+        subprocess.run([*prefix, pg_ctl, "-D", data, "-o", f"-k {d} -c listen_addresses='' -p {port}",
+                        "-l", os.path.join(d, "log"), "-w", "start"], check=True, capture_output=True, timeout=60)
+        yield f"postgresql+psycopg://fairpod@/postgres?host={d}&port={port}"
+    finally:
+        subprocess.run([*prefix, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60)
+        shutil.rmtree(d, ignore_errors=True)

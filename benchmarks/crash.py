@@ -22,7 +22,10 @@ submits committed by worker processes, the core's turns in a process of its own)
 API worker (the core starts it again), the core process (its workers end with it; ``fairpod up`` again on the same
 home) and both (a worker, then the core).
 
-Run: ``.venv/bin/python benchmarks/crash.py [--jobs 1000] [--kills 4] [--seed 1] [--runs 1]``; a smaller
+With ``--postgres`` the server's database is a private PostgreSQL server (``_live.postgres``, as datacenter.py's)
+instead of SQLite under its home.
+
+Run: ``.venv/bin/python benchmarks/crash.py [--jobs 1000] [--kills 4] [--seed 1] [--runs 1] [--postgres]``; a smaller
 ``--jobs 100 --kills 2`` takes a couple of minutes. Exit status 1 if any figure is not 0, or if no replica's start
 was counted (the replicas append to ``lines.log`` in their workdir, which the sandbox keeps in their view).
 
@@ -51,6 +54,7 @@ import threading
 import time
 import uuid
 from collections import Counter, defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +62,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _live import UNFINISHED, LiveServer, RawClient, exit_on_sigterm, marks_dir, table  # noqa: E402
+from _live import UNFINISHED, LiveServer, RawClient, exit_on_sigterm, marks_dir, postgres, table  # noqa: E402
 
 SPEC = """
 cluster:
@@ -176,11 +180,14 @@ def kill_and_restart(server: LiveServer, down: float, what: str = "core") -> Non
 
 
 def one_run(n: int, kills: int, seed: int, pace: float, drain: float, keep: bool,
-            api_workers: int = 0) -> dict[str, int]:
+            api_workers: int = 0, db_url: str | None = None) -> dict[str, int]:
     rng = random.Random(seed)
     extra = ["--api-workers", str(api_workers)] if api_workers else []
     targets = ("worker", "core", "both") if api_workers else ("core",)  # taken in turn
-    with LiveServer(SPEC, keep=keep, extra=extra) as server:
+    server = LiveServer(SPEC, keep=keep, extra=extra)
+    if db_url:  # LiveServer leaves the caller's FAIRPOD_DB_URL out of the server's environment: set it here
+        server.env["FAIRPOD_DB_URL"] = db_url
+    with server:
         if keep:
             print(f"  files kept in {server.tmp}", flush=True)
         log = marks_dir(server) / "lines.log"
@@ -404,6 +411,8 @@ def main() -> int:
     ap.add_argument("--api-workers", type=int, default=0,
                     help="mixed: fairpod up --api-workers N; the kills take an API worker, the core process, "
                          "both, in turn")
+    ap.add_argument("--postgres", action="store_true",
+                    help="mixed: a private PostgreSQL server (a new database each run) instead of SQLite")
     ap.add_argument("--scenario", choices=("mixed", "grow", "shrink", "cancel", "windows"), default="mixed",
                     help="mixed jobs (above), or the crash window of one transition (windows: all three)")
     ap.add_argument("--max-ms", type=float, default=30.0, help="windows: the latest kill after the transition")
@@ -422,10 +431,12 @@ def main() -> int:
             bad += sum(v for k, v in figs.items() if k != "trials")
         return 1 if bad else 0
     for r in range(args.runs):
-        print(f"run {r + 1} of {args.runs}: {args.jobs} jobs, {args.kills} x kill -9 (seed {args.seed + r})",
-              flush=True)
+        print(f"run {r + 1} of {args.runs}: {args.jobs} jobs, {args.kills} x kill -9 (seed {args.seed + r}), "
+              f"{'PostgreSQL' if args.postgres else 'SQLite'}", flush=True)
         t0 = time.monotonic()
-        figs = one_run(args.jobs, args.kills, args.seed + r, args.pace, args.drain, args.keep, args.api_workers)
+        with postgres() if args.postgres else nullcontext() as db_url:
+            figs = one_run(args.jobs, args.kills, args.seed + r, args.pace, args.drain, args.keep, args.api_workers,
+                           db_url)
         print(table([(k, str(v)) for k, v in figs.items()] + [("wall", f"{time.monotonic() - t0:.0f} s")]),
               flush=True)
         bad += sum(v for k, v in figs.items() if k not in ("jobs", "replica starts"))

@@ -39,14 +39,12 @@ It prints a table and, last, one JSON line (``-o FILE`` writes it to a file as w
 from __future__ import annotations
 
 import argparse
-import glob
 import os
 import random
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -64,6 +62,7 @@ from _live import (  # noqa: E402
     exit_on_sigterm,
     json_line,
     percentile,
+    postgres,
     proc_cpu_seconds,
     submit_all,
     table,
@@ -407,33 +406,6 @@ def restart(srv: LiveServer, db_url: str, timeout: float) -> tuple[float, float]
     finally:
         eng.dispose()
     return healthy, float("inf")
-
-
-@contextmanager
-def postgres() -> Iterator[str]:
-    """A private PostgreSQL server in a temporary directory (Unix socket only), stopped at the end."""
-    def pg_bin(name: str) -> str:
-        found = shutil.which(name) or (sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}")) or [None])[-1]
-        if not found:
-            raise SystemExit(f"--postgres: no {name} found (install PostgreSQL's server binaries)")
-        return found
-
-    initdb, pg_ctl = pg_bin("initdb"), pg_bin("pg_ctl")
-    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-    d = tempfile.mkdtemp(prefix="fairpod-bench-pg-")
-    if prefix:
-        shutil.chown(d, "postgres")
-    data = os.path.join(d, "data")
-    port = 54000 + os.getpid() % 1000
-    try:
-        subprocess.run([*prefix, initdb, "-A", "trust", "-U", "fairpod", "-D", data], check=True,
-                       capture_output=True, timeout=120)
-        subprocess.run([*prefix, pg_ctl, "-D", data, "-o", f"-k {d} -c listen_addresses='' -p {port}",
-                        "-l", os.path.join(d, "log"), "-w", "start"], check=True, capture_output=True, timeout=60)
-        yield f"postgresql+psycopg://fairpod@/postgres?host={d}&port={port}"
-    finally:
-        subprocess.run([*prefix, pg_ctl, "-D", data, "-m", "immediate", "stop"], capture_output=True, timeout=60)
-        shutil.rmtree(d, ignore_errors=True)
 
 
 @contextmanager

@@ -42,7 +42,8 @@ def core(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[Serv
 
 
 class ApiProcess:
-    """``fairpod api`` started by the test, stopped by its PID."""
+    """``fairpod api`` started by the test (``start()`` again on the same address after a kill), stopped by its
+    PID."""
 
     def __init__(self, tmp: Path, core: Server, url: str) -> None:
         self.home = tmp / "api-home"
@@ -51,12 +52,16 @@ class ApiProcess:
         os.chmod(self.home / "job-token.key", 0o600)
         self.port = free_port()
         self.url = f"http://{ADDRESS}:{self.port}"
+        self.core_url = core.url
         self.env = {**core.env, "FAIRPOD_HOME": str(self.home), "FAIRPOD_DB_URL": url}
-        self.log = open(tmp / "api.log", "wb")  # noqa: SIM115 - closed in stop()
-        self.proc = subprocess.Popen([sys.executable, "-m", "fairpod.cli.main", "api", "--core", core.url,
+        self.log = open(tmp / "api.log", "ab")  # noqa: SIM115 - closed in stop()
+        self.token = core.token
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "fairpod.cli.main", "api", "--core", self.core_url,
                                       "--address", ADDRESS, "--port", str(self.port)], env=self.env,
                                      stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
-        self.token = core.token
         wait_for(self.ready, 60, "fairpod api to serve")
 
     def ready(self) -> bool:

@@ -156,8 +156,9 @@ class Storm:
     so what ran is counted apart from the server's records."""
 
     def __init__(self, s: Server, tag: str, ran: Path, threads: int = 20, each: int = 4,
-                 patience: float = 90.0) -> None:
+                 patience: float = 90.0, url: str | None = None) -> None:
         self.s, self.tag, self.ran, self.each, self.patience = s, tag, ran, each, patience
+        self.url = url or s.url  # where the clients submit (``fairpod api``'s address); the checks ask ``s``
         # the replicas' workdir, which their view keeps and the team's user may write (benchmarks/_live.py marks_dir)
         ran.parent.mkdir(exist_ok=True)
         ran.parent.chmod(0o1777)
@@ -171,10 +172,14 @@ class Storm:
         self._threads = [threading.Thread(target=self._client, args=(i,), daemon=True) for i in range(threads)]
 
     def __enter__(self) -> Storm:
-        for t in self._threads:
-            t.start()
+        self.start()
         assert self.some.wait(60), f"no submit answered in 60 s: {self.errors}"
         return self
+
+    def start(self) -> None:
+        """The clients started (``with`` also waits for a quarter of the answers)."""
+        for t in self._threads:
+            t.start()
 
     def __exit__(self, *exc: object) -> None:
         for t in self._threads:
@@ -192,7 +197,7 @@ class Storm:
         deadline = time.monotonic() + self.patience
         for _ in range(1000):
             try:
-                r = c.post(self.s.url + "/api/v1/jobs", json=body, headers=key)
+                r = c.post(self.url + "/api/v1/jobs", json=body, headers=key)
             except httpx.TransportError:
                 with self._mu:
                     self.retries += 1
