@@ -11,9 +11,12 @@ how much of them the engine's cycle took, and what publishing for reads took at 
 (``core.published``: the views read lately, wall; ``core.facts``: the facts of single jobs and nodes, CPU);
 ``--scrape`` reads ``/metrics``' engine figures and the cluster view once before the measured turns, as a scraper
 and the dashboard do, so the turns publish those too (``--profile FILE``: a cProfile of the measured turns only).
+``--api-workers``: the submits are committed by an API worker's core (``WorkerCore`` on the same store, what
+``fairpod up --api-workers N`` runs in its workers) and the control plane takes them in at each turn
+(``core.foreign``), as with ``fairpod up --api-workers``; it prints what taking them in cost (CPU per job).
 
 Run: ``.venv/bin/python benchmarks/turn_cost.py [--nodes 2000] [--teams 500] [--waiting 20000] [--turns 40]
-[--rate 1000] [--scrape] [--profile FILE]``.
+[--rate 1000] [--scrape] [--api-workers] [--profile FILE]``.
 Goal (issue 47): turn p99 <= 0.5 s at 10,000 nodes while 1,000 submits/s arrive.
 """
 
@@ -26,13 +29,16 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from datacenter import SHAPES, TYPES, spec_yaml  # noqa: E402
+from fairpod.executors.base import Traits  # noqa: E402
 from fairpod.executors.timed import TimedExecutor  # noqa: E402
 from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
 from fairpod.model.spec import load_spec  # noqa: E402
+from fairpod.server.core import Foreign, WorkerCore  # noqa: E402
 from fairpod.server.nodes import sync_nodes  # noqa: E402
 from fairpod.server.runtime import heap  # noqa: E402
 from fairpod.server.runtime.wiring import control_plane  # noqa: E402
@@ -64,6 +70,8 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, help="write a cProfile of the measured turns to this file")
     ap.add_argument("--scrape", action="store_true",
                     help="read /metrics' engine figures and the cluster view once, so every turn publishes them")
+    ap.add_argument("--api-workers", action="store_true",
+                    help="submits committed by an API worker's core, taken in by the control plane at each turn")
     args = ap.parse_args()
     rng = random.Random(47)
     durations = (args.min_duration, args.max_duration)
@@ -93,6 +101,18 @@ def main() -> None:
             cp = control_plane(store, TimedExecutor(Path(tmp) / "runs"), Path(tmp))
         heap.settle()
         cp.keepers.after.append(heap.Heap().tick)
+        submitter: Any = cp
+        foreign_cpu: list[float] = []  # CPU of each turn's take (--api-workers)
+        if args.api_workers:  # as runtime.wiring.build does for fairpod up --api-workers
+            foreign = Foreign(store.last_seq())
+
+            def take(cp: Any) -> None:
+                c0 = time.process_time()
+                foreign.take(cp)
+                foreign_cpu.append(time.process_time() - c0)
+
+            cp.keepers.before.insert(0, take)
+            submitter = WorkerCore(store, Path(tmp), Traits.of(cp.executor), None)
         print(f"control plane     built in {time.perf_counter() - t0:.1f} s")
         t0 = time.perf_counter()
         while True:
@@ -117,11 +137,13 @@ def main() -> None:
         publish: list[float] = []
         facts: list[float] = []
         submitted, admitted, last = 0, 0, 0.2
+        foreign_cpu.clear()
+        taken0 = foreign.taken if args.api_workers else 0
         n = 0
         for _ in range(args.turns):
             for _ in range(int(args.rate * (last + args.pause))):
                 team = rng.randrange(args.teams)
-                cp.submit(job(f"s{n}", team, args.teams, SHAPES[n % len(SHAPES)], rng.uniform(*durations)), "bench")
+                submitter.submit(job(f"s{n}", team, args.teams, SHAPES[n % len(SHAPES)], rng.uniform(*durations)), "bench")
                 n += 1
             submitted = n
             time.sleep(args.pause)
@@ -154,6 +176,10 @@ def main() -> None:
               f"{max(publish) * 1000:.1f} ms wall (the views read lately, at each turn's end)")
         print(f"published facts p50/p99/max {pct(facts, .5) * 1000:.1f} / {pct(facts, .99) * 1000:.1f} / "
               f"{max(facts) * 1000:.1f} ms CPU (one job's or node's facts, at each turn's end)")
+        if args.api_workers:
+            taken = foreign.taken - taken0
+            print(f"taken in (foreign)          {taken} jobs the worker committed, {sum(foreign_cpu):.2f} s CPU: "
+                  f"{1000 * sum(foreign_cpu) / max(taken, 1):.3f} ms per job")
         cp.stop()
         store.close()
 

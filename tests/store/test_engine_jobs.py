@@ -74,3 +74,8 @@ def test_the_light_read_is_the_whole_read_field_for_field(store: Store, cluster:
             assert e.spec == next(f.spec for f in full if f.id == e.id)
     by = {e.name: e for e in light}
     assert [by[n].kind for n in ("svc", "space", "ray", "plain")] == ["service", "job", "ray", "job"]
+    # some jobs by id (the core's Foreign takes in the jobs API workers committed so): the same records, in seq
+    # order, the finished task and unknown ids left out
+    some = [jobs["svc"].id, tasks[1].id, jobs["plain"].id, older.id, 10**9, jobs["fallbacks"].id]
+    assert s.engine_jobs(some) == [e for e in light if e.id in some]
+    assert s.engine_jobs([]) == []

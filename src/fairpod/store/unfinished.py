@@ -83,15 +83,22 @@ def _number(text: str | None) -> Any:
 
 
 class UnfinishedOps(Ops):
-    def engine_jobs(self) -> list[EngineJob]:
+    def engine_jobs(self, job_ids: Iterable[int] | None = None) -> list[EngineJob]:
         """Every unfinished job as ``EngineJob``, in submission order (``seq``); the whole spec read (in one more
-        query) only for the few whose engine fields need it (``EngineJob.spec``)."""
+        query) only for the few whose engine fields need it (``EngineJob.spec``). ``job_ids``: only those (the
+        core's ``Foreign`` takes in the jobs API workers committed this way, not each read back whole)."""
         out: list[EngineJob] = []
         whole: list[int] = []  # rows whose spec is read whole
         with self._session(False) as s:
             conn = s.connection()
+            q = _query(conn.dialect.name)
+            if job_ids is not None:
+                ids = list(job_ids)
+                if not ids:
+                    return out
+                q = q.where(_J.c.id.in_(ids))
             # the query is built per dialect (_query: Any): its rows' items typed here, as _COLUMNS and _FIELDS say
-            for r in typing.cast("Iterable[tuple[Any, ...]]", conn.execute(_query(conn.dialect.name))):
+            for r in typing.cast("Iterable[tuple[Any, ...]]", conn.execute(q)):
                 (jid, name, team, state, reason, prio, itype, nodes, acc, mcpu, mib, submit, seq, enq, started,
                  attempt, placement, borrowed, preempts, run_state, ckpt, aid, alimit,
                  s_nodes, s_max, s_exp, s_min, s_passed, s_user, s_req, s_pref, s_ray, s_itype, s_service) = r

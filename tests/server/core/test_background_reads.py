@@ -94,3 +94,26 @@ def test_a_restart_reads_the_jobs_once_and_adopts_the_timed_replicas(tmp_path: P
     finally:
         cp.stop()
         h.store.close()
+
+
+def test_the_log_rules_read_the_new_attempts_jobs_in_one_query(tmp_path: Path) -> None:
+    """The log rules' keeper reads the job of each attempt it has not looked at yet (the ones started since its last
+    look: ~70 a second at 10,000 nodes): in one query with the turn's batch, not one each."""
+    from fairpod.server.core.transitions.logrules import LogWatch
+
+    h = InProc(tmp_path)
+    for i in range(4):
+        h.submit(f"batch{i}", "john", 600)
+    h.turn(3)
+    assert len(h.cp.runs) == 4 and all(r.launched for r in h.cp.runs.values())
+    watch = LogWatch()
+    reads = counting(h.store, ("get_job", "get_jobs"))
+    with h.cp.lock, h.cp.store.batch():
+        watch.tick(h.cp)
+    assert reads["get_job"] == 0 and reads["get_jobs"] == 1, reads  # (was one get_job per attempt)
+    assert watch.watches == dict.fromkeys(h.cp.runs)  # each looked at: none has rules
+    reads.clear()
+    watch.last = float("-inf")
+    with h.cp.lock, h.cp.store.batch():
+        watch.tick(h.cp)  # known to have no rules: nothing read again
+    assert reads["get_job"] + reads["get_jobs"] == 0, reads

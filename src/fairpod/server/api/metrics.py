@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections import Counter
 from collections.abc import Iterable, Iterator
+from operator import attrgetter
 from typing import Any, cast
 
 from fastapi import APIRouter, FastAPI, Response
@@ -47,6 +49,9 @@ FINAL_STATES = tuple(s.value for s in JobState if s.finished)
 RESOURCES = (("accelerators", 1.0), ("cpu", 1 / 1000), ("memory", 1024 * 1024))  # from (acc, mcpu, MiB)
 
 
+_TEAM, _TEAM_REASON = attrgetter("team"), attrgetter("team", "reason")
+
+
 def inadmissible(reason: str) -> bool:
     """A pending job the engine tried and could not start (vs. one not tried since it entered the queue)."""
     return reason.startswith(INADMISSIBLE_PREFIXES)
@@ -66,13 +71,15 @@ def engine_figures(cp: Core, snap: Snapshot) -> dict[str, Any]:
             teams += [(f.team, it, res, f.quota[d] * k, f.used[d] * k, f.borrowed[d] * k)
                       for d, (res, k) in enumerate(RESOURCES)]
             lent.append((f.team, it, f.lent))
+    # every turn that a scrape read lately computes these again (core.published): the ~130,000 jobs of 10,000 nodes
+    # counted in C by (team, reason) and by team, then each distinct reason judged once, not a Python pass per job
     counts: dict[str, list[int]] = {name: [0, 0, 0] for name in snap.teams}
-    for w in snap.pending.values():
-        if w.team in counts:
-            counts[w.team][1 if inadmissible(w.reason) else 0] += 1
-    for w in snap.running.values():
-        if w.team in counts:
-            counts[w.team][2] += 1
+    for (team, reason), n in Counter(map(_TEAM_REASON, snap.pending.values())).items():
+        if team in counts:
+            counts[team][1 if inadmissible(reason) else 0] += n
+    for team, n in Counter(map(_TEAM, snap.running.values())).items():
+        if team in counts:
+            counts[team][2] += n
     settings = [(name, t.weight, t.borrow_limit if t.borrows else 0) for name, t in sorted(snap.teams.items())]
     hist = cp.usage.cycles
     return {"cluster": cluster, "teams": teams, "lent": lent, "counts": counts, "settings": settings,

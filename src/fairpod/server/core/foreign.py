@@ -9,7 +9,9 @@ largest ``seq`` it has read, read before the memory was built, and each turn rea
 the ``(team, seq)`` index per team: what was committed since, nothing more). A job the core knows already (its own
 submits, in the engine's queue since their commit), an array's task (workers forward arrays to the core) or a job
 no longer pending is passed over; a new pending job joins the engine's queue as the core's own submits do after
-their commit. A worker's commit wakes the loop; a missed wake delays the job to the next periodic turn.
+their commit, its workload built from the engine's fields of its row (``Store.engine_jobs``, as a restart builds
+the memory; the same workload as from the whole job, ``tests/store/test_engine_jobs.py``), not from the job read
+back whole: decoding each job's spec and building its record was most of what taking it in cost. A worker's commit wakes the loop; a missed wake delays the job to the next periodic turn.
 """
 
 from __future__ import annotations
@@ -39,13 +41,10 @@ class Foreign:
                     or wid in cp.snap.running or jid in cp.restart_holds):
                 continue
             new.append(jid)
-        if new:
-            jobs = cp.store.get_jobs(new)
-            for jid in new:  # in seq order; still pending when read whole
-                job = jobs.get(jid)
-                if job is not None and job.state == JobState.PENDING:
-                    cp.snap.add_pending(cp.workload(job))
-                    self.taken += 1
+        for job in cp.store.engine_jobs(new) if new else ():  # in seq order: the engine's fields, not whole jobs
+            if job.state == JobState.PENDING:  # still pending when read again
+                cp.snap.add_pending(cp.workload(job))
+                self.taken += 1
         if len(rows) == PAGE:
             cp.wake.set()
 

@@ -115,7 +115,9 @@ class LogWatch:
         self.last = now
         for jid in self.watches.keys() - cp.runs.keys():
             del self.watches[jid]
-        for jid, run in to_look(cp.runs, self.watches):
+        look = to_look(cp.runs, self.watches)
+        cp.store.prefetch(jid for jid, _ in look if jid not in self.watches)  # the new ones: one query, not one each
+        for jid, run in look:
             if not run.launched or run.stopping is not None:
                 continue
             w = self.watches.get(jid)

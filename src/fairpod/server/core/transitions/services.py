@@ -35,7 +35,7 @@ from fairpod.executors.base import Probing, Resizing, capability
 from fairpod.model.jobs import JobState
 from fairpod.model.services import ServiceSpec
 from fairpod.server.core.transitions import serving
-from fairpod.server.runs import job_key
+from fairpod.server.runs import having, job_key
 from fairpod.server.services.proxy import Proxy
 
 log = logging.getLogger("fairpod.services")
@@ -225,9 +225,9 @@ class Services:
         """The live replicas of running services, and the ids of services that have ended (under the lock)."""
         out, ended = [], set()
         with self.cp.lock:
-            for jid, run in list(self.cp.runs.items()):
-                if not run.ports:  # only a service's launch picks ports (control.serving): no read for a batch job
-                    continue
+            # only a service's launch picks ports (control.serving): no read for a batch job, and the ~30,000 live
+            # attempts of 10,000 nodes told apart in C (runs.having), not in a Python pass under the lock each second
+            for jid, run in having(self.cp.runs, "ports"):
                 job = self.cp.store.get_job(jid)
                 if job is None or job.spec.service is None:
                     continue
