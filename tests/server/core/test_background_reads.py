@@ -47,6 +47,10 @@ def test_the_service_probe_reads_no_batch_job(tmp_path: Path) -> None:
     targets, ended = services._targets()
     assert (targets, ended) == ([], set())
     assert reads["get_job"] == 0, reads  # (was one read per running job, under the control plane's lock)
+    picked = sorted(h.cp.runs)[1]
+    h.cp.runs[picked].ports = [40001]  # as a service's launch would pick: this attempt alone is read
+    assert services._targets() == ([], set())  # (a batch job still: no target)
+    assert reads["get_job"] == 1, reads
 
 
 def test_the_health_loop_reads_only_the_nodes_it_acts_on(tmp_path: Path) -> None:
