@@ -60,7 +60,9 @@ STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see th
 SERVE = "FAIRPOD_RAY_SERVE"  # a standing cluster's Ray Serve config (JSON, formats.kube.rayservice)
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
 STARTS = 3  # tries of ``ray start``
-NODE_UP = 60.0  # seconds for a node whose ``ray start`` exited 0 to be ALIVE in the head's node table
+NODE_UP = 120.0  # seconds for a node whose ``ray start`` exited 0 to be ALIVE in the head's node table (the check
+# starts a Python with Ray's client, 4.5 s of wall on an idle machine, far longer on a loaded one; a raylet that dies
+# is seen at once)
 READY = "/tmp/fairpod-ray-ready-{port}"  # a standing cluster's replica: kept while its Ray node is up (model.jobs)
 STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL for the Ray processes once the entrypoint has exited
 START_PARAMS = "FAIRPOD_RAY_START_PARAMS"  # {"head": {..}, "workers": [[replicas, {..}], ..]} (formats.kube.ray_start)
@@ -196,6 +198,7 @@ class Cluster:
             self.raylet = None if self.rank == 0 else int(self.env.get("PORT") or ports[self.rank])
         self.tmp = tempfile.mkdtemp(prefix="fpray-", dir="/tmp")  # short: Ray's socket paths have a length limit
         self.pgid: int | None = None
+        self.raylet_pid: int | None = None  # this node's raylet, once seen
         self.node_ports = ("", "")  # this try's raylet and object manager ports: how the head's table names it
         self.stopping = False
         self.ready = READY.format(port=self.env["PORT"]) if self.standing and self.env.get("PORT") else None
@@ -258,7 +261,7 @@ class Cluster:
         deadline = time.monotonic() + NODE_UP
         try:
             while check.poll() is None:
-                if not _raylet_alive(self.pgid):
+                if not self.up():
                     return "its raylet exited after ray start"
                 if self.stopping or time.monotonic() > deadline:
                     return f"not ALIVE in the head's node table within {NODE_UP:g} s"
@@ -269,7 +272,7 @@ class Cluster:
                 check.wait()
         if check.returncode != 0:
             return f"its check of the head's node table failed (exit {check.returncode})"
-        return "" if _raylet_alive(self.pgid) else "its raylet exited after ray start"
+        return "" if self.up() else "its raylet exited after ray start"
 
     def mark_ready(self, up: bool) -> None:
         """A standing cluster's replica keeps :data:`READY` while its node is up (the service's readiness command
@@ -286,8 +289,10 @@ class Cluster:
                 pass
 
     def up(self) -> bool:
-        """Is this node's raylet still running?"""
-        return _raylet_alive(self.pgid)
+        """Is this node's raylet still running? (Found once in ray start's session, then that process is read.)"""
+        if self.raylet_pid is None or not _is_raylet(self.raylet_pid, self.pgid):
+            self.raylet_pid = _raylet(self.pgid)
+        return self.raylet_pid is not None
 
     def driver_env(self) -> dict[str, str]:
         """What a Ray driver on this node needs: ``RAY_ADDRESS``, and on 127.0.0.1 that Ray keep it (its drivers
@@ -352,25 +357,27 @@ def _alive_nodes(gcs: object) -> int:
     return sum(1 for info in infos.values() if info.state == 0)  # GcsNodeInfo.ALIVE
 
 
-def _raylet_alive(pgid: int | None) -> bool:
-    """Is a ``raylet`` running in the session ``ray start`` was started in (``pgid``, its session and group)?
-    (Read from /proc; where there is none to read, the session's processes at all.)"""
+def _raylet(pgid: int | None) -> int | None:
+    """The ``raylet`` running in the session ``ray start`` was started in (``pgid``: its session), read from
+    /proc; None when there is none."""
     if pgid is None:
-        return False
+        return None
     try:
-        pids = [d for d in os.listdir("/proc") if d.isdigit()]
+        pids = [int(d) for d in os.listdir("/proc") if d.isdigit()]
     except OSError:
-        return _group_alive(pgid)
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
-        if comm == "raylet" and int(rest[3]) == pgid and rest[0] != "Z":  # fields: state ppid pgrp session
-            return True
-    return False
+        return None
+    return next((pid for pid in pids if _is_raylet(pid, pgid)), None)
+
+
+def _is_raylet(pid: int, session: int | None) -> bool:
+    """Is process ``pid`` a running (not a zombie) ``raylet`` of ``session``?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    comm, rest = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+    return comm == "raylet" and rest[0] != "Z" and int(rest[3]) == session  # fields: state ppid pgrp session
 
 
 def alive(gcs: str, address: str, port: int, objects: int) -> int:
