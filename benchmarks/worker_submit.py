@@ -2,7 +2,8 @@
 """The CPU of one submit in an API worker (``fairpod up --api-workers N``), in-process: the worker's own app
 (``runtime.wiring.build_worker``: authentication, the body validated, ``transitions.submit.check``, the group
 commit's ``write_submits``, the 201's view, the wake of the core) over a real SQLite home made as ``fairpod up``
-makes it (the seed spec), driven by Starlette's TestClient in the same process, one submit after another.
+makes it (the seed spec), driven by Starlette's TestClient in the same process, one submit after another (or
+from ``--threads N`` client threads at once: the submits that wait together are one group, one transaction).
 
 It prints the process's CPU per submit (the worker's app and the in-process client together: no server socket,
 no other process), the SQL statements and transactions a submit takes on the worker's store (counted on its
@@ -12,6 +13,7 @@ live core answers it: see benchmarks/datacenter.py for the whole server).
 
     .venv/bin/python benchmarks/worker_submit.py                     # 1,000 submits
     .venv/bin/python benchmarks/worker_submit.py --submits 1500 --profile /tmp/worker.raw
+    .venv/bin/python benchmarks/worker_submit.py --threads 16   # concurrent submits: group commit, as live
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +43,17 @@ def body(name: str) -> dict[str, Any]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--submits", type=int, default=1000, help="submits measured (default 1,000; 1-100,000)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="client threads submitting at once (default 1: one after another; more: the worker's "
+                         "group commit writes the submits that wait together in one transaction, as in a live "
+                         "server; 1-64)")
     ap.add_argument("--profile", type=Path, help="also write py-spy's raw profile of the submits to this file")
     a = ap.parse_args()
     if not 1 <= a.submits <= 100_000:
         print(f"worker_submit: --submits must be from 1 to 100000, not {a.submits}", file=sys.stderr)
+        return 2
+    if not 1 <= a.threads <= 64:
+        print(f"worker_submit: --threads must be from 1 to 64, not {a.threads}", file=sys.stderr)
         return 2
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     if a.profile and not Path(spy).exists():
@@ -79,25 +89,42 @@ def main() -> int:
                                          str(a.profile), "--nonblocking"], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
                 time.sleep(1.0)  # py-spy attached
-            t0, w0 = time.process_time(), time.perf_counter()
-            for i in range(a.submits):
+            core = app.app.state.cp
+            commits0 = core.submits.commits
+            failed: list[str] = []
+
+            def submit(i: int) -> None:
                 r = c.post("/api/v1/jobs", json=body(f"s-{i}"), headers=auth)
                 if r.status_code != 201:
-                    print(f"worker_submit: submit {i}: HTTP {r.status_code} {r.text[:200]}", file=sys.stderr)
-                    return 1
+                    failed.append(f"submit {i}: HTTP {r.status_code} {r.text[:200]}")
+
+            t0, w0 = time.process_time(), time.perf_counter()
+            if a.threads == 1:
+                for i in range(a.submits):
+                    submit(i)
+            else:
+                with ThreadPoolExecutor(a.threads) as pool:
+                    list(pool.map(submit, range(a.submits)))
             cpu, wall = time.process_time() - t0, time.perf_counter() - w0
+            groups = core.submits.commits - commits0
+            if failed:
+                print(f"worker_submit: {len(failed)} failed, the first: {failed[0]}", file=sys.stderr)
+                return 1
             if prof is not None:
                 prof.send_signal(signal.SIGINT)
                 prof.wait(timeout=60)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     kinds = collections.Counter(said)
-    out = {"benchmark": "worker_submit", "submits": a.submits, "cpu_ms_per_submit": round(cpu / a.submits * 1e3, 3),
+    out = {"benchmark": "worker_submit", "submits": a.submits, "threads": a.threads,
+           "submits_per_group": round(a.submits / max(groups, 1), 2),
+           "cpu_ms_per_submit": round(cpu / a.submits * 1e3, 3),
            "submits_per_s": round(a.submits / wall, 1), "sql_per_submit": round(len(said) / a.submits, 2),
            "transactions_per_submit": round(kinds["BEGIN"] / a.submits, 2), "sql": dict(kinds)}
     print(f"{a.submits} submits through an API worker's app: {out['cpu_ms_per_submit']:.2f} ms of CPU each (the app "
           f"and its in-process client), {out['sql_per_submit']:g} SQL statements and "
-          f"{out['transactions_per_submit']:g} transactions each; {out['submits_per_s']:.0f}/s one at a time")
+          f"{out['transactions_per_submit']:g} transactions each ({out['submits_per_group']:g} submits a group); "
+          f"{out['submits_per_s']:.0f}/s from {a.threads} client thread(s)")
     print(json.dumps(out))
     return 0
 

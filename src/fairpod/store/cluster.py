@@ -9,9 +9,11 @@ from fairpod.model.logrules import STORED
 from fairpod.model.spec import ClusterSpec
 from fairpod.store.db import Ops
 from fairpod.store.records import Conflict, NotFound, SpecRecord, SpecVersion
-from fairpod.store.tables import ClusterRow, CounterRow, MetaRow, SpecVersionRow
+from fairpod.store.tables import ClusterRow, CounterRow, MetaRow, SpecVersionRow, table
 
 CLUSTER_ROW_ID = 1
+_CLUSTER = table(ClusterRow)
+_SPEC_VERSION = select(_CLUSTER.c.version).where(_CLUSTER.c.id == CLUSTER_ROW_ID)
 
 
 def next_counter(s: Session, name: str) -> int:
@@ -83,8 +85,8 @@ class ClusterOps(Ops):
 
     def spec_version(self) -> int:
         """The stored spec's version; 0 before the first save."""
-        with self._session(False) as s:
-            v = s.scalar(select(ClusterRow.version).where(ClusterRow.id == CLUSTER_ROW_ID))
+        with self._session(False) as s:  # a Core statement built once: an API worker reads it in each group of submits
+            v = s.connection().execute(_SPEC_VERSION).scalar()
             return 0 if v is None else v
 
     def get_meta(self, key: str) -> str | None:

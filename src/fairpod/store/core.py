@@ -23,13 +23,14 @@ from fairpod.store.records import StoreError, Unreachable
 from fairpod.store.retention import RetentionOps
 from fairpod.store.rollups import RollupOps
 from fairpod.store.schema import migrate
+from fairpod.store.submitted import SubmitOps
 from fairpod.store.tables import CounterRow, JobRow
 from fairpod.store.unfinished import UnfinishedOps
 from fairpod.store.usage import UsageOps
 
 
-class _AllOps(ClusterOps, NodeOps, JobOps, UnfinishedOps, JobLookupOps, EventOps, AuthOps, UsageOps, RollupOps,
-              RetentionOps):
+class _AllOps(ClusterOps, NodeOps, JobOps, SubmitOps, UnfinishedOps, JobLookupOps, EventOps, AuthOps, UsageOps,
+              RollupOps, RetentionOps):
     pass
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +62,42 @@ def test_submits_that_wait_together_are_one_transaction(h: InProc) -> None:
         assert [e.kind for e in h.events(j)] == ["JobSubmitted"]
     h.turn()
     assert sum(h.job(f"j{i}").state == JobState.RUNNING for i in range(6)) >= 1
+
+
+def test_a_groups_statements_do_not_grow_with_its_submits(h: InProc) -> None:
+    """A group's jobs, their events and their audit entries are written one statement each, and its jobs' ``seq``s
+    with one counter bump, whatever the group's size (no name read before each insert: the unique index says),
+    in SQLite's one write lock; every row as one submit alone writes it."""
+    from sqlalchemy import event
+
+    said: list[str] = []
+
+    def count(conn: Any, cur: Any, sql: str, *_: Any) -> None:  # INSERT <table>, UPDATE <table>, SELECT, BEGIN
+        w = sql.split()
+        said.append(f"INSERT {w[2]}" if w[0] == "INSERT" else f"UPDATE {w[1]}" if w[0] == "UPDATE" else w[0])
+
+    h.submit("alone", "john")
+    alone = h.job("alone")
+    event.listen(h.store.engine, "before_cursor_execute", count)
+    try:
+        out = queued(h, [lambda i=i: h.cp.submit(spec(f"g{i}"), "tester") for i in range(8)])
+    finally:
+        event.remove(h.store.engine, "before_cursor_execute", count)
+    assert [j.name for j in out] == [f"g{i}" for i in range(8)]
+    writes = sorted(s for s in said if s.split()[0] in ("INSERT", "UPDATE"))
+    assert writes == ["INSERT audit", "INSERT events", "INSERT jobs", "UPDATE counters"], said
+    assert not [s for s in said if s.startswith("SELECT")], said
+    assert [j.seq for j in out] == list(range(alone.seq + 1, alone.seq + 9))  # consecutive, in arrival order
+    for j in out:
+        stored = h.store.get_job(j.id)
+        assert stored == j  # the answer is the row stored
+        assert [e.kind for e in h.events(j)] == ["JobSubmitted"]
+    skip = {"id", "name", "spec", "seq", "submit_time", "enqueued_at", "updated_at", "incarnation"}
+    assert {k: v for k, v in asdict(out[0]).items() if k not in skip} == {  # the row as one submit alone writes it
+        k: v for k, v in asdict(alone).items() if k not in skip}
+    assert out[0].spec.model_dump() == {**alone.spec.model_dump(), "name": "g0"}
+    audit = h.store.list_audit(action="job.submit")[1:]  # after the one of "alone"
+    assert [(e.target, e.detail) for e in audit] == [(f"john/{j.name}", {"id": j.id}) for j in out]
 
 
 def test_a_taken_name_fails_only_its_own_submit(h: InProc) -> None:

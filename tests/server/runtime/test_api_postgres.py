@@ -78,9 +78,9 @@ def at_once(t: Two, monkeypatch: pytest.MonkeyPatch, first: Callable[[], httpx.R
             ) -> tuple[httpx.Response, httpx.Response]:
     """``first`` is held inside its write transaction, after its job's insert (at its audit entry), until
     ``second`` waits on a lock; both answers. ``between()`` runs while both are open. (The routes run on the
-    app's own threads: the first audit entry of the test is the first submit's.)"""
+    app's own threads: the first audit entries of the test, a group's in one call, are the first submit's.)"""
     inside, go = threading.Event(), threading.Event()
-    audit = Tx.append_audit
+    audit = Tx.append_audits
 
     def held(self: Tx, *a: Any, **kw: Any) -> Any:
         if not inside.is_set():  # the first audit entry written: the first submit's (the second starts after)
@@ -88,7 +88,7 @@ def at_once(t: Two, monkeypatch: pytest.MonkeyPatch, first: Callable[[], httpx.R
             assert go.wait(60), "the test did not let the first submit go on"
         return audit(self, *a, **kw)
 
-    monkeypatch.setattr(Tx, "append_audit", held)
+    monkeypatch.setattr(Tx, "append_audits", held)
     out: dict[str, httpx.Response] = {}
     threads = [threading.Thread(target=lambda: out.__setitem__("first", first()), name="first"),
                threading.Thread(target=lambda: out.__setitem__("second", second()), name="second")]

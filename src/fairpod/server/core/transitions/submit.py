@@ -22,6 +22,7 @@ from fairpod.server.errors import BeyondQuota, InvalidJob, JobExists, NeverFits
 from fairpod.store import AlreadyExists
 from fairpod.store.notify import SUBMITS
 from fairpod.store.records import Job
+from fairpod.store.submitted import submitted_row
 
 if TYPE_CHECKING:
     from fairpod.server.core.state import CoreState
@@ -105,34 +106,54 @@ def write_submits(cp: Checking, group: list[Submit], *, notify: bool = False,
     core): a job created notifies the core in the same transaction, delivered on its commit (PostgreSQL
     ``NOTIFY``, :mod:`fairpod.store.notify`; nothing on SQLite). ``fresh`` (an API worker) is called first in the
     transaction with it: the stored spec read again there if its version changed, each submit then checked again
-    against it."""
-    answers: list[Answer] = []
+    against it.
+
+    The jobs' rows are built before the transaction (``store.submitted``), and the group's jobs, events and audit
+    entries are written with one statement each, whatever the group's size: in SQLite's one write lock only the
+    statements (benchmarks/README.md, "The CPU of a worker's submit, second pass")."""
+    rows = {id(r): submitted_row(r.spec, r.checked, "queued") for r in group if isinstance(r.checked, ResolvedJob)}
+    out: list[tuple[Job | None, BaseException | None, bool] | None] = [None] * len(group)
     with cp.store.tx() as t:
         if fresh is not None:
             fresh(t)
         # several processes write submits (API workers, `fairpod api`): the same key or name waits for the other
         t.serialize([f"key:{r.actor}:{r.key}" for r in group if r.key is not None]
                     + [f"name:{r.spec.team}:{r.spec.name}" for r in group])
-        for r in group:
-            if r.key is not None and (jid := t.submitted_with(r.actor, r.key)) is not None:
-                earlier = t.get_job(jid)
-                if earlier is not None:
-                    answers.append((r, earlier, None, False))
+        new: list[int] = []  # the group's submits that create a job, in order
+        keyed: dict[tuple[str, str], int] = {}  # (actor, key) -> the submit of this group that creates its job
+        for i, r in enumerate(group):
+            if r.key is not None:
+                if (r.actor, r.key) in keyed:  # an earlier submit of this group with the key: its job, once written
+                    continue
+                if (jid := t.submitted_with(r.actor, r.key)) is not None and (earlier := t.get_job(jid)) is not None:
+                    out[i] = (earlier, None, False)
                     continue
             checked = r.checked if cp.spec is r.cluster else check(cp, r.spec)  # the spec changed
             if isinstance(checked, (InvalidJob, NeverFits)):
-                answers.append((r, None, checked, False))
+                out[i] = (None, checked, False)
                 continue
-            job = t.insert_job(r.spec, checked, reason="queued")
-            t.append_events([{"kind": "JobSubmitted", "message": f"job {r.spec.name} submitted by {r.actor}",
-                              "job_id": job.id, "team": job.team, "data": {"actor": r.actor}}])
-            t.append_audit(r.actor, "job.submit", f"{job.team}/{job.name}", {"id": job.id})
+            if checked is not r.checked or id(r) not in rows:
+                rows[id(r)] = submitted_row(r.spec, checked, "queued")
+            new.append(i)
             if r.key is not None:
-                t.remember_submit(r.actor, r.key, job.id)
-            answers.append((r, job, None, True))
-        if notify and any(created for *_, created in answers):
+                keyed[(r.actor, r.key)] = i
+        jobs = t.insert_submitted([rows[id(group[i])] for i in new], [group[i].spec for i in new])
+        for i, job in zip(new, jobs, strict=True):
+            out[i] = (job, None, True)
+        for i, r in enumerate(group):
+            if out[i] is None and r.key is not None:  # a key repeated in the group: the job its first submit made
+                out[i] = (jobs[new.index(keyed[(r.actor, r.key)])], None, False)
+        t.append_events([{"kind": "JobSubmitted", "message": f"job {j.name} submitted by {group[i].actor}",
+                          "job_id": j.id, "team": j.team, "data": {"actor": group[i].actor}}
+                         for i, j in zip(new, jobs, strict=True)])
+        t.append_audits([{"actor": group[i].actor, "action": "job.submit", "target": f"{j.team}/{j.name}",
+                          "detail": {"id": j.id}} for i, j in zip(new, jobs, strict=True)])
+        for i, j in zip(new, jobs, strict=True):
+            if group[i].key is not None:
+                t.remember_submit(group[i].actor, group[i].key, j.id)
+        if notify and jobs:
             t.notify(SUBMITS)
-    return answers
+    return [(r, *a) for r, a in zip(group, out, strict=True) if a is not None]
 
 
 class Checking(Protocol):

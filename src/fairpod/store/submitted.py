@@ -1,0 +1,109 @@
+"""A group of submits' rows in few statements (``transitions.submit.write_submits``, the core's and an API worker's
+group commit): the jobs' rows built before the write transaction (:func:`submitted_row`: the spec's JSON, the
+checked fields, the incarnation), then in it one counter bump for all their ``seq``s, one insert of the jobs, one
+of their audit entries. A group of N submits took 6 N statements before (a name check, a counter bump, the job,
+its event, its audit entry, each its own), all in SQLite's one write lock (benchmarks/README.md, "The CPU of a
+worker's submit, second pass").
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping, Sequence
+from types import SimpleNamespace
+from typing import Any
+
+from sqlalchemy import bindparam, insert, update
+from sqlalchemy.exc import IntegrityError
+
+from fairpod.model.jobs import JobSpec, JobState, ResolvedJob
+from fairpod.store import fields as f
+from fairpod.store.auth import AUDIT_LOCK_KEY
+from fairpod.store.db import Ops
+from fairpod.store.events import serialize_appends
+from fairpod.store.jobs import _JOBS, _SPECS, _SPECS_MAX, JOB_FIELDS, JOB_SEQ_COUNTER, _next_seq, to_job
+from fairpod.store.records import AlreadyExists, Job
+from fairpod.store.tables import AuditRow, CounterRow, table
+
+_COUNTERS = table(CounterRow)
+_INSERT_JOB = insert(_JOBS)
+# (id, seq): the ids matched to the rows by their seq (RETURNING's order is not the rows' on SQLite, and asking
+# SQLAlchemy to sort them by the parameters' order makes it insert them one statement each there)
+_INSERT_JOBS = insert(_JOBS).returning(_JOBS.c.id, _JOBS.c.seq)
+_INSERT_AUDITS = insert(table(AuditRow))
+_BUMP_SEQ_BY = (update(_COUNTERS).where(_COUNTERS.c.name == JOB_SEQ_COUNTER)
+                .values(value=_COUNTERS.c.value + bindparam("n")).returning(_COUNTERS.c.value))  # fmt: skip
+_AUDIT = {"actor": f.text, "action": f.text, "target": f.text, "detail": f.json_of(dict)}
+
+
+def submitted_row(spec: JobSpec, resolved: ResolvedJob, reason: str) -> dict[str, Any]:
+    """A new pending job's row as ``insert_job`` stores it, but for its times and ``seq`` (set in the write
+    transaction by :meth:`SubmitOps.insert_submitted`): what can be built before the transaction, outside its lock."""
+    vals = f.check("job", JOB_FIELDS, {"state": JobState.PENDING, "reason": reason})
+    acc, mcpu, mib = resolved.per_replica
+    return dict(
+        name=spec.name, team=spec.team, spec=spec.model_dump(mode="json"), state=vals["state"], reason=vals["reason"],
+        priority=resolved.priority, instance_type=resolved.instance_type, nodes=spec.nodes, acc=acc, mcpu=mcpu,
+        mib=mib, submit_time=None, seq=None, enqueued_at=None, started_at=None, first_started_at=None,
+        finished_at=None, attempt=0, max_retry=spec.max_retry, auto_resume=spec.auto_resume, placement=[],
+        borrowed_from={}, preemptions=0, run_state=None, checkpoint_at=None, checkpoint_step=None,
+        checkpoint_path=None, master_port=None, updated_at=None, array_id=None, array_limit=None,
+        incarnation=secrets.token_hex(16),
+    )  # fmt: skip
+
+
+class SubmitOps(Ops):
+    def insert_submitted(self, rows: Sequence[dict[str, Any]], specs: Sequence[JobSpec], *,
+                         now: float | None = None) -> list[Job]:
+        """Store new pending jobs (``rows`` of :func:`submitted_row`, ``specs`` their specs) with consecutive
+        ``seq``s in arrival order, as ``insert_job`` stores each: one counter bump, one insert. The rows get their
+        times and ``seq`` here. Raises ``AlreadyExists`` (nothing stored) if a team has an unfinished job of one
+        of those names, or two of them share a name: the unique index's verdict, not a read before each insert."""
+        if not rows:
+            return []
+        ts = self._now(now)
+        one = len(rows) == 1
+        taken = (f"team {rows[0]['team']!r} already has an unfinished job named {rows[0]['name']!r}" if one
+                 else "a team already has an unfinished job of one of these names")
+        with self._session(True) as s:
+            conn = s.connection()
+            last = conn.execute(_BUMP_SEQ_BY, {"n": len(rows)}).scalar()
+            if last is not None:
+                first = int(last) - len(rows) + 1
+            else:  # no counter row yet (a store an older fairpod made): made as insert_job makes it
+                first = _next_seq(s, conn)
+                if len(rows) > 1:
+                    conn.execute(_BUMP_SEQ_BY, {"n": len(rows) - 1})
+            for k, row in enumerate(rows):
+                row.update(submit_time=ts, enqueued_at=ts, updated_at=ts, seq=first + k)
+            try:
+                if one:
+                    ids: Sequence[int] = [conn.execute(_INSERT_JOB, rows[0]).inserted_primary_key[0]]  # type: ignore[index]  # a one-row insert has its key
+                else:
+                    by_seq = {int(r.seq): int(r.id) for r in conn.execute(_INSERT_JOBS, list(rows))}
+                    ids = [by_seq[row["seq"]] for row in rows]
+            except IntegrityError as e:
+                raise AlreadyExists(taken) from e
+        out = []
+        for jid, spec, row in zip(ids, specs, rows, strict=True):
+            if len(_SPECS) < _SPECS_MAX:
+                _SPECS[jid] = (ts, spec)  # the spec just validated: not built again from its JSON
+            out.append(to_job(SimpleNamespace(id=jid, **row)))
+        return out
+
+    def append_audits(self, entries: Sequence[Mapping[str, Any]], *, ts: float | None = None) -> None:
+        """``append_audit`` for many entries (``actor``, ``action``, ``target``, ``detail``) in one statement,
+        ids in the given order."""
+        if not entries:
+            return
+        rows = []
+        for e in entries:
+            vals = f.check("audit", _AUDIT, {"target": "", **e, "detail": dict(e.get("detail") or {})})
+            vals["ts"] = self._now(ts)
+            rows.append(vals)
+        with self._session(True) as s:
+            serialize_appends(s, AUDIT_LOCK_KEY)
+            s.connection().execute(_INSERT_AUDITS, rows)
+
+
+__all__ = ["SubmitOps", "submitted_row"]
