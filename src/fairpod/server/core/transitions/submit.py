@@ -210,6 +210,8 @@ def _admissible(cp: Checking, spec: JobSpec) -> ResolvedJob:
 def _host_paths(cp: Checking, spec: JobSpec) -> None:
     """InvalidJob when a host path the job names (its mounts, its workdir) breaks the rules of
     fairpod.sandbox.hostpaths on this host (the supervisor checks again on the replica's node)."""
+    if not spec.mounts and not spec.workdir:  # nothing to check (most jobs): fairpod's own paths not even listed
+        return
     protected = [str(cp.home), *hostpaths.protected_dirs(runs_dir(cp.home), cp.checkpoint_root())]
     allow = cp.spec.cluster.mounts.allow
     try:
