@@ -160,6 +160,18 @@ def to_job(r: JobRow | SimpleNamespace) -> Job:
     )
 
 
+def written_jobs(ids: Sequence[int], specs: Sequence[JobSpec], rows: Sequence[Mapping[str, Any]],
+                 ts: float) -> list[Job]:
+    """The records of jobs just inserted (``rows`` with their new ``ids``); each spec, just validated, kept so
+    that it is not built again from its JSON."""
+    out = []
+    for jid, spec, row in zip(ids, specs, rows, strict=True):
+        if len(_SPECS) < _SPECS_MAX:
+            _SPECS[jid] = (ts, spec)
+        out.append(to_job(SimpleNamespace(id=jid, **row)))
+    return out
+
+
 def _states(v: JobState | str | Iterable[JobState | str]) -> list[str]:
     items = [v] if isinstance(v, str) else list(v)
     return [str(JobState(x)) for x in items]
@@ -306,12 +318,7 @@ class JobOps(Ops):
                 ids: Sequence[int] = conn.execute(_INSERT_JOB.returning(_JOBS.c.id, sort_by_parameter_order=True), rows).scalars().all()
             except IntegrityError as e:
                 raise AlreadyExists(f"team {team!r} already has an unfinished job of one of these names") from e
-        out = []
-        for jid, sp, row in zip(ids, specs, rows, strict=True):
-            if len(_SPECS) < _SPECS_MAX:
-                _SPECS[jid] = (ts, sp)  # the spec just validated: not validated again from its JSON
-            out.append(to_job(SimpleNamespace(id=jid, **row)))
-        return out
+        return written_jobs(ids, specs, rows, ts)
 
     def get_job(self, job_id: int) -> Job | None:
         with self._session(False) as s:

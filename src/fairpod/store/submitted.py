@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any
 
 from sqlalchemy import bindparam, insert, update
@@ -21,7 +20,7 @@ from fairpod.store import fields as f
 from fairpod.store.auth import AUDIT_LOCK_KEY
 from fairpod.store.db import Ops
 from fairpod.store.events import serialize_appends
-from fairpod.store.jobs import _JOBS, _SPECS, _SPECS_MAX, JOB_FIELDS, JOB_SEQ_COUNTER, _next_seq, to_job
+from fairpod.store.jobs import _JOBS, JOB_FIELDS, JOB_SEQ_COUNTER, _next_seq, written_jobs
 from fairpod.store.records import AlreadyExists, Job
 from fairpod.store.tables import AuditRow, CounterRow, table
 
@@ -84,12 +83,7 @@ class SubmitOps(Ops):
                     ids = [by_seq[row["seq"]] for row in rows]
             except IntegrityError as e:
                 raise AlreadyExists(taken) from e
-        out = []
-        for jid, spec, row in zip(ids, specs, rows, strict=True):
-            if len(_SPECS) < _SPECS_MAX:
-                _SPECS[jid] = (ts, spec)  # the spec just validated: not built again from its JSON
-            out.append(to_job(SimpleNamespace(id=jid, **row)))
-        return out
+        return written_jobs(ids, specs, rows, ts)
 
     def append_audits(self, entries: Sequence[Mapping[str, Any]], *, ts: float | None = None) -> None:
         """``append_audit`` for many entries (``actor``, ``action``, ``target``, ``detail``) in one statement,

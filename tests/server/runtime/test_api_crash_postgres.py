@@ -21,27 +21,18 @@ import pytest
 from sqlalchemy import create_engine, select, text
 from sqlalchemy.pool import NullPool
 
-from fairpod.store import Store
 from fairpod.store.events import EVENT_LOCK_KEY
 from fairpod.store.tables import AuditRow, EventRow, JobRow, SubmitKeyRow
 from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
 
-from ..conftest import Server, running, wait_for
-from .test_api_remote import ApiProcess
+from ..conftest import Server, wait_for
+from .test_api_remote import ApiProcess, workers_on_postgres
 from .test_api_workers import Storm, gone, pids, restart_core
 
 
 @pytest.fixture(scope="module")
 def srv(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[Server]:  # noqa: F811
-    s0 = Store(pg_url)
-    wipe(s0.engine)
-    s0.close()
-
-    def on_postgres(s: Server) -> None:
-        s.db = pg_url
-        s.extra = ["--api-workers", "2"]
-
-    yield from running(tmp_path_factory.mktemp("pg-workers"), before_start=on_postgres)
+    yield from workers_on_postgres(tmp_path_factory.mktemp("pg-workers"), pg_url, 2)
 
 
 def half_written(url: str) -> dict[str, list[Any]]:

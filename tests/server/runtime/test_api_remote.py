@@ -28,17 +28,23 @@ WORKER = "fairpod-api-worker"
 ADDRESS = "127.0.0.2"
 
 
-@pytest.fixture(scope="module")
-def core(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[Server]:  # noqa: F811
-    s0 = Store(pg_url)
+def workers_on_postgres(tmp: Path, url: str, workers: int) -> Iterator[Server]:
+    """A live ``fairpod up --api-workers N`` on the tests' PostgreSQL at ``url``, emptied first (a module's
+    fixture: stopped at its end)."""
+    s0 = Store(url)
     wipe(s0.engine)
     s0.close()
 
     def on_postgres(s: Server) -> None:
-        s.db = pg_url
-        s.extra = ["--api-workers", "1"]
+        s.db = url
+        s.extra = ["--api-workers", str(workers)]
 
-    yield from running(tmp_path_factory.mktemp("core"), before_start=on_postgres)
+    yield from running(tmp, before_start=on_postgres)
+
+
+@pytest.fixture(scope="module")
+def core(tmp_path_factory: pytest.TempPathFactory, pg_url: str) -> Iterator[Server]:  # noqa: F811
+    yield from workers_on_postgres(tmp_path_factory.mktemp("core"), pg_url, 1)
 
 
 class ApiProcess:
