@@ -14,7 +14,15 @@ from .programs import TRAINER
 def test_seed_scenario_across_ray_nodes(ray_server: RayServer, ray_driver, tmp_path: Path):
     # the four Ray nodes joined fairpod as nodes of the cluster
     nodes = wait_for(lambda: (n := ray_server.nodes()) and set(n) == set(WORKERS) and n, 20, "the Ray nodes")
-    assert all(n["instance_group"] == "ray" and n["schedulable"] and n["accelerators"] == 4 for n in nodes.values())
+    assert all(n["instance_group"] == "ray" for n in nodes.values()), nodes
+    # each is schedulable with its 4 GPUs once its first check has passed (on a loaded machine, after it joined)
+    ok = lambda n: n["schedulable"] and n["accelerators"] == 4  # noqa: E731
+    try:
+        wait_for(lambda: all(ok(n) for n in ray_server.nodes().values()), 60, "the Ray nodes to be schedulable")
+    except AssertionError as e:
+        bad = [(k, n["health_status"], n["fault_reason"], n["accelerators"])
+               for k, n in ray_server.nodes().items() if not ok(n)]
+        raise AssertionError(f"{e}: {bad}") from None
     trainer = tmp_path / "trainer.py"
     trainer.write_text(TRAINER)
     ray_server.submit(name="john-train", team="john", nodes=2, command=["sleep", "60"])

@@ -84,7 +84,8 @@ def _free_ports(n: int) -> list[int]:
 
 
 def _say(msg: str) -> None:
-    print(f"fairpod ray: {msg}", file=sys.stderr, flush=True)
+    """A line of this launcher in the replica's log, with the time (UTC) as Ray's own lines carry theirs."""
+    print(f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} fairpod ray: {msg}", file=sys.stderr, flush=True)
 
 
 STORE_SHARE = 0.3  # of the replica's memory for Ray's object store (Ray's own default share of a machine's)

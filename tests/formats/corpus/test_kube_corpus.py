@@ -54,7 +54,7 @@ JOB_COMPLETION_INDEX=$JOB_COMPLETION_INDEX"
 STUBS = {p: PROGRAM for p in ("/usr/bin/python3", "/usr/bin/python", "/usr/local/bin/python",
                               "/usr/local/bin/torchrun", "/usr/bin/nvidia-smi")}
 STUBS["/bin/bash"] = '#!/bin/sh\nexec /bin/sh "$@"\n'
-AGNHOST_PROGRAM = f'#!/bin/sh\ncase "$1" in pause) exec sleep 600;; esac\necho "{MARK} for agnhost: $*"\n'
+AGNHOST_PROGRAM = f'#!/bin/sh\ncase "$1" in pause) exec sleep 3600;; esac\necho "{MARK} for agnhost: $*"\n'
 RAY_STANDIN = "localhost/fairpod-test/kuberay-standin:1"
 RAY_SAMPLE = f"""import os
 import ray
@@ -278,7 +278,11 @@ def test_the_job_files_run_as_written_or_are_refused_in_one_answer(fed: tuple[Se
     try:
         wait_for(lambda: not unsettled(), 120, "every job of the corpus to finish", progress=s.activity)
     except AssertionError as e:
-        raise AssertionError(f"{e}; not settled: {unsettled()}") from None
+        left = unsettled()
+        logs = {str(p.relative_to(s.home / "runs")): p.read_text(errors="replace")[-3000:]
+                for n in left for p in sorted((s.home / "runs").glob(f"{n}-{s.job(n)['id']}/*/*/output.log"))}
+        raise AssertionError(f"not settled: {left}; their logs:\n"
+                             + "\n".join(f"--- {k} ---\n{v}" for k, v in logs.items()) + f"\n\n{e}") from None
     for name, (fname, expect) in jobs.items():
         job = s.api("GET", f"/jobs/{s.job(name)['id']}").json()
         want_state = "Running" if name in RUNS_UNTIL_STOPPED else "Succeeded"

@@ -140,8 +140,14 @@ def _log(server: Server, name: str) -> str:
 
 def _succeeded(server: Server, name: str) -> dict[str, Any]:
     """The job once it has ended, which must be as Succeeded (its log said otherwise)."""
-    job = wait_for(lambda: (j := server.job(name))["state"] not in ("Pending", "Running") and j, 300,
-                   f"{name} to end", server.activity)
+    try:  # bounded below the tests' own timeout, so that a stall's failure shows where the job was
+        job = wait_for(lambda: (j := server.job(name))["state"] not in ("Pending", "Running") and j, 300,
+                       f"{name} to end", server.activity, limit=540)
+    except AssertionError as e:
+        runs = server.home / "runs"
+        logs = sorted(runs.glob(f"{name}-{server.job(name)['id']}/*/*/output.log"))
+        raise AssertionError(f"{e}\n" + "\n".join(f"--- {p.relative_to(runs)} ---\n{p.read_text(errors='replace')[-4000:]}"
+                                                   for p in logs)) from None
     assert job["state"] == "Succeeded", _log(server, name)[-3000:]
     return job
 
