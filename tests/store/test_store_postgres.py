@@ -22,6 +22,7 @@ from . import (
     test_store_jobs,
     test_store_tables,
     test_store_tx,
+    test_submitted,
 )
 from .conftest import wipe
 
@@ -48,6 +49,7 @@ CASES: list[Callable[..., None]] = [
     test_store_tx.test_tx_commits_and_sees_its_own_writes,
     test_store_tx.test_read_only_tx,
     test_store_tx.test_threads_write_and_stream_concurrently,
+    test_submitted.test_a_groups_keys_are_looked_up_and_recorded_together,
 ]
 
 

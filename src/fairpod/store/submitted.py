@@ -1,7 +1,8 @@
 """A group of submits' rows in few statements (``transitions.submit.write_submits``, the core's and an API worker's
 group commit): the jobs' rows built before the write transaction (:func:`submitted_row`: the spec's JSON, the
 checked fields, the incarnation), then in it one counter bump for all their ``seq``s, one insert of the jobs, one
-of their audit entries. A group of N submits took 6 N statements before (a name check, a counter bump, the job,
+of their audit entries, one lookup and one insert of their Idempotency-Keys. A group of N submits took 6 N
+statements before (a name check, a counter bump, the job,
 its event, its audit entry, each its own), all in SQLite's one write lock (benchmarks/README.md, "The CPU of a
 worker's submit, second pass").
 """
@@ -12,7 +13,7 @@ import secrets
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import bindparam, insert, update
+from sqlalchemy import bindparam, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 
 from fairpod.model.jobs import JobSpec, JobState, ResolvedJob
@@ -22,7 +23,7 @@ from fairpod.store.db import Ops
 from fairpod.store.events import serialize_appends
 from fairpod.store.jobs import _JOBS, JOB_FIELDS, JOB_SEQ_COUNTER, _next_seq, written_jobs
 from fairpod.store.records import AlreadyExists, Job
-from fairpod.store.tables import AuditRow, CounterRow, table
+from fairpod.store.tables import AuditRow, CounterRow, SubmitKeyRow, table
 
 _COUNTERS = table(CounterRow)
 _INSERT_JOB = insert(_JOBS)
@@ -32,6 +33,8 @@ _INSERT_JOBS = insert(_JOBS).returning(_JOBS.c.id, _JOBS.c.seq)
 _INSERT_AUDITS = insert(table(AuditRow))
 _BUMP_SEQ_BY = (update(_COUNTERS).where(_COUNTERS.c.name == JOB_SEQ_COUNTER)
                 .values(value=_COUNTERS.c.value + bindparam("n")).returning(_COUNTERS.c.value))  # fmt: skip
+_KEYS = table(SubmitKeyRow)
+_INSERT_KEYS = insert(_KEYS)
 _AUDIT = {"actor": f.text, "action": f.text, "target": f.text, "detail": f.json_of(dict)}
 
 
@@ -84,6 +87,29 @@ class SubmitOps(Ops):
             except IntegrityError as e:
                 raise AlreadyExists(taken) from e
         return written_jobs(ids, specs, rows, ts)
+
+    def submitted_with_keys(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
+        """``submitted_with`` for many (user, Idempotency-Key) pairs in one statement: the job id of each pair
+        that was used."""
+        if not pairs:
+            return {}
+        wanted, out = list(dict.fromkeys(pairs)), dict[tuple[str, str], int]()
+        with self._session(False) as s:
+            for i in range(0, len(wanted), 500):  # a statement's bound parameters are limited
+                found = s.connection().execute(select(_KEYS.c.user, _KEYS.c.key, _KEYS.c.job_id).where(
+                    tuple_(_KEYS.c.user, _KEYS.c.key).in_(wanted[i:i + 500])))
+                out.update({(str(r.user), str(r.key)): int(r.job_id) for r in found})
+        return out
+
+    def remember_submits(self, keys: Sequence[tuple[str, str, int]], *, now: float | None = None) -> None:
+        """``remember_submit`` for many (user, key, job id) in one statement (in the transaction that inserts
+        the jobs)."""
+        if not keys:
+            return
+        ts = self._now(now)
+        with self._session(True) as s:
+            s.connection().execute(_INSERT_KEYS, [{"user": u, "key": k, "job_id": j, "created_at": ts}
+                                                  for u, k, j in keys])
 
     def append_audits(self, entries: Sequence[Mapping[str, Any]], *, ts: float | None = None) -> None:
         """``append_audit`` for many entries (``actor``, ``action``, ``target``, ``detail``) in one statement,

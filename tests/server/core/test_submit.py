@@ -100,6 +100,35 @@ def test_a_groups_statements_do_not_grow_with_its_submits(h: InProc) -> None:
     assert [(e.target, e.detail) for e in audit] == [(f"john/{j.name}", {"id": j.id}) for j in out]
 
 
+def test_a_keyed_groups_statements_do_not_grow_with_its_submits(h: InProc) -> None:
+    """Submits with an Idempotency-Key (the CLI sends one with each): the group's keys are looked up in one
+    statement, the jobs of the ones used before read in one, and the new ones recorded in one; a key used before
+    answers its job, a key new to the group creates one."""
+    from sqlalchemy import event
+
+    said: list[str] = []
+
+    def count(conn: Any, cur: Any, sql: str, *_: Any) -> None:
+        w = sql.split()
+        said.append(f"INSERT {w[2]}" if w[0] == "INSERT" else f"UPDATE {w[1]}" if w[0] == "UPDATE" else w[0])
+
+    before = [h.cp.submit(spec(f"old{i}"), "tester", f"old-{i}") for i in range(2)]
+    event.listen(h.store.engine, "before_cursor_execute", count)
+    try:
+        out = queued(h, [lambda i=i: h.cp.submit(spec(f"g{i}"), "tester", f"new-{i}") for i in range(6)]
+                     + [lambda i=i: h.cp.submit(spec(f"again{i}"), "tester", f"old-{i}") for i in range(2)])
+    finally:
+        event.remove(h.store.engine, "before_cursor_execute", count)
+    assert [j.name for j in out] == [f"g{i}" for i in range(6)] + ["old0", "old1"]
+    assert [j.id for j in out[6:]] == [j.id for j in before]  # the replays: the jobs their keys made
+    writes = sorted(s for s in said if s.split()[0] in ("INSERT", "UPDATE"))
+    assert writes == ["INSERT audit", "INSERT events", "INSERT jobs", "INSERT submit_keys", "UPDATE counters"], said
+    assert said.count("SELECT") == 2, said  # the keys, then the jobs of the two used before
+    for i, j in enumerate(out[:6]):  # each new key answers its job again
+        assert h.cp.submit(spec(f"g{i}"), "tester", f"new-{i}").id == j.id
+    assert sorted(j.name for j in h.store.list_jobs()) == sorted(["old0", "old1"] + [f"g{i}" for i in range(6)])
+
+
 def test_a_taken_name_fails_only_its_own_submit(h: InProc) -> None:
     h.submit("dup", "john")
     out = queued(h, [lambda: h.cp.submit(spec("a"), "tester"), lambda: h.cp.submit(spec("dup"), "tester"),

@@ -121,11 +121,13 @@ def write_submits(cp: Checking, group: list[Submit], *, notify: bool = False,
                     + [f"name:{r.spec.team}:{r.spec.name}" for r in group])
         new: list[int] = []  # the group's submits that create a job, in order
         keyed: dict[tuple[str, str], int] = {}  # (actor, key) -> the submit of this group that creates its job
+        used = t.submitted_with_keys([(r.actor, r.key) for r in group if r.key is not None])  # one lookup for all
+        earlier_jobs = t.get_jobs(used.values()) if used else {}
         for i, r in enumerate(group):
             if r.key is not None:
                 if (r.actor, r.key) in keyed:  # an earlier submit of this group with the key: its job, once written
                     continue
-                if (jid := t.submitted_with(r.actor, r.key)) is not None and (earlier := t.get_job(jid)) is not None:
+                if (earlier := earlier_jobs.get(used.get((r.actor, r.key), -1))) is not None:
                     out[i] = (earlier, None, False)
                     continue
             checked = r.checked if cp.spec is r.cluster else check(cp, r.spec)  # the spec changed
@@ -148,9 +150,8 @@ def write_submits(cp: Checking, group: list[Submit], *, notify: bool = False,
                          for i, j in zip(new, jobs, strict=True)])
         t.append_audits([{"actor": group[i].actor, "action": "job.submit", "target": f"{j.team}/{j.name}",
                           "detail": {"id": j.id}} for i, j in zip(new, jobs, strict=True)])
-        for i, j in zip(new, jobs, strict=True):
-            if group[i].key is not None:
-                t.remember_submit(group[i].actor, group[i].key, j.id)
+        t.remember_submits([(group[i].actor, group[i].key, j.id) for i, j in zip(new, jobs, strict=True)
+                            if group[i].key is not None])
         if notify and jobs:
             t.notify(SUBMITS)
     return [(r, *a) for r, a in zip(group, out, strict=True) if a is not None]
