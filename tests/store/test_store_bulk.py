@@ -95,3 +95,21 @@ def test_insert_tasks_stores_an_arrays_tasks_in_one_go(store: Store, cluster: Cl
     with pytest.raises(AlreadyExists, match="arr-2"):
         store.insert_tasks(taken, resolve_job(taken[0], cluster), ["queued"] * 2, first.id, None)
     assert store.get_job_by_name("john", "new") is None  # all or nothing
+
+
+def test_an_arrays_tasks_are_one_insert_whatever_their_number(store: Store, cluster: ClusterSpec):
+    """A job array of 300 tasks: one insert of the jobs (a statement per row before, to have the ids back in the
+    rows' order on SQLite), ids matched to the tasks by their seq."""
+    from sqlalchemy import event
+
+    from fairpod.model.jobs import JobSpec, resolve_job
+
+    first = submit(store, cluster, "big-0")
+    specs = [JobSpec(name=f"big-{i}", team="john", command=["true"]) for i in range(1, 301)]
+    inserts: list[str] = []
+    event.listen(store.engine, "before_cursor_execute",
+                 lambda _c, _cur, sql, *_: inserts.append(sql) if sql.startswith("INSERT INTO jobs") else None)
+    tasks = store.insert_tasks(specs, resolve_job(specs[0], cluster), ["queued"] * 300, first.id, None)
+    assert len(inserts) == 1
+    assert [t.name for t in tasks] == [s.name for s in specs]
+    assert {t.id: t.name for t in store.get_jobs(t.id for t in tasks).values()} == {t.id: t.name for t in tasks}

@@ -86,7 +86,7 @@ _SPEC_KEYS = frozenset(_SPEC_FIELDS)
 
 def stored_spec(data: dict[str, Any]) -> JobSpec:
     """A JobSpec built from what the store holds, without validating it again: every writer of the ``spec``
-    column stores ``model_dump(mode="json")`` of a validated spec (``insert_job``, ``insert_tasks``,
+    column stores ``model_dump(mode="json")`` of a validated spec (``insert_job``, ``SubmitOps.insert_tasks``,
     ``update_job``'s ``_spec``), so when the row has every field (what this fairpod writes) the object is
     built from them as they are, as pydantic's ``model_construct`` builds one, and only the nested models
     (``service``, ``log_rules``) are validated, when a job has them. A row an older fairpod wrote (a field
@@ -279,46 +279,6 @@ class JobOps(Ops):
             except IntegrityError as e:
                 raise AlreadyExists(taken) from e
             return to_job(SimpleNamespace(id=res.inserted_primary_key[0], **row))  # type: ignore[index]  # a one-row insert has its key
-
-    def insert_tasks(self, specs: list[JobSpec], resolved: ResolvedJob, reasons: list[str], array_id: int,
-                     array_limit: int | None, *, now: float | None = None) -> list[Job]:
-        """Store more tasks of the job array ``array_id`` (same team and shape; ``reasons`` one each) in one
-        statement, with consecutive ``seq``s: thousands of tasks in one request (``benchmarks/datacenter.py``).
-        Raises ``AlreadyExists`` if the team has an unfinished job of one of those names."""
-        if not specs:
-            return []
-        ts = self._now(now)
-        acc, mcpu, mib = resolved.per_replica
-        team = specs[0].team
-        with self._session(True) as s:
-            conn = s.connection()
-            names = [sp.name for sp in specs]
-            for i in range(0, len(names), 500):
-                hit = conn.execute(select(_JOBS.c.name).where(
-                    _JOBS.c.team == team, _JOBS.c.name.in_(names[i:i + 500]),
-                    _JOBS.c.state.not_in(FINISHED_STATES)).limit(1)).first()
-                if hit is not None:
-                    raise AlreadyExists(f"team {team!r} already has an unfinished job named {hit[0]!r}")
-            first = _next_seq(s, conn)
-            if len(specs) > 1:
-                conn.execute(_BUMP_SEQ_BY, {"n": len(specs) - 1})
-            rows = []
-            for k, (sp, reason) in enumerate(zip(specs, reasons, strict=True)):
-                vals = f.check("job", JOB_FIELDS, {"state": JobState.PENDING, "reason": reason})
-                rows.append(dict(
-                    name=sp.name, team=sp.team, spec=sp.model_dump(mode="json"), state=vals["state"],
-                    reason=vals["reason"], priority=resolved.priority, instance_type=resolved.instance_type,
-                    nodes=sp.nodes, acc=acc, mcpu=mcpu, mib=mib, submit_time=ts, seq=first + k, enqueued_at=ts,
-                    started_at=None, first_started_at=None, finished_at=None, attempt=0, max_retry=sp.max_retry,
-                    auto_resume=sp.auto_resume, placement=[], borrowed_from={}, preemptions=0, run_state=None,
-                    checkpoint_at=None, checkpoint_step=None, checkpoint_path=None, master_port=None,
-                    updated_at=ts, array_id=array_id, array_limit=array_limit, incarnation=secrets.token_hex(16),
-                ))  # fmt: skip
-            try:
-                ids: Sequence[int] = conn.execute(_INSERT_JOB.returning(_JOBS.c.id, sort_by_parameter_order=True), rows).scalars().all()
-            except IntegrityError as e:
-                raise AlreadyExists(f"team {team!r} already has an unfinished job of one of these names") from e
-        return written_jobs(ids, specs, rows, ts)
 
     def get_job(self, job_id: int) -> Job | None:
         with self._session(False) as s:

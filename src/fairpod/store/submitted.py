@@ -15,13 +15,14 @@ from typing import Any
 
 from sqlalchemy import bindparam, insert, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from fairpod.model.jobs import JobSpec, JobState, ResolvedJob
 from fairpod.store import fields as f
 from fairpod.store.auth import AUDIT_LOCK_KEY
 from fairpod.store.db import Ops
 from fairpod.store.events import serialize_appends
-from fairpod.store.jobs import _JOBS, JOB_FIELDS, JOB_SEQ_COUNTER, _next_seq, written_jobs
+from fairpod.store.jobs import _JOBS, FINISHED_STATES, JOB_FIELDS, JOB_SEQ_COUNTER, _next_seq, written_jobs
 from fairpod.store.records import AlreadyExists, Job
 from fairpod.store.tables import AuditRow, CounterRow, SubmitKeyRow, table
 
@@ -64,29 +65,29 @@ class SubmitOps(Ops):
         if not rows:
             return []
         ts = self._now(now)
-        one = len(rows) == 1
-        taken = (f"team {rows[0]['team']!r} already has an unfinished job named {rows[0]['name']!r}" if one
-                 else "a team already has an unfinished job of one of these names")
+        with self._session(True) as s:
+            return _write(s, rows, specs, ts)
+
+    def insert_tasks(self, specs: list[JobSpec], resolved: ResolvedJob, reasons: list[str], array_id: int,
+                     array_limit: int | None, *, now: float | None = None) -> list[Job]:
+        """Store more tasks of the job array ``array_id`` (same team and shape; ``reasons`` one each) as
+        :meth:`insert_submitted` stores a group: thousands of tasks in one request (``benchmarks/datacenter.py``).
+        Raises ``AlreadyExists``, naming one, if the team has an unfinished job of one of those names."""
+        if not specs:
+            return []
+        team = specs[0].team
+        rows = [submitted_row(sp, resolved, reason) | {"array_id": array_id, "array_limit": array_limit}
+                for sp, reason in zip(specs, reasons, strict=True)]
         with self._session(True) as s:
             conn = s.connection()
-            last = conn.execute(_BUMP_SEQ_BY, {"n": len(rows)}).scalar()
-            if last is not None:
-                first = int(last) - len(rows) + 1
-            else:  # no counter row yet (a store an older fairpod made): made as insert_job makes it
-                first = _next_seq(s, conn)
-                if len(rows) > 1:
-                    conn.execute(_BUMP_SEQ_BY, {"n": len(rows) - 1})
-            for k, row in enumerate(rows):
-                row.update(submit_time=ts, enqueued_at=ts, updated_at=ts, seq=first + k)
-            try:
-                if one:
-                    ids: Sequence[int] = [conn.execute(_INSERT_JOB, rows[0]).inserted_primary_key[0]]  # type: ignore[index]  # a one-row insert has its key
-                else:
-                    by_seq = {int(r.seq): int(r.id) for r in conn.execute(_INSERT_JOBS, list(rows))}
-                    ids = [by_seq[row["seq"]] for row in rows]
-            except IntegrityError as e:
-                raise AlreadyExists(taken) from e
-        return written_jobs(ids, specs, rows, ts)
+            names = [sp.name for sp in specs]
+            for i in range(0, len(names), 500):  # the name taken, for the answer (the unique index decides too)
+                hit = conn.execute(select(_JOBS.c.name).where(
+                    _JOBS.c.team == team, _JOBS.c.name.in_(names[i:i + 500]),
+                    _JOBS.c.state.not_in(FINISHED_STATES)).limit(1)).first()
+                if hit is not None:
+                    raise AlreadyExists(f"team {team!r} already has an unfinished job named {hit[0]!r}")
+            return _write(s, rows, specs, self._now(now))
 
     def submitted_with_keys(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """``submitted_with`` for many (user, Idempotency-Key) pairs in one statement: the job id of each pair
@@ -124,6 +125,32 @@ class SubmitOps(Ops):
         with self._session(True) as s:
             serialize_appends(s, AUDIT_LOCK_KEY)
             s.connection().execute(_INSERT_AUDITS, rows)
+
+
+def _write(s: Session, rows: Sequence[dict[str, Any]], specs: Sequence[JobSpec], ts: float) -> list[Job]:
+    """The jobs' rows of :meth:`SubmitOps.insert_submitted` in session ``s``: one counter bump, one insert."""
+    one = len(rows) == 1
+    taken = (f"team {rows[0]['team']!r} already has an unfinished job named {rows[0]['name']!r}" if one
+             else "a team already has an unfinished job of one of these names")
+    conn = s.connection()
+    last = conn.execute(_BUMP_SEQ_BY, {"n": len(rows)}).scalar()
+    if last is not None:
+        first = int(last) - len(rows) + 1
+    else:  # no counter row yet (a store an older fairpod made): made as insert_job makes it
+        first = _next_seq(s, conn)
+        if len(rows) > 1:
+            conn.execute(_BUMP_SEQ_BY, {"n": len(rows) - 1})
+    for k, row in enumerate(rows):
+        row.update(submit_time=ts, enqueued_at=ts, updated_at=ts, seq=first + k)
+    try:
+        if one:
+            ids: Sequence[int] = [conn.execute(_INSERT_JOB, rows[0]).inserted_primary_key[0]]  # type: ignore[index]  # a one-row insert has its key
+        else:
+            by_seq = {int(r.seq): int(r.id) for r in conn.execute(_INSERT_JOBS, list(rows))}
+            ids = [by_seq[row["seq"]] for row in rows]
+    except IntegrityError as e:
+        raise AlreadyExists(taken) from e
+    return written_jobs(ids, specs, rows, ts)
 
 
 __all__ = ["SubmitOps", "submitted_row"]
