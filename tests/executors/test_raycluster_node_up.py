@@ -90,3 +90,46 @@ def test_a_worker_whose_raylet_dies_after_ray_start_starts_again_and_is_ready_on
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait(timeout=30)
     assert not any(r.exists() for r in ready)  # a stopped replica is not ready
+
+
+SLOW_CHECK = """
+import os, sys, time
+if "alive" in sys.argv and os.environ.get("FPTEST_SLOW_CHECK"):
+    time.sleep(float(os.environ["FPTEST_SLOW_CHECK"]))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_check_slow_to_start_does_not_fail_a_node_that_is_up(tmp_path: Path):
+    """The node's check is a Python importing Ray's client: on a loaded machine that took longer than the node's
+    NODE_UP, and nodes up long since were started again (and their head with them) for nothing. NODE_UP counts from
+    when the check asks the head: here it is 2 s and the check starts 8 s late, and the head's node is up at once."""
+    port = raycluster._free_ports(1)[0]
+    slow = tmp_path / "site"
+    slow.mkdir()
+    (slow / "sitecustomize.py").write_text(SLOW_CHECK)
+    env = {**os.environ, "FAIRPOD_RAY_STANDING": "1", "FAIRPOD_SERVICE_PORTS": str(port), "WORLD_SIZE": "1",
+           "RANK": "0", "PORT": str(port), "MASTER_ADDR": "127.0.0.1", "FAIRPOD_VCPU_MILLI": "1000",
+           "FAIRPOD_MEMORY_MIB": "1024", "FAIRPOD_RAY_NODE_UP": "2", "FPTEST_SLOW_CHECK": "8",
+           "PYTHONPATH": os.pathsep.join([str(slow), os.environ.get("PYTHONPATH", "")])}
+    env.pop("RAY_ADDRESS", None)
+    ready, log = Path(raycluster.READY.format(port=port)), tmp_path / "head.log"
+    with open(log, "w") as out:
+        p = subprocess.Popen([sys.executable, raycluster.__file__, "--"], env=env, stdout=out,
+                             stderr=subprocess.STDOUT, start_new_session=True)
+    reaper.started(p.pid)
+    try:
+        deadline = time.monotonic() + 240
+        while not ready.exists():
+            assert p.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.1)
+        text = log.read_text()
+        assert "Ray node up (head" in text and "once more" not in text, text[-3000:]
+    finally:
+        os.killpg(p.pid, signal.SIGTERM)
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=30)
+    assert not ready.exists()

@@ -60,9 +60,10 @@ STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see th
 SERVE = "FAIRPOD_RAY_SERVE"  # a standing cluster's Ray Serve config (JSON, formats.kube.rayservice)
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
 STARTS = 3  # tries of ``ray start``
-NODE_UP = 120.0  # seconds for a node whose ``ray start`` exited 0 to be ALIVE in the head's node table (the check
-# starts a Python with Ray's client, 4.5 s of wall on an idle machine, far longer on a loaded one; a raylet that dies
-# is seen at once)
+NODE_UP = float(os.environ.get("FAIRPOD_RAY_NODE_UP") or 120)  # seconds for a node whose ``ray start`` exited 0 to
+# be ALIVE in the head's node table, from the moment the check asks the head's GCS (a raylet that dies is seen at once)
+CHECK_START = 900.0  # seconds for that check to start asking: a Python with Ray's client, 4.5 s of wall on an idle
+# machine, minutes on a loaded one (a suite on 2 cores: the check of a node up long since failed at 120 s)
 READY = "/tmp/fairpod-ray-ready-{port}"  # a standing cluster's replica: kept while its Ray node is up (model.jobs)
 STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL for the Ray processes once the entrypoint has exited
 START_PARAMS = "FAIRPOD_RAY_START_PARAMS"  # {"head": {..}, "workers": [[replicas, {..}], ..]} (formats.kube.ray_start)
@@ -255,22 +256,37 @@ class Cluster:
 
     def came_up(self, address: str, env: dict[str, str]) -> str:
         """After ``ray start`` exited 0: "" once this node is ALIVE in the head's node table (its raylet registered),
-        else why not: its raylet is gone, or it is not there within NODE_UP seconds. Asked by a short program of its
-        own (``alive``), so that this launcher, which stays for the node's life, does not hold Ray's client."""
+        else why not: its raylet is gone, or it is not there within NODE_UP seconds of the head's GCS answering the
+        check. Asked by a short program of its own (``alive``), so that this launcher, which stays for the node's
+        life, does not hold Ray's client. Only what the check sees counts against NODE_UP, not its start: on a
+        loaded machine importing Ray's client takes minutes, and a node failed for that would start again for
+        nothing (and its head with it). A worker whose head is gone meanwhile (its job ended) is done: "" too, and
+        :func:`run` sees the head gone."""
         check = subprocess.Popen([*_myself(), "alive", f"{self.host}:{self.port}", address, *self.node_ports],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=sys.stderr)
-        deadline = time.monotonic() + NODE_UP
+                                 env=env, stdout=subprocess.PIPE, stderr=sys.stderr)
+        assert check.stdout is not None
+        os.set_blocking(check.stdout.fileno(), False)
+        said, deadline, asking = b"", None, time.monotonic() + CHECK_START
         try:
             while check.poll() is None:
                 if not self.up():
                     return "its raylet exited after ray start"
-                if self.stopping or time.monotonic() > deadline:
+                said += check.stdout.read() or b""
+                if deadline is None and b"asking" in said:
+                    deadline = time.monotonic() + NODE_UP
+                if self.stopping or (deadline is not None and time.monotonic() > deadline):
                     return f"not ALIVE in the head's node table within {NODE_UP:g} s"
+                if deadline is None and time.monotonic() > asking:
+                    return f"its check of the head's node table did not start in {CHECK_START:g} s"
+                if self.rank != 0 and not _reachable(self.host, self.port):
+                    _say(f"rank {self.rank}: the head {self.host}:{self.port} is gone")
+                    return ""
                 time.sleep(0.2)
         finally:
             if check.poll() is None:
                 check.kill()
                 check.wait()
+            check.stdout.close()
         if check.returncode != 0:
             return f"its check of the head's node table failed (exit {check.returncode})"
         return "" if self.up() else "its raylet exited after ray start"
@@ -352,7 +368,7 @@ class Cluster:
 def _alive_nodes(gcs: object) -> int:
     """How many Ray nodes the head's GCS holds alive (0 while it does not answer)."""
     try:
-        infos = gcs.get_all_node_info(timeout=5)  # type: ignore[attr-defined]
+        infos = gcs.get_all_node_info(timeout=30)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - GCS not answering yet (or for a moment): ask again
         return 0
     return sum(1 for info in infos.values() if info.state == 0)  # GcsNodeInfo.ALIVE
@@ -383,27 +399,32 @@ def _is_raylet(pid: int, session: int | None) -> bool:
 
 def alive(gcs: str, address: str, port: int, objects: int) -> int:
     """``alive GCS ADDRESS PORT OBJECTS``: wait until the head's node table at ``GCS`` holds the node whose raylet
-    is on ``ADDRESS:PORT`` and object manager on ``OBJECTS`` ALIVE (exit 0); the launcher bounds the wait and ends
-    it. (A standing worker's raylet keeps its port from try to try: a node of an earlier try, its raylet dead, is
-    ALIVE there until the head's health checks have missed it, but had another object manager port.) A Ray
-    without the GCS client (older than 2.10) is asked as a driver (``ray.nodes()``)."""
+    is on ``ADDRESS:PORT`` and object manager on ``OBJECTS`` ALIVE (exit 0); prints ``asking`` once it has Ray's
+    client (the launcher's NODE_UP counts from then); the launcher bounds the wait and ends it. (A standing worker's
+    raylet keeps its port from try to try: a node of an earlier try, its raylet dead, is ALIVE there until the
+    head's health checks have missed it, but had another object manager port.) A Ray without the GCS client (older
+    than 2.10) is asked as a driver (``ray.nodes()``)."""
     try:
         from ray._raylet import GcsClient  # type: ignore[attr-defined]  # compiled; its stub omits it
 
-        client = GcsClient(address=gcs)
-
-        def nodes() -> list[tuple[str, int, int, bool]]:
-            infos = client.get_all_node_info(timeout=5).values()
-            return [(i.node_manager_address, i.node_manager_port, i.object_manager_port, i.state == 0)  # 0: ALIVE
-                    for i in infos]
+        def connect() -> Callable[[], list[tuple[str, int, int, bool]]]:
+            client = GcsClient(address=gcs)
+            return lambda: [(i.node_manager_address, i.node_manager_port, i.object_manager_port, i.state == 0)
+                            for i in client.get_all_node_info(timeout=30).values()]  # state 0: ALIVE
     except (ImportError, AttributeError, TypeError):
         import ray
 
-        ray.init(address=gcs, logging_level="ERROR", log_to_driver=False)  # type: ignore[arg-type]  # a level's name
-
-        def nodes() -> list[tuple[str, int, int, bool]]:
-            return [(n["NodeManagerAddress"], n["NodeManagerPort"], n["ObjectManagerPort"], n["Alive"])
-                    for n in ray.nodes()]
+        def connect() -> Callable[[], list[tuple[str, int, int, bool]]]:
+            ray.init(address=gcs, logging_level="ERROR", log_to_driver=False)  # type: ignore[arg-type]  # a level's name
+            return lambda: [(n["NodeManagerAddress"], n["NodeManagerPort"], n["ObjectManagerPort"], n["Alive"])
+                            for n in ray.nodes()]
+    nodes = None
+    while nodes is None:
+        try:  # the head's GCS may not answer in its client's time on a loaded machine: again
+            nodes = connect()
+        except Exception:  # noqa: BLE001 - Ray's RpcError, ConnectionError, TimeoutError ...
+            time.sleep(1.0)
+    print("asking", flush=True)
     while True:
         try:
             if any(ok and (p, o) == (port, objects) and (a == address or not address) for a, p, o, ok in nodes()):
