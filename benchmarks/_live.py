@@ -224,11 +224,12 @@ class RawClient:
         self.host = server.addresses[next(server.spread) % len(server.addresses)]
         self.conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
 
-    def request(self, method: str, path: str, body: Any = None) -> tuple[int, Any]:
+    def request(self, method: str, path: str, body: Any = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
         data = None if body is None else json.dumps(body).encode()
         for attempt in range(2):
             try:
-                self.conn.request(method, "/api/v1" + path, body=data, headers=self.headers)
+                self.conn.request(method, "/api/v1" + path, body=data,
+                                  headers={**self.headers, **headers} if headers else self.headers)
                 r = self.conn.getresponse()
                 raw = r.read()
                 return r.status, (json.loads(raw) if raw else None)
@@ -245,11 +246,13 @@ class RawClient:
 
 def submit_all(server: LiveServer, bodies: Sequence[dict[str, Any]], threads: int,
                on_submitted: Callable[[int, float, float, dict[str, Any]], None] | None = None,
-               pace: float | None = None, until: float | None = None) -> list[tuple[float, float, int]]:
+               pace: float | None = None, until: float | None = None,
+               keys: bool = False) -> list[tuple[float, float, int]]:
     """POST every body to /jobs from ``threads`` concurrent clients, in order of the list (each thread takes
     the next body). ``pace``: jobs per second in all (open loop: job i is sent no earlier than i / pace after
     the start). ``until`` (with ``pace``): seconds after the start past which a client that is behind its pace
-    sends no more (what was sent is the figure). Returns, per body sent, (time before the request, time after
+    sends no more (what was sent is the figure). ``keys``: each with an ``Idempotency-Key`` of its own, as
+    fairpod's CLI sends one with each submit. Returns, per body sent, (time before the request, time after
     the response, job id)."""
     out: list[tuple[float, float, int] | None] = [None] * len(bodies)
     nxt = iter(range(len(bodies)))
@@ -273,7 +276,8 @@ def submit_all(server: LiveServer, bodies: Sequence[dict[str, Any]], threads: in
                         return
                 t0 = time.time()
                 try:
-                    status, job = c.request("POST", "/jobs", bodies[i])
+                    status, job = c.request("POST", "/jobs", bodies[i], {"Idempotency-Key": f"{bodies[i]['name']}-{i}"}
+                                            if keys else None)
                 except (OSError, http.client.HTTPException, ValueError) as e:
                     errors.append(f"{bodies[i]['name']}: {e!r}")
                     return

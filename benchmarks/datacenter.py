@@ -248,7 +248,7 @@ def write_waits(before: dict[str, float], after: dict[str, float]) -> dict[str, 
 
 
 def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, durations: tuple[float, float],
-           threads: int = 8) -> tuple[list[float], int, list[float], list[float], float]:
+           threads: int = 8, keys: bool = False) -> tuple[list[float], int, list[float], list[float], float]:
     """Submits at ``rate``/s for ``seconds`` (``threads`` threads, open loop) and one reader; returns (submit latencies,
     submits done, list latencies, get latencies, seconds the submits took)."""
     rng = random.Random(seed)
@@ -284,7 +284,7 @@ def steady(srv: LiveServer, teams: int, rate: float, seconds: float, seed: int, 
     t_start = time.time()
     try:
         sent = submit_all(srv, bodies, threads, on_submitted=lambda i, t0, t1, job: ids.append(int(job["id"])),
-                          pace=rate, until=seconds)
+                          pace=rate, until=seconds, keys=keys)
     finally:
         took = time.time() - t_start
         stop.set()
@@ -485,7 +485,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
             m0, _, _ = scrape(srv)
             cpu0, client0, by0 = srv.server_cpu_seconds() or 0.0, time.process_time(), cpu_by_process(srv)
             lat, done, lists, gets, took = steady(srv, a.teams, a.rate, a.seconds, a.seed + 1,
-                                                  (a.min_duration, a.max_duration), a.submit_threads)
+                                                  (a.min_duration, a.max_duration), a.submit_threads, a.keys)
             cpu1, client1, by1 = srv.server_cpu_seconds() or 0.0, time.process_time(), cpu_by_process(srv)
             core_cpu = by1.get(srv.proc.pid, 0.0) - by0.get(srv.proc.pid, 0.0)
             rss, hwm = (sum(v) for v in zip(*(rss_mib(p) for p in srv.server_pids()), strict=True))  # all of them
@@ -521,7 +521,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         "first_start_s": first_start_s,
         "accelerators": a.nodes * ACC, "teams": a.teams, "waiting_target": a.waiting, "fill_jobs": submitted,
         "fill_s": fill_s, "waiting_after": waiting, "running_after": running, "rate_asked": a.rate,
-        "submit_threads": a.submit_threads,
+        "submit_threads": a.submit_threads, "keys": a.keys,
         "submits": done, "submit_s": took, "submit_rate": done / took if took else float("nan"),
         "submit_p50_ms": percentile(lat, 50) * 1000, "submit_p99_ms": percentile(lat, 99) * 1000,
         "list_p50_ms": percentile(lists, 50) * 1000, "list_p99_ms": percentile(lists, 99) * 1000,
@@ -613,6 +613,8 @@ def main() -> int:
     ap.add_argument("--submit-threads", type=int, default=8, metavar="N",
                     help="client threads sending the steady phase's submits (default 8; 1-256): the client's "
                          "reach is N / the mean submit latency per second")
+    ap.add_argument("--keys", action="store_true",
+                    help="each steady submit with an Idempotency-Key of its own, as fairpod's CLI sends (default: none)")
     ap.add_argument("--seconds", type=float, default=30.0, help="length of the steady phase (default 30 s)")
     ap.add_argument("--min-duration", type=float, default=30.0, help="shortest job in seconds (default 30)")
     ap.add_argument("--max-duration", type=float, default=600.0, help="longest job in seconds (default 600)")

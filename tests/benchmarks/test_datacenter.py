@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_the_small_datacenter_runs_and_prints_every_figure(tmp_path: Path):
     out = tmp_path / "dc.json"
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "datacenter.py"), "--small", "--no-browser",
-                        "--timeout", "150", "-o", str(out)], capture_output=True, text=True, timeout=240)
+                        "--keys", "--timeout", "150", "-o", str(out)], capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     d = json.loads(out.read_text())
     assert d["nodes"] == 100 and d["store"] == "sqlite" and d["engine"].startswith(("native", "pure Python"))
-    assert d["fill_jobs"] >= 1000 and 0 < d["submits"] <= 150
+    assert d["fill_jobs"] >= 1000 and 0 < d["submits"] <= 150 and d["keys"]  # each steady submit with its key
     assert d["waiting_after"] > 0 and d["running_after"] > 0
     assert d["turns"] > 0 and d["turn_p99_s"] is not None and 0 < d["engine_share"] <= 1
     assert d["admitted"] > 0 and d["reads"] > 0
