@@ -103,14 +103,15 @@ if "alive" in sys.argv and os.environ.get("FPTEST_SLOW_CHECK"):
 def test_a_check_slow_to_start_does_not_fail_a_node_that_is_up(tmp_path: Path):
     """The node's check is a Python importing Ray's client: on a loaded machine that took longer than the node's
     NODE_UP, and nodes up long since were started again (and their head with them) for nothing. NODE_UP counts from
-    when the check asks the head: here it is 2 s and the check starts 8 s late, and the head's node is up at once."""
+    when the check asks the head: here it is 30 s (the head's answer under a loaded suite takes seconds) and the
+    check starts 40 s late, and the head's node is up at once."""
     port = raycluster._free_ports(1)[0]
     slow = tmp_path / "site"
     slow.mkdir()
     (slow / "sitecustomize.py").write_text(SLOW_CHECK)
     env = {**os.environ, "FAIRPOD_RAY_STANDING": "1", "FAIRPOD_SERVICE_PORTS": str(port), "WORLD_SIZE": "1",
            "RANK": "0", "PORT": str(port), "MASTER_ADDR": "127.0.0.1", "FAIRPOD_VCPU_MILLI": "1000",
-           "FAIRPOD_MEMORY_MIB": "1024", "FAIRPOD_RAY_NODE_UP": "2", "FPTEST_SLOW_CHECK": "8",
+           "FAIRPOD_MEMORY_MIB": "1024", "FAIRPOD_RAY_NODE_UP": "30", "FPTEST_SLOW_CHECK": "40",
            "PYTHONPATH": os.pathsep.join([str(slow), os.environ.get("PYTHONPATH", "")])}
     env.pop("RAY_ADDRESS", None)
     ready, log = Path(raycluster.READY.format(port=port)), tmp_path / "head.log"

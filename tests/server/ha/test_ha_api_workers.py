@@ -114,14 +114,17 @@ def test_standbys_workers_take_submits_for_the_leader_and_through_a_takeover(ha:
     assert {(v[3], v[4]) for v in ha.violations()} <= submits, ha.violations()
 
     # fairpod down on a node whose server was killed -9 with its worker left (as if PR_SET_PDEATHSIG were lost):
-    # simulated by a worker-named process listed in api-workers.pid; down stops it by its PID
+    # simulated by a worker-named process listed in api-workers.pid; down stops it by its PID. In a home of its
+    # own: the standby's live server rewrites its own api-workers.pid as its workers come and go
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
                                "fairpod.server.runtime.workers"], start_new_session=True)
     try:
-        (standby.home / "api-workers.pid").write_text(f"core 1 1\n0 {orphan.pid}\n")
+        home = standby.home.parent / "killed-node-home"
+        home.mkdir()
+        (home / "api-workers.pid").write_text(f"core 1 1\n0 {orphan.pid}\n")
         from fairpod.server.runtime.workers import stop_leftovers
 
-        assert stop_leftovers(standby.home) == [orphan.pid]
+        assert stop_leftovers(home) == [orphan.pid]
         assert orphan.wait(10) == -signal.SIGTERM
     finally:
         if orphan.poll() is None:
