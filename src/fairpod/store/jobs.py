@@ -10,7 +10,6 @@ unfinished job of that name if there is one, else the most recently submitted on
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -27,7 +26,7 @@ from fairpod.store import fields as f
 from fairpod.store.cluster import next_counter
 from fairpod.store.db import Ops
 from fairpod.store.records import AlreadyExists, Conflict, Job, NotFound
-from fairpod.store.tables import FINISHED_STATES, CounterRow, JobRow, SubmitKeyRow, table
+from fairpod.store.tables import FINISHED_STATES, CounterRow, JobRow, table
 
 JOB_SEQ_COUNTER = "job_seq"
 
@@ -222,17 +221,6 @@ def _flush(s: Session, team: str, name: str) -> None:
 
 
 class JobOps(Ops):
-    def submitted_with(self, user: str, key: str) -> int | None:
-        """The id of the job ``user`` submitted with Idempotency-Key ``key``, if any."""
-        with self._session(False) as s:
-            row = s.get(SubmitKeyRow, (user, key))
-            return None if row is None else row.job_id
-
-    def remember_submit(self, user: str, key: str, job_id: int) -> None:
-        """Record ``key`` for ``job_id`` (in the transaction that inserts the job)."""
-        with self._session(True) as s:
-            s.add(SubmitKeyRow(user=user, key=key, job_id=job_id, created_at=time.time()))
-
     def insert_job(
         self,
         spec: JobSpec,

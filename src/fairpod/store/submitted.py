@@ -2,9 +2,8 @@
 group commit): the jobs' rows built before the write transaction (:func:`submitted_row`: the spec's JSON, the
 checked fields, the incarnation), then in it one counter bump for all their ``seq``s, one insert of the jobs, one
 of their audit entries, one lookup and one insert of their Idempotency-Keys. A group of N submits took 6 N
-statements before (a name check, a counter bump, the job,
-its event, its audit entry, each its own), all in SQLite's one write lock (benchmarks/README.md, "The CPU of a
-worker's submit, second pass").
+statements before (a name check, a counter bump, the job, its event, its audit entry, each its own), all in
+SQLite's one write lock (benchmarks/README.md, "The CPU of a worker's submit, second pass").
 """
 
 from __future__ import annotations
@@ -88,6 +87,14 @@ class SubmitOps(Ops):
                 if hit is not None:
                     raise AlreadyExists(f"team {team!r} already has an unfinished job named {hit[0]!r}")
             return _write(s, rows, specs, self._now(now))
+
+    def submitted_with(self, user: str, key: str) -> int | None:
+        """The id of the job ``user`` submitted with Idempotency-Key ``key``, if any."""
+        return self.submitted_with_keys([(user, key)]).get((user, key))
+
+    def remember_submit(self, user: str, key: str, job_id: int) -> None:
+        """Record ``key`` for ``job_id`` (in the transaction that inserts the job)."""
+        self.remember_submits([(user, key, job_id)])
 
     def submitted_with_keys(self, pairs: Sequence[tuple[str, str]]) -> dict[tuple[str, str], int]:
         """``submitted_with`` for many (user, Idempotency-Key) pairs in one statement: the job id of each pair
