@@ -197,6 +197,13 @@ class Server:
         assert r.status_code == 200, r.text
         return r.json()
 
+    def replica_logs(self, name: str, last: int = 3000) -> dict[str, str]:
+        """The last ``last`` characters of each replica log of job ``name`` (every attempt), by its path under the
+        home's runs (``JOB-ID/ATTEMPT/RANK/output.log``): for a failed wait's message."""
+        runs = self.home / "runs"
+        return {str(p.relative_to(runs)): p.read_text(errors="replace")[-last:]
+                for p in sorted(runs.glob(f"{name}-{self.job(name)['id']}/*/*/output.log"))}
+
     def submit(self, token: str | None = None, **spec: Any) -> dict[str, Any]:
         r = self.api("POST", "/jobs", token, json=spec)
         assert r.status_code == 201, r.text

@@ -279,17 +279,15 @@ def test_the_job_files_run_as_written_or_are_refused_in_one_answer(fed: tuple[Se
         wait_for(lambda: not unsettled(), 120, "every job of the corpus to finish", progress=s.activity)
     except AssertionError as e:
         left = unsettled()
-        logs = {str(p.relative_to(s.home / "runs")): p.read_text(errors="replace")[-3000:]
-                for n in left for p in sorted((s.home / "runs").glob(f"{n}-{s.job(n)['id']}/*/*/output.log"))}
+        logs = {k: v for n in left for k, v in s.replica_logs(n).items()}
         raise AssertionError(f"not settled: {left}; their logs:\n"
                              + "\n".join(f"--- {k} ---\n{v}" for k, v in logs.items()) + f"\n\n{e}") from None
     for name, (fname, expect) in jobs.items():
         job = s.api("GET", f"/jobs/{s.job(name)['id']}").json()
         want_state = "Running" if name in RUNS_UNTIL_STOPPED else "Succeeded"
         if job["state"] != want_state:
-            logs = sorted((s.home / "runs").glob(f"{name}-{job['id']}/*/*/output.log"))
             problems.append(f"{fname}: job {name} is {job['state']}: {job['reason']}; "
-                            + "; ".join(f"{p.parent.name}: {p.read_text()[-500:]!r}" for p in logs))
+                            + "; ".join(f"{k}: {v!r}" for k, v in s.replica_logs(name, 500).items()))
         problems += [f"{fname}: {b}" for b in _check(job, {k: v for k, v in expect.items()})]
         if job["state"] == "Succeeded":  # replica 0 of the attempt that succeeded (a preempted job ran again)
             jdir = s.home / "runs" / f"{name}-{job['id']}"

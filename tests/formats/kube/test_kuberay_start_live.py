@@ -144,10 +144,8 @@ def _succeeded(server: Server, name: str) -> dict[str, Any]:
         job = wait_for(lambda: (j := server.job(name))["state"] not in ("Pending", "Running") and j, 300,
                        f"{name} to end", server.activity, limit=540)
     except AssertionError as e:
-        runs = server.home / "runs"
-        logs = sorted(runs.glob(f"{name}-{server.job(name)['id']}/*/*/output.log"))
-        raise AssertionError(f"{e}\n" + "\n".join(f"--- {p.relative_to(runs)} ---\n{p.read_text(errors='replace')[-4000:]}"
-                                                   for p in logs)) from None
+        raise AssertionError(f"{e}\n" + "\n".join(f"--- {k} ---\n{v}"
+                                                   for k, v in server.replica_logs(name, 4000).items())) from None
     assert job["state"] == "Succeeded", _log(server, name)[-3000:]
     return job
 
