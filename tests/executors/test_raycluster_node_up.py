@@ -134,3 +134,11 @@ def test_a_check_slow_to_start_does_not_fail_a_node_that_is_up(tmp_path: Path):
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=30)
     assert not ready.exists()
+
+
+def test_a_node_up_that_is_no_number_of_seconds_is_one_line():
+    assert raycluster._node_up({}) == raycluster.NODE_UP
+    assert raycluster._node_up({"FAIRPOD_RAY_NODE_UP": "30"}) == 30.0
+    for bad in ("abc", "0", "-5", "inf", "nan"):
+        with pytest.raises(SystemExit, match=f"FAIRPOD_RAY_NODE_UP is not a number of seconds > 0: '{bad}'"):
+            raycluster._node_up({"FAIRPOD_RAY_NODE_UP": bad})

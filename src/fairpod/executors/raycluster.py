@@ -60,8 +60,8 @@ STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see th
 SERVE = "FAIRPOD_RAY_SERVE"  # a standing cluster's Ray Serve config (JSON, formats.kube.rayservice)
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
 STARTS = 3  # tries of ``ray start``
-NODE_UP = float(os.environ.get("FAIRPOD_RAY_NODE_UP") or 120)  # seconds for a node whose ``ray start`` exited 0 to
-# be ALIVE in the head's node table, from the moment the check asks the head's GCS (a raylet that dies is seen at once)
+NODE_UP = 120.0  # seconds for a node whose ``ray start`` exited 0 to be ALIVE in the head's node table, from the
+# moment the check asks the head's GCS (a raylet that dies is seen at once); $FAIRPOD_RAY_NODE_UP sets it
 CHECK_START = 900.0  # seconds for that check to start asking: a Python with Ray's client, 4.5 s of wall on an idle
 # machine, minutes on a loaded one (a suite on 2 cores: the check of a node up long since failed at 120 s)
 READY = "/tmp/fairpod-ray-ready-{port}"  # a standing cluster's replica: kept while its Ray node is up (model.jobs)
@@ -266,6 +266,7 @@ class Cluster:
                                  env=env, stdout=subprocess.PIPE, stderr=sys.stderr)
         assert check.stdout is not None
         os.set_blocking(check.stdout.fileno(), False)
+        node_up = _node_up(self.env)
         said, deadline, asking = b"", None, time.monotonic() + CHECK_START
         try:
             while check.poll() is None:
@@ -273,9 +274,9 @@ class Cluster:
                     return "its raylet exited after ray start"
                 said += check.stdout.read() or b""
                 if deadline is None and b"asking" in said:
-                    deadline = time.monotonic() + NODE_UP
+                    deadline = time.monotonic() + node_up
                 if self.stopping or (deadline is not None and time.monotonic() > deadline):
-                    return f"not ALIVE in the head's node table within {NODE_UP:g} s"
+                    return f"not ALIVE in the head's node table within {node_up:g} s"
                 if deadline is None and time.monotonic() > asking:
                     return f"its check of the head's node table did not start in {CHECK_START:g} s"
                 if self.rank != 0 and not _reachable(self.host, self.port):
@@ -363,6 +364,18 @@ class Cluster:
                     time.sleep(0.1)
         if not keep_dir:
             shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+def _node_up(env: dict[str, str]) -> float:
+    """NODE_UP, or ``$FAIRPOD_RAY_NODE_UP`` seconds; one line, not a traceback, for a value that is not one."""
+    text = env.get("FAIRPOD_RAY_NODE_UP")
+    try:
+        seconds = float(text) if text else NODE_UP
+    except ValueError:
+        seconds = float("nan")
+    if not 0 < seconds < float("inf"):
+        raise SystemExit(f"fairpod ray: FAIRPOD_RAY_NODE_UP is not a number of seconds > 0: {text!r}")
+    return seconds
 
 
 def _alive_nodes(gcs: object) -> int:
