@@ -36,6 +36,8 @@ from fairpod.server.runtime.startup import (
     forget_new_database,
     new_database,
     start_failure,
+    start_limit,
+    wait_started,
 )
 from fairpod.server.runtime.workers import Workers, stop_leftovers
 from fairpod.store import Store, Unreachable
@@ -156,6 +158,13 @@ def write_pid(home: Path, port: int) -> None:
     state.write_atomic(pid_file(home), f"{me} {port} {procs.start_time(me)}\n")
 
 
+def forget_pid(home: Path) -> None:
+    """``server.pid`` removed when it is this process's."""
+    with contextlib.suppress(OSError, IndexError):
+        if pid_file(home).read_text().split()[0] == str(os.getpid()):
+            pid_file(home).unlink()
+
+
 def read_pid(home: Path) -> tuple[int, int] | None:
     """(pid, port) of the running control plane, or None. The recorded PID counts only while that process
     is alive, not a zombie, and started when the file says (or, for a file without a start time, answers
@@ -246,15 +255,20 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", options
             ha_pool, socks = Workers.fronting(home, api_workers, socks, _listen([LOOPBACK], 0), url, None)
         serve_ha(home, url, port, socks, executor_name, options or {}, api_url(advertise, port), ha, ha_pool)
         return
+    try:  # first thing, so that 'fairpod down' stops a server still starting (one that waits on Ray's nodes)
+        write_pid(home, port)
+    except START_ERRORS as e:  # a full disk: one line
+        raise SystemExit(start_failure(home, e)) from None
     try:
         executor = make_executor(home, executor_name, options)
     except (ExecutorError, ValueError) as e:
+        forget_pid(home)
         raise SystemExit(f"fairpod: error: {e}") from None
-    try:  # the memory's recovery writes the store, and the PID file: a full disk is one line
+    try:  # the memory's recovery writes the store: a full disk is one line
         rt = build(home, url, executor, api_url(advertise, port), own_heap=True, api_workers=api_workers > 0)
-        write_pid(home, port)
     except START_ERRORS as e:
         executor.close()
+        forget_pid(home)
         raise SystemExit(start_failure(home, e)) from None
     unix, http, unix_path = identity.serve_unix(rt.cp.spec, port)  # cluster.identity unix: users known by uid
     socks = _listen([LOOPBACK, advertise], port)
@@ -273,30 +287,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", options
             pool.stop()
         rt.close()
         identity.remove(unix_path)
-        try:
-            if pid_file(home).read_text().split()[0] == str(os.getpid()):
-                pid_file(home).unlink()
-        except (OSError, IndexError):
-            pass
-
-
-def wait_healthy(port: int, proc: subprocess.Popen | None, timeout: float = 30.0) -> bool:
-    """True once /healthz on ``port`` answers, from ``proc`` itself when given (another server that holds the
-    port does not count)."""
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            return False
-        try:
-            r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0)
-            if r.status_code == 200 and (proc is None or r.json().get("pid") == proc.pid):
-                return True
-        except (httpx.HTTPError, ValueError):  # (ValueError: not JSON, not a fairpod server)
-            pass
-        time.sleep(0.1)
-    return False
+        forget_pid(home)
 
 
 def can_listen(addresses: list[str], port: int) -> str | None:
@@ -318,6 +309,7 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         advertise = check_advertise_address(advertise_address)
         if ha is not None:
             ha.check()
+        limit = start_limit(os.environ.get("FAIRPOD_START_LIMIT"))
     except ValueError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
         return 2
@@ -395,10 +387,19 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     if api_workers:
         cmd += ["--api-workers", str(api_workers)]
     proc = subprocess.Popen(cmd, stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True)
-    if not wait_healthy(port, proc):
-        print(child_failure(home, proc.poll() is not None), file=sys.stderr)
-        if proc.poll() is None:
+    if not wait_started(port, proc, home, limit):
+        ended = proc.poll() is not None
+        if not ended:
+            print(f"fairpod: error: the server did not answer within {limit:g} s (FAIRPOD_START_LIMIT); "
+                  f"stopping it (pid {proc.pid})", file=sys.stderr)
             proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            stop_leftovers(home)
+        print(child_failure(home, ended), file=sys.stderr)
         return 1
     assert rec is not None
     total = sum(c.acc for c in rec.spec.capacity().values())

@@ -11,7 +11,11 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
+import os
 import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -78,6 +82,53 @@ def child_failure(home: Path, ended: bool) -> str:
     if said and ended:
         return said[-1]
     return f"fairpod: error: the server did not come up; last lines of {home / 'server.log'}:\n{tail}"
+
+
+START_LIMIT = 600.0  # the most seconds ``fairpod up`` waits for the server it started in the background
+STILL_STARTING = 15.0  # after this many seconds of waiting it says so, once
+
+
+def wait_started(port: int, proc: subprocess.Popen, home: Path, limit: float | None = None,
+                 note_after: float = STILL_STARTING) -> bool:
+    """True once /healthz on ``port`` answers from ``proc``; False when ``proc`` ends first, or after ``limit``
+    seconds (``FAIRPOD_START_LIMIT``, else :data:`START_LIMIT`). The wait is for the event, not for a fixed time: a
+    start that connects to a Ray cluster starts an agent on each node, which takes as long as the machine is busy
+    (under load, longer than the 30 s ``up`` waited before; it then stopped a server that was coming up, and left
+    that server's agents holding the nodes' GPUs). A wait longer than ``note_after`` is said once, on stderr."""
+    import httpx
+
+    if limit is None:
+        limit = start_limit(os.environ.get("FAIRPOD_START_LIMIT"))
+    start = time.monotonic()
+    noted = False
+    while (waited := time.monotonic() - start) < limit:
+        if proc.poll() is not None:
+            return False
+        try:
+            r = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1.0)
+            if r.status_code == 200 and r.json().get("pid") == proc.pid:
+                return True
+        except (httpx.HTTPError, ValueError):  # (ValueError: not JSON, not a fairpod server)
+            pass
+        if not noted and waited >= note_after:
+            noted = True
+            print(f"fairpod: the server (pid {proc.pid}) is still starting; waiting for it up to {limit:g} s "
+                  f"(its log: {home / 'server.log'})", file=sys.stderr, flush=True)
+        time.sleep(0.1)
+    return False
+
+
+def start_limit(value: str | None) -> float:
+    """``FAIRPOD_START_LIMIT``: seconds > 0 (ValueError naming it otherwise); unset or empty: :data:`START_LIMIT`."""
+    if value is None or not value.strip():
+        return START_LIMIT
+    try:
+        limit = float(value)
+    except ValueError:
+        limit = float("nan")
+    if not 0 < limit < float("inf"):
+        raise ValueError(f"FAIRPOD_START_LIMIT={value!r}: give a number of seconds > 0")
+    return limit
 
 
 LOOPBACK = "127.0.0.1"
