@@ -40,6 +40,7 @@ def ha(tmp_path: Path, pg_url: str) -> Iterator[HaCluster]:  # noqa: F811
     try:
         yield cluster
     finally:
+        print(f"how the nodes stood at the end:{cluster.standing()}")  # shown when the test failed
         cluster.stop_all()
 
 
