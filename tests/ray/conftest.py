@@ -106,7 +106,11 @@ def remove_agents(ray: Any, namespace: str, node_dir: Path | None = None, timeou
 
 
 def all_gpus_free(ray: Any, timeout: float = 30.0) -> None:
-    wait_for(lambda: free_gpus(ray) == TOTAL_GPUS, timeout, f"all {TOTAL_GPUS} GPUs to be free")
+    try:
+        wait_for(lambda: free_gpus(ray) == TOTAL_GPUS, timeout, f"all {TOTAL_GPUS} GPUs to be free")
+    except AssertionError as e:  # who holds them: the named actors left (an earlier test's agents, by namespace)
+        held = sorted(f"{a['namespace']}/{a['name']}" for a in ray.util.list_named_actors(all_namespaces=True))
+        raise AssertionError(f"{e}; named actors in Ray: {', '.join(held) or 'none'}") from None
 
 
 def kill_recorded(node_dir: Path) -> None:
