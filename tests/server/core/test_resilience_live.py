@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,11 +106,12 @@ def test_a_replica_that_never_gets_ready_is_requeued_with_backoff_then_fails(srv
     s.submit(**job(tmp_path, "fine", crashes=0, nodes=2, ready_signal="sdk", ready_timeout_seconds=30))
     wait_for(lambda: kinds(s, "slow", "JobNotReady"), 30, "slow's readiness timeout")
     back = wait_for(lambda: (j := s.job("slow"))["state"] == "Pending" and j, 30, "slow back in its queue")
-    assert back["reason"].startswith("requeued: not ready: replica 1 of 2 not reported ready within the "
-                                     "readiness timeout of 5 s; backing off 1 s"), back["reason"]
+    # replica 1 never reports ready; replica 0 does, unless a loaded machine starts it later than the 5 s too
+    named = r"not ready: replicas? (0, )?1 of 2 not reported ready within the readiness timeout of 5 s"
+    assert re.match(rf"requeued: {named}; backing off 1 s", back["reason"]), back["reason"]
     assert back["restarts"] == 0  # a readiness timeout spends no retry
     failed = s.wait_state("slow", "Failed", 40)  # ready_requeue_limit 1: the second timeout fails it
-    assert failed["reason"].startswith("not ready: replica 1 of 2")
+    assert re.match(named, failed["reason"]), failed["reason"]
     msgs = [e["message"] for e in kinds(s, "slow", "JobNotReady")]
     assert len(msgs) == 2 and "it is requeued (readiness timeout 1)" in msgs[0] and "it fails" in msgs[1]
     assert len(pids(d, 0)) == 2  # it ran twice, each time stopped

@@ -54,6 +54,25 @@ def test_a_leader_stopped_inside_a_transaction_does_not_keep_the_standby_out(url
     a.stop(release=False)
 
 
+def test_a_leader_stopped_inside_its_renewal_does_not_keep_the_standby_out(url: str):
+    """The elector's own pool too: a leader stopped (SIGSTOP) between its renewal's ``FOR UPDATE`` of the lease row
+    and its commit held that row until it was continued, and no standby could take over (CI's paused-leader test:
+    "lease try failed: ... lock timeout" for 60 s)."""
+    from fairpod.store import lease
+
+    a, b = Elector(url, "a", "http://a", FAST), Elector(url, "b", "http://b", FAST)
+    a.on_step_down = lambda why: None
+    a.step()
+    assert a.holds() and a.epoch == 1
+    with pytest.raises(DBAPIError, match="idle-in-transaction|terminat|closed"), a.engine.begin() as conn:
+        lease.acquire(conn, a.node, a.my_url, a.epoch, FAST.lease)  # the renewal, stopped before its commit
+        wait_for(lambda: (b.step(), b.epoch)[1] is not None, 20, "the standby to take over", step=0.25)
+        assert b.epoch == 2
+        conn.execute(text("SELECT 1"))  # its session was ended: the renewal does not commit
+    b.stop(release=True)
+    a.stop(release=False)
+
+
 class _Recorder:
     def __init__(self) -> None:
         self.calls: list[str] = []

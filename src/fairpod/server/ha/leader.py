@@ -76,6 +76,18 @@ class HaSettings:
                              f"({self.renew:g} s)")
 
 
+def end_idle_transactions(engine: Engine, seconds: float) -> None:
+    """Have the database end a session of ``engine`` that stays idle inside a transaction for ``seconds`` (a
+    process stopped there would keep its row locks, the lease row's among them, for as long as it is stopped)."""
+    ms = int(seconds * 1000)
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+        with dbapi_conn.cursor() as cur:
+            cur.execute(f"SET idle_in_transaction_session_timeout = {ms}")
+        dbapi_conn.commit()
+
+
 @dataclass
 class Counters:
     """What /metrics shows of the election."""
@@ -94,6 +106,9 @@ class Elector:
         # its own small pool, so that a leader's busy store never delays a renewal
         self.engine: Engine = create_engine(url, pool_size=2, max_overflow=2, pool_pre_ping=True,
                                             pool_timeout=self.settings.lease, connect_args={"connect_timeout": 3})
+        # a node stopped inside its renewal (between the row's FOR UPDATE and the commit) holds the lease row:
+        # its session is ended after a lease, as the store's are (guard), so that a standby can take over
+        end_idle_transactions(self.engine, self.settings.lease)
         self.epoch: int | None = None
         self.valid_until = 0.0  # monotonic
         self.last: Lease | None = None
@@ -216,13 +231,7 @@ class Elector:
         stays idle for a lease (a process stopped inside one would hold the lease row and keep a standby from
         taking over)."""
         store.fence = self.check_tx
-        ms = int(self.settings.lease * 1000)
-
-        @event.listens_for(store.engine, "connect")
-        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
-            with dbapi_conn.cursor() as cur:
-                cur.execute(f"SET idle_in_transaction_session_timeout = {ms}")
-            dbapi_conn.commit()
+        end_idle_transactions(store.engine, self.settings.lease)
 
     def check_tx(self, session: Session) -> None:
         """``Store.fence``: a write transaction goes on only while this node holds the lease."""
