@@ -118,7 +118,9 @@ def test_standbys_workers_take_submits_for_the_leader_and_through_a_takeover(ha:
     # own: the standby's live server rewrites its own api-workers.pid as its workers come and go
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)",
                                "fairpod.server.runtime.workers"], start_new_session=True)
-    try:
+    try:  # once it runs its own command line (right after Popen it may still be this process's fork)
+        wait_for(lambda: b"fairpod.server.runtime.workers" in Path(f"/proc/{orphan.pid}/cmdline").read_bytes(),
+                 30, "the stand-in worker to run")
         home = standby.home.parent / "killed-node-home"
         home.mkdir()
         (home / "api-workers.pid").write_text(f"core 1 1\n0 {orphan.pid}\n")
