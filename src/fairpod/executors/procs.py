@@ -9,6 +9,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import time
 from collections.abc import Iterable
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -63,6 +64,19 @@ def signal_all(pids: Iterable[int], sig: int) -> None:
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def stop(pid: int, started: int | None, timeout: float) -> bool:
+    """SIGTERM to the process ``pid`` that started at ``started``, SIGKILL after ``timeout`` s; True when it ended
+    within them (a child of the caller then waits to be reaped)."""
+    signal_all([pid], signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while alive(pid, started) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if not alive(pid, started):
+        return True
+    signal_all([pid], signal.SIGKILL)
+    return False
 
 
 def pgid(pid: int) -> int | None:

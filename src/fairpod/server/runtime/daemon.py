@@ -11,7 +11,6 @@ import itertools
 import logging
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -392,12 +391,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         if not ended:
             print(f"fairpod: error: the server did not answer within {limit:g} s (FAIRPOD_START_LIMIT); "
                   f"stopping it (pid {proc.pid})", file=sys.stderr)
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            procs.stop(proc.pid, procs.start_time(proc.pid), 30.0)
+            proc.wait()
             stop_leftovers(home)
         print(child_failure(home, ended), file=sys.stderr)
         return 1
@@ -432,14 +427,7 @@ def down(timeout: float = 30.0) -> int:
         print("fairpod is not running")
         return 0
     pid = running[0]
-    started = procs.start_time(pid)
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while procs.alive(pid, started) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    stopped = not procs.alive(pid, started)
-    if not stopped:
-        os.kill(pid, signal.SIGKILL)
+    stopped = procs.stop(pid, procs.start_time(pid), timeout)
     if left := stop_leftovers(home):  # those its core did not stop (it was killed)
         print(f"stopped API workers the server left: pid {', '.join(map(str, left))}")
     if stopped:

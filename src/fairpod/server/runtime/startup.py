@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import logging
-import os
 import socket
 import subprocess
 import sys
@@ -88,17 +87,14 @@ START_LIMIT = 600.0  # the most seconds ``fairpod up`` waits for the server it s
 STILL_STARTING = 15.0  # after this many seconds of waiting it says so, once
 
 
-def wait_started(port: int, proc: subprocess.Popen, home: Path, limit: float | None = None,
-                 note_after: float = STILL_STARTING) -> bool:
+def wait_started(port: int, proc: subprocess.Popen, home: Path, limit: float) -> bool:
     """True once /healthz on ``port`` answers from ``proc``; False when ``proc`` ends first, or after ``limit``
-    seconds (``FAIRPOD_START_LIMIT``, else :data:`START_LIMIT`). The wait is for the event, not for a fixed time: a
-    start that connects to a Ray cluster starts an agent on each node, which takes as long as the machine is busy
-    (under load, longer than the 30 s ``up`` waited before; it then stopped a server that was coming up, and left
-    that server's agents holding the nodes' GPUs). A wait longer than ``note_after`` is said once, on stderr."""
+    seconds (:func:`start_limit`). The wait is for the event, not for a fixed time: a start that connects to a Ray
+    cluster starts an agent on each node, which takes as long as the machine is busy (under load, longer than the
+    30 s ``up`` waited before; it then stopped a server that was coming up, and left that server's agents holding
+    the nodes' GPUs). A wait longer than :data:`STILL_STARTING` is said once, on stderr."""
     import httpx
 
-    if limit is None:
-        limit = start_limit(os.environ.get("FAIRPOD_START_LIMIT"))
     start = time.monotonic()
     noted = False
     while (waited := time.monotonic() - start) < limit:
@@ -110,7 +106,7 @@ def wait_started(port: int, proc: subprocess.Popen, home: Path, limit: float | N
                 return True
         except (httpx.HTTPError, ValueError):  # (ValueError: not JSON, not a fairpod server)
             pass
-        if not noted and waited >= note_after:
+        if not noted and waited >= STILL_STARTING:
             noted = True
             print(f"fairpod: the server (pid {proc.pid}) is still starting; waiting for it up to {limit:g} s "
                   f"(its log: {home / 'server.log'})", file=sys.stderr, flush=True)
