@@ -14,6 +14,9 @@ these paths is in its group without saying so; a test may also carry ``@pytest.m
   rayStartParams of tests/formats/kube/test_kuberay_start_live.py, the RayService of tests/server/services/test_rayservice_live.py, the standing cluster's head and worker of
   tests/executors/test_raycluster_node_up.py), one at a time: on 127.0.0.1 and on ports free on every address (fairpod.executors.raycluster), so beside the session
   cluster, not in its group (the ``ray`` group bounded the run's wall time: 1,456 of its 1,510 s on one worker).
+- ``rayhealth``: the job's Ray cluster whose worker's raylet is stopped 90 s, then killed
+  (tests/executors/test_raycluster_health.py): its two tests one after the other, beside the ``rayjobs`` group
+  (mostly waiting: in that group they would add 3 minutes to its worker, the run's longest).
 - ``users``: the per-team OS users ``fairpod-<team>`` (``fairpod-smith``, ``fairpod-john``...) that the whole
   sandbox creates as root: the tests that make them remove the ``fairpod-*`` users that appeared while they ran,
   which would be another worker's (tests/sandbox's files, reach, devices, live, users, readiness and container

@@ -5,7 +5,9 @@ fairpod runs a Ray job (``JobSpec.ray``) as a gang; each replica's command is th
 - **rank 0** starts the Ray head on ``MASTER_ADDR:MASTER_PORT`` (the attempt's free port), waits until every
   replica's node has joined (``WORLD_SIZE`` nodes), then runs the entrypoint with ``RAY_ADDRESS`` set, and exits
   with the entrypoint's code once it has stopped the Ray cluster;
-- **the other ranks** wait for the head, join it, and stay until it is gone (then exit 0; 143 after a SIGTERM);
+- **the other ranks** wait for the head, join it, and stay until it is gone (then exit 0; 143 after a SIGTERM); a
+  worker whose raylet dies meanwhile (or exits because the head marked its node dead) starts its Ray node again and
+  joins the head as a new node, as a KubeRay worker pod restarted does (REJOINS times; then it exits 1);
 - **started** means ALIVE in the head's node table: ``ray start`` exits 0 before the raylet has registered with
   the head, and a raylet that dies then (one died where it binds its port) is a failed ``ray start`` (stopped, tried
   again on other ports): :meth:`Cluster.came_up` asks the head's GCS (``alive``, a program of its own) within
@@ -60,6 +62,7 @@ STANDING = "FAIRPOD_RAY_STANDING"  # "1": a standing cluster (a service), see th
 SERVE = "FAIRPOD_RAY_SERVE"  # a standing cluster's Ray Serve config (JSON, formats.kube.rayservice)
 JOIN_TIMEOUT = 180.0  # seconds for the head to come up and every node to join
 STARTS = 3  # tries of ``ray start``
+REJOINS = 3  # times a job's worker whose raylet died while its head runs starts its Ray node again
 NODE_UP = 120.0  # seconds for a node whose ``ray start`` exited 0 to be ALIVE in the head's node table, from the
 # moment the check asks the head's GCS (a raylet that dies is seen at once); $FAIRPOD_RAY_NODE_UP sets it
 CHECK_START = 900.0  # seconds for that check to start asking: a Python with Ray's client, 4.5 s of wall on an idle
@@ -69,6 +72,11 @@ STOP_GRACE = 5.0  # seconds from SIGTERM to SIGKILL for the Ray processes once t
 START_PARAMS = "FAIRPOD_RAY_START_PARAMS"  # {"head": {..}, "workers": [[replicas, {..}], ..]} (formats.kube.ray_start)
 APPLIED = ("num-cpus", "num-gpus", "memory", "object-store-memory", "resources")  # the keys taken from it
 KEEP = "FAIRPOD_RAY_KEEP_SECONDS"  # seconds the cluster stays after the entrypoint ends ("inf": until stopped)
+# How long the head's GCS waits before it marks a Ray node dead that does not answer its health checks: Ray's own
+# default (5 checks, 10 s each, 3 s apart: about a minute) marked a worker dead whose raylet was starved of CPU in its
+# replica on a loaded machine, and the job ran on one Ray node of two. fairpod sees a replica that ends itself, so
+# Ray may wait longer here: 10 checks of 30 s (a dead raylet refuses at once: 10 x 3 s). A job's own RAY_ setting wins.
+HEALTH = {"RAY_health_check_timeout_ms": "30000", "RAY_health_check_failure_threshold": "10"}
 
 
 def _free_ports(n: int) -> list[int]:
@@ -233,6 +241,8 @@ class Cluster:
         # node they can miss the registration timeout (60 s), are killed, and the driver then waits forever
         # (ray-project/ray#40131). Workers start on demand instead; a user's own setting wins.
         env.setdefault("RAY_prestart_worker_first_driver", "0")
+        for key, value in HEALTH.items():
+            env.setdefault(key, value)
         if slow:
             env["RAY_OBJECT_STORE_ALLOW_SLOW_STORAGE"] = "1"
         for tries in range(STARTS, 0, -1):  # a loaded machine may miss Ray's own 30 s start-up limit
@@ -379,12 +389,15 @@ def _node_up(env: dict[str, str]) -> float:
 
 
 def _alive_nodes(gcs: object) -> int:
-    """How many Ray nodes the head's GCS holds alive (0 while it does not answer)."""
+    """How many Ray nodes the head's GCS holds alive and whose raylet's port answers (0 while it does not answer).
+    A worker's try whose raylet died (it starts again on other ports) stays ALIVE in the table until the head's
+    health checks have missed it (HEALTH: 30 s), and was counted as a node that had joined."""
     try:
         infos = gcs.get_all_node_info(timeout=30)  # type: ignore[attr-defined]
     except Exception:  # noqa: BLE001 - GCS not answering yet (or for a moment): ask again
         return 0
-    return sum(1 for info in infos.values() if info.state == 0)  # GcsNodeInfo.ALIVE
+    raylets = {(i.node_manager_address, i.node_manager_port) for i in infos.values() if i.state == 0}  # ALIVE
+    return sum(1 for host, port in raylets if _reachable(host, port))
 
 
 def _raylet(pgid: int | None) -> int | None:
@@ -497,12 +510,23 @@ def run(entrypoint: list[str]) -> int:
         c.start()
         c.mark_ready(True)
         if c.rank != 0:  # a worker's Ray node serves until the head is gone, also after a stop's SIGTERM:
-            while _reachable(c.host, c.port):  # the entrypoint may still use it while it saves its checkpoint
+            rejoined = 0  # the entrypoint may still use it while it saves its checkpoint
+            while _reachable(c.host, c.port):
                 if c.standing and c.stopping:  # a standing cluster's worker: no entrypoint to wait for
                     break
-                if c.standing and not c.up():  # its raylet died: the replica starts again, a new node joins
-                    _say(f"rank {c.rank}: the Ray node's raylet is gone")
-                    return 1
+                if not c.up():  # its raylet died (or the head marked its node dead and it exited)
+                    if c.stopping and not c.standing:  # a job's worker being stopped: its node is done
+                        break
+                    if c.standing or rejoined == REJOINS:  # a service's replica starts again
+                        _say(f"rank {c.rank}: the Ray node's raylet is gone")
+                        return 1
+                    rejoined += 1  # a job's worker joins its head again as a new node, as a KubeRay worker pod
+                    _say(f"rank {c.rank}: the Ray node's raylet is gone; joining the head again "
+                         f"({rejoined} of {REJOINS})")
+                    c.stop(keep_dir=True)
+                    if not _reachable(c.host, c.port):  # the head is gone meanwhile: its job has ended
+                        break
+                    c.start()
                 time.sleep(0.5)
             return 0 if not c.stopping else 128 + signal.SIGTERM
         if c.standing:
