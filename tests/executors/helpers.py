@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -84,3 +85,19 @@ def kill_pids(pids: list[int]) -> None:
     for pid in pids:
         if not gone(pid):
             os.kill(pid, signal.SIGKILL)
+
+
+def stop_groups(ps: list[subprocess.Popen[bytes]], grace: float = 60.0) -> None:
+    """SIGTERM to the process groups of ``ps`` (each started in a session of its own), then wait for each: SIGKILL
+    to the group of one still running after ``grace`` seconds."""
+    for p in ps:
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+    for p in ps:
+        try:
+            p.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=30)

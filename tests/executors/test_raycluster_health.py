@@ -25,6 +25,8 @@ import pytest
 from fairpod.executors import raycluster
 from tests import reaper
 
+from .helpers import stop_groups
+
 pytest.importorskip("ray")
 # one Ray cluster at a time of this file's, beside the rayjobs group's (a raylet stopped 90 s costs no CPU)
 pytestmark = pytest.mark.xdist_group("rayhealth")
@@ -128,17 +130,7 @@ def _run(tmp_path: Path, fault: Callable[[int], None], new_worker: float) -> tup
         assert procs[0].wait(timeout=120) == 0, text()
         return json.loads(out.read_text()), text()
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=30)
+        stop_groups(procs)
 
 
 def _starve(pid: int) -> None:

@@ -13,7 +13,6 @@ both nodes alive."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import pytest
 from fairpod.executors import raycluster
 from tests import reaper
 
+from .helpers import stop_groups
 from .raylet_kill import site
 
 pytest.importorskip("ray")
@@ -78,17 +78,7 @@ def test_a_worker_whose_raylet_dies_after_ray_start_starts_again_and_is_ready_on
         assert "(its raylet exited after ray start); once more" in logs[1].read_text(), text()  # ... and seen
         assert ready[0].exists(), text()  # the head's node is up too
     finally:
-        for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        for p in procs:
-            try:
-                p.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait(timeout=30)
+        stop_groups(procs)
     assert not any(r.exists() for r in ready)  # a stopped replica is not ready
 
 
@@ -127,12 +117,7 @@ def test_a_check_slow_to_start_does_not_fail_a_node_that_is_up(tmp_path: Path):
         text = log.read_text()
         assert "Ray node up (head" in text and "once more" not in text, text[-3000:]
     finally:
-        os.killpg(p.pid, signal.SIGTERM)
-        try:
-            p.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(p.pid, signal.SIGKILL)
-            p.wait(timeout=30)
+        stop_groups([p])
     assert not ready.exists()
 
 
