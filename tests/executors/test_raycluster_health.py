@@ -104,7 +104,7 @@ def _run(tmp_path: Path, fault: Callable[[int], None], new_worker: float) -> tup
     procs, logs = [], [tmp_path / "head.log", tmp_path / "worker.log"]
 
     def text() -> str:
-        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-3000:]}" for log in logs)
+        return "\n".join(f"--- {log.name}\n{log.read_text(errors='replace')[-8000:]}" for log in logs)
 
     try:
         for rank, log in enumerate(logs):
@@ -154,4 +154,5 @@ def test_a_worker_whose_raylet_dies_joins_its_head_again_as_a_new_node(tmp_path:
     got, logs = _run(tmp_path, lambda pid: os.kill(pid, signal.SIGKILL), new_worker=300)
     assert got["alive"] == 2 and len(got["workers"]) == 1 and got["workers"] != got["first"], (got, logs)
     assert got["ran"] == got["workers"], (got, logs)  # the new node runs the job's tasks
-    assert "rank 1: the Ray node's raylet is gone; joining the head again (1 of 3)" in logs, logs
+    assert "rank 1: the Ray node's raylet is gone; joining the head again (1 of 3); its log ends:" in logs, logs
+    assert "  raylet.out: " in logs, logs  # what Ray said last, in the replica's log

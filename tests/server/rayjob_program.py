@@ -2,7 +2,7 @@
 tests/ray/test_ray_rayjobs.py on the Ray executor), and how to read what it reports.
 
 ``python PROGRAM OUT``: runs as a fairpod Ray job's entrypoint (``RAY_ADDRESS`` set). It runs one 1-GPU task on
-each of the job's two Ray nodes, notes ``start`` (its step from the checkpoint, ``ray.nodes()``, where each task
+each of the job's two Ray nodes (a STRICT_SPREAD placement group: it waits for a worker that joins again), notes ``start`` (its step from the checkpoint, ``ray.nodes()``, where each task
 ran and the GPU ids Ray gave it), then counts steps into ``FAIRPOD_CHECKPOINT_DIR/step``: on SIGTERM it notes
 ``term`` (with the Ray nodes still alive then) and exits 0; resumed (a checkpoint exists), it notes ``done`` 3 steps
 later. Notes are JSON lines appended to ``OUT``.
@@ -17,6 +17,8 @@ from typing import Any
 PROGRAM = '''
 import json, os, signal, sys, time
 import ray
+from ray.util.placement_group import placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 out, ckpt = sys.argv[1], os.path.join(os.environ["FAIRPOD_CHECKPOINT_DIR"], "step")
 def note(**kw):
     with open(out, "a") as f:
@@ -30,8 +32,14 @@ def where():
     time.sleep(1)
     ctx = ray.get_runtime_context()
     return ctx.get_node_id(), ray.util.get_node_ip_address(), [str(g) for g in ray.get_gpu_ids()]
-got = ray.get([where.remote() for _ in range(2)])
-alive = [n for n in ray.nodes() if n["Alive"]]
+# one task on each Ray node, as Ray's docs place them: a STRICT_SPREAD placement group (it waits for both nodes)
+pg = placement_group([{"GPU": 1, "CPU": 1}] * 2, strategy="STRICT_SPREAD")
+ray.get(pg.ready(), timeout=600)
+got = ray.get([where.options(scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=i))
+               .remote() for i in range(2)])
+deadline = time.monotonic() + 120  # a node that died (its worker joined again) is ALIVE until the health checks miss it
+while len(alive := [n for n in ray.nodes() if n["Alive"]]) > 2 and time.monotonic() < deadline:
+    time.sleep(1)
 note(event="start", step=first, address=os.environ["RAY_ADDRESS"], nodes=len(alive),
      task_nodes=len({n for n, _, _ in got}), gpu_ids=[g for _, _, g in got],
      tasks=sorted([ip, g] for _, ip, g in got),

@@ -322,6 +322,20 @@ class Cluster:
             self.raylet_pid = _raylet(self.pgid)
         return self.raylet_pid is not None
 
+    def raylet_said(self, tail: int = 4096) -> str:
+        """The end of this node's raylet logs (what Ray said before the raylet ended), for the replica's log."""
+        out = []
+        for name in ("raylet.err", "raylet.out"):
+            try:
+                with open(os.path.join(self.tmp, "session_latest", "logs", name), "rb") as f:
+                    start = max(0, f.seek(0, os.SEEK_END) - tail)
+                    f.seek(start)
+                    lines = f.read().decode(errors="replace").splitlines()[1 if start else 0:][-5:]  # whole lines
+            except OSError:
+                continue
+            out += [f"  {name}: {ln}" for ln in lines if ln.strip()]
+        return "\n".join(out)
+
     def driver_env(self) -> dict[str, str]:
         """What a Ray driver on this node needs: ``RAY_ADDRESS``, and on 127.0.0.1 that Ray keep it (its drivers
         would replace 127.0.0.1 with the machine's external address, where this cluster does not listen)."""
@@ -517,12 +531,13 @@ def run(entrypoint: list[str]) -> int:
                 if not c.up():  # its raylet died (or the head marked its node dead and it exited)
                     if c.stopping and not c.standing:  # a job's worker being stopped: its node is done
                         break
+                    said = c.raylet_said()
                     if c.standing or rejoined == REJOINS:  # a service's replica starts again
-                        _say(f"rank {c.rank}: the Ray node's raylet is gone")
+                        _say(f"rank {c.rank}: the Ray node's raylet is gone" + (f"; its log ends:\n{said}" * bool(said)))
                         return 1
                     rejoined += 1  # a job's worker joins its head again as a new node, as a KubeRay worker pod
                     _say(f"rank {c.rank}: the Ray node's raylet is gone; joining the head again "
-                         f"({rejoined} of {REJOINS})")
+                         f"({rejoined} of {REJOINS})" + (f"; its log ends:\n{said}" * bool(said)))
                     c.stop(keep_dir=True)
                     if not _reachable(c.host, c.port):  # the head is gone meanwhile: its job has ended
                         break
