@@ -101,3 +101,14 @@ def stop_groups(ps: list[subprocess.Popen[bytes]], grace: float = 60.0) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(p.pid, signal.SIGKILL)
             p.wait(timeout=30)
+
+
+def alive_nodes(gcs: str) -> list[tuple[bool, int, float]]:
+    """The Ray nodes ALIVE in the head's table at ``gcs``: (head?, raylet port, start time in s)."""
+    from ray._raylet import GcsClient
+
+    try:
+        infos = GcsClient(address=gcs).get_all_node_info(timeout=5)
+    except Exception:  # noqa: BLE001 - the GCS not up yet
+        return []
+    return [(i.is_head_node, i.node_manager_port, i.start_time_ms / 1000) for i in infos.values() if i.state == 0]

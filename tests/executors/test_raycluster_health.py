@@ -25,7 +25,7 @@ import pytest
 from fairpod.executors import raycluster
 from tests import reaper
 
-from .helpers import stop_groups
+from .helpers import alive_nodes, stop_groups
 
 pytest.importorskip("ray")
 # one Ray cluster at a time of this file's, beside the rayjobs group's (a raylet stopped 90 s costs no CPU)
@@ -80,13 +80,7 @@ def _raylet_of(port: int) -> int | None:
 
 
 def _worker_port(gcs: str) -> int | None:
-    from ray._raylet import GcsClient
-
-    try:
-        infos = GcsClient(address=gcs).get_all_node_info(timeout=5)
-    except Exception:  # noqa: BLE001 - the GCS not answering for a moment
-        return None
-    ports = [i.node_manager_port for i in infos.values() if i.state == 0 and not i.is_head_node]
+    ports = [port for head, port, _ in alive_nodes(gcs) if not head]
     return ports[0] if len(ports) == 1 else None
 
 

@@ -23,21 +23,11 @@ import pytest
 from fairpod.executors import raycluster
 from tests import reaper
 
-from .helpers import stop_groups
+from .helpers import alive_nodes, stop_groups
 from .raylet_kill import site
 
 pytest.importorskip("ray")
 
-
-def _alive(gcs: str) -> list[tuple[bool, int, float]]:
-    """The Ray nodes ALIVE in the head's table at ``gcs``: (head?, raylet port, start time in s)."""
-    from ray._raylet import GcsClient
-
-    try:
-        infos = GcsClient(address=gcs).get_all_node_info(timeout=5)
-    except Exception:  # noqa: BLE001 - the GCS not up yet
-        return []
-    return [(i.is_head_node, i.node_manager_port, i.start_time_ms / 1000) for i in infos.values() if i.state == 0]
 
 
 @pytest.mark.timeout(400)
@@ -66,12 +56,12 @@ def test_a_worker_whose_raylet_dies_after_ray_start_starts_again_and_is_ready_on
         while not ready[1].exists():
             assert all(p.poll() is None for p in procs), text()
             assert time.monotonic() < deadline, \
-                f"the worker was never ready (Ray nodes alive: {_alive(f'127.0.0.1:{ports[0]}')}):\n{text()}"
+                f"the worker was never ready (Ray nodes alive: {alive_nodes(f'127.0.0.1:{ports[0]}')}):\n{text()}"
             time.sleep(0.1)
         # ready: the head's table holds both nodes alive at this moment (never the head's alone): the head's and
         # the worker's second, started after its first raylet was killed as its ray start exited (the first's
         # entry, on the same raylet port, may stand there ALIVE a while yet: until the head's health checks miss it)
-        alive = _alive(f"127.0.0.1:{ports[0]}")
+        alive = alive_nodes(f"127.0.0.1:{ports[0]}")
         assert killed.exists(), text()
         assert [h for h, _, _ in alive].count(True) == 1, (alive, text())
         assert [p for h, p, t in alive if not h and t >= killed.stat().st_mtime] == [ports[1]], (alive, text())

@@ -8,7 +8,6 @@ and ``ray start`` failed. The agent is made slow here by a ``sitecustomize`` on 
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -19,6 +18,8 @@ import pytest
 
 from fairpod.executors import raycluster
 from tests import reaper
+
+from .helpers import stop_groups
 
 pytest.importorskip("ray")
 
@@ -72,10 +73,5 @@ def test_a_node_whose_agent_starts_slowly_still_joins(tmp_path: Path) -> None:
         assert "Timed out waiting for file" not in raylet_log(), raylet_log()[-3000:]
         assert proc.poll() is None, "ray start ended"  # the raylet did not abort: the node stands
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-            proc.wait(timeout=30)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
+        stop_groups([proc], grace=30)
         subprocess.run(["rm", "-rf", str(temp)], check=False)

@@ -532,12 +532,13 @@ def run(entrypoint: list[str]) -> int:
                     if c.stopping and not c.standing:  # a job's worker being stopped: its node is done
                         break
                     said = c.raylet_said()
+                    ends = f"; its log ends:\n{said}" if said else ""
                     if c.standing or rejoined == REJOINS:  # a service's replica starts again
-                        _say(f"rank {c.rank}: the Ray node's raylet is gone" + (f"; its log ends:\n{said}" * bool(said)))
+                        _say(f"rank {c.rank}: the Ray node's raylet is gone{ends}")
                         return 1
                     rejoined += 1  # a job's worker joins its head again as a new node, as a KubeRay worker pod
                     _say(f"rank {c.rank}: the Ray node's raylet is gone; joining the head again "
-                         f"({rejoined} of {REJOINS})" + (f"; its log ends:\n{said}" * bool(said)))
+                         f"({rejoined} of {REJOINS}){ends}")
                     c.stop(keep_dir=True)
                     if not _reachable(c.host, c.port):  # the head is gone meanwhile: its job has ended
                         break
