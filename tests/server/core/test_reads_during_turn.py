@@ -215,3 +215,16 @@ def test_a_turn_half_done_is_never_read(racked: Api, monkeypatch: pytest.MonkeyP
     assert after["big"][0] == "Preempted" and after["positions"] == [None, None], after
     assert sorted(j for js in after["nodes"].values() for j in js) == sorted(
         api.job(n)["id"] for n in ("w0", "w1", "s0")), after
+
+
+def test_a_borrower_read_while_the_turn_that_admitted_it_holds_the_core_keeps_its_reason(racked: Api) -> None:
+    """The turn that admitted a borrower committed it (Running, its lenders) and still holds the lock (its keepers
+    run): the facts reads take are the turn's before, which know of no lending. get-job says the reason it was
+    admitted with, not that it runs within its team's quota now (a read of the store newer than the facts)."""
+    api = racked
+    api.submit(name="big", team="john", nodes=4, command=["sleep", "600"])  # 3 nodes of quota + 1 of smith's
+    with turn_held(api):
+        during = read_all({"big": lambda: api.api("GET", "/jobs/big")})["big"].json()
+    assert during["state"] == "Running", during
+    assert during["reason"] == "admitted, borrowing 4 accelerators from smith", during["reason"]
+    assert api.job("big")["reason"] == during["reason"]

@@ -54,11 +54,14 @@ def job_in_engine(snap: Snapshot, jid: int, team: str, itype: str, pending: bool
 def reason_now(cp: Core, job: Job) -> str | None:
     """The job's reason; for a running job admitted as a borrower whose lenders are no longer whom its team
     borrows from (a quota was cut, a lender's quota freed up), what its team borrows now, so the reason agrees
-    with ``cluster show``."""
+    with ``cluster show``. Facts older than the job's start are of before its admission: its reason then."""
     if job.state != JobState.RUNNING or not job.borrowed_from or not cp.engine_memory or not (
             job.reason or "").startswith("admitted, borrowing"):
         return job.reason
-    now = dict(cp.engine_facts(lambda f: f.lending(job.instance_type).get(job.team, {}))[0])
+    lending, as_of = cp.engine_facts(lambda f: f.lending(job.instance_type).get(job.team, {}))
+    if job.started_at is not None and as_of.at < job.started_at:
+        return job.reason  # facts of before its admission (the turn that admitted it still holds the core)
+    now = dict(lending)
     if set(job.borrowed_from) <= set(now):
         return job.reason
     then = ", ".join(job.borrowed_from)
