@@ -8,8 +8,8 @@ from ``--threads N`` client threads at once: the submits that wait together are 
 It prints the process's CPU per submit (the worker's app and the in-process client together: no server socket,
 no other process), the SQL statements and transactions a submit takes on the worker's store (counted on its
 engine), and with ``--profile FILE`` a py-spy raw profile of the submits (``py-spy record -f raw``; py-spy must be
-on PATH or beside this interpreter). No core listens on the wake's port here: each wake is refused at once (a
-live core answers it: see benchmarks/datacenter.py for the whole server).
+on PATH or beside this interpreter). Each commit's wake is a datagram to a reader in this process that only reads
+it (a live core wakes its loop: see benchmarks/datacenter.py for the whole server).
 
     .venv/bin/python benchmarks/worker_submit.py                     # 1,000 submits
     .venv/bin/python benchmarks/worker_submit.py --submits 1500 --profile /tmp/worker.raw
@@ -67,6 +67,7 @@ def main() -> int:
 
     from fairpod.executors.base import Traits
     from fairpod.server.runtime.daemon import initialize
+    from fairpod.server.runtime.wakes import Wakes
     from fairpod.server.runtime.wiring import build_worker, make_executor
 
     tmp = Path(tempfile.mkdtemp(prefix="fairpod-worker-submit-"))
@@ -75,7 +76,10 @@ def main() -> int:
         url = f"sqlite:///{home / 'fairpod.db'}"
         store, token = initialize(home, url, str(SEED), 0)
         store.close()
-        app = build_worker(home, url, Traits.of(make_executor(home, "timed")), "http://127.0.0.1:9")
+        wakes = Wakes()  # the core's end of the wakes, read and let go, as a live core reads them
+        wakes.listen(lambda: None)
+        app = build_worker(home, url, Traits.of(make_executor(home, "timed")), "http://127.0.0.1:9",
+                           wake=wakes.worker_end)
         auth = {"Authorization": f"Bearer {token}"}
         with TestClient(app, base_url="http://127.0.0.1:9") as c:
             for i in range(50):  # warm: imports, the token's first check, SQLite's pages

@@ -23,8 +23,9 @@ from fastapi.testclient import TestClient
 
 from fairpod.executors.base import Traits
 from fairpod.server.runtime.daemon import initialize
-from fairpod.server.runtime.wiring import build_worker, wake_token
+from fairpod.server.runtime.wiring import build_worker
 
+from ... import httpclient
 from ..conftest import SEED_SPEC, Server, running, wait_for
 from ..inproc_api import Api
 
@@ -99,6 +100,12 @@ def test_a_submit_through_a_worker_is_admitted_and_runs(srv: Server) -> None:
     done = srv.wait_state("w-run", "Succeeded")
     assert [e["kind"] for e in done["events"]][:1] == ["JobSubmitted"]
     assert core == srv.proc.pid  # type: ignore[union-attr]
+    # the worker's commit woke the core with a datagram (server.runtime.wakes) that carried its write-lock figures
+    auth = {"Authorization": f"Bearer {srv.token}"}
+    said = httpclient.request("GET", srv.url + "/metrics", headers=auth, timeout=30).text
+    assert f'fairpod_store_write_wait_seconds_count{{process="worker-{r.headers[WORKER]}"}}' in said, said[-3000:]
+    wake = httpclient.request("POST", srv.url + "/internal/wake", headers=auth, timeout=30)
+    assert wake.status_code in (404, 405), wake.text  # no wake over HTTP any more
 
 
 def test_list_and_get_through_a_worker(srv: Server) -> None:
@@ -359,16 +366,25 @@ def test_a_worker_forwards_what_it_does_not_serve(pair: tuple[Api, TestClient]) 
     assert r.status_code == 502 and r.json()["title"] == "core unavailable" and WORKER in r.headers
 
 
-def test_only_a_worker_wakes_the_core(pair: tuple[Api, TestClient]) -> None:
-    """The core's wake route wants the token only the server's processes can derive from its secret."""
+def test_only_the_cores_workers_wake_it(pair: tuple[Api, TestClient]) -> None:
+    """A wake is a datagram on the socket pair the core made for its workers (server.runtime.wakes): a worker's
+    poke wakes the loop; nothing on the core's port does (no route), and a process not given the pair's end has
+    no address to send to (an unnamed Unix socket pair)."""
+    from fairpod.server.core.worker import Poke
+    from fairpod.server.runtime.wakes import Wakes
+
     a, _ = pair
-    a.cp.wake.clear()
-    for bad in ({}, {"Fairpod-Worker-Token": "guess"}, {"Fairpod-Worker-Token": wake_token(b"another secret")}):
-        assert a.request("POST", "/internal/wake", "", headers=bad).status_code == 403
-    assert not a.cp.wake.is_set()
-    assert a.request("POST", "/internal/wake", "", headers={"Fairpod-Worker-Token": wake_token(a.rt.secret)}
-                     ).status_code == 204
-    assert a.cp.wake.is_set()
+    assert a.request("POST", "/internal/wake", "").status_code in (401, 404, 405)
+    wakes = Wakes()
+    assert wakes.core_end.getsockname() == "" and wakes.worker_end.getsockname() == ""  # unnamed: no address
+    try:
+        a.cp.wake.clear()
+        wakes.listen(a.cp.wake.set)
+        Poke(wakes.worker_end).set()
+        assert a.cp.wake.wait(30), "the poke did not wake the core"
+        wait_for(lambda: wakes.taken == 1, 30, "the datagram to be read")
+    finally:
+        wakes.close()
 
 
 # the core process (fairpod.server.runtime.workers.Workers starting one worker), ended at once, as kill -9 would, while
@@ -430,6 +446,49 @@ def test_a_worker_whose_core_ended_before_it_started_ends_under_a_subreaper(tmp_
     assert r.returncode == 0 and r.stdout.strip() == "ended", (r.stdout, r.stderr[-2000:])
 
 
+# a stand-in for an API worker still importing: it holds the public port (a real one ends by itself, once it
+# notices its core is gone, before a test could look)
+HOLDER = """
+import socket, sys, time
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(8)
+print("holding", flush=True)
+time.sleep(120)
+"""
+
+
+def test_up_stops_the_workers_a_killed_core_left_on_its_port(tmp_path: Path) -> None:
+    """A core killed -9 just after it started a worker (a worker killed, then the core): the new worker, still
+    importing, holds the public port until it notices, longer on a loaded machine, and is not yet in
+    api-workers.pid. ``fairpod up`` at once stops it (its command line names the dead core) and binds the port,
+    rather than refusing it as taken."""
+    from ...ports import free_port
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    held = free_port()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(held), "-m", "fairpod.server.runtime.workers",
+                               "--core-pid", str(dead.pid)], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    s = Server(tmp_path, SEED_SPEC)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        s.home.mkdir(parents=True)
+        (s.home / "api-workers.pid").write_text(f"core {dead.pid} {free_port()}\n")
+        s.port, s.url, s.extra = held, f"http://127.0.0.1:{held}", ["--api-workers", "1"]
+        s.start()
+        assert s.port == held, (tmp_path / "server.out").read_text()[-3000:]  # not another port drawn after a refusal
+        assert holder.wait(30) == -signal.SIGTERM
+        assert f"stopped API workers a killed server left: pid {holder.pid}" in (tmp_path / "server.out").read_text()
+    finally:
+        holder.kill()
+        holder.wait()
+        s.kill(signal.SIGTERM)
+        s.kill_replicas()
+
+
 @pytest.mark.parametrize(("flags", "says"), [
     (["--api-workers", "-1"], "fairpod: error: --api-workers must be from 0 to 64, not -1"),
 ])
@@ -449,10 +508,13 @@ def test_concurrent_submits_in_a_worker_are_one_transaction_each_answered_as_if_
     connection, as the core's turn or another worker holds it) are written in one transaction: fewer BEGIN
     IMMEDIATEs on the worker's store than submits. Each request gets its own answer: a job the cluster can never
     hold is refused alone, a repeated idempotency key answers the first job, a name taken twice in one group
-    fails only the second, every other job is there once."""
+    fails only the second, every other job is there once. The core is woken once a group, not once a submit."""
     import sqlite3
 
     from sqlalchemy import event
+
+    from fairpod.server.core.worker import Poke
+    from fairpod.server.runtime.wakes import Wakes
 
     a, c = pair
     w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
@@ -490,8 +552,15 @@ def test_concurrent_submits_in_a_worker_are_one_transaction_each_answered_as_if_
     asks = [(job(f"gc-{i}"), {}) for i in range(12)]
     asks += [(job("gc-key"), key), (job("gc-key"), key), (job("gc-never", nodes=40), {})]
     del writes[:]
-    answers = group(asks)
+    wakes = Wakes()  # the core's end, not read here: the datagrams queue
+    w.wake = Poke(wakes.worker_end)
+    try:
+        answers = group(asks)
+    finally:
+        wakes.close()
     assert len(answers) == len(asks) and len(writes) == 2  # the first alone, then the 14 queued behind it
+    assert w.wake.sent == 2  # one wake of the core a group, sent by its writer after the commit
+    w.wake = None
     assert [r.status_code for r in answers[:12]] == [201] * 12
     keyed = sorted(answers[12:14], key=lambda r: r.status_code)  # which of the two came first is the kernel's
     assert [(r.status_code, r.headers.get("Idempotent-Replayed")) for r in keyed] == [(200, "true"), (201, None)]
@@ -520,8 +589,8 @@ def test_a_workers_waits_for_the_write_lock_reach_the_cores_metrics(pair: tuple[
 
     from sqlalchemy import event
 
-    from fairpod.server.access.jobtoken import job_secret
     from fairpod.server.core.worker import Poke
+    from fairpod.server.runtime.wakes import Wakes
 
     a, c = pair
     w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
@@ -548,13 +617,15 @@ def test_a_workers_waits_for_the_write_lock_reach_the_cores_metrics(pair: tuple[
     waits = body["write_waits"]
     assert sum(waits["counts"]) > sum(before["counts"]) and waits["sum"] - before["sum"] >= 0.05
 
-    token = wake_token(job_secret(a.home, a.store))
-    assert a.request("POST", "/internal/wake", "", content=Poke.body(),
-                     headers={"Fairpod-Worker-Token": "nope"}).status_code == 403
-    odd = json.dumps({"pid": 1, "write_waits": {"counts": [1], "sum": -1}})
-    for sent in (Poke.body(), odd.encode(), b"{not json"):
-        r = a.request("POST", "/internal/wake", "", content=sent, headers={"Fairpod-Worker-Token": token})
-        assert r.status_code == 204
+    wakes = Wakes()  # the core's end of its workers' wakes, as `fairpod up --api-workers` listens to it
+    try:
+        wakes.listen(a.cp.wake.set)
+        odd = json.dumps({"pid": 1, "write_waits": {"counts": [1], "sum": -1}})
+        for sent in (Poke.body(), odd.encode(), b"{not json", b"x" * 10_000):
+            wakes.worker_end.send(sent)
+        wait_for(lambda: wakes.taken == 4, 30, "the four datagrams to be read")
+    finally:
+        wakes.close()
     text = a.request("GET", "/metrics").text
     got = re.search(rf'fairpod_store_write_wait_seconds_count{{process="worker-{body["pid"]}"}} (\S+)', text)
     assert got is not None and float(got.group(1)) >= sum(waits["counts"])
@@ -580,55 +651,31 @@ def test_a_workers_submit_reads_no_row_back_for_its_answer(pair: tuple[Api, Test
     assert r.json() == {k: v for k, v in got.items() if k != "events"}  # get-job adds the job's events
 
 
-def test_pokes_share_one_kept_connection_and_survive_its_close() -> None:
-    """A worker's wakes go over one kept-alive connection to the core's private port (a real HTTP/1.1 server on
-    loopback here), each arriving with the worker token; when the core closes the connection, the next wake
-    opens a new one and still arrives."""
-    import http.server
-    import queue
-
+def test_a_poke_is_never_waited_for() -> None:
+    """A worker's poke is sent from its committing thread and never waits: while the core reads none (a turn
+    holds it, it restarts), the pokes fill the pair's queue and the rest are dropped at once (a wake already
+    queued will wake the loop); once the core reads again, the next poke arrives. A core that is gone refuses
+    the datagram: the poke is dropped, the submit goes on."""
     from fairpod.server.core.worker import Poke
+    from fairpod.server.runtime.wakes import Wakes
 
-    from ...ports import free_port
-
-    got: queue.Queue[tuple[str, int]] = queue.Queue()
-    close = threading.Event()
-
-    class Core(http.server.BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
-            self.rfile.read(int(self.headers["Content-Length"]))
-            got.put((self.headers["Fairpod-Worker-Token"], self.client_address[1]))
-            self.send_response(204)
-            if close.is_set():
-                self.send_header("Connection", "close")
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    srv = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), Core)
-    th = threading.Thread(target=srv.serve_forever, daemon=True)
-    th.start()
+    wakes = Wakes()
+    poke = Poke(wakes.worker_end)
     try:
-        poke = Poke(f"http://127.0.0.1:{srv.server_address[1]}/internal/wake", "tok")
-        seen = []
-        for i in range(6):
-            if i == 3:
-                close.set()  # the core answers this wake and closes the connection
-            if i == 4:
-                close.clear()
+        for _ in range(5_000):  # far more than the queue holds: none of them blocks
             poke.set()
-            seen.append(got.get(timeout=30))  # one wake arrives per set: each waited for before the next
-        assert [t for t, _ in seen] == ["tok"] * 6
-        assert len({port for _, port in seen[:4]}) == 1 and len({port for _, port in seen[4:]}) == 1
-        assert seen[4][1] != seen[0][1]  # a new connection after the core closed the first
-        wait_for(lambda: poke.sent == 6, 30, "the last answer to be read")
+        assert 0 < poke.sent < 5_000
+        woke = threading.Event()
+        wakes.listen(woke.set)
+        assert woke.wait(30)
+        wait_for(lambda: wakes.taken == poke.sent, 30, "the queued pokes to be read")
+        woke.clear()
+        poke.set()
+        assert woke.wait(30) and poke.sent == wakes.taken
     finally:
-        srv.shutdown()
-        srv.server_close()
-        th.join(timeout=30)
+        wakes.close()
+    poke.set()  # the core's end closed
+    assert poke.sent == wakes.taken
 
 
 def test_a_workers_submit_is_one_transaction_checked_against_the_spec_stored_when_it_commits(

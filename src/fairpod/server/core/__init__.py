@@ -33,7 +33,7 @@ from fairpod.server.core.foreign import Foreign
 from fairpod.server.core.loop import Beside, standard_keepers
 from fairpod.server.core.plane import ControlPlane
 from fairpod.server.core.transitions.services import Services
-from fairpod.server.core.worker import WAKE_PATH, Poke, WorkerCore
+from fairpod.server.core.worker import Poke, WorkerCore
 
-__all__ = ["WAKE_PATH", "Beside", "ControlPlane", "Foreign", "Poke", "Services", "WorkerCore",
+__all__ = ["Beside", "ControlPlane", "Foreign", "Poke", "Services", "WorkerCore",
            "standard_keepers"]  # for the composition root (fairpod.server.runtime.wiring)

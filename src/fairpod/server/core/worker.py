@@ -9,19 +9,18 @@ and its idempotency key, name uniqueness by the database's index), then answers.
 worker are written in one transaction, as the core's are (group commit: ``commit_group``). It never changes a job after
 that: the core takes the job into the engine's queue at its next turn (:mod:`fairpod.server.core.foreign`), and
 the commit wakes it: on PostgreSQL a ``NOTIFY`` in the submit's transaction (:mod:`fairpod.store.notify`), on SQLite
-a POST to the core's private port (:class:`Poke`). The engine's memory (queue positions, estimated starts, what a borrowing job
+a datagram to the core (:class:`Poke`, :mod:`fairpod.server.runtime.wakes`). The engine's memory (queue positions, estimated starts, what a borrowing job
 borrows now) is the core's: a worker's answers leave those out (``engine_memory`` False; docs/architecture.md).
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import logging
 import os
+import socket
 import threading
 import time
-import urllib.parse
 from collections.abc import Callable, Hashable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -44,7 +43,6 @@ from fairpod.store.waits import WRITE_WAITS
 
 log = logging.getLogger("fairpod.worker")
 T = TypeVar("T")
-WAKE_PATH = "/internal/wake"  # the core's private port: a worker's commit wakes the loop (fairpod.server.runtime.workers)
 
 
 class NoEstimates:
@@ -58,69 +56,27 @@ class NoEstimates:
 
 
 class Poke:
-    """Wakes the core's loop after a worker's commit: one small POST to the core's private port, coalesced (while
-    one is on its way, more commits ask for one more, not one each), with this worker's waits for the database's
-    write lock so far (``store.waits``, for the core's /metrics). A poke that does not arrive (the core is
-    stopped or restarting) only delays the job to the core's next periodic turn, or to its start.
+    """Wakes the core's loop after a worker's commit: one datagram on the socket pair the core made for its workers
+    (:mod:`fairpod.server.runtime.wakes`), with this worker's pid and its waits for the database's write lock so
+    far (``store.waits``, for the core's /metrics). Sent from the committing thread and never waited for: when the
+    core's queue is full (it has wakes to read already) or the core is gone, the poke is dropped, which only
+    delays the job to the core's next periodic turn, or to its start."""
 
-    One thread sends them all, over one kept-alive connection (a new one only when the core closed it): a thread
-    and a TCP connection started per poke were a fifth of a worker's submit in its profile
-    (benchmarks/README.md "The CPU of a worker's submit")."""
-
-    def __init__(self, url: str, token: str) -> None:
-        u = urllib.parse.urlsplit(url)
-        self._host, self._port, self._path = u.hostname or "127.0.0.1", u.port or 80, u.path or "/"
-        self._token = token
-        self._cv = threading.Condition()
-        self._due = False
-        self._thread: threading.Thread | None = None
-        self._conn: http.client.HTTPConnection | None = None
+    def __init__(self, sock: socket.socket) -> None:
+        self._sock = sock
         self.sent = 0
 
     def set(self) -> None:
-        with self._cv:
-            self._due = True
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="poke", daemon=True)
-                self._thread.start()
-            else:
-                self._cv.notify()
+        try:
+            self._sock.send(self.body(), socket.MSG_DONTWAIT)
+            self.sent += 1
+        except OSError as e:  # BlockingIOError: the core's queue is full; ECONNREFUSED and the like: it is gone
+            log.debug("the poke was not sent (%s); the core's next turn takes the job", e)
 
     @staticmethod
     def body() -> bytes:
         """What a wake carries: this worker's pid and its waits for the write lock (``store.waits``)."""
         return json.dumps({"pid": os.getpid(), "write_waits": WRITE_WAITS.figures()}).encode()
-
-    def _run(self) -> None:
-        while True:  # for the process's life (a daemon thread): one wake sent per wait that found one due
-            with self._cv:
-                while not self._due:
-                    self._cv.wait()
-                self._due = False
-            self._send()
-
-    def _send(self) -> None:
-        headers = {"Fairpod-Worker-Token": self._token, "Content-Type": "application/json"}
-        body = self.body()
-        for _ in range(2):  # a kept connection the core closed meanwhile: once more, on a new one
-            kept = self._conn is not None
-            if self._conn is None:
-                self._conn = http.client.HTTPConnection(self._host, self._port, timeout=2.0)
-            try:
-                self._conn.request("POST", self._path, body=body, headers=headers)
-                resp = self._conn.getresponse()
-                resp.read()
-                if resp.status < 300:
-                    self.sent += 1
-                else:
-                    log.debug("the core refused the poke (HTTP %s)", resp.status)
-                return
-            except (OSError, http.client.HTTPException) as e:
-                self._conn.close()
-                self._conn = None
-                if not kept:
-                    log.debug("the core did not take the poke (%s); its next turn takes the job", e)
-                    return
 
 
 class WorkerCore:
@@ -194,7 +150,7 @@ class WorkerCore:
         """Check one submit (the core's functions), commit it with the submits that arrived meanwhile in this
         process (group commit, as the core's: whoever takes the writer writes every queued submit in one
         transaction, each answered with its own job or its own error), waking the core (the commit notifies it
-        on PostgreSQL; a :class:`Poke` on SQLite); answers after the commit. Whether this request created the
+        on PostgreSQL; one :class:`Poke` a group on SQLite); answers after the commit. Whether this request created the
         job: False where an earlier one with ``key`` did."""
         spec = spec.model_copy(update={"user": actor})  # who submitted it: the caller, whatever was sent
         req = Submit(spec, actor, key, self.spec, check(self, spec))
@@ -205,8 +161,6 @@ class WorkerCore:
         if req.error is not None:
             raise req.error
         assert req.job is not None
-        if req.created and self.wake is not None:
-            self.wake.set()
         return req.job, req.created
 
     def _write(self, group: list[Submit]) -> None:
@@ -216,6 +170,8 @@ class WorkerCore:
         self.submits.written += len(group)
         for r, job, err, created in answers:
             r.job, r.error, r.created, r.done = job, err, created, True
+        if self.wake is not None and any(created for *_, created in answers):
+            self.wake.set()  # one wake for the group, by its writer
 
 
-__all__ = ["WAKE_PATH", "NoEstimates", "Poke", "WorkerCore"]
+__all__ = ["NoEstimates", "Poke", "WorkerCore"]

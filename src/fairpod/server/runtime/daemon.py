@@ -279,7 +279,7 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", options
     server = uvicorn.Server(config)
     try:
         if pool is not None:
-            pool.start()
+            pool.start(rt.cp.wake.set)  # a worker's commit wakes the loop (server.runtime.wakes)
         server.run(sockets=socks + unix)  # 127.0.0.1, and the advertised address
     finally:
         if pool is not None:
@@ -323,6 +323,8 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
     if running:
         print(f"fairpod is already running (pid {running[0]}) at http://127.0.0.1:{running[1]}")
         return 0
+    if not restarted and (left := stop_leftovers(home)):  # a core killed -9 left API workers on the port
+        print(f"fairpod: stopped API workers a killed server left: pid {', '.join(map(str, left))}", file=sys.stderr)
     why = can_listen([LOOPBACK, advertise], port)
     if why is not None:
         holder = _healthz_pid(port)

@@ -8,11 +8,10 @@ Nothing else in ``fairpod.server`` picks concrete classes: the core takes a stor
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import hmac
 import json
 import logging
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,6 @@ from fairpod.executors import registry
 from fairpod.executors.base import Executor, Notifying, Traits, capability
 from fairpod.paths import runs_dir
 from fairpod.server.core import (
-    WAKE_PATH,
     Beside,
     ControlPlane,
     Foreign,
@@ -34,7 +32,7 @@ from fairpod.server.core import (
 from fairpod.server.ha.leader import Elector, FencedExecutor
 from fairpod.server.runtime import heap
 from fairpod.server.runtime.steadyclock import control_clock
-from fairpod.store import Store, waits
+from fairpod.store import Store
 from fairpod.store.db import use_clock
 from fairpod.store.notify import Listener
 
@@ -100,7 +98,8 @@ def build(home: Path, url: str, executor: Executor, api_url: str, *, health: boo
     ``own_heap`` (a server process, not a test): the memory is built with the cycle collector off, what it
     built is frozen, and the reconcile loop keeps full collections short (:mod:`fairpod.server.runtime.heap`).
     ``api_workers``: API worker processes commit submits too; the core takes them in at each turn
-    (:mod:`fairpod.server.core.foreign`) and its app takes their wakes (:func:`worker_wakes`)."""
+    (:mod:`fairpod.server.core.foreign`), woken by their datagrams (:mod:`fairpod.server.runtime.wakes`, which
+    ``fairpod up`` listens to)."""
     if not own_heap:
         return _build(home, url, executor, api_url, health, elector, api_workers)
     heap.watch()
@@ -146,59 +145,28 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
     app = create_app(cp, secret)
     if foreign:
         cp.keepers.before.insert(0, Foreign(seen).take)
-        worker_wakes(app, cp.wake, secret)
         store.set_meta(TRAITS_META, json.dumps(dataclasses.asdict(Traits.of(executor))))  # what `fairpod api` checks
     # PostgreSQL: a submit committed by an API worker or `fairpod api` wakes the loop through the database
     listener = Listener(url, cp.wake.set) if store.dialect == "postgresql" else None
     return Runtime(store, executor, cp, app, secret, listener)
 
 
-def wake_token(secret: bytes) -> str:
-    """What an API worker shows the core's private port to wake its loop (a value derived from the job secret,
-    which only the server's own processes read)."""
-    return hmac.new(secret, b"fairpod api worker wake", hashlib.sha256).hexdigest()
-
-
-def worker_wakes(app: Any, wake: Any, secret: bytes) -> None:
-    """``POST /internal/wake`` on the core's app: a worker committed a submit; the loop takes it in now. The body
-    may carry the worker's waits for the database's write lock (``store.waits.report``; a body not of that shape
-    is ignored: the wake still counts)."""
-    from starlette.requests import Request
-    from starlette.responses import Response
-
-    token = wake_token(secret).encode()
-
-    async def _wake(request: Request) -> Response:
-        shown = request.headers.get("fairpod-worker-token", "")[:200].encode("latin-1", "replace")
-        if not hmac.compare_digest(shown, token):
-            return Response(status_code=403)
-        wake.set()
-        body = await request.body()
-        try:
-            got = json.loads(body) if 0 < len(body) <= 4096 else None
-        except ValueError:
-            got = None
-        if isinstance(got, dict) and isinstance(got.get("pid"), int):
-            waits.report(f"worker-{got['pid']}", got.get("write_waits"))
-        return Response(status_code=204)
-
-    app.add_route(WAKE_PATH, _wake, methods=["POST"], include_in_schema=False)
-
-
-def build_worker(home: Path, url: str, traits: Traits, core_url: str, secret: bytes | None = None) -> Any:
+def build_worker(home: Path, url: str, traits: Traits, core_url: str, secret: bytes | None = None,
+                 wake: socket.socket | None = None) -> Any:
     """An API worker's app (:mod:`fairpod.server.api.worker_app`) over its own store connections: submits
-    checked against the stored spec and ``traits`` (the core's executor), committed, and the core woken at
-    ``core_url``; every other request forwarded there. ``secret``: the job secret (default: the home's, as the
-    core reads it)."""
+    checked against the stored spec and ``traits`` (the core's executor), committed, and the core woken (on
+    SQLite by a datagram on ``wake``, the worker's end of the core's :class:`~fairpod.server.runtime.wakes.Wakes`;
+    None: not woken, its periodic turn takes the jobs); every other request forwarded to ``core_url``.
+    ``secret``: the job secret (default: the home's, as the core reads it)."""
     from fairpod.server.access.jobtoken import job_secret
     from fairpod.server.api.worker_app import create_worker_app
 
     store = Store(url, synchronous="NORMAL")
     secret = job_secret(home, store) if secret is None else secret
     # PostgreSQL: the submit's commit notifies the core (fairpod.store.notify); SQLite: a POST to its private port
-    poke = None if store.dialect == "postgresql" else Poke(core_url + WAKE_PATH, wake_token(secret))
+    poke = None if store.dialect == "postgresql" or wake is None else Poke(wake)
     cp = WorkerCore(store, home, traits, poke)
     return create_worker_app(cp, secret, core_url)  # type: ignore[arg-type]  # the part of Core the job routes use
 
 
-__all__ = ["TRAITS_META", "Runtime", "build", "build_worker", "control_plane", "make_executor", "wake_token", "worker_wakes"]
+__all__ = ["TRAITS_META", "Runtime", "build", "build_worker", "control_plane", "make_executor"]

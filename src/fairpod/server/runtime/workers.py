@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from fairpod.executors import state
@@ -43,6 +44,11 @@ class Workers:
         self.home, self.count, self.socks = home, count, socks
         self.core_port, self.url, self.traits = core_port, url, Traits.of(executor)
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        # a worker's commit wakes the core's loop (SQLite; PostgreSQL: the commit's NOTIFY). Imported here: a
+        # worker imports this module before it checks that its core lives, so the less it imports the better
+        from fairpod.server.runtime.wakes import Wakes
+
+        self.wakes = Wakes()
         self.restarts = 0
         self._mu = threading.Lock()
         self._stop = threading.Event()
@@ -62,10 +68,14 @@ class Workers:
         t = self.traits
         return [sys.executable, "-m", "fairpod.server.runtime.workers", "--index", str(index),
                 "--fds", ",".join(str(s.fileno()) for s in self.socks), "--core-port", str(self.core_port),
+                "--wake-fd", str(self.wakes.worker_end.fileno()),
                 "--executor", t.name, "--resizing", str(int(t.resizing)),
                 "--probing", str(int(t.probing)), "--core-pid", str(os.getpid())]
 
-    def start(self) -> None:
+    def start(self, wake: Callable[[], None] | None = None) -> None:
+        """Start the workers; ``wake`` (the core's loop), called when a worker's commit asks for a turn."""
+        if wake is not None:
+            self.wakes.listen(wake)
         for i in range(self.count):
             th = threading.Thread(target=self._keep, args=(i,), name=f"api-worker-{i}", daemon=True)
             th.start()
@@ -78,7 +88,8 @@ class Workers:
             with self._mu:
                 if self._stop.is_set():
                     return
-                proc = subprocess.Popen(self._cmd(index), pass_fds=[s.fileno() for s in self.socks],
+                proc = subprocess.Popen(self._cmd(index), pass_fds=[*(s.fileno() for s in self.socks),
+                                                                    self.wakes.worker_end.fileno()],
                                         stdin=subprocess.DEVNULL, env={**os.environ, DB_ENV: self.url})
                 self.procs[index] = proc
                 self._write()
@@ -108,6 +119,7 @@ class Workers:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+        self.wakes.close()
         with contextlib.suppress(OSError):
             (self.home / PIDS_FILE).unlink()
 
@@ -150,41 +162,68 @@ def recorded_traits(url: str) -> Traits | None:
 
 
 def stop_leftovers(home: Path, timeout: float = 10.0) -> list[int]:
-    """``fairpod down`` after its core process ended: SIGTERM (SIGKILL after ``timeout``) to each worker
-    ``api-workers.pid`` still lists that is alive and is an API worker (its command line says so: a PID reused by
-    another process is left alone); the PIDs stopped. A core that ended normally stopped its workers itself and
-    removed the file."""
+    """``fairpod down`` after its core process ended, and ``fairpod up`` before it binds the port again: SIGTERM
+    (SIGKILL after ``timeout``) to each API worker of the core ``api-workers.pid`` names that is still alive,
+    those the file lists and any started by that core as it was killed (its command line names the core's pid:
+    a worker still importing holds the public port until it notices its core is gone); the PIDs stopped. A PID
+    reused by another process is left alone (its command line says so). A core that ended normally stopped its
+    workers itself and removed the file."""
     try:
-        lines = (home / PIDS_FILE).read_text().splitlines()[1:]
+        lines = (home / PIDS_FILE).read_text().splitlines()
     except OSError:
         return []
     pids = []
-    for line in lines:
+    for line in lines[1:]:
         parts = line.split()
         if len(parts) == 2 and parts[1].isdigit() and _is_worker(int(parts[1])):
             pids.append(int(parts[1]))
+    head = lines[0].split() if lines else []
+    if len(head) >= 2 and head[0] == "core" and head[1].isdigit():
+        pids += [p for p in _workers_of(int(head[1])) if p not in pids]
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    for pid in pids:
-        while _is_worker(pid) and time.monotonic() < deadline:
+    for pid in pids:  # until it has ended: an exiting process's command line reads empty before it closes its files
+        while _running(pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        if _is_worker(pid):
+        if _running(pid):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+            while _running(pid) and time.monotonic() < deadline + timeout:
+                time.sleep(0.05)
     with contextlib.suppress(OSError):
         (home / PIDS_FILE).unlink()
     return pids
 
 
+def _workers_of(core: int) -> list[int]:
+    """The live API worker processes started by ``core`` (their ``--core-pid``)."""
+    said = f"\0--core-pid\0{core}\0".encode()
+    out = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if said in Path(f"/proc/{entry}/cmdline").read_bytes() + b"\0" and _is_worker(int(entry)):
+                    out.append(int(entry))
+            except OSError:
+                continue
+    return out
+
+
 def _is_worker(pid: int) -> bool:
     """``pid`` is a live API worker (not a zombie, and its command line runs this module)."""
     try:
+        return _running(pid) and b"fairpod.server.runtime.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+def _running(pid: int) -> bool:
+    """``pid`` has not ended (is there, and neither a zombie nor dead)."""
+    try:
         with open(f"/proc/{pid}/stat", "rb") as f:
-            if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
-                return False
-        return b"fairpod.server.runtime.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
     except (OSError, IndexError):
         return False
 
@@ -215,13 +254,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--resizing", type=int, required=True)
     p.add_argument("--probing", type=int, required=True)
     p.add_argument("--core-pid", type=int, required=True)
+    p.add_argument("--wake-fd", type=int, help="this worker's end of the core's wakes (fairpod.server.runtime.wakes)")
     a = p.parse_args(argv)
     _die_with_parent(a.core_pid)
     os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s api-worker-{a.index}: %(message)s")
     socks = [socket.socket(fileno=int(fd)) for fd in a.fds.split(",")]
     app = build_worker(fairpod_home(), os.environ[DB_ENV], Traits(a.executor, bool(a.resizing), bool(a.probing)),
-                       f"http://127.0.0.1:{a.core_port}")
+                       f"http://127.0.0.1:{a.core_port}",
+                       wake=None if a.wake_fd is None else socket.socket(fileno=a.wake_fd))
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     server.run(sockets=socks)
 
