@@ -80,3 +80,26 @@ def test_the_keeper_freezes_after_a_long_full_collection_and_settles_on_time() -
     now[0] = 100.0
     keeper.tick()
     assert keeper.settled == 1 and dead() is None and keeper.next == 200.0
+
+
+def test_watch_sets_the_servers_thresholds_or_the_operators(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fairpod up`` (``watch``) runs the collector less often than Python's default (700, 10, 10), or as
+    ``FAIRPOD_GC_THRESHOLDS`` says; a malformed value is one line naming the variable."""
+    was, watched = gc.get_threshold(), heap.PAUSES in gc.callbacks
+    try:
+        monkeypatch.delenv("FAIRPOD_GC_THRESHOLDS", raising=False)
+        heap.watch()
+        assert gc.get_threshold() == heap.THRESHOLDS == (10_000, 20, 10)
+        monkeypatch.setenv("FAIRPOD_GC_THRESHOLDS", "700,10,10")
+        heap.watch()
+        assert gc.get_threshold() == (700, 10, 10)
+        for bad in ("700,10", "a,b,c", "0,10,10", "700, 10, 10,", "99999999,1,1"):
+            monkeypatch.setenv("FAIRPOD_GC_THRESHOLDS", bad)
+            with pytest.raises(SystemExit) as e:
+                heap.watch()
+            assert str(e.value) == ("fairpod: error: FAIRPOD_GC_THRESHOLDS must be three whole numbers from 1 to "
+                                    f"10000000 separated by commas (as gc.set_threshold takes them), not {bad!r}")
+    finally:
+        gc.set_threshold(*was)
+        if not watched and heap.PAUSES in gc.callbacks:
+            gc.callbacks.remove(heap.PAUSES)

@@ -15,12 +15,14 @@ one walk takes seconds. So:
   seconds (what was added since the last freeze, new jobs, has grown), what survived it is frozen as well, so
   the next full collection walks only what is newer; and every ``every`` seconds it settles again (with
   ``gc.unfreeze`` first, so that cycles among frozen objects are collected then);
-- :data:`PAUSES` times every collection, per generation, for ``/metrics`` (``fairpod_gc_pause_seconds``).
+- :data:`PAUSES` times every collection, per generation, for ``/metrics`` (``fairpod_gc_pause_seconds``);
+- :data:`THRESHOLDS`: the collector runs less often than Python's default (why: there).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -58,12 +60,35 @@ class Pauses:
 
 
 PAUSES = Pauses()
+# A young collection after 10,000 allocations rather than Python's 700, an older one after 20 young ones rather
+# than 10: a turn at 10,000 nodes keeps large temporary structures alive while it allocates, and each collection
+# while they live walked them and moved them to an older generation, which made full collections due (24 in a
+# 30 s window, 3.2 s, and 5.3 s of collections in all, of the core's 14.4 s of CPU); with these, 0 full and 1.1 s
+# in all (benchmarks/README.md, "The cycle collector's thresholds").
+THRESHOLDS = (10_000, 20, 10)
 
 
 def watch() -> None:
-    """Time every collection of this process into :data:`PAUSES` (once; ``fairpod up`` calls it)."""
+    """Time every collection of this process into :data:`PAUSES` (once; ``fairpod up`` calls it), and set the
+    collector's thresholds: :data:`THRESHOLDS`, or ``FAIRPOD_GC_THRESHOLDS`` (``N0,N1,N2``, as
+    ``gc.set_threshold`` takes them) when given."""
     if PAUSES not in gc.callbacks:
         gc.callbacks.append(PAUSES)
+    gc.set_threshold(*thresholds(os.environ.get("FAIRPOD_GC_THRESHOLDS")))
+
+
+def thresholds(given: str | None) -> tuple[int, int, int]:
+    """The collector's thresholds ``given`` (``N0,N1,N2``), or :data:`THRESHOLDS`; one line if malformed."""
+    if not given:
+        return THRESHOLDS
+    try:
+        n = tuple(int(x) for x in given.split(","))
+    except ValueError:
+        n = ()
+    if len(n) != 3 or not all(1 <= x <= 10_000_000 for x in n):
+        raise SystemExit(f"fairpod: error: FAIRPOD_GC_THRESHOLDS must be three whole numbers from 1 to 10000000 "
+                         f"separated by commas (as gc.set_threshold takes them), not {given!r}")
+    return n[0], n[1], n[2]
 
 
 @contextmanager
