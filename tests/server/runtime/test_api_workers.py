@@ -489,12 +489,17 @@ def test_up_stops_the_workers_a_killed_core_left_on_its_port(tmp_path: Path) -> 
         s.kill_replicas()
 
 
-@pytest.mark.parametrize(("flags", "says"), [
-    (["--api-workers", "-1"], "fairpod: error: --api-workers must be from 0 to 64, not -1"),
+@pytest.mark.parametrize(("flags", "says", "gc"), [
+    (["--api-workers", "-1"], "fairpod: error: --api-workers must be from 0 to 64, not -1", None),
+    ([], "fairpod: error: FAIRPOD_GC_THRESHOLDS must be three whole numbers from 1 to 10000000 separated by "
+         "commas (as gc.set_threshold takes them), not '1,2'", "1,2"),
 ])
-def test_api_workers_refused_in_one_line(tmp_path: Path, flags: list[str], says: str) -> None:
+def test_api_workers_refused_in_one_line(tmp_path: Path, flags: list[str], says: str, gc: str | None) -> None:
     home = tmp_path / "home"
     env = {**os.environ, "FAIRPOD_HOME": str(home), "FAIRPOD_CONFIG": str(tmp_path / "c.json")}
+    env.pop("FAIRPOD_GC_THRESHOLDS", None)
+    if gc is not None:
+        env["FAIRPOD_GC_THRESHOLDS"] = gc
     env.pop("FAIRPOD_DB_URL", None)
     r = subprocess.run([sys.executable, "-m", "fairpod.cli.main", "up", "--port", "1", *flags], env=env,
                        capture_output=True, text=True, timeout=60)

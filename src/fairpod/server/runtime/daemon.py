@@ -25,7 +25,7 @@ from fairpod.server.access import identity
 from fairpod.server.errors import DomainError, WrongState
 from fairpod.server.ha.leader import HaSettings
 from fairpod.server.nodes import sync_nodes
-from fairpod.server.runtime import cli_config
+from fairpod.server.runtime import cli_config, heap
 from fairpod.server.runtime.startup import (
     LOOPBACK,
     START_ERRORS,
@@ -309,8 +309,12 @@ def up(port: int, spec_file: str | None, db: str | None, executor: str | None, f
         if ha is not None:
             ha.check()
         limit = start_limit(os.environ.get("FAIRPOD_START_LIMIT"))
+        heap.thresholds(os.environ.get("FAIRPOD_GC_THRESHOLDS"))  # the server sets them (heap.watch)
     except ValueError as e:
         print(f"fairpod: error: {e}", file=sys.stderr)
+        return 2
+    except SystemExit as e:  # its own line already
+        print(e, file=sys.stderr)
         return 2
     home = fairpod_home()
     if ha is not None and not db_url(home, db).startswith("postgresql"):

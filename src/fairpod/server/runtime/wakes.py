@@ -17,14 +17,12 @@ next periodic turn (a quarter of a second).
 from __future__ import annotations
 
 import json
-import logging
 import socket
 import threading
 from collections.abc import Callable
 
 from fairpod.store import waits
 
-log = logging.getLogger("fairpod.wakes")
 MAX_DATAGRAM = 4096  # what a wake may carry; a longer one is cut and its body ignored (the wake still counts)
 DRAIN = 256  # datagrams taken at once after the first: one wake of the loop and one report per worker for them
 

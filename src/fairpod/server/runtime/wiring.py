@@ -163,7 +163,7 @@ def build_worker(home: Path, url: str, traits: Traits, core_url: str, secret: by
 
     store = Store(url, synchronous="NORMAL")
     secret = job_secret(home, store) if secret is None else secret
-    # PostgreSQL: the submit's commit notifies the core (fairpod.store.notify); SQLite: a POST to its private port
+    # PostgreSQL: the submit's commit notifies the core (fairpod.store.notify); SQLite: a datagram on `wake`
     poke = None if store.dialect == "postgresql" or wake is None else Poke(wake)
     cp = WorkerCore(store, home, traits, poke)
     return create_worker_app(cp, secret, core_url)  # type: ignore[arg-type]  # the part of Core the job routes use

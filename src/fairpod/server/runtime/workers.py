@@ -31,6 +31,7 @@ log = logging.getLogger("fairpod.workers")
 # "core <pid> <private port>", then one "<index> <pid>" line per live worker (operators and tests read it)
 PIDS_FILE = "api-workers.pid"
 MAX_WORKERS = 64
+_WORKER = b"fairpod.server.runtime.workers"  # in a worker's command line (python -m this module)
 # a worker's database URL: in its environment, not on its command line (a PostgreSQL URL may hold a password,
 # and every user of the host reads command lines)
 DB_ENV = "FAIRPOD_DB_URL"
@@ -204,17 +205,18 @@ def _workers_of(core: int) -> list[int]:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
-                if said in Path(f"/proc/{entry}/cmdline").read_bytes() + b"\0" and _is_worker(int(entry)):
-                    out.append(int(entry))
+                cmd = Path(f"/proc/{entry}/cmdline").read_bytes() + b"\0"
             except OSError:
                 continue
+            if said in cmd and _WORKER in cmd and _running(int(entry)):
+                out.append(int(entry))
     return out
 
 
 def _is_worker(pid: int) -> bool:
     """``pid`` is a live API worker (not a zombie, and its command line runs this module)."""
     try:
-        return _running(pid) and b"fairpod.server.runtime.workers" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        return _running(pid) and _WORKER in Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return False
 
