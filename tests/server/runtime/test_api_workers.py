@@ -472,6 +472,10 @@ def test_up_stops_the_workers_a_killed_core_left_on_its_port(tmp_path: Path) -> 
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(held), "-m", "fairpod.server.runtime.workers",
                                "--core-pid", str(dead.pid)], stdout=subprocess.PIPE, text=True,
                               start_new_session=True)
+    # another user's process whose command line names the dead core too: not this server's to stop
+    other = subprocess.Popen(["/bin/sh", "-c", "sleep 120; :", "fairpod.server.runtime.workers", "--core-pid",
+                              str(dead.pid)],
+                             user=65534 if os.getuid() == 0 else None, start_new_session=True)
     s = Server(tmp_path, SEED_SPEC)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
@@ -481,10 +485,16 @@ def test_up_stops_the_workers_a_killed_core_left_on_its_port(tmp_path: Path) -> 
         s.start()
         assert s.port == held, (tmp_path / "server.out").read_text()[-3000:]  # not another port drawn after a refusal
         assert holder.wait(30) == -signal.SIGTERM
-        assert f"stopped API workers a killed server left: pid {holder.pid}" in (tmp_path / "server.out").read_text()
+        said = (tmp_path / "server.out").read_text()
+        assert f"stopped API workers a killed server left: pid {holder.pid}\n" in said, said
+        if os.getuid() == 0:  # (a user without root runs both as itself)
+            assert other.poll() is None
     finally:
         holder.kill()
         holder.wait()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(other.pid, signal.SIGKILL)  # the shell and its sleep (its own session)
+        other.wait()
         s.kill(signal.SIGTERM)
         s.kill_replicas()
 

@@ -199,13 +199,16 @@ def stop_leftovers(home: Path, timeout: float = 10.0) -> list[int]:
 
 
 def _workers_of(core: int) -> list[int]:
-    """The live API worker processes started by ``core`` (their ``--core-pid``)."""
+    """The live API worker processes started by ``core`` (their ``--core-pid``), of this user only (another's
+    process that names them is not ours to stop)."""
     said = f"\0--core-pid\0{core}\0".encode()
     out = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
                 cmd = Path(f"/proc/{entry}/cmdline").read_bytes() + b"\0"
+                if os.stat(f"/proc/{entry}").st_uid != os.getuid():
+                    continue
             except OSError:
                 continue
             if said in cmd and _WORKER in cmd and _running(int(entry)):
