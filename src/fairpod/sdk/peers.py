@@ -9,17 +9,19 @@ error of a collective (gloo: the dead peer's sockets close; nccl: the group's ti
 :meth:`PeerRecovery.recover`:
 
 1. waits until fairpod has started the replacement (the attempt's restart generation, ``sdk.peer_restarts()``,
-   grows past the one this group was formed in);
-2. forms a new process group of the same size over a fresh rendezvous, ``MASTER_ADDR:MASTER_PORT`` with the
-   generation as a key prefix (rank 0 hosts that store; a replaced rank 0 hosts it again on the same port);
+   grows past the one this group was formed in) and until every rank of that generation has come to its
+   rendezvous, ``MASTER_ADDR:MASTER_PORT`` with the generation as a key prefix (rank 0 hosts that store; a replaced
+   rank 0 hosts it again on the same port): both as long as ``start_timeout``, for a replacement's start is its
+   node's business (a cold interpreter importing torch on a busy host took 77 s, measured);
+2. forms a new process group of the same size over that rendezvous, within ``timeout``;
 3. agrees on the highest completed step; the lowest rank at that step sends its model, optimizer and
    ``extra`` state from memory (one broadcast) to every rank behind it, the replacement first among them;
 4. tells the control plane (a ``ReplicaRecovered`` event with the reason, and goodput keeps the work).
 
 The step that was in flight when the peer failed is done again by all; nothing else is redone. A replacement
 starts its process the same way: it joins the generation fairpod started it in and receives the state. When the
-group cannot be formed again within ``timeout`` (a second replica lost, fairpod restarting the job whole instead),
-:class:`RecoveryFailed` is raised: let the program exit non-zero, and the job takes the checkpoint path.
+replacement does not come within ``start_timeout`` or the group cannot be formed within ``timeout`` (a second
+replica lost, fairpod restarting the job whole instead), :class:`RecoveryFailed` is raised: let the program exit non-zero, and the job takes the checkpoint path.
 
 Only ``torch`` is imported, and only here; ``fairpod.sdk`` itself stays standard library.
 """
@@ -94,15 +96,19 @@ class PeerRecovery:
                 ddp = rec.recover()                             # a peer was lost: the step is done again
 
     ``extra``: more state to hand over (a dict of picklable values or tensors, kept in ``rec.extra``).
-    ``timeout``: seconds a collective, the wait for the replacement and the new group may take each.
+    ``timeout``: seconds a collective and the forming of the new group may take each.
+    ``start_timeout``: seconds the wait for the replacement may take: for fairpod to start it and for its process
+    to reach the rendezvous (torch elastic's ``join_timeout`` is 600 s too). While a rank waits, a generation that
+    grows again (the replacement itself lost and started anew) is followed.
     """
 
     errors: tuple[type[BaseException], ...] = peer_errors()
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, backend: str = "gloo",
-                 timeout: float = 60.0, extra: dict[str, Any] | None = None,
+                 timeout: float = 60.0, start_timeout: float = 600.0, extra: dict[str, Any] | None = None,
                  generation: Callable[[], int] | None = None) -> None:
         self.model, self.optimizer, self.backend, self.timeout = model, optimizer, backend, timeout
+        self.start_timeout = max(start_timeout, timeout)
         self.extra: dict[str, Any] = dict(extra or {})
         self.rank = int(os.environ["RANK"])
         self.world = int(os.environ["WORLD_SIZE"])
@@ -127,18 +133,54 @@ class PeerRecovery:
 
     # -- the group --------------------------------------------------------------------------------------------
 
-    def _store(self) -> dist.Store:
-        t = datetime.timedelta(seconds=self.timeout)
+    def _store(self, deadline: float) -> dist.Store:
+        """The rendezvous of the current generation. A rank other than 0 connects to rank 0's store, waiting for it
+        until ``deadline`` (a replaced rank 0 starts it again when its own imports are done)."""
         if self.rank == 0:
             if self._server is None:  # rank 0 hosts the rendezvous for every generation it lives through
-                self._server = dist.TCPStore(self.host, self.port, self.world, is_master=True, timeout=t,
+                self._server = dist.TCPStore(self.host, self.port, self.world, is_master=True,
+                                             timeout=datetime.timedelta(seconds=self.timeout),
                                              wait_for_workers=False)
             base: dist.Store = self._server
         else:
-            base = dist.TCPStore(self.host, self.port, self.world, is_master=False, timeout=t)
+            wait = datetime.timedelta(seconds=max(1.0, deadline - time.monotonic()))
+            base = dist.TCPStore(self.host, self.port, self.world, is_master=False, timeout=wait)
+            base.set_timeout(datetime.timedelta(seconds=self.timeout))
         return dist.PrefixStore(f"fairpod-peers/{self.gen}/", base)
 
-    def _form(self) -> None:
+    def _arrive(self, deadline: float) -> dist.Store:
+        """Come to the rendezvous of the current generation and wait there until every rank has come (a rank
+        still importing torch is not yet a failure); then its store. A generation that grows meanwhile (another
+        replacement, a replaced rank 0 hosting the rendezvous anew) is followed: this rank comes to that one's."""
+        keys = [f"arrived/{r}" for r in range(self.world)]
+        came: list[int] = []
+        while time.monotonic() < deadline:
+            try:
+                store = self._store(deadline)
+                store.set(keys[self.rank], "1")
+                while time.monotonic() < deadline:
+                    try:
+                        store.wait(keys, datetime.timedelta(seconds=1))
+                        return store
+                    except self.errors:
+                        came = [r for r, k in enumerate(keys) if store.check([k])]
+                        if self._follow():
+                            break
+            except self.errors:  # rank 0's store gone (rank 0 lost): its replacement hosts the next generation's
+                if not self._follow():
+                    time.sleep(0.5)
+        raise RecoveryFailed(f"rank {self.rank}: not every rank came to the rendezvous of generation {self.gen} "
+                             f"within {self.start_timeout:g} s (came: {came or 'unknown'})")
+
+    def _follow(self) -> bool:
+        """Whether fairpod started another replacement since this generation (then this rank moves to it)."""
+        gen = self._generation()
+        if gen > self.gen:
+            self.gen = gen
+            return True
+        return False
+
+    def _form(self, deadline: float | None = None) -> None:
         if dist.is_initialized():
             # The old group is broken: abort it, so that the work still queued in it (DDP's other gradient buckets
             # of the failed step) fails at once instead of waiting out the timeout for a peer that has moved on.
@@ -154,10 +196,11 @@ class PeerRecovery:
                     end()
                 except Exception:  # noqa: BLE001 - what is left of it goes
                     pass
+        store = self._arrive(time.monotonic() + self.start_timeout if deadline is None else deadline)
         backend = self.backend
         if backend == "gloo" and os.environ.get(NODE_ADDRESS_ENV):
             backend = _gloo_on_node()
-        dist.init_process_group(backend, store=self._store(), rank=self.rank, world_size=self.world,
+        dist.init_process_group(backend, store=store, rank=self.rank, world_size=self.world,
                                 timeout=datetime.timedelta(seconds=self.timeout))
 
     def wrap(self, model: torch.nn.Module | None = None, **ddp_args: Any) -> torch.nn.Module:
@@ -177,19 +220,21 @@ class PeerRecovery:
         """A collective failed because a peer was lost: wait for its replacement, form the group again, bring
         every rank behind to the most advanced one's state; returns the model wrapped again (:meth:`wrap`)."""
         t0 = time.monotonic()
-        deadline = t0 + self.timeout
+        deadline = t0 + self.start_timeout
         while True:
             gen = self._generation()
             if gen > self.gen:
                 break
             if time.monotonic() > deadline:
                 raise RecoveryFailed(f"rank {self.rank}: no replacement of the lost replica within "
-                                     f"{self.timeout:g} s (restart generation still {gen})")
+                                     f"{self.start_timeout:g} s (restart generation still {gen})")
             time.sleep(0.05)
         self.gen = gen
         try:
-            self._form()
+            self._form(deadline)
             self._sync(t0, "survivor")
+        except RecoveryFailed:
+            raise
         except self.errors as e:
             raise RecoveryFailed(f"rank {self.rank}: the group could not be formed again in generation "
                                  f"{self.gen}: {e}") from e
