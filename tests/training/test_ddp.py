@@ -22,6 +22,8 @@ from .conftest import Server, wait_for
 
 torch = pytest.importorskip("torch", reason="torch is not installed: the DDP example cannot run")
 
+from .peerjob import children  # noqa: E402 - torch first
+
 REPO = Path(__file__).resolve().parents[2]
 DDP = REPO / "examples" / "ddp" / "ddp.py"
 TORCHRUN = Path(sys.executable).parent / "torchrun"
@@ -52,17 +54,28 @@ def snapshot(server: Server, job: dict) -> dict:
 
 
 def workers_of(pid: int) -> list[int]:
+    """The training processes (``ddp.py``) below the replica's command ``pid`` (torchrun: its worker, a child or,
+    in a sandbox of its own PID namespace, a descendant)."""
     out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                stat = (d / "stat").read_text()
-                cmd = (d / "cmdline").read_bytes()
-            except OSError:
-                continue
-            if int(stat[stat.rfind(")") + 2 :].split()[1]) == pid and b"ddp.py" in cmd:
-                out.append(int(d.name))
+    for d in children(pid):
+        try:
+            if b"ddp.py" in Path(f"/proc/{d}/cmdline").read_bytes():
+                out.append(d)
+        except OSError:
+            continue
     return sorted(out)
+
+
+def tree(pid: int) -> list[str]:
+    """``pid`` and its descendants, each with its command line (what a failed wait says)."""
+    out = []
+    for d in [pid, *children(pid)]:
+        try:
+            cmd = Path(f"/proc/{d}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+            out.append(f"{d}: {cmd.decode(errors='replace')}")
+        except OSError:
+            out.append(f"{d}: (gone)")
+    return out
 
 
 @pytest.mark.slow
@@ -112,8 +125,9 @@ def test_ddp_job_preempted_by_a_reclaim_and_killed_resumes_to_the_same_model(ser
     last_periodic = wait_for(progressed, 120, "a periodic snapshot after the resume, and a few steps more",
                              server.activity)
     child = server.home / "runs" / f"smith-train-{smith['id']}" / "0" / "1" / "child.pid"
-    victims = workers_of(int(child.read_text().split()[0]))
-    assert len(victims) == 1, victims
+    pid = int(child.read_text().split()[0])
+    victims = workers_of(pid)
+    assert len(victims) == 1, (victims, tree(pid), log(server, smith, 0, 1)[-2000:])
     os.kill(victims[0], signal.SIGKILL)
 
     done = server.wait_state("smith-train", "Succeeded", 120, server.activity)
