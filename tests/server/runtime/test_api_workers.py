@@ -22,6 +22,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from fairpod.executors.base import Traits
+from fairpod.server.runtime import heap
 from fairpod.server.runtime.daemon import initialize
 from fairpod.server.runtime.wiring import build_worker
 
@@ -106,6 +107,17 @@ def test_a_submit_through_a_worker_is_admitted_and_runs(srv: Server) -> None:
     assert f'fairpod_store_write_wait_seconds_count{{process="worker-{r.headers[WORKER]}"}}' in said, said[-3000:]
     wake = httpclient.request("POST", srv.url + "/internal/wake", headers=auth, timeout=30)
     assert wake.status_code in (404, 405), wake.text  # no wake over HTTP any more
+
+
+def test_each_worker_runs_the_cycle_collector_at_the_servers_thresholds(srv: Server) -> None:
+    """A worker sets the core's thresholds (server/runtime/heap.py: Python's own made a worker spend 7 % of its
+    CPU in collections) and freezes what its app built; it says so in the server's log."""
+    _, _, workers = pids(srv)
+    want = ",".join(map(str, heap.THRESHOLDS))
+    out = srv.home.parent / "server.out"
+    for i in workers:  # (a worker may still be starting: the server answers once one of them does)
+        wait_for(lambda i=i: f"api-worker-{i}: cycle collector thresholds {want}; " in out.read_text(errors="replace"),
+                 60, f"worker {i}'s line in the server's log")
 
 
 def test_list_and_get_through_a_worker(srv: Server) -> None:

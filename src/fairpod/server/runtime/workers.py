@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
 import logging
 import os
 import signal
@@ -249,6 +250,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from fairpod.paths import fairpod_home
+    from fairpod.server.runtime import heap
     from fairpod.server.runtime.wiring import build_worker
 
     p = argparse.ArgumentParser(prog="fairpod-api-worker")
@@ -265,9 +267,13 @@ def main(argv: list[str] | None = None) -> None:
     os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s api-worker-{a.index}: %(message)s")
     socks = [socket.socket(fileno=int(fd)) for fd in a.fds.split(",")]
+    heap.watch()  # the core's thresholds: a submit allocates as much as a turn's step, and is as hot
     app = build_worker(fairpod_home(), os.environ[DB_ENV], Traits(a.executor, bool(a.resizing), bool(a.probing)),
                        f"http://127.0.0.1:{a.core_port}",
                        wake=None if a.wake_fd is None else socket.socket(fileno=a.wake_fd))
+    took = heap.settle()  # the app and its imports (FastAPI's, pydantic's, SQLAlchemy's) are not walked again
+    logging.info("cycle collector thresholds %s; %d objects of the app frozen in %.2f s",
+                 ",".join(map(str, gc.get_threshold())), gc.get_freeze_count(), took)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     server.run(sockets=socks)
 
