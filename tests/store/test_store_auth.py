@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +108,30 @@ def test_a_verified_token_is_remembered_briefly_and_forgotten_on_any_change(stor
         other.close()
     time.sleep(0.4)
     assert store.verify_token(tok2) is None
+
+
+def test_verified_token_answers_from_memory_only_what_verify_token_would(store: Store,
+                                                                         monkeypatch: pytest.MonkeyPatch):
+    """``verified_token`` (what an event loop may ask, server.access.auth.principal) never reads the database: a
+    token is known to it only after ``verify_token`` checked it, and not once it is revoked, its user changed,
+    its ``VERIFIED_FOR_S`` past or its touch due."""
+    import fairpod.store.auth as auth
+
+    store.create_user("bob", Role.MEMBER, ["john"])
+    tok = store.issue_token("bob")
+    assert store.verified_token(tok) is None  # never verified here: only verify_token can tell
+    t0 = time.time()
+    assert store.verify_token(tok, now=t0) is not None
+    bob = store.verified_token(tok, now=t0 + 1)
+    assert bob is not None and bob.name == "bob" and bob.teams == ["john"]
+    assert store.verified_token(tok, now=t0 + auth.TOUCH_INTERVAL_S) is None  # its last use is due a write
+    assert store.verified_token(tok + "x") is None and store.verified_token("not a token") is None
+    store.update_user("bob", {"teams": ["smith"]})
+    assert store.verified_token(tok) is None  # forgotten on the change
+    assert store.verify_token(tok).teams == ["smith"]
+    assert store.verified_token(tok).teams == ["smith"]
+    monkeypatch.setattr(auth, "VERIFIED_FOR_S", 0.0)
+    assert store.verified_token(tok) is None  # remembered no longer than verify_token remembers it
+    monkeypatch.undo()
+    assert store.revoke_token(tok) is True
+    assert store.verified_token(tok) is None

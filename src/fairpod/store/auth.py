@@ -170,6 +170,18 @@ class AuthOps(Ops):
             seen[digest] = (seen.get(digest, (mono,))[0], user, token_id, ts)
         return user
 
+    def verified_token(self, token: str, *, now: float | None = None) -> User | None:
+        """What :meth:`verify_token` answers for ``token`` when this store verified it within ``VERIFIED_FOR_S``
+        and its last use needs no writing now, without the database (nothing here blocks: an event loop may ask);
+        None when only :meth:`verify_token` can tell (not verified here lately, due its touch, or not a token)."""
+        if not isinstance(token, str) or not token.startswith(TOKEN_PREFIX) or len(token) > 256:
+            return None
+        hit = (getattr(self, "_verified", None) or {}).get(hash_token(token))
+        if hit is None or time.monotonic() - hit[0] >= VERIFIED_FOR_S:
+            return None
+        _, user, _, last = hit
+        return None if last is None or self._now(now) - last >= TOUCH_INTERVAL_S else user
+
     def revoke_token(self, token: int | str, *, now: float | None = None) -> bool:
         """Revoke a token given by id or in plain text; False if unknown or already revoked."""
         if isinstance(token, bool) or not isinstance(token, int | str):

@@ -23,12 +23,14 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Request
+from starlette.concurrency import run_in_threadpool
 
 from fairpod.model.spec import ClusterSpec
 from fairpod.model.users import Role
 from fairpod.server.access import identity
 from fairpod.server.core.queries import Queries
 from fairpod.server.errors import Problem
+from fairpod.store.records import User
 
 
 @dataclass(frozen=True)
@@ -128,10 +130,29 @@ def authenticate(store: Queries, request: Request, spec: ClusterSpec | None = No
     user = store.verify_token(token.strip())
     if user is None:
         raise Problem(401, "not authenticated", "the token is unknown or revoked")
+    return principal_of(user, spec)
+
+
+def principal_of(user: User, spec: ClusterSpec | None) -> Principal:
+    """The principal of a fairpod user who gave a token (a group admin's teams read from the spec now)."""
     if user.role == Role.GROUP_ADMIN:
         teams, groups = below(spec, user.teams) if spec is not None else ((), ())
         return Principal(user.name, user.role, teams, groups)
     return Principal(user.name, user.role, tuple(user.teams))
+
+
+def remembered(store: Queries, request: Request, spec: ClusterSpec | None) -> Principal | None:
+    """The caller, when :func:`authenticate` would answer it from what this process verified a moment ago (a
+    bearer token, ``Queries.verified_token``) without reading the database; None when only it can tell (any other
+    credential, an identity of ``cluster.identity: unix``, a token not verified here lately or due its touch)."""
+    if spec is not None and spec.cluster.identity == "unix":
+        return None
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token or token.startswith("fpj."):
+        return None
+    user = store.verified_token(token)
+    return None if user is None else principal_of(user, spec)
 
 
 def require_admin(p: Principal) -> None:
@@ -160,4 +181,15 @@ def current_principal(request: Request) -> Principal:
     return authenticate(cp.queries, request, cp.spec)
 
 
-Auth = Annotated[Principal, Depends(current_principal)]
+async def principal(request: Request) -> Principal:
+    """The routes' caller (:data:`Auth`). A bearer token verified a moment ago is answered here, in the event
+    loop; any other (one to read from the database, a MUNGE credential, the Unix socket's peer) by
+    :func:`current_principal` in a worker thread, as FastAPI runs a blocking dependency. That thread's round trip
+    for every request was 9 % of an API worker's CPU under submits (benchmarks/README.md, "The caller without a
+    thread")."""
+    cp = request.app.state.cp
+    known = remembered(cp.queries, request, cp.spec)
+    return known if known is not None else await run_in_threadpool(current_principal, request)
+
+
+Auth = Annotated[Principal, Depends(principal)]

@@ -133,6 +133,14 @@ class BatchingStore:
             p.jobs.update(self._store.get_jobs(want))
 
     # -- token checks: a short cache, cleared by every change to users or tokens made through here -------
+    def verified_token(self, token: str) -> User | None:
+        """What :meth:`verify_token` answers from memory alone (this cache, or the store's); None: ask it."""
+        with self._tokens_lock:
+            hit = self._tokens.get(token)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]
+        return self._store.verified_token(token)
+
     def verify_token(self, token: str, **kw: Any) -> User | None:
         """``Store.verify_token``, remembered for ``TOKEN_CACHE_S`` seconds: a token revoked (or a user
         changed) through this object's methods takes effect at once; one changed otherwise (inside ``tx()``,

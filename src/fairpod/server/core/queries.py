@@ -112,6 +112,10 @@ class Queries:
         """The user of a live API token (remembered for a moment: every request checks one)."""
         return self._store.verify_token(token)
 
+    def verified_token(self, token: str) -> User | None:
+        """The user of a token verified a moment ago, without the database; None: ask :meth:`verify_token`."""
+        return self._store.verified_token(token)
+
     # -- nodes, the spec, meta --------------------------------------------------------------------------------
     def get_node(self, name: str) -> Node | None:
         return self._store.get_node(name)
