@@ -57,6 +57,7 @@ def _api(a: argparse.Namespace) -> Any:
         core = apiserver.core_url(a.core)
         if not 0 < a.port < 65536:
             raise apiserver.Refused(f"--port {a.port}: give a port from 1 to 65535")
+        apiserver.gc_thresholds()
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         apiserver.serve_api(home, url, core, a.address, a.port,
                             Path(a.secret_file) if a.secret_file else home / "job-token.key")

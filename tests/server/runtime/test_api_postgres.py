@@ -241,4 +241,11 @@ def test_fairpod_api_refuses_what_it_cannot_start_with_in_one_line(tmp_path: Pat
         err = capsys.readouterr().err
         assert says in err and err.startswith("fairpod: error: ") and err.count("\n") == 1, (flags, err)
         assert "hunter2" not in err
+    monkeypatch.setenv("FAIRPOD_DB_URL", pg_url)
+    for gc in ("700,10", "0,10,10", "a,b,c"):  # the cycle collector's thresholds, as `fairpod up` refuses them
+        monkeypatch.setenv("FAIRPOD_GC_THRESHOLDS", gc)
+        assert main(["api", *core]) == 2, gc
+        err = capsys.readouterr().err
+        assert err.startswith("fairpod: error: FAIRPOD_GC_THRESHOLDS must be three whole numbers") and \
+            err.count("\n") == 1 and repr(gc) in err, (gc, err)
     assert not (tmp_path / "h").exists()  # nothing written

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
+from fairpod.server.runtime import heap
 from fairpod.store import Store
 from tests.ports import free_port
 from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a real PostgreSQL server)
@@ -111,6 +112,9 @@ def test_a_submit_through_fairpod_api_runs(core: Server, api: ApiProcess) -> Non
     assert core.job("remote-run")["state"] == "Succeeded"  # and through the core's own worker on PostgreSQL
     cmdline = Path(f"/proc/{api.proc.pid}/cmdline").read_bytes()
     assert b"postgresql" not in cmdline and b"job-token" not in cmdline  # no secret on its command line
+    # the cycle collector at the server's thresholds, what the app built frozen (server/runtime/heap.py)
+    said = (api.home.parent / "api.log").read_text(errors="replace")
+    assert f"cycle collector thresholds {','.join(map(str, heap.THRESHOLDS))}; " in said, said[-2000:]
 
 
 def test_a_submit_accepted_while_the_core_is_down_runs_when_it_returns(core: Server, api: ApiProcess) -> None:

@@ -21,6 +21,7 @@ What it needs, and where from:
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from sqlalchemy.exc import ArgumentError
 
 from fairpod.executors.base import Traits
 from fairpod.server.access.jobtoken import SECRET_FILE
+from fairpod.server.runtime import heap
 from fairpod.store import Store
 from fairpod.store.records import StoreError
 
@@ -121,6 +123,15 @@ def core_traits(store: Store) -> Traits:
     return Traits(**json.loads(raw))
 
 
+def gc_thresholds() -> tuple[int, int, int]:
+    """The cycle collector's thresholds this process will run with (``FAIRPOD_GC_THRESHOLDS`` or the server's:
+    ``server/runtime/heap.py``); Refused when the variable is malformed."""
+    try:
+        return heap.thresholds(os.environ.get("FAIRPOD_GC_THRESHOLDS"))
+    except SystemExit as e:
+        raise Refused(str(e).removeprefix("fairpod: error: ")) from None
+
+
 def serve_api(home: Path, url: str, core: str, address: str, port: int, secret_file: Path) -> None:
     """Serve until SIGTERM/SIGINT; Refused (one line) when it cannot start."""
     import uvicorn
@@ -135,10 +146,15 @@ def serve_api(home: Path, url: str, core: str, address: str, port: int, secret_f
     finally:
         store.close()
     socks = _listen([address], port)
+    gc_thresholds()
+    heap.watch()  # as the core and its API workers: a submit allocates as a turn's step does
     app = build_worker(home, url, traits, core, key)
+    took = heap.settle()  # what the app built is not walked again
+    log.info("cycle collector thresholds %s; %d objects of the app frozen in %.2f s",
+             ",".join(map(str, gc.get_threshold())), gc.get_freeze_count(), took)
     log.info("fairpod api on %s:%d: submits, list-jobs and get-job from %r; the rest to the core at %s",
              address, port, store, core)
     uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=socks)
 
 
-__all__ = ["Refused", "core_traits", "core_url", "database", "secret", "serve_api"]
+__all__ = ["Refused", "core_traits", "core_url", "database", "gc_thresholds", "secret", "serve_api"]
