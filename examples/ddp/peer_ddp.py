@@ -46,7 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
     p.add_argument("--hidden", type=int, default=32)
     p.add_argument("--step_seconds", type=float, default=0.0, help="each step lasts at least this long")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds a collective or a recovery may take")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds a collective or a new group's forming may take")
+    p.add_argument("--start_timeout", type=float, default=600.0,
+                   help="seconds the wait for a lost replica's replacement may take (default 600)")
     p.add_argument("--out", type=Path, default=None,
                    help="where to write steps-RANK and final.pt (default: the job's checkpoint directory)")
     args = p.parse_args(argv)
@@ -69,7 +71,8 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     if args.recovery == "peers":
-        rec: PeerRecovery | None = PeerRecovery(model, opt, backend=args.backend, timeout=args.timeout)
+        rec: PeerRecovery | None = PeerRecovery(model, opt, backend=args.backend, timeout=args.timeout,
+                                                start_timeout=args.start_timeout)
         ddp = rec.wrap()
         step = rec.step
         if rec.replaced:  # when its start went where (benchmarks/replica_fault.py reads it)
