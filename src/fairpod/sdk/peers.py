@@ -21,7 +21,8 @@ error of a collective (gloo: the dead peer's sockets close; nccl: the group's ti
 The step that was in flight when the peer failed is done again by all; nothing else is redone. A replacement
 starts its process the same way: it joins the generation fairpod started it in and receives the state. When the
 replacement does not come within ``start_timeout`` or the group cannot be formed within ``timeout`` (a second
-replica lost, fairpod restarting the job whole instead), :class:`RecoveryFailed` is raised: let the program exit non-zero, and the job takes the checkpoint path.
+replica lost, fairpod restarting the job whole instead), :class:`RecoveryFailed` is raised: let the program exit
+non-zero, and the job takes the checkpoint path.
 
 Only ``torch`` is imported, and only here; ``fairpod.sdk`` itself stays standard library.
 """
