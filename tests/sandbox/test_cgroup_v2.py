@@ -58,3 +58,38 @@ def test_v2_group_holds_a_process_and_is_removed(cgroup2: Path) -> None:
         wait_for(lambda: not (base / "job.0.0").exists() or None, 10.0)
     finally:
         base.rmdir()
+
+
+def test_pruning_reads_a_groups_age_on_the_kernels_clock_not_its_own(cgroup2: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """``Hierarchy.prune`` (every supervisor calls it before it makes its replica's group) removes empty groups
+    left by killed supervisors, by their age. A supervisor whose clock runs an hour ahead (libfaketime in the
+    suite; a wrong clock on a host) keeps a group just made, whose replica has not entered it yet; one whose
+    mtime is 20 minutes old goes, and one that holds a process stays."""
+    import os
+    import time
+
+    base = cgroup2 / f"fairpod-test-{uuid.uuid4().hex[:8]}"
+    base.mkdir()
+    try:
+        h = cgroups.v2_at(base)
+        fresh, old, busy = (h.create(n, cgroups.Limits()) for n in ("fresh.0.0", "old.0.0", "busy.0.0"))
+        long_ago = cgroups.kernel_now() - 1200
+        os.utime(base / "old.0.0", (long_ago, long_ago))
+        os.utime(base / "busy.0.0", (long_ago, long_ago))
+        p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], preexec_fn=busy.join)
+        try:
+            ahead = time.time() + 3600
+            monkeypatch.setattr(time, "time", lambda: ahead)  # this process's clock, an hour ahead
+            h.prune()
+            assert sorted(d.name for d in base.iterdir() if d.is_dir()) == ["busy.0.0", "fresh.0.0"]
+        finally:
+            monkeypatch.undo()
+            busy.remove()
+            p.kill()
+            p.wait(10)
+        for g in (fresh, old, busy):
+            g.remove()
+        wait_for(lambda: not any(d.is_dir() for d in base.iterdir()) or None, 10.0)
+    finally:
+        base.rmdir()

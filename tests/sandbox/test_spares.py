@@ -83,7 +83,9 @@ def test_a_replica_restarted_in_place_is_its_spare_started_before_the_fault(
     assert lost.rank == 1 and lost.signal == signal.SIGKILL, lost
     ex.restart_replicas(dataclasses.replace(j, replicas=(j.replicas[1],), world=2,
                                             env={**j.env, "FAIRPOD_REPLICA_RESTARTS": "1"}))
-    wait_for(lambda: "restarts 1" in text(log1), 30)
+    # (the whole line: print writes its words one by one to an unbuffered stream, and a read may fall between them)
+    wait_for(lambda: any(ln.startswith("argv") and "restarts 1" in ln for ln in text(log1).splitlines(True)
+                         if ln.endswith("\n")), 30)
     # the replacement is the spare: the same process, started before the fault, running the program (pid 2 of its
     # own PID namespace), with its module imported ahead and the new launch's environment
     assert "argv ['--x'] restarts 1 preloaded True pid 2" in text(log1), text(log1)

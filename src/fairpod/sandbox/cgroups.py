@@ -299,9 +299,12 @@ class Hierarchy:
 
     def prune(self, older_than: float = STALE_AFTER) -> None:
         """Remove empty replica cgroups older than ``older_than`` seconds: left by supervisors killed with
-        SIGKILL (a live supervisor removes its own as soon as its replica has ended)."""
+        SIGKILL (a live supervisor removes its own as soon as its replica has ended). Their age is on the kernel's
+        clock (:func:`kernel_now`), as their mtime is: a supervisor whose own clock ran an hour ahead took every
+        group just made, whose replica had not entered it yet, for an old one and removed it, and that replica
+        failed to start (``Exception occurred in preexec_fn``)."""
         first = next(iter(self.bases.values()))
-        now = time.time()
+        now = kernel_now()
         try:
             entries = [d for d in first.iterdir() if d.is_dir() and d.name.count(".") >= 2]
         except OSError:
@@ -329,6 +332,18 @@ class Hierarchy:
             group.remove()
             raise CgroupError(f"cannot set up cgroup {name} ({self.kind}): {e.strerror or e}") from None
         return group
+
+
+def kernel_now() -> float:
+    """The kernel's wall-clock time now, the clock of a cgroup directory's mtime: the boot time and the time since
+    it, read from /proc, not this process's ``time.time()``, which libfaketime or a clock of its own may move
+    (within a second: ``btime`` is whole seconds)."""
+    try:
+        stat = Path("/proc/stat").read_text()
+        btime = int(next(ln.split()[1] for ln in stat.splitlines() if ln.startswith("btime ")))
+        return btime + float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, StopIteration, ValueError, IndexError):
+        return time.time()
 
 
 def _v2(mount: str, own: str) -> Hierarchy:
