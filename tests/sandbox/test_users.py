@@ -27,7 +27,9 @@ def test_the_replicas_of_a_job_starting_at_once_run_as_one_user():
     team = f"race{uuid.uuid4().hex[:8]}"
     name = users.user_name(team)
     try:
-        with multiprocessing.get_context("fork").Pool(6) as pool:
+        # forked from a fork server, a process of one thread: a fork of this one (the suite's worker, whose earlier
+        # tests may have left threads) once copied a lock another thread held, and a pool process hung for good
+        with multiprocessing.get_context("forkserver").Pool(6) as pool:
             got = pool.map(_uid, [team] * 6)
         entries = [ln for ln in open("/etc/passwd").read().splitlines() if ln.split(":")[0] == name]
         assert len(entries) == 1, entries
