@@ -21,7 +21,6 @@ What it needs, and where from:
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -146,12 +145,9 @@ def serve_api(home: Path, url: str, core: str, address: str, port: int, secret_f
     finally:
         store.close()
     socks = _listen([address], port)
-    gc_thresholds()
-    heap.watch()  # as the core and its API workers: a submit allocates as a turn's step does
+    heap.watch()  # as the core and its API workers (the CLI checked FAIRPOD_GC_THRESHOLDS: gc_thresholds)
     app = build_worker(home, url, traits, core, key)
-    took = heap.settle()  # what the app built is not walked again
-    log.info("cycle collector thresholds %s; %d objects of the app frozen in %.2f s",
-             ",".join(map(str, gc.get_threshold())), gc.get_freeze_count(), took)
+    log.info(heap.app_built())
     log.info("fairpod api on %s:%d: submits, list-jobs and get-job from %r; the rest to the core at %s",
              address, port, store, core)
     uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False)).run(sockets=socks)

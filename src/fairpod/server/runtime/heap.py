@@ -91,6 +91,13 @@ def thresholds(given: str | None) -> tuple[int, int, int]:
     return n[0], n[1], n[2]
 
 
+def app_built() -> str:
+    """Freeze what an API process's app built (:func:`settle`); the line its log says it with."""
+    took = settle()
+    return (f"cycle collector thresholds {','.join(map(str, gc.get_threshold()))}; "
+            f"{gc.get_freeze_count()} objects of the app frozen in {took:.2f} s")
+
+
 @contextmanager
 def building() -> Iterator[None]:
     """No cycle collection inside (the memory being built from the store); as it was after."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
-import gc
 import logging
 import os
 import signal
@@ -271,9 +270,7 @@ def main(argv: list[str] | None = None) -> None:
     app = build_worker(fairpod_home(), os.environ[DB_ENV], Traits(a.executor, bool(a.resizing), bool(a.probing)),
                        f"http://127.0.0.1:{a.core_port}",
                        wake=None if a.wake_fd is None else socket.socket(fileno=a.wake_fd))
-    took = heap.settle()  # the app and its imports (FastAPI's, pydantic's, SQLAlchemy's) are not walked again
-    logging.info("cycle collector thresholds %s; %d objects of the app frozen in %.2f s",
-                 ",".join(map(str, gc.get_threshold())), gc.get_freeze_count(), took)
+    logging.info(heap.app_built())  # the app and its imports (FastAPI's, pydantic's, SQLAlchemy's) not walked again
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False))
     server.run(sockets=socks)
 
