@@ -226,6 +226,23 @@ class RayTestCluster:
             return []
         return [{"name": i.node_name, "node_id": nid.hex(), "alive": i.state == 0} for nid, i in infos.items()]
 
+    def heal(self, names: list[str], itype: str | None = ITYPE, gpus: int = 4, cpus: int = 2) -> list[str]:
+        """Start anew, by the same name and address, each node of ``names`` that GCS no longer counts alive (Ray
+        marks a node dead when its raylet misses its health checks, also a live one that a loaded machine left
+        without CPU for seconds; a dead node never comes back by itself, and every later test would find its GPUs
+        missing). Returns the names started anew; nothing when GCS does not answer (then nothing is known)."""
+        table = self.node_table()
+        alive = {str(i["node_id"]) for i in table if i["alive"]}
+        if not alive:
+            return []
+        lost = [n for n in names if n not in self.nodes or self.nodes[n].node_id not in alive]
+        for name in lost:
+            if name in self.nodes:
+                self.stop_node(name)
+            print(f"ray test cluster: node {name} was no longer alive in GCS; started anew", file=sys.stderr)
+            self.add_nodes([(name, itype, gpus, False, cpus)])
+        return lost
+
     def kill_node(self, name: str) -> list[int]:
         """Lose a node: SIGKILL its ``ray start`` process and its raylet (the machine itself goes on, so
         whatever ran there must notice and end). Returns the PIDs of its remaining processes."""

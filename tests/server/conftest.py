@@ -35,16 +35,22 @@ def wait_for(pred: Callable[[], Any], timeout: float = 20.0, what: str = "condit
     deadline = start + timeout
     last = seen = None
     checked = 0.0
+    # progress is asked an eighth of ``timeout`` apart (at least 1 s), and once more before the wait gives up: it may
+    # take seconds (Server.activity reads all of /proc), and asked every second it left a quick condition polled
+    # once every few seconds on a loaded machine, which missed a window of seconds in a training test
+    every = max(1.0, timeout / 8)
     pause = 0.02  # doubled up to 0.25 s: a quick condition is seen at once, a long wait (training) asks a live
     # server 4 times a second instead of 10 (each ask costs the server and this process CPU the others wait for)
-    while (now := time.monotonic()) < deadline and now - start < limit:
+    while (now := time.monotonic()) - start < limit:
         last = pred()
         if last:
             return last
-        if progress is not None and now - checked >= 1.0:
+        if progress is not None and (now - checked >= every or now >= deadline):
             checked = now
             if (p := progress()) != seen:
                 seen, deadline = p, now + timeout
+        if now >= deadline:
+            break
         time.sleep(pause)
         pause = min(0.25, pause * 2)
     stalled = f" (no progress for {timeout:g} s; last progress: {seen!r})" if progress is not None else ""

@@ -31,6 +31,9 @@ EPOCHS, SAVE_EVERY, DATASET, BATCH, WORKERS = 32, 4, 512, 32, 2
 STEPS_PER_EPOCH = DATASET // WORKERS // BATCH
 TOTAL = EPOCHS * STEPS_PER_EPOCH
 INTERVAL = SAVE_EVERY * STEPS_PER_EPOCH  # steps between periodic snapshots
+# each step at least this long: on an idle machine this model trains 40 steps a second, and the whole resumed run
+# (191 steps) was over before one slow look of the test's had seen it start; at 20 a second it lasts 10 s or more
+STEP_SECONDS = 0.05
 
 
 def ddp_command() -> list[str]:
@@ -39,7 +42,8 @@ def ddp_command() -> list[str]:
     scenario)."""
     return ["sh", "-c", f'exec "{TORCHRUN}" --nnodes "$NNODES" --nproc_per_node 1 --node_rank "$NODE_RANK" '
             f'--master_addr "$MASTER_ADDR" --master_port "$MASTER_PORT" "{DDP}" {EPOCHS} {SAVE_EVERY} '
-            f'--dataset_size {DATASET} --batch_size {BATCH} --log_every 1 --timeout 60 --backend gloo']
+            f'--dataset_size {DATASET} --batch_size {BATCH} --log_every 1 --timeout 60 --backend gloo '
+            f'--min_step_seconds {STEP_SECONDS}']
     # gloo: the demo cluster's "nodes" are slots of this one host, whatever GPUs it has
 
 
@@ -113,17 +117,23 @@ def test_ddp_job_preempted_by_a_reclaim_and_killed_resumes_to_the_same_model(ser
     resumed_at = int(re.search(r"Resuming training from snapshot .*\(step (\d+), restart 0\)", out).group(1))
     assert resumed_at == preempted_at
 
-    # a crash: kill the training process of replica 1 after the next periodic snapshot and a few steps
-    def progressed() -> int | None:
+    # a crash: kill the training process of replica 1 after the next periodic snapshot and a few steps. Two waits:
+    # for a periodic snapshot after the resume (any before the last; as long as the machine is slow), then for a few
+    # steps after it, with a quick poll of the log alone. One wait for both, polled with the progress measure
+    # (which reads all of /proc, seconds on a loaded machine), once missed every window of a snapshot and 5 steps
+    # until the training ended: the next snapshot moved the mark each time. Any kill before the end meets what
+    # is checked below (the restart resumes from the last periodic snapshot; less than an interval redone).
+    def periodic() -> int | None:
         snap_step = server.job("smith-train")["checkpoint"]["step"] or 0
-        if snap_step <= resumed_at or snap_step % INTERVAL:
-            return None
-        steps = [int(s) for s in re.findall(r"\[RANK 0\] step (\d+) loss", log(server, smith, 0).split(
-            "Resuming training")[-1])]
-        return snap_step if steps and max(steps) >= snap_step + 5 else None
+        return snap_step if resumed_at < snap_step < TOTAL and snap_step % INTERVAL == 0 else None
 
-    last_periodic = wait_for(progressed, 120, "a periodic snapshot after the resume, and a few steps more",
-                             server.activity)
+    def rank0_steps() -> list[int]:
+        return [int(s) for s in re.findall(r"\[RANK 0\] step (\d+) loss", log(server, smith, 0).split(
+            "Resuming training")[-1])]
+
+    last_periodic = wait_for(periodic, 120, "a periodic snapshot after the resume", server.activity)
+    wait_for(lambda: max(rank0_steps(), default=0) >= last_periodic + 5, 60,
+             f"rank 0 to train 5 steps past step {last_periodic}")
     child = server.home / "runs" / f"smith-train-{smith['id']}" / "0" / "1" / "child.pid"
     pid = int(child.read_text().split()[0])
     victims = workers_of(pid)
