@@ -3,7 +3,7 @@ every node on its own loopback address (head NET.2, then NET.3, NET.4, ... as if
 works by accident through 127.0.0.1; NET is 127.0.0 serially, one /24 per xdist worker under pytest-xdist), fake GPUs (``--num-gpus 4``) and fairpod instance-type resources.
 
 Nodes are stopped by the PIDs this helper started (never ``ray stop``, which stops every Ray on the machine).
-Short Ray health checks (500 ms, 10 misses) make a lost node visible in about 5 s.
+Short Ray health checks (500 ms apart, 10 failures) make a lost node visible in about 5 s.
 """
 
 from __future__ import annotations
@@ -47,10 +47,12 @@ def _worker_net() -> str:
 
 NET = _worker_net()
 HEAD_IP = f"{NET}.2"
-# a lost node is noticed in ~5 s (10 missed checks, 500 ms apart): fast for the tests that lose one, and not on
-# a raylet that is only slow for a moment on a loaded 2-core machine (3 missed checks marked live nodes dead there)
+# a lost node is noticed in ~5 s (10 failed checks, 500 ms apart: a killed raylet's port refuses each at once):
+# fast for the tests that lose one, and not on a raylet that is only slow for a moment on a loaded 2-core machine
+# (3 missed checks marked live nodes dead there; so did 10 with 1 s to answer each, in the suite's first minutes:
+# now a check waits 5 s for its answer, and a raylet is dead after 55 s without one)
 HEALTH_ENV = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "10",
-              "RAY_health_check_timeout_ms": "1000", "RAY_health_check_initial_delay_ms": "1000"}
+              "RAY_health_check_timeout_ms": "5000", "RAY_health_check_initial_delay_ms": "1000"}
 # what the test cluster's Ray does for nobody: no metrics recorded or exported (nothing scrapes them; fairpod reads
 # none), no per-event timing stats, no memory monitor (Ray's own OOM killer, polling every 250 ms: the replicas'
 # memory limits are fairpod's sandbox's, tests/ray/test_ray_sandbox.py). With the log monitor off (``ray start

@@ -130,8 +130,11 @@ def test_ray_nodes_join_fairpod_or_are_ignored_with_a_reason(ray_server: RayServ
                                   ("j4", "ml.g5.12xlarge", 2, True, 1)])
     try:
         up = time.monotonic()
-        node = wait_for(lambda: ray_server.nodes().get("j2"), 10, "j2 to join fairpod",
-                        lambda: ray_server.cluster.cpu("j2"))  # its agent: a Python worker Ray starts on j2
+        # listed, and in the engine's view (its accelerators: a node listed from the store before the turn that
+        # takes it in has none yet, ``as_of`` says which turn a node's view is of)
+        node = wait_for(lambda: (n := ray_server.nodes().get("j2")) and n["accelerators"] is not None and n, 10,
+                        "j2 to join fairpod", lambda: ray_server.cluster.cpu("j2"))  # its agent: a Python worker
+        # Ray starts on j2
         print(f"j2 listed {time.monotonic() - up:.1f} s after Ray had it ({up - t0:.1f} s to start the nodes)")
         assert node["instance_type"] == "ml.g5.12xlarge" and node["schedulable"] and node["accelerators"] == 4
 

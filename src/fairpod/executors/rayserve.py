@@ -66,7 +66,16 @@ def upload(cfg: dict[str, Any], log: logging.Logger) -> None:
         app["runtime_env"] = renv
 
 
+START_TRIES = 5  # serve_start calls while Serve's HTTP proxy is not up in time (see deploy)
+
+
 def deploy(cfg: dict[str, Any]) -> None:
+    """Start Serve (its controller and HTTP proxy) and deploy the applications. Serve gives a starting proxy 5 s to
+    say it is ready (``RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S``) and kills one that did not: on a loaded node, where
+    the proxy's Python takes longer to start, ``serve_start`` then failed with the proxy's ``ActorDiedError``
+    (``TimeoutError`` after 60 s), although Serve's controller goes on and starts the proxy again, each time with
+    5 s more. Up to :data:`START_TRIES` times the call is made again: it finds the controller up and connects."""
+    from ray.exceptions import RayActorError
     from ray.serve._private.api import serve_start
     from ray.serve.schema import ServeDeploySchema
 
@@ -74,7 +83,15 @@ def deploy(cfg: dict[str, Any]) -> None:
         else ServeDeploySchema.parse_obj(cfg)
     http = schema.http_options.model_dump() if hasattr(schema.http_options, "model_dump") \
         else schema.http_options.dict()
-    client = serve_start(http_options=http, proxy_location=schema.proxy_location)
+    for attempt in range(1, START_TRIES + 1):
+        try:
+            client = serve_start(http_options=http, proxy_location=schema.proxy_location)
+            break
+        except (RayActorError, TimeoutError) as e:
+            if attempt == START_TRIES:
+                raise
+            _say(f"Serve's HTTP proxy was not up in time ({type(e).__name__}); Serve starts it again, and this "
+                 f"driver connects again ({attempt} of {START_TRIES - 1})")
     client.deploy_apps(schema, _blocking=False)
 
 

@@ -22,8 +22,9 @@ from ..inproc import InProc
 
 
 def queued(h: InProc, calls: list[Callable[[], Any]]) -> list[Any]:
-    """Run ``calls`` in threads while the test holds the lock; let it go once all of them wait for it.
-    Returns what each returned or raised, in order."""
+    """Run ``calls`` in threads while the test holds the lock, each started once the one before it is queued (their
+    arrival order is theirs: started all at once, a loaded machine once queued the third after the eighth); let
+    it go once all of them wait for it. Returns what each returned or raised, in order."""
     out: list[Any] = [None] * len(calls)
 
     def run(i: int) -> None:
@@ -34,9 +35,11 @@ def queued(h: InProc, calls: list[Callable[[], Any]]) -> list[Any]:
 
     with h.cp.lock:
         threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(len(calls))]
-        for t in threads:
-            t.start()
         deadline = time.monotonic() + 10
+        for i, t in enumerate(threads):
+            t.start()
+            while len(h.cp.submits) <= i and time.monotonic() < deadline:
+                time.sleep(0.01)
         while len(h.cp.submits) < len(calls) and time.monotonic() < deadline:
             time.sleep(0.01)
         assert len(h.cp.submits) == len(calls)  # every submit validated and waits for the lock

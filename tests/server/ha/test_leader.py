@@ -134,7 +134,9 @@ def test_the_fault_switch_turns_the_fence_off_only_when_set(url: str, monkeypatc
         a.check_action("launch")
     a.stop(release=False)
     monkeypatch.setenv(NO_FENCE_ENV, "1")
-    b, c = Elector(url, "b", "http://b", FAST), Elector(url, "c", "http://c", FAST)
+    # c's lease lasts 30 s: b's renewal below must find it held (with FAST's 1 s, a loaded machine let it expire
+    # first, and b took the lease again at epoch 4)
+    b, c = Elector(url, "b", "http://b", FAST), Elector(url, "c", "http://c", HaSettings(30.0, 0.25, 0.25))
     downs: list[str] = []
     b.on_step_down = downs.append
     wait_for(lambda: (b.step(), b.epoch)[1] is not None, 20, "b to take a's expired lease", step=0.25)
