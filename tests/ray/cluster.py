@@ -123,6 +123,7 @@ class RayTestCluster:
         self.address = f"{self.head_ip}:{self.port}"
         self.nodes: dict[str, RayNodeProc] = {}
         self.ips: dict[str, str] = {}  # node name -> its address
+        self.args: dict[str, list[str]] = {}  # node name -> the ``ray start`` arguments it was last started with
         self._next_ip = 3
         # no token authentication (loopback only): a token file another Ray left in ~/.ray would switch it on
         self.env = {**os.environ, **HEALTH_ENV, **QUIET_ENV, "AUTOSCALER_METRIC_PORT": str(free_port()),
@@ -182,6 +183,7 @@ class RayTestCluster:
 
     def _spawn(self, name: str, args: list[str]) -> RayNodeProc:
         log = self.tmp / f"ray-{name}.log"
+        self.args[name] = args
         # each node its own temp dir: nodes started at once would otherwise race for the same socket names
         tdir = self.temp_dir if "--head" in args else self.temp_dir / name
         tdir.mkdir(parents=True, exist_ok=True)
@@ -228,21 +230,21 @@ class RayTestCluster:
             return []
         return [{"name": i.node_name, "node_id": nid.hex(), "alive": i.state == 0} for nid, i in infos.items()]
 
-    def heal(self, names: list[str], itype: str | None = ITYPE, gpus: int = 4, cpus: int = 2) -> list[str]:
-        """Start anew, by the same name and address, each node of ``names`` that GCS no longer counts alive (Ray
-        marks a node dead when its raylet misses its health checks, also a live one that a loaded machine left
-        without CPU for seconds; a dead node never comes back by itself, and every later test would find its GPUs
-        missing). Returns the names started anew; nothing when GCS does not answer (then nothing is known)."""
+    def heal(self, names: list[str]) -> list[str]:
+        """Start anew, by the same name, address and ``ray start`` arguments, each node of ``names`` that GCS no longer
+        counts alive (Ray marks a node dead when its raylet misses its health checks, also a live one that a loaded
+        machine left without CPU for seconds; a dead node never comes back by itself, and every later test would
+        find its GPUs missing). Returns the names started anew; nothing when GCS does not answer (then nothing is known)."""
         table = self.node_table()
         alive = {str(i["node_id"]) for i in table if i["alive"]}
         if not alive:
             return []
-        lost = [n for n in names if n not in self.nodes or self.nodes[n].node_id not in alive]
+        lost = [n for n in names if n in self.args and (n not in self.nodes or self.nodes[n].node_id not in alive)]
         for name in lost:
             if name in self.nodes:
                 self.stop_node(name)
             print(f"ray test cluster: node {name} was no longer alive in GCS; started anew", file=sys.stderr)
-            self.add_nodes([(name, itype, gpus, False, cpus)])
+            self._start(name, self.args[name])
         return lost
 
     def kill_node(self, name: str) -> list[int]:

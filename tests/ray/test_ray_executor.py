@@ -265,12 +265,12 @@ def test_nodes_join_and_leave_the_node_table(ray_cluster: RayTestCluster, ray_ex
         lost = time.monotonic() - t1
         assert dead.death and not dead.expected_death
         # the suite's own repair (tests/ray/conftest.py, before each test): a node GCS counts dead is started anew
-        # by its name and address, once
+        # by its name, address and arguments (j1 as it was: its instance type a label), once
         old_id = ray_cluster.nodes["j1"].node_id
-        assert ray_cluster.heal(["j1"], "ml.g5.2xlarge", 1, 1) == ["j1"]
+        assert ray_cluster.heal(["j1"]) == ["j1"]
         assert ray_cluster.nodes["j1"].node_id != old_id and ray_cluster.ips["j1"] == dead.address
         wait_for(lambda: any(n.name == "j1" and n.alive for n in ray_ex.cluster_nodes()), 30, "j1 alive again")
-        assert ray_cluster.heal(["j1"], "ml.g5.2xlarge", 1, 1) == []
+        assert ray_cluster.heal(["j1"]) == []
     finally:
         if "j1" in ray_cluster.nodes:
             ray_cluster.stop_node("j1")
