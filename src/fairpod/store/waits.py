@@ -5,7 +5,8 @@ holds the database's one write lock, after the busy handler's retries: its time 
 writers (the core's turn, an API worker's group of submits, another process). PostgreSQL's transactions wait on
 the rows they write, not at their start: nothing is timed there. ``/metrics`` shows the figures as
 ``fairpod_store_write_wait_seconds``, per process: the core's own (``WRITE_WAITS``) and what each API worker
-reported with its last wake of the core (``report``; docs/metrics.md).
+reported with its last wake of the core (``report``; docs/metrics.md). An API worker first waits its turn among
+the workers (``server.core.submit_writer.WritersTurn``): that wait is carried into its transaction's (``carry``).
 """
 
 from __future__ import annotations
@@ -25,8 +26,16 @@ class Waits:
         self._mu = threading.Lock()
         self._counts = [0] * (len(BUCKETS) + 1)  # per bucket, the last one above every bound
         self._sum = 0.0
+        self._carried = threading.local()  # a wait of this thread for the lock's turn, added to its next wait
+
+    def carry(self, seconds: float) -> None:
+        """A wait before the transaction asked for the lock (its turn among a home's API workers): counted in the
+        next wait this thread adds, as one transaction's wait."""
+        self._carried.s = getattr(self._carried, "s", 0.0) + seconds
 
     def add(self, seconds: float) -> None:
+        seconds += getattr(self._carried, "s", 0.0)
+        self._carried.s = 0.0
         with self._mu:
             self._counts[bisect.bisect_left(BUCKETS, seconds)] += 1
             self._sum += seconds

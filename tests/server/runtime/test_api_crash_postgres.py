@@ -27,7 +27,7 @@ from tests.store.conftest import pg_url, wipe  # noqa: F401  (the fixture: a rea
 
 from ..conftest import Server, wait_for
 from .test_api_remote import ApiProcess, workers_on_postgres
-from .test_api_workers import Storm, busiest, gone, pids, restart_core
+from .test_api_workers import Storm, gone, kill_amid_a_submit, pids, restart_core
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +62,7 @@ CLEAN: dict[str, list[Any]] = {k: [] for k in ("job without event", "job without
 def test_kill_9_of_a_worker_while_clients_submit(srv: Server, tmp_path: Path, pg_url: str) -> None:  # noqa: F811
     _, _, before = pids(srv)
     with Storm(srv, "pa", tmp_path / "marks" / "ran") as storm:
-        victim = busiest(srv, before)  # the one serving clients now
-        os.kill(before[victim], signal.SIGKILL)
+        victim = kill_amid_a_submit(srv, before)
     storm.check()
     assert half_written(pg_url) == CLEAN
     wait_for(lambda: pids(srv)[2].get(victim) not in (None, before[victim]), 30, f"worker {victim} to be started again")

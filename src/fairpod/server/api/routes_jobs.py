@@ -55,17 +55,20 @@ def as_json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str
 def add_routes(api: APIRouter, cp: Core) -> None:
     @api.post("/jobs", status_code=201, tags=["jobs"], response_model=dict[str, Any],
               openapi_extra=rules({400: [JOB_FITS], 422: [JOB_FIELDS, SERVICE_QUOTA]}))
-    def submit_job(spec: JobSpec, p: Auth,
-                   idempotency_key: str | None = Header(default=None, max_length=255, pattern=r"^[\x21-\x7e]+$",
-                                                        description="a retry with the same key returns the "
-                                                                    "first job instead of submitting another"),
-                   ) -> JSONResponse:
+    async def submit_job(spec: JobSpec, p: Auth,
+                         idempotency_key: str | None = Header(default=None, max_length=255,
+                                                              pattern=r"^[\x21-\x7e]+$",
+                                                              description="a retry with the same key returns the "
+                                                                          "first job instead of submitting another"),
+                         ) -> JSONResponse:
         require_team(p, spec.team)
-        job, created = cp.submit_keyed(spec, p.name, idempotency_key)  # not created: an earlier one with the key
+        # the submit and its view where it is written (a thread), awaited here; not created: an earlier one
+        # with the key created it
+        job, created, view = await cp.submit_answered(spec, p.name, idempotency_key,
+                                                      lambda job: job_view(cp, job, detail=True, reader=p))
         if job.name != spec.name or job.team != spec.team:
             raise Problem(409, "idempotency key reused",
                           f"Idempotency-Key {idempotency_key!r} was used for job {job.team}/{job.name}")
-        view = job_view(cp, job, detail=True, reader=p)
         if not created:  # the first submit's job, as it is now: 200, not 201
             return as_json(view, 200, {"Idempotent-Replayed": "true"})
         return as_json(view, 201)

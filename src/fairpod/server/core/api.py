@@ -122,6 +122,12 @@ class Core(Protocol):
 
     def submit_keyed(self, spec: JobSpec, actor: str, key: str | None = None) -> tuple[Job, bool]: ...
 
+    async def submit_answered(self, spec: JobSpec, actor: str, key: str | None,
+                              answer: Callable[[Job], T]) -> tuple[Job, bool, T]:
+        """:meth:`submit_keyed` awaited from the event loop, and ``answer(job)`` (the route's view, rendered
+        where the submit was written, not in the loop)."""
+        ...
+
     def submit_array(self, spec: JobSpec, text: str, actor: str,
                      key: str | None = None) -> tuple[list[Job], bool]: ...
 

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -65,6 +65,9 @@ from fairpod.store.records import Job, Node
 log = logging.getLogger("fairpod.control")
 
 STORE_ERRORS = (StoreError, SQLAlchemyError)
+
+
+T = TypeVar("T")
 
 
 class ControlPlane(Memory, Loop, Door, Core):
@@ -133,6 +136,11 @@ class ControlPlane(Memory, Loop, Door, Core):
     def submit_keyed(self, spec: JobSpec, actor: str, key: str | None = None) -> tuple[Job, bool]:
         """:meth:`submit`, and whether this request created the job (not an earlier one with ``key``)."""
         return submit.submit_keyed(self, spec, actor, key)
+
+    async def submit_answered(self, spec: JobSpec, actor: str, key: str | None,
+                              answer: Callable[[Job], T]) -> tuple[Job, bool, T]:
+        """:meth:`submit_keyed` and ``answer(job)``, awaited (:func:`~.transitions.submit.submit_answered`)."""
+        return await submit.submit_answered(self, spec, actor, key, answer)
 
     def submit_array(self, spec: JobSpec, text: str, actor: str,
                      key: str | None = None) -> tuple[list[Job], bool]:

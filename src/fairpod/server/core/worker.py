@@ -15,6 +15,7 @@ borrows now) is the core's: a worker's answers leave those out (``engine_memory`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from fairpod.server.core.facts import Facts, LiveFacts
 from fairpod.server.core.memory import add_nodes, checkpoint_root_of
 from fairpod.server.core.published import AsOf
 from fairpod.server.core.queries import Queries
+from fairpod.server.core.submit_writer import SubmitWriter, WritersTurn
 from fairpod.server.core.submits import Submit, SubmitQueue
 from fairpod.server.core.transitions.submit import check, commit_group, write_submits
 from fairpod.server.errors import WrongState
@@ -99,6 +101,9 @@ class WorkerCore:
         self._mu = threading.Lock()
         self._writer = threading.Lock()  # held while a group of submits is written (submit)
         self.submits = SubmitQueue()  # submits waiting for the writer: written together
+        self.writer = SubmitWriter(self._asked, self._write_group)  # the submit route's: one thread writes
+        # SQLite: the workers of this home write their submits in turns (a lock that wakes its waiter)
+        self.turn = WritersTurn(self.home / "submit-writers.lock") if store.dialect == "sqlite" else None
         self._version = -1
         self.spec: ClusterSpec
         self.snap: Snapshot
@@ -163,9 +168,24 @@ class WorkerCore:
         assert req.job is not None
         return req.job, req.created
 
+    async def submit_answered(self, spec: JobSpec, actor: str, key: str | None,
+                              answer: Callable[[Job], T]) -> tuple[Job, bool, T]:
+        """:meth:`submit_keyed` from the event loop, and ``answer(job)``: the submit is checked, written and
+        answered by this worker's writer thread (:class:`~fairpod.server.core.submit_writer.SubmitWriter`) with
+        the others queued meanwhile, without a thread of the API's pool."""
+        return await self.writer.submit(spec.model_copy(update={"user": actor}), actor, key, answer)
+
+    def _asked(self, spec: JobSpec, actor: str, key: str | None) -> Submit:
+        return Submit(spec, actor, key, self.spec, check(self, spec))
+
+    def _write_group(self, group: list[Submit]) -> None:
+        with self._writer:  # submit_keyed's callers (the same lock): one group at a time in this process
+            commit_group(group, self._write)
+
     def _write(self, group: list[Submit]) -> None:
         """One transaction of the core's (``write_submits``); each submit then holds its answer."""
-        answers = write_submits(self, group, notify=True, fresh=self.refresh)
+        with self.turn.held() if self.turn is not None else contextlib.nullcontext():
+            answers = write_submits(self, group, notify=True, fresh=self.refresh)
         self.submits.commits += 1
         self.submits.written += len(group)
         for r, job, err, created in answers:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import anyio.to_thread
 
 from fairpod.executors.base import Executor, Traits
 from fairpod.governance import Snapshot, Workload, feasible
@@ -26,6 +28,8 @@ from fairpod.store.submitted import submitted_row
 
 if TYPE_CHECKING:
     from fairpod.server.core.state import CoreState
+
+T = TypeVar("T")
 
 
 def submit(cp: CoreState, spec: JobSpec, actor: str, key: str | None = None) -> Job:
@@ -51,6 +55,18 @@ def submit_keyed(cp: CoreState, spec: JobSpec, actor: str, key: str | None = Non
     if req.created:
         cp.wake.set()
     return req.job, req.created
+
+
+async def submit_answered(cp: CoreState, spec: JobSpec, actor: str, key: str | None,
+                          answer: Callable[[Job], T]) -> tuple[Job, bool, T]:
+    """:func:`submit_keyed` and ``answer(job)`` (the route's view) in a thread of the API's pool, where the
+    submit waits for the control plane's lock; an API worker's submits have a writer thread of their own instead
+    (:mod:`fairpod.server.core.submit_writer`)."""
+    def run() -> tuple[Job, bool, T]:
+        job, created = submit_keyed(cp, spec, actor, key)
+        return job, created, answer(job)
+
+    return await anyio.to_thread.run_sync(run)
 
 
 def _commit_submits(cp: CoreState) -> None:

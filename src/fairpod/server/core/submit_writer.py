@@ -1,0 +1,162 @@
+"""An API worker's submits written by one thread of its own (``fairpod up --api-workers N``).
+
+The submit route of a worker is a coroutine: it hands the job to the worker's :class:`SubmitWriter` and awaits
+the answer, never holding a thread of the API's pool. The writer thread takes every submit queued since its last
+transaction (at most :data:`GROUP` of them), checks each against the cluster, writes them in one transaction (the
+core's ``commit_group`` through ``write``: each submit answered with its own job or its own error), renders each
+answer (``answer``, the route's view of the job, in this thread, not in the event loop), and hands the answers back
+to the loops that wait for them, one callback a loop a group.
+
+Before, each submit held one of the pool's threads (``FAIRPOD_API_THREADS``, 8) through its check, its wait for
+the worker's writer and its write: a worker's groups held at most 8 submits, and each submit paid a round trip
+of the thread pool and a turn at the writer's lock (benchmarks/README.md, "A worker's submits on one thread").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fairpod.model.jobs import JobSpec
+from fairpod.server.core.submits import Submit
+from fairpod.store.records import Job
+from fairpod.store.waits import WRITE_WAITS
+
+log = logging.getLogger("fairpod.worker")
+
+GROUP = 256  # submits in one transaction at most: SQLite's write lock is held while they are written
+
+
+@dataclass(eq=False, slots=True)
+class Asked:
+    """One submit waiting for the writer: what was asked, how to answer it, and where."""
+
+    spec: JobSpec  # with its ``user`` set: the caller's
+    actor: str
+    key: str | None
+    answer: Callable[[Job], Any]  # the route's view of the job, rendered by the writer
+    loop: asyncio.AbstractEventLoop
+    future: asyncio.Future[tuple[Job, bool, Any]] = field(repr=False)
+
+
+class SubmitWriter:
+    """The writer thread of one API worker. ``submit`` is called in the event loop; ``make`` turns a spec into the
+    queued :class:`Submit` (the check against the cluster spec of the moment), ``write`` commits a group (the
+    worker's ``commit_group``, which answers each submit)."""
+
+    def __init__(self, make: Callable[[JobSpec, str, str | None], Submit],
+                 write: Callable[[list[Submit]], None], name: str = "fairpod-submit-writer") -> None:
+        self._make = make
+        self._write = write
+        self._cv = threading.Condition()
+        self._queue: list[Asked] = []
+        self._name = name
+        self._thread: threading.Thread | None = None
+
+    async def submit(self, spec: JobSpec, actor: str, key: str | None,
+                     answer: Callable[[Job], Any]) -> tuple[Job, bool, Any]:
+        """The job ``spec`` queued (or the one an earlier submit with ``key`` made), whether this submit created
+        it, and ``answer(job)``; raises the submit's own error (an invalid job, a name taken, the store's)."""
+        loop = asyncio.get_running_loop()
+        asked = Asked(spec, actor, key, answer, loop, loop.create_future())
+        with self._cv:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._queue.append(asked)
+            self._cv.notify()
+        return await asked.future
+
+    def __len__(self) -> int:
+        """The submits waiting for the writer's next group."""
+        with self._cv:
+            return len(self._queue)
+
+    def _run(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+                group, self._queue = self._queue[:GROUP], self._queue[GROUP:]
+            self._one_group(group)
+
+    def _one_group(self, group: list[Asked]) -> None:
+        """Check, write and answer one group; whatever fails answers only the submits it concerns."""
+        answers: list[tuple[Asked, Any, BaseException | None]] = []
+        made: list[tuple[Asked, Submit]] = []
+        for a in group:
+            try:
+                made.append((a, self._make(a.spec, a.actor, a.key)))
+            except BaseException as e:  # noqa: BLE001  # a check that raised (not one that answered): this submit's
+                answers.append((a, None, e))
+        if made:
+            try:
+                self._write([s for _, s in made])
+            except BaseException as e:  # noqa: BLE001  # each submit holds the error (commit_group)
+                log.debug("a group of %d submits failed: %s", len(made), e)
+        for a, s in made:
+            if s.error is not None or s.job is None:
+                answers.append((a, None, s.error or RuntimeError("the submit was not answered")))
+                continue
+            try:
+                answers.append((a, (s.job, s.created, a.answer(s.job)), None))
+            except BaseException as e:  # noqa: BLE001
+                answers.append((a, None, e))
+        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Asked, Any, BaseException | None]]] = {}
+        for item in answers:
+            by_loop.setdefault(item[0].loop, []).append(item)
+        for loop, items in by_loop.items():
+            try:
+                loop.call_soon_threadsafe(_settle, items)
+            except RuntimeError:  # the loop has closed: nobody waits for these answers
+                pass
+
+
+class WritersTurn:
+    """One API worker's submit transaction at a time on one SQLite database, by an exclusive ``flock`` on
+    ``path`` (in the server's home), taken before ``BEGIN IMMEDIATE``. Without it the workers met at SQLite's
+    write lock itself, whose waiter sleeps and polls (SQLite's busy handler: 1, 2, 5, 10, 15, 20, 25 ms …
+    apart): the lock often lay free while a worker slept, and a waiting group's submits waited the rest of the
+    sleep. A worker waiting here wakes when the other's commit lets the lock go. The core's own transactions
+    still meet the workers at SQLite's lock. The kernel releases the lock of a worker that dies."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._mu = threading.Lock()  # flock is the process's: threads of one worker take turns here first
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        with self._mu:
+            t0 = time.perf_counter()
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            WRITE_WAITS.carry(time.perf_counter() - t0)  # the transaction's wait for the write lock begins here
+            try:
+                yield
+            finally:
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        os.close(self._fd)
+
+
+def _settle(items: list[tuple[Asked, Any, BaseException | None]]) -> None:
+    """In the waiting loop: each future its answer or its error (not one whose caller has gone)."""
+    for a, result, error in items:
+        if a.future.done():
+            continue
+        if error is not None:
+            a.future.set_exception(error)
+        else:
+            a.future.set_result(result)
+
+
+__all__ = ["GROUP", "SubmitWriter", "WritersTurn"]
