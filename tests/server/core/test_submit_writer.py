@@ -156,3 +156,28 @@ def test_a_group_is_at_most_GROUP_submits() -> None:
     answers = asyncio.run(main())
     assert [len(g) for g in book.groups] == [1, GROUP, 10]
     assert all(created for _, created, _ in answers)
+
+
+def test_a_fault_of_the_writer_itself_answers_its_group_with_the_error_and_the_thread_goes_on() -> None:
+    """Were the writer thread to end, every later submit of the worker would wait for ever."""
+    book = Book()
+
+    class Faulty(SubmitWriter):
+        faults = 1
+
+        def _one_group(self, group: list[Any]) -> None:
+            if self.faults:
+                self.faults -= 1
+                raise RuntimeError("the writer's own fault")
+            super()._one_group(group)
+
+    w = Faulty(book.make, book.write)
+
+    async def main() -> tuple[list[Any], Any]:
+        failed = await asyncio.gather(asyncio.wait_for(w.submit(spec("a"), "ann", None, str), 30),
+                                      return_exceptions=True)  # without the guard: no answer, a timeout
+        return failed, await asyncio.wait_for(w.submit(spec("b"), "ann", None, str), 30)
+
+    failed, ok = asyncio.run(main())
+    assert [str(x) for x in failed] == ["the writer's own fault"]
+    assert ok == ("job-b-0", True, "job-b-0")

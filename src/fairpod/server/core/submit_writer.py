@@ -87,7 +87,16 @@ class SubmitWriter:
                 while not self._queue:
                     self._cv.wait()
                 group, self._queue = self._queue[:GROUP], self._queue[GROUP:]
-            self._one_group(group)
+            try:
+                self._one_group(group)
+            except BaseException as e:  # noqa: BLE001  # a fault of the writer itself: the thread must go on, or
+                # every later submit of this worker would wait for ever; this group's callers get the error
+                log.exception("the submit writer failed on a group of %d submits", len(group))
+                for loop in {a.loop for a in group}:
+                    failed: list[tuple[Asked, Any, BaseException | None]] = [(a, None, e) for a in group
+                                                                             if a.loop is loop]
+                    with contextlib.suppress(RuntimeError):  # the loop has closed
+                        loop.call_soon_threadsafe(_settle, failed)
 
     def _one_group(self, group: list[Asked]) -> None:
         """Check, write and answer one group; whatever fails answers only the submits it concerns."""
