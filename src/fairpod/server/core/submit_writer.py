@@ -92,11 +92,7 @@ class SubmitWriter:
             except BaseException as e:  # noqa: BLE001  # a fault of the writer itself: the thread must go on, or
                 # every later submit of this worker would wait for ever; this group's callers get the error
                 log.exception("the submit writer failed on a group of %d submits", len(group))
-                for loop in {a.loop for a in group}:
-                    failed: list[tuple[Asked, Any, BaseException | None]] = [(a, None, e) for a in group
-                                                                             if a.loop is loop]
-                    with contextlib.suppress(RuntimeError):  # the loop has closed
-                        loop.call_soon_threadsafe(_settle, failed)
+                _post([(a, None, e) for a in group])
 
     def _one_group(self, group: list[Asked]) -> None:
         """Check, write and answer one group; whatever fails answers only the submits it concerns."""
@@ -120,14 +116,7 @@ class SubmitWriter:
                 answers.append((a, (s.job, s.created, a.answer(s.job)), None))
             except BaseException as e:  # noqa: BLE001
                 answers.append((a, None, e))
-        by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Asked, Any, BaseException | None]]] = {}
-        for item in answers:
-            by_loop.setdefault(item[0].loop, []).append(item)
-        for loop, items in by_loop.items():
-            try:
-                loop.call_soon_threadsafe(_settle, items)
-            except RuntimeError:  # the loop has closed: nobody waits for these answers
-                pass
+        _post(answers)
 
 
 class WritersTurn:
@@ -153,8 +142,15 @@ class WritersTurn:
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
 
-    def close(self) -> None:
-        os.close(self._fd)
+
+def _post(answers: list[tuple[Asked, Any, BaseException | None]]) -> None:
+    """Hand each answer (its result or its error) back to the loop its caller waits in: one callback a loop."""
+    by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Asked, Any, BaseException | None]]] = {}
+    for item in answers:
+        by_loop.setdefault(item[0].loop, []).append(item)
+    for loop, items in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # the loop has closed: nobody waits for these answers
+            loop.call_soon_threadsafe(_settle, items)
 
 
 def _settle(items: list[tuple[Asked, Any, BaseException | None]]) -> None:
