@@ -85,7 +85,7 @@ def main() -> int:
             for i in range(50):  # warm: imports, the token's first check, SQLite's pages
                 assert c.post("/api/v1/jobs", json=body(f"warm-{i}"), headers=auth).status_code == 201
             said: list[str] = []
-            event.listen(app.app.state.cp.store.engine, "before_cursor_execute",
+            event.listen(app.app.app.state.cp.store.engine, "before_cursor_execute",
                          lambda conn, cur, sql, *_: said.append(sql.split()[0]))
             prof = None
             if a.profile:
@@ -93,7 +93,7 @@ def main() -> int:
                                          str(a.profile), "--nonblocking"], stdout=subprocess.DEVNULL,
                                         stderr=subprocess.DEVNULL)
                 time.sleep(1.0)  # py-spy attached
-            core = app.app.state.cp
+            core = app.app.app.state.cp
             commits0 = core.submits.commits
             failed: list[str] = []
 

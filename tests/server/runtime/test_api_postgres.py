@@ -62,7 +62,7 @@ class Two:
     def close(self) -> None:
         for c in self.workers:
             c.__exit__(None, None, None)
-            c.app.app.state.cp.store.close()  # type: ignore[attr-defined] - Signed(app): the worker's store
+            c.app.app.app.state.cp.store.close()  # type: ignore[attr-defined] - Signed(LeanSubmit(app))
         self.core.close()
 
 
@@ -158,7 +158,7 @@ def test_a_commit_by_another_process_wakes_the_core_through_the_database(two: Tw
     core = two.core
     listener = core.rt.listener
     assert listener is not None
-    assert all(w.app.app.state.cp.wake is None for w in two.workers)  # type: ignore[attr-defined] - Signed(app)
+    assert all(w.app.app.app.state.cp.wake is None for w in two.workers)  # type: ignore[attr-defined] - Signed(Lean..)
     listener.start()
     wake = core.cp.wake
     for n in (1, 2):

@@ -580,7 +580,7 @@ def test_a_workers_submits_wait_their_turn_among_the_workers_and_count_it_as_the
     from fairpod.store.waits import WRITE_WAITS
 
     a, c = pair
-    w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
+    w = c.app.app.app.state.cp  # type: ignore[attr-defined] - the WorkerCore (Signed -> LeanSubmit -> FastAPI)
     assert w.turn is not None
     before = WRITE_WAITS.figures()["sum"]
     other = os.open(a.home / "submit-writers.lock", os.O_RDWR)  # another worker's hold of the turn
@@ -617,7 +617,7 @@ def test_concurrent_submits_in_a_worker_are_one_transaction_each_answered_as_if_
     from fairpod.server.runtime.wakes import Wakes
 
     a, c = pair
-    w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
+    w = c.app.app.app.state.cp  # type: ignore[attr-defined] - the WorkerCore (Signed -> LeanSubmit -> FastAPI)
     writes: list[str] = []
     event.listen(w.store.engine, "before_cursor_execute",
                  lambda conn, cur, sql, *_: writes.append(sql) if sql == "BEGIN IMMEDIATE" else None)
@@ -693,7 +693,7 @@ def test_a_workers_waits_for_the_write_lock_reach_the_cores_metrics(pair: tuple[
     from fairpod.server.runtime.wakes import Wakes
 
     a, c = pair
-    w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
+    w = c.app.app.app.state.cp  # type: ignore[attr-defined] - the WorkerCore (Signed -> LeanSubmit -> FastAPI)
     began = threading.Event()
     event.listen(w.store.engine, "before_cursor_execute",
                  lambda conn, cur, sql, *_: began.set() if sql == "BEGIN IMMEDIATE" else None)
@@ -739,7 +739,7 @@ def test_a_workers_submit_reads_no_row_back_for_its_answer(pair: tuple[Api, Test
     from sqlalchemy import event
 
     a, c = pair
-    w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
+    w = c.app.app.app.state.cp  # type: ignore[attr-defined] - the WorkerCore (Signed -> LeanSubmit -> FastAPI)
     auth = {"Authorization": f"Bearer {a.token}"}
     said: list[str] = []
     event.listen(w.store.engine, "before_cursor_execute", lambda conn, cur, sql, *_: said.append(sql))
@@ -787,7 +787,7 @@ def test_a_workers_submit_is_one_transaction_checked_against_the_spec_stored_whe
     from sqlalchemy import event
 
     a, c = pair
-    w = c.app.app.state.cp  # type: ignore[attr-defined] - the worker's WorkerCore (Signed -> FastAPI)
+    w = c.app.app.app.state.cp  # type: ignore[attr-defined] - the WorkerCore (Signed -> LeanSubmit -> FastAPI)
     auth = {"Authorization": f"Bearer {a.token}"}
     begins: list[str] = []
     event.listen(w.store.engine, "before_cursor_execute",

@@ -145,9 +145,14 @@ def remembered(store: Queries, request: Request, spec: ClusterSpec | None) -> Pr
     """The caller, when :func:`authenticate` would answer it from what this process verified a moment ago (a
     bearer token, ``Queries.verified_token``) without reading the database; None when only it can tell (any other
     credential, an identity of ``cluster.identity: unix``, a token not verified here lately or due its touch)."""
+    return remembered_bearer(store, request.headers.get("authorization", ""), spec)
+
+
+def remembered_bearer(store: Queries, authorization: str, spec: ClusterSpec | None) -> Principal | None:
+    """:func:`remembered` of a request whose ``Authorization`` header is ``authorization`` ("" without one)."""
     if spec is not None and spec.cluster.identity == "unix":
         return None
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    scheme, _, token = authorization.partition(" ")
     token = token.strip()
     if scheme.lower() != "bearer" or not token or token.startswith("fpj."):
         return None

@@ -32,7 +32,7 @@ from fairpod.server.api import (
     routes_spec,
     routes_static,
 )
-from fairpod.server.api.limits import PROBLEM_RESPONSES, BodyLimit, allowed_methods
+from fairpod.server.api.limits import PROBLEM_RESPONSES, TOO_LARGE, BodyLimit, TooLarge, allowed_methods
 from fairpod.server.core.api import Core
 from fairpod.server.errors import HTTP_STATUS, Problem, http_problem
 from fairpod.server.keepers import diskfull, outage
@@ -94,6 +94,10 @@ def add_problem_handlers(app: FastAPI) -> None:
 
     for known in HTTP_STATUS:  # domain and store errors: one table (server.errors)
         app.add_exception_handler(known, _known)
+
+    @app.exception_handler(TooLarge)
+    async def _large(_: Request, e: TooLarge) -> JSONResponse:
+        return problem(413, TOO_LARGE, str(e.detail))
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, e: RequestValidationError) -> JSONResponse:

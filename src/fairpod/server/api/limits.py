@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import FastAPI, Query
 from pydantic import BeforeValidator
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_ID = 2**63 - 1
@@ -90,24 +91,37 @@ class BodyLimit:
             if msg["type"] == "http.request":
                 seen += len(msg.get("body", b""))
                 if seen > self.limit:
-                    raise _TooLarge
+                    raise TooLarge(self.limit)
             return msg
 
         try:
             await self.app(scope, counted, send)
-        except _TooLarge:
+        except TooLarge:
             await _too_large(send, self.limit)
 
 
-class _TooLarge(Exception):
-    pass
+class TooLarge(HTTPException):
+    """A body that grew past the limit while a route read it (sent in chunks, without a Content-Length). An
+    HTTPException, so that FastAPI's body reading lets it through (it answers any other error there with its own
+    400, "There was an error parsing the body") to the app's handler (``app.add_problem_handlers``): the same 413
+    as one declared too large."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, too_large_detail(limit))
+
+
+TOO_LARGE = "request body too large"
+
+
+def too_large_detail(limit: int) -> str:
+    return f"the request body is over {limit} bytes"
 
 
 async def _too_large(send: Send, limit: int) -> None:
     import json
 
-    body = json.dumps({"type": "about:blank", "title": "request body too large", "status": 413,
-                       "detail": f"the request body is over {limit} bytes"}).encode()
+    body = json.dumps({"type": "about:blank", "title": TOO_LARGE, "status": 413,
+                       "detail": too_large_detail(limit)}).encode()
     await send({"type": "http.response.start", "status": 413,
                 "headers": [(b"content-type", b"application/problem+json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from fairpod.model.jobs import JobSpec, JobState
-from fairpod.server.access.auth import Auth, current_principal, require_team
+from fairpod.server.access.auth import Auth, Principal, current_principal, require_team
 from fairpod.server.access.jobtoken import JobTokenJob, job_for_token
 from fairpod.server.api import array_refs
 from fairpod.server.api.api_rules import JOB_FIELDS, JOB_FITS, PRIORITY_CLASS, SERVICE_QUOTA, rules
@@ -20,6 +20,8 @@ from fairpod.server.api.views import job_view, replicas_view
 from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
 from fairpod.store import Job
+
+KEY_MAX, KEY_PATTERN = 255, r"^[\x21-\x7e]+$"  # an Idempotency-Key: printable ASCII without spaces
 
 
 class ArraySubmit(BaseModel):
@@ -52,31 +54,37 @@ def as_json(data: dict[str, Any], status_code: int = 200, headers: dict[str, str
     return JSONResponse(data, status_code=status_code, headers=headers)
 
 
+async def submitted(cp: Core, spec: JobSpec, p: Principal, idempotency_key: str | None) -> JSONResponse:
+    """A submit's answer once its caller, body and key are valid: the route's, and an API worker's lean door's
+    (:mod:`fairpod.server.api.lean_submit`) with the same errors (:class:`Problem`, the store's)."""
+    require_team(p, spec.team)
+    # the submit and its view where it is written (a thread), awaited here; not created: an earlier one
+    # with the key created it
+    job, created, view = await cp.submit_answered(spec, p.name, idempotency_key,
+                                                  lambda job: job_view(cp, job, detail=True, reader=p))
+    if job.name != spec.name or job.team != spec.team:
+        raise Problem(409, "idempotency key reused",
+                      f"Idempotency-Key {idempotency_key!r} was used for job {job.team}/{job.name}")
+    if not created:  # the first submit's job, as it is now: 200, not 201
+        return as_json(view, 200, {"Idempotent-Replayed": "true"})
+    return as_json(view, 201)
+
+
 def add_routes(api: APIRouter, cp: Core) -> None:
     @api.post("/jobs", status_code=201, tags=["jobs"], response_model=dict[str, Any],
               openapi_extra=rules({400: [JOB_FITS], 422: [JOB_FIELDS, SERVICE_QUOTA]}))
     async def submit_job(spec: JobSpec, p: Auth,
-                         idempotency_key: str | None = Header(default=None, max_length=255,
-                                                              pattern=r"^[\x21-\x7e]+$",
+                         idempotency_key: str | None = Header(default=None, max_length=KEY_MAX,
+                                                              pattern=KEY_PATTERN,
                                                               description="a retry with the same key returns the "
                                                                           "first job instead of submitting another"),
                          ) -> JSONResponse:
-        require_team(p, spec.team)
-        # the submit and its view where it is written (a thread), awaited here; not created: an earlier one
-        # with the key created it
-        job, created, view = await cp.submit_answered(spec, p.name, idempotency_key,
-                                                      lambda job: job_view(cp, job, detail=True, reader=p))
-        if job.name != spec.name or job.team != spec.team:
-            raise Problem(409, "idempotency key reused",
-                          f"Idempotency-Key {idempotency_key!r} was used for job {job.team}/{job.name}")
-        if not created:  # the first submit's job, as it is now: 200, not 201
-            return as_json(view, 200, {"Idempotent-Replayed": "true"})
-        return as_json(view, 201)
+        return await submitted(cp, spec, p, idempotency_key)
 
     @api.post("/jobs/array", status_code=201, tags=["jobs"], openapi_extra=rules({400: [JOB_FITS, ARRAY], 422: [JOB_FIELDS, SERVICE_QUOTA]}))
     def submit_job_array(body: ArraySubmit, p: Auth, response: Response,
-                         idempotency_key: str | None = Header(default=None, max_length=255,
-                                                              pattern=r"^[\x21-\x7e]+$"),
+                         idempotency_key: str | None = Header(default=None, max_length=KEY_MAX,
+                                                              pattern=KEY_PATTERN),
                          ) -> dict[str, Any]:
         """Submit a job array in one request: one job ``NAME-INDEX`` per index, each with FAIRPOD_ARRAY_TASK_ID
         and SLURM_ARRAY_TASK_ID (and the array's id, count, min and max) in its env."""

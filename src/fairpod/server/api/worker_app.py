@@ -5,7 +5,8 @@ same authentication, validation and views) over its view of the cluster (``serve
 submit (``POST /api/v1/jobs``), list-jobs (``GET /api/v1/jobs``) and get-job (``GET /api/v1/jobs/{ref}``).
 Every other request goes unchanged (method, path and query, headers with the caller's credentials, body) to the
 core process on its private loopback port, and its answer comes back as it comes, streamed (a followed log).
-Every answer that passed a worker says which in ``Fairpod-Api-Worker`` (its PID).
+Every answer that passed a worker says which in ``Fairpod-Api-Worker`` (its PID). A submit valid as it comes is
+answered before FastAPI's machinery by :mod:`fairpod.server.api.lean_submit`, with the route's own code.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from fairpod import __version__
 from fairpod.server.api import routes_jobs
 from fairpod.server.api.app import add_problem_handlers, problem
+from fairpod.server.api.lean_submit import LeanSubmit
 from fairpod.server.api.limits import PROBLEM_RESPONSES, BodyLimit
 from fairpod.server.core.api import Core
 
@@ -94,7 +96,7 @@ def create_worker_app(cp: Core, job_secret: bytes, core_url: str) -> FastAPI:
         return out
 
     app.add_route("/{path:path}", forward, methods=METHODS, include_in_schema=False)
-    return Signed(app)  # type: ignore[return-value]  # an ASGI app uvicorn serves as it serves FastAPI's
+    return Signed(LeanSubmit(app, cp))  # type: ignore[return-value]  # an ASGI app uvicorn serves as it serves FastAPI's
 
 
 __all__ = ["SERVED", "create_worker_app"]
