@@ -9,12 +9,13 @@ unfinished job of that name if there is one, else the most recently submitted on
 
 from __future__ import annotations
 
+import json
 import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any
 
-from sqlalchemy import bindparam, func, insert, select, update
+from sqlalchemy import Text, bindparam, cast, func, insert, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -113,7 +114,8 @@ def _spec_of(r: Any) -> JobSpec:
     hit = _SPECS.get(r.id)
     if hit is not None and hit[0] == r.updated_at:
         return hit[1]
-    spec = stored_spec(r.spec)
+    data = r.spec  # the column as text where read through _ROWS (decoded only here, on a miss), else a dict
+    spec = stored_spec(json.loads(data) if isinstance(data, str) else data)
     if hit is None and len(_SPECS) >= _SPECS_MAX:
         _SPECS.clear()
     _SPECS[r.id] = (r.updated_at, spec)
@@ -198,6 +200,10 @@ def _filtered(q: Any, team: str | Iterable[str] | None, state: JobState | str | 
 
 _JOBS = table(JobRow)
 _COUNTERS = table(CounterRow)
+# the jobs' columns with the spec as its text (decoded by _spec_of only when its cached spec is not that row's):
+# a page of 100 jobs decoded every spec's JSON before the cache was asked, ~30 % of a list's read in an API worker
+# (benchmarks/README.md, "A list page's specs from the cache")
+_ROWS = [cast(c, Text).label(c.name) if c.name == "spec" else c for c in _JOBS.c]
 _INSERT_JOB = insert(_JOBS)
 _ACTIVE_NAMED = (select(_JOBS.c.id).where(_JOBS.c.team == bindparam("t"), _JOBS.c.name == bindparam("n"),
                                            _JOBS.c.state.not_in(FINISHED_STATES)).limit(1))  # fmt: skip
@@ -279,7 +285,7 @@ class JobOps(Ops):
         out: dict[int, Job] = {}
         with self._session(False) as s:
             for i in range(0, len(ids), 500):
-                for r in s.connection().execute(select(_JOBS).where(_JOBS.c.id.in_(ids[i : i + 500]))):
+                for r in s.connection().execute(select(*_ROWS).where(_JOBS.c.id.in_(ids[i : i + 500]))):
                     out[r.id] = to_job(r)  # type: ignore[arg-type]  # a Core row has the same attributes
         return out
 
@@ -296,7 +302,7 @@ class JobOps(Ops):
         descending: bool = False,
     ) -> list[Job]:
         """Jobs matching every given filter, in submission order (``seq``; newest first if ``descending``)."""
-        q = _filtered(select(_JOBS), team, state, instance_type, name, finished)  # Core rows: no ORM objects
+        q = _filtered(select(*_ROWS), team, state, instance_type, name, finished)  # Core rows: no ORM objects
         q = q.order_by(JobRow.seq.desc() if descending else JobRow.seq)
         if offset:
             q = q.offset(offset)
