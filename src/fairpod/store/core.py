@@ -5,7 +5,7 @@ gives a ``Tx`` with the same methods that all run in one transaction (committed 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 
 from sqlalchemy import Engine, func, select
@@ -27,6 +27,7 @@ from fairpod.store.submitted import SubmitOps
 from fairpod.store.tables import CounterRow, JobRow
 from fairpod.store.unfinished import UnfinishedOps
 from fairpod.store.usage import UsageOps
+from fairpod.store.writers import WritersTurn
 
 
 class _AllOps(ClusterOps, NodeOps, JobOps, SubmitOps, UnfinishedOps, JobLookupOps, EventOps, AuthOps, UsageOps,
@@ -72,6 +73,9 @@ class Store(_AllOps):
         self._read, self._write = session_makers(self.engine)
         # run at the start of every write transaction; raises to refuse it (a standby's lease: store.lease)
         self.fence: Callable[[Session], None] | None = None
+        # SQLite shared by processes of one home (the core, its API workers): each write transaction waits its turn
+        # here first, not in SQLite's busy handler (store.writers; set by the composition root)
+        self.turn: WritersTurn | None = None
 
     @property
     def dialect(self) -> str:
@@ -83,7 +87,7 @@ class Store(_AllOps):
 
     @contextmanager
     def _fenced(self) -> Iterator[Session]:
-        with transaction(self._write) as s:
+        with self.turn.held() if self.turn is not None else nullcontext(), transaction(self._write) as s:
             if self.fence is not None:
                 self.fence(s)
             yield s

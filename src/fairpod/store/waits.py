@@ -5,8 +5,9 @@ holds the database's one write lock, after the busy handler's retries: its time 
 writers (the core's turn, an API worker's group of submits, another process). PostgreSQL's transactions wait on
 the rows they write, not at their start: nothing is timed there. ``/metrics`` shows the figures as
 ``fairpod_store_write_wait_seconds``, per process: the core's own (``WRITE_WAITS``) and what each API worker
-reported with its last wake of the core (``report``; docs/metrics.md). An API worker first waits its turn among
-the workers (``server.core.submit_writer.WritersTurn``): that wait is carried into its transaction's (``carry``).
+reported with its last wake of the core (``report``; docs/metrics.md). With API workers every writer of the home
+first waits its turn among them (``store.writers.WritersTurn``): that wait is carried into its transaction's
+(``carry``).
 """
 
 from __future__ import annotations

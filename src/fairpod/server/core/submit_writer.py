@@ -16,20 +16,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
-import os
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from fairpod.model.jobs import JobSpec
 from fairpod.server.core.submits import Submit
 from fairpod.store.records import Job
-from fairpod.store.waits import WRITE_WAITS
 
 log = logging.getLogger("fairpod.worker")
 
@@ -119,30 +114,6 @@ class SubmitWriter:
         _post(answers)
 
 
-class WritersTurn:
-    """One API worker's submit transaction at a time on one SQLite database, by an exclusive ``flock`` on
-    ``path`` (in the server's home), taken before ``BEGIN IMMEDIATE``. Without it the workers met at SQLite's
-    write lock itself, whose waiter sleeps and polls (SQLite's busy handler: 1, 2, 5, 10, 15, 20, 25 ms …
-    apart): the lock often lay free while a worker slept, and a waiting group's submits waited the rest of the
-    sleep. A worker waiting here wakes when the other's commit lets the lock go. The core's own transactions
-    still meet the workers at SQLite's lock. The kernel releases the lock of a worker that dies."""
-
-    def __init__(self, path: Path) -> None:
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self._mu = threading.Lock()  # flock is the process's: threads of one worker take turns here first
-
-    @contextlib.contextmanager
-    def held(self) -> Iterator[None]:
-        with self._mu:
-            t0 = time.perf_counter()
-            fcntl.flock(self._fd, fcntl.LOCK_EX)
-            WRITE_WAITS.carry(time.perf_counter() - t0)  # the transaction's wait for the write lock begins here
-            try:
-                yield
-            finally:
-                fcntl.flock(self._fd, fcntl.LOCK_UN)
-
-
 def _post(answers: list[tuple[Asked, Any, BaseException | None]]) -> None:
     """Hand each answer (its result or its error) back to the loop its caller waits in: one callback a loop."""
     by_loop: dict[asyncio.AbstractEventLoop, list[tuple[Asked, Any, BaseException | None]]] = {}
@@ -164,4 +135,4 @@ def _settle(items: list[tuple[Asked, Any, BaseException | None]]) -> None:
             a.future.set_result(result)
 
 
-__all__ = ["GROUP", "SubmitWriter", "WritersTurn"]
+__all__ = ["GROUP", "SubmitWriter"]

@@ -15,7 +15,6 @@ borrows now) is the core's: a worker's answers leave those out (``engine_memory`
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
@@ -35,13 +34,14 @@ from fairpod.server.core.facts import Facts, LiveFacts
 from fairpod.server.core.memory import add_nodes, checkpoint_root_of
 from fairpod.server.core.published import AsOf
 from fairpod.server.core.queries import Queries
-from fairpod.server.core.submit_writer import SubmitWriter, WritersTurn
+from fairpod.server.core.submit_writer import SubmitWriter
 from fairpod.server.core.submits import Submit, SubmitQueue
 from fairpod.server.core.transitions.submit import check, commit_group, write_submits
 from fairpod.server.errors import WrongState
 from fairpod.store import Store
 from fairpod.store.records import Job
 from fairpod.store.waits import WRITE_WAITS
+from fairpod.store.writers import writers_turn
 
 log = logging.getLogger("fairpod.worker")
 T = TypeVar("T")
@@ -102,8 +102,9 @@ class WorkerCore:
         self._writer = threading.Lock()  # held while a group of submits is written (submit)
         self.submits = SubmitQueue()  # submits waiting for the writer: written together
         self.writer = SubmitWriter(self._asked, self._write_group)  # the submit route's: one thread writes
-        # SQLite: the workers of this home write their submits in turns (a lock that wakes its waiter)
-        self.turn = WritersTurn(self.home / "submit-writers.lock") if store.dialect == "sqlite" else None
+        # SQLite: the writers of this home (the workers, the core) write in turns (a lock that wakes its waiter)
+        if store.dialect == "sqlite" and store.turn is None:
+            store.turn = writers_turn(self.home)
         self._version = -1
         self.spec: ClusterSpec
         self.snap: Snapshot
@@ -184,8 +185,7 @@ class WorkerCore:
 
     def _write(self, group: list[Submit]) -> None:
         """One transaction of the core's (``write_submits``); each submit then holds its answer."""
-        with self.turn.held() if self.turn is not None else contextlib.nullcontext():
-            answers = write_submits(self, group, notify=True, fresh=self.refresh)
+        answers = write_submits(self, group, notify=True, fresh=self.refresh)  # (in the home's turn: Store.turn)
         self.submits.commits += 1
         self.submits.written += len(group)
         for r, job, err, created in answers:

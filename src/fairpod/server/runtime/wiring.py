@@ -35,6 +35,7 @@ from fairpod.server.runtime.steadyclock import control_clock
 from fairpod.store import Store
 from fairpod.store.db import use_clock
 from fairpod.store.notify import Listener
+from fairpod.store.writers import writers_turn
 
 # the store's meta key where a core that takes in others' submits keeps its executor's Traits (read by `fairpod api`)
 TRAITS_META = "core_executor_traits"
@@ -120,6 +121,8 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
     # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
     # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
     store = Store(url, synchronous="NORMAL")
+    if api_workers and store.dialect == "sqlite":  # its workers write too: every writer of the home in turns
+        store.turn = writers_turn(home)
     if elector is not None:
         elector.guard(store)
         executor = cast(Executor, FencedExecutor(executor, elector))
