@@ -38,7 +38,7 @@ from datacenter import SHAPES, TYPES, spec_yaml  # noqa: E402
 from fairpod.executors.base import Traits  # noqa: E402
 from fairpod.executors.timed import TimedExecutor  # noqa: E402
 from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
-from fairpod.model.spec import load_spec  # noqa: E402
+from fairpod.model.spec import ClusterSpec, load_spec  # noqa: E402
 from fairpod.server.core import Foreign, WorkerCore  # noqa: E402
 from fairpod.server.nodes import sync_nodes  # noqa: E402
 from fairpod.server.runtime import heap  # noqa: E402
@@ -51,6 +51,19 @@ def job(name: str, team: int, teams: int, shape: tuple[int, int], seconds: float
     return JobSpec(name=name, team=f"t{team % teams:03d}", instance_type=f"dc{team % TYPES}", nodes=nodes,
                    accelerators=acc, command=["sleep", f"{seconds:g}"],
                    env={"FAIRPOD_BENCH_DURATION": f"{seconds:g}"}, termination_grace_seconds=1)
+
+
+def datacenter_store(tmp: Path, nodes: int, teams: int) -> tuple[Store, ClusterSpec]:
+    """A SQLite store in ``tmp`` holding the datacenter benchmark's spec (``nodes`` nodes, ``teams`` teams) and its
+    nodes; the spec."""
+    path = tmp / "spec.yaml"
+    path.write_text(spec_yaml(nodes, teams))
+    spec = load_spec(str(path))
+    store = Store(f"sqlite:///{tmp}/fairpod.db")
+    store.create_all()
+    sync_nodes(store, spec)
+    store.put_spec(spec)
+    return store, spec
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -77,13 +90,7 @@ def main() -> None:
     rng = random.Random(47)
     durations = (args.min_duration, args.max_duration)
     with tempfile.TemporaryDirectory(prefix="fairpod-turns-") as tmp:
-        path = Path(tmp) / "spec.yaml"
-        path.write_text(spec_yaml(args.nodes, args.teams))
-        spec = load_spec(str(path))
-        store = Store(f"sqlite:///{tmp}/fairpod.db")
-        store.create_all()
-        sync_nodes(store, spec)
-        store.put_spec(spec)
+        store, spec = datacenter_store(Path(tmp), args.nodes, args.teams)
         running_guess = args.nodes * 8 // 3  # ~3 accelerators a job on average: fill the cluster too
         stored, array, t0 = 0, 1, time.perf_counter()
         per_array = 50

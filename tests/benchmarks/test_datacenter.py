@@ -63,3 +63,16 @@ def test_the_worker_submit_benchmark_prints_its_figures():
     d = json.loads(r.stdout.strip().splitlines()[-1])
     assert d["benchmark"] == "worker_submit" and d["submits"] == 20 and d["cpu_ms_per_submit"] > 0
     assert d["sql"]["INSERT"] >= 3 * 20 and d["transactions_per_submit"] >= 1
+
+
+def test_the_list_page_benchmark_prints_its_figures():
+    """benchmarks/list_page.py: the store's read of a list page, its specs cached and not."""
+    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "list_page.py"), "--jobs", "300", "--teams", "3",
+                        "--pages", "5"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    d = json.loads(r.stdout.strip().splitlines()[-1])
+    assert d["benchmark"] == "list_page" and d["jobs"] == 300 and d["jobs_per_page"] == 100
+    assert d["uncached_p99_ms"] >= d["uncached_p50_ms"] > 0 and d["cached_p99_ms"] >= d["cached_p50_ms"] > 0
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "list_page.py"), "--pages", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--pages in 1..100000" in bad.stderr.strip().splitlines()[-1]
