@@ -20,26 +20,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from datacenter import TYPES, spec_yaml  # noqa: E402
+from datacenter import TYPES  # noqa: E402
 from fairpod.executors.timed import TimedExecutor  # noqa: E402
 from fairpod.model.jobs import JobSpec, resolve_job  # noqa: E402
-from fairpod.model.spec import load_spec  # noqa: E402
 from fairpod.server import runs  # noqa: E402
-from fairpod.server.nodes import sync_nodes  # noqa: E402
 from fairpod.server.runtime.wiring import control_plane  # noqa: E402
-from fairpod.store import Store  # noqa: E402
+from turn_cost import datacenter_store  # noqa: E402
 
 
 def one(nodes: int, teams: int) -> tuple[int, float, float, int]:
     """(admitted, turn wall s, turn CPU s, runs serialized) of one fresh store."""
     with tempfile.TemporaryDirectory(prefix="fairpod-admit-") as tmp:
-        path = Path(tmp) / "spec.yaml"
-        path.write_text(spec_yaml(nodes, teams))
-        spec = load_spec(str(path))
-        store = Store(f"sqlite:///{tmp}/fairpod.db")
-        store.create_all()
-        sync_nodes(store, spec)
-        store.put_spec(spec)
+        store, spec = datacenter_store(Path(tmp), nodes, teams)
         per_type = [nodes // TYPES + (1 if i < nodes % TYPES else 0) for i in range(TYPES)]
         array = 1
         for it, n in enumerate(per_type):  # one whole-node job per node, spread over the type's teams
