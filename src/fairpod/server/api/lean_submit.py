@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from fairpod.model.jobs import JobSpec
-from fairpod.server.access.auth import remembered_bearer
+from fairpod.server.access.auth import Principal, remembered_bearer
 from fairpod.server.api.app import problem
 from fairpod.server.api.limits import MAX_BODY
 from fairpod.server.api.routes_jobs import KEY_MAX, KEY_PATTERN, submitted
@@ -84,7 +83,7 @@ class LeanSubmit:
             if not msg.get("more_body", False):
                 return b"".join(parts)
 
-    def _asked(self, head: dict[bytes, bytes], body: bytes) -> tuple[JobSpec, Any, str | None] | None:
+    def _asked(self, head: dict[bytes, bytes], body: bytes) -> tuple[JobSpec, Principal, str | None] | None:
         """(the job, its caller, its key) when FastAPI would take all three as they are; None otherwise."""
         kind = head.get(b"content-type", b"").decode("latin-1").partition(";")[0].strip().lower()
         if kind != _JSON or not body:

@@ -41,7 +41,6 @@ from fairpod.server.errors import WrongState
 from fairpod.store import Store
 from fairpod.store.records import Job
 from fairpod.store.waits import WRITE_WAITS
-from fairpod.store.writers import writers_turn
 
 log = logging.getLogger("fairpod.worker")
 T = TypeVar("T")
@@ -102,9 +101,6 @@ class WorkerCore:
         self._writer = threading.Lock()  # held while a group of submits is written (submit)
         self.submits = SubmitQueue()  # submits waiting for the writer: written together
         self.writer = SubmitWriter(self._asked, self._write_group)  # the submit route's: one thread writes
-        # SQLite: the writers of this home (the workers, the core) write in turns (a lock that wakes its waiter)
-        if store.dialect == "sqlite" and store.turn is None:
-            store.turn = writers_turn(self.home)
         self._version = -1
         self.spec: ClusterSpec
         self.snap: Snapshot
@@ -185,7 +181,7 @@ class WorkerCore:
 
     def _write(self, group: list[Submit]) -> None:
         """One transaction of the core's (``write_submits``); each submit then holds its answer."""
-        answers = write_submits(self, group, notify=True, fresh=self.refresh)  # (in the home's turn: Store.turn)
+        answers = write_submits(self, group, notify=True, fresh=self.refresh)  # in the home's turn on SQLite (Store.turn)
         self.submits.commits += 1
         self.submits.written += len(group)
         for r, job, err, created in answers:

@@ -121,8 +121,8 @@ def _build(home: Path, url: str, executor: Executor, api_url: str, health: bool,
     # WAL with synchronous=NORMAL: a commit survives a crash of this process (what the replicas and the
     # tests rely on); only an OS crash or power cut may lose the last commits, never the database's integrity.
     store = Store(url, synchronous="NORMAL")
-    if api_workers and store.dialect == "sqlite":  # its workers write too: every writer of the home in turns
-        store.turn = writers_turn(home)
+    if api_workers:  # its workers write too
+        _in_turns(store, home)
     if elector is not None:
         elector.guard(store)
         executor = cast(Executor, FencedExecutor(executor, elector))
@@ -165,11 +165,19 @@ def build_worker(home: Path, url: str, traits: Traits, core_url: str, secret: by
     from fairpod.server.api.worker_app import create_worker_app
 
     store = Store(url, synchronous="NORMAL")
+    _in_turns(store, home)
     secret = job_secret(home, store) if secret is None else secret
     # PostgreSQL: the submit's commit notifies the core (fairpod.store.notify); SQLite: a datagram on `wake`
     poke = None if store.dialect == "postgresql" or wake is None else Poke(wake)
     cp = WorkerCore(store, home, traits, poke)
     return create_worker_app(cp, secret, core_url)  # type: ignore[arg-type]  # the part of Core the job routes use
+
+
+def _in_turns(store: Store, home: Path) -> None:
+    """On SQLite, ``store``'s write transactions take their turn among every writer of ``home`` (the core and its
+    API workers, :mod:`fairpod.store.writers`); PostgreSQL's transactions wait on rows instead."""
+    if store.dialect == "sqlite":
+        store.turn = writers_turn(home)
 
 
 __all__ = ["TRAITS_META", "Runtime", "build", "build_worker", "control_plane", "make_executor"]
