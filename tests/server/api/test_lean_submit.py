@@ -4,6 +4,7 @@ every answer, its own or FastAPI's behind it, is the answer of the core's own ap
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,6 @@ def _view(answer: dict[str, Any]) -> dict[str, Any]:
 def test_a_valid_submit_is_answered_by_the_door_as_fastapis_route_answers_it(
         pair: tuple[Api, TestClient, LeanSubmit]) -> None:
     a, c, door = pair
-    import json
-
     (s1, lean), by_door = _post(c, door, a.token, json.dumps(job("lean-1")), **{"Content-Type": "application/json"})
     assert (s1, by_door) == (201, True)
     # a media type FastAPI reads as JSON and this door leaves to it: the same body, through the route
@@ -75,8 +74,6 @@ def test_a_valid_submit_is_answered_by_the_door_as_fastapis_route_answers_it(
 
 def test_idempotency_keys_through_the_door(pair: tuple[Api, TestClient, LeanSubmit]) -> None:
     a, c, door = pair
-    import json
-
     body = json.dumps(job("keyed"))
     (s1, first), d1 = _post(c, door, a.token, body, **{"Idempotency-Key": "k-1"})
     (s2, again), d2 = _post(c, door, a.token, body, **{"Idempotency-Key": "k-1"})
@@ -117,8 +114,6 @@ def test_every_answer_is_the_cores_own(pair: tuple[Api, TestClient, LeanSubmit],
     """A refusal through the worker, the door's or FastAPI's behind it, is word for word the core app's to the
     same request; the door answers only what it can answer as the route does."""
     a, c, door = pair
-    import json
-
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     path = "/api/v1/jobs" + ("?dry=1" if name == "query" else "")
     if name == "taken":
@@ -151,8 +146,6 @@ def test_callers_the_door_leaves_to_the_app(pair: tuple[Api, TestClient, LeanSub
     """A token not verified by this worker yet, an unknown one, two Authorization headers: authenticated by the
     app as before (its first answer), and a member's submit for another team refused as the core refuses it."""
     a, c, door = pair
-    import json
-
     member = a.member
     body = json.dumps(job("w-other", team="smith"))
     first, by_door = _post(c, door, member, body)  # the worker has not seen this token: the app's thread reads it
