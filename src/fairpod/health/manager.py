@@ -78,6 +78,8 @@ class HealthManager:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._wake = threading.Event()
+        self._kinds: dict[tuple[str, str], tuple[int, bool, Any]] = {}  # (type, group) -> what a probe expects
+        self._kinds_of: object = None  # the spec they were worked out under
         self._thread: threading.Thread | None = None
         self.scratch = str(cp.home)
 
@@ -138,19 +140,32 @@ class HealthManager:
     def probe(self, node: str, nd: Any = None) -> Probe:
         """The node's probe; ``nd``: its record when the caller has just read it."""
         nd = nd if nd is not None else self.cp.queries.get_node(node)
-        cat = self.cp.spec.catalog()
-        itype = cat.get(nd.instance_type) if nd else None
-        acc = itype.accelerators if itype else 0
-        group = next((g for g in self.cp.spec.cluster.instance_groups if nd and g.name == nd.instance_group), None)
-        real = group is not None and group.accelerators_are == "gpus"
-        if group is not None and group.accelerator_partition_type and group.instance_type in cat:
-            itype = cat[group.instance_type]  # MIG partitions: the node still has its GPUs
-            acc = itype.accelerators
-        th = (group.gpu_thresholds if group and group.gpu_thresholds
-              else gpu_thresholds(itype.accelerator_kind or "") if itype else GENERIC_GPU)
+        acc, real, th = self._kind(nd.instance_type, nd.instance_group) if nd else (0, False, GENERIC_GPU)
         base = Probe(node, self.scratch, acc, virtual_gpus=not real, thresholds=th)
         faults = set(nd.labels.get("injected_faults", [])) if nd else set()
         return Faulty(base, faults) if faults else base
+
+    def _kind(self, instance_type: str, instance_group: str) -> tuple[int, bool, Any]:
+        """(GPUs expected, whether they are real, their thresholds) of a node of ``instance_type`` in
+        ``instance_group`` under the spec now: the same for every node of a group, so worked out once per spec
+        (the agents' round probes every node: 10,000 every 10 s at datacenter size)."""
+        spec = self.cp.spec
+        if spec is not self._kinds_of:
+            self._kinds, self._kinds_of = {}, spec
+        got = self._kinds.get((instance_type, instance_group))
+        if got is None:
+            cat = spec.catalog()
+            itype = cat.get(instance_type)
+            acc = itype.accelerators if itype else 0
+            group = next((g for g in spec.cluster.instance_groups if g.name == instance_group), None)
+            real = group is not None and group.accelerators_are == "gpus"
+            if group is not None and group.accelerator_partition_type and group.instance_type in cat:
+                itype = cat[group.instance_type]  # MIG partitions: the node still has its GPUs
+                acc = itype.accelerators
+            th = (group.gpu_thresholds if group and group.gpu_thresholds
+                  else gpu_thresholds(itype.accelerator_kind or "") if itype else GENERIC_GPU)
+            got = self._kinds[(instance_type, instance_group)] = (acc, real, th)
+        return got
 
     def agent_round(self) -> None:
         now = time.time()

@@ -42,6 +42,9 @@ log = logging.getLogger("fairpod.services")
 
 HOST = "127.0.0.1"  # the local executor's replicas listen on this machine
 PROBE_TIMEOUT = 1.0
+# with no service running, the probe round looks again this often (a service's launch wakes it at once: ``poke``),
+# not every ``interval``: the round takes the core's lock and looks at every live attempt (~30,000 at 10,000 nodes)
+IDLE_WAIT = 2.0
 
 
 @dataclass(frozen=True)
@@ -93,6 +96,7 @@ class Services:
         self.proxies: dict[int, Proxy] = {}
         self._drains: queue.Queue[tuple[int, str, int, list[int], float, float, dict[int, float]]] = queue.Queue()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # the probe round's: a service launched (``poke``), or the stop
         self._threads: list[threading.Thread] = []
         cp.services = self
         self._resume_drains()
@@ -130,8 +134,13 @@ class Services:
             t.start()
             self._threads.append(t)
 
+    def poke(self) -> None:
+        """A service is being launched: the probe round, idle while none ran, looks now."""
+        self._wake.set()
+
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         for t in self._threads:
             t.join(timeout=10)
         for p in list(self.proxies.values()):
@@ -214,10 +223,16 @@ class Services:
             self._stop.wait(0.05)
 
     def _probe_loop(self) -> None:
-        while not self._stop.wait(self.interval):
+        busy = True
+        while True:
+            self._wake.wait(self.interval if busy else IDLE_WAIT)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
             try:
-                self.probe_once()
+                busy = self.probe_once()
             except Exception as e:  # a probe round must never end the thread
+                busy = True
                 if not self.cp.database_lost(e):
                     log.exception("service probes failed")
 
@@ -245,9 +260,11 @@ class Services:
                     ended.add(jid)
         return out, ended
 
-    def probe_once(self) -> None:
-        """One round: probe every live replica, update the endpoint lists, open and close proxies."""
+    def probe_once(self) -> bool:
+        """One round: probe every live replica, update the endpoint lists, open and close proxies. False when
+        there was nothing to probe or close (no service runs)."""
         targets, ended = self._targets()
+        busy = bool(targets or ended or self.proxies)
         # the proxies of ended jobs close first: a space started again is a new job, and its proxy takes the port
         # its last run's proxy had (the space's address, its browser tabs and sessions) only once that one let go
         for jid in ended:
@@ -269,6 +286,7 @@ class Services:
         self._forget_exits(targets, seen)
         if self.stop_idle is not None and any(t.check.space is not None for t in targets):
             self.stop_idle(self.cp)
+        return busy
 
     def _probed(self, t: _Target) -> set[int]:
         """The ranks whose readiness command, run by their supervisors in their sandboxes, passed last (an

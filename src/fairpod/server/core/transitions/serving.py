@@ -69,6 +69,8 @@ def service_env(cp: CoreState, job: Job, run: Run) -> dict[str, str]:
     most += rayjobs.extra_ports(job)  # a Ray Serve service's head: its GCS on one more, the last
     while len(run.ports) < most:
         run.ports.append(free_port())
+    if cp.services is not None:  # its replicas are probed from now on, also where no service ran before
+        cp.services.poke()
     return {PORTS_ENV: ",".join(str(p) for p in run.ports)}
 
 
