@@ -51,13 +51,12 @@ def test_readiness_looks_at_what_its_loop_looked_at() -> None:
     for seed in range(5):
         runs = _varied(3000, seed)
         rng = random.Random(seed)
-        for policy in (None, 30.0):
-            unchecked = {j: (r.attempt if rng.random() < 0.8 else r.attempt + 1, rng.choice([None, 30.0]))
-                         for j, r in runs.items() if rng.random() < 0.9}
-            unchecked[-1] = (0, None)  # an attempt gone from the runs
-            loop = [(jid, run) for jid, run in runs.items()  # the keeper's loop before
-                    if unchecked.get(jid) != (run.attempt, policy) and _awaited(run)]
-            assert to_look(runs, unchecked, policy) == loop and loop
+        unchecked = {j: r.attempt if rng.random() < 0.8 else r.attempt + 1 for j, r in runs.items()
+                     if rng.random() < 0.9}
+        unchecked[-1] = 0  # an attempt gone from the runs
+        loop = [(jid, run) for jid, run in runs.items()  # the keeper's loop before
+                if unchecked.get(jid) != run.attempt and _awaited(run)]
+        assert to_look(runs, unchecked) == loop and loop
 
 
 def test_log_rules_look_at_what_their_loop_looked_at() -> None:

@@ -72,7 +72,7 @@ def pending_counts(snap: Snapshot) -> dict[str, list[int]]:
     queued = {name: len(t.queue) for name, t in snap.teams.items()}
     per_team = queued if sum(queued.values()) == len(snap.pending) else Counter(map(_TEAM, pending))
     few, col = (bad, 1) if n_bad <= len(snap.pending) - n_bad else (reasons.keys() - bad, 0)
-    for team, n in Counter(itertools.compress(map(_TEAM, pending), map(few.__contains__, map(_REASON, pending)))).items():
+    for team, n in Counter(map(_TEAM, itertools.compress(pending, map(few.__contains__, map(_REASON, pending))))).items():
         if team in counts:
             counts[team][col] = n
     for team, n in per_team.items():

@@ -17,7 +17,7 @@ The requeue: the job goes back to Pending with the same attempt (a readiness tim
 
 from __future__ import annotations
 
-from itertools import compress, repeat
+from itertools import compress
 from operator import attrgetter, ne
 from typing import TYPE_CHECKING, Any
 
@@ -58,24 +58,27 @@ class Readiness:
     from the store only the jobs it may act on, not every running job."""
 
     def __init__(self) -> None:
-        self.unchecked: dict[int, tuple[int, float | None]] = {}  # job id -> (attempt, the policy's timeout then)
+        self.unchecked: dict[int, int] = {}  # job id -> its attempt no timeout applies to (under ``policy``)
+        self.policy: float | None = None  # the policy's timeout they were judged under
 
     def tick(self, cp: CoreState) -> None:
         now, policy = cp.clock(), cp.spec.policy.ready_timeout_seconds
+        if policy != self.policy:  # judged under another policy: all of them again
+            self.unchecked.clear()
+            self.policy = policy
         for jid in self.unchecked.keys() - cp.runs.keys():
             del self.unchecked[jid]
-        look = to_look(cp.runs, self.unchecked, policy)
+        look = to_look(cp.runs, self.unchecked)
         cp.store.prefetch(jid for jid, _ in look)  # one query (after a restart: every live attempt at once)
         for jid, run in look:
-            _check(cp, jid, run, now, self.unchecked, policy)
+            _check(cp, jid, run, now, self.unchecked)
 
 
-def to_look(runs: dict[int, Run], unchecked: dict[int, tuple[int, float | None]], policy: float | None
-            ) -> list[tuple[int, Run]]:
-    """The attempts whose readiness is awaited and that are not judged yet (or were judged under another attempt
-    or policy), in the runs' order. The judged ones are nearly all of them (~30,000 at 10,000 nodes) and a Python
-    pass over them cost ~25 ms a turn, so they are told apart in C (map, compress)."""
-    fresh = map(ne, map(unchecked.get, runs), zip(map(attrgetter("attempt"), runs.values()), repeat(policy)))
+def to_look(runs: dict[int, Run], unchecked: dict[int, int]) -> list[tuple[int, Run]]:
+    """The attempts whose readiness is awaited and that are not judged yet (or were judged under another attempt),
+    in the runs' order. The judged ones are nearly all of them (~30,000 at 10,000 nodes) and a Python pass over
+    them cost ~25 ms a turn, so they are told apart in C (map, compress), without a tuple per attempt."""
+    fresh = map(ne, map(unchecked.get, runs), map(attrgetter("attempt"), runs.values()))
     return [(jid, run) for jid, run in compress(runs.items(), fresh) if _awaited(run)]
 
 
@@ -84,8 +87,7 @@ def _awaited(run: Run) -> bool:
     return run.ready_at is None and run.launched and run.stopping is None and not run.restart_due
 
 
-def _check(cp: CoreState, jid: int, run: Run, now: float, unchecked: dict[int, tuple[int, float | None]],
-           policy: float | None) -> None:
+def _check(cp: CoreState, jid: int, run: Run, now: float, unchecked: dict[int, int]) -> None:
     """One attempt whose readiness is awaited (``_awaited``): ready now (noted once), or past its timeout
     (stopped: requeued, or failed past the limit); an attempt no timeout applies to goes into ``unchecked``."""
     job = cp.store.get_job(jid)
@@ -93,7 +95,7 @@ def _check(cp: CoreState, jid: int, run: Run, now: float, unchecked: dict[int, t
         return
     timeout = timeout_of(cp, job)
     if timeout is None:
-        unchecked[jid] = (run.attempt, policy)
+        unchecked[jid] = run.attempt
         return
     missing = not_ready(cp, job, run)
     if not missing:
