@@ -281,6 +281,9 @@ def cluster_view(cp: Core) -> dict[str, Any]:
 def _cluster_view(cp: Core, snap: Snapshot) -> dict[str, Any]:
     capacity = {}
     teams: list[dict[str, Any]] = []
+    # every turn that a reader asked for it lately computes this again (core.published): the spec's teams and
+    # types looked up in dicts made once, not a scan of 500 teams for each of them on each instance type
+    cat, spec_teams = cp.spec.catalog(), {t.name: t for t in cp.spec.teams}
     for it in instance_types(snap):
         nodes = snap.by_type.get(it, [])
         cap = sum(n.cap[0] for n in nodes)
@@ -288,12 +291,12 @@ def _cluster_view(cp: Core, snap: Snapshot) -> dict[str, Any]:
         in_use = sum(n.cap[0] - n.free[0] for n in nodes)
         capacity[it] = {"nodes": len(nodes), "accelerators": cap, "schedulable_accelerators": healthy,
                         "in_use": in_use, "utilization": round(in_use / cap, 4) if cap else 0.0,
-                        "accelerator_kind": (cp.spec.catalog().get(it) or _NO_TYPE).accelerator_kind}
+                        "accelerator_kind": (cat.get(it) or _NO_TYPE).accelerator_kind}
         for f in team_figures(snap, it):
             name, q, u, t = f.team, f.quota[0], f.used[0], snap.teams[f.team]
             if not q and not u:
                 continue
-            spec_team = cp.spec.team(name)
+            spec_team = spec_teams.get(name)
             teams.append({
                 "team": name, "group": t.path[0] if t.path else None, "instance_type": it, "quota": q, "in_use": u,
                 "borrowed": f.borrowed[0], "borrowed_from": f.borrowed_from, "lent": f.lent,
