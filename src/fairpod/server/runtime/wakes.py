@@ -19,18 +19,12 @@ from __future__ import annotations
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable
 
 from fairpod.store import waits
 
 MAX_DATAGRAM = 4096  # what a wake may carry; a longer one is cut and its body ignored (the wake still counts)
 DRAIN = 256  # datagrams taken at once after the first: one wake of the loop and one report per worker for them
-# after each burst the reader rests this long, so the wakes that come meanwhile are read as one burst: at 1,000
-# submits/s each datagram read alone took the interpreter's lock from the core's turn, a switch each (the loop's
-# pace delays a turn far longer than this anyway; a datagram that finds the queue full is dropped, and one queued
-# before it wakes the loop)
-REST = 0.01
 
 
 class Wakes:
@@ -72,7 +66,6 @@ class Wakes:
                     last[said["pid"]] = said.get("write_waits")
             for pid, figures in last.items():
                 waits.report(f"worker-{pid}", figures)
-            time.sleep(REST)
 
     def close(self) -> None:
         self._closing = True
