@@ -9,48 +9,21 @@ from __future__ import annotations
 import queue
 import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
-from fairpod.executors.local import LocalExecutor
 from fairpod.model.jobs import JobSpec
 from fairpod.model.services import ServiceSpec
-from fairpod.model.spec import parse_spec
 from fairpod.server.core import ControlPlane
 from fairpod.server.core.transitions import services as services_mod
 from fairpod.server.core.transitions.services import Services
-from fairpod.server.nodes import sync_nodes
-from fairpod.server.runs import job_key
-from fairpod.server.runtime.wiring import control_plane
-from fairpod.store import Store
 
-SPEC = (Path(__file__).resolve().parents[3] / "examples" / "four" / "spec.yaml").read_text()  # 4 x unit1
 REPLICA = ("import http.server, os\n"
            "http.server.ThreadingHTTPServer(('127.0.0.1', int(os.environ['PORT'])),"
            " http.server.SimpleHTTPRequestHandler).serve_forever()\n")
 
 
-@pytest.fixture
-def cp(tmp_path: Path) -> Iterator[ControlPlane]:
-    store = Store(f"sqlite:///{tmp_path / 'fairpod.db'}")
-    store.create_all()
-    cluster = parse_spec(yaml.safe_load(SPEC))
-    sync_nodes(store, cluster)
-    store.put_spec(cluster)
-    executor = LocalExecutor(tmp_path / "runs")
-    cp = control_plane(store, executor, tmp_path)
-    yield cp
-    for job in store.list_jobs(finished=False):
-        executor.stop(job_key(job), job.attempt, 0.0)
-    executor.close()
-    store.close()
-
-
-def test_an_idle_probe_round_is_woken_by_a_service_launch(cp: ControlPlane, monkeypatch: pytest.MonkeyPatch,
-                                                          tmp_path: Path) -> None:
+def test_an_idle_probe_round_is_woken_by_a_service_launch(cp: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(services_mod, "IDLE_WAIT", 3600.0)
     services = Services(cp, interval=0.05)
     rounds: queue.Queue[bool] = queue.Queue()

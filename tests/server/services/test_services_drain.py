@@ -1,50 +1,23 @@
 """The beginning of a service replica's drain (``server.services.Services.begin_drain``), in-process: a real SQLite
-store, a control plane built in the test, the local executor and real replica processes; the test calls what
-the drain thread calls, and the control plane "dies" where its store write raises."""
+store, a control plane built for the test (``conftest.cp``), the local executor and real replica processes; the
+test calls what the drain thread calls, and the control plane "dies" where its store write raises."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-import yaml
 
-from fairpod.executors.local import LocalExecutor
 from fairpod.model.jobs import JobSpec, JobState
 from fairpod.model.services import ServiceSpec
-from fairpod.model.spec import parse_spec
 from fairpod.server.core import ControlPlane
 from fairpod.server.core.transitions.services import Services
-from fairpod.server.nodes import sync_nodes
-from fairpod.server.runs import job_key
-from fairpod.server.runtime.wiring import control_plane
-from fairpod.store import Store
 
 from ..faults import fail_writes
-
-SPEC = (Path(__file__).resolve().parents[3] / "examples" / "four" / "spec.yaml").read_text()  # 4 x unit1
 
 
 class Died(BaseException):
     """The control plane was killed here (not an Exception: nothing in the plane catches it)."""
-
-
-@pytest.fixture
-def cp(tmp_path: Path) -> Iterator[ControlPlane]:
-    store = Store(f"sqlite:///{tmp_path / 'fairpod.db'}")
-    store.create_all()
-    cluster = parse_spec(yaml.safe_load(SPEC))
-    sync_nodes(store, cluster)
-    store.put_spec(cluster)
-    executor = LocalExecutor(tmp_path / "runs")
-    cp = control_plane(store, executor, tmp_path)
-    yield cp
-    for job in store.list_jobs(finished=False):
-        executor.stop(job_key(job), job.attempt, 0.0)
-    executor.close()
-    store.close()
 
 
 def test_a_drain_is_shown_only_once_its_sigterm_time_is_kept_for_a_restart(cp: ControlPlane) -> None:
