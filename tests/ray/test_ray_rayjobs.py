@@ -89,7 +89,8 @@ def test_a_ray_job_runs_its_own_ray_cluster_on_the_ray_executor_is_preempted_and
                    sys.executable, str(prog), str(out))
     (start,) = wait_for(lambda: notes(out, "start") or ray_server.job("rl")["state"] not in ("Pending", "Running")
                         and [ray_server.job("rl")], 180, "the Ray program to start", ray_server.activity)
-    assert "address" in start, start  # the program's note, not the job ended before it started
+    # the program's note, not the job ended before it started (then its state and reason, whole: pytest cuts a dict)
+    assert "address" in start, f"job rl ended before its program started: {start.get('state')}: {start.get('reason')}"
     job = ray_server.job("rl")
     assert job["kind"] == "ray" and job["borrowed_from"] == {"john": 2}
     given = allocation(ray_server, "rl")
