@@ -86,6 +86,8 @@ def test_nodes_crud(store: Store):
     assert store.get_node("w-1") == u
 
     assert [x.name for x in store.list_nodes()] == ["p-0", "w-0", "w-1"]
+    # the list reads the labels as text and the enums from a table: the same records as one node's read
+    assert store.list_nodes() == [store.get_node(x) for x in ("p-0", "w-0", "w-1")]
     assert [x.name for x in store.list_nodes(instance_group="workers")] == ["w-0", "w-1"]
     assert [x.name for x in store.list_nodes(instance_type=["ml.p5.48xlarge"])] == ["p-0"]
     assert [x.name for x in store.list_nodes(health_status=NodeHealth.SCHEDULABLE)] == ["w-0"]

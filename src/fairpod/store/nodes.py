@@ -28,41 +28,29 @@ NODE_FIELDS: dict[str, f.Conv] = {
 }
 
 
-def to_node(r: NodeRow) -> Node:
-    return Node(
-        name=r.name,
-        instance_group=r.instance_group,
-        instance_type=r.instance_type,
-        health_status=NodeHealth(r.health_status),
-        deep_health_check=None if r.deep_health_check is None else DeepHealthCheck(r.deep_health_check),
-        cordoned=bool(r.cordoned),
-        fault_type=r.fault_type,
-        fault_reason=r.fault_reason,
-        last_check_at=r.last_check_at,
-        labels=dict(r.labels or {}),
-        created_at=r.created_at,
-    )
-
-
-# a list of every node, read by the health agents' round (10,000 nodes every 10 s) and the node views: the labels
-# as their JSON text, decoded only when there are some; the enums from a table, not their constructors
-_ROWS = [cast(c, Text).label(c.name) if c.name == "labels" else c for c in NodeRow.__table__.c]
-if tuple(c.name for c in NodeRow.__table__.c) != ("name", "instance_group", "instance_type", "health_status",
-                                                 "deep_health_check", "cordoned", "fault_type", "fault_reason",
-                                                 "last_check_at", "labels", "created_at"):
-    raise RuntimeError("store.nodes._node: the nodes table's columns changed; read them in their new order")
-_HEALTH = {h.value: h for h in NodeHealth}
+# the columns a node is built from, in the order of :func:`_node`'s parameters
+_COLUMNS = ("name", "instance_group", "instance_type", "health_status", "deep_health_check", "cordoned",
+            "fault_type", "fault_reason", "last_check_at", "labels", "created_at")
+# what ``list_nodes`` selects (every node, read by the health agents' round: 10,000 nodes every 10 s): the labels as
+# their JSON text, decoded only when there are some
+_ROWS = [cast(NodeRow.labels, Text).label("labels") if c == "labels" else getattr(NodeRow, c) for c in _COLUMNS]
+_HEALTH = {h.value: h for h in NodeHealth}  # the enums from a table, not their constructors, for each row
 _DEEP = {d.value: d for d in DeepHealthCheck}
 
 
 def _node(name: str, instance_group: str, instance_type: str, health: str, deep: str | None, cordoned: Any,
-          fault_type: str | None, fault_reason: str | None, last_check_at: float | None, labels: str | None,
-          created_at: float) -> Node:
-    """A node from a row of ``_ROWS`` (the columns in the table's order), as :func:`to_node` builds it."""
+          fault_type: str | None, fault_reason: str | None, last_check_at: float | None,
+          labels: str | dict[str, Any] | None, created_at: float) -> Node:
+    """A node from its columns (``_COLUMNS``); ``labels`` decoded already (an ORM row) or as JSON text (``_ROWS``)."""
+    if isinstance(labels, str):
+        labels = None if labels in ("{}", "null") else json.loads(labels)
     return Node(name, instance_group, instance_type, _HEALTH.get(health) or NodeHealth(health),
                 None if deep is None else _DEEP.get(deep) or DeepHealthCheck(deep), bool(cordoned), fault_type,
-                fault_reason, last_check_at, {} if not labels or labels in ("{}", "null") else dict(json.loads(labels)),
-                created_at)
+                fault_reason, last_check_at, dict(labels or {}), created_at)
+
+
+def to_node(r: NodeRow) -> Node:
+    return _node(*(getattr(r, c) for c in _COLUMNS))
 
 
 def _many(v: Any | Iterable[Any] | None) -> list[Any] | None:
