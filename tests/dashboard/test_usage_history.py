@@ -19,6 +19,14 @@ def test_usage_history_follows_the_cluster(api: Api):
     assert len(h["times"]) == len(john["in_use"]) == 120
     r = api.api("GET", "/usage/history", params={"window": "2h"})
     assert r.status_code == 422 and "1h, 6h, 1d, 7d" in r.json()["detail"]
+    # the cluster page's: the instance groups' series alone, read from their rows only, and the same as in all
+    both = api.api("GET", "/usage/history", params={"window": "1h"}).json()
+    groups = api.api("GET", "/usage/history", params={"window": "1h", "series": "groups"}).json()
+    assert groups["teams"] == [] and groups["now"]["teams"] == []
+    assert groups["groups"] == both["groups"] and groups["times"] == both["times"], (groups["groups"], both["groups"])
+    assert groups["now"]["groups"][0]["acc"] == 8
+    r = api.api("GET", "/usage/history", params={"window": "1h", "series": "teams-only"})
+    assert r.status_code == 422 and "all, groups" in r.json()["detail"]
 
 
 def test_the_figures_now_do_not_wait_for_a_turn_that_holds_the_lock(api: Api):

@@ -14,8 +14,9 @@ from fairpod.store.schema import HEAD
 
 
 def _back_to_0006(con: sqlite3.Connection) -> None:
-    """Undo 0015 (the jobs' incarnation), 0014 (the rollups and an index), 0013 (an index), 0012 (the lease tables)
+    """Undo 0016 (an index), 0015 (the jobs' incarnation), 0014 (the rollups and an index), 0013 (an index), 0012 (the lease tables)
     and 0007 (the array columns) by hand, as a database of revision 0006 has its tables."""
+    con.execute("DROP INDEX ix_jobs_unfinished_state_team")
     con.execute("ALTER TABLE jobs DROP COLUMN incarnation")
     con.execute("DROP TABLE usage_rollups")
     con.execute("DROP INDEX ix_usage_ts")

@@ -35,12 +35,15 @@ class RollupOps(Ops):
             return {int(r): float(t) for r, t in sess.execute(
                 select(UsageRollupRow.res, UsageRollupRow.t0).where(UsageRollupRow.kind == MARK))}
 
-    def list_rollups(self, res: int, t_from: float, t_to: float) -> list[Rollup]:
-        """The rows of the buckets of ``res`` with ``t_from <= t0 < t_to`` (see ``Rollup``), by t0."""
+    def list_rollups(self, res: int, t_from: float, t_to: float, kind: str | None = None) -> list[Rollup]:
+        """The rows of the buckets of ``res`` with ``t_from <= t0 < t_to`` (see ``Rollup``), by t0; ``kind``: of
+        that kind only."""
         with self._session(False) as sess:
             q = (select(*_SELECT).where(UsageRollupRow.res == res, UsageRollupRow.t0 >= t_from,
                                         UsageRollupRow.t0 < t_to, UsageRollupRow.kind != MARK)
                  .order_by(UsageRollupRow.t0))
+            if kind is not None:
+                q = q.where(UsageRollupRow.kind == kind)
             return [tuple(r) for r in sess.execute(q).all()]
 
     def write_rollups(self, res: int, rows: Iterable[Rollup], mark: float) -> int:

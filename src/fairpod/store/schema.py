@@ -33,7 +33,7 @@ from fairpod.store.db import WRITE_OPTION
 from fairpod.store.records import StoreError
 from fairpod.store.tables import Base
 
-HEAD = "0015"  # the newest revision in fairpod/store/migrations/versions (a test checks they agree)
+HEAD = "0016"  # the newest revision in fairpod/store/migrations/versions (a test checks they agree)
 SCRIPTS = str(Path(__file__).with_name("migrations"))  # the Alembic script directory
 VERSION_TABLE = "alembic_version"
 

@@ -13,6 +13,8 @@ from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String,
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+ACTIVE = "state NOT IN ('Succeeded', 'Failed', 'Cancelled')"  # an unfinished job: the partial indexes' condition
+
 # JobState values that count as finished (see fairpod.model.jobs.JobState.finished).
 FINISHED_STATES = ("Succeeded", "Failed", "Cancelled")
 
@@ -98,10 +100,19 @@ class JobRow(Base):
             "team",
             "name",
             unique=True,
-            sqlite_where=text("state NOT IN ('Succeeded', 'Failed', 'Cancelled')"),
-            postgresql_where=text("state NOT IN ('Succeeded', 'Failed', 'Cancelled')"),
+            sqlite_where=text(ACTIVE),
+            postgresql_where=text(ACTIVE),
         ),
         Index("ix_jobs_team_name", "team", "name"),
+        # the dashboard's counts of unfinished jobs per state and team, from the index alone (task_index)
+        Index(
+            "ix_jobs_unfinished_state_team",
+            "state",
+            "team",
+            "preemptions",
+            sqlite_where=text(ACTIVE),
+            postgresql_where=text(ACTIVE),
+        ),
         Index("ix_jobs_state_seq", "state", "seq"),
         Index("ix_jobs_finished_at", "finished_at"),
         Index("ix_jobs_first_started_at", "first_started_at"),  # /metrics: the jobs admitted since a scrape

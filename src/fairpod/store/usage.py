@@ -75,15 +75,18 @@ class UsageOps(Ops):
                 sess.execute(insert(UsageSampleRow), rows)
         return len(rows)
 
-    def list_usage(self, since: float, until: float) -> list[UsageSample]:
+    def list_usage(self, since: float, until: float, kind: str | None = None) -> list[UsageSample]:
         """Every row of the samples with since <= ts <= until, oldest first, preceded by the sample just
         before ``since`` (the figures in force at ``since``). Both kinds are written together, so the
-        distinct ``ts`` of the result are the sample times even where one kind has no row."""
+        distinct ``ts`` of the result are the sample times even where one kind has no row. ``kind``: that
+        kind's rows only (``group``: every sample has a row per instance group, so its times are all there)."""
         with self._session(False) as sess:
             start = sess.scalar(select(func.max(UsageSampleRow.ts)).where(UsageSampleRow.ts < since))
             q = (select(*_SELECT)
                  .where(UsageSampleRow.ts >= (since if start is None else start), UsageSampleRow.ts <= until)
                  .order_by(UsageSampleRow.ts, UsageSampleRow.id))
+            if kind is not None:
+                q = q.where(UsageSampleRow.kind == kind)
             # the columns, not rows of the ORM: a day of 500 teams' samples is ~100,000 rows (seconds as objects)
             rows = cast("list[tuple[Any, ...]]", sess.execute(q).all())  # _SELECT's columns, in UsageSample's order
             return [UsageSample(*r) for r in rows]

@@ -86,6 +86,8 @@ def test_any_edges_read_the_same_figures_as_integrating_every_sample(tmp_path_fa
     if len(edges) < 2:
         edges = [T0, end]
     same(integrals(store, edges, end), integrate(rows, edges, end))
+    # the instance groups' series alone (the dashboard's cluster page) read from their rows only: the same
+    same(integrals(store, edges, end, GROUP), integrate([r for r in rows if r.kind == GROUP], edges, end))
     store.close()
 
 
@@ -112,6 +114,7 @@ def test_a_busy_day_is_read_from_its_buckets_and_its_samples_are_deleted(store: 
         last = math.ceil(now / step) * step
         edges = [last - span + i * step for i in range(n + 1)]
         same(integrals(store, edges, now), integrate(rows, edges, now))
+        same(integrals(store, edges, now, GROUP), integrate([r for r in rows if r.kind == GROUP], edges, now))
     # and a report's days, with a start on the hour
     edges = [T0 + 3600, T0 + 86400, now]
     same(integrals(store, edges, now), integrate(rows, edges, now))

@@ -51,6 +51,16 @@ def test_the_window_counts_what_started_and_finished_in_it(tmp_path: Path, monke
         assert [t["name"] for t in v6["tasks"]] == ["waiter", "long", "old"]
         only = tasks_view(h.cp, None, None, None, "6h", 1)
         assert [t["name"] for t in only["tasks"]] == ["waiter"] and only["counts"]["Succeeded"] == 3
+        # counted by the database (no group) as row by row (the seed cluster's one instance group): the same
+        group = h.cp.spec.cluster.instance_groups[0].name
+        for win, limit, st, teams in [("1h", 50, None, None), ("6h", 50, None, None), ("6h", 1, None, None),
+                                      ("6h", 50, [JobState.SUCCEEDED], None), ("6h", 50, [JobState.FAILED], None),
+                                      ("6h", 50, None, ["john"]), ("6h", 50, None, ["smith"]), ("1d", 0, None, None)]:
+            summed = tasks_view(h.cp, teams, None, st, win, limit)
+            rowwise = tasks_view(h.cp, teams, group, st, win, limit)
+            for key in ("counts", "admitted_in_window", "finished_in_window", "avg_wait_seconds", "avg_run_seconds"):
+                assert summed[key] == rowwise[key], (key, win, st, teams)
+            assert [t["name"] for t in summed["tasks"]] == [t["name"] for t in rowwise["tasks"]], (win, st, teams)
     finally:
         h.close()
 
@@ -87,6 +97,7 @@ def test_the_overview_pages_every_unfinished_job_in_order_without_reading_them_a
             raise AssertionError("read every unfinished job")
 
         monkeypatch.setattr(h.cp.queries, "unfinished_rows", every_row)
+        monkeypatch.setattr(h.cp.queries, "recent_rows", every_row)
         assert tasks_view(h.cp, ["smith"], None, None, "1h", 0, limit=2)["unfinished_total"] == 13
     finally:
         h.close()

@@ -143,11 +143,14 @@ async function refresh() {
   if (!state.me || state.busy) return;
   state.busy = true;
   try {
-    await pollEvents();
+    // the events asked beside the page's own data, not before it (the events page draws from them)
+    const events = pollEvents();
+    events.catch(() => {});  // awaited below: its failure is this refresh's, not an unhandled rejection meanwhile
     if (state.page === "cluster") await drawCluster();
     else if (state.page === "teams") await drawTeams();
     else if (state.page === "tasks") await drawTasks();
-    else drawEvents();
+    await events;
+    if (state.page === "events") drawEvents();
     state.lastOk = Date.now();
     const live = $("#live");
     live.textContent = `live · updated ${new Date().toLocaleTimeString("en-GB")}`;
@@ -215,7 +218,10 @@ function series(hist, values, nowValue) {
 // -- pages --------------------------------------------------------------------------------------
 async function drawCluster() {
   const win = $("#window-cluster").value;
-  const [hist, nodes] = await Promise.all([api(`/usage/history?window=${win}`), api(`/nodes?limit=${NODE_ROWS}&problems_first=true`)]);
+  // both asked at once; the figures drawn when the history answers, the node table when the nodes do
+  const nodesP = api(`/nodes?limit=${NODE_ROWS}&problems_first=true`);
+  nodesP.catch(() => {});  // awaited below; a failure is refresh()'s to show, not an unhandled rejection meanwhile
+  const hist = await api(`/usage/history?window=${win}&series=groups`);
   const g = hist.now.groups;
   const sum = (k) => g.reduce((a, x) => a + x[k], 0);
   const acc = sum("acc"), capAcc = sum("cap_acc");
@@ -230,6 +236,8 @@ async function drawCluster() {
     `<td class="num">${num(x.acc)} / ${num(x.cap_acc)}</td><td class="num">${pct(x.cap_acc ? x.acc / x.cap_acc : null)}</td>` +
     `<td class="num">${num(x.vcpu, 1)} / ${num(x.cap_vcpu)}</td>` +
     `<td class="num">${num(x.memory_gib, 1)} / ${num(x.cap_memory_gib)}</td></tr>`), 7, "no instance groups");
+  // the figures first: let the browser show them before the charts are drawn
+  await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 0)));
   const charts = [["chart-acc", "acc", "cap_acc", "Accelerators in use", "accelerators"],
                   ["chart-vcpu", "vcpu", "cap_vcpu", "vCPU in use", "vCPU"],
                   ["chart-mem", "memory_gib", "cap_memory_gib", "Memory in use", "GiB"]];
@@ -250,6 +258,7 @@ async function drawCluster() {
   }
   // a datacenter has thousands of nodes: the table shows the first NODE_ROWS (those with a problem first, then by
   // name); the instance groups above count them all
+  const nodes = await nodesP;
   const nodePage = $("#node-page");
   nodePage.hidden = nodes.total <= nodes.nodes.length;
   nodePage.textContent = `The first ${num(nodes.nodes.length)} of ${num(nodes.total)} nodes: unhealthy and ` +
@@ -266,7 +275,11 @@ async function drawCluster() {
 
 async function drawTeams() {
   const win = $("#window-teams").value;
-  const [cluster, hist] = await Promise.all([api("/cluster"), api(`/usage/history?window=${win}`)]);
+  // both asked at once; the tables drawn as soon as /cluster answers, the charts when the history does (at
+  // datacenter size the teams' history is the slow one)
+  const histP = api(`/usage/history?window=${win}`);
+  histP.catch(() => {});  // awaited below; a failure is refresh()'s to show, not an unhandled rejection meanwhile
+  const cluster = await api("/cluster");
   $("#team-kpis").innerHTML = Object.entries(cluster.capacity).map(([it, c]) =>
     kpi(`Utilisation of ${it}`, pct(c.utilization), `${num(c.in_use)} of ${num(c.accelerators)} accelerators in use`,
         `kpi-util-${it.replace(/[^a-z0-9]/gi, "-")}`)).join("");
@@ -302,6 +315,7 @@ async function drawTeams() {
   }), 8, "no groups");
   // the tables first: let the browser show them before the charts are drawn (with 500 teams those take seconds)
   await new Promise((done) => requestAnimationFrame(() => setTimeout(done, 0)));
+  const hist = await histP;
   const box = $("#team-charts");
   const types = [...new Set(hist.teams.map((t) => t.instance_type))].sort();
   const ids = types.map((it) => `team-chart-${it.replace(/[^a-z0-9]/gi, "-")}`);

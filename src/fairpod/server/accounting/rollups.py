@@ -119,26 +119,28 @@ def _prune(store: Store, marks: dict[int, float], now: float) -> None:
                 store.prune_rollups(fine, cut)
 
 
-def integrals(store: Store, edges: Sequence[float], until: float) -> Integrals:
+def integrals(store: Store, edges: Sequence[float], until: float, kind: str | None = None) -> Integrals:
     """What ``integrate(store.list_usage(edges[0], until), edges, until)`` gives, read from the largest buckets
     that fit inside each of ``edges``' intervals and from the samples for the rest. Where the samples are deleted
     and no kept bucket fits (an edge off the buckets' boundaries, older than the finer buckets are kept), the
     interval takes the share of the smallest kept bucket around it that its seconds are of the bucket's.
 
     A roll-up pass may delete samples or buckets while this reads (each deletion moves its mark in the same
-    transaction): then it reads again, with the new marks."""
+    transaction): then it reads again, with the new marks. ``kind``: the series of that kind only (``group``:
+    every sample and bucket has the instance groups' rows, so what they cover is read from them alone)."""
     marks = store.rollup_marks()
-    out = _read(store, edges, until, marks)
+    out = _read(store, edges, until, marks, kind)
     for _ in range(3):  # bounded: a pass every 30 s
         now = store.rollup_marks()
         if all(now.get(k) == marks.get(k) for k in (SAMPLES_DELETED, *(-r for r in RES))):
             break
         marks = now
-        out = _read(store, edges, until, marks)
+        out = _read(store, edges, until, marks, kind)
     return out
 
 
-def _read(store: Store, edges: Sequence[float], until: float, marks: dict[int, float]) -> Integrals:
+def _read(store: Store, edges: Sequence[float], until: float, marks: dict[int, float],
+          kind: str | None = None) -> Integrals:
     nb = len(edges) - 1
     out = Integrals(list(edges), [0.0] * nb, {})
     deleted = marks.get(SAMPLES_DELETED, -math.inf)  # the samples before this are deleted
@@ -173,7 +175,7 @@ def _read(store: Store, edges: Sequence[float], until: float, marks: dict[int, f
         if not starts:
             continue
         counted: set[float] = set()  # a bucket's covered counts once, not once per series
-        for row in store.list_rollups(r, min(starts), max(starts) + r):
+        for row in store.list_rollups(r, min(starts), max(starts) + r, kind):
             for j, w in starts.get(row[0], ()):
                 if row[0] not in counted:
                     out.covered[j] += row[4] * w
@@ -183,7 +185,7 @@ def _read(store: Store, edges: Sequence[float], until: float, marks: dict[int, f
             counted.add(row[0])
     for part in _runs(loose):
         cuts = sorted({p for a, b, _ in part for p in (a, b)})
-        got = integrate(store.list_usage(cuts[0], min(cuts[-1], until)), cuts, until)
+        got = integrate(store.list_usage(cuts[0], min(cuts[-1], until), kind), cuts, until)
         index = {c: i for i, c in enumerate(cuts)}
         for a, _, j in part:
             i = index[a]

@@ -63,8 +63,10 @@ def current_samples(cp: Core, groups_of: dict[str, str]) -> list[UsageSample]:
     return cp.engine_read(lambda snap: samples_of(snap, cp.spec, groups_of))
 
 
-def samples_of(snap: Snapshot, spec: ClusterSpec, groups_of: dict[str, str]) -> list[UsageSample]:
-    """:func:`current_samples` of the engine's snapshot ``snap`` under ``spec``."""
+def samples_of(snap: Snapshot, spec: ClusterSpec, groups_of: dict[str, str], teams: bool = True
+               ) -> list[UsageSample]:
+    """:func:`current_samples` of the engine's snapshot ``snap`` under ``spec``; without the teams' series when
+    not ``teams`` (500 teams on 10 instance types take most of the time)."""
     out: list[UsageSample] = []
     by_group: dict[str | None, list[Any]] = {}  # one pass over the nodes, not one per instance group
     for name, n in snap.nodes.items():
@@ -79,7 +81,7 @@ def samples_of(snap: Snapshot, spec: ClusterSpec, groups_of: dict[str, str]) -> 
             cap_acc=cap[0], cap_vcpu=cap[1] / 1000, cap_memory_gib=cap[2] / 1024, nodes=len(nodes),
             healthy_nodes=sum(1 for n in nodes if n.schedulable),
         ))  # fmt: skip
-    for it in instance_types(snap):
+    for it in instance_types(snap) if teams else ():
         for f in team_figures(snap, it):
             q, u = f.quota, f.used
             out.append(UsageSample(
@@ -100,7 +102,7 @@ class UsageSampler:
         self.cycles = CycleHistogram()
         self.samples_written = 0
         self.last_roll = -math.inf
-        self._groups_of: dict[str, str] = {}
+        self.groups_of: dict[str, str] = {}  # node -> its instance group, read again when the nodes change
         self._nodes_seen: frozenset[str] = frozenset()
 
     def tick(self, cp: Core) -> None:
@@ -120,13 +122,13 @@ class UsageSampler:
     def _sample(self, cp: Core) -> None:
         nodes = cp.engine_read(lambda snap: frozenset(snap.nodes))
         if nodes != self._nodes_seen:
-            self._groups_of = cp.queries.node_groups()
+            self.groups_of = cp.queries.node_groups()
             self._nodes_seen = nodes
         now = cp.clock()
         since = now - self.last_write
         if since < min(self.min_interval, self.heartbeat):  # nothing would be written: not worth the figures of every team (500 of
             return  # them on 10 instance types took 0.4 s, once per turn)
-        samples = current_samples(cp, self._groups_of)
+        samples = current_samples(cp, self.groups_of)
         self.latest = (now, samples)
         if (samples != self.last and since >= self.min_interval) or since >= self.heartbeat:
             cp.record_usage(now, samples)
@@ -137,15 +139,16 @@ class UsageSampler:
 WINDOWS = {"1h": (3600.0, 120), "6h": (6 * 3600.0, 144), "1d": (86400.0, 144), "7d": (7 * 86400.0, 168)}
 
 
-def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, object]:
-    """Mean figures per bucket over the last ``window`` (a key of WINDOWS): per instance group and per team.
-    ``times`` are the buckets' starts; ``now`` holds the figures at this moment."""
+def history(cp: Core, window: str, teams: Iterable[str] | None, groups_only: bool = False) -> dict[str, object]:
+    """Mean figures per bucket over the last ``window`` (a key of WINDOWS): per instance group and per team (with
+    ``groups_only``, per instance group only: what the dashboard's cluster page draws, read from the groups' rows
+    alone). ``times`` are the buckets' starts; ``now`` holds the figures at this moment."""
     span, n = WINDOWS[window]
     now = cp.clock()
     step = span / n
     end = math.ceil(now / step) * step  # buckets aligned to the step, the last one holds now
     edges = [end - span + i * step for i in range(n + 1)]
-    ints = cp.queries.integrals(edges, now)  # from the rollups where they fit
+    ints = cp.queries.integrals(edges, now, GROUP if groups_only else None)  # from the rollups where they fit
     visible = None if teams is None else set(teams)
     groups, team_rows = [], []
     for key in sorted(ints.series):
@@ -158,8 +161,10 @@ def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, obj
             team_rows.append({"team": name, "instance_type": itype, "in_use": ints.mean(key, "acc"),
                               "quota": ints.mean(key, "cap_acc"), "borrowed": ints.mean(key, "borrowed"),
                               "lent": ints.mean(key, "lent")})
-    groups_of = cp.queries.node_groups()
-    now_at, current = now_figures(cp, groups_of)
+    sampler = getattr(cp, "usage", None)  # its map of the nodes' groups, kept by every turn: not 10,000 rows a read
+    groups_of = sampler.groups_of if isinstance(sampler, UsageSampler) and sampler.groups_of else \
+        cp.queries.node_groups()
+    now_at, current = now_figures(cp, groups_of, not groups_only)
     now_groups = [{"name": s.name, "instance_type": s.instance_type, "acc": s.acc, "vcpu": s.vcpu,
                    "memory_gib": s.memory_gib, "cap_acc": s.cap_acc, "cap_vcpu": s.cap_vcpu,
                    "cap_memory_gib": s.cap_memory_gib, "nodes": s.nodes, "healthy_nodes": s.healthy_nodes}
@@ -172,18 +177,19 @@ def history(cp: Core, window: str, teams: Iterable[str] | None) -> dict[str, obj
             "now": {"groups": now_groups, "teams": now_teams}, "now_at": now_at}
 
 
-def now_figures(cp: Core, groups_of: dict[str, str]) -> tuple[float, list[UsageSample]]:
+def now_figures(cp: Core, groups_of: dict[str, str], teams: bool = True) -> tuple[float, list[UsageSample]]:
     """The figures now and the control plane's time they are of. They are read from the engine's snapshot, which
     only the holder of the control plane's lock may read, and a turn at datacenter size holds it for seconds (the
     dashboard's cluster and teams pages waited for it): the lock is taken only when it is free (never waited for);
     else the answer is the usage sampler's last figures, which every turn works out once its last sample is
     ``MIN_INTERVAL`` old (so they are seconds old at most), as ``queue_positions`` answers with the positions the
-    last turn published. Before the sampler's first figures, while a turn runs: 503 "busy"."""
+    last turn published. Before the sampler's first figures, while a turn runs: 503 "busy". Not ``teams``: the
+    instance groups' figures only."""
     sampler = getattr(cp, "usage", None)
     latest = sampler.latest if isinstance(sampler, UsageSampler) else None
 
     def now(snap: Snapshot) -> tuple[float, list[UsageSample]]:
-        return cp.clock(), samples_of(snap, cp.spec, groups_of)
+        return cp.clock(), samples_of(snap, cp.spec, groups_of, teams)
 
     try:
         return cp.engine_read(now, wait=0)

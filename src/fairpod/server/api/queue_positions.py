@@ -1,28 +1,27 @@
 """Each pending job's place in its team's queue, for read paths that must not wait for a reconcile turn.
 
-The positions come from the engine's snapshot, which only the holder of the control plane's lock may read. A turn
+The positions come from the engine's queues, which only the holder of the control plane's lock may read. A turn
 that admits thousands of jobs holds that lock for seconds, and the dashboard's tasks page used to wait for it.
-``QueuePositions.read`` reads them through ``Core.engine_view`` (``fairpod.server.core.published``): computed now
-when the core is free, else as the last turn published them at its end (at most one turn old), with the core's
-clock when they were read (a job queued since has none yet).
+:func:`queue_positions` reads them through ``Core.engine_facts`` (``fairpod.server.core.facts``): from the live
+queues when the core is free, else from the copies of the queues the last turn published at its end (at most one
+turn old, never a turn half done, and never a wait: every turn publishes them), for the teams asked for only (the
+tasks page's one or two teams, not the 100,000 waiting jobs of a datacenter's 500 teams).
 """
 
 from __future__ import annotations
 
-from fairpod.governance.snapshot import Snapshot
-from fairpod.server.core.api import Core
+from collections.abc import Iterable
+
+from fairpod.server.core.api import AsOf, Core, Facts
 from fairpod.server.runs import from_engine
 
 
-class QueuePositions:
-    def read(self, cp: Core, teams: list[str] | None) -> tuple[dict[int, int], float | None]:
-        """Job id -> place in its team's queue (1 is next) for ``teams`` (None: all), and when they were read
-        (None: a turn holds the core and none were published for these teams yet)."""
-        wanted = None if teams is None else frozenset(teams)
+def queue_positions(cp: Core, teams: Iterable[str] | None) -> tuple[dict[int, int], AsOf]:
+    """Job id -> place in its team's queue (1 is next) for ``teams`` (None: all), and which view they are of."""
+    wanted = None if teams is None else list(teams)
 
-        def positions(snap: Snapshot) -> dict[int, int]:
-            return {from_engine(w.id): i for name, t in snap.teams.items() if wanted is None or name in wanted
-                    for i, w in enumerate(t.queue.in_order(), 1)}
+    def positions(f: Facts) -> dict[int, int]:
+        return {from_engine(wid): i for team in (f.teams() if wanted is None else wanted)
+                for wid, i in f.positions(team).items()}
 
-        got = cp.engine_view(("queue positions", wanted), positions)
-        return ({}, None) if got is None else (got[0], got[1].at)
+    return cp.engine_facts(positions)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from fairpod.model.jobs import JobState
 from fairpod.server.access.auth import Auth
 from fairpod.server.accounting.usage import WINDOWS, history
-from fairpod.server.api.queue_positions import QueuePositions
+from fairpod.server.api.queue_positions import queue_positions
 from fairpod.server.api.views import reason_now
 from fairpod.server.core.api import Core
 from fairpod.server.errors import Problem
@@ -40,6 +40,7 @@ def _teams_for(cp: Core, visible: list[str] | None, team: str | None, user: str)
 
 
 WINDOW_ENUM = {"enum": ["1h", "6h", "1d", "7d"]}  # the keys of usage.WINDOWS, stated in the API document
+SERIES_ENUM = {"enum": ["all", "groups"]}  # /usage/history's series
 
 
 def _window(window: str) -> float:
@@ -49,32 +50,12 @@ def _window(window: str) -> float:
 
 
 def tasks_view(cp: Core, teams: list[str] | None, group: str | None, states: list[JobState] | None,
-               window: str, finished_limit: int, limit: int = 500, offset: int = 0,
-               queues: QueuePositions | None = None) -> dict[str, Any]:
+               window: str, finished_limit: int, limit: int = 500, offset: int = 0) -> dict[str, Any]:
     """Counts over every unfinished job and the recent window; the unfinished tasks' rows from ``offset``, at
     most ``limit`` (their order: running, stopping, pending; by team, queue position, submission). The queue
-    positions come from ``queues`` (the route's: what it remembers of them while a turn holds the lock)."""
+    positions are the engine's as of the last turn while one runs (``queue_positions``: never a wait)."""
     span = _window(window)
     now = cp.clock()
-    group_nodes: set[str] = set()
-    group_type = None
-    if group is not None:
-        g = next((g for g in cp.spec.cluster.instance_groups if g.name == group), None)
-        if g is None:
-            names = ", ".join(g.name for g in cp.spec.cluster.instance_groups)
-            raise Problem(404, "no such instance group", f"no instance group {group!r} (there are: {names})")
-        group_type = g.node_type
-        group_nodes = {n.name for n in cp.queries.list_nodes(instance_group=group)}
-
-    def in_group(j: _Placed) -> bool:
-        if group is None:
-            return True
-        if j.placement:
-            return any(n in group_nodes for n in j.placement)
-        return j.instance_type == group_type
-
-    positions, positions_at = (queues or QueuePositions()).read(cp, teams)  # never waits for a long turn
-    recent = [j for j in cp.queries.recent_rows(now - span, now + 1, teams, group is not None) if in_group(j)]
     counts = {s.value: 0 for s in JobState}
     want = set(states) if states else None
     if group is None:  # counted in the store; only the page's (state, team) runs read (task_index.unfinished_page)
@@ -84,29 +65,25 @@ def tasks_view(cp: Core, teams: list[str] | None, group: str | None, states: lis
         waiting_again = unfinished.waiting_again
         shown = tuple(s for s in PAGE_ORDER if want is None or s in want)
         total = sum(unfinished.count(s) for s in shown)
-        page_ids = cp.queries.unfinished_page(unfinished, shown, positions, offset, limit)
+        runs = cp.queries.page_runs(unfinished, shown, offset, limit)
+        positions, as_of = queue_positions(cp, runs.teams())  # the page's teams only
+        page_ids = cp.queries.unfinished_page(runs, positions)
+        fig = cp.queries.window_figures(now - span, now + 1, teams, states, finished_limit)
+        for state, n in fig.finished.items():
+            counts[state.value] += n
+        (admitted, waited), (finished, ran) = fig.waited, fig.ran
+        ended_ids = fig.ended
     else:  # an instance group's jobs: by their placement or instance type, row by row
-        active = [j for j in cp.queries.unfinished_rows(teams, True) if in_group(j)]
-        for j in active:
-            counts[j.state.value] += 1
-        waiting_again = sum(1 for j in active if j.state == JobState.PENDING and j.preemptions > 0)
-        rows = [j for j in active if want is None or j.state in want]
-        rows.sort(key=lambda j: (PAGE_ORDER.index(j.state), j.team, positions.get(j.id, 0), j.seq))
-        total = len(rows)
-        page_ids = [r.id for r in rows[offset:offset + limit]]
-    for row in recent:
-        if row.state.finished and row.finished_at is not None and row.finished_at >= now - span:
-            counts[row.state.value] += 1
-    waited = [j.first_started_at - j.submit_time for j in recent
-              if j.first_started_at is not None and j.first_started_at >= now - span]
-    ran = [j.finished_at - j.first_started_at for j in recent
-           if j.finished_at is not None and j.first_started_at is not None and j.finished_at >= now - span]
+        positions, as_of = queue_positions(cp, teams)
+        group_ids, ended_ids, waits, runs_s = _group_rows(cp, teams, group, want, positions, counts, now, span)
+        waiting_again, total = group_ids[0], len(group_ids[1])
+        page_ids = group_ids[1][offset:offset + limit]
+        ended_ids = ended_ids[:finished_limit]
+        admitted, waited, finished, ran = len(waits), sum(waits), len(runs_s), sum(runs_s)
     found = cp.queries.get_jobs(page_ids)
     page = [found[i] for i in page_ids if i in found]  # one that ended meanwhile and was deleted: left out
-    ended = sorted((j for j in recent if j.state.finished and (want is None or j.state in want)),
-                   key=lambda j: -(j.finished_at or 0))[:finished_limit]
-    found = cp.queries.get_jobs([j.id for j in ended])
-    done = [found[j.id] for j in ended if j.id in found]
+    found = cp.queries.get_jobs(ended_ids)
+    done = [found[i] for i in ended_ids if i in found]
     out = []
     for job in page + done:
         end = job.finished_at if job.finished_at is not None else now
@@ -124,11 +101,49 @@ def tasks_view(cp: Core, teams: list[str] | None, group: str | None, states: lis
         })  # fmt: skip
     return {
         "window": window, "now": now, "counts": counts, "waiting_after_preemption": waiting_again,
-        "avg_wait_seconds": round(sum(waited) / len(waited), 3) if waited else None,
-        "avg_run_seconds": round(sum(ran) / len(ran), 3) if ran else None,
-        "admitted_in_window": len(waited), "finished_in_window": len(ran), "tasks": out,
-        "unfinished_total": total, "offset": offset, "limit": limit, "queue_positions_at": positions_at,
+        "avg_wait_seconds": round(waited / admitted, 3) if admitted else None,
+        "avg_run_seconds": round(ran / finished, 3) if finished else None,
+        "admitted_in_window": admitted, "finished_in_window": finished, "tasks": out,
+        "unfinished_total": total, "offset": offset, "limit": limit, "queue_positions_at": as_of.at,
+        "queue_positions_as_of": as_of.json(),
     }
+
+
+def _group_rows(cp: Core, teams: list[str] | None, group: str, want: set[JobState] | None,
+                positions: dict[int, int], counts: dict[str, int], now: float, span: float
+                ) -> tuple[tuple[int, list[int]], list[int], list[float], list[float]]:
+    """An instance group's overview, row by row (its jobs are those placed on its nodes, or of its instance type
+    while they wait): ((waiting again, the unfinished ids in order), the finished ids newest first, the waits and
+    the run times in the window); ``counts`` filled in."""
+    g = next((g for g in cp.spec.cluster.instance_groups if g.name == group), None)
+    if g is None:
+        names = ", ".join(g.name for g in cp.spec.cluster.instance_groups)
+        raise Problem(404, "no such instance group", f"no instance group {group!r} (there are: {names})")
+    group_type = g.node_type
+    group_nodes = {n.name for n in cp.queries.list_nodes(instance_group=group)}
+
+    def in_group(j: _Placed) -> bool:
+        if j.placement:
+            return any(n in group_nodes for n in j.placement)
+        return j.instance_type == group_type
+
+    active = [j for j in cp.queries.unfinished_rows(teams, True) if in_group(j)]
+    for j in active:
+        counts[j.state.value] += 1
+    waiting_again = sum(1 for j in active if j.state == JobState.PENDING and j.preemptions > 0)
+    rows = [j for j in active if want is None or j.state in want]
+    rows.sort(key=lambda j: (PAGE_ORDER.index(j.state), j.team, positions.get(j.id, 0), j.seq))
+    recent = [j for j in cp.queries.recent_rows(now - span, now + 1, teams, True) if in_group(j)]
+    for row in recent:
+        if row.state.finished and row.finished_at is not None and row.finished_at >= now - span:
+            counts[row.state.value] += 1
+    waits = [j.first_started_at - j.submit_time for j in recent
+             if j.first_started_at is not None and j.first_started_at >= now - span]
+    runs = [j.finished_at - j.first_started_at for j in recent
+            if j.finished_at is not None and j.first_started_at is not None and j.finished_at >= now - span]
+    ended = sorted((j for j in recent if j.state.finished and (want is None or j.state in want)),
+                   key=lambda j: -(j.finished_at or 0))
+    return (waiting_again, [r.id for r in rows]), [j.id for j in ended], waits, runs
 
 
 LINK_SECONDS = 120  # how long a one-time sign-in link stays valid
@@ -164,7 +179,6 @@ class Redeem(BaseModel):
 
 def add_routes(api: APIRouter, cp: Core) -> None:
     links = SignInLinks()
-    queues = QueuePositions()  # the queue positions the tasks page read last (served while a turn runs)
 
     @api.post("/dashboard/links", status_code=201, tags=["dashboard"])
     def new_signin_link(p: Auth) -> dict[str, Any]:
@@ -196,12 +210,18 @@ def add_routes(api: APIRouter, cp: Core) -> None:
 
     @api.get("/usage/history", tags=["dashboard"])
     def usage_history(p: Auth, window: str = Query(default="1h", description="1h, 6h, 1d or 7d",
-                                                         json_schema_extra=WINDOW_ENUM)
+                                                         json_schema_extra=WINDOW_ENUM),
+                      series: str = Query(default="all", description="all: the instance groups' and the teams' "
+                                          "series; groups: the instance groups' only (the cluster page: at "
+                                          "datacenter size the teams' series are most of the answer)",
+                                          json_schema_extra=SERIES_ENUM)
                       ) -> dict[str, Any]:
         """Mean accelerators, vCPU and memory in use per instance group, and per team in use / quota /
         borrowed / lent, per time bucket over the window (members: their teams)."""
         _window(window)
-        return history(cp, window, p.visible_teams())
+        if series not in SERIES_ENUM["enum"]:
+            raise Problem(422, "invalid request", f"series: {series!r} is not one of {', '.join(SERIES_ENUM['enum'])}")
+        return history(cp, window, p.visible_teams(), groups_only=series == "groups")
 
     @api.get("/dashboard/tasks", tags=["dashboard"])
     def dashboard_tasks(
@@ -218,4 +238,4 @@ def add_routes(api: APIRouter, cp: Core) -> None:
     ) -> dict[str, Any]:
         """Counts by state, average wait and run time, and the task table with queue positions and reasons."""
         teams = _teams_for(cp, p.visible_teams(), team, p.name)
-        return tasks_view(cp, teams, instance_group, state, window, finished, limit, offset, queues)
+        return tasks_view(cp, teams, instance_group, state, window, finished, limit, offset)

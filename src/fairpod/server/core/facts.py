@@ -53,6 +53,15 @@ def _position(entries: Iterable[tuple[tuple, str]], live: Any, wid: str) -> int 
     return 1 + len({e[1] for e in entries if e < mine and e[1] != wid and e[1] in live})
 
 
+def _positions(entries: Iterable[tuple[tuple, str]], live: Any) -> dict[str, int]:
+    """Every job's place in a queue (``PendingQueue.in_order``'s order, 1 is next) by engine id."""
+    out: dict[str, int] = {}
+    for _, wid in sorted(e for e in entries if e[1] in live):
+        if wid not in out:
+            out[wid] = len(out) + 1
+    return out
+
+
 class Facts:
     """The facts one turn published (see the module's doc); never changed once published."""
 
@@ -105,6 +114,15 @@ class Facts:
         q = self._queues.get(team)
         return None if q is None else _position(q[0], q[1], wid)
 
+    def positions(self, team: str) -> dict[str, int]:
+        """The place of every job in ``team``'s queue by engine id (the dashboard's page of one or two teams)."""
+        q = self._queues.get(team)
+        return {} if q is None else _positions(q[0], q[1])
+
+    def teams(self) -> list[str]:
+        """The teams whose queues these facts hold."""
+        return list(self._queues)
+
     def lending(self, itype: str) -> dict[str, dict[str, int]]:
         """``quota.lending``: who borrows how many accelerators of ``itype`` from whom (do not change it)."""
         return self._lenders.get(itype, {})
@@ -133,6 +151,13 @@ class LiveFacts(Facts):
     def position(self, team: str, wid: str) -> int | None:
         t = self._snap.teams.get(team)
         return None if t is None else t.queue.position(wid)
+
+    def positions(self, team: str) -> dict[str, int]:
+        t = self._snap.teams.get(team)
+        return {} if t is None else _positions(chain.from_iterable(t.queue.heaps.values()), t.queue.live)
+
+    def teams(self) -> list[str]:
+        return list(self._snap.teams)
 
     def lending(self, itype: str) -> dict[str, dict[str, int]]:
         p = self._published  # a page of running borrowers asks once each: O(teams) under the lock, unless

@@ -84,9 +84,17 @@ class Queries:
     def unfinished_counts(self, teams: list[str] | None) -> task_index.Unfinished:
         return task_index.unfinished_counts(self._store.store, teams)
 
-    def unfinished_page(self, counts: task_index.Unfinished, states: tuple[JobState, ...], positions: dict[int, int],
-                        offset: int, limit: int) -> list[int]:
-        return task_index.unfinished_page(self._store.store, counts, states, positions, offset, limit)
+    @staticmethod
+    def page_runs(counts: task_index.Unfinished, states: tuple[JobState, ...], offset: int,
+                  limit: int) -> task_index.PageRuns:
+        return task_index.page_runs(counts, states, offset, limit)
+
+    def unfinished_page(self, page: task_index.PageRuns, positions: dict[int, int]) -> list[int]:
+        return task_index.unfinished_page(self._store.store, page, positions)
+
+    def window_figures(self, since: float, until: float, teams: list[str] | None, states: list[JobState] | None,
+                       ended: int) -> task_index.WindowFigures:
+        return task_index.window_figures(self._store.store, since, until, teams, states, ended)
 
     def recent_rows(self, since: float, until: float, teams: list[str] | None,
                     placement: bool) -> list[task_index.RecentRow]:
@@ -139,9 +147,9 @@ class Queries:
         return self._store.get_meta(key)
 
     # -- usage ----------------------------------------------------------------------------------------------
-    def integrals(self, edges: Sequence[float], until: float) -> Integrals:
+    def integrals(self, edges: Sequence[float], until: float, kind: str | None = None) -> Integrals:
         """Usage integrated between ``edges`` (:func:`fairpod.server.accounting.rollups.integrals`)."""
-        return integrals(self._store.store, edges, until)
+        return integrals(self._store.store, edges, until, kind)
 
     def usage_span(self) -> tuple[float | None, float | None]:
         return self._store.usage_span()

@@ -9,12 +9,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, text
 
 from fairpod.model.jobs import JobState
 from fairpod.store import Store
 from fairpod.store.records import Node
-from fairpod.store.tables import JobRow
+from fairpod.store.tables import ACTIVE, JobRow
 
 UNFINISHED = tuple(s.value for s in JobState if not s.finished)
 _STATE = {s.value: s for s in JobState}  # a dict lookup, not an Enum call per row
@@ -57,9 +57,11 @@ class Unfinished:
 
 
 def unfinished_counts(store: Store, teams: list[str] | None) -> Unfinished:
-    """Two aggregate queries: what the overview counts, without reading a row per unfinished job."""
-    q = select(JobRow.state, JobRow.team, func.count()).where(JobRow.state.in_(UNFINISHED))
-    again = select(func.count()).where(JobRow.state == JobState.PENDING.value, JobRow.preemptions > 0)
+    """Two aggregate queries: what the overview counts, from the index of the unfinished jobs by state and team
+    alone (``ix_jobs_unfinished_state_team``: its condition written as the index states it, so that SQLite's
+    planner takes the partial index), without reading a job's row."""
+    q = select(JobRow.state, JobRow.team, func.count()).where(text(ACTIVE))
+    again = select(func.count()).where(text(ACTIVE), JobRow.state == JobState.PENDING.value, JobRow.preemptions > 0)
     if teams is not None:
         q, again = q.where(JobRow.team.in_(teams)), again.where(JobRow.team.in_(teams))
     per_team: dict[JobState, dict[str, int]] = {}
@@ -69,11 +71,23 @@ def unfinished_counts(store: Store, teams: list[str] | None) -> Unfinished:
         return Unfinished(per_team, int(conn.execute(again).scalar_one()))
 
 
-def unfinished_page(store: Store, counts: Unfinished, states: tuple[JobState, ...], positions: dict[int, int],
-                    offset: int, limit: int) -> list[int]:
-    """The ids of the unfinished jobs in ``states`` from ``offset``, at most ``limit``, in the overview's order (by
-    state as in ``states``, team, queue position, submission): only the rows of the (state, team) runs that the
-    page overlaps are read (the first page of 100,000 waiting jobs reads a team or two, not all of them)."""
+@dataclass(frozen=True, slots=True)
+class PageRuns:
+    """The (state, team) runs of unfinished jobs that one page overlaps, in the overview's order, and where the
+    first of them starts in the whole order."""
+
+    runs: list[tuple[JobState, str]]
+    start: int
+    offset: int
+    limit: int
+
+    def teams(self) -> list[str]:
+        return sorted({team for _, team in self.runs})
+
+
+def page_runs(counts: Unfinished, states: tuple[JobState, ...], offset: int, limit: int) -> PageRuns:
+    """The runs of the page from ``offset``, at most ``limit`` jobs, of the jobs in ``states`` (by state as in
+    ``states``, then team): worked out from the counts, no row read."""
     runs: list[tuple[JobState, str]] = []
     start = at = 0
     for state in states:
@@ -83,19 +97,26 @@ def unfinished_page(store: Store, counts: Unfinished, states: tuple[JobState, ..
                     start = at
                 runs.append((state, team))
             at += n
-    rows: dict[tuple[JobState, str], list[tuple[int, int]]] = {r: [] for r in runs}
+    return PageRuns(runs, start, offset, limit)
+
+
+def unfinished_page(store: Store, page: PageRuns, positions: dict[int, int]) -> list[int]:
+    """The ids of ``page``'s jobs in the overview's order (by state, team, queue position, submission): only the
+    rows of the (state, team) runs that the page overlaps are read (the first page of 100,000 waiting jobs reads
+    a team or two, not all of them)."""
+    rows: dict[tuple[JobState, str], list[tuple[int, int]]] = {r: [] for r in page.runs}
     with store.engine.connect() as conn:
-        for state in states:
-            wanted = sorted({team for st, team in runs if st == state})
+        for state in dict.fromkeys(st for st, _ in page.runs):
+            wanted = sorted({team for st, team in page.runs if st == state})
             for i in range(0, len(wanted), 500):
                 q = select(JobRow.id, JobRow.seq, JobRow.team).where(JobRow.state == state.value,
                                                                      JobRow.team.in_(wanted[i:i + 500]))
                 for jid, seq, team in conn.execute(q).all():
                     rows[(state, team)].append((jid, seq))
     ids: list[int] = []
-    for run in runs:
+    for run in page.runs:
         ids += [jid for jid, seq in sorted(rows[run], key=lambda r: (positions.get(r[0], 0), r[1]))]
-    return ids[offset - start:offset - start + limit]
+    return ids[page.offset - page.start:page.offset - page.start + page.limit]
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +145,45 @@ def recent_rows(store: Store, since: float, until: float, teams: list[str] | Non
         rows = cast("list[tuple[Any, ...]]", conn.execute(q.order_by(JobRow.seq)).all())
         return [RecentRow(r[0], _STATE[r[1]], r[2], r[3], r[4], r[5], list(r[6] or []) if placement else [])
                 for r in rows]
+
+
+@dataclass(frozen=True, slots=True)
+class WindowFigures:
+    """What the overview counts of its window, counted by the database: the jobs that finished in it by state,
+    the waits of those that first started in it and the run times of those that finished in it (count, seconds in
+    all), and the newest finished jobs' ids."""
+
+    finished: dict[JobState, int]
+    waited: tuple[int, float]
+    ran: tuple[int, float]
+    ended: list[int]
+
+
+def window_figures(store: Store, since: float, until: float, teams: list[str] | None,
+                   states: list[JobState] | None, ended: int) -> WindowFigures:
+    """The figures of the jobs of ``teams`` (None: all) submitted before ``until`` in the window from ``since``
+    (what :func:`recent_rows` gives, summed, without a row per job: at datacenter size the window holds tens of
+    thousands of jobs that started or finished in it); ``ended``: how many of the finished ones in ``states``
+    (None: any) to name, the newest first (by end, then submission, as a stable sort of :func:`recent_rows`)."""
+    mine = [JobRow.submit_time < until]
+    if teams is not None:
+        mine.append(JobRow.team.in_(teams))
+    done = [s.value for s in JobState if s.finished]
+    shown = [v for v in done if states is None or JobState(v) in states]
+    counted = (select(JobRow.state, func.count()).where(*mine, JobRow.state.in_(done), JobRow.finished_at >= since)
+               .group_by(JobRow.state))
+    waits = select(func.count(), func.sum(JobRow.first_started_at - JobRow.submit_time)).where(
+        *mine, JobRow.first_started_at >= since)
+    runs = select(func.count(), func.sum(JobRow.finished_at - JobRow.first_started_at)).where(
+        *mine, JobRow.finished_at >= since, JobRow.first_started_at.is_not(None))
+    newest = (select(JobRow.id).where(*mine, JobRow.state.in_(shown),
+                                      or_(JobRow.first_started_at >= since, JobRow.finished_at >= since))
+              .order_by(func.coalesce(JobRow.finished_at, 0).desc(), JobRow.seq).limit(ended))
+    with store.engine.connect() as conn:
+        finished = {_STATE[st]: int(n) for st, n in conn.execute(counted).all()}
+        w, r = conn.execute(waits).one(), conn.execute(runs).one()
+        ids = [int(i) for i in conn.execute(newest).scalars()] if ended and shown else []
+    return WindowFigures(finished, (int(w[0]), float(w[1] or 0.0)), (int(r[0]), float(r[1] or 0.0)), ids)
 
 
 @dataclass(frozen=True, slots=True)
