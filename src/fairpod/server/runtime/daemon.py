@@ -263,23 +263,30 @@ def serve(home: Path, url: str, port: int, executor_name: str = "local", options
     except (ExecutorError, ValueError) as e:
         forget_pid(home)
         raise SystemExit(f"fairpod: error: {e}") from None
+    socks = _listen([LOOPBACK, advertise], port)
+    pool = None
+    if api_workers:  # the public sockets are the workers'; the core serves a private port
+        # started before the core builds its memory (seconds at datacenter size), on the other cores: what they
+        # forward answers 502 until the core serves (/healthz too); docs/architecture.md "API workers"
+        pool, socks = Workers.fronting(home, api_workers, socks, _listen([LOOPBACK], 0), url, executor)
+        pool.start()
     try:  # the memory's recovery writes the store: a full disk is one line
         rt = build(home, url, executor, api_url(advertise, port), own_heap=True, api_workers=api_workers > 0)
-    except START_ERRORS as e:
+    except BaseException as e:
+        if pool is not None:
+            pool.stop()
+        if not isinstance(e, START_ERRORS):
+            raise
         executor.close()
         forget_pid(home)
         raise SystemExit(start_failure(home, e)) from None
     unix, http, unix_path = identity.serve_unix(rt.cp.spec, port)  # cluster.identity unix: users known by uid
-    socks = _listen([LOOPBACK, advertise], port)
-    pool = None
-    if api_workers:  # the public sockets are the workers'; the core serves a private port
-        pool, socks = Workers.fronting(home, api_workers, socks, _listen([LOOPBACK], 0), url, executor)
     rt.start()
     config = uvicorn.Config(rt.app, host=LOOPBACK, port=port, log_level="warning", access_log=False, http=http)
     server = uvicorn.Server(config)
     try:
         if pool is not None:
-            pool.start(rt.cp.wake.set)  # a worker's commit wakes the loop (server.runtime.wakes)
+            pool.wakes.listen(rt.cp.wake.set)  # a worker's commit wakes the loop (server.runtime.wakes)
         server.run(sockets=socks + unix)  # 127.0.0.1, and the advertised address
     finally:
         if pool is not None:

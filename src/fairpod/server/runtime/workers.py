@@ -74,7 +74,8 @@ class Workers:
                 "--probing", str(int(t.probing)), "--core-pid", str(os.getpid())]
 
     def start(self, wake: Callable[[], None] | None = None) -> None:
-        """Start the workers; ``wake`` (the core's loop), called when a worker's commit asks for a turn."""
+        """Start the workers; ``wake`` (the core's loop), called when a worker's commit asks for a turn (None:
+        ``self.wakes.listen`` later, once the core has a loop; a wake sent before is read then)."""
         if wake is not None:
             self.wakes.listen(wake)
         for i in range(self.count):
@@ -265,6 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     _die_with_parent(a.core_pid)
     os.umask(0o077)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s api-worker-{a.index}: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # not a line per request forwarded to the core
     socks = [socket.socket(fileno=int(fd)) for fd in a.fds.split(",")]
     heap.watch()  # the core's thresholds: a submit allocates as much as a turn's step, and is as hot
     app = build_worker(fairpod_home(), os.environ[DB_ENV], Traits(a.executor, bool(a.resizing), bool(a.probing)),
