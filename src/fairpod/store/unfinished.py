@@ -7,10 +7,7 @@ nodes a restart read ~127,000 jobs back whole, and decoding their specs and buil
 
 Numbers of the spec are read as the JSON's own text and parsed as ``json.loads`` parses them (SQLite's own
 conversion of a decimal to a float is not always the nearest one), so a workload built from a record of this
-read is the one built from the whole job (``EngineJob.of``), field for field. On SQLite the fields come in one
-``json_extract`` of every path, a JSON array (the spec's text parsed once per row, not once per field: SQLite
-before 3.45 keeps no parse between calls, and the eleven parses of ~127,000 specs were most of a restart's read);
-its numbers are the spec's own text, which ``json.loads`` reads.
+read is the one built from the whole job (``EngineJob.of``), field for field.
 """
 
 from __future__ import annotations
@@ -40,22 +37,20 @@ _FIELDS = (("nodes", "int"), ("max_nodes", "int"), ("expected_duration_seconds",
            ("required_topology", "text"), ("preferred_topology", "text"), ("ray", "bool"), ("instance_type", "text"),
            ("service", "text"))  # fmt: skip
 _REQUIRED = {"nodes", "min_runtime_seconds", "deep_health_check_passed_nodes_only", "ray"}  # no null in a spec
-# PostgreSQL: the value of the spec's ``k`` as ``how`` says (the keys are this module's, never a user's)
-_PG = {"num": "jobs.spec ->> '{k}'", "int": "(jobs.spec ->> '{k}')::bigint", "bool": "(jobs.spec ->> '{k}')::boolean",
-       "text": "jobs.spec ->> '{k}'"}
+_SQL = {  # the value of the spec's ``k`` as ``how`` says, per dialect (the keys are this module's, never a user's)
+    "sqlite": {"num": "jobs.spec -> '$.{k}'", "int": "json_extract(jobs.spec, '$.{k}')",
+               "bool": "json_extract(jobs.spec, '$.{k}')", "text": "json_extract(jobs.spec, '$.{k}')"},
+    "postgresql": {"num": "jobs.spec ->> '{k}'", "int": "(jobs.spec ->> '{k}')::bigint",
+                   "bool": "(jobs.spec ->> '{k}')::boolean", "text": "jobs.spec ->> '{k}'"},
+}
 _QUERIES: dict[str, Any] = {}
-_NO_FIELDS = (None,) * len(_FIELDS)  # a row whose spec is not JSON (none is): every field missing
 
 
 def _query(dialect: str) -> Any:
     q = _QUERIES.get(dialect)
     if q is None:
-        spec: list[Label[Any]]
-        if dialect == "postgresql":
-            spec = [literal_column(_PG[how].format(k=k)).label(f"s_{k}") for k, how in _FIELDS]
-        else:  # one array of every field (see the module's doc)
-            paths = ", ".join(f"'$.{k}'" for k, _ in _FIELDS)
-            spec = [literal_column(f"json_extract(jobs.spec, {paths})").label("s_fields")]
+        sql = _SQL["postgresql" if dialect == "postgresql" else "sqlite"]
+        spec: list[Label[Any]] = [literal_column(sql[how].format(k=k)).label(f"s_{k}") for k, how in _FIELDS]
         q = _QUERIES[dialect] = (select(*_COLUMNS, *spec).where(_J.c.state.not_in(FINISHED_STATES))
                                  .order_by(_J.c.seq).execution_options(yield_per=5000))  # streamed  # fmt: skip
     return q
@@ -75,13 +70,10 @@ def _json(text: str | None) -> Any:
 _NUMBERS: dict[str, Any] = {}  # JSON text -> number: a queue's jobs share a few values (0.0, 3600.0)
 
 
-def _number(text: str | float | None) -> Any:
-    """A number of the spec from its JSON text, as ``json.loads`` reads it (an int without a fraction or exponent);
-    one ``json.loads`` read already (SQLite's array of the fields) as it is."""
+def _number(text: str | None) -> Any:
+    """A number of the spec from its JSON text, as ``json.loads`` reads it (an int without a fraction or exponent)."""
     if text is None or text == "null":
         return None
-    if not isinstance(text, str):
-        return text
     v = _NUMBERS.get(text)
     if v is None:
         v = float(text) if any(c in text for c in ".eEnN") else int(text)
@@ -105,11 +97,8 @@ class UnfinishedOps(Ops):
                 if not ids:
                     return out
                 q = q.where(_J.c.id.in_(ids))
-            packed = conn.dialect.name != "postgresql"  # SQLite: the spec's fields in one JSON array
             # the query is built per dialect (_query: Any): its rows' items typed here, as _COLUMNS and _FIELDS say
             for r in typing.cast("Iterable[tuple[Any, ...]]", conn.execute(q)):
-                if packed:
-                    r = (*r[:-1], *(json.loads(r[-1]) if r[-1] is not None else _NO_FIELDS))
                 (jid, name, team, state, reason, prio, itype, nodes, acc, mcpu, mib, submit, seq, enq, started,
                  attempt, placement, borrowed, preempts, run_state, ckpt, aid, alimit,
                  s_nodes, s_max, s_exp, s_min, s_passed, s_user, s_req, s_pref, s_ray, s_itype, s_service) = r
