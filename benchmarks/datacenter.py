@@ -342,6 +342,25 @@ def decisions(srv: LiveServer, share: float, deadline: float) -> dict[str, float
             "decision_engine_s": eng, "engine_us_per_decision": eng / admitted * 1e6 if admitted else float("nan")}
 
 
+# what the dashboard's pages ask (dashboard/static/app.js), each timed on its own
+DATA = ("/usage/history?window=1h&series=groups", "/nodes?limit=500&problems_first=true", "/cluster",
+        "/usage/history?window=1h", "/dashboard/tasks?window=1h", "/events?limit=300")
+
+
+def dashboard_data(srv: LiveServer, asks: int = 4) -> dict[str, float]:
+    """Each request of the dashboard's pages asked ``asks`` times, one after another: the slowest, in seconds."""
+    out: dict[str, float] = {}
+    with srv.client(timeout=120) as c:
+        for path in DATA:
+            took = []
+            for _ in range(asks):
+                t0 = time.perf_counter()
+                c.get(path).raise_for_status()
+                took.append(time.perf_counter() - t0)
+            out[path] = max(took)
+    return out
+
+
 def dashboard(srv: LiveServer, timeout: float) -> dict[str, tuple[float, float]] | str:
     """Per page: (first paint, data shown) in seconds from navigation, in headless Chromium; or why not."""
     try:
@@ -508,6 +527,8 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         print(f"  decisions: {burst['decision_cancelled']} running jobs cancelled at once; "
               f"{burst['decision_admitted']:.0f} admitted in {burst['decision_cycles']:.0f} cycles, "
               f"{burst['decision_engine_s']:.3f} s of engine", flush=True)
+        data = dashboard_data(srv)
+        print(f"  dashboard data (slowest of 4): {', '.join(f'{p} {t:.2f} s' for p, t in data.items())}", flush=True)
         paint = dashboard(srv, a.timeout) if not a.no_browser else "skipped (--no-browser)"
         print(f"  dashboard: {paint}", flush=True)
         healthy_s, first_admit_s = (float("nan"), float("nan")) if a.no_restart else \
@@ -545,7 +566,7 @@ def run(a: argparse.Namespace, db_url: str | None) -> dict[str, Any]:
         "client_cpu_s": client1 - client0, "rss_mib": rss, "rss_peak_mib": hwm, "rss_after_restart_mib": rss_after,
         "metrics_scrape_s": scrape_s, "metrics_bytes": scrape_bytes,
         "restart_healthz_s": healthy_s, "restart_first_admission_s": first_admit_s,
-        "dashboard": paint, "load_before": load0[0], "load_after": load1[0], "boot_to_end_s": time.time() - t_boot,
+        "dashboard": paint, "dashboard_data_s": data, "load_before": load0[0], "load_after": load1[0], "boot_to_end_s": time.time() - t_boot,
     }
     return r
 
@@ -601,6 +622,8 @@ def report(r: dict[str, Any]) -> str:
                                               f"{goal(shown, 'paint_s')}"))
     else:
         rows.append(("dashboard", str(paint)))
+    for path, took in r.get("dashboard_data_s", {}).items():
+        rows.append((f"data {path}", f"{took:.2f} s, the slowest of 4 asks"))
     rows.append(("load average", f"{r['load_before']:.1f} before, {r['load_after']:.1f} after "
                                  f"({os.cpu_count()} cores)"))
     return table(rows)
