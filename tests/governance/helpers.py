@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
+
+from hypothesis import strategies as st
 
 from fairpod.governance import Snapshot, Workload, schedule
 from fairpod.governance.build import snapshot_from_spec
@@ -74,3 +77,25 @@ def waits(ds: list[Decision]) -> dict[str, str]:
 
 def usage(snap: Snapshot, team: str) -> int:
     return snap.teams[team].u(T)[0]
+
+
+# a random history of one queue's life: submits, cancels and cycles (tests/governance/test_queue_position.py)
+QUEUE_OPS = st.lists(st.tuples(st.sampled_from(["submit", "cancel", "cycle"]), st.integers(0, 3),
+                               st.integers(0, 40)), min_size=1, max_size=60)
+QUEUE_PRIORITIES = st.lists(st.sampled_from([-1, 10, 50, 90]), min_size=60, max_size=60)
+
+
+def play_queue(ops: list[tuple[str, int, int]], priorities: list[int]) -> Iterator[tuple[int, Snapshot]]:
+    """Two teams on two nodes living through ``ops`` (QUEUE_OPS): the step's index and the snapshot after each."""
+    snap = make(2, [{"name": "a", "quota": 4}, {"name": "b", "quota": 4}], task_prioritization="TaskRanking")
+    n = 0
+    for i, (op, acc, k) in enumerate(ops):
+        if op == "submit":
+            n += 1
+            submit(snap, f"j{n}", "ab"[k % 2], acc + 1, t=float(i), prio=priorities[i])
+        elif op == "cancel" and snap.pending:
+            snap.remove_pending(sorted(snap.pending)[k % len(snap.pending)])
+        elif op == "cycle":
+            snap.now = float(i)
+            schedule(snap)
+        yield i, snap
