@@ -71,6 +71,12 @@ class AuthError extends Error {}
 const COLLATOR = new Intl.Collator(undefined, {numeric: true, sensitivity: "base"});
 function naturalCompare(a, b) { return COLLATOR.compare(a, b); }
 
+// a request sent now and awaited later: a failure is the awaiting code's to show, not an unhandled rejection meanwhile
+function ahead(promise) {
+  promise.catch(() => {});
+  return promise;
+}
+
 async function api(path) {
   const r = await fetch(API + path, {headers: {Authorization: `Bearer ${state.token}`}});
   if (r.status === 401) throw new AuthError("the token is unknown or revoked");
@@ -144,8 +150,7 @@ async function refresh() {
   state.busy = true;
   try {
     // the events asked beside the page's own data, not before it (the events page draws from them)
-    const events = pollEvents();
-    events.catch(() => {});  // awaited below: its failure is this refresh's, not an unhandled rejection meanwhile
+    const events = ahead(pollEvents());
     if (state.page === "cluster") await drawCluster();
     else if (state.page === "teams") await drawTeams();
     else if (state.page === "tasks") await drawTasks();
@@ -219,8 +224,7 @@ function series(hist, values, nowValue) {
 async function drawCluster() {
   const win = $("#window-cluster").value;
   // both asked at once; the figures drawn when the history answers, the node table when the nodes do
-  const nodesP = api(`/nodes?limit=${NODE_ROWS}&problems_first=true`);
-  nodesP.catch(() => {});  // awaited below; a failure is refresh()'s to show, not an unhandled rejection meanwhile
+  const nodesP = ahead(api(`/nodes?limit=${NODE_ROWS}&problems_first=true`));
   const hist = await api(`/usage/history?window=${win}&series=groups`);
   const g = hist.now.groups;
   const sum = (k) => g.reduce((a, x) => a + x[k], 0);
@@ -277,8 +281,7 @@ async function drawTeams() {
   const win = $("#window-teams").value;
   // both asked at once; the tables drawn as soon as /cluster answers, the charts when the history does (at
   // datacenter size the teams' history is the slow one)
-  const histP = api(`/usage/history?window=${win}`);
-  histP.catch(() => {});  // awaited below; a failure is refresh()'s to show, not an unhandled rejection meanwhile
+  const histP = ahead(api(`/usage/history?window=${win}`));
   const cluster = await api("/cluster");
   $("#team-kpis").innerHTML = Object.entries(cluster.capacity).map(([it, c]) =>
     kpi(`Utilisation of ${it}`, pct(c.utilization), `${num(c.in_use)} of ${num(c.accelerators)} accelerators in use`,

@@ -17,6 +17,7 @@ from fairpod.server.accounting.usage import WINDOWS, history
 from fairpod.server.api.queue_positions import queue_positions
 from fairpod.server.api.views import reason_now
 from fairpod.server.core.api import Core
+from fairpod.server.core.queries import RecentRow, TaskRow
 from fairpod.server.errors import Problem
 
 PAGE_ORDER = (JobState.RUNNING, JobState.PREEMPTED, JobState.PENDING)  # the task overview's order of states
@@ -69,21 +70,24 @@ def tasks_view(cp: Core, teams: list[str] | None, group: str | None, states: lis
         positions, as_of = queue_positions(cp, runs.teams())  # the page's teams only
         page_ids = cp.queries.unfinished_page(runs, positions)
         fig = cp.queries.window_figures(now - span, now + 1, teams, states, finished_limit)
-        for state, n in fig.finished.items():
-            counts[state.value] += n
-        (admitted, waited), (finished, ran) = fig.waited, fig.ran
-        ended_ids = fig.ended
     else:  # an instance group's jobs: by their placement or instance type, row by row
         positions, as_of = queue_positions(cp, teams)
-        group_ids, ended_ids, waits, runs_s = _group_rows(cp, teams, group, want, positions, counts, now, span)
-        waiting_again, total = group_ids[0], len(group_ids[1])
-        page_ids = group_ids[1][offset:offset + limit]
-        ended_ids = ended_ids[:finished_limit]
-        admitted, waited, finished, ran = len(waits), sum(waits), len(runs_s), sum(runs_s)
+        active, recent = _group_rows(cp, teams, group, now - span, now + 1)
+        for j in active:
+            counts[j.state.value] += 1
+        waiting_again = sum(1 for j in active if j.state == JobState.PENDING and j.preemptions > 0)
+        rows = [j for j in active if want is None or j.state in want]
+        rows.sort(key=lambda j: (PAGE_ORDER.index(j.state), j.team, positions.get(j.id, 0), j.seq))
+        total = len(rows)
+        page_ids = [r.id for r in rows[offset:offset + limit]]
+        fig = cp.queries.window_figures_of(recent, now - span, states, finished_limit)
+    for state, n in fig.finished.items():
+        counts[state.value] += n
+    (admitted, waited), (finished, ran) = fig.waited, fig.ran
     found = cp.queries.get_jobs(page_ids)
     page = [found[i] for i in page_ids if i in found]  # one that ended meanwhile and was deleted: left out
-    found = cp.queries.get_jobs(ended_ids)
-    done = [found[i] for i in ended_ids if i in found]
+    found = cp.queries.get_jobs(fig.ended)
+    done = [found[i] for i in fig.ended if i in found]
     out = []
     for job in page + done:
         end = job.finished_at if job.finished_at is not None else now
@@ -109,12 +113,10 @@ def tasks_view(cp: Core, teams: list[str] | None, group: str | None, states: lis
     }
 
 
-def _group_rows(cp: Core, teams: list[str] | None, group: str, want: set[JobState] | None,
-                positions: dict[int, int], counts: dict[str, int], now: float, span: float
-                ) -> tuple[tuple[int, list[int]], list[int], list[float], list[float]]:
-    """An instance group's overview, row by row (its jobs are those placed on its nodes, or of its instance type
-    while they wait): ((waiting again, the unfinished ids in order), the finished ids newest first, the waits and
-    the run times in the window); ``counts`` filled in."""
+def _group_rows(cp: Core, teams: list[str] | None, group: str, since: float, until: float
+                ) -> tuple[list[TaskRow], list[RecentRow]]:
+    """An instance group's unfinished jobs and those of the window from ``since`` (``cp.queries.recent_rows``),
+    as rows: its jobs are those placed on its nodes, or of its instance type while they wait."""
     g = next((g for g in cp.spec.cluster.instance_groups if g.name == group), None)
     if g is None:
         names = ", ".join(g.name for g in cp.spec.cluster.instance_groups)
@@ -127,23 +129,8 @@ def _group_rows(cp: Core, teams: list[str] | None, group: str, want: set[JobStat
             return any(n in group_nodes for n in j.placement)
         return j.instance_type == group_type
 
-    active = [j for j in cp.queries.unfinished_rows(teams, True) if in_group(j)]
-    for j in active:
-        counts[j.state.value] += 1
-    waiting_again = sum(1 for j in active if j.state == JobState.PENDING and j.preemptions > 0)
-    rows = [j for j in active if want is None or j.state in want]
-    rows.sort(key=lambda j: (PAGE_ORDER.index(j.state), j.team, positions.get(j.id, 0), j.seq))
-    recent = [j for j in cp.queries.recent_rows(now - span, now + 1, teams, True) if in_group(j)]
-    for row in recent:
-        if row.state.finished and row.finished_at is not None and row.finished_at >= now - span:
-            counts[row.state.value] += 1
-    waits = [j.first_started_at - j.submit_time for j in recent
-             if j.first_started_at is not None and j.first_started_at >= now - span]
-    runs = [j.finished_at - j.first_started_at for j in recent
-            if j.finished_at is not None and j.first_started_at is not None and j.finished_at >= now - span]
-    ended = sorted((j for j in recent if j.state.finished and (want is None or j.state in want)),
-                   key=lambda j: -(j.finished_at or 0))
-    return (waiting_again, [r.id for r in rows]), [j.id for j in ended], waits, runs
+    return ([j for j in cp.queries.unfinished_rows(teams, True) if in_group(j)],
+            [j for j in cp.queries.recent_rows(since, until, teams, True) if in_group(j)])
 
 
 LINK_SECONDS = 120  # how long a one-time sign-in link stays valid

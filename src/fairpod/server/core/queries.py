@@ -19,6 +19,7 @@ from fairpod.server.accounting.rollups import integrals
 from fairpod.server.accounting.usage_math import Integrals
 from fairpod.server.arrays import same_array
 from fairpod.server.core import task_index
+from fairpod.server.core.task_index import RecentRow, TaskRow
 from fairpod.store.records import Event, Job, Node, SpecVersion, User
 
 if TYPE_CHECKING:
@@ -78,7 +79,7 @@ class Queries:
             yield t
 
     # -- the dashboard's pages (fairpod.server.core.task_index) ---------------------------------------------------
-    def unfinished_rows(self, teams: list[str] | None, placement: bool) -> list[task_index.TaskRow]:
+    def unfinished_rows(self, teams: list[str] | None, placement: bool) -> list[TaskRow]:
         return task_index.unfinished_rows(self._store.store, teams, placement)
 
     def unfinished_counts(self, teams: list[str] | None) -> task_index.Unfinished:
@@ -96,8 +97,13 @@ class Queries:
                        ended: int) -> task_index.WindowFigures:
         return task_index.window_figures(self._store.store, since, until, teams, states, ended)
 
+    @staticmethod
+    def window_figures_of(rows: list[RecentRow], since: float, states: list[JobState] | None,
+                          ended: int) -> task_index.WindowFigures:
+        return task_index.window_figures_of(rows, since, states, ended)
+
     def recent_rows(self, since: float, until: float, teams: list[str] | None,
-                    placement: bool) -> list[task_index.RecentRow]:
+                    placement: bool) -> list[RecentRow]:
         return task_index.recent_rows(self._store.store, since, until, teams, placement)
 
     def node_page(self, limit: int, offset: int, problems_first: bool) -> task_index.NodePage:

@@ -14,7 +14,7 @@ from sqlalchemy import func, or_, select, text
 from fairpod.model.jobs import JobState
 from fairpod.store import Store
 from fairpod.store.records import Node
-from fairpod.store.tables import ACTIVE, JobRow
+from fairpod.store.tables import ACTIVE, FINISHED_STATES, JobRow
 
 UNFINISHED = tuple(s.value for s in JobState if not s.finished)
 _STATE = {s.value: s for s in JobState}  # a dict lookup, not an Enum call per row
@@ -168,9 +168,9 @@ def window_figures(store: Store, since: float, until: float, teams: list[str] | 
     mine = [JobRow.submit_time < until]
     if teams is not None:
         mine.append(JobRow.team.in_(teams))
-    done = [s.value for s in JobState if s.finished]
-    shown = [v for v in done if states is None or JobState(v) in states]
-    counted = (select(JobRow.state, func.count()).where(*mine, JobRow.state.in_(done), JobRow.finished_at >= since)
+    shown = [v for v in FINISHED_STATES if states is None or _STATE[v] in states]
+    counted = (select(JobRow.state, func.count()).where(*mine, JobRow.state.in_(FINISHED_STATES),
+                                                        JobRow.finished_at >= since)
                .group_by(JobRow.state))
     waits = select(func.count(), func.sum(JobRow.first_started_at - JobRow.submit_time)).where(
         *mine, JobRow.first_started_at >= since)
@@ -184,6 +184,23 @@ def window_figures(store: Store, since: float, until: float, teams: list[str] | 
         w, r = conn.execute(waits).one(), conn.execute(runs).one()
         ids = [int(i) for i in conn.execute(newest).scalars()] if ended and shown else []
     return WindowFigures(finished, (int(w[0]), float(w[1] or 0.0)), (int(r[0]), float(r[1] or 0.0)), ids)
+
+
+def window_figures_of(rows: list[RecentRow], since: float, states: list[JobState] | None,
+                      ended: int) -> WindowFigures:
+    """:func:`window_figures` of the rows :func:`recent_rows` read (an instance group's: its jobs are known by
+    their placement, which the database does not sum by)."""
+    finished: dict[JobState, int] = {}
+    for j in rows:
+        if j.state.finished and j.finished_at is not None and j.finished_at >= since:
+            finished[j.state] = finished.get(j.state, 0) + 1
+    waits = [j.first_started_at - j.submit_time for j in rows
+             if j.first_started_at is not None and j.first_started_at >= since]
+    runs = [j.finished_at - j.first_started_at for j in rows
+            if j.finished_at is not None and j.first_started_at is not None and j.finished_at >= since]
+    newest = sorted((j for j in rows if j.state.finished and (states is None or j.state in states)),
+                    key=lambda j: -(j.finished_at or 0))[:ended]
+    return WindowFigures(finished, (len(waits), sum(waits)), (len(runs), sum(runs)), [j.id for j in newest])
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 from fairpod.executors import state
@@ -73,11 +72,9 @@ class Workers:
                 "--executor", t.name, "--resizing", str(int(t.resizing)),
                 "--probing", str(int(t.probing)), "--core-pid", str(os.getpid())]
 
-    def start(self, wake: Callable[[], None] | None = None) -> None:
-        """Start the workers; ``wake`` (the core's loop), called when a worker's commit asks for a turn (None:
-        ``self.wakes.listen`` later, once the core has a loop; a wake sent before is read then)."""
-        if wake is not None:
-            self.wakes.listen(wake)
+    def start(self) -> None:
+        """Start the workers. Their commits' wakes reach the core's loop once it calls ``self.wakes.listen`` (a
+        wake sent before is read then)."""
         for i in range(self.count):
             th = threading.Thread(target=self._keep, args=(i,), name=f"api-worker-{i}", daemon=True)
             th.start()
